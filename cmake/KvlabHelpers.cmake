@@ -1,0 +1,47 @@
+# One helper per artifact kind. Every kvlab target gets the same warnings and the
+# sanitizer flags of the preset; tests are discovered per gtest case and labelled.
+
+set(KVLAB_WARNINGS -Wall -Wextra -Wpedantic -Wshadow -Wconversion -Wsign-conversion
+                   -Wold-style-cast -Wnon-virtual-dtor)
+
+function(kvlab_target_defaults target)
+  target_compile_options(${target} PRIVATE ${KVLAB_WARNINGS})
+  if(KVLAB_WERROR)
+    target_compile_options(${target} PRIVATE -Werror)
+  endif()
+  if(KVLAB_SANITIZE)
+    target_compile_options(${target} PRIVATE -fsanitize=address,undefined
+                           -fno-sanitize-recover=undefined -fno-omit-frame-pointer)
+    target_link_options(${target} PRIVATE -fsanitize=address,undefined)
+  endif()
+  target_include_directories(${target} PUBLIC ${PROJECT_SOURCE_DIR} ${PROJECT_SOURCE_DIR}/include)
+endfunction()
+
+# kvlab_add_library(name SOURCES ... LIBS ...)
+function(kvlab_add_library name)
+  cmake_parse_arguments(ARG "" "" "SOURCES;LIBS" ${ARGN})
+  add_library(${name} STATIC ${ARG_SOURCES})
+  kvlab_target_defaults(${name})
+  target_link_libraries(${name} PUBLIC ${ARG_LIBS})
+endfunction()
+
+# kvlab_add_executable(name SOURCES ... LIBS ...)
+function(kvlab_add_executable name)
+  cmake_parse_arguments(ARG "" "" "SOURCES;LIBS" ${ARGN})
+  add_executable(${name} ${ARG_SOURCES})
+  kvlab_target_defaults(${name})
+  target_link_libraries(${name} PRIVATE ${ARG_LIBS})
+endfunction()
+
+# kvlab_add_test(name SOURCES ... LIBS ... LABELS ... [ENV ...] [TIMEOUT s])
+# One gtest executable; each TEST becomes a CTest test carrying LABELS.
+function(kvlab_add_test name)
+  cmake_parse_arguments(ARG "" "TIMEOUT" "SOURCES;LIBS;LABELS;ENV" ${ARGN})
+  if(NOT ARG_TIMEOUT)
+    set(ARG_TIMEOUT 300)
+  endif()
+  kvlab_add_executable(${name} SOURCES ${ARG_SOURCES} LIBS ${ARG_LIBS} GTest::gtest_main GTest::gmock)
+  gtest_discover_tests(${name}
+    DISCOVERY_MODE PRE_TEST
+    PROPERTIES LABELS "${ARG_LABELS}" TIMEOUT ${ARG_TIMEOUT} ENVIRONMENT "${ARG_ENV}")
+endfunction()

@@ -1,0 +1,23 @@
+#include "kvlab/backend.h"
+
+namespace kvlab {
+
+DTensor Backend::allocate(DType dtype, Shape shape) {
+  DTensor t{nullptr, 0, dtype, std::move(shape)};
+  t.buffer = allocate(t.nbytes());
+  return t;
+}
+
+DTensor Backend::upload(const Tensor& t) {
+  DTensor d = allocate(t.dtype(), t.shape());
+  upload(d, t.data());
+  return d;
+}
+
+Tensor Backend::download(const DTensor& t) {
+  Tensor out(t.dtype, t.shape);
+  download(t, out.data());
+  return out;
+}
+
+}  // namespace kvlab

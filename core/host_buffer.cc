@@ -1,0 +1,64 @@
+#include "kvlab/host_buffer.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <new>
+
+namespace kvlab {
+
+namespace {
+
+class HostBuffer final : public Buffer {
+ public:
+  explicit HostBuffer(std::size_t bytes) : size_(bytes) {
+    // 64-byte alignment: a full cache line / AVX-512 vector for every kernel.
+    const std::size_t rounded = (bytes + 63) / 64 * 64;
+    data_ = static_cast<std::byte*>(std::aligned_alloc(64, rounded == 0 ? 64 : rounded));
+    if (!data_) throw std::bad_alloc();
+  }
+  ~HostBuffer() override { std::free(data_); }
+  HostBuffer(const HostBuffer&) = delete;
+  HostBuffer& operator=(const HostBuffer&) = delete;
+  std::size_t size() const override { return size_; }
+  std::byte* host_data() override { return data_; }
+
+ private:
+  std::size_t size_;
+  std::byte* data_;
+};
+
+}  // namespace
+
+BufferPtr make_host_buffer(std::size_t bytes) { return std::make_shared<HostBuffer>(bytes); }
+
+TensorView host_view(const DTensor& t) {
+  KVLAB_REQUIRE(t.buffer != nullptr, misuse, "tensor of shape ", shape_str(t.shape), " has no buffer");
+  std::byte* base = t.buffer->host_data();
+  KVLAB_REQUIRE(base != nullptr, misuse, "buffer of ", t.buffer->size(), " bytes is not host-addressable");
+  KVLAB_REQUIRE(t.offset <= t.buffer->size() && t.nbytes() <= t.buffer->size() - t.offset, shape_mismatch,
+                "tensor ", shape_str(t.shape), " ", dtype_name(t.dtype), " at byte offset ", t.offset,
+                " overruns its buffer of ", t.buffer->size(), " bytes");
+  return TensorView{{base + t.offset, t.dtype, t.shape}};
+}
+
+ConstTensorView host_cview(const DTensor& t) { return host_view(t); }
+
+BufferPtr HostMemoryBackend::allocate(std::size_t bytes) { return make_host_buffer(bytes); }
+
+void HostMemoryBackend::upload(const DTensor& dst, const void* src) {
+  const TensorView v = host_view(dst);
+  if (v.nbytes() != 0) std::memcpy(v.data, src, v.nbytes());
+}
+
+void HostMemoryBackend::download(const DTensor& src, void* dst) {
+  const TensorView v = host_view(src);
+  if (v.nbytes() != 0) std::memcpy(dst, v.data, v.nbytes());
+}
+
+void HostMemoryBackend::fill(const DTensor& dst, std::uint32_t element_bits) {
+  const TensorView v = host_view(dst);
+  const std::size_t es = dtype_size(v.dtype);
+  for (std::size_t i = 0; i < v.nbytes(); i += es) std::memcpy(v.data + i, &element_bits, es);  // little-endian
+}
+
+}  // namespace kvlab

@@ -1,0 +1,192 @@
+#include "kvlab/tensor.h"
+
+#include <cstring>
+#include <limits>
+
+#include <xtensor/xview.hpp>
+
+namespace kvlab {
+
+std::string shape_str(const Shape& s) {
+  std::string out = "(";
+  for (std::size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
+  return out + (s.size() == 1 ? ",)" : ")");
+}
+
+std::int64_t shape_numel(const Shape& s) {
+  std::int64_t n = 1;
+  for (std::int64_t d : s) {
+    KVLAB_REQUIRE(d >= 0, invalid_argument, "negative dimension ", d, " in shape ", shape_str(s));
+    KVLAB_REQUIRE(d == 0 || n <= std::numeric_limits<std::int64_t>::max() / d, invalid_argument,
+                  "shape ", shape_str(s), " overflows int64");
+    n *= d;
+  }
+  return n;
+}
+
+std::int64_t row_major_index(const Shape& s, std::initializer_list<std::int64_t> idx) {
+  KVLAB_REQUIRE(idx.size() == s.size(), internal, "index of rank ", idx.size(), " into shape ", shape_str(s));
+  std::int64_t flat = 0;
+  std::size_t axis = 0;
+  for (std::int64_t i : idx) flat = flat * s[axis++] + i;
+  return flat;
+}
+
+namespace {
+
+template <class Byte>
+float load_float(Byte* data, DType t, std::int64_t i) {
+  const auto k = static_cast<std::size_t>(i);
+  switch (t) {
+    case DType::f32: { float v; std::memcpy(&v, data + 4 * k, 4); return v; }
+    case DType::f16: { std::uint16_t b; std::memcpy(&b, data + 2 * k, 2); return f16_bits_to_f32(b); }
+    case DType::bf16: { std::uint16_t b; std::memcpy(&b, data + 2 * k, 2); return bf16_bits_to_f32(b); }
+    default: fail(ErrorKind::dtype_mismatch, cat("load() needs a float tensor, got ", dtype_name(t)));
+  }
+}
+
+template <class Byte>
+std::int64_t load_integer(Byte* data, DType t, std::int64_t i) {
+  const auto k = static_cast<std::size_t>(i);
+  switch (t) {
+    case DType::u32: { std::uint32_t v; std::memcpy(&v, data + 4 * k, 4); return v; }
+    case DType::i32: { std::int32_t v; std::memcpy(&v, data + 4 * k, 4); return v; }
+    case DType::u8: return static_cast<std::int64_t>(std::to_integer<std::uint8_t>(data[k]));
+    default: fail(ErrorKind::dtype_mismatch, cat("load_int() needs an integer tensor, got ", dtype_name(t)));
+  }
+}
+
+std::vector<std::size_t> xshape(const Shape& s) {
+  shape_numel(s);  // validates
+  return {s.begin(), s.end()};
+}
+
+}  // namespace
+
+template <> float BasicTensorView<const std::byte>::load(std::int64_t i) const { return load_float(data, dtype, i); }
+template <> float BasicTensorView<std::byte>::load(std::int64_t i) const { return load_float(data, dtype, i); }
+template <> std::int64_t BasicTensorView<const std::byte>::load_int(std::int64_t i) const { return load_integer(data, dtype, i); }
+template <> std::int64_t BasicTensorView<std::byte>::load_int(std::int64_t i) const { return load_integer(data, dtype, i); }
+
+void TensorView::store(std::int64_t i, float v) const {
+  const auto k = static_cast<std::size_t>(i);
+  switch (dtype) {
+    case DType::f32: std::memcpy(data + 4 * k, &v, 4); return;
+    case DType::f16: { const auto b = f32_to_f16_bits(v); std::memcpy(data + 2 * k, &b, 2); return; }
+    case DType::bf16: { const auto b = f32_to_bf16_bits(v); std::memcpy(data + 2 * k, &b, 2); return; }
+    default: fail(ErrorKind::dtype_mismatch, cat("store() needs a float tensor, got ", dtype_name(dtype)));
+  }
+}
+
+void TensorView::store_int(std::int64_t i, std::int64_t v) const {
+  const auto k = static_cast<std::size_t>(i);
+  switch (dtype) {
+    case DType::u32: { const auto x = static_cast<std::uint32_t>(v); std::memcpy(data + 4 * k, &x, 4); return; }
+    case DType::i32: { const auto x = static_cast<std::int32_t>(v); std::memcpy(data + 4 * k, &x, 4); return; }
+    case DType::u8: data[k] = static_cast<std::byte>(v); return;
+    default: fail(ErrorKind::dtype_mismatch, cat("store_int() needs an integer tensor, got ", dtype_name(dtype)));
+  }
+}
+
+Tensor::Tensor(DType dtype, Shape shape) : dtype_(dtype), shape_(std::move(shape)) {
+  const auto xs = xshape(shape_);
+  switch (dtype_) {
+    case DType::f32: data_ = xt::xarray<float>(xt::zeros<float>(xs)); break;
+    case DType::f16: case DType::bf16: data_ = xt::xarray<std::uint16_t>(xt::zeros<std::uint16_t>(xs)); break;
+    case DType::u32: data_ = xt::xarray<std::uint32_t>(xt::zeros<std::uint32_t>(xs)); break;
+    case DType::i32: data_ = xt::xarray<std::int32_t>(xt::zeros<std::int32_t>(xs)); break;
+    case DType::u8: data_ = xt::xarray<std::uint8_t>(xt::zeros<std::uint8_t>(xs)); break;
+  }
+}
+
+Tensor Tensor::from_f32(const xt::xarray<float>& values, DType dtype) {
+  require_float(ConstTensorView{nullptr, dtype, {}}, "Tensor::from_f32 target");
+  Tensor t(dtype, Shape(values.shape().begin(), values.shape().end()));
+  const TensorView v = t.view();
+  std::int64_t i = 0;
+  for (float x : values) v.store(i++, x);
+  return t;
+}
+
+Tensor Tensor::from_values(DType dtype, Shape shape, std::span<const float> values) {
+  Tensor t(dtype, std::move(shape));
+  KVLAB_REQUIRE(static_cast<std::int64_t>(values.size()) == t.numel(), shape_mismatch, values.size(),
+                " values for shape ", shape_str(t.shape()));
+  require_float(t.view(), "Tensor::from_values");
+  const TensorView v = t.view();
+  for (std::size_t i = 0; i < values.size(); ++i) v.store(static_cast<std::int64_t>(i), values[i]);
+  return t;
+}
+
+Tensor Tensor::from_ints(DType dtype, Shape shape, std::span<const std::int64_t> values) {
+  Tensor t(dtype, std::move(shape));
+  KVLAB_REQUIRE(static_cast<std::int64_t>(values.size()) == t.numel(), shape_mismatch, values.size(),
+                " values for shape ", shape_str(t.shape()));
+  const TensorView v = t.view();
+  for (std::size_t i = 0; i < values.size(); ++i) v.store_int(static_cast<std::int64_t>(i), values[i]);
+  return t;
+}
+
+std::byte* Tensor::data() {
+  return std::visit([](auto& a) { return reinterpret_cast<std::byte*>(a.data()); }, data_);
+}
+const std::byte* Tensor::data() const {
+  return std::visit([](const auto& a) { return reinterpret_cast<const std::byte*>(a.data()); }, data_);
+}
+TensorView Tensor::view() { return TensorView{{data(), dtype_, shape_}}; }
+ConstTensorView Tensor::view() const { return ConstTensorView{data(), dtype_, shape_}; }
+
+xt::xarray<float> Tensor::to_f32() const {
+  require_float(view(), "Tensor::to_f32");
+  xt::xarray<float> out = xt::zeros<float>(xshape(shape_));
+  const ConstTensorView v = view();
+  std::int64_t i = 0;
+  for (float& x : out) x = v.load(i++);
+  return out;
+}
+
+std::vector<std::int64_t> Tensor::to_ints() const {
+  std::vector<std::int64_t> out(static_cast<std::size_t>(numel()));
+  const ConstTensorView v = view();
+  for (std::size_t i = 0; i < out.size(); ++i) out[i] = v.load_int(static_cast<std::int64_t>(i));
+  return out;
+}
+
+Tensor Tensor::slice(int axis, std::int64_t begin, std::int64_t end) const {
+  KVLAB_REQUIRE(axis >= -rank() && axis < rank(), invalid_argument, "slice axis ", axis, " for rank ", rank());
+  const auto ax = static_cast<std::size_t>(axis < 0 ? axis + rank() : axis);
+  KVLAB_REQUIRE(0 <= begin && begin <= end && end <= shape_[ax], invalid_argument, "slice [", begin, ", ",
+                end, ") of axis ", ax, " with extent ", shape_[ax]);
+  Shape out_shape = shape_;
+  out_shape[ax] = end - begin;
+  Tensor out(dtype_, out_shape);
+  std::int64_t outer = 1, inner = 1;
+  for (std::size_t i = 0; i < ax; ++i) outer *= shape_[i];
+  for (std::size_t i = ax + 1; i < shape_.size(); ++i) inner *= shape_[i];
+  const auto es = static_cast<std::int64_t>(dtype_size(dtype_));
+  for (std::int64_t o = 0; o < outer; ++o) {
+    std::memcpy(out.data() + (o * (end - begin)) * inner * es,
+                data() + (o * shape_[ax] + begin) * inner * es,
+                static_cast<std::size_t>((end - begin) * inner * es));
+  }
+  return out;
+}
+
+void require_shape(const ConstTensorView& v, const Shape& expected, const char* what) {
+  KVLAB_REQUIRE(v.shape == expected, shape_mismatch, what, " has shape ", shape_str(v.shape), ", expected ",
+                shape_str(expected));
+}
+void require_dtype(const ConstTensorView& v, DType expected, const char* what) {
+  KVLAB_REQUIRE(v.dtype == expected, dtype_mismatch, what, " has dtype ", dtype_name(v.dtype), ", expected ",
+                dtype_name(expected));
+}
+void require_float(const ConstTensorView& v, const char* what) {
+  KVLAB_REQUIRE(is_float(v.dtype), dtype_mismatch, what, " has dtype ", dtype_name(v.dtype),
+                ", expected a float dtype (f32, f16, bf16)");
+}
+void require_rank(const ConstTensorView& v, int rank, const char* what) {
+  KVLAB_REQUIRE(v.rank() == rank, shape_mismatch, what, " has rank ", v.rank(), " (shape ", shape_str(v.shape),
+                "), expected rank ", rank);
+}
+
+}  // namespace kvlab

@@ -1,0 +1,21 @@
+// Reference bit packing (spec §1.4): each row is one LSB-first little-endian
+// bitstream. Code i occupies stream bits [i·b, i·b + b); stream bit k is bit
+// (k mod 32) of word ⌊k/32⌋. 3-, 5- and 6-bit codes straddle word boundaries.
+//
+// Contract: bits in 1..8; codes must be < 2^bits (else Error naming the code and
+// its index); the word span must hold ceil(n·bits/32) words (else shape_mismatch).
+#pragma once
+
+#include <cstdint>
+#include <span>
+
+namespace kvlab::ref {
+
+std::int64_t packed_word_count(std::int64_t n_codes, int bits);  // ceil(n·bits/32)
+
+// Writes every word of `words` (bits past the last code are zero).
+void pack_codes(std::span<const std::uint8_t> codes, int bits, std::span<std::uint32_t> words);
+void unpack_codes(std::span<const std::uint32_t> words, int bits, std::span<std::uint8_t> codes);
+std::uint32_t code_at(std::span<const std::uint32_t> words, int bits, std::int64_t i);
+
+}  // namespace kvlab::ref

@@ -1,0 +1,32 @@
+// Reference RoPE (spec §3).
+//
+// x: float tensor of rank >= 3 read as (B, *, T, D): batch is axis 0, the sequence is
+// axis −2, features the last axis. out: same shape and dtype; x is never modified
+// (out may not alias x).
+// Position of token t in batch row b: p = scale·(t + offset_b), where offset_b is the
+// scalar offset, or per_row_offsets[b] when given (int32, shape (B,)). Negative
+// offsets are legal (left padding gives padding tokens negative positions).
+// For pair i in [0, dims/2): inv_i = base^(−2i/dims), or 1/freqs[i] when freqs is
+// given; θ = p·inv_i; (x1, x2) -> (x1·cosθ − x2·sinθ, x1·sinθ + x2·cosθ) where
+// traditional: x1 = x[2i], x2 = x[2i+1]; else x1 = x[i], x2 = x[i + dims/2].
+// Features [dims, D) are copied unchanged. Computed in double, rounded once to dtype.
+// Invalid: rank < 3; non-float x; dims not positive, odd or > D; freqs given with a
+// size other than dims/2; per_row_offsets not int32 of shape (B,); out shape/dtype
+// differing from x.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+
+#include "kvlab/ops.h"
+#include "kvlab/tensor.h"
+
+namespace kvlab::ref {
+
+void rope(const ConstTensorView& x, const RopeParams& params, std::int32_t offset,
+          const std::optional<ConstTensorView>& per_row_offsets, const TensorView& out);
+
+Tensor rope(const Tensor& x, const RopeParams& params, std::int32_t offset);
+Tensor rope(const Tensor& x, const RopeParams& params, const Tensor& per_row_offsets);
+
+}  // namespace kvlab::ref

@@ -1,0 +1,98 @@
+// Helpers shared by the unit tests: seeded random tensors whose seed is printed, and
+// comparisons that report where two tensors differ.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <iostream>
+#include <random>
+#include <string>
+
+#include "kvlab/tensor.h"
+
+namespace kvlab::testing {
+
+// A seeded generator. The seed is printed on construction and attached to every
+// failure of the enclosing scope, so any random test can be replayed.
+// Usage: KVLAB_SEEDED_RNG(rng, 1234);
+class SeededRng {
+ public:
+  explicit SeededRng(std::uint64_t seed) : seed_(seed), engine_(seed) {
+    std::cout << "[ seed     ] " << seed << "\n";
+    ::testing::Test::RecordProperty("seed", std::to_string(seed));
+  }
+  std::uint64_t seed() const { return seed_; }
+  std::mt19937_64& engine() { return engine_; }
+  double normal() { return std::normal_distribution<double>(0.0, 1.0)(engine_); }
+  double uniform(double lo, double hi) { return std::uniform_real_distribution<double>(lo, hi)(engine_); }
+  std::int64_t integer(std::int64_t lo, std::int64_t hi) {  // inclusive
+    return std::uniform_int_distribution<std::int64_t>(lo, hi)(engine_);
+  }
+
+ private:
+  std::uint64_t seed_;
+  std::mt19937_64 engine_;
+};
+
+#define KVLAB_SEEDED_RNG(name, seed)        \
+  ::kvlab::testing::SeededRng name(seed);   \
+  SCOPED_TRACE(::testing::Message() << "seed " << (seed))
+
+inline Tensor random_normal(SeededRng& rng, DType dtype, Shape shape, double stddev = 1.0) {
+  Tensor t(dtype, std::move(shape));
+  const TensorView v = t.view();
+  for (std::int64_t i = 0; i < t.numel(); ++i) v.store(i, static_cast<float>(stddev * rng.normal()));
+  return t;
+}
+
+inline Tensor random_uniform(SeededRng& rng, DType dtype, Shape shape, double lo, double hi) {
+  Tensor t(dtype, std::move(shape));
+  const TensorView v = t.view();
+  for (std::int64_t i = 0; i < t.numel(); ++i) v.store(i, static_cast<float>(rng.uniform(lo, hi)));
+  return t;
+}
+
+struct Difference {
+  double max_abs = 0;
+  std::int64_t worst_index = -1;
+  double a = 0, b = 0;  // values at the worst index
+};
+
+// Element-wise comparison of two float tensors of equal shape. NaN anywhere counts as
+// an infinite difference.
+inline Difference compare(const Tensor& a, const Tensor& b) {
+  EXPECT_EQ(a.shape(), b.shape());
+  Difference d;
+  if (a.shape() != b.shape()) return d;
+  const ConstTensorView va = a.view(), vb = b.view();
+  for (std::int64_t i = 0; i < a.numel(); ++i) {
+    const double x = va.load(i), y = vb.load(i);
+    const double diff = (std::isnan(x) || std::isnan(y)) ? INFINITY : std::abs(x - y);
+    if (diff > d.max_abs || d.worst_index < 0) d = {diff, i, x, y};
+  }
+  return d;
+}
+
+inline ::testing::AssertionResult all_close(const Tensor& a, const Tensor& b, double atol) {
+  const Difference d = compare(a, b);
+  if (d.max_abs <= atol) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << "max |a-b| = " << d.max_abs << " > " << atol << " at flat index "
+                                       << d.worst_index << " (a = " << d.a << ", b = " << d.b << ")";
+}
+
+inline ::testing::AssertionResult bit_equal(const Tensor& a, const Tensor& b) {
+  if (a.dtype() != b.dtype() || a.shape() != b.shape()) {
+    return ::testing::AssertionFailure() << "dtype/shape differ: " << dtype_name(a.dtype()) << shape_str(a.shape())
+                                         << " vs " << dtype_name(b.dtype()) << shape_str(b.shape());
+  }
+  const auto* pa = a.data();
+  const auto* pb = b.data();
+  for (std::size_t i = 0; i < a.nbytes(); ++i) {
+    if (pa[i] != pb[i]) return ::testing::AssertionFailure() << "first differing byte at " << i;
+  }
+  return ::testing::AssertionSuccess();
+}
+
+}  // namespace kvlab::testing

@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# The main job: installs dependencies, builds the release CLI and runs it.
+# Extra arguments go to `kvlab` (default: selfcheck).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash tools/setup.sh
+cmake --preset release >/dev/null
+cmake --build --preset release --target kvlab >/dev/null
+if (($# == 0)); then set -- selfcheck; fi
+exec build/release/tools/kvlab "$@"

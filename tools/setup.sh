@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Installs every build and test dependency of kvlab from Debian 12 packages.
+# Idempotent and quiet: does nothing (and prints one line) when all are present.
+set -euo pipefail
+
+packages=(
+  g++ cmake ninja-build pkg-config git ccache
+  libgtest-dev libgmock-dev libbenchmark-dev librapidcheck-dev
+  libxtensor-dev xtl-dev libxsimd-dev libhwy-dev nlohmann-json3-dev libcli11-dev
+  libvulkan-dev mesa-vulkan-drivers vulkan-validationlayers
+  libshaderc-dev glslc glslang-dev spirv-tools
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  status=$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null || true)
+  [[ "$status" == "install ok installed" ]] || missing+=("$p")
+done
+
+if ((${#missing[@]} == 0)); then
+  echo "kvlab setup: all ${#packages[@]} packages present"
+  exit 0
+fi
+
+sudo=""
+if [[ $(id -u) -ne 0 ]]; then sudo="sudo"; fi
+echo "kvlab setup: installing ${missing[*]}"
+$sudo apt-get update -qq
+DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+echo "kvlab setup: done"
