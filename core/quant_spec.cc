@@ -1,7 +1,7 @@
 #include "kvlab/quant_spec.h"
 
 #include <algorithm>
-#include <initializer_list>
+#include <span>
 
 #include "kvlab/error.h"
 
@@ -34,24 +34,29 @@ Rounding rounding_from_name(std::string_view name) {
 
 namespace {
 
+// Spans over static arrays: an initializer_list member would dangle once table() returns.
 struct ModeTable {
-  std::initializer_list<int> groups;
-  std::initializer_list<int> bits;
+  std::span<const int> groups;
+  std::span<const int> bits;
   int default_group, default_bits;
 };
+
+constexpr int kAffineGroups[] = {32, 64, 128};
+constexpr int kAffineBits[] = {2, 3, 4, 5, 6, 8};
+constexpr int kGroup32[] = {32}, kGroup16[] = {16}, kBits4[] = {4}, kBits8[] = {8};
 
 // spec §1.1: MLX's validation table.
 ModeTable table(QuantMode m) {
   switch (m) {
-    case QuantMode::affine: return {{32, 64, 128}, {2, 3, 4, 5, 6, 8}, 64, 4};
-    case QuantMode::mxfp4: return {{32}, {4}, 32, 4};
-    case QuantMode::mxfp8: return {{32}, {8}, 32, 8};
-    case QuantMode::nvfp4: return {{16}, {4}, 16, 4};
+    case QuantMode::affine: return {kAffineGroups, kAffineBits, 64, 4};
+    case QuantMode::mxfp4: return {kGroup32, kBits4, 32, 4};
+    case QuantMode::mxfp8: return {kGroup32, kBits8, 32, 8};
+    case QuantMode::nvfp4: return {kGroup16, kBits4, 16, 4};
   }
   fail(ErrorKind::invalid_argument, cat("invalid quantization mode ", static_cast<int>(m)));
 }
 
-std::string list(std::initializer_list<int> xs) {
+std::string list(std::span<const int> xs) {
   std::string out;
   for (int x : xs) out += (out.empty() ? "" : ", ") + std::to_string(x);
   return out;
