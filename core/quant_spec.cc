@@ -89,7 +89,9 @@ void QuantSpec::validate_dim(std::int64_t d) const {
 
 std::int64_t QuantSpec::packed_words(std::int64_t d) const {
   validate_dim(d);
-  return d * bits / 32;  // exact: group_size is a multiple of 16 and bits·16 % 32 == 0 for every table entry
+  // Divide first so a huge valid D cannot overflow; exact because group_size·bits is a
+  // multiple of 32 for every table entry.
+  return (d / group_size) * (group_size * bits / 32);
 }
 
 std::int64_t QuantSpec::groups(std::int64_t d) const {
@@ -99,6 +101,8 @@ std::int64_t QuantSpec::groups(std::int64_t d) const {
 
 double QuantSpec::bits_per_element(DType input) const {
   validate();
+  KVLAB_REQUIRE(is_float(input), dtype_mismatch, "bits_per_element needs a float input dtype, got ",
+                dtype_name(input));
   const double meta_bits = static_cast<double>(dtype_size(scale_dtype(input)) * 8) * (has_biases() ? 2 : 1);
   return bits + meta_bits / group_size;
 }

@@ -2,6 +2,7 @@
 
 #include <cstring>
 #include <limits>
+#include <utility>
 
 #include <xtensor/xview.hpp>
 
@@ -31,6 +32,16 @@ std::int64_t row_major_index(const Shape& s, std::initializer_list<std::int64_t>
   for (std::int64_t i : idx) flat = flat * s[axis++] + i;
   return flat;
 }
+
+std::int64_t shape_dim(const Shape& s, int axis) {
+  const int rank = static_cast<int>(s.size());
+  KVLAB_REQUIRE(axis >= -rank && axis < rank, invalid_argument, "axis ", axis, " is out of range for shape ",
+                shape_str(s), " of rank ", rank);
+  return s[static_cast<std::size_t>(axis < 0 ? axis + rank : axis)];
+}
+
+template <> std::int64_t BasicTensorView<const std::byte>::dim(int axis) const { return shape_dim(shape, axis); }
+template <> std::int64_t BasicTensorView<std::byte>::dim(int axis) const { return shape_dim(shape, axis); }
 
 namespace {
 
@@ -78,7 +89,24 @@ void TensorView::store(std::int64_t i, float v) const {
   }
 }
 
+namespace {
+
+// The integer range of an integer dtype; a value outside it is rejected, never wrapped.
+std::pair<std::int64_t, std::int64_t> int_range(DType t) {
+  switch (t) {
+    case DType::u32: return {0, std::numeric_limits<std::uint32_t>::max()};
+    case DType::i32: return {std::numeric_limits<std::int32_t>::min(), std::numeric_limits<std::int32_t>::max()};
+    case DType::u8: return {0, std::numeric_limits<std::uint8_t>::max()};
+    default: fail(ErrorKind::dtype_mismatch, cat("store_int() needs an integer tensor, got ", dtype_name(t)));
+  }
+}
+
+}  // namespace
+
 void TensorView::store_int(std::int64_t i, std::int64_t v) const {
+  const auto [lo, hi] = int_range(dtype);
+  KVLAB_REQUIRE(lo <= v && v <= hi, invalid_argument, "value ", v, " does not fit dtype ", dtype_name(dtype),
+                " (range ", lo, "..", hi, ")");
   const auto k = static_cast<std::size_t>(i);
   switch (dtype) {
     case DType::u32: { const auto x = static_cast<std::uint32_t>(v); std::memcpy(data + 4 * k, &x, 4); return; }
@@ -164,6 +192,7 @@ Tensor Tensor::slice(int axis, std::int64_t begin, std::int64_t end) const {
   for (std::size_t i = 0; i < ax; ++i) outer *= shape_[i];
   for (std::size_t i = ax + 1; i < shape_.size(); ++i) inner *= shape_[i];
   const auto es = static_cast<std::int64_t>(dtype_size(dtype_));
+  if (out.numel() == 0) return out;  // nothing to copy (and data() may be null)
   for (std::int64_t o = 0; o < outer; ++o) {
     std::memcpy(out.data() + (o * (end - begin)) * inner * es,
                 data() + (o * shape_[ax] + begin) * inner * es,

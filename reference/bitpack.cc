@@ -35,7 +35,7 @@ void pack_codes(std::span<const std::uint8_t> codes, int bits, std::span<std::ui
                   " does not fit in ", bits, " bits");
     for (int j = 0; j < bits; ++j) {
       const std::size_t k = i * static_cast<std::size_t>(bits) + static_cast<std::size_t>(j);
-      const std::uint32_t bit = (codes[i] >> j) & 1u;
+      const std::uint32_t bit = (static_cast<std::uint32_t>(codes[i]) >> j) & 1u;
       words[k / 32] |= bit << (k % 32);
     }
   }

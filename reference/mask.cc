@@ -1,5 +1,6 @@
 #include "reference/mask.h"
 
+#include <algorithm>
 #include <limits>
 
 namespace kvlab::ref {

@@ -49,7 +49,7 @@ struct QuantSpec {
   std::int64_t groups(std::int64_t d) const;        // D/group_size (validates D)
   DType scale_dtype(DType input) const { return mode == QuantMode::affine ? input : DType::u8; }
 
-  // Bytes per element of storage including scales (and biases) in `input` dtype.
+  // Storage bits per element including scales (and biases) for a float `input` dtype.
   double bits_per_element(DType input) const;
 
   friend bool operator==(const QuantSpec&, const QuantSpec&) = default;

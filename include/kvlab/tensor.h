@@ -24,6 +24,7 @@ using Shape = std::vector<std::int64_t>;
 std::string shape_str(const Shape& s);                  // "(2, 8, 128)"
 std::int64_t shape_numel(const Shape& s);               // throws on negative dims
 std::int64_t row_major_index(const Shape& s, std::initializer_list<std::int64_t> idx);
+std::int64_t shape_dim(const Shape& s, int axis);       // throws invalid_argument naming a bad axis
 
 // A non-owning view of contiguous memory with a dtype and a shape.
 template <class Byte>
@@ -34,7 +35,7 @@ struct BasicTensorView {
 
   std::int64_t numel() const { return shape_numel(shape); }
   std::size_t nbytes() const { return static_cast<std::size_t>(numel()) * dtype_size(dtype); }
-  std::int64_t dim(int axis) const { return shape.at(static_cast<std::size_t>(axis < 0 ? axis + rank() : axis)); }
+  std::int64_t dim(int axis) const;  // negative axes count from the end; Error when out of range
   int rank() const { return static_cast<int>(shape.size()); }
 
   // Element i of a float tensor, converted exactly to f32.
@@ -68,7 +69,7 @@ class Tensor {
   std::int64_t numel() const { return shape_numel(shape_); }
   std::size_t nbytes() const { return static_cast<std::size_t>(numel()) * dtype_size(dtype_); }
   int rank() const { return static_cast<int>(shape_.size()); }
-  std::int64_t dim(int axis) const { return view().dim(axis); }
+  std::int64_t dim(int axis) const { return shape_dim(shape_, axis); }
 
   std::byte* data();
   const std::byte* data() const;
