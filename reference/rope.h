@@ -1,18 +1,24 @@
 // Reference RoPE (spec §3).
 //
 // x: float tensor of rank >= 3 read as (B, *, T, D): batch is axis 0, the sequence is
-// axis −2, features the last axis. out: same shape and dtype; x is never modified
-// (out may not alias x).
+// axis −2, features the last axis. out: same shape and dtype; x is never modified, and
+// out may not overlap x (the oracle has no in-place mode).
 // Position of token t in batch row b: p = scale·(t + offset_b), where offset_b is the
-// scalar offset, or per_row_offsets[b] when given (int32, shape (B,)). Negative
-// offsets are legal (left padding gives padding tokens negative positions).
+// scalar offset, or per_row_offsets[b] when given (int32, shape (B,)); the scalar must
+// then be 0 (both at once is rejected as ambiguous). Negative offsets are legal (left padding gives padding tokens negative
+// positions).
 // For pair i in [0, dims/2): inv_i = base^(−2i/dims), or 1/freqs[i] when freqs is
-// given; θ = p·inv_i; (x1, x2) -> (x1·cosθ − x2·sinθ, x1·sinθ + x2·cosθ) where
-// traditional: x1 = x[2i], x2 = x[2i+1]; else x1 = x[i], x2 = x[i + dims/2].
-// Features [dims, D) are copied unchanged. Computed in double, rounded once to dtype.
-// Invalid: rank < 3; non-float x; dims not positive, odd or > D; freqs given with a
-// size other than dims/2; per_row_offsets not int32 of shape (B,); out shape/dtype
-// differing from x.
+// given (freqs are wavelengths); θ = p·inv_i; (x1, x2) -> (x1·cosθ − x2·sinθ,
+// x1·sinθ + x2·cosθ) where traditional: x1 = x[2i], x2 = x[2i+1]; else x1 = x[i],
+// x2 = x[i + dims/2]. Features [dims, D) are copied bit for bit.
+// Positions, angles and products are computed in double and each output is rounded
+// once (RNE) to the dtype. (MLX's Metal kernel works in float32, so it differs by
+// more than rounding at large positions; backends are judged by rope's tolerance.)
+// Invalid (kvlab::Error naming the value): rank < 3; non-float x; dims not positive,
+// odd or > D; freqs given with a size other than dims/2, or holding a value that is
+// not positive and finite; without freqs, a base that is not positive and finite;
+// per_row_offsets not int32 of shape (B,); out shape/dtype differing from x; out
+// overlapping x.
 #pragma once
 
 #include <cstdint>
