@@ -35,9 +35,13 @@ TensorView host_view(const DTensor& t) {
   KVLAB_REQUIRE(t.buffer != nullptr, misuse, "tensor of shape ", shape_str(t.shape), " has no buffer");
   std::byte* base = t.buffer->host_data();
   KVLAB_REQUIRE(base != nullptr, misuse, "buffer of ", t.buffer->size(), " bytes is not host-addressable");
-  KVLAB_REQUIRE(t.offset <= t.buffer->size() && t.nbytes() <= t.buffer->size() - t.offset, shape_mismatch,
-                "tensor ", shape_str(t.shape), " ", dtype_name(t.dtype), " at byte offset ", t.offset,
+  const std::size_t bytes = t.nbytes();  // throws instead of wrapping for huge shapes
+  KVLAB_REQUIRE(t.offset <= t.buffer->size() && bytes <= t.buffer->size() - t.offset, shape_mismatch, "tensor ",
+                shape_str(t.shape), " ", dtype_name(t.dtype), " (", bytes, " bytes) at byte offset ", t.offset,
                 " overruns its buffer of ", t.buffer->size(), " bytes");
+  // Kernels may read elements through typed pointers, which needs natural alignment.
+  KVLAB_REQUIRE(t.offset % dtype_size(t.dtype) == 0, invalid_argument, "tensor ", dtype_name(t.dtype),
+                " at byte offset ", t.offset, " is not aligned to its ", dtype_size(t.dtype), "-byte elements");
   return TensorView{{base + t.offset, t.dtype, t.shape}};
 }
 

@@ -25,6 +25,14 @@ std::int64_t shape_numel(const Shape& s) {
   return n;
 }
 
+std::size_t shape_nbytes(const Shape& s, DType dtype) {
+  const auto n = static_cast<std::uint64_t>(shape_numel(s));
+  const std::size_t es = dtype_size(dtype);
+  KVLAB_REQUIRE(n <= std::numeric_limits<std::size_t>::max() / es, invalid_argument, "shape ", shape_str(s), " of ",
+                dtype_name(dtype), " needs more bytes than fit in size_t");
+  return static_cast<std::size_t>(n) * es;
+}
+
 std::int64_t row_major_index(const Shape& s, std::initializer_list<std::int64_t> idx) {
   KVLAB_REQUIRE(idx.size() == s.size(), internal, "index of rank ", idx.size(), " into shape ", shape_str(s));
   std::int64_t flat = 0;

@@ -1,24 +1,46 @@
 // Reference affine quantization and dequantization, MLX's algorithm bit for bit
-// (spec §1.2–1.4).
+// (spec §1.2–1.4). The code's behaviour, not the mx.quantize docstring (spec §0.1).
 //
 // quantize: x (..., D) in f32/f16/bf16, rank >= 1, D % group_size == 0, D > 0.
 //   wq     (..., D·bits/32) u32  — LSB-first bitstream per row (reference/bitpack.h)
 //   scales (..., D/group)   x.dtype
 //   biases (..., D/group)   x.dtype
+// Leading axes are independent rows; groups are consecutive elements of a row.
 // Per group, in float32 whatever the input dtype (spec §1.2):
 //   n = 2^bits − 1; alpha = max g (mlx_gpu: max(0, max g)); beta = min g
 //   s0 = max((alpha − beta)/n, 1e-7); side = |beta| > |alpha|; s1 = side ? s0 : −s0
 //   edge = side ? beta : alpha; q0 = R(edge/s1)
 //   q0 != 0: scale = edge/q0, bias = edge; else scale = s1, bias = 0
-//   code = clamp(R((g − bias)/scale), 0, n)   (mlx_gpu: no lower clamp — min(R, n) then
-//          uint8 wrap, which the reference reproduces as a wrap modulo 256 then min n)
+//   code = clamp(R((g − bias)/scale), 0, n)   (mlx_gpu: min(R, n), no lower clamp)
 //   R = rint (ties to even) for mlx_cpu, round (ties away from zero) for mlx_gpu.
 //   Codes use the f32 scale/bias; the stored scale/bias are rounded (RNE) to x.dtype.
-// dequantize: out[i] = code_i·scale_g + bias_g computed in f32 from the stored
-//   scale/bias and rounded once to out.dtype (spec §1.3 recommends this; it is within
-//   1 ulp of either MLX backend).
-// Invalid: spec not affine or failing QuantSpec::validate; non-float x; D not a
-// multiple of group_size; any output of the wrong shape or dtype.
+// Consequences the tests pin: code 0 decodes to edge (the larger-magnitude extreme);
+// bias is a group element or 0, so storing it in x.dtype is exact; zero maps to code
+// −q0; scale < 0 when the max dominates; constant groups reconstruct exactly.
+// Error: |x̂ − x| ≤ |scale|/2 except at the far end of the range, where the edge/q0
+// rescale can leave the far extreme up to one full step past code n and the clamp
+// costs up to |scale| (e.g. 2 bits, group {1, −1, …}: scale −0.5, −1 decodes to −0.5).
+//
+// mlx_gpu and negative codes: on finite input a group value never yields R < 0. It
+// lies between bias and the far extreme, so (g − bias)/scale ≥ 0 or −0 (f32 subtraction
+// and division keep the exact sign); when q0 = 0, bias = 0 and |g/scale| ≤ |edge/s1|,
+// which is < 1/2 for round and ≤ 1/2 for rint, so R gives ±0. affine_code can still be
+// asked about an out-of-group value; Metal's `uint8_t val = min(round(v), n)` then
+// converts a negative float to uint8, which C++ and MSL leave undefined. The oracle
+// models it as a two's-complement wrap modulo 256 (int cast, & 0xFF; below −2^31 every
+// float is a multiple of 256, so 0) and keeps the low `bits` bits, the part that
+// Metal's `output |= val << shift` puts in this element's field. (PTX float→integer
+// conversions saturate, so CUDA would likely give 0.) A NaN argument gives code 0.
+//
+// dequantize: out[i] = code_i·scale_g + bias_g computed in f32 (multiply, then add,
+//   never fused) from the stored scale/bias and rounded once to out.dtype. For f32 data
+//   that is MLX's CPU graph bit for bit; otherwise it is spec §1.3's recommendation,
+//   within 1 ulp of T of either MLX backend. out dtype: any float dtype.
+// Invalid (kvlab::Error naming the value): spec not affine or failing
+// QuantSpec::validate; non-float x; rank-0 x; D not a positive multiple of group_size;
+// any output of the wrong shape or dtype; for dequantize: wq not u32, scales not float,
+// biases not of the scales' shape and dtype, leading axes differing, or
+// words·32/bits != groups·group_size.
 #pragma once
 
 #include <cstdint>

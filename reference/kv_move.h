@@ -2,8 +2,17 @@
 //
 // Every tensor here is a 4-D cache block (B, H, L, W) of any dtype: W is D for plain
 // rows, or the packed word count (codes) / group count (scales, biases) for quantized
-// rows, so one kernel moves plain and packed data alike. Copies are exact (bytes).
-// Source and destination must share dtype, H and W, and may not alias.
+// rows, so one kernel moves plain and packed data alike (a quantized cache calls it
+// once per component). Copies are exact (bytes): NaN payloads and padding bits survive.
+// Index tensors (slots, batch_index, shifts) are int32.
+//
+// Common rules, checked before the first byte of dst is written, so a rejected call
+// leaves dst unchanged (kvlab::Error names the bad value):
+//  * source and destination share dtype, H and W (shape_mismatch / dtype_mismatch);
+//  * dst may not overlap the source or the index tensor in memory (invalid_argument):
+//    with overlap, the result would depend on copy order, which optimized backends are
+//    free to change. So no kernel works in place; a cache shifting or rolling its own
+//    buffer writes into a second buffer (and may then swap the two).
 //
 // kv_scatter(src (B,H,S,W), slots i32 (B,S), dst (B,H,L,W)):
 //   dst[b,h,slots[b,s]] = src[b,h,s]. Writes S new rows at the given slots, e.g. a
@@ -14,13 +23,27 @@
 //   decides whether duplicates are legal. Invalid: index < 0 or >= Bs.
 // kv_copy_blocks(src (Bs,H,Ls,W), blocks, dst (Bd,H,Ld,W)):
 //   for each block: dst[dst_batch, :, dst_seq + t] = src[src_batch, :, src_seq + t],
-//   t < length. Concatenation along batch or sequence and left-padding shifts (extend,
-//   merge, extract) are lists of blocks. Other rows of dst are untouched. Invalid: a
-//   block out of range on either side; negative length; blocks whose destinations
-//   overlap.
+//   t < length. Other rows of dst are untouched; blocks may overlap in the source.
+//   Invalid: negative length; a batch index out of range on either side; rows past
+//   either side's sequence length (checked even for length 0); two blocks whose
+//   destination rows overlap (the message names both).
 // kv_roll(src (B,H,L,W), shifts i32 (B,), dst (B,H,L,W)):
-//   dst[b,h,i] = src[b,h,(i − shifts[b]) mod L] — mlx-lm's dynamic_roll, used by
-//   right-padding finalize (spec §4.8). Any integer shift (negative too) is legal.
+//   dst[b,h,i] = src[b,h,(i − shifts[b]) mod L] (mathematical mod, result in [0, L)) —
+//   mlx-lm's dynamic_roll (spec §4.8). Any int32 shift is legal, negative (a left roll)
+//   or beyond L; L == 0 is a no-op. src and dst have the same shape and dtype.
+//
+// How the cache operations of spec §4.1–4.11 map onto these kernels (tested in
+// tests/unit/test_kv_move.cc, CacheOps.*):
+//   append S rows at the cursor / ring write ........ kv_scatter (slots (cursor+s) mod L)
+//   grow, trim oldest columns, extract(i), merge,
+//   extend (left shift to max_idx), filter's shift ... kv_copy_blocks into a new buffer
+//   filter (batch selection) ........................ kv_gather (or copy_blocks directly)
+//   finalize (roll right by right padding),
+//   _temporal_order (roll left by _idx) ............. kv_roll
+//   RotatingKVCache temporal order with keep > 0 .... kv_copy_blocks (three blocks)
+// Fresh buffers (zeros, NaN poison) come from Backend::fill. Not covered: casting
+// incoming rows to another dtype (KVCache casts on update), and caches with different
+// H or D being merged or extended together; both are rejected here.
 #pragma once
 
 #include <span>

@@ -41,7 +41,7 @@ struct DTensor {
   Shape shape;
 
   std::int64_t numel() const { return shape_numel(shape); }
-  std::size_t nbytes() const { return static_cast<std::size_t>(numel()) * dtype_size(dtype); }
+  std::size_t nbytes() const { return shape_nbytes(shape, dtype); }
   explicit operator bool() const { return buffer != nullptr; }
 };
 

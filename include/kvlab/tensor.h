@@ -23,6 +23,7 @@ using Shape = std::vector<std::int64_t>;
 
 std::string shape_str(const Shape& s);                  // "(2, 8, 128)"
 std::int64_t shape_numel(const Shape& s);               // throws on negative dims
+std::size_t shape_nbytes(const Shape& s, DType dtype);  // throws when the byte count overflows
 std::int64_t row_major_index(const Shape& s, std::initializer_list<std::int64_t> idx);
 std::int64_t shape_dim(const Shape& s, int axis);       // throws invalid_argument naming a bad axis
 
@@ -34,7 +35,7 @@ struct BasicTensorView {
   Shape shape;
 
   std::int64_t numel() const { return shape_numel(shape); }
-  std::size_t nbytes() const { return static_cast<std::size_t>(numel()) * dtype_size(dtype); }
+  std::size_t nbytes() const { return shape_nbytes(shape, dtype); }
   std::int64_t dim(int axis) const;  // negative axes count from the end; Error when out of range
   int rank() const { return static_cast<int>(shape.size()); }
 
@@ -67,7 +68,7 @@ class Tensor {
   DType dtype() const { return dtype_; }
   const Shape& shape() const { return shape_; }
   std::int64_t numel() const { return shape_numel(shape_); }
-  std::size_t nbytes() const { return static_cast<std::size_t>(numel()) * dtype_size(dtype_); }
+  std::size_t nbytes() const { return shape_nbytes(shape_, dtype_); }
   int rank() const { return static_cast<int>(shape_.size()); }
   std::int64_t dim(int axis) const { return shape_dim(shape_, axis); }
 

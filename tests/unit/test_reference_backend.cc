@@ -1,4 +1,294 @@
+// Tests of the reference backend's memory layer (core/host_buffer.cc) and of its cache
+// data-movement kernels, which must be the oracle functions of reference/kv_move.h
+// applied to the DTensors' bytes. (The other kernels are tested in their own stems.)
 #include <gtest/gtest.h>
 
-// Placeholder until this stem's tests land.
-TEST(Placeholder_reference_backend, Pending) { GTEST_SKIP() << "tests for reference_backend not written yet"; }
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "kvlab/error.h"
+#include "reference/kv_move.h"
+#include "reference/reference_backend.h"
+#include "test_util.h"
+
+namespace kvlab {
+namespace {
+
+using Idx = std::int64_t;
+constexpr DType kAllDtypes[] = {DType::f32, DType::f16, DType::bf16, DType::u32, DType::i32, DType::u8};
+
+// Distinct raw patterns per element, starting just below +inf for the float dtypes so
+// that inf and NaN payloads are among them: a round trip must copy bytes, not values.
+Tensor patterned(DType dt, Shape shape, std::uint32_t tag = 0) {
+  Tensor t(dt, std::move(shape));
+  std::uint32_t base = dt == DType::f32    ? 0x7F7FFFF8u
+                       : dt == DType::f16  ? 0x7BFCu
+                       : dt == DType::bf16 ? 0x7F7Cu
+                                           : 0x9E3779B9u;
+  base += tag * 0x1000u;
+  const std::size_t es = dtype_size(dt);
+  for (Idx i = 0; i < t.numel(); ++i) {
+    const std::uint32_t v = base + static_cast<std::uint32_t>(i);
+    std::memcpy(t.data() + static_cast<std::size_t>(i) * es, &v, es);
+  }
+  return t;
+}
+
+void expect_error(const std::function<void()>& f, ErrorKind kind, std::vector<std::string> needles) {
+  try {
+    f();
+    ADD_FAILURE() << "no error; expected one mentioning " << needles.at(0);
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    EXPECT_EQ(e.kind(), kind) << msg;
+    for (const auto& n : needles) EXPECT_NE(msg.find(n), std::string::npos) << "'" << msg << "' lacks '" << n << "'";
+  }
+}
+
+std::vector<std::uint8_t> bytes_of(const BufferPtr& b) {
+  std::vector<std::uint8_t> out(b->size());
+  if (!out.empty()) std::memcpy(out.data(), b->host_data(), out.size());
+  return out;
+}
+
+// ---- memory ---------------------------------------------------------------------------
+
+TEST(ReferenceBackendMemory, AllocatesAlignedBuffersOfTheAskedSize) {
+  ReferenceBackend be;
+  EXPECT_EQ(be.name(), "reference");
+  for (std::size_t bytes : {0u, 1u, 63u, 64u, 65u, 1000u}) {
+    const BufferPtr b = be.allocate(bytes);
+    ASSERT_NE(b, nullptr);
+    EXPECT_EQ(b->size(), bytes);
+    ASSERT_NE(b->host_data(), nullptr) << bytes;
+    EXPECT_EQ(reinterpret_cast<std::uintptr_t>(b->host_data()) % 64, 0u) << bytes << " bytes";
+  }
+  const DTensor t = be.allocate(DType::bf16, {3, 5, 7});
+  EXPECT_EQ(t.offset, 0u);
+  EXPECT_EQ(t.buffer->size(), 3u * 5u * 7u * 2u);
+  EXPECT_EQ(t.shape, (Shape{3, 5, 7}));
+}
+
+TEST(ReferenceBackendMemory, UploadDownloadRoundTripEveryDtype) {
+  ReferenceBackend be;
+  for (DType dt : kAllDtypes) {
+    const Tensor host = patterned(dt, {2, 3, 5});
+    const DTensor dev = be.upload(host);
+    EXPECT_EQ(dev.dtype, dt);
+    EXPECT_EQ(dev.shape, host.shape());
+    const Tensor back = be.download(dev);
+    EXPECT_TRUE(testing::bit_equal(back, host)) << dtype_name(dt);
+    // The raw-pointer overloads move exactly nbytes.
+    std::vector<std::byte> raw(host.nbytes() + 1, std::byte{0x5A});
+    be.download(dev, raw.data());
+    EXPECT_EQ(std::memcmp(raw.data(), host.data(), host.nbytes()), 0) << dtype_name(dt);
+    EXPECT_EQ(raw.back(), std::byte{0x5A}) << "download wrote past nbytes";
+    const DTensor again = be.allocate(dt, {2, 3, 5});
+    be.upload(again, host.data());
+    EXPECT_TRUE(testing::bit_equal(be.download(again), host)) << dtype_name(dt);
+  }
+  const Tensor empty(DType::f16, {0, 4});  // nothing to move, and no error
+  EXPECT_TRUE(testing::bit_equal(be.download(be.upload(empty)), empty));
+}
+
+TEST(ReferenceBackendMemory, FillRepeatsTheElementBitPattern) {
+  ReferenceBackend be;
+  struct Case {
+    DType dt;
+    std::uint32_t bits;
+    std::uint32_t stored;
+  };
+  // Only the low dtype_size bytes are used: 0x1234FFC1 on bf16 stores 0xFFC1.
+  const Case cases[] = {{DType::f16, 0x7E01u, 0x7E01u},         {DType::u32, 0xDEADBEEFu, 0xDEADBEEFu},
+                        {DType::f32, 0x7FC00001u, 0x7FC00001u}, {DType::bf16, 0x1234FFC1u, 0xFFC1u},
+                        {DType::i32, 0x80000000u, 0x80000000u}, {DType::u8, 0x1ABu, 0xABu}};
+  for (const Case& c : cases) {
+    const DTensor t = be.allocate(c.dt, {3, 7});
+    be.fill(t, c.bits);
+    const Tensor back = be.download(t);
+    const std::size_t es = dtype_size(c.dt);
+    for (Idx i = 0; i < back.numel(); ++i) {
+      std::uint32_t v = 0;
+      std::memcpy(&v, back.data() + static_cast<std::size_t>(i) * es, es);
+      ASSERT_EQ(v, c.stored) << dtype_name(c.dt) << " element " << i;
+    }
+    if (c.dt == DType::f16) {
+      EXPECT_TRUE(std::isnan(back.view().load(20))) << "0x7E01 is an f16 NaN (poison)";
+    }
+  }
+}
+
+TEST(ReferenceBackendMemory, TensorAtAByteOffsetTouchesOnlyItsRange) {
+  ReferenceBackend be;
+  const BufferPtr buf = be.allocate(256);
+  const DTensor whole{buf, 0, DType::u8, {256}};
+  be.fill(whole, 0xCC);
+  const DTensor t{buf, 40, DType::f16, {2, 3}};  // bytes [40, 52)
+  const Tensor host = patterned(DType::f16, {2, 3});
+  be.upload(t, host.data());
+  EXPECT_TRUE(testing::bit_equal(be.download(t), host));
+  std::vector<std::uint8_t> bytes = bytes_of(buf);
+  EXPECT_EQ(std::memcmp(bytes.data() + 40, host.data(), 12), 0) << "the tensor lives at byte 40";
+  for (std::size_t i = 0; i < bytes.size(); ++i) {
+    if (i < 40 || i >= 52) {
+      ASSERT_EQ(bytes[i], 0xCC) << "byte " << i << " outside the tensor changed on upload";
+    }
+  }
+  be.fill(t, 0x7E01);
+  bytes = bytes_of(buf);
+  for (std::size_t i = 0; i < bytes.size(); ++i) {
+    const std::uint8_t want = i < 40 || i >= 52 ? 0xCC : (i % 2 == 0 ? 0x01 : 0x7E);  // little-endian 0x7E01
+    ASSERT_EQ(bytes[i], want) << "byte " << i << " after fill";
+  }
+  EXPECT_EQ(host_view(t).data, buf->host_data() + 40);
+  EXPECT_EQ(host_cview(t).shape, (Shape{2, 3}));
+}
+
+TEST(ReferenceBackendMemory, HostViewRejectsOverrunsAndMissingBuffers) {
+  ReferenceBackend be;
+  const BufferPtr buf = be.allocate(64);
+  host_view(DTensor{buf, 48, DType::f32, {4}});  // exactly fits: bytes [48, 64)
+  host_view(DTensor{buf, 64, DType::f32, {0}});  // an empty tensor at the very end
+  expect_error(
+      [&] {
+        host_view(DTensor{buf, 0, DType::f32, {4, 5}});
+      },
+      ErrorKind::shape_mismatch, {"(4, 5)", "f32", "offset 0", "buffer of 64 bytes"});
+  expect_error(
+      [&] {
+        host_view(DTensor{buf, 56, DType::f32, {4}});
+      },
+      ErrorKind::shape_mismatch, {"offset 56", "64 bytes"});
+  // offset past the end must not underflow size − offset into a huge "room left".
+  expect_error([&] { host_cview(DTensor{buf, 100, DType::u8, {0}}); }, ErrorKind::shape_mismatch, {"offset 100"});
+  expect_error([&] { host_view(DTensor{nullptr, 0, DType::f32, {2, 2}}); }, ErrorKind::misuse, {"no buffer", "(2, 2)"});
+
+  // A buffer that is not host memory (as a device backend's would be).
+  struct DeviceOnly final : Buffer {
+    std::size_t size() const override { return 32; }
+    std::byte* host_data() override { return nullptr; }
+  };
+  const DTensor remote{std::make_shared<DeviceOnly>(), 0, DType::u8, {8}};
+  expect_error([&] { host_view(remote); }, ErrorKind::misuse, {"32 bytes", "not host-addressable"});
+
+  // The backend's memory calls go through the same checks.
+  const DTensor over{buf, 32, DType::u32, {9}};
+  std::vector<std::byte> scratch(64);
+  expect_error([&] { be.upload(over, scratch.data()); }, ErrorKind::shape_mismatch, {"offset 32"});
+  expect_error([&] { be.download(over, scratch.data()); }, ErrorKind::shape_mismatch, {"offset 32"});
+  expect_error([&] { be.fill(over, 0); }, ErrorKind::shape_mismatch, {"offset 32"});
+  expect_error([&] { be.fill(remote, 0); }, ErrorKind::misuse, {"not host-addressable"});
+}
+
+// numel 2^62 fits int64, but numel · 4 used to wrap size_t to 0, so host_view accepted a
+// tensor of 2^62 floats over a 64-byte buffer and a kernel could run off it.
+TEST(ReferenceBackendMemory, HostViewRejectsAByteCountThatWraps) {
+  ReferenceBackend be;
+  const DTensor absurd{be.allocate(64), 0, DType::f32, {Idx{1} << 62}};
+  expect_error([&] { host_view(absurd); }, ErrorKind::invalid_argument, {"4611686018427387904"});
+}
+
+// Kernels read elements through typed pointers, so a tensor must sit at a multiple of
+// its element size.
+TEST(ReferenceBackendMemory, HostViewRejectsAMisalignedOffset) {
+  ReferenceBackend be;
+  const DTensor skewed{be.allocate(64), 2, DType::f32, {4}};
+  expect_error([&] { host_view(skewed); }, ErrorKind::invalid_argument, {"offset 2"});
+}
+
+// ---- cache data movement: the backend applies the oracle to its buffers ------------------
+
+// One DTensor per host tensor, all inside one shared buffer at staggered offsets, so the
+// kernels are also exercised on tensors that do not start at byte 0.
+struct Arena {
+  ReferenceBackend& be;
+  BufferPtr buf = be.allocate(1 << 16);
+  std::size_t next = 8;
+  DTensor put(const Tensor& t) {
+    DTensor d{buf, next, t.dtype(), t.shape()};
+    be.upload(d, t.data());
+    next += (t.nbytes() + 15) / 8 * 8;  // a gap after each tensor
+    return d;
+  }
+};
+
+Tensor i32(Shape shape, std::vector<std::int64_t> v) { return Tensor::from_ints(DType::i32, std::move(shape), v); }
+
+TEST(ReferenceBackendKv, EveryKvKernelMatchesTheOracle) {
+  ReferenceBackend be;
+  for (DType dt : kAllDtypes) {
+    SCOPED_TRACE(std::string(dtype_name(dt)));
+    Arena arena{be};
+    const Tensor src = patterned(dt, {3, 2, 5, 4}, 0), dst0 = patterned(dt, {3, 2, 5, 4}, 1);
+    const DTensor d_src = arena.put(src);
+
+    const Tensor slots = i32({3, 2}, {4, 0, 1, 2, 0, 3});
+    const Tensor chunk = patterned(dt, {3, 2, 2, 4}, 2);
+    Tensor want = dst0;
+    ref::kv_scatter(chunk.view(), slots.view(), want.view());
+    DTensor d_dst = arena.put(dst0);
+    be.kv_scatter(arena.put(chunk), arena.put(slots), d_dst);
+    EXPECT_TRUE(testing::bit_equal(be.download(d_dst), want)) << "kv_scatter";
+
+    const Tensor index = i32({4}, {2, 2, 0, 1});
+    Tensor gathered = patterned(dt, {4, 2, 5, 4}, 3);
+    const DTensor d_gathered = arena.put(gathered);
+    ref::kv_gather(src.view(), index.view(), gathered.view());
+    be.kv_gather(d_src, arena.put(index), d_gathered);
+    EXPECT_TRUE(testing::bit_equal(be.download(d_gathered), gathered)) << "kv_gather";
+
+    const std::vector<SeqBlock> blocks = {{2, 1, 0, 0, 3}, {0, 3, 1, 1, 2}, {1, 0, 0, 3, 2}};
+    Tensor copied = patterned(dt, {2, 2, 6, 4}, 4);
+    const DTensor d_copied = arena.put(copied);
+    ref::kv_copy_blocks(src.view(), blocks, copied.view());
+    be.kv_copy_blocks(d_src, blocks, d_copied);
+    EXPECT_TRUE(testing::bit_equal(be.download(d_copied), copied)) << "kv_copy_blocks";
+
+    const Tensor shifts = i32({3}, {-7, 2, 1000003});
+    Tensor rolled = dst0;
+    const DTensor d_rolled = arena.put(rolled);
+    ref::kv_roll(src.view(), shifts.view(), rolled.view());
+    be.kv_roll(d_src, arena.put(shifts), d_rolled);
+    EXPECT_TRUE(testing::bit_equal(be.download(d_rolled), rolled)) << "kv_roll";
+    EXPECT_TRUE(testing::bit_equal(be.download(d_src), src)) << "the source is read-only";
+  }
+}
+
+TEST(ReferenceBackendKv, InvalidInputRaisesTheOracleError) {
+  ReferenceBackend be;
+  const Tensor src = patterned(DType::u32, {2, 1, 2, 3});
+  const DTensor d_src = be.upload(src), d_dst = be.allocate(DType::u32, {2, 1, 4, 3});
+  expect_error(
+      [&] {
+        be.kv_scatter(d_src, be.upload(i32({2, 2}, {0, 1, 4, 0})), d_dst);
+      },
+      ErrorKind::invalid_argument, {"slot 4", "batch row 1"});
+  expect_error(
+      [&] {
+        be.kv_gather(d_src, be.upload(i32({2}, {0, 2})), be.allocate(DType::u32, {2, 1, 2, 3}));
+      },
+      ErrorKind::invalid_argument, {"batch_index[1] = 2"});
+  const std::vector<SeqBlock> negative = {{0, 0, 0, 0, -3}};
+  expect_error([&] { be.kv_copy_blocks(d_src, negative, d_dst); }, ErrorKind::invalid_argument, {"negative length -3"});
+  expect_error(
+      [&] {
+        be.kv_roll(d_src, be.upload(i32({3}, {0, 0, 0})), be.allocate(DType::u32, {2, 1, 2, 3}));
+      },
+      ErrorKind::shape_mismatch, {"shifts", "(3,)"});
+  // Two DTensors over overlapping bytes of one buffer are aliases; disjoint ones are not.
+  const BufferPtr buf = be.allocate(96);
+  const DTensor a{buf, 0, DType::u32, {2, 1, 2, 3}}, b{buf, 24, DType::u32, {2, 1, 2, 3}},
+      c{buf, 48, DType::u32, {2, 1, 2, 3}};
+  const DTensor zeros = be.upload(i32({2}, {0, 0}));
+  expect_error([&] { be.kv_roll(a, zeros, b); }, ErrorKind::invalid_argument, {"overlaps dst"});
+  be.kv_roll(a, zeros, c);
+  // Memory-layer errors surface before the kernel runs.
+  expect_error([&] { be.kv_roll(DTensor{}, zeros, c); }, ErrorKind::misuse, {"no buffer"});
+}
+
+}  // namespace
+}  // namespace kvlab
