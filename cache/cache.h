@@ -1,0 +1,101 @@
+// The cache types' common vocabulary (spec §4.0). Every cache is written once over a
+// Backend&: bookkeeping (offsets, padding, ring cursor, capacity) lives here on the
+// host, the data lives in the backend's buffers and is moved by its kernels
+// (reference/kv_move.h). A cache over the ReferenceBackend is the reference cache.
+//
+// Rules every cache type follows (DESIGN.md "Observables"):
+// - offsets() returns a value snapshot; no API hands out a mutable handle to an offset
+//   (spec §5, mlx-lm#1097 / #1848). Positions for a chunk are read before update.
+// - update() is the plain path and update_quantized() the quantized path; calling the
+//   wrong one is a kvlab::Error of kind misuse, never a crash (mlx-swift-lm#71).
+// - Unused and evicted slots hold NaN poison so that a read of them fails loudly.
+// - Invalid use throws kvlab::Error and leaves the cache exactly as it was.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "kvlab/backend.h"
+
+namespace kvlab {
+
+// What attention reads after an update: (B, H, L, Dk) keys and (B, H, L, Dv) values,
+// fresh tensors owned by the caller. Their key order is the cache's physical order for
+// a single-token rotating update (attention does not depend on key order) and temporal
+// order otherwise.
+struct FetchedKV {
+  DTensor keys, values;
+  std::int64_t length() const { return keys.shape.empty() ? 0 : keys.shape[2]; }
+};
+
+struct FetchedQuantizedKV {
+  QuantizedDTensor keys, values;  // codes (B,H,L,words), scales/biases (B,H,L,groups)
+  std::int64_t length() const { return keys.wq.shape.empty() ? 0 : keys.wq.shape[2]; }
+};
+
+// The mask attention must use with the K/V the coming update will return. It is built
+// before the update from pre-update state (spec §0.5): either no mask, the structured
+// causal form, or an explicit boolean array of shape (1|B, 1, N, L).
+struct CacheMask {
+  MaskSpec spec;                // kind none, causal or boolean
+  std::optional<Tensor> array;  // set iff spec.kind == MaskKind::boolean
+};
+
+// Serialized form of one cache: tensors plus string metadata, written to safetensors by
+// cache/state_file.h. Every field the cache needs to continue is in here (the mlx-lm
+// round trips of spec §4.12 / Appendix B that lose fields are not reproduced).
+struct CacheState {
+  std::string class_name;
+  std::map<std::string, Tensor> tensors;
+  std::map<std::string, std::string> meta;
+};
+
+class Cache {
+ public:
+  explicit Cache(Backend& backend) : backend_(&backend) {}
+  virtual ~Cache() = default;
+  Cache(const Cache&) = delete;
+  Cache& operator=(const Cache&) = delete;
+
+  virtual std::string_view class_name() const = 0;
+  virtual bool is_quantized() const { return false; }
+  Backend& backend() const { return *backend_; }
+
+  // Stores k (B, H, S, Dk) and v (B, H, S, Dv), advances the offsets by S and returns
+  // what attention reads. Plain caches only.
+  virtual FetchedKV update(const DTensor& k, const DTensor& v);
+  // The same for quantized caches: k/v are float; the result is packed.
+  virtual FetchedQuantizedKV update_quantized(const DTensor& k, const DTensor& v);
+
+  // Number of key rows the cache currently holds for attention (uniform accessor for
+  // plain and quantized caches, mlx-vlm#1481).
+  virtual std::int64_t kv_length() const = 0;
+  // Per-sequence offsets (the next real position of each row), by value. Size 1 for
+  // single-sequence caches.
+  virtual std::vector<std::int32_t> offsets() const = 0;
+  // The mask for an update of n tokens, from the pre-update state. window 0 = none.
+  virtual CacheMask make_mask(std::int64_t n, int window) const = 0;
+
+  virtual bool is_trimmable() const = 0;
+  // Removes up to n newest tokens; returns how many were removed.
+  virtual std::int64_t trim(std::int64_t n) = 0;
+  virtual bool empty() const = 0;
+  // Exact bytes of everything the cache holds in backend memory (packed data + scales +
+  // biases + capacity slack); no hidden copies exist.
+  virtual std::size_t nbytes() const = 0;
+
+  virtual CacheState state() const = 0;
+
+ protected:
+  Backend* backend_;
+};
+
+// NaN bit pattern of a float dtype, used to poison unused slots.
+std::uint32_t nan_poison_bits(DType dtype);
+
+}  // namespace kvlab

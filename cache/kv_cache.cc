@@ -1,0 +1,121 @@
+#include "cache/kv_cache.h"
+
+#include <algorithm>
+
+#include "cache/seq_ops.h"
+
+namespace kvlab {
+
+void validate_kv_update(const DTensor& k, const DTensor& v, const char* cache_name) {
+  seq::require_block(k, "update keys");
+  seq::require_block(v, "update values");
+  KVLAB_REQUIRE(is_float(k.dtype) && k.dtype == v.dtype, dtype_mismatch, cache_name, " update: keys ",
+                dtype_name(k.dtype), " and values ", dtype_name(v.dtype), " must share one float dtype");
+  KVLAB_REQUIRE(k.shape[0] == v.shape[0] && k.shape[1] == v.shape[1] && k.shape[2] == v.shape[2], shape_mismatch,
+                cache_name, " update: keys ", shape_str(k.shape), " and values ", shape_str(v.shape),
+                " disagree on (B, H, S)");
+  KVLAB_REQUIRE(k.shape[2] >= 1, invalid_argument, cache_name, " update with S = ", k.shape[2], " tokens");
+}
+
+KVCache::KVCache(Backend& backend, DTensor keys, DTensor values) : Cache(backend) {
+  validate_kv_update(keys, values, "KVCache");
+  offset_ = seq::length(keys);
+  keys_ = std::move(keys);
+  values_ = std::move(values);
+}
+
+FetchedKV KVCache::update(const DTensor& k, const DTensor& v) {
+  validate_kv_update(k, v, "KVCache");
+  if (keys_) {
+    KVLAB_REQUIRE(k.dtype == keys_.dtype, dtype_mismatch, "KVCache holds ", dtype_name(keys_.dtype),
+                  " but the update is ", dtype_name(k.dtype));
+    KVLAB_REQUIRE(k.shape[0] == keys_.shape[0] && k.shape[1] == keys_.shape[1] && k.shape[3] == keys_.shape[3] &&
+                      v.shape[3] == values_.shape[3],
+                  shape_mismatch, "KVCache holds (B, H, Dk, Dv) = (", keys_.shape[0], ", ", keys_.shape[1], ", ",
+                  keys_.shape[3], ", ", values_.shape[3], ") but the update has keys ", shape_str(k.shape),
+                  " and values ", shape_str(v.shape));
+  }
+  Backend& be = backend();
+  const std::int64_t prev = offset_, s = k.shape[2];
+  if (!keys_ || prev + s > capacity()) {
+    // mlx-lm: cut to prev when it is off a step boundary, then append ceil(S/step) steps.
+    const std::int64_t kept = (keys_ && prev % kStep != 0) ? prev : capacity();
+    const std::int64_t grown = kept + (s + kStep - 1) / kStep * kStep;
+    if (keys_) {
+      keys_ = seq::regrow(be, keys_, prev, grown);
+      values_ = seq::regrow(be, values_, prev, grown);
+    } else {
+      keys_ = seq::alloc_poisoned(be, k.dtype, {k.shape[0], k.shape[1], grown, k.shape[3]});
+      values_ = seq::alloc_poisoned(be, v.dtype, {v.shape[0], v.shape[1], grown, v.shape[3]});
+    }
+  }
+  seq::write_rows(be, k, keys_, prev);
+  seq::write_rows(be, v, values_, prev);
+  offset_ = prev + s;
+  return fetch();
+}
+
+FetchedKV KVCache::fetch() const {
+  if (!keys_) return {};
+  return {seq::slice(backend(), keys_, 0, offset_), seq::slice(backend(), values_, 0, offset_)};
+}
+
+CacheMask KVCache::make_mask(std::int64_t n, int window) const {
+  KVLAB_REQUIRE(n >= 1, invalid_argument, "make_mask for N = ", n, " tokens");
+  KVLAB_REQUIRE(window >= 0, invalid_argument, "make_mask window ", window, " is negative");
+  CacheMask mask;
+  // spec §2.3 create_attention_mask: a window always needs a mask, even for N == 1
+  // (mlx-lm#843); otherwise one token sees everything and needs none.
+  if (n > 1 || window > 0) {
+    mask.spec.kind = MaskKind::causal;
+    mask.spec.window = window;
+  }
+  return mask;
+}
+
+std::int64_t KVCache::trim(std::int64_t n) {
+  KVLAB_REQUIRE(n >= 0, invalid_argument, "trim by ", n, " tokens");
+  const std::int64_t removed = std::min(offset_, n);
+  if (removed > 0) {
+    seq::poison_rows(backend(), keys_, offset_ - removed, offset_);
+    seq::poison_rows(backend(), values_, offset_ - removed, offset_);
+  }
+  offset_ -= removed;
+  return removed;
+}
+
+std::size_t KVCache::nbytes() const { return keys_ ? keys_.nbytes() + values_.nbytes() : 0; }
+
+CacheState KVCache::state() const {
+  CacheState s{std::string(class_name()), {}, {{"offset", std::to_string(offset_)}}};
+  if (keys_) {
+    const FetchedKV kv = fetch();
+    s.tensors.emplace("keys", backend().download(kv.keys));
+    s.tensors.emplace("values", backend().download(kv.values));
+  }
+  return s;
+}
+
+std::unique_ptr<KVCache> KVCache::from_state(Backend& backend, const CacheState& state) {
+  KVLAB_REQUIRE(state.class_name == "KVCache", corrupt, "state of class '", state.class_name,
+                "' cannot be loaded as a KVCache");
+  const auto it = state.meta.find("offset");
+  KVLAB_REQUIRE(it != state.meta.end(), corrupt, "KVCache state has no 'offset'");
+  auto cache = std::make_unique<KVCache>(backend);
+  const bool has_keys = state.tensors.count("keys") != 0, has_values = state.tensors.count("values") != 0;
+  KVLAB_REQUIRE(has_keys == has_values, corrupt, "KVCache state has keys but no values or the reverse");
+  std::int64_t stored = 0;
+  if (has_keys) {
+    const Tensor& k = state.tensors.at("keys");
+    const Tensor& v = state.tensors.at("values");
+    cache = std::make_unique<KVCache>(backend, backend.upload(k), backend.upload(v));
+    stored = cache->offset_;
+  }
+  // The offset comes from the metadata and must agree with the stored rows; it is never
+  // inferred from shapes alone (maclocal-api#46).
+  KVLAB_REQUIRE(it->second == std::to_string(stored), corrupt, "KVCache state offset '", it->second,
+                "' disagrees with its ", stored, " stored rows");
+  return cache;
+}
+
+}  // namespace kvlab

@@ -1,0 +1,126 @@
+// KVCache (spec §4.1): growth, fetch, trim, masks, state, misuse.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "cache/kv_cache.h"
+#include "reference/reference_backend.h"
+#include "tests/cache/cache_test_util.h"
+
+namespace kvlab {
+namespace {
+
+using testing::token_block;
+using testing::token_ids;
+
+std::vector<float> range_ids(float first, int n) {
+  std::vector<float> ids;
+  for (int i = 0; i < n; ++i) ids.push_back(first + static_cast<float>(i));
+  return ids;
+}
+
+TEST(KVCache, ChunksConcatenateInTemporalOrder) {
+  ReferenceBackend be;
+  KVCache cache(be);
+  EXPECT_TRUE(cache.empty());
+  cache.update(token_block(be, {range_ids(1, 3)}, 2, 4), token_block(be, {range_ids(101, 3)}, 2, 6));
+  const FetchedKV kv = cache.update(token_block(be, {range_ids(4, 2)}, 2, 4), token_block(be, {range_ids(104, 2)}, 2, 6));
+  EXPECT_EQ(token_ids(be, kv.keys), range_ids(1, 5));
+  EXPECT_EQ(token_ids(be, kv.values), range_ids(101, 5));
+  EXPECT_EQ(kv.keys.shape, (Shape{1, 2, 5, 4}));
+  EXPECT_EQ(kv.values.shape, (Shape{1, 2, 5, 6}));
+  EXPECT_EQ(cache.offsets(), std::vector<std::int32_t>{5});
+  EXPECT_EQ(cache.kv_length(), 5);
+}
+
+// mlx-lm grows by ceil(S/256)·256 rows; off a step boundary it first cuts to the cursor,
+// so capacity becomes prev + steps·256 (spec §4.1 step 1).
+TEST(KVCache, CapacityFollowsMlxStepGrowth) {
+  ReferenceBackend be;
+  KVCache cache(be);
+  cache.update(token_block(be, {range_ids(0, 3)}, 1, 2), token_block(be, {range_ids(0, 3)}, 1, 2));
+  EXPECT_EQ(cache.capacity(), 256);
+  cache.update(token_block(be, {range_ids(3, 300)}, 1, 2), token_block(be, {range_ids(3, 300)}, 1, 2));
+  EXPECT_EQ(cache.capacity(), 3 + 512);
+  EXPECT_EQ(cache.nbytes(), static_cast<std::size_t>(2 * 515 * 2 * 4));
+  const FetchedKV kv = cache.fetch();
+  EXPECT_EQ(token_ids(be, kv.keys), range_ids(0, 303));
+}
+
+TEST(KVCache, TrimRemovesNewestAndPoisonsThem) {
+  ReferenceBackend be;
+  KVCache cache(be);
+  cache.update(token_block(be, {range_ids(1, 6)}, 1, 2), token_block(be, {range_ids(1, 6)}, 1, 2));
+  EXPECT_EQ(cache.trim(2), 2);
+  EXPECT_EQ(cache.trim(100), 4);  // clamps to what is stored (spec §4.0)
+  EXPECT_EQ(cache.offsets(), std::vector<std::int32_t>{0});
+  const FetchedKV kv = cache.update(token_block(be, {range_ids(7, 1)}, 1, 2), token_block(be, {range_ids(7, 1)}, 1, 2));
+  EXPECT_EQ(token_ids(be, kv.keys), range_ids(7, 1));
+}
+
+TEST(KVCache, MaskIsCausalForChunksAndWindowsOnly) {
+  ReferenceBackend be;
+  KVCache cache(be);
+  EXPECT_EQ(cache.make_mask(1, 0).spec.kind, MaskKind::none);
+  EXPECT_EQ(cache.make_mask(4, 0).spec.kind, MaskKind::causal);
+  const CacheMask w = cache.make_mask(1, 8);  // mlx-lm#843: windows need a mask at N == 1
+  EXPECT_EQ(w.spec.kind, MaskKind::causal);
+  EXPECT_EQ(w.spec.window, 8);
+}
+
+TEST(KVCache, StateRoundTripsAndContinuesIdentically) {
+  ReferenceBackend be;
+  KVCache cache(be);
+  cache.update(token_block(be, {range_ids(1, 5)}, 2, 4), token_block(be, {range_ids(1, 5)}, 2, 4));
+  auto restored = KVCache::from_state(be, cache.state());
+  const FetchedKV a = cache.update(token_block(be, {range_ids(6, 2)}, 2, 4), token_block(be, {range_ids(6, 2)}, 2, 4));
+  const FetchedKV b =
+      restored->update(token_block(be, {range_ids(6, 2)}, 2, 4), token_block(be, {range_ids(6, 2)}, 2, 4));
+  EXPECT_EQ(token_ids(be, a.keys), token_ids(be, b.keys));
+  EXPECT_EQ(restored->offsets(), cache.offsets());
+}
+
+TEST(KVCache, StateWithWrongOffsetIsRejected) {
+  ReferenceBackend be;
+  KVCache cache(be);
+  cache.update(token_block(be, {range_ids(1, 5)}, 1, 4), token_block(be, {range_ids(1, 5)}, 1, 4));
+  CacheState s = cache.state();
+  s.meta["offset"] = "7";
+  EXPECT_THROW(KVCache::from_state(be, s), Error);
+}
+
+TEST(KVCache, MisuseIsANamedErrorAndChangesNothing) {
+  ReferenceBackend be;
+  KVCache cache(be);
+  cache.update(token_block(be, {range_ids(1, 3)}, 2, 4), token_block(be, {range_ids(1, 3)}, 2, 4));
+  EXPECT_THROW(cache.update_quantized(token_block(be, {range_ids(4, 1)}, 2, 4), token_block(be, {range_ids(4, 1)}, 2, 4)),
+               Error);
+  try {
+    cache.update(token_block(be, {range_ids(4, 1)}, 3, 4), token_block(be, {range_ids(4, 1)}, 3, 4));
+    FAIL() << "a head-count change must be rejected";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::shape_mismatch);
+    EXPECT_NE(std::string(e.what()).find("(1, 3, 1, 4)"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(cache.offsets(), std::vector<std::int32_t>{3});
+  EXPECT_EQ(token_ids(be, cache.fetch().keys), range_ids(1, 3));
+}
+
+// Rows never written and rows trimmed away hold NaN, so an off-by-one read by a later
+// kernel fails loudly instead of returning stale data.
+TEST(KVCache, UnusedAndTrimmedSlotsArePoison) {
+  ReferenceBackend be;
+  KVCache cache(be);
+  cache.update(token_block(be, {range_ids(1, 3)}, 1, 2), token_block(be, {range_ids(1, 3)}, 1, 2));
+  cache.trim(1);
+  const Tensor keys = be.download(cache.key_buffer());
+  const Tensor values = be.download(cache.value_buffer());
+  for (std::int64_t row = 0; row < cache.capacity(); ++row) {
+    const bool live = row < 2;
+    EXPECT_EQ(std::isnan(keys.view().load(row * 2)), !live) << "key row " << row;
+    EXPECT_EQ(std::isnan(values.view().load(row * 2 + 1)), !live) << "value row " << row;
+  }
+}
+
+}  // namespace
+}  // namespace kvlab
