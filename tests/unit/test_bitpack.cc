@@ -12,19 +12,6 @@
 #include "reference/bitpack.h"
 #include "tests/unit/test_util.h"
 
-// Expects `statement` to throw kvlab::Error of `kind` whose message contains `needle`.
-#define EXPECT_KVLAB_ERROR(statement, error_kind, needle)                     \
-  EXPECT_THROW(                                                               \
-      {                                                                       \
-        try {                                                                 \
-          statement;                                                          \
-        } catch (const ::kvlab::Error& e) {                                   \
-          EXPECT_EQ(e.kind(), ::kvlab::ErrorKind::error_kind) << e.what();    \
-          EXPECT_THAT(e.what(), ::testing::HasSubstr(needle));                \
-          throw;                                                              \
-        }                                                                     \
-      },                                                                      \
-      ::kvlab::Error)
 
 namespace kvlab::ref {
 namespace {

@@ -27,7 +27,7 @@
 
 #include "kvlab/dtype.h"
 #include "kvlab/error.h"
-#include "test_util.h"
+#include "tests/unit/test_util.h"
 
 namespace kvlab {
 namespace {

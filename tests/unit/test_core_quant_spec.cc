@@ -18,6 +18,7 @@
 #include "kvlab/dtype.h"
 #include "kvlab/error.h"
 #include "kvlab/quant_spec.h"
+#include "tests/unit/test_util.h"
 
 namespace kvlab {
 namespace {
@@ -39,20 +40,7 @@ bool spec_allows(QuantMode m, int bits, int group) {
   return false;
 }
 
-template <class F>
-std::string error_message(F&& f, ErrorKind kind) {
-  try {
-    f();
-  } catch (const Error& e) {
-    EXPECT_EQ(e.kind(), kind) << e.what();
-    return e.what();
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "threw a non-kvlab exception: " << e.what();
-    return {};
-  }
-  ADD_FAILURE() << "did not throw";
-  return {};
-}
+using testing::error_message;
 
 // The message names the number n as a whole word (so "bits 1" is not satisfied by "128").
 std::string names(int n) { return ".*(^|[^0-9-])" + std::to_string(n) + "([^0-9]|$).*"; }

@@ -21,7 +21,7 @@
 #include "kvlab/dtype.h"
 #include "kvlab/error.h"
 #include "kvlab/tensor.h"
-#include "test_util.h"
+#include "tests/unit/test_util.h"
 
 namespace kvlab {
 namespace {
@@ -32,21 +32,7 @@ using ::testing::MatchesRegex;
 constexpr DType kAllDTypes[] = {DType::f32, DType::f16, DType::bf16, DType::u32, DType::i32, DType::u8};
 constexpr DType kFloatDTypes[] = {DType::f32, DType::f16, DType::bf16};
 
-// Runs f, which must throw kvlab::Error of `kind`, and returns the message.
-template <class F>
-std::string error_message(F&& f, ErrorKind kind) {
-  try {
-    f();
-  } catch (const Error& e) {
-    EXPECT_EQ(e.kind(), kind) << e.what();
-    return e.what();
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "threw a non-kvlab exception: " << e.what();
-    return {};
-  }
-  ADD_FAILURE() << "did not throw";
-  return {};
-}
+using testing::error_message;
 
 // Bits of v after storage in dtype t, by the scalar conversions.
 std::uint32_t stored_bits(float v, DType t) {

@@ -21,7 +21,7 @@
 
 #include "kvlab/error.h"
 #include "reference/kv_move.h"
-#include "test_util.h"
+#include "tests/unit/test_util.h"
 
 namespace kvlab {
 namespace {
@@ -404,16 +404,7 @@ TEST(CacheOps, BatchQuantizedComponentsMoveTogether) {
 
 // ---- invalid input: kvlab::Error naming the bad value ------------------------------------
 
-void expect_error(const std::function<void()>& f, ErrorKind kind, std::vector<std::string> needles) {
-  try {
-    f();
-    ADD_FAILURE() << "no error; expected one mentioning " << needles.at(0);
-  } catch (const Error& e) {
-    const std::string msg = e.what();
-    EXPECT_EQ(e.kind(), kind) << msg;
-    for (const auto& n : needles) EXPECT_NE(msg.find(n), std::string::npos) << "'" << msg << "' lacks '" << n << "'";
-  }
-}
+using testing::expect_error;
 
 TEST(KvMoveErrors, Scatter) {
   const Tensor src = coded(DType::f16, {2, 1, 2, 3}, 0), before = coded(DType::f16, {2, 1, 4, 3}, 1);

@@ -13,7 +13,7 @@
 
 #include "kvlab/error.h"
 #include "reference/mask.h"
-#include "test_util.h"
+#include "tests/unit/test_util.h"
 
 namespace kvlab {
 namespace {
@@ -45,15 +45,7 @@ void expect_rows(const Tensor& m, std::int64_t b, const std::vector<std::string>
   }
 }
 
-void expect_error(const std::function<void()>& call, ErrorKind kind, const std::vector<std::string>& needles) {
-  try {
-    call();
-    ADD_FAILURE() << "no kvlab::Error thrown";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.kind(), kind) << e.what();
-    for (const auto& n : needles) EXPECT_NE(std::string(e.what()).find(n), std::string::npos) << e.what();
-  }
-}
+using testing::expect_error;
 
 MaskSpec causal_spec(int window = 0, Pads left = {}, Pads right = {}) {
   MaskSpec s;

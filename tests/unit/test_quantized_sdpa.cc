@@ -21,7 +21,7 @@
 #include "reference/fp_quantize.h"
 #include "reference/quantized_sdpa.h"
 #include "reference/sdpa.h"
-#include "test_util.h"
+#include "tests/unit/test_util.h"
 
 namespace kvlab {
 namespace {

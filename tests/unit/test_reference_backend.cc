@@ -13,7 +13,7 @@
 #include "kvlab/error.h"
 #include "reference/kv_move.h"
 #include "reference/reference_backend.h"
-#include "test_util.h"
+#include "tests/unit/test_util.h"
 
 namespace kvlab {
 namespace {
@@ -38,16 +38,7 @@ Tensor patterned(DType dt, Shape shape, std::uint32_t tag = 0) {
   return t;
 }
 
-void expect_error(const std::function<void()>& f, ErrorKind kind, std::vector<std::string> needles) {
-  try {
-    f();
-    ADD_FAILURE() << "no error; expected one mentioning " << needles.at(0);
-  } catch (const Error& e) {
-    const std::string msg = e.what();
-    EXPECT_EQ(e.kind(), kind) << msg;
-    for (const auto& n : needles) EXPECT_NE(msg.find(n), std::string::npos) << "'" << msg << "' lacks '" << n << "'";
-  }
-}
+using testing::expect_error;
 
 std::vector<std::uint8_t> bytes_of(const BufferPtr& b) {
   std::vector<std::uint8_t> out(b->size());

@@ -15,7 +15,7 @@
 
 #include "kvlab/error.h"
 #include "reference/rope.h"
-#include "test_util.h"
+#include "tests/unit/test_util.h"
 
 namespace kvlab {
 namespace {
@@ -54,16 +54,7 @@ double dtype_spacing(double a, DType t) {
   return eps * std::ldexp(1.0, e - 1);
 }
 
-// Runs `call`, expecting a kvlab::Error of `kind` whose message holds every `needle`.
-void expect_error(const std::function<void()>& call, ErrorKind kind, const std::vector<std::string>& needles) {
-  try {
-    call();
-    ADD_FAILURE() << "no kvlab::Error thrown";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.kind(), kind) << e.what();
-    for (const auto& n : needles) EXPECT_NE(std::string(e.what()).find(n), std::string::npos) << e.what();
-  }
-}
+using testing::expect_error;
 
 // ---- hand-computed tiny cases ------------------------------------------------------
 

@@ -15,7 +15,7 @@
 #include "kvlab/error.h"
 #include "reference/mask.h"
 #include "reference/sdpa.h"
-#include "test_util.h"
+#include "tests/unit/test_util.h"
 
 namespace kvlab {
 namespace {

@@ -6,10 +6,13 @@
 
 #include <cmath>
 #include <cstdint>
+#include <functional>
 #include <iostream>
 #include <random>
 #include <string>
+#include <vector>
 
+#include "kvlab/error.h"
 #include "kvlab/tensor.h"
 
 namespace kvlab::testing {
@@ -95,4 +98,32 @@ inline ::testing::AssertionResult bit_equal(const Tensor& a, const Tensor& b) {
   return ::testing::AssertionSuccess();
 }
 
+// Runs `call`, expecting a kvlab::Error of `kind`; returns its message (empty, with a
+// test failure, when nothing or something else was thrown).
+inline std::string error_message(const std::function<void()>& call, ErrorKind kind) {
+  try {
+    call();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), kind) << e.what();
+    return e.what();
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << "threw a non-kvlab exception: " << e.what();
+    return {};
+  }
+  ADD_FAILURE() << "no kvlab::Error was thrown";
+  return {};
+}
+
+// As error_message(), and the message must contain every needle (the bad value).
+inline void expect_error(const std::function<void()>& call, ErrorKind kind, const std::vector<std::string>& needles) {
+  const std::string message = error_message(call, kind);
+  for (const auto& n : needles) {
+    EXPECT_NE(message.find(n), std::string::npos) << "message '" << message << "' does not name '" << n << "'";
+  }
+}
+
 }  // namespace kvlab::testing
+
+// Statement form: EXPECT_KVLAB_ERROR(call(bad), invalid_argument, "bad value").
+#define EXPECT_KVLAB_ERROR(statement, error_kind, needle) \
+  ::kvlab::testing::expect_error([&] { statement; }, ::kvlab::ErrorKind::error_kind, {needle})
