@@ -3,6 +3,8 @@
 # Extra arguments go to `kvlab` (default: selfcheck).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# Let ccache reuse objects across clones in different directories.
+export CCACHE_BASEDIR="$PWD"
 bash tools/setup.sh
 cmake --preset release >/dev/null
 cmake --build --preset release --target kvlab >/dev/null

@@ -5,6 +5,8 @@
 # JUnit reports land in build/<preset>/junit.xml.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# Let ccache reuse objects across clones in different directories.
+export CCACHE_BASEDIR="$PWD"
 bash tools/setup.sh
 
 run_config() {
