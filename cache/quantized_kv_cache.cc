@@ -1,2 +1,354 @@
-// Placeholder: implemented in its own change.
-namespace kvlab {}
+#include "cache/quantized_kv_cache.h"
+
+#include <algorithm>
+#include <charconv>
+#include <limits>
+#include <optional>
+#include <utility>
+
+#include "cache/rotating_kv_cache.h"
+#include "cache/seq_ops.h"
+
+namespace kvlab {
+
+namespace {
+
+constexpr const char* kName = "QuantizedKVCache";
+
+// Applies f to every component of a packed block (codes, scales, biases if any) and
+// collects the results: slicing, regrowing and downloading treat the parts alike.
+template <class F>
+QuantizedDTensor map_parts(const QuantizedDTensor& q, F&& f) {
+  QuantizedDTensor out;
+  out.wq = f(q.wq);
+  out.scales = f(q.scales);
+  if (q.biases) out.biases = f(q.biases);
+  out.spec = q.spec;
+  return out;
+}
+
+template <class F>
+void for_parts(const QuantizedDTensor& q, F&& f) {
+  f(q.wq);
+  f(q.scales);
+  if (q.biases) f(q.biases);
+}
+
+void write_parts(Backend& be, const QuantizedDTensor& src, const QuantizedDTensor& dst, std::int64_t at) {
+  seq::write_rows(be, src.wq, dst.wq, at);
+  seq::write_rows(be, src.scales, dst.scales, at);
+  if (src.biases) seq::write_rows(be, src.biases, dst.biases, at);
+}
+
+std::size_t parts_nbytes(const QuantizedDTensor& q) {
+  if (!q.wq) return 0;  // an unallocated DTensor has shape () and would count one element
+  return q.wq.nbytes() + q.scales.nbytes() + (q.biases ? q.biases.nbytes() : 0);
+}
+
+// The head dim a packed block stands for: groups · group_size.
+std::int64_t head_dim(const QuantizedDTensor& q) { return seq::width(q.scales) * q.spec.group_size; }
+
+// ---- from_state helpers: every failure is `corrupt` and names the field ------------
+
+const std::string& meta_field(const CacheState& st, const char* field) {
+  const auto it = st.meta.find(field);
+  KVLAB_REQUIRE(it != st.meta.end(), corrupt, kName, " state has no '", field, "'");
+  return it->second;
+}
+
+std::int64_t meta_count(const CacheState& st, const char* field) {
+  const std::string& text = meta_field(st, field);
+  std::int64_t value = -1;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  KVLAB_REQUIRE(!text.empty() && ec == std::errc() && end == text.data() + text.size() && value >= 0, corrupt,
+                kName, " state field '", field, "' = '", text, "' is not a non-negative integer");
+  return value;
+}
+
+template <class Parse>
+auto meta_enum(const CacheState& st, const char* field, Parse parse) {
+  const std::string& text = meta_field(st, field);
+  try {
+    return parse(text);
+  } catch (const Error& e) {
+    fail(ErrorKind::corrupt, cat(kName, " state field '", field, "': ", e.what()));
+  }
+}
+
+const Tensor& state_tensor(const CacheState& st, const std::string& name) {
+  const auto it = st.tensors.find(name);
+  KVLAB_REQUIRE(it != st.tensors.end(), corrupt, kName, " state has no tensor '", name, "'");
+  return it->second;
+}
+
+// Checks one side ("keys" / "values") against the spec and the offset, then uploads it.
+QuantizedDTensor load_side(Backend& be, const CacheState& st, const std::string& side, const QuantSpec& spec,
+                           std::int64_t offset) {
+  const Tensor& wq = state_tensor(st, side + ".wq");
+  const Tensor& scales = state_tensor(st, side + ".scales");
+  for (const auto& [t, name] : {std::pair{&wq, ".wq"}, std::pair{&scales, ".scales"}}) {
+    KVLAB_REQUIRE(t->rank() == 4, corrupt, kName, " state tensor '", side, name, "' has shape ", shape_str(t->shape()),
+                  ", expected (B, H, L, W)");
+  }
+  KVLAB_REQUIRE(wq.dtype() == DType::u32, corrupt, kName, " state tensor '", side, ".wq' is ", dtype_name(wq.dtype()),
+                ", expected u32 codes");
+  const bool float_scales = spec.has_biases();
+  KVLAB_REQUIRE(float_scales ? is_float(scales.dtype()) : scales.dtype() == DType::u8, corrupt, kName,
+                " state tensor '", side, ".scales' is ", dtype_name(scales.dtype()), ", expected ",
+                float_scales ? "a float dtype" : "u8", " for ", to_string(spec));
+  // The offset comes from meta and must equal the stored rows; it is never inferred
+  // from the quantized shapes (maclocal-api#46).
+  KVLAB_REQUIRE(wq.dim(2) == offset, corrupt, kName, " state tensor '", side, ".wq' holds ", wq.dim(2),
+                " rows but 'offset' is ", offset);
+  KVLAB_REQUIRE(scales.dim(0) == wq.dim(0) && scales.dim(1) == wq.dim(1) && scales.dim(2) == wq.dim(2), corrupt,
+                kName, " state tensor '", side, ".scales' has shape ", shape_str(scales.shape()), " but '", side,
+                ".wq' has ", shape_str(wq.shape()));
+  const std::int64_t groups = scales.dim(3);
+  KVLAB_REQUIRE(groups >= 1, corrupt, kName, " state tensor '", side, ".scales' has no groups");
+  const std::int64_t d = groups * spec.group_size;
+  KVLAB_REQUIRE(wq.dim(3) == spec.packed_words(d), corrupt, kName, " state tensor '", side, ".wq' has ", wq.dim(3),
+                " words per row, but ", groups, " groups of ", spec.group_size, " (D = ", d, ") at ", spec.bits,
+                " bits need D·bits/32 = ", spec.packed_words(d));
+  QuantizedDTensor q;
+  q.spec = spec;
+  q.wq = be.upload(wq);
+  q.scales = be.upload(scales);
+  if (spec.has_biases()) {
+    const Tensor& biases = state_tensor(st, side + ".biases");
+    KVLAB_REQUIRE(biases.shape() == scales.shape() && biases.dtype() == scales.dtype(), corrupt, kName,
+                  " state tensor '", side, ".biases' is ", dtype_name(biases.dtype()), shape_str(biases.shape()),
+                  " but '", side, ".scales' is ", dtype_name(scales.dtype()), shape_str(scales.shape()));
+    q.biases = be.upload(biases);
+  }
+  return q;
+}
+
+}  // namespace
+
+QuantizedKVCache::QuantizedKVCache(Backend& backend, QuantSpec spec, Rounding rounding)
+    : Cache(backend), spec_(spec), rounding_(rounding) {
+  spec_.validate();
+}
+
+void QuantizedKVCache::check_update(const DTensor& k, const DTensor& v) const {
+  validate_kv_update(k, v, kName);
+  for (const auto& [d, what] :
+       {std::pair{k.shape[3], "keys head dim Dk"}, std::pair{v.shape[3], "values head dim Dv"}}) {
+    KVLAB_REQUIRE(d > 0 && d % spec_.group_size == 0, invalid_argument, kName, " ", what, " = ", d,
+                  " is not a positive multiple of group_size ", spec_.group_size, " (", to_string(spec_), ")");
+  }
+  if (!keys_.wq) return;
+  // Scales/biases take the dtype of the first keys (mlx-lm); later chunks must match
+  // rather than be cast silently. fp modes store u8 scales, so any float input fits.
+  KVLAB_REQUIRE(!spec_.has_biases() || k.dtype == keys_.scales.dtype, dtype_mismatch, kName, " holds ",
+                dtype_name(keys_.scales.dtype), " scales (the dtype of its first keys) but the update is ",
+                dtype_name(k.dtype));
+  const std::int64_t dk = head_dim(keys_), dv = head_dim(values_);
+  KVLAB_REQUIRE(k.shape[0] == seq::batch(keys_.wq) && k.shape[1] == seq::heads(keys_.wq) && k.shape[3] == dk &&
+                    v.shape[3] == dv,
+                shape_mismatch, kName, " holds (B, H, Dk, Dv) = (", seq::batch(keys_.wq), ", ", seq::heads(keys_.wq),
+                ", ", dk, ", ", dv, ") but the update has keys ", shape_str(k.shape), " and values ",
+                shape_str(v.shape));
+}
+
+QuantizedDTensor QuantizedKVCache::quantize_rows(const DTensor& x) const {
+  Backend& be = backend();
+  const std::int64_t b = x.shape[0], h = x.shape[1], s = x.shape[2], d = x.shape[3];
+  QuantizedDTensor q;
+  q.spec = spec_;
+  // D·bits/32 words, not mlx-lm's dim // (32 // bits) (spec Appendix B.1).
+  q.wq = be.allocate(DType::u32, {b, h, s, spec_.packed_words(d)});
+  q.scales = be.allocate(spec_.scale_dtype(x.dtype), {b, h, s, spec_.groups(d)});
+  if (spec_.has_biases()) {
+    q.biases = be.allocate(q.scales.dtype, q.scales.shape);
+    be.affine_quantize(x, spec_, rounding_, q.wq, q.scales, q.biases);
+  } else {
+    be.fp_quantize(x, spec_, rounding_, std::nullopt, q.wq, q.scales);
+  }
+  return q;
+}
+
+void QuantizedKVCache::reserve(const QuantizedDTensor& qk, const QuantizedDTensor& qv, std::int64_t s,
+                               std::int64_t exact_capacity) {
+  Backend& be = backend();
+  const std::int64_t prev = offset_;
+  if (keys_.wq && prev + s <= capacity()) return;
+  const std::int64_t steps = (s + kStep - 1) / kStep * kStep;
+  if (keys_.wq) {
+    // mlx-lm: cut to prev when it is off a step boundary, then append ceil(S/step) steps
+    // of rows to each of the three arrays (spec §4.4 step 1).
+    const std::int64_t grown = (prev % kStep != 0 ? prev : capacity()) + steps;
+    const auto regrow = [&](const DTensor& t) { return seq::regrow(be, t, prev, grown); };
+    keys_ = map_parts(keys_, regrow);
+    values_ = map_parts(values_, regrow);
+    return;
+  }
+  const std::int64_t rows = exact_capacity > 0 ? exact_capacity : steps;
+  const auto fresh = [&](const DTensor& t) {
+    return seq::alloc_poisoned(be, t.dtype, {seq::batch(t), seq::heads(t), rows, seq::width(t)});
+  };
+  keys_ = map_parts(qk, fresh);
+  values_ = map_parts(qv, fresh);
+}
+
+void QuantizedKVCache::store(const QuantizedDTensor& qk, const QuantizedDTensor& qv) {
+  write_parts(backend(), qk, keys_, offset_);
+  write_parts(backend(), qv, values_, offset_);
+  offset_ += seq::length(qk.wq);
+}
+
+FetchedQuantizedKV QuantizedKVCache::update_quantized(const DTensor& k, const DTensor& v) {
+  check_update(k, v);
+  // Quantize into fresh tensors before touching the buffers, so a kernel that rejects
+  // its input leaves the cache as it was.
+  const QuantizedDTensor qk = quantize_rows(k), qv = quantize_rows(v);
+  reserve(qk, qv, seq::length(k), 0);
+  store(qk, qv);
+  return fetch();
+}
+
+FetchedQuantizedKV QuantizedKVCache::fetch() const {
+  if (!keys_.wq) return {};
+  const auto live = [&](const DTensor& t) { return seq::slice(backend(), t, 0, offset_); };
+  return {map_parts(keys_, live), map_parts(values_, live)};
+}
+
+CacheMask QuantizedKVCache::make_mask(std::int64_t n, int window) const {
+  // Same rule as KVCache (spec §4.4); the mask does not depend on the buffers, so a
+  // bufferless KVCache states it once for both.
+  return KVCache(backend()).make_mask(n, window);
+}
+
+std::int64_t QuantizedKVCache::trim(std::int64_t n) {
+  KVLAB_REQUIRE(n >= 0, invalid_argument, kName, " trim by ", n, " tokens");
+  const std::int64_t removed = std::min(offset_, n);
+  if (removed > 0) {
+    const auto poison = [&](const DTensor& t) { seq::poison_rows(backend(), t, offset_ - removed, offset_); };
+    for_parts(keys_, poison);
+    for_parts(values_, poison);
+  }
+  offset_ -= removed;
+  return removed;
+}
+
+std::size_t QuantizedKVCache::nbytes() const { return parts_nbytes(keys_) + parts_nbytes(values_); }
+
+CacheState QuantizedKVCache::state() const {
+  CacheState s{std::string(class_name()),
+               {},
+               {{"offset", std::to_string(offset_)},
+                {"bits", std::to_string(spec_.bits)},
+                {"group_size", std::to_string(spec_.group_size)},
+                {"mode", std::string(quant_mode_name(spec_.mode))},
+                {"rounding", std::string(rounding_name(rounding_))}}};
+  if (offset_ == 0) return s;  // nothing stored: the next update starts afresh
+  const FetchedQuantizedKV kv = fetch();
+  for (const auto& [side, q] : {std::pair{"keys", &kv.keys}, std::pair{"values", &kv.values}}) {
+    const std::string prefix(side);
+    s.tensors.emplace(prefix + ".wq", backend().download(q->wq));
+    s.tensors.emplace(prefix + ".scales", backend().download(q->scales));
+    if (q->biases) s.tensors.emplace(prefix + ".biases", backend().download(q->biases));
+  }
+  return s;
+}
+
+std::unique_ptr<QuantizedKVCache> QuantizedKVCache::from_state(Backend& backend, const CacheState& state) {
+  KVLAB_REQUIRE(state.class_name == kName, corrupt, "state of class '", state.class_name,
+                "' cannot be loaded as a ", kName);
+  const std::int64_t offset = meta_count(state, "offset");
+  const std::int64_t bits = meta_count(state, "bits"), group = meta_count(state, "group_size");
+  const QuantMode mode = meta_enum(state, "mode", quant_mode_from_name);
+  const Rounding rounding = meta_enum(state, "rounding", rounding_from_name);
+  constexpr std::int64_t kIntMax = std::numeric_limits<int>::max();
+  KVLAB_REQUIRE(bits <= kIntMax && group <= kIntMax, corrupt, kName, " state fields 'bits' = ", bits,
+                " / 'group_size' = ", group, " are out of range");
+  const QuantSpec spec{mode, static_cast<int>(bits), static_cast<int>(group)};
+  try {
+    spec.validate();
+  } catch (const Error& e) {
+    fail(ErrorKind::corrupt, cat(kName, " state fields 'mode'/'bits'/'group_size': ", e.what()));
+  }
+  auto cache = std::make_unique<QuantizedKVCache>(backend, spec, rounding);
+  std::vector<std::string> expected;
+  for (const char* side : {"keys", "values"})
+    for (const char* part : {".wq", ".scales", ".biases"})
+      if (spec.has_biases() || std::string_view(part) != ".biases") expected.push_back(std::string(side) + part);
+  for (const auto& [name, tensor] : state.tensors) {
+    KVLAB_REQUIRE(std::find(expected.begin(), expected.end(), name) != expected.end(), corrupt, kName,
+                  " state has an unexpected tensor '", name, "' for ", to_string(spec));
+  }
+  if (state.tensors.empty()) {
+    KVLAB_REQUIRE(offset == 0, corrupt, kName, " state 'offset' is ", offset, " but it stores no tensors");
+    return cache;
+  }
+  KVLAB_REQUIRE(offset > 0, corrupt, kName, " state 'offset' is 0 but it stores tensors");
+  QuantizedDTensor keys = load_side(backend, state, "keys", spec, offset);
+  QuantizedDTensor values = load_side(backend, state, "values", spec, offset);
+  KVLAB_REQUIRE(seq::batch(keys.wq) == seq::batch(values.wq) && seq::heads(keys.wq) == seq::heads(values.wq) &&
+                    keys.scales.dtype == values.scales.dtype,
+                corrupt, kName, " state tensors 'keys.scales' ", dtype_name(keys.scales.dtype),
+                shape_str(keys.scales.shape), " and 'values.scales' ", dtype_name(values.scales.dtype),
+                shape_str(values.scales.shape), " disagree on B, H or dtype");
+  cache->keys_ = std::move(keys);
+  cache->values_ = std::move(values);
+  cache->offset_ = offset;
+  return cache;
+}
+
+std::unique_ptr<QuantizedKVCache> to_quantized(const KVCache& cache, const QuantSpec& spec, Rounding rounding) {
+  auto q = std::make_unique<QuantizedKVCache>(cache.backend(), spec, rounding);
+  if (cache.offset() == 0) return q;
+  // Only the live rows [0, offset) are quantized; mlx-lm quantizes the whole buffer,
+  // zero rows past the offset included. The capacity is kept, so nbytes() still
+  // matches mlx-lm's; the rows past the offset are poison here.
+  const FetchedKV live = cache.fetch();
+  q->check_update(live.keys, live.values);
+  const QuantizedDTensor qk = q->quantize_rows(live.keys), qv = q->quantize_rows(live.values);
+  q->reserve(qk, qv, cache.offset(), cache.capacity());
+  q->store(qk, qv);
+  return q;
+}
+
+std::vector<QuantizeDecision> maybe_quantize_kv_caches(std::vector<std::unique_ptr<Cache>>& layers,
+                                                       const QuantSpec& spec, Rounding rounding,
+                                                       std::int64_t quantized_kv_start) {
+  spec.validate();
+  KVLAB_REQUIRE(quantized_kv_start >= 0, invalid_argument, "quantized_kv_start ", quantized_kv_start,
+                " is negative");
+  std::vector<QuantizeDecision> report;
+  std::vector<std::pair<std::size_t, std::unique_ptr<Cache>>> converted;
+  for (std::size_t i = 0; i < layers.size(); ++i) {
+    const Cache* c = layers[i].get();
+    if (c == nullptr) {
+      report.push_back({i, "skipped", "empty layer slot"});
+    } else if (const auto* kv = dynamic_cast<const KVCache*>(c)) {
+      // mlx-lm#495: every layer decides on its own offset, with >= (before it: layer 0
+      // only, and >, which broke hybrid models, mlx-lm#477).
+      if (kv->offset() >= quantized_kv_start) {
+        converted.emplace_back(i, to_quantized(*kv, spec, rounding));
+        report.push_back({i, "quantized",
+                          cat("KVCache offset ", kv->offset(), " >= quantized_kv_start ", quantized_kv_start, " -> ",
+                              to_string(spec))});
+      } else {
+        report.push_back(
+            {i, "below-start", cat("KVCache offset ", kv->offset(), " < quantized_kv_start ", quantized_kv_start)});
+      }
+    } else if (c->is_quantized()) {
+      report.push_back({i, "already-quantized", cat(c->class_name(), " already stores quantized data")});
+    } else if (dynamic_cast<const RotatingKVCache*>(c) != nullptr) {
+      // mlx-lm's RotatingKVCache.to_quantized raises NotImplementedError and
+      // maybe_quantize_kv_cache calls it on every layer: --kv-bits crashes sliding-window
+      // models mid-generation (mlx-lm#1573, #1583). The ring stays plain and is reported.
+      report.push_back({i, "kept-unquantized",
+                        "RotatingKVCache has no quantized form; kept plain instead of raising mid-generation "
+                        "(mlx-lm#1573)"});
+    } else {
+      report.push_back({i, "skipped", cat(c->class_name(), " has no quantized form")});
+    }
+  }
+  // Replaced only after every conversion succeeded: an Error above changes no layer.
+  for (auto& [i, q] : converted) layers[i] = std::move(q);
+  return report;
+}
+
+}  // namespace kvlab
