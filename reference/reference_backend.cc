@@ -6,6 +6,7 @@
 #include "reference/quantized_sdpa.h"
 #include "reference/rope.h"
 #include "reference/sdpa.h"
+#include "reference/turboquant.h"
 
 namespace kvlab {
 
@@ -61,6 +62,16 @@ void ReferenceBackend::quantized_sdpa(const DTensor& q, const QuantizedDTensor& 
                                       const DTensor* sinks, const DTensor& out) {
   ConstTensorView m, s;
   ref::quantized_sdpa(cv(q), qview(k), qview(v), params, opt(mask_array, m), opt(sinks, s), host_view(out));
+}
+
+void ReferenceBackend::turboquant_encode(const DTensor& x, const TurboQuantCodec& codec, const DTensor& norms,
+                                         const DTensor& indices) {
+  ref::turboquant_encode(cv(x), codec, host_view(norms), host_view(indices));
+}
+
+void ReferenceBackend::turboquant_decode(const DTensor& norms, const DTensor& indices, const TurboQuantCodec& codec,
+                                         const DTensor& out) {
+  ref::turboquant_decode(cv(norms), cv(indices), codec, host_view(out));
 }
 
 void ReferenceBackend::kv_scatter(const DTensor& src, const DTensor& slots, const DTensor& dst) {

@@ -26,6 +26,10 @@ class ReferenceBackend final : public HostMemoryBackend {
   void quantized_sdpa(const DTensor& q, const QuantizedDTensor& k, const QuantizedDTensor& v,
                       const AttentionParams& params, const DTensor* mask_array, const DTensor* sinks,
                       const DTensor& out) override;
+  void turboquant_encode(const DTensor& x, const TurboQuantCodec& codec, const DTensor& norms,
+                         const DTensor& indices) override;
+  void turboquant_decode(const DTensor& norms, const DTensor& indices, const TurboQuantCodec& codec,
+                         const DTensor& out) override;
   void kv_scatter(const DTensor& src, const DTensor& slots, const DTensor& dst) override;
   void kv_gather(const DTensor& src, const DTensor& batch_index, const DTensor& dst) override;
   void kv_copy_blocks(const DTensor& src, std::span<const SeqBlock> blocks, const DTensor& dst) override;

@@ -99,6 +99,14 @@ class Backend {
                               const DTensor* mask_array, const DTensor* sinks,
                               const DTensor& out) = 0;
 
+  // ---- TurboQuant (reference/turboquant.h) ----------------------------------------
+  // x (..., D) float -> norms (...) f16 and indices (..., ceil(dim·bits/32)) u32.
+  virtual void turboquant_encode(const DTensor& x, const TurboQuantCodec& codec, const DTensor& norms,
+                                 const DTensor& indices) = 0;
+  // Writes the decoded channels of out (..., D) (only `codec.channels` when given).
+  virtual void turboquant_decode(const DTensor& norms, const DTensor& indices, const TurboQuantCodec& codec,
+                                 const DTensor& out) = 0;
+
   // ---- cache data movement (reference/kv_move.h) ---------------------------------
   virtual void kv_scatter(const DTensor& src, const DTensor& slots, const DTensor& dst) = 0;
   virtual void kv_gather(const DTensor& src, const DTensor& batch_index, const DTensor& dst) = 0;

@@ -56,4 +56,18 @@ struct SeqBlock {
   std::int64_t length = 0;
 };
 
+// A TurboQuant MSE codec (spec §6.2) for vectors of `dim` channels (or the subset
+// `channels` of a wider vector, for the split codec of fractional bits): a random
+// rotation — randomized Hadamard (`signs`, dim a power of two) or a dense orthogonal
+// matrix (`rotation`, dim×dim row-major) — and a Lloyd–Max `codebook` of 2^bits levels,
+// ascending. Built deterministically by reference/turboquant.h make_turboquant_codec().
+struct TurboQuantCodec {
+  int dim = 0;
+  int bits = 0;
+  std::vector<float> signs;          // RHT: ±1, dim entries
+  std::vector<float> rotation;       // dense: dim·dim entries (empty for RHT)
+  std::vector<float> codebook;       // 2^bits levels, ascending
+  std::vector<std::int32_t> channels;  // empty = all channels [0, dim)
+};
+
 }  // namespace kvlab
