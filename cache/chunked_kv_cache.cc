@@ -1,2 +1,187 @@
-// Placeholder: implemented in its own change.
-namespace kvlab {}
+#include "cache/chunked_kv_cache.h"
+
+#include <algorithm>
+#include <charconv>
+#include <limits>
+
+#include "cache/kv_cache.h"
+#include "cache/seq_ops.h"
+
+namespace kvlab {
+namespace {
+
+// Floor division for the chunk index; positions are never negative here, but the mask
+// rule is stated with ⌊·⌋ and this keeps it exact if that ever changes.
+std::int64_t floor_div(std::int64_t a, std::int64_t b) { return a / b - ((a % b != 0) && ((a < 0) != (b < 0))); }
+
+// A non-negative decimal meta field; anything else (sign, spaces, junk) is corrupt.
+std::int64_t meta_int(const CacheState& state, const char* key) {
+  const auto it = state.meta.find(key);
+  KVLAB_REQUIRE(it != state.meta.end(), corrupt, "ChunkedKVCache state has no '", key, "'");
+  const std::string& s = it->second;
+  std::int64_t value = -1;
+  const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), value);
+  KVLAB_REQUIRE(!s.empty() && s[0] != '-' && ec == std::errc() && end == s.data() + s.size(), corrupt,
+                "ChunkedKVCache state '", key, "' is '", s, "', not a non-negative integer");
+  return value;
+}
+
+void require_state_block(const Tensor& t, const char* name) {
+  KVLAB_REQUIRE(t.rank() == 4, corrupt, "ChunkedKVCache state ", name, " has shape ", shape_str(t.shape()),
+                ", expected (B, H, L, D)");
+  KVLAB_REQUIRE(is_float(t.dtype()), corrupt, "ChunkedKVCache state ", name, " has dtype ", dtype_name(t.dtype()),
+                ", expected a float dtype");
+}
+
+}  // namespace
+
+ChunkedKVCache::ChunkedKVCache(Backend& backend, std::int64_t chunk_size) : Cache(backend), chunk_size_(chunk_size) {
+  KVLAB_REQUIRE(chunk_size > 0, invalid_argument, "ChunkedKVCache chunk_size ", chunk_size, " must be positive");
+}
+
+void ChunkedKVCache::maybe_trim_front() {
+  const std::int64_t valid = offset_ - start_position_;
+  // mlx-lm#1673: the old rule compared keys.shape[2] (the step-padded capacity) with
+  // chunk_size, so with chunk_size < 256 it cut into rows that were still live.
+  if (valid <= chunk_size_) return;
+  const std::int64_t drop = valid - chunk_size_;
+  // The kept rows become a buffer of exactly chunk_size rows, as mlx-lm's keys[trim:valid];
+  // the next update regrows it by the step rule (so nbytes follows mlx-lm).
+  DTensor keys = seq::slice(backend(), keys_, drop, valid);
+  DTensor values = seq::slice(backend(), values_, drop, valid);
+  keys_ = std::move(keys);
+  values_ = std::move(values);
+  start_position_ += drop;
+}
+
+FetchedKV ChunkedKVCache::update(const DTensor& k, const DTensor& v) {
+  validate_kv_update(k, v, "ChunkedKVCache");
+  if (keys_) {
+    KVLAB_REQUIRE(k.dtype == keys_.dtype, dtype_mismatch, "ChunkedKVCache holds ", dtype_name(keys_.dtype),
+                  " but the update is ", dtype_name(k.dtype));
+    KVLAB_REQUIRE(k.shape[0] == keys_.shape[0] && k.shape[1] == keys_.shape[1] && k.shape[3] == keys_.shape[3] &&
+                      v.shape[3] == values_.shape[3],
+                  shape_mismatch, "ChunkedKVCache holds (B, H, Dk, Dv) = (", keys_.shape[0], ", ", keys_.shape[1],
+                  ", ", keys_.shape[3], ", ", values_.shape[3], ") but the update has keys ", shape_str(k.shape),
+                  " and values ", shape_str(v.shape));
+  }
+  KVLAB_REQUIRE(offset_ + k.shape[2] <= std::numeric_limits<std::int32_t>::max(), invalid_argument,
+                "ChunkedKVCache offset ", offset_, " + ", k.shape[2], " tokens overflows the int32 offsets()");
+  Backend& be = backend();
+  const std::int64_t prev = offset_ - start_position_, s = k.shape[2];
+  if (!keys_ || prev + s > capacity()) {
+    // mlx-lm (as KVCache, relative to start): cut to prev when off a step boundary, then
+    // append ceil(S/step) steps.
+    const std::int64_t kept = (keys_ && prev % kStep != 0) ? prev : capacity();
+    const std::int64_t grown = kept + (s + kStep - 1) / kStep * kStep;
+    if (keys_) {
+      keys_ = seq::regrow(be, keys_, prev, grown);
+      values_ = seq::regrow(be, values_, prev, grown);
+    } else {
+      keys_ = seq::alloc_poisoned(be, k.dtype, {k.shape[0], k.shape[1], grown, k.shape[3]});
+      values_ = seq::alloc_poisoned(be, v.dtype, {v.shape[0], v.shape[1], grown, v.shape[3]});
+    }
+  }
+  seq::write_rows(be, k, keys_, prev);
+  seq::write_rows(be, v, values_, prev);
+  offset_ += s;
+  return fetch();
+}
+
+FetchedKV ChunkedKVCache::fetch() const {
+  if (!keys_) return {};
+  const std::int64_t valid = offset_ - start_position_;
+  return {seq::slice(backend(), keys_, 0, valid), seq::slice(backend(), values_, 0, valid)};
+}
+
+CacheMask ChunkedKVCache::make_mask(std::int64_t n, int window) const {
+  KVLAB_REQUIRE(n >= 1, invalid_argument, "make_mask for N = ", n, " tokens");
+  KVLAB_REQUIRE(window >= 0, invalid_argument, "make_mask window ", window, " is negative");
+  const std::int64_t keys = offset_ - start_position_ + n;
+  Tensor mask(DType::u8, {1, 1, n, keys});  // zero = hidden
+  const TensorView view = mask.view();
+  for (std::int64_t i = 0; i < n; ++i) {
+    const std::int64_t q = offset_ + i;
+    for (std::int64_t j = 0; j < keys; ++j) {
+      const std::int64_t k = start_position_ + j;
+      const bool same_chunk = floor_div(k, chunk_size_) == floor_div(q, chunk_size_);
+      const bool keep = same_chunk && k <= q && (window == 0 || q - k < window);
+      if (keep) view.store_int(i * keys + j, 1);
+    }
+  }
+  CacheMask out;
+  out.spec.kind = MaskKind::boolean;
+  out.array = std::move(mask);
+  return out;
+}
+
+std::int64_t ChunkedKVCache::trim(std::int64_t n) {
+  KVLAB_REQUIRE(n >= 0, invalid_argument, "trim by ", n, " tokens");
+  const std::int64_t valid = offset_ - start_position_;
+  const std::int64_t removed = std::min(valid, n);
+  if (removed > 0) {
+    seq::poison_rows(backend(), keys_, valid - removed, valid);
+    seq::poison_rows(backend(), values_, valid - removed, valid);
+  }
+  offset_ -= removed;
+  return removed;
+}
+
+std::size_t ChunkedKVCache::nbytes() const { return keys_ ? keys_.nbytes() + values_.nbytes() : 0; }
+
+CacheState ChunkedKVCache::state() const {
+  CacheState s{std::string(class_name()),
+               {},
+               {{"chunk_size", std::to_string(chunk_size_)},
+                {"start_position", std::to_string(start_position_)},
+                {"offset", std::to_string(offset_)}}};
+  if (keys_) {
+    // Only the valid rows: mlx-lm slices [:offset], which is the whole (poisoned here)
+    // buffer once start_position > 0 (Appendix B.4).
+    const FetchedKV kv = fetch();
+    s.tensors.emplace("keys", backend().download(kv.keys));
+    s.tensors.emplace("values", backend().download(kv.values));
+  }
+  return s;
+}
+
+std::unique_ptr<ChunkedKVCache> ChunkedKVCache::from_state(Backend& backend, const CacheState& state) {
+  KVLAB_REQUIRE(state.class_name == "ChunkedKVCache", corrupt, "state of class '", state.class_name,
+                "' cannot be loaded as a ChunkedKVCache");
+  const std::int64_t chunk = meta_int(state, "chunk_size");
+  const std::int64_t start = meta_int(state, "start_position");
+  const std::int64_t offset = meta_int(state, "offset");
+  KVLAB_REQUIRE(chunk > 0, corrupt, "ChunkedKVCache state chunk_size ", chunk, " must be positive");
+  // The offset comes from the metadata, never from the buffer shape (Appendix B.4,
+  // maclocal-api#46), and must be consistent with what is stored.
+  KVLAB_REQUIRE(start <= offset && offset <= std::numeric_limits<std::int32_t>::max(), corrupt,
+                "ChunkedKVCache state start_position ", start, " and offset ", offset,
+                " need 0 <= start_position <= offset < 2^31");
+  for (const auto& [name, tensor] : state.tensors)
+    KVLAB_REQUIRE(name == "keys" || name == "values", corrupt, "ChunkedKVCache state has unknown tensor '", name, "'");
+  const bool has_keys = state.tensors.count("keys") != 0, has_values = state.tensors.count("values") != 0;
+  KVLAB_REQUIRE(has_keys == has_values, corrupt, "ChunkedKVCache state has keys but no values or the reverse");
+
+  auto cache = std::make_unique<ChunkedKVCache>(backend, chunk);
+  if (!has_keys) {
+    KVLAB_REQUIRE(offset == 0 && start == 0, corrupt, "ChunkedKVCache state has offset ", offset,
+                  " and start_position ", start, " but no keys/values");
+    return cache;
+  }
+  const Tensor& k = state.tensors.at("keys");
+  const Tensor& v = state.tensors.at("values");
+  require_state_block(k, "keys");
+  require_state_block(v, "values");
+  KVLAB_REQUIRE(k.dtype() == v.dtype() && k.dim(0) == v.dim(0) && k.dim(1) == v.dim(1) && k.dim(2) == v.dim(2),
+                corrupt, "ChunkedKVCache state keys ", dtype_name(k.dtype()), shape_str(k.shape()), " and values ",
+                dtype_name(v.dtype()), shape_str(v.shape()), " disagree on dtype or (B, H, L)");
+  KVLAB_REQUIRE(k.dim(2) == offset - start, corrupt, "ChunkedKVCache state holds ", k.dim(2),
+                " rows but offset ", offset, " - start_position ", start, " = ", offset - start);
+  cache->keys_ = backend.upload(k);
+  cache->values_ = backend.upload(v);
+  cache->offset_ = offset;
+  cache->start_position_ = start;
+  return cache;
+}
+
+}  // namespace kvlab
