@@ -4,6 +4,7 @@
 #include <map>
 #include <string>
 
+#include "cache/batch_rotating_kv_cache.h"
 #include "cache/chunked_kv_cache.h"
 #include "cache/kv_cache.h"
 #include "cache/quantized_kv_cache.h"
@@ -27,6 +28,7 @@ const std::map<std::string, Factory>& factories() {
       {"RotatingKVCache", factory<RotatingKVCache>()},
       {"QuantizedKVCache", factory<QuantizedKVCache>()},
       {"ChunkedKVCache", factory<ChunkedKVCache>()},
+      {"BatchRotatingKVCache", factory<BatchRotatingKVCache>()},
   };
   return table;
 }
