@@ -1,2 +1,219 @@
-// Placeholder: implemented in its own change.
-namespace kvlab {}
+#include "cache/batch_quantized_kv_cache.h"
+
+#include <charconv>
+#include <limits>
+#include <string>
+
+#include "cache/seq_ops.h"
+
+namespace kvlab {
+
+namespace {
+
+constexpr const char* kName = "BatchQuantizedKVCache";
+
+// Component order: keys parts then values parts; biases only for affine. The names are
+// QuantizedKVCache's state tensor names, so one row's state reads the same in both.
+std::vector<std::string> component_names(const QuantSpec& spec) {
+  std::vector<std::string> names;
+  for (const char* side : {"keys", "values"})
+    for (const char* part : {".wq", ".scales", ".biases"})
+      if (spec.has_biases() || std::string_view(part) != ".biases") names.push_back(std::string(side) + part);
+  return names;
+}
+
+const QuantSpec& validated(const QuantSpec& spec) {
+  spec.validate();
+  return spec;
+}
+
+const std::string& meta_field(const CacheState& st, const char* field) {
+  const auto it = st.meta.find(field);
+  KVLAB_REQUIRE(it != st.meta.end(), corrupt, kName, " state has no '", field, "'");
+  return it->second;
+}
+
+int meta_int(const CacheState& st, const char* field) {
+  const std::string& text = meta_field(st, field);
+  int value = -1;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  KVLAB_REQUIRE(!text.empty() && ec == std::errc() && end == text.data() + text.size() && value >= 0, corrupt, kName,
+                " state field '", field, "' = '", text, "' is not a non-negative integer");
+  return value;
+}
+
+template <class Parse>
+auto meta_enum(const CacheState& st, const char* field, Parse parse) {
+  const std::string& text = meta_field(st, field);
+  try {
+    return parse(text);
+  } catch (const Error& e) {
+    fail(ErrorKind::corrupt, cat(kName, " state field '", field, "': ", e.what()));
+  }
+}
+
+// One side's stored components (wq, scales[, biases]) must describe D = groups·group_size
+// features packed at spec.bits: the same checks QuantizedKVCache::from_state makes.
+void check_side(const QuantSpec& spec, const std::vector<std::string>& names, const std::vector<DTensor>& c,
+                std::size_t first) {
+  const DTensor &wq = c[first], &scales = c[first + 1];
+  const std::string side = names[first].substr(0, names[first].find('.'));
+  KVLAB_REQUIRE(wq.dtype == DType::u32, corrupt, kName, " state '", names[first], "' is ", dtype_name(wq.dtype),
+                ", expected u32 codes");
+  KVLAB_REQUIRE(spec.has_biases() ? is_float(scales.dtype) : scales.dtype == DType::u8, corrupt, kName, " state '",
+                names[first + 1], "' has dtype ", dtype_name(scales.dtype), " for ", to_string(spec));
+  KVLAB_REQUIRE(seq::heads(wq) == seq::heads(scales) && seq::width(scales) >= 1 &&
+                    seq::width(wq) * 32 == seq::width(scales) * spec.group_size * spec.bits,
+                corrupt, kName, " state '", side, "' codes ", shape_str(wq.shape), " and scales ",
+                shape_str(scales.shape), " do not fit ", to_string(spec));
+  if (spec.has_biases()) {
+    const DTensor& biases = c[first + 2];
+    KVLAB_REQUIRE(biases.dtype == scales.dtype && biases.shape == scales.shape, corrupt, kName, " state '",
+                  names[first + 2], "' ", dtype_name(biases.dtype), shape_str(biases.shape),
+                  " differs from its scales ", dtype_name(scales.dtype), shape_str(scales.shape));
+  }
+}
+
+}  // namespace
+
+BatchQuantizedKVCache::BatchQuantizedKVCache(Backend& backend, std::vector<std::int32_t> left_padding, QuantSpec spec,
+                                             Rounding rounding)
+    : Cache(backend),
+      spec_(validated(spec)),
+      rounding_(rounding),
+      layout_(backend, kName, component_names(spec), std::move(left_padding)) {}
+
+BatchQuantizedKVCache::BatchQuantizedKVCache(Backend& backend, BatchLayout layout, QuantSpec spec, Rounding rounding)
+    : Cache(backend), spec_(spec), rounding_(rounding), layout_(std::move(layout)) {}
+
+std::vector<DTensor> BatchQuantizedKVCache::components_of(const QuantizedDTensor& k, const QuantizedDTensor& v) {
+  std::vector<DTensor> out;
+  for (const QuantizedDTensor* q : {&k, &v}) {
+    out.push_back(q->wq);
+    out.push_back(q->scales);
+    if (q->spec.has_biases()) out.push_back(q->biases);
+  }
+  return out;
+}
+
+FetchedQuantizedKV BatchQuantizedKVCache::packed(const std::vector<DTensor>& c) const {
+  if (c.empty()) return {};
+  const std::size_t per_side = spec_.has_biases() ? 3 : 2;
+  const auto side = [&](std::size_t first) {
+    return QuantizedDTensor{c[first], c[first + 1], spec_.has_biases() ? c[first + 2] : DTensor{}, spec_};
+  };
+  return {side(0), side(per_side)};
+}
+
+QuantizedDTensor BatchQuantizedKVCache::quantize(const DTensor& x) const {
+  Backend& be = backend();
+  const std::int64_t b = x.shape[0], h = x.shape[1], s = x.shape[2], d = x.shape[3];
+  QuantizedDTensor q;
+  q.spec = spec_;
+  // D·bits/32 words, not mlx-vlm's dim // (32 // bits) (spec Appendix B.1).
+  q.wq = be.allocate(DType::u32, {b, h, s, spec_.packed_words(d)});
+  q.scales = be.allocate(spec_.scale_dtype(x.dtype), {b, h, s, spec_.groups(d)});
+  if (spec_.has_biases()) {
+    q.biases = be.allocate(q.scales.dtype, q.scales.shape);
+    be.affine_quantize(x, spec_, rounding_, q.wq, q.scales, q.biases);
+  } else {
+    be.fp_quantize(x, spec_, rounding_, std::nullopt, q.wq, q.scales);
+  }
+  return q;
+}
+
+FetchedQuantizedKV BatchQuantizedKVCache::update_quantized(const DTensor& k, const DTensor& v) {
+  validate_kv_update(k, v, kName);
+  spec_.validate_dim(k.shape[3]);
+  spec_.validate_dim(v.shape[3]);
+  // Quantizing first writes only fresh tensors; the layout validates the packed chunk
+  // against what it holds (B, H, widths, scale dtype) before it changes anything.
+  layout_.append(components_of(quantize(k), quantize(v)));
+  return fetch();
+}
+
+FetchedQuantizedKV BatchQuantizedKVCache::fetch() const { return packed(layout_.fetch()); }
+QuantizedDTensor BatchQuantizedKVCache::key_buffer() const { return packed(layout_.components()).keys; }
+QuantizedDTensor BatchQuantizedKVCache::value_buffer() const { return packed(layout_.components()).values; }
+
+void BatchQuantizedKVCache::extend(const BatchQuantizedKVCache& other) {
+  // Codes of another spec have other widths or meanings; another rounding would mix two
+  // quantizers in one cache (spec §0.2). Either is an Error before anything moves.
+  KVLAB_REQUIRE(spec_ == other.spec_ && rounding_ == other.rounding_, invalid_argument, kName, " cannot extend a ",
+                to_string(spec_), " / ", rounding_name(rounding_), " cache with a ", to_string(other.spec_), " / ",
+                rounding_name(other.rounding_), " one");
+  layout_.extend(other.layout_);
+}
+
+std::unique_ptr<QuantizedKVCache> BatchQuantizedKVCache::extract(std::int64_t i) const {
+  std::vector<DTensor> row = layout_.extract_row(i);
+  if (row.empty()) return std::make_unique<QuantizedKVCache>(backend(), spec_, rounding_);
+  // QuantizedKVCache has no adopting constructor (KVCache has one); its from_state is the
+  // validated way to hand it packed rows. Its meta layout is taken from a fresh cache so
+  // that only the offset and tensors are ours.
+  CacheState st = QuantizedKVCache(backend(), spec_, rounding_).state();
+  st.meta["offset"] = std::to_string(seq::length(row[0]));
+  const std::vector<std::string>& names = layout_.names();
+  for (std::size_t c = 0; c < row.size(); ++c) st.tensors.emplace(names[c], backend().download(row[c]));
+  return QuantizedKVCache::from_state(backend(), st);
+}
+
+std::unique_ptr<BatchQuantizedKVCache> BatchQuantizedKVCache::merge(Backend& backend,
+                                                                    std::span<const QuantizedKVCache* const> caches) {
+  KVLAB_REQUIRE(!caches.empty() && caches[0] != nullptr, invalid_argument, kName,
+                " merge needs at least one cache (the first may not be null)");
+  const QuantSpec spec = caches[0]->spec();
+  const Rounding rounding = caches[0]->rounding();
+  std::vector<BatchLayout::MergeRow> rows;
+  for (std::size_t r = 0; r < caches.size(); ++r) {
+    const QuantizedKVCache* c = caches[r];
+    KVLAB_REQUIRE(c != nullptr, invalid_argument, kName, " merge: cache ", r, " is null");
+    KVLAB_REQUIRE(&c->backend() == &backend, invalid_argument, kName, " merge: cache ", r, " lives on backend '",
+                  c->backend().name(), "', not '", backend.name(), "'");
+    KVLAB_REQUIRE(c->spec() == spec && c->rounding() == rounding, invalid_argument, kName, " merge: cache ", r, " is ",
+                  to_string(c->spec()), " / ", rounding_name(c->rounding()), " but cache 0 is ", to_string(spec), " / ",
+                  rounding_name(rounding));
+    if (c->empty() || c->offset() == 0) rows.push_back({{}, 0});
+    else rows.push_back({components_of(c->key_buffer(), c->value_buffer()), c->offset()});
+  }
+  BatchLayout layout = BatchLayout::merge(backend, kName, component_names(spec), rows);
+  return std::unique_ptr<BatchQuantizedKVCache>(new BatchQuantizedKVCache(backend, std::move(layout), spec, rounding));
+}
+
+CacheState BatchQuantizedKVCache::state() const {
+  CacheState s{std::string(class_name()),
+               {},
+               {{"bits", std::to_string(spec_.bits)},
+                {"group_size", std::to_string(spec_.group_size)},
+                {"mode", std::string(quant_mode_name(spec_.mode))},
+                {"rounding", std::string(rounding_name(rounding_))}}};
+  layout_.save(s);
+  return s;
+}
+
+std::unique_ptr<BatchQuantizedKVCache> BatchQuantizedKVCache::from_state(Backend& backend, const CacheState& state) {
+  KVLAB_REQUIRE(state.class_name == kName, corrupt, "state of class '", state.class_name, "' cannot be loaded as a ",
+                kName);
+  const int bits = meta_int(state, "bits"), group = meta_int(state, "group_size");
+  const QuantMode mode = meta_enum(state, "mode", quant_mode_from_name);
+  const Rounding rounding = meta_enum(state, "rounding", rounding_from_name);
+  const QuantSpec spec{mode, bits, group};
+  try {
+    spec.validate();
+  } catch (const Error& e) {
+    fail(ErrorKind::corrupt, cat(kName, " state fields 'mode'/'bits'/'group_size': ", e.what()));
+  }
+  const std::vector<std::string> names = component_names(spec);
+  BatchLayout layout = BatchLayout::load(backend, kName, names, state);
+  if (!layout.empty()) {
+    const std::vector<DTensor>& c = layout.components();
+    const std::size_t per_side = names.size() / 2;
+    check_side(spec, names, c, 0);
+    check_side(spec, names, c, per_side);
+    KVLAB_REQUIRE(seq::heads(c[0]) == seq::heads(c[per_side]) && c[1].dtype == c[per_side + 1].dtype, corrupt, kName,
+                  " state 'keys' and 'values' differ in head count or scale dtype");
+  }
+  return std::unique_ptr<BatchQuantizedKVCache>(new BatchQuantizedKVCache(backend, std::move(layout), spec, rounding));
+}
+
+}  // namespace kvlab

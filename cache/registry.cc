@@ -4,6 +4,8 @@
 #include <map>
 #include <string>
 
+#include "cache/batch_kv_cache.h"
+#include "cache/batch_quantized_kv_cache.h"
 #include "cache/batch_rotating_kv_cache.h"
 #include "cache/chunked_kv_cache.h"
 #include "cache/kv_cache.h"
@@ -29,6 +31,8 @@ const std::map<std::string, Factory>& factories() {
       {"QuantizedKVCache", factory<QuantizedKVCache>()},
       {"ChunkedKVCache", factory<ChunkedKVCache>()},
       {"BatchRotatingKVCache", factory<BatchRotatingKVCache>()},
+      {"BatchKVCache", factory<BatchKVCache>()},
+      {"BatchQuantizedKVCache", factory<BatchQuantizedKVCache>()},
   };
   return table;
 }
