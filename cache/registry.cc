@@ -12,6 +12,7 @@
 #include "cache/quantized_kv_cache.h"
 #include "cache/rotating_kv_cache.h"
 #include "cache/state_file.h"
+#include "cache/turboquant_kv_cache.h"
 
 namespace kvlab {
 
@@ -33,6 +34,7 @@ const std::map<std::string, Factory>& factories() {
       {"BatchRotatingKVCache", factory<BatchRotatingKVCache>()},
       {"BatchKVCache", factory<BatchKVCache>()},
       {"BatchQuantizedKVCache", factory<BatchQuantizedKVCache>()},
+      {"TurboQuantKVCache", factory<TurboQuantKVCache>()},
   };
   return table;
 }
