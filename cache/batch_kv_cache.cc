@@ -92,10 +92,7 @@ void BatchLayout::append(const std::vector<DTensor>& chunks) {
   std::vector<DTensor> next = components_;
   next.resize(chunks.size());
   if (empty() || prev + s > capacity()) {
-    // mlx-lm KVCache growth (spec §4.1): off a step boundary cut to the cursor first,
-    // then append ceil(S/step) steps, so nbytes() equals mlx-lm's allocation.
-    const std::int64_t kept = (!empty() && prev % kStep != 0) ? prev : capacity();
-    const std::int64_t grown = kept + (s + kStep - 1) / kStep * kStep;
+    const std::int64_t grown = seq::grown_capacity(prev, empty() ? 0 : capacity(), s, kStep);
     for (std::size_t c = 0; c < chunks.size(); ++c) {
       next[c] = empty() ? poisoned_like(be, chunks[c], batch_size(), grown)
                         : seq::regrow(be, components_[c], prev, grown);

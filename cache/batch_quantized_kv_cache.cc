@@ -106,20 +106,7 @@ FetchedQuantizedKV BatchQuantizedKVCache::packed(const std::vector<DTensor>& c) 
 }
 
 QuantizedDTensor BatchQuantizedKVCache::quantize(const DTensor& x) const {
-  Backend& be = backend();
-  const std::int64_t b = x.shape[0], h = x.shape[1], s = x.shape[2], d = x.shape[3];
-  QuantizedDTensor q;
-  q.spec = spec_;
-  // D·bits/32 words, not mlx-vlm's dim // (32 // bits) (spec Appendix B.1).
-  q.wq = be.allocate(DType::u32, {b, h, s, spec_.packed_words(d)});
-  q.scales = be.allocate(spec_.scale_dtype(x.dtype), {b, h, s, spec_.groups(d)});
-  if (spec_.has_biases()) {
-    q.biases = be.allocate(q.scales.dtype, q.scales.shape);
-    be.affine_quantize(x, spec_, rounding_, q.wq, q.scales, q.biases);
-  } else {
-    be.fp_quantize(x, spec_, rounding_, std::nullopt, q.wq, q.scales);
-  }
-  return q;
+  return quantize_rows(backend(), x, spec_, rounding_);
 }
 
 FetchedQuantizedKV BatchQuantizedKVCache::update_quantized(const DTensor& k, const DTensor& v) {

@@ -38,9 +38,7 @@ FetchedKV KVCache::update(const DTensor& k, const DTensor& v) {
   Backend& be = backend();
   const std::int64_t prev = offset_, s = k.shape[2];
   if (!keys_ || prev + s > capacity()) {
-    // mlx-lm: cut to prev when it is off a step boundary, then append ceil(S/step) steps.
-    const std::int64_t kept = (keys_ && prev % kStep != 0) ? prev : capacity();
-    const std::int64_t grown = kept + (s + kStep - 1) / kStep * kStep;
+    const std::int64_t grown = seq::grown_capacity(prev, capacity(), s, kStep);
     if (keys_) {
       keys_ = seq::regrow(be, keys_, prev, grown);
       values_ = seq::regrow(be, values_, prev, grown);

@@ -151,19 +151,17 @@ void QuantizedKVCache::check_update(const DTensor& k, const DTensor& v) const {
                 shape_str(v.shape));
 }
 
-QuantizedDTensor QuantizedKVCache::quantize_rows(const DTensor& x) const {
-  Backend& be = backend();
-  const std::int64_t b = x.shape[0], h = x.shape[1], s = x.shape[2], d = x.shape[3];
+QuantizedDTensor quantize_rows(Backend& be, const DTensor& x, const QuantSpec& spec, Rounding rounding) {
+  const std::int64_t b = x.shape.at(0), h = x.shape.at(1), s = x.shape.at(2), d = x.shape.at(3);
   QuantizedDTensor q;
-  q.spec = spec_;
-  // D·bits/32 words, not mlx-lm's dim // (32 // bits) (spec Appendix B.1).
-  q.wq = be.allocate(DType::u32, {b, h, s, spec_.packed_words(d)});
-  q.scales = be.allocate(spec_.scale_dtype(x.dtype), {b, h, s, spec_.groups(d)});
-  if (spec_.has_biases()) {
+  q.spec = spec;
+  q.wq = be.allocate(DType::u32, {b, h, s, spec.packed_words(d)});
+  q.scales = be.allocate(spec.scale_dtype(x.dtype), {b, h, s, spec.groups(d)});
+  if (spec.has_biases()) {
     q.biases = be.allocate(q.scales.dtype, q.scales.shape);
-    be.affine_quantize(x, spec_, rounding_, q.wq, q.scales, q.biases);
+    be.affine_quantize(x, spec, rounding, q.wq, q.scales, q.biases);
   } else {
-    be.fp_quantize(x, spec_, rounding_, std::nullopt, q.wq, q.scales);
+    be.fp_quantize(x, spec, rounding, std::nullopt, q.wq, q.scales);
   }
   return q;
 }
@@ -173,17 +171,15 @@ void QuantizedKVCache::reserve(const QuantizedDTensor& qk, const QuantizedDTenso
   Backend& be = backend();
   const std::int64_t prev = offset_;
   if (keys_.wq && prev + s <= capacity()) return;
-  const std::int64_t steps = (s + kStep - 1) / kStep * kStep;
   if (keys_.wq) {
-    // mlx-lm: cut to prev when it is off a step boundary, then append ceil(S/step) steps
-    // of rows to each of the three arrays (spec §4.4 step 1).
-    const std::int64_t grown = (prev % kStep != 0 ? prev : capacity()) + steps;
+    // spec §4.4 step 1: the KVCache growth rule, applied to each of the three arrays.
+    const std::int64_t grown = seq::grown_capacity(prev, capacity(), s, kStep);
     const auto regrow = [&](const DTensor& t) { return seq::regrow(be, t, prev, grown); };
     keys_ = map_parts(keys_, regrow);
     values_ = map_parts(values_, regrow);
     return;
   }
-  const std::int64_t rows = exact_capacity > 0 ? exact_capacity : steps;
+  const std::int64_t rows = exact_capacity > 0 ? exact_capacity : seq::grown_capacity(0, 0, s, kStep);
   const auto fresh = [&](const DTensor& t) {
     return seq::alloc_poisoned(be, t.dtype, {seq::batch(t), seq::heads(t), rows, seq::width(t)});
   };
@@ -201,7 +197,7 @@ FetchedQuantizedKV QuantizedKVCache::update_quantized(const DTensor& k, const DT
   check_update(k, v);
   // Quantize into fresh tensors before touching the buffers, so a kernel that rejects
   // its input leaves the cache as it was.
-  const QuantizedDTensor qk = quantize_rows(k), qv = quantize_rows(v);
+  const QuantizedDTensor qk = quantize_rows(backend(), k, spec_, rounding_), qv = quantize_rows(backend(), v, spec_, rounding_);
   reserve(qk, qv, seq::length(k), 0);
   store(qk, qv);
   return fetch();
@@ -303,7 +299,8 @@ std::unique_ptr<QuantizedKVCache> to_quantized(const KVCache& cache, const Quant
   // matches mlx-lm's; the rows past the offset are poison here.
   const FetchedKV live = cache.fetch();
   q->check_update(live.keys, live.values);
-  const QuantizedDTensor qk = q->quantize_rows(live.keys), qv = q->quantize_rows(live.values);
+  const QuantizedDTensor qk = quantize_rows(q->backend(), live.keys, q->spec(), q->rounding());
+  const QuantizedDTensor qv = quantize_rows(q->backend(), live.values, q->spec(), q->rounding());
   q->reserve(qk, qv, cache.offset(), cache.capacity());
   q->store(qk, qv);
   return q;

@@ -31,6 +31,12 @@
 
 namespace kvlab {
 
+// Quantizes every row of a cache block x (B, H, S, D) with `spec` through the backend:
+// codes (B, H, S, D·bits/32) — D·bits/32 words, not mlx-lm's dim // (32 // bits)
+// (spec Appendix B.1) — and scales (+ biases for affine) (B, H, S, D/group). Shared by
+// every quantized cache type.
+QuantizedDTensor quantize_rows(Backend& backend, const DTensor& x, const QuantSpec& spec, Rounding rounding);
+
 class QuantizedKVCache final : public Cache {
  public:
   static constexpr std::int64_t kStep = 256;
@@ -76,7 +82,6 @@ class QuantizedKVCache final : public Cache {
   friend std::unique_ptr<QuantizedKVCache> to_quantized(const KVCache&, const QuantSpec&, Rounding);
 
   void check_update(const DTensor& k, const DTensor& v) const;
-  QuantizedDTensor quantize_rows(const DTensor& x) const;
   // Makes room for rows [offset_, offset_ + s); `min_capacity` lets to_quantized keep
   // the float cache's capacity.
   void reserve(const QuantizedDTensor& qk, const QuantizedDTensor& qv, std::int64_t s, std::int64_t min_capacity);

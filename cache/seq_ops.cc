@@ -21,6 +21,11 @@ std::vector<SeqBlock> whole_rows(std::int64_t batch_size, std::int64_t src_seq, 
 
 }  // namespace
 
+std::int64_t grown_capacity(std::int64_t prev, std::int64_t capacity, std::int64_t s, std::int64_t step) {
+  const std::int64_t kept = (capacity > 0 && prev % step != 0) ? prev : capacity;
+  return kept + (s + step - 1) / step * step;
+}
+
 void require_block(const DTensor& t, const char* what) {
   KVLAB_REQUIRE(t.shape.size() == 4, shape_mismatch, what, " has shape ", shape_str(t.shape),
                 ", expected a cache block (B, H, L, D)");

@@ -32,6 +32,13 @@ DTensor roll(Backend& be, const DTensor& src, const std::vector<std::int32_t>& s
 // Batch rows of src picked by index: (index.size(), H, L, W).
 DTensor gather(Backend& be, const DTensor& src, const std::vector<std::int32_t>& index);
 
+// mlx-lm's growth rule for step-allocated caches (spec §4.1 step 1): when `s` new rows
+// do not fit after `prev`, a buffer whose cursor is off a step boundary is first cut to
+// the cursor, then ceil(s/step)·step rows are appended. Returns the new capacity
+// (`capacity` = 0 means no buffer yet). Every cache that grows uses this one rule, so
+// nbytes() matches mlx-lm's allocation everywhere.
+std::int64_t grown_capacity(std::int64_t prev, std::int64_t capacity, std::int64_t s, std::int64_t step = 256);
+
 // Shape helpers.
 inline std::int64_t batch(const DTensor& t) { return t.shape.at(0); }
 inline std::int64_t heads(const DTensor& t) { return t.shape.at(1); }

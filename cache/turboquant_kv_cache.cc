@@ -191,10 +191,7 @@ void TurboQuantKVCache::reserve(std::int64_t s, std::int64_t b, std::int64_t h) 
   Backend& be = backend();
   const std::int64_t prev = offset_;
   if (has_rows() && prev + s <= capacity()) return;
-  // KVCache's growth (spec §4.1 step 1): cut to prev off a step boundary, append
-  // ceil(S/step)·step rows.
-  const std::int64_t kept = (has_rows() && prev % kStep != 0) ? prev : capacity();
-  const std::int64_t grown = kept + (s + kStep - 1) / kStep * kStep;
+  const std::int64_t grown = seq::grown_capacity(prev, has_rows() ? capacity() : 0, s, kStep);
   for (TurboQuantSide* side : {&keys_, &values_}) {
     for (TurboQuantPart& p : side->parts) {
       if (p.norms) {
