@@ -1,0 +1,154 @@
+// SimdBackend: target enumeration/forcing and the Backend table. The only per-target
+// code here is CurrentTarget(), which reports which compiled copy dispatch picked.
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "kernels/simd/simd_backend.cc"
+#include <hwy/foreach_target.h>  // IWYU pragma: keep
+#include <hwy/highway.h>
+
+HWY_BEFORE_NAMESPACE();
+namespace kvlab::simd::HWY_NAMESPACE {
+std::int64_t CurrentTarget() { return HWY_TARGET; }
+}  // namespace kvlab::simd::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+#include <hwy/targets.h>
+
+#include "kernels/simd/simd_backend.h"
+#include "kernels/simd/simd_kernels.h"
+#include "kvlab/error.h"
+
+namespace kvlab {
+
+namespace simd {
+HWY_EXPORT(CurrentTarget);
+}  // namespace simd
+
+namespace {
+
+// The mask forced by the innermost live ScopedSimdTarget (0: none). Highway keeps the
+// mock itself but offers no getter, so nesting is tracked here.
+std::int64_t g_forced_mask = 0;
+
+// What the CPU supports, read with no mock active. Computed once: later calls could
+// run inside a ScopedSimdTarget, where hwy::SupportedTargets() reports the mock.
+std::int64_t unmocked_supported() {
+  static const std::int64_t supported = [] {
+    if (g_forced_mask != 0) hwy::SetSupportedTargetsForTest(0);
+    const std::int64_t s = hwy::SupportedTargets();
+    if (g_forced_mask != 0) hwy::SetSupportedTargetsForTest(g_forced_mask);
+    return s;
+  }();
+  return supported;
+}
+
+[[noreturn]] void unimplemented(const char* kernel) {
+  fail(ErrorKind::unsupported, cat("SimdBackend: ", kernel, " is not implemented by the SIMD backend yet"));
+}
+
+ConstTensorView cv(const DTensor& t) { return host_cview(t); }
+
+}  // namespace
+
+std::vector<SimdTarget> simd_compiled_targets() {
+  std::vector<SimdTarget> out;
+  const std::int64_t supported = unmocked_supported();
+  // Lower bits are better targets on x86 (HWY_AVX3_DL < HWY_AVX3 < ... < HWY_SCALAR).
+  for (std::int64_t bits = HWY_TARGETS; bits != 0; bits &= bits - 1) {
+    const std::int64_t bit = bits & -bits;
+    SimdTarget t{hwy::TargetName(bit), bit, (supported & bit) != 0, {}};
+    if (!t.attainable) t.reason = "compiled in, but this CPU (or valgrind) does not support it";
+    out.push_back(std::move(t));
+  }
+  return out;
+}
+
+std::vector<std::string> simd_targets() {
+  std::vector<std::string> names;
+  for (const SimdTarget& t : simd_compiled_targets())
+    if (t.attainable) names.push_back(t.name);
+  return names;
+}
+
+std::string simd_current_target() { return hwy::TargetName(HWY_DYNAMIC_DISPATCH(simd::CurrentTarget)()); }
+
+ScopedSimdTarget::ScopedSimdTarget(std::string_view name) : previous_(g_forced_mask) {
+  std::string attainable;
+  for (const SimdTarget& t : simd_compiled_targets()) {
+    if (t.name == name && t.attainable) {
+      g_forced_mask = t.bit;
+      // Updates Highway's chosen target too, so HWY_DYNAMIC_DISPATCH re-dispatches.
+      hwy::SetSupportedTargetsForTest(t.bit);
+      return;
+    }
+    if (t.attainable) attainable += (attainable.empty() ? "" : ", ") + t.name;
+  }
+  fail(ErrorKind::unsupported, cat("SIMD target '", name, "' is not attainable here (attainable: ", attainable, ")"));
+}
+
+ScopedSimdTarget::~ScopedSimdTarget() {
+  g_forced_mask = previous_;
+  hwy::SetSupportedTargetsForTest(previous_);
+}
+
+// ---- implemented kernels ----------------------------------------------------------
+
+void SimdBackend::affine_quantize(const DTensor& x, const QuantSpec& spec, Rounding rounding, const DTensor& wq,
+                                  const DTensor& scales, const DTensor& biases) {
+  simd::affine_quantize(cv(x), spec, rounding, host_view(wq), host_view(scales), host_view(biases));
+}
+
+void SimdBackend::affine_dequantize(const DTensor& wq, const DTensor& scales, const DTensor& biases,
+                                    const QuantSpec& spec, const DTensor& out) {
+  simd::affine_dequantize(cv(wq), cv(scales), cv(biases), spec, host_view(out));
+}
+
+void SimdBackend::rope(const DTensor& x, const RopeParams& params, const Offsets& offsets, const DTensor& out) {
+  std::optional<ConstTensorView> per_row;
+  if (offsets.per_row) per_row = cv(*offsets.per_row);
+  simd::rope(cv(x), params, offsets.scalar, per_row, host_view(out));
+}
+
+void SimdBackend::kv_scatter(const DTensor& src, const DTensor& slots, const DTensor& dst) {
+  simd::kv_scatter(cv(src), cv(slots), host_view(dst));
+}
+
+void SimdBackend::kv_gather(const DTensor& src, const DTensor& batch_index, const DTensor& dst) {
+  simd::kv_gather(cv(src), cv(batch_index), host_view(dst));
+}
+
+void SimdBackend::kv_copy_blocks(const DTensor& src, std::span<const SeqBlock> blocks, const DTensor& dst) {
+  simd::kv_copy_blocks(cv(src), blocks, host_view(dst));
+}
+
+void SimdBackend::kv_roll(const DTensor& src, const DTensor& shifts, const DTensor& dst) {
+  simd::kv_roll(cv(src), cv(shifts), host_view(dst));
+}
+
+// ---- not yet vectorized: explicit UNIMPLEMENTED -------------------------------------
+
+void SimdBackend::fp_quantize(const DTensor&, const QuantSpec&, Rounding, std::optional<float>, const DTensor&,
+                              const DTensor&) {
+  unimplemented("fp_quantize");
+}
+void SimdBackend::fp_dequantize(const DTensor&, const DTensor&, const QuantSpec&, std::optional<float>,
+                                const DTensor&) {
+  unimplemented("fp_dequantize");
+}
+void SimdBackend::sdpa(const DTensor&, const DTensor&, const DTensor&, const AttentionParams&, const DTensor*,
+                       const DTensor*, const DTensor&) {
+  unimplemented("sdpa");
+}
+void SimdBackend::quantized_sdpa(const DTensor&, const QuantizedDTensor&, const QuantizedDTensor&,
+                                 const AttentionParams&, const DTensor*, const DTensor*, const DTensor&) {
+  unimplemented("quantized_sdpa");
+}
+void SimdBackend::turboquant_encode(const DTensor&, const TurboQuantCodec&, const DTensor&, const DTensor&) {
+  unimplemented("turboquant_encode");
+}
+void SimdBackend::turboquant_decode(const DTensor&, const DTensor&, const TurboQuantCodec&, const DTensor&) {
+  unimplemented("turboquant_decode");
+}
+
+}  // namespace kvlab
+#endif  // HWY_ONCE

@@ -1,0 +1,80 @@
+// The SIMD backend: host memory (HostMemoryBackend) and kernels written once with Google
+// Highway and dispatched at run time to the best target the CPU supports (AVX3 on the CI
+// machine, AVX2 under valgrind). Contracts are the reference headers' (reference/*.h):
+// same results (bit-exact where the oracle is exact: affine codes/scales/biases,
+// dequantize, kv moves) and the same kvlab::Error for the same invalid input.
+//
+// Kernels not vectorized yet throw Error{unsupported} naming the kernel. They never fall
+// back to the reference silently: a comparison against the oracle would then compare
+// the oracle with itself.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "kvlab/host_buffer.h"
+
+namespace kvlab {
+
+// One Highway target compiled into this binary.
+struct SimdTarget {
+  std::string name;         // Highway's name: "AVX3", "AVX2", "SSE4", "SSSE3", "SCALAR"
+  std::int64_t bit = 0;     // the HWY_* target bit
+  bool attainable = false;  // compiled in and supported by this CPU (unmocked)
+  std::string reason;       // why not attainable (empty when attainable)
+};
+
+// Every compiled target, best first, with attainability on this machine. Tests iterate
+// over it and print the skipped ones with their reason.
+std::vector<SimdTarget> simd_compiled_targets();
+// Names of the attainable targets, best first.
+std::vector<std::string> simd_targets();
+// The target that dispatch picks now (honours an active ScopedSimdTarget).
+std::string simd_current_target();
+
+// Forces dispatch to one target for its lifetime (hwy::SetSupportedTargetsForTest), then
+// restores the previous choice. Throws Error{unsupported} for a target that is not
+// attainable here, naming it and the attainable ones. Process-global: not thread-safe,
+// meant for tests and the harness.
+class ScopedSimdTarget {
+ public:
+  explicit ScopedSimdTarget(std::string_view name);
+  ~ScopedSimdTarget();
+  ScopedSimdTarget(const ScopedSimdTarget&) = delete;
+  ScopedSimdTarget& operator=(const ScopedSimdTarget&) = delete;
+
+ private:
+  std::int64_t previous_ = 0;  // mask active before (0: no mock)
+};
+
+class SimdBackend final : public HostMemoryBackend {
+ public:
+  std::string name() const override { return "simd:" + simd_current_target(); }
+
+  void affine_quantize(const DTensor& x, const QuantSpec& spec, Rounding rounding, const DTensor& wq,
+                       const DTensor& scales, const DTensor& biases) override;
+  void affine_dequantize(const DTensor& wq, const DTensor& scales, const DTensor& biases, const QuantSpec& spec,
+                         const DTensor& out) override;
+  void fp_quantize(const DTensor& x, const QuantSpec& spec, Rounding rounding, std::optional<float> global_scale,
+                   const DTensor& wq, const DTensor& scales) override;
+  void fp_dequantize(const DTensor& wq, const DTensor& scales, const QuantSpec& spec,
+                     std::optional<float> global_scale, const DTensor& out) override;
+  void rope(const DTensor& x, const RopeParams& params, const Offsets& offsets, const DTensor& out) override;
+  void sdpa(const DTensor& q, const DTensor& k, const DTensor& v, const AttentionParams& params,
+            const DTensor* mask_array, const DTensor* sinks, const DTensor& out) override;
+  void quantized_sdpa(const DTensor& q, const QuantizedDTensor& k, const QuantizedDTensor& v,
+                      const AttentionParams& params, const DTensor* mask_array, const DTensor* sinks,
+                      const DTensor& out) override;
+  void turboquant_encode(const DTensor& x, const TurboQuantCodec& codec, const DTensor& norms,
+                         const DTensor& indices) override;
+  void turboquant_decode(const DTensor& norms, const DTensor& indices, const TurboQuantCodec& codec,
+                         const DTensor& out) override;
+  void kv_scatter(const DTensor& src, const DTensor& slots, const DTensor& dst) override;
+  void kv_gather(const DTensor& src, const DTensor& batch_index, const DTensor& dst) override;
+  void kv_copy_blocks(const DTensor& src, std::span<const SeqBlock> blocks, const DTensor& dst) override;
+  void kv_roll(const DTensor& src, const DTensor& shifts, const DTensor& dst) override;
+};
+
+}  // namespace kvlab

@@ -1,0 +1,28 @@
+// Internal: the view-level entry points of the SIMD kernels (one .cc per reference stem).
+// Each validates exactly like its reference counterpart, then dispatches with Highway.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <span>
+
+#include "kvlab/ops.h"
+#include "kvlab/quant_spec.h"
+#include "kvlab/tensor.h"
+
+namespace kvlab::simd {
+
+void affine_quantize(const ConstTensorView& x, const QuantSpec& spec, Rounding rounding, const TensorView& wq,
+                     const TensorView& scales, const TensorView& biases);
+void affine_dequantize(const ConstTensorView& wq, const ConstTensorView& scales, const ConstTensorView& biases,
+                       const QuantSpec& spec, const TensorView& out);
+
+void kv_scatter(const ConstTensorView& src, const ConstTensorView& slots, const TensorView& dst);
+void kv_gather(const ConstTensorView& src, const ConstTensorView& batch_index, const TensorView& dst);
+void kv_copy_blocks(const ConstTensorView& src, std::span<const SeqBlock> blocks, const TensorView& dst);
+void kv_roll(const ConstTensorView& src, const ConstTensorView& shifts, const TensorView& dst);
+
+void rope(const ConstTensorView& x, const RopeParams& params, std::int32_t offset,
+          const std::optional<ConstTensorView>& per_row_offsets, const TensorView& out);
+
+}  // namespace kvlab::simd
