@@ -139,8 +139,8 @@ std::uint8_t affine_code(float value, const AffineGroupParams& p, int bits, Roun
   fail(ErrorKind::invalid_argument, cat("unknown rounding ", static_cast<int>(rounding)));
 }
 
-void affine_quantize(const ConstTensorView& x, const QuantSpec& spec, Rounding rounding, const TensorView& wq,
-                     const TensorView& scales, const TensorView& biases) {
+void validate_affine_quantize(const ConstTensorView& x, const QuantSpec& spec, const ConstTensorView& wq,
+                              const ConstTensorView& scales, const ConstTensorView& biases) {
   require_affine(spec, "affine_quantize");
   require_float(x, "x");
   require_rank_at_least_1(x, "x");
@@ -154,6 +154,15 @@ void affine_quantize(const ConstTensorView& x, const QuantSpec& spec, Rounding r
   require_shape(scales, with_last(lead, groups_per_row), "scales");
   require_dtype(biases, x.dtype, "biases");
   require_shape(biases, with_last(lead, groups_per_row), "biases");
+}
+
+void affine_quantize(const ConstTensorView& x, const QuantSpec& spec, Rounding rounding, const TensorView& wq,
+                     const TensorView& scales, const TensorView& biases) {
+  validate_affine_quantize(x, spec, wq, scales, biases);
+  const std::int64_t d = x.dim(-1);
+  const std::int64_t words_per_row = spec.packed_words(d);
+  const std::int64_t groups_per_row = spec.groups(d);
+  const Shape lead = leading_axes(x.shape);
 
   const std::int64_t rows = shape_numel(lead);
   const auto gs = static_cast<std::size_t>(spec.group_size);
@@ -178,8 +187,8 @@ void affine_quantize(const ConstTensorView& x, const QuantSpec& spec, Rounding r
   }
 }
 
-void affine_dequantize(const ConstTensorView& wq, const ConstTensorView& scales, const ConstTensorView& biases,
-                       const QuantSpec& spec, const TensorView& out) {
+void validate_affine_dequantize(const ConstTensorView& wq, const ConstTensorView& scales,
+                                const ConstTensorView& biases, const QuantSpec& spec, const ConstTensorView& out) {
   require_affine(spec, "affine_dequantize");
   require_dtype(wq, DType::u32, "wq");
   require_rank_at_least_1(wq, "wq");
@@ -192,6 +201,13 @@ void affine_dequantize(const ConstTensorView& wq, const ConstTensorView& scales,
   const std::int64_t d = dequantized_dim(wq, scales, spec);
   require_float(out, "out");
   require_shape(out, with_last(lead, d), "out");
+}
+
+void affine_dequantize(const ConstTensorView& wq, const ConstTensorView& scales, const ConstTensorView& biases,
+                       const QuantSpec& spec, const TensorView& out) {
+  validate_affine_dequantize(wq, scales, biases, spec, out);
+  const Shape lead = leading_axes(wq.shape);
+  const std::int64_t d = out.dim(-1);
 
   const std::int64_t rows = shape_numel(lead);
   const std::int64_t words_per_row = wq.dim(-1), groups_per_row = scales.dim(-1);

@@ -66,6 +66,13 @@ void affine_quantize(const ConstTensorView& x, const QuantSpec& spec, Rounding r
 void affine_dequantize(const ConstTensorView& wq, const ConstTensorView& scales,
                        const ConstTensorView& biases, const QuantSpec& spec, const TensorView& out);
 
+// The checks of affine_quantize / affine_dequantize, in order. Every backend calls these
+// before touching memory, so all backends reject the same calls with the same message.
+void validate_affine_quantize(const ConstTensorView& x, const QuantSpec& spec, const ConstTensorView& wq,
+                              const ConstTensorView& scales, const ConstTensorView& biases);
+void validate_affine_dequantize(const ConstTensorView& wq, const ConstTensorView& scales,
+                                const ConstTensorView& biases, const QuantSpec& spec, const ConstTensorView& out);
+
 // Owning conveniences.
 struct QuantizedTensor {
   Tensor wq, scales, biases;  // biases empty for fp modes

@@ -36,8 +36,10 @@ bool bytes_overlap(const std::byte* a, std::size_t a_len, const std::byte* b, st
   return lt(a, b + b_len) && lt(b, a + a_len);
 }
 
-void validate(const ConstTensorView& x, const RopeParams& params, std::int32_t offset,
-              const std::optional<ConstTensorView>& per_row_offsets, const TensorView& out) {
+}  // namespace
+
+void validate_rope(const ConstTensorView& x, const RopeParams& params, std::int32_t offset,
+                   const std::optional<ConstTensorView>& per_row_offsets, const ConstTensorView& out) {
   KVLAB_REQUIRE(x.rank() >= 3, shape_mismatch, "rope input has rank ", x.rank(), " (shape ", shape_str(x.shape),
                 "), expected rank >= 3 read as (B, *, T, D)");
   require_float(x, "rope input");
@@ -71,11 +73,10 @@ void validate(const ConstTensorView& x, const RopeParams& params, std::int32_t o
                 "rope out overlaps the input x (in-place rope is not supported)");
 }
 
-}  // namespace
 
 void rope(const ConstTensorView& x, const RopeParams& params, std::int32_t offset,
           const std::optional<ConstTensorView>& per_row_offsets, const TensorView& out) {
-  validate(x, params, offset, per_row_offsets, out);
+  validate_rope(x, params, offset, per_row_offsets, out);
   const std::int64_t batch = x.dim(0), seq = x.dim(-2), d = x.dim(-1);
   const std::int64_t rows = x.numel() / d;  // d >= dims > 0 after validation
   if (rows == 0) return;

@@ -33,6 +33,11 @@ void rope(const ConstTensorView& x, const RopeParams& params, std::int32_t offse
           const std::optional<ConstTensorView>& per_row_offsets, const TensorView& out);
 
 Tensor rope(const Tensor& x, const RopeParams& params, std::int32_t offset);
+
+// The checks above, in order, exactly as rope() applies them. Every backend calls this
+// before touching memory, so all backends reject the same calls with the same message.
+void validate_rope(const ConstTensorView& x, const RopeParams& params, std::int32_t offset,
+                   const std::optional<ConstTensorView>& per_row_offsets, const ConstTensorView& out);
 Tensor rope(const Tensor& x, const RopeParams& params, const Tensor& per_row_offsets);
 
 }  // namespace kvlab::ref

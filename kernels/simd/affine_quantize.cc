@@ -29,6 +29,7 @@
 
 #include "kernels/simd/simd_kernels.h"
 #include "kvlab/error.h"
+#include "reference/affine_quantize.h"
 
 namespace kvlab::simd::affine_detail {
 
@@ -241,52 +242,17 @@ HWY_EXPORT(DequantRow);
 
 namespace {
 
-// ---- validation: the oracle's checks and messages (reference/affine_quantize.cc),
-// repeated because the oracle keeps them file-local. Same order, so the first error
-// reported is the same one.
 Shape leading_axes(const Shape& shape) { return Shape(shape.begin(), shape.end() - 1); }
-
-Shape with_last(Shape lead, std::int64_t last) {
-  lead.push_back(last);
-  return lead;
-}
-
-void require_affine(const QuantSpec& spec, const char* who) {
-  KVLAB_REQUIRE(spec.mode == QuantMode::affine, invalid_argument, who, ": mode ", quant_mode_name(spec.mode),
-                " is not affine (use fp_quantize for mxfp4/mxfp8/nvfp4)");
-  spec.validate();
-}
-
-void require_rank_at_least_1(const ConstTensorView& v, const char* what) {
-  KVLAB_REQUIRE(v.rank() >= 1, shape_mismatch, what, " has rank 0 (shape ", shape_str(v.shape),
-                "); quantization needs a last axis");
-}
-
-std::int64_t dequantized_dim(const ConstTensorView& wq, const ConstTensorView& scales, const QuantSpec& spec) {
-  const std::int64_t words = wq.dim(-1), groups = scales.dim(-1);
-  KVLAB_REQUIRE(words * 32 == groups * spec.group_size * spec.bits, shape_mismatch, "wq has ", words,
-                " words per row (", words * 32, " bits) but scales have ", groups, " groups of ", spec.group_size,
-                " x ", spec.bits, "-bit codes (", groups * spec.group_size * spec.bits, " bits)");
-  return groups * spec.group_size;
-}
 
 }  // namespace
 
 void affine_quantize(const ConstTensorView& x, const QuantSpec& spec, Rounding rounding, const TensorView& wq,
                      const TensorView& scales, const TensorView& biases) {
-  require_affine(spec, "affine_quantize");
-  require_float(x, "x");
-  require_rank_at_least_1(x, "x");
+  ref::validate_affine_quantize(x, spec, wq, scales, biases);  // the oracle's checks and messages
   const std::int64_t d = x.dim(-1);
-  const std::int64_t words_per_row = spec.packed_words(d);  // validates D > 0 and D % group_size
+  const std::int64_t words_per_row = spec.packed_words(d);
   const std::int64_t groups_per_row = spec.groups(d);
   const Shape lead = leading_axes(x.shape);
-  require_dtype(wq, DType::u32, "wq");
-  require_shape(wq, with_last(lead, words_per_row), "wq");
-  require_dtype(scales, x.dtype, "scales");
-  require_shape(scales, with_last(lead, groups_per_row), "scales");
-  require_dtype(biases, x.dtype, "biases");
-  require_shape(biases, with_last(lead, groups_per_row), "biases");
   KVLAB_REQUIRE(rounding == Rounding::mlx_cpu || rounding == Rounding::mlx_gpu, invalid_argument,
                 "unknown rounding ", static_cast<int>(rounding));
 
@@ -316,18 +282,9 @@ void affine_quantize(const ConstTensorView& x, const QuantSpec& spec, Rounding r
 
 void affine_dequantize(const ConstTensorView& wq, const ConstTensorView& scales, const ConstTensorView& biases,
                        const QuantSpec& spec, const TensorView& out) {
-  require_affine(spec, "affine_dequantize");
-  require_dtype(wq, DType::u32, "wq");
-  require_rank_at_least_1(wq, "wq");
-  require_float(scales, "scales");
-  require_dtype(biases, scales.dtype, "biases");
-  require_shape(biases, scales.shape, "biases");
+  ref::validate_affine_dequantize(wq, scales, biases, spec, out);  // the oracle's checks and messages
   const Shape lead = leading_axes(wq.shape);
-  KVLAB_REQUIRE(scales.rank() == wq.rank() && leading_axes(scales.shape) == lead, shape_mismatch, "scales shape ",
-                shape_str(scales.shape), " does not share the leading axes of wq shape ", shape_str(wq.shape));
-  const std::int64_t d = dequantized_dim(wq, scales, spec);
-  require_float(out, "out");
-  require_shape(out, with_last(lead, d), "out");
+  const std::int64_t d = out.dim(-1);
 
   const std::int64_t rows = shape_numel(lead);
   const std::int64_t words_per_row = wq.dim(-1), groups_per_row = scales.dim(-1);

@@ -27,6 +27,7 @@
 
 #include "kernels/simd/simd_kernels.h"
 #include "kvlab/error.h"
+#include "reference/rope.h"
 #endif  // KVLAB_SIMD_ROPE_COMMON
 
 #undef HWY_TARGET_INCLUDE
@@ -82,54 +83,11 @@ HWY_EXPORT(RotateRow);
 
 namespace {
 
-// ---- validation: the oracle's checks and messages (file-local in reference/rope.cc).
-bool bytes_overlap(const std::byte* a, std::size_t a_len, const std::byte* b, std::size_t b_len) {
-  if (a_len == 0 || b_len == 0) return false;
-  // std::less gives a total order even for pointers into unrelated objects.
-  const std::less<const std::byte*> lt;
-  return lt(a, b + b_len) && lt(b, a + a_len);
-}
-
-void validate(const ConstTensorView& x, const RopeParams& params, std::int32_t offset,
-              const std::optional<ConstTensorView>& per_row_offsets, const TensorView& out) {
-  KVLAB_REQUIRE(x.rank() >= 3, shape_mismatch, "rope input has rank ", x.rank(), " (shape ", shape_str(x.shape),
-                "), expected rank >= 3 read as (B, *, T, D)");
-  require_float(x, "rope input");
-  const std::int64_t d = x.dim(-1);
-  KVLAB_REQUIRE(params.dims > 0, invalid_argument, "rope dims ", params.dims, " is not positive");
-  KVLAB_REQUIRE(params.dims % 2 == 0, invalid_argument, "rope dims ", params.dims, " is odd");
-  KVLAB_REQUIRE(params.dims <= d, invalid_argument, "rope dims ", params.dims, " exceeds the feature size D = ", d);
-  const auto half = static_cast<std::size_t>(params.dims / 2);
-  if (params.freqs.empty()) {
-    // base^(-2i/dims) is NaN for a negative base and degenerate for 0 or inf.
-    KVLAB_REQUIRE(std::isfinite(params.base) && params.base > 0.0f, invalid_argument, "rope base ", params.base,
-                  " is not a positive finite number");
-  } else {
-    KVLAB_REQUIRE(params.freqs.size() == half, shape_mismatch, "rope freqs has ", params.freqs.size(),
-                  " entries, expected dims/2 = ", half);
-    for (std::size_t i = 0; i < half; ++i) {
-      KVLAB_REQUIRE(std::isfinite(params.freqs[i]) && params.freqs[i] > 0.0f, invalid_argument, "rope freqs[", i,
-                    "] = ", params.freqs[i], " is not a positive finite wavelength");
-    }
-  }
-  if (per_row_offsets) {
-    // Both forms at once is ambiguous: reject instead of silently dropping the scalar.
-    KVLAB_REQUIRE(offset == 0, invalid_argument, "rope got scalar offset ", offset,
-                  " together with per_row_offsets; pass one or the other");
-    require_dtype(*per_row_offsets, DType::i32, "rope per_row_offsets");
-    require_shape(*per_row_offsets, Shape{x.dim(0)}, "rope per_row_offsets");
-  }
-  require_shape(out, x.shape, "rope out");
-  require_dtype(out, x.dtype, "rope out");
-  KVLAB_REQUIRE(!bytes_overlap(x.data, x.nbytes(), out.data, out.nbytes()), invalid_argument,
-                "rope out overlaps the input x (in-place rope is not supported)");
-}
-
 }  // namespace
 
 void rope(const ConstTensorView& x, const RopeParams& params, std::int32_t offset,
           const std::optional<ConstTensorView>& per_row_offsets, const TensorView& out) {
-  validate(x, params, offset, per_row_offsets, out);
+  ref::validate_rope(x, params, offset, per_row_offsets, out);
   const std::int64_t batch = x.dim(0), seq = x.dim(-2), d = x.dim(-1);
   const std::int64_t rows = x.numel() / d;
   if (rows == 0) return;
