@@ -4,6 +4,7 @@
 #include <CLI/CLI.hpp>
 
 #include "kvlab/error.h"
+#include "tools/kvlab/harness_commands.h"
 #include "tools/kvlab/selfcheck.h"
 
 int main(int argc, char** argv) {
@@ -15,12 +16,15 @@ int main(int argc, char** argv) {
   selfcheck->add_option("--seed", self.seed, "Seed of every random input (printed)");
   selfcheck->add_flag("--verbose", self.verbose, "Print the measured value of every check");
 
+  kvlab::tools::HarnessCommands harness;
+  harness.add_to(app);
+
   CLI11_PARSE(app, argc, argv);
   try {
     if (*selfcheck) return kvlab::tools::run_selfcheck(self, std::cout) == 0 ? 0 : 1;
+    return harness.run(std::cout);
   } catch (const kvlab::Error& e) {
     std::cerr << "kvlab: " << e.what() << "\n";
     return 2;
   }
-  return 0;
 }

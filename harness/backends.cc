@@ -1,0 +1,73 @@
+#include "harness/backends.h"
+
+#include <mutex>
+
+#include "kvlab/error.h"
+#include "reference/reference_backend.h"
+
+namespace kvlab::harness {
+
+namespace {
+
+std::mutex& registry_mutex() {
+  static std::mutex m;
+  return m;
+}
+
+std::vector<BackendEntry>& registry() {
+  static std::vector<BackendEntry> entries{
+      {"reference", "host scalar oracle (double accumulation)", "the oracle of reference/, kernel by kernel",
+       [](std::string_view variant) -> std::unique_ptr<Backend> {
+         KVLAB_REQUIRE(variant.empty(), invalid_argument, "backend 'reference' has no variant '", variant, "'");
+         return std::make_unique<ReferenceBackend>();
+       }},
+  };
+  return entries;
+}
+
+std::pair<std::string_view, std::string_view> split_name(std::string_view name) {
+  const std::size_t colon = name.find(':');
+  if (colon == std::string_view::npos) return {name, {}};
+  return {name.substr(0, colon), name.substr(colon + 1)};
+}
+
+BackendEntry find_entry(std::string_view base) {
+  const std::lock_guard lock(registry_mutex());
+  std::string known;
+  for (const BackendEntry& e : registry()) {
+    if (e.name == base) return e;
+    known += cat(known.empty() ? "" : ", ", e.name);
+  }
+  fail(ErrorKind::invalid_argument, cat("unknown backend '", base, "' (known: ", known, ")"));
+}
+
+}  // namespace
+
+std::unique_ptr<Backend> make_backend(std::string_view name) {
+  const auto [base, variant] = split_name(name);
+  return find_entry(base).make(variant);
+}
+
+std::string backend_target(std::string_view name) {
+  const auto [base, variant] = split_name(name);
+  std::string target = find_entry(base).target;
+  return variant.empty() ? target : cat(target, " ", variant);
+}
+
+std::vector<BackendEntry> backend_entries() {
+  const std::lock_guard lock(registry_mutex());
+  return registry();
+}
+
+void register_backend(BackendEntry entry) {
+  const std::lock_guard lock(registry_mutex());
+  for (BackendEntry& e : registry()) {
+    if (e.name == entry.name) {
+      e = std::move(entry);
+      return;
+    }
+  }
+  registry().push_back(std::move(entry));
+}
+
+}  // namespace kvlab::harness

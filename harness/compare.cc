@@ -1,0 +1,141 @@
+#include "harness/compare.h"
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "kvlab/error.h"
+
+namespace kvlab::harness {
+
+namespace {
+
+std::uint32_t element_bits(const Tensor& t, std::int64_t i) {
+  std::uint32_t bits = 0;
+  const std::size_t size = dtype_size(t.dtype());
+  std::memcpy(&bits, t.data() + static_cast<std::size_t>(i) * size, size);
+  return bits;
+}
+
+std::string show(const Tensor& t, std::int64_t i) {
+  const std::uint32_t bits = element_bits(t, i);
+  char hex[16];
+  std::snprintf(hex, sizeof hex, "0x%0*X", static_cast<int>(2 * dtype_size(t.dtype())), bits);
+  if (!is_float(t.dtype())) return cat(t.view().load_int(i), " (", hex, ")");
+  char val[40];
+  std::snprintf(val, sizeof val, "%.9g", static_cast<double>(t.view().load(i)));
+  return cat(val, " (", hex, ")");
+}
+
+void zero_fractions(const Tensor& b, const Tensor& r, Comparison& c) {
+  std::int64_t zb = 0, zr = 0;
+  for (std::int64_t i = 0; i < b.numel(); ++i) {
+    // -0.0 counts as zero too: the sign bit alone carries no information here.
+    const std::uint32_t mask = is_float(b.dtype()) ? ~(1u << (8 * dtype_size(b.dtype()) - 1)) : ~0u;
+    zb += (element_bits(b, i) & mask) == 0;
+    zr += (element_bits(r, i) & mask) == 0;
+  }
+  const double n = static_cast<double>(std::max<std::int64_t>(b.numel(), 1));
+  c.zero_fraction_backend = static_cast<double>(zb) / n;
+  c.zero_fraction_reference = static_cast<double>(zr) / n;
+}
+
+void require_same_layout(const Tensor& b, const Tensor& r) {
+  KVLAB_REQUIRE(b.dtype() == r.dtype() && b.shape() == r.shape(), internal, "compare: backend ",
+                dtype_name(b.dtype()), shape_str(b.shape()), " vs reference ", dtype_name(r.dtype()),
+                shape_str(r.shape()));
+}
+
+}  // namespace
+
+std::string coords(const Shape& shape, std::int64_t flat) {
+  std::vector<std::int64_t> idx(shape.size());
+  for (std::size_t a = shape.size(); a-- > 0;) {
+    const std::int64_t d = std::max<std::int64_t>(shape[a], 1);
+    idx[a] = flat % d;
+    flat /= d;
+  }
+  if (shape.size() == 4) return cat("(b=", idx[0], ", h=", idx[1], ", t=", idx[2], ", d=", idx[3], ")");
+  std::string out = "[";
+  for (std::size_t a = 0; a < idx.size(); ++a) out += cat(a ? ", " : "", idx[a]);
+  return out + "]";
+}
+
+Comparison compare_bits(const Tensor& backend, const Tensor& reference) {
+  require_same_layout(backend, reference);
+  Comparison c;
+  zero_fractions(backend, reference, c);
+  for (std::int64_t i = 0; i < backend.numel(); ++i) {
+    if (element_bits(backend, i) == element_bits(reference, i)) continue;
+    if (c.mismatches++ == 0) c.worst_index = i;  // bit-exact: the first difference
+  }
+  if (c.mismatches > 0) {
+    c.ok = false;
+    c.reason = cat(c.mismatches, " of ", backend.numel(), " elements differ bitwise");
+    c.backend_value = show(backend, c.worst_index);
+    c.reference_value = show(reference, c.worst_index);
+  }
+  return c;
+}
+
+Comparison compare_values(const Tensor& backend, const Tensor& reference, const Budget& budget) {
+  require_same_layout(backend, reference);
+  KVLAB_REQUIRE(budget.per_element.size() == 1 || static_cast<std::int64_t>(budget.per_element.size()) ==
+                                                      backend.numel(),
+                internal, "budget has ", budget.per_element.size(), " entries for ", backend.numel(), " elements");
+  Comparison c;
+  zero_fractions(backend, reference, c);
+  const ConstTensorView vb = backend.view(), vr = reference.view();
+  double ref_inf_norm = 0, sum_sq_err = 0, sum_sq_ref = 0;
+  double worst_ratio = -1;
+  std::int64_t nans = 0, inf_mismatch = 0;
+  for (std::int64_t i = 0; i < backend.numel(); ++i) {
+    const double b = vb.load(i), r = vr.load(i);
+    const double allowed = budget.per_element.size() == 1 ? budget.per_element[0]
+                                                          : budget.per_element[static_cast<std::size_t>(i)];
+    double ratio = 0;
+    bool bad = false;
+    if (std::isnan(b) || std::isnan(r)) {
+      ++nans;
+      bad = true;
+      ratio = std::numeric_limits<double>::infinity();
+    } else if (std::isinf(b) || std::isinf(r)) {
+      bad = b != r;  // same infinity (sign included), or a failure
+      inf_mismatch += bad;
+      ratio = bad ? std::numeric_limits<double>::infinity() : 0;
+    } else {
+      const double err = std::abs(b - r);
+      ref_inf_norm = std::max(ref_inf_norm, std::abs(r));
+      c.max_abs_err = std::max(c.max_abs_err, err);
+      sum_sq_err += err * err;
+      sum_sq_ref += r * r;
+      bad = err > allowed;
+      ratio = err == 0 ? 0 : (allowed > 0 ? err / allowed : std::numeric_limits<double>::infinity());
+    }
+    c.mismatches += bad;
+    if (ratio > worst_ratio) {
+      worst_ratio = ratio;
+      c.worst_index = i;
+      c.budget = allowed;
+    }
+  }
+  c.rel_err = ref_inf_norm > 0 ? c.max_abs_err / ref_inf_norm : c.max_abs_err;
+  c.nmse = sum_sq_ref > 0 ? sum_sq_err / sum_sq_ref : sum_sq_err;
+  if (c.worst_index >= 0) {
+    c.backend_value = show(backend, c.worst_index);
+    c.reference_value = show(reference, c.worst_index);
+  }
+  if (nans > 0) {
+    c.reason = cat(nans, " NaN element(s)");
+  } else if (inf_mismatch > 0) {
+    c.reason = cat(inf_mismatch, " infinities differ from the reference");
+  } else if (c.mismatches > 0) {
+    c.reason = cat(c.mismatches, " of ", backend.numel(), " elements over budget");
+  } else if (budget.nmse_max >= 0 && c.nmse > budget.nmse_max) {
+    c.reason = cat("NMSE ", c.nmse, " > ", budget.nmse_max);
+  }
+  c.ok = c.reason.empty();
+  return c;
+}
+
+}  // namespace kvlab::harness

@@ -1,0 +1,126 @@
+#include "harness/op.h"
+
+#include <cstring>
+
+#include "harness/ops/ops.h"
+#include "harness/rng.h"
+#include "kvlab/error.h"
+
+namespace kvlab::harness {
+
+const Tensor& Prepared::input(std::string_view name) const {
+  for (std::size_t i = 0; i < input_names.size(); ++i) {
+    if (input_names[i] == name) return inputs[i];
+  }
+  fail(ErrorKind::internal, cat("no prepared input '", name, "'"));
+}
+
+const DTensor* Bound::find(std::string_view name) const {
+  for (std::size_t i = 0; i < names->size(); ++i) {
+    if ((*names)[i] == name) return &tensors[i];
+  }
+  return nullptr;
+}
+
+const DTensor& Bound::operator[](std::string_view name) const {
+  const DTensor* t = find(name);
+  KVLAB_REQUIRE(t != nullptr, internal, "no bound tensor '", name, "'");
+  return *t;
+}
+
+const std::vector<ParamSpec>& OpInfo::params() const {
+  if (params_.empty()) {
+    params_ = declared_params();
+    params_.push_back(int_param("seed", 1));
+  }
+  return params_;
+}
+
+Budget OpInfo::budget(const Problem&, const Prepared&, std::size_t, const Tensor&) const {
+  return {{0.0}, -1};  // an op that declares no tolerance compares values exactly
+}
+
+std::vector<Problem> OpInfo::shrink_candidates(const Problem& p) const {
+  std::vector<Problem> out;
+  auto push = [&](const ParamSpec& s, const std::string& v) {
+    if (v != p.word(s.key)) out.push_back(p.with(s.key, v));
+  };
+  for (const ParamSpec& s : params()) {
+    if (!s.shrink) continue;
+    if (s.kind == ParamKind::word) {
+      push(s, s.choices.front());
+    } else if (s.kind == ParamKind::integer) {
+      const std::int64_t v = p.integer(s.key);
+      if (v <= s.shrink_min) continue;
+      push(s, std::to_string(s.shrink_min));
+      if (v / 2 > s.shrink_min) push(s, std::to_string(v / 2));
+      if (v - 1 > s.shrink_min && v - 1 != v / 2) push(s, std::to_string(v - 1));
+    }
+  }
+  return out;
+}
+
+std::vector<const OpInfo*> all_ops() {
+  return {&ops::affine_quantize(), &ops::affine_dequantize(), &ops::fp_quantize(), &ops::fp_dequantize(),
+          &ops::rope(),            &ops::sdpa(),              &ops::quantized_sdpa(), &ops::kv_scatter(),
+          &ops::kv_gather(),       &ops::kv_copy_blocks(),    &ops::kv_roll()};
+}
+
+const OpInfo& find_op(std::string_view name) {
+  std::string known;
+  for (const OpInfo* op : all_ops()) {
+    if (op->name() == name) return *op;
+    known += cat(known.empty() ? "" : ", ", op->name());
+  }
+  fail(ErrorKind::invalid_argument, cat("unknown op '", name, "' (known: ", known, ")"));
+}
+
+ParamSpec int_param(std::string key, std::int64_t def, bool shrink, std::int64_t shrink_min) {
+  return {std::move(key), ParamKind::integer, std::to_string(def), {}, shrink, shrink_min};
+}
+ParamSpec real_param(std::string key, std::string def) {
+  return {std::move(key), ParamKind::real, std::move(def), {}, false, 1};
+}
+ParamSpec word_param(std::string key, std::vector<std::string> choices, bool shrink) {
+  std::string def = choices.front();
+  return {std::move(key), ParamKind::word, std::move(def), std::move(choices), shrink, 1};
+}
+ParamSpec dtype_param(std::string key, std::string def) {
+  return {std::move(key), ParamKind::word, std::move(def), {"f32", "f16", "bf16"}, false, 1};
+}
+
+Tensor random_normal(const Problem& p, std::string_view name, DType dtype, Shape shape, double stddev) {
+  Tensor t(dtype, std::move(shape));
+  const CounterRng rng(p.line(), name);
+  const TensorView v = t.view();
+  for (std::int64_t i = 0; i < t.numel(); ++i) {
+    v.store(i, static_cast<float>(stddev * rng.normal(static_cast<std::uint64_t>(i))));
+  }
+  return t;
+}
+
+Tensor random_bits(const Problem& p, std::string_view name, DType dtype, Shape shape) {
+  Tensor t(dtype, std::move(shape));
+  const CounterRng rng(p.line(), name);
+  for (std::int64_t i = 0; i < t.numel(); ++i) {
+    store_bits(t, i, static_cast<std::uint32_t>(rng.bits(static_cast<std::uint64_t>(i))));
+  }
+  return t;
+}
+
+std::uint32_t nan_poison_bits(DType dtype) {
+  switch (dtype) {
+    case DType::f32: return 0x7FC0DEADu;  // quiet NaN; the payload names the poison
+    case DType::f16: return 0x7E5Au;
+    case DType::bf16: return 0x7FDAu;
+    default: return 0xFFFFFFFFu;
+  }
+}
+
+void store_bits(Tensor& t, std::int64_t index, std::uint32_t bits) {
+  const std::size_t size = dtype_size(t.dtype());
+  // Little-endian host: the low `size` bytes of `bits` are the element.
+  std::memcpy(t.data() + static_cast<std::size_t>(index) * size, &bits, size);
+}
+
+}  // namespace kvlab::harness

@@ -1,0 +1,102 @@
+// One op of the harness: its parameters, how a Problem becomes host inputs and output
+// slots (create + fill), how it calls a Backend, and its numerics policy.
+//
+// The spine (harness/spine.h) is the same for every op; an op only describes itself.
+// Extension point for cache-level cases: a cache op is an OpInfo whose invoke() drives
+// a cache type over the Backend (a command sequence read from the problem) and whose
+// outputs are the observables of DESIGN.md (logical content, attention output, offsets);
+// register it in op.cc beside the kernel ops.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "harness/problem.h"
+#include "kvlab/backend.h"
+#include "kvlab/tensor.h"
+
+namespace kvlab::harness {
+
+// How an output is compared with the reference.
+struct Budget {
+  // Allowed |backend − reference| per element; a single entry applies to all.
+  std::vector<double> per_element;
+  // Upper bound on NMSE = Σ(b−r)²/Σr² (a norm check that catches many small errors
+  // which each stay under the point-wise bound); negative disables it.
+  double nmse_max = -1;
+};
+
+struct OutputSlot {
+  std::string name;
+  DType dtype = DType::f32;
+  Shape shape;
+  bool bit_exact = true;          // integer codes, data movement: compare bytes
+  std::optional<Tensor> initial;  // content before the kernel (rows it must not touch);
+                                  // absent: NaN poison (all bytes 0xFF)
+};
+
+struct Prepared {
+  std::vector<std::string> input_names;
+  std::vector<Tensor> inputs;
+  std::vector<OutputSlot> outputs;
+  void add_input(std::string name, Tensor t) {
+    input_names.push_back(std::move(name));
+    inputs.push_back(std::move(t));
+  }
+  const Tensor& input(std::string_view name) const;
+};
+
+// Tensors as a backend sees them, looked up by the names of Prepared.
+struct Bound {
+  const std::vector<std::string>* names = nullptr;
+  std::vector<DTensor> tensors;
+  const DTensor& operator[](std::string_view name) const;
+  const DTensor* find(std::string_view name) const;
+};
+
+class OpInfo {
+ public:
+  virtual ~OpInfo() = default;
+  virtual std::string_view name() const = 0;
+  virtual std::string_view summary() const = 0;
+  // Declared parameters followed by `seed` (added by the registry).
+  const std::vector<ParamSpec>& params() const;
+
+  // create + fill. May throw kvlab::Error for a problem the op cannot express (INVALID).
+  virtual Prepared prepare(const Problem& p) const = 0;
+  // Calls the backend kernel; `out` are the output slots in Prepared order.
+  virtual void invoke(Backend& backend, const Problem& p, const Bound& in, const Bound& out) const = 0;
+  // Tolerance of a non-bit-exact output, derived from the problem and the reference
+  // result (each op documents its derivation beside its implementation).
+  virtual Budget budget(const Problem& p, const Prepared& prep, std::size_t output, const Tensor& ref) const;
+  // Smaller variants to try when a problem fails (default: every shrinkable parameter
+  // to its minimum, half, and one less; words to their simplest choice).
+  virtual std::vector<Problem> shrink_candidates(const Problem& p) const;
+
+ protected:
+  virtual std::vector<ParamSpec> declared_params() const = 0;
+
+ private:
+  mutable std::vector<ParamSpec> params_;
+};
+
+const OpInfo& find_op(std::string_view name);  // throws invalid_argument listing the ops
+std::vector<const OpInfo*> all_ops();
+
+// ---- helpers for op implementations -------------------------------------------
+ParamSpec int_param(std::string key, std::int64_t def, bool shrink = false, std::int64_t shrink_min = 1);
+ParamSpec real_param(std::string key, std::string def);
+ParamSpec word_param(std::string key, std::vector<std::string> choices, bool shrink = false);
+ParamSpec dtype_param(std::string key = "dtype", std::string def = "f32");
+
+// Normal(0, stddev²) values rounded to `dtype`, keyed by the problem line and `name`.
+Tensor random_normal(const Problem& p, std::string_view name, DType dtype, Shape shape, double stddev = 1.0);
+// Raw random bits for any dtype (integer payloads, data-movement tests).
+Tensor random_bits(const Problem& p, std::string_view name, DType dtype, Shape shape);
+// f32 quiet NaN with a payload, f16/bf16 likewise; the poison of hidden cache slots.
+std::uint32_t nan_poison_bits(DType dtype);
+void store_bits(Tensor& t, std::int64_t index, std::uint32_t bits);
+
+}  // namespace kvlab::harness

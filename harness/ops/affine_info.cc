@@ -1,0 +1,134 @@
+// affine_quantize / affine_dequantize (reference/affine_quantize.h).
+//
+// Inputs are x (B, H, T, D) in `dtype`: normal(0,1) values, or with dist=grid values
+// k/4 (k in [-16, 16]) so that group extremes and codes land on exact rounding ties —
+// where mlx_cpu (rint) and mlx_gpu (round) differ and a backend's division is most
+// likely to disagree with the oracle.
+#include <cmath>
+
+#include "harness/ops/ops.h"
+#include "harness/rng.h"
+#include "reference/affine_quantize.h"
+
+namespace kvlab::harness::ops {
+
+namespace {
+
+std::vector<ParamSpec> quant_params() {
+  return {int_param("B", 1, true), int_param("H", 1, true), int_param("T", 4, true),
+          int_param("D", 64, true, 32), dtype_param(), int_param("bits", 4), int_param("group", 64),
+          word_param("rounding", {"mlx_cpu", "mlx_gpu"}), word_param("dist", {"normal", "grid"}, true)};
+}
+
+Shape x_shape(const Problem& p) { return {p.integer("B"), p.integer("H"), p.integer("T"), p.integer("D")}; }
+
+QuantSpec affine_spec(const Problem& p) {
+  QuantSpec s{QuantMode::affine, p.int32("bits"), p.int32("group")};
+  s.validate();
+  return s;
+}
+
+Tensor quant_input(const Problem& p) {
+  const DType dtype = dtype_from_name(p.word("dtype"));
+  if (p.word("dist") == "normal") return random_normal(p, "x", dtype, x_shape(p));
+  Tensor x(dtype, x_shape(p));
+  const CounterRng rng(p.line(), "x");
+  const TensorView v = x.view();
+  for (std::int64_t i = 0; i < x.numel(); ++i) {
+    const auto k = static_cast<std::int64_t>(rng.bits(static_cast<std::uint64_t>(i)) % 33) - 16;
+    v.store(i, static_cast<float>(k) / 4.0f);
+  }
+  return x;
+}
+
+Shape with_last(Shape s, std::int64_t last) {
+  s.back() = last;
+  return s;
+}
+
+class AffineQuantize final : public OpInfo {
+ public:
+  std::string_view name() const override { return "affine_quantize"; }
+  std::string_view summary() const override { return "x -> packed u32 codes, scales, biases (bit-exact)"; }
+  std::vector<ParamSpec> declared_params() const override { return quant_params(); }
+
+  Prepared prepare(const Problem& p) const override {
+    const QuantSpec spec = affine_spec(p);
+    Prepared prep;
+    prep.add_input("x", quant_input(p));
+    const Shape xs = x_shape(p);
+    const DType dtype = dtype_from_name(p.word("dtype"));
+    // Codes, scales and biases are all bit-exact: the algorithm is a fixed sequence of
+    // f32 operations (reference/affine_quantize.h), so any difference is a bug, not noise.
+    prep.outputs.push_back({"wq", DType::u32, with_last(xs, spec.packed_words(xs.back())), true, {}});
+    prep.outputs.push_back({"scales", dtype, with_last(xs, spec.groups(xs.back())), true, {}});
+    prep.outputs.push_back({"biases", dtype, with_last(xs, spec.groups(xs.back())), true, {}});
+    return prep;
+  }
+
+  void invoke(Backend& b, const Problem& p, const Bound& in, const Bound& out) const override {
+    b.affine_quantize(in["x"], affine_spec(p), rounding_from_name(p.word("rounding")), out.tensors[0],
+                      out.tensors[1], out.tensors[2]);
+  }
+};
+
+// Tolerance of affine_dequantize.
+// The oracle computes fl32(fl32(c·s) + b) and rounds once to T. A backend may fuse the
+// multiply-add (fma: one rounding instead of two), which moves the f32 result by at
+// most the product's rounding, u32·|c·s| ≤ u32·n·|s| (u32 = 2^-24, n = 2^bits − 1);
+// rounding that to T may then land one ulp of T away: ≤ eps_T·|ref|. Subnormal T
+// results add T's smallest spacing. So per element:
+//   budget = eps_T·|ref| + 2^-24·n·|s_g| + denorm_min_T
+// For f32 data without fma the result is bit-exact (the budget is an upper bound).
+class AffineDequantize final : public OpInfo {
+ public:
+  std::string_view name() const override { return "affine_dequantize"; }
+  std::string_view summary() const override { return "packed codes -> values (1 ulp of T + fma slack)"; }
+  std::vector<ParamSpec> declared_params() const override { return quant_params(); }
+
+  Prepared prepare(const Problem& p) const override {
+    const QuantSpec spec = affine_spec(p);
+    ref::QuantizedTensor q = ref::affine_quantize(quant_input(p), spec, rounding_from_name(p.word("rounding")));
+    Prepared prep;
+    prep.add_input("wq", std::move(q.wq));
+    prep.add_input("scales", std::move(q.scales));
+    prep.add_input("biases", std::move(q.biases));
+    prep.outputs.push_back({"out", dtype_from_name(p.word("dtype")), x_shape(p), false, {}});
+    return prep;
+  }
+
+  void invoke(Backend& b, const Problem& p, const Bound& in, const Bound& out) const override {
+    b.affine_dequantize(in["wq"], in["scales"], in["biases"], affine_spec(p), out.tensors[0]);
+  }
+
+  Budget budget(const Problem& p, const Prepared& prep, std::size_t, const Tensor& ref) const override {
+    const DType t = ref.dtype();
+    const double eps = dtype_epsilon(t);
+    const double denorm = t == DType::f32 ? 0x1p-149 : (t == DType::f16 ? 0x1p-24 : 0x1p-133);
+    const double n = std::ldexp(1.0, p.int32("bits")) - 1;
+    const std::int64_t group = p.integer("group");
+    const ConstTensorView scales = prep.input("scales").view();
+    const ConstTensorView r = ref.view();
+    Budget b;
+    b.per_element.resize(static_cast<std::size_t>(ref.numel()));
+    for (std::int64_t i = 0; i < ref.numel(); ++i) {
+      const double s = std::abs(static_cast<double>(scales.load(i / group)));
+      b.per_element[static_cast<std::size_t>(i)] =
+          eps * std::abs(static_cast<double>(r.load(i))) + 0x1p-24 * n * s + denorm;
+    }
+    return b;
+  }
+};
+
+}  // namespace
+
+const OpInfo& affine_quantize() {
+  static const AffineQuantize op;
+  return op;
+}
+const OpInfo& affine_dequantize() {
+  static const AffineDequantize op;
+  return op;
+}
+
+}  // namespace kvlab::harness::ops

@@ -1,0 +1,120 @@
+// fp_quantize / fp_dequantize: mxfp4, mxfp8, nvfp4 (reference/fp_quantize.h).
+//
+// Codes and scale codes are compared bit-exactly. (The contract notes that Metal's
+// log2 may round differently within a few ulps of 2^(k+1/2), where a ±1 scale code
+// should be tolerated; random normal data essentially never lands there, so the
+// harness stays strict until a backend shows such a case — then add a tie-aware
+// comparison here that counts those elements, as DESIGN.md "Numerics policy" says.)
+#include <cmath>
+
+#include "harness/ops/ops.h"
+#include "reference/fp_quantize.h"
+
+namespace kvlab::harness::ops {
+
+namespace {
+
+std::vector<ParamSpec> fp_params() {
+  return {int_param("B", 1, true), int_param("H", 1, true), int_param("T", 4, true), int_param("D", 64, true, 16),
+          dtype_param(), word_param("mode", {"mxfp4", "mxfp8", "nvfp4"}),
+          word_param("rounding", {"mlx_cpu", "mlx_gpu"}),
+          // amax: nvfp4's two-level scaling with MLX's global scale = tensor amax.
+          word_param("global_scale", {"none", "amax"}, true)};
+}
+
+Shape x_shape(const Problem& p) { return {p.integer("B"), p.integer("H"), p.integer("T"), p.integer("D")}; }
+QuantSpec fp_spec(const Problem& p) { return QuantSpec::make(quant_mode_from_name(p.word("mode"))); }
+
+Tensor fp_input(const Problem& p) { return random_normal(p, "x", dtype_from_name(p.word("dtype")), x_shape(p)); }
+
+std::optional<float> global_scale(const Problem& p, const Tensor& x) {
+  if (p.word("global_scale") == "none") return std::nullopt;
+  float amax = 0;
+  const ConstTensorView v = x.view();
+  for (std::int64_t i = 0; i < x.numel(); ++i) amax = std::max(amax, std::abs(v.load(i)));
+  return amax;
+}
+
+Shape with_last(Shape s, std::int64_t last) {
+  s.back() = last;
+  return s;
+}
+
+class FpQuantize final : public OpInfo {
+ public:
+  std::string_view name() const override { return "fp_quantize"; }
+  std::string_view summary() const override { return "x -> fp4/fp8 codes + u8 scale codes (bit-exact)"; }
+  std::vector<ParamSpec> declared_params() const override { return fp_params(); }
+
+  Prepared prepare(const Problem& p) const override {
+    const QuantSpec spec = fp_spec(p);
+    Prepared prep;
+    prep.add_input("x", fp_input(p));
+    const Shape xs = x_shape(p);
+    prep.outputs.push_back({"wq", DType::u32, with_last(xs, spec.packed_words(xs.back())), true, {}});
+    prep.outputs.push_back({"scales", DType::u8, with_last(xs, spec.groups(xs.back())), true, {}});
+    return prep;
+  }
+
+  void invoke(Backend& b, const Problem& p, const Bound& in, const Bound& out) const override {
+    // The global scale is derived on the host from the same input bits on both sides.
+    const Tensor x = fp_input(p);
+    b.fp_quantize(in["x"], fp_spec(p), rounding_from_name(p.word("rounding")), global_scale(p, x),
+                  out.tensors[0], out.tensors[1]);
+  }
+};
+
+// Tolerance of fp_dequantize.
+// Without a global scale, lut(code)·decode(scale) is exact in f32: E2M1 values have 2
+// significant bits and E4M3 4, E8M0 is a power of two, so the product has ≤ 6 bits
+// and no rounding happens before the single rounding to T. Any correct backend is
+// therefore bit-exact: budget 0.
+// With nvfp4's global scale the oracle multiplies by g/2688 in f32 afterwards; a
+// backend may fold g/2688 into the scale first, which is a different f32 rounding
+// (≤ 2 u32 relative), and then T's rounding can move one ulp: eps_T·|ref| + 2^-22·|ref|.
+class FpDequantize final : public OpInfo {
+ public:
+  std::string_view name() const override { return "fp_dequantize"; }
+  std::string_view summary() const override { return "fp codes -> values (exact; 1 ulp with a global scale)"; }
+  std::vector<ParamSpec> declared_params() const override { return fp_params(); }
+
+  Prepared prepare(const Problem& p) const override {
+    const Tensor x = fp_input(p);
+    ref::QuantizedTensor q =
+        ref::fp_quantize(x, fp_spec(p), rounding_from_name(p.word("rounding")), global_scale(p, x));
+    Prepared prep;
+    prep.add_input("wq", std::move(q.wq));
+    prep.add_input("scales", std::move(q.scales));
+    prep.outputs.push_back({"out", dtype_from_name(p.word("dtype")), x_shape(p), false, {}});
+    return prep;
+  }
+
+  void invoke(Backend& b, const Problem& p, const Bound& in, const Bound& out) const override {
+    b.fp_dequantize(in["wq"], in["scales"], fp_spec(p), global_scale(p, fp_input(p)), out.tensors[0]);
+  }
+
+  Budget budget(const Problem& p, const Prepared&, std::size_t, const Tensor& ref) const override {
+    if (p.word("global_scale") == "none") return {{0.0}, -1};
+    const double eps = dtype_epsilon(ref.dtype());
+    Budget b;
+    b.per_element.resize(static_cast<std::size_t>(ref.numel()));
+    const ConstTensorView r = ref.view();
+    for (std::int64_t i = 0; i < ref.numel(); ++i) {
+      b.per_element[static_cast<std::size_t>(i)] = (eps + 0x1p-22) * std::abs(static_cast<double>(r.load(i)));
+    }
+    return b;
+  }
+};
+
+}  // namespace
+
+const OpInfo& fp_quantize() {
+  static const FpQuantize op;
+  return op;
+}
+const OpInfo& fp_dequantize() {
+  static const FpDequantize op;
+  return op;
+}
+
+}  // namespace kvlab::harness::ops

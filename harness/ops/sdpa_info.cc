@@ -1,0 +1,288 @@
+// sdpa and quantized_sdpa (reference/sdpa.h, reference/quantized_sdpa.h).
+//
+// q (B, Hq, Lq, Dk), k (B, Hkv, Lk, Dk), v (B, Hkv, Lk, Dv), normal(0,1) in `dtype`.
+// mask: none | causal (with window=W, and lpad/rpad giving batch row b the padding
+// ⌊pad·b/(B−1)⌋, i.e. unequal padding from 0 to pad) | bool / additive (a random
+// (B, 1, Lq, Lk) array hiding ~25% of keys). With causal padding the hidden key slots
+// are filled with NaN poison (quantized: poisoned scales), so a backend that reads a
+// key the mask hides fails loudly instead of being slightly off.
+#include <cmath>
+#include <limits>
+
+#include "harness/ops/ops.h"
+#include "harness/rng.h"
+#include "reference/fp_quantize.h"
+#include "reference/quantized_sdpa.h"
+
+namespace kvlab::harness::ops {
+
+namespace {
+
+std::vector<ParamSpec> attention_params() {
+  return {int_param("B", 1, true),          int_param("Hq", 4, true),        int_param("Hkv", 4, true),
+          int_param("Lq", 4, true),         int_param("Lk", 16, true),       int_param("Dk", 64, true),
+          int_param("Dv", 64, true),        dtype_param(),                   word_param("mask", {"none", "causal", "bool", "additive"}, true),
+          int_param("window", 0, true, 0),  int_param("lpad", 0, true, 0),   int_param("rpad", 0, true, 0),
+          int_param("sinks", 0, true, 0),   real_param("softcap", "0"),      real_param("scale", "0")};
+}
+
+std::vector<std::int32_t> padding(const Problem& p, std::string_view key) {
+  const std::int64_t pad = p.integer(key), B = p.integer("B");
+  if (pad == 0 || p.word("mask") != "causal") return {};
+  std::vector<std::int32_t> out;
+  for (std::int64_t b = 0; b < B; ++b) out.push_back(static_cast<std::int32_t>(B > 1 ? pad * b / (B - 1) : pad));
+  return out;
+}
+
+AttentionParams attention(const Problem& p) {
+  AttentionParams a;
+  const double scale = p.real("scale");
+  a.scale = static_cast<float>(scale != 0 ? scale : 1.0 / std::sqrt(static_cast<double>(p.integer("Dk"))));
+  a.softcap = static_cast<float>(p.real("softcap"));
+  const std::string& m = p.word("mask");
+  a.mask.kind = m == "causal" ? MaskKind::causal : m == "bool" ? MaskKind::boolean : m == "additive" ? MaskKind::additive : MaskKind::none;
+  a.mask.window = p.int32("window");
+  a.mask.left_padding = padding(p, "lpad");
+  a.mask.right_padding = padding(p, "rpad");
+  return a;
+}
+
+// Whether key slot j of batch row b is hidden from every query by the padding.
+bool padded(const Problem& p, std::int64_t b, std::int64_t j) {
+  const auto l = padding(p, "lpad"), r = padding(p, "rpad");
+  const std::int64_t lk = p.integer("Lk");
+  return (!l.empty() && j < l[static_cast<std::size_t>(b)]) || (!r.empty() && j >= lk - r[static_cast<std::size_t>(b)]);
+}
+
+// Rows (b, h, j) of a (B, H, L, W) tensor hidden by padding get `bits` in every element.
+void poison_rows(const Problem& p, Tensor& t, std::uint32_t bits) {
+  const Shape& s = t.shape();
+  for (std::int64_t i = 0; i < t.numel(); ++i) {
+    const std::int64_t j = (i / s[3]) % s[2], b = i / (s[1] * s[2] * s[3]);
+    if (padded(p, b, j)) store_bits(t, i, bits);
+  }
+}
+
+void add_mask_and_sinks(const Problem& p, Prepared& prep) {
+  const std::int64_t B = p.integer("B"), Lq = p.integer("Lq"), Lk = p.integer("Lk");
+  const std::string& m = p.word("mask");
+  if (m == "bool" || m == "additive") {
+    const CounterRng rng(p.line(), "mask");
+    Tensor mask(m == "bool" ? DType::u8 : DType::f32, {B, 1, Lq, Lk});
+    for (std::int64_t i = 0; i < mask.numel(); ++i) {
+      const bool keep = rng.uniform(static_cast<std::uint64_t>(2 * i)) < 0.75;
+      if (m == "bool") {
+        mask.view().store_int(i, keep ? 1 : 0);
+      } else {
+        const double bias = 0.5 * (rng.uniform(static_cast<std::uint64_t>(2 * i + 1)) - 0.5);
+        mask.view().store(i, keep ? static_cast<float>(bias) : -std::numeric_limits<float>::infinity());
+      }
+    }
+    prep.add_input("mask", std::move(mask));
+  }
+  if (p.flag("sinks")) prep.add_input("sinks", random_normal(p, "sinks", DType::f32, {p.integer("Hq")}));
+}
+
+const DTensor* optional_input(const Bound& in, std::string_view name) { return in.find(name); }
+
+// Tolerance of sdpa and quantized_sdpa (one object: quantized_sdpa is sdpa over the
+// dequantized K/V, so only the K/V values differ).
+// The oracle accumulates in double and rounds once. A backend with f32 accumulation:
+//  * logits: s = scale·<q, k> may use q·scale rounded to T first (MLX does), then a
+//    dot product of Dk terms: |Δs| ≤ δ = (eps_T + (Dk+2)·u)·S + u·max|mask|, where
+//    S = max over (row, key) of |scale|·Σ|q_d·k_d| (u = 2^-24). softcap's tanh has slope
+//    ≤ 1, so it does not amplify δ.
+//  * softmax: each weight p_j changes by a factor within e^{±2δ}, so Σ|Δp_j| ≤ 2δ and
+//    |Δo| ≤ 2δ·max|v|; exp, the normalizer and the Lk-term sum of p_j·v_j add
+//    γ = (Lk + 4)·u relative each, i.e. 2γ·max|v|.
+//  * output: P may be rounded to T before P·V (flash-attention style) and out is
+//    rounded to T: 2·eps_T·max|v|.
+//   budget = max|v|·(2·eps_T + 2δ + 2γ) + denorm_T, uniform over the output.
+// Norm check: the RMS error may not exceed half that worst-case budget
+//   (NMSE ≤ budget² / (4·mean(ref²))): errors of a correct kernel are random and far
+//   below the worst case, so many elements each just under budget means a bug.
+Budget attention_budget(const Problem& p, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor* mask,
+                        const Tensor& ref) {
+  constexpr double u = 0x1p-24;
+  const DType t = ref.dtype();
+  const double eps = dtype_epsilon(t);
+  const double denorm = t == DType::f32 ? 0x1p-149 : (t == DType::f16 ? 0x1p-24 : 0x1p-133);
+  const AttentionParams a = attention(p);
+  const std::int64_t B = p.integer("B"), Hq = p.integer("Hq"), Hkv = p.integer("Hkv");
+  const std::int64_t Lq = p.integer("Lq"), Lk = p.integer("Lk"), Dk = p.integer("Dk");
+  const xt::xarray<float> qf = q.to_f32(), kf = k.to_f32(), vf = v.to_f32();
+  double S = 0;
+  for (std::int64_t b = 0; b < B; ++b) {
+    for (std::int64_t h = 0; h < Hq; ++h) {
+      const std::int64_t hk = h / (Hq / Hkv);
+      for (std::int64_t i = 0; i < Lq; ++i) {
+        for (std::int64_t j = 0; j < Lk; ++j) {
+          double acc = 0;
+          for (std::int64_t d = 0; d < Dk; ++d) {
+            acc += std::abs(static_cast<double>(qf(b, h, i, d)) * static_cast<double>(kf(b, hk, j, d)));
+          }
+          if (std::isfinite(acc)) S = std::max(S, std::abs(static_cast<double>(a.scale)) * acc);
+        }
+      }
+    }
+  }
+  double max_v = 0, max_mask = 0;
+  for (const float x : vf) {
+    if (std::isfinite(x)) max_v = std::max(max_v, std::abs(static_cast<double>(x)));
+  }
+  if (mask != nullptr && mask->dtype() != DType::u8) {
+    for (const float x : mask->to_f32()) {
+      if (std::isfinite(x)) max_mask = std::max(max_mask, std::abs(static_cast<double>(x)));
+    }
+  }
+  const double delta = (eps + static_cast<double>(Dk + 2) * u) * S + u * max_mask;
+  const double gamma = static_cast<double>(Lk + 4) * u;
+  const double budget = max_v * (2 * eps + 2 * delta + 2 * gamma) + denorm;
+  double sum_sq = 0;
+  for (const float x : ref.to_f32()) sum_sq += static_cast<double>(x) * static_cast<double>(x);
+  const double mean_sq = sum_sq / static_cast<double>(std::max<std::int64_t>(ref.numel(), 1));
+  return {{budget}, mean_sq > 0 ? budget * budget / (4 * mean_sq) : -1};
+}
+
+std::vector<Problem> attention_shrink(const Problem& p, std::vector<Problem> generic) {
+  const std::int64_t hq = p.integer("Hq"), hkv = p.integer("Hkv");
+  std::vector<Problem> out;
+  // Heads shrink together (Hq % Hkv must hold): first to one kv head, then to one head.
+  if (hq > 1) out.push_back(p.with("Hq", "1").with("Hkv", "1"));
+  if (hkv > 1) out.push_back(p.with("Hq", std::to_string(hq / hkv)).with("Hkv", "1"));
+  if (p.real("softcap") != 0) out.push_back(p.with("softcap", "0"));
+  for (Problem& g : generic) out.push_back(std::move(g));
+  return out;
+}
+
+class Sdpa final : public OpInfo {
+ public:
+  std::string_view name() const override { return "sdpa"; }
+  std::string_view summary() const override { return "attention: GQA, masks, sinks, softcap, Dv != Dk"; }
+  std::vector<ParamSpec> declared_params() const override { return attention_params(); }
+
+  Prepared prepare(const Problem& p) const override {
+    const DType dtype = dtype_from_name(p.word("dtype"));
+    const std::int64_t B = p.integer("B"), Hq = p.integer("Hq"), Hkv = p.integer("Hkv");
+    const std::int64_t Lq = p.integer("Lq"), Lk = p.integer("Lk"), Dk = p.integer("Dk"), Dv = p.integer("Dv");
+    Prepared prep;
+    prep.add_input("q", random_normal(p, "q", dtype, {B, Hq, Lq, Dk}));
+    Tensor k = random_normal(p, "k", dtype, {B, Hkv, Lk, Dk});
+    Tensor v = random_normal(p, "v", dtype, {B, Hkv, Lk, Dv});
+    poison_rows(p, k, nan_poison_bits(dtype));
+    poison_rows(p, v, nan_poison_bits(dtype));
+    prep.add_input("k", std::move(k));
+    prep.add_input("v", std::move(v));
+    add_mask_and_sinks(p, prep);
+    prep.outputs.push_back({"out", dtype, {B, Hq, Lq, Dv}, false, {}});
+    return prep;
+  }
+
+  void invoke(Backend& b, const Problem& p, const Bound& in, const Bound& out) const override {
+    b.sdpa(in["q"], in["k"], in["v"], attention(p), optional_input(in, "mask"), optional_input(in, "sinks"),
+           out.tensors[0]);
+  }
+
+  Budget budget(const Problem& p, const Prepared& prep, std::size_t, const Tensor& ref) const override {
+    const Tensor* mask = nullptr;
+    for (std::size_t i = 0; i < prep.input_names.size(); ++i) {
+      if (prep.input_names[i] == "mask") mask = &prep.inputs[i];
+    }
+    return attention_budget(p, prep.input("q"), prep.input("k"), prep.input("v"), mask, ref);
+  }
+
+  std::vector<Problem> shrink_candidates(const Problem& p) const override {
+    return attention_shrink(p, OpInfo::shrink_candidates(p));
+  }
+};
+
+QuantSpec side_spec(const Problem& p, char side) {
+  const std::string s(1, side);
+  QuantSpec q{quant_mode_from_name(p.word(s + "mode")), p.int32(s + "bits"), p.int32(s + "group")};
+  q.validate();
+  return q;
+}
+
+class QuantizedSdpa final : public OpInfo {
+ public:
+  std::string_view name() const override { return "quantized_sdpa"; }
+  std::string_view summary() const override { return "attention over packed K/V (any affine/fp spec per side)"; }
+  std::vector<ParamSpec> declared_params() const override {
+    std::vector<ParamSpec> ps = attention_params();
+    for (const char* side : {"k", "v"}) {
+      const std::string s(side);
+      ps.push_back(word_param(s + "mode", {"affine", "mxfp4", "mxfp8", "nvfp4"}));
+      ps.push_back(int_param(s + "bits", 4));
+      ps.push_back(int_param(s + "group", 64));
+    }
+    return ps;
+  }
+
+  Prepared prepare(const Problem& p) const override {
+    const DType dtype = dtype_from_name(p.word("dtype"));
+    const std::int64_t B = p.integer("B"), Hq = p.integer("Hq"), Hkv = p.integer("Hkv");
+    const std::int64_t Lq = p.integer("Lq"), Lk = p.integer("Lk"), Dk = p.integer("Dk"), Dv = p.integer("Dv");
+    Prepared prep;
+    prep.add_input("q", random_normal(p, "q", dtype, {B, Hq, Lq, Dk}));
+    for (const char side : {'k', 'v'}) {
+      const QuantSpec spec = side_spec(p, side);
+      const Tensor x = random_normal(p, std::string(1, side), dtype, {B, Hkv, Lk, side == 'k' ? Dk : Dv});
+      ref::QuantizedTensor q = spec.mode == QuantMode::affine ? ref::affine_quantize(x, spec, Rounding::mlx_cpu)
+                                                              : ref::fp_quantize(x, spec, Rounding::mlx_cpu);
+      // Poisoned scales for padded rows: NaN (affine) or E8M0 0xFF = +inf (mx), whose
+      // dequantized values are inf/NaN. nvfp4's E4M3 has no NaN code, so it stays clean.
+      if (spec.mode == QuantMode::affine) poison_rows(p, q.scales, nan_poison_bits(dtype));
+      if (spec.mode == QuantMode::mxfp4 || spec.mode == QuantMode::mxfp8) poison_rows(p, q.scales, 0xFF);
+      const std::string s(1, side);
+      prep.add_input(s + "wq", std::move(q.wq));
+      prep.add_input(s + "scales", std::move(q.scales));
+      if (spec.mode == QuantMode::affine) prep.add_input(s + "biases", std::move(q.biases));
+    }
+    add_mask_and_sinks(p, prep);
+    prep.outputs.push_back({"out", dtype, {B, Hq, Lq, Dv}, false, {}});
+    return prep;
+  }
+
+  void invoke(Backend& b, const Problem& p, const Bound& in, const Bound& out) const override {
+    auto side = [&](char c) {
+      const std::string s(1, c);
+      const DTensor* biases = in.find(s + "biases");
+      return QuantizedDTensor{in[s + "wq"], in[s + "scales"], biases ? *biases : DTensor{}, side_spec(p, c)};
+    };
+    b.quantized_sdpa(in["q"], side('k'), side('v'), attention(p), optional_input(in, "mask"),
+                     optional_input(in, "sinks"), out.tensors[0]);
+  }
+
+  Budget budget(const Problem& p, const Prepared& prep, std::size_t, const Tensor& ref) const override {
+    auto dequantized = [&](char c) {
+      const std::string s(1, c);
+      const QuantSpec spec = side_spec(p, c);
+      ref::QuantizedView view{prep.input(s + "wq").view(), prep.input(s + "scales").view(),
+                              spec.mode == QuantMode::affine ? prep.input(s + "biases").view() : ConstTensorView{},
+                              spec};
+      return ref::dequantize_to_f32(view);
+    };
+    const Tensor* mask = nullptr;
+    for (std::size_t i = 0; i < prep.input_names.size(); ++i) {
+      if (prep.input_names[i] == "mask") mask = &prep.inputs[i];
+    }
+    return attention_budget(p, prep.input("q"), dequantized('k'), dequantized('v'), mask, ref);
+  }
+
+  std::vector<Problem> shrink_candidates(const Problem& p) const override {
+    return attention_shrink(p, OpInfo::shrink_candidates(p));
+  }
+};
+
+}  // namespace
+
+const OpInfo& sdpa() {
+  static const Sdpa op;
+  return op;
+}
+const OpInfo& quantized_sdpa() {
+  static const QuantizedSdpa op;
+  return op;
+}
+
+}  // namespace kvlab::harness::ops

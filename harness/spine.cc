@@ -1,0 +1,253 @@
+#include "harness/spine.h"
+
+#include <chrono>
+#include <cstring>
+#include <exception>
+
+#include "kvlab/error.h"
+
+namespace kvlab::harness {
+
+namespace {
+
+// 64 bytes keep the payload 64-byte aligned (host buffers are) and catch the usual
+// off-by-one-vector overruns of a SIMD tail or a shader's last workgroup.
+constexpr std::size_t kGuard = 64;
+constexpr std::byte kSentinel{0xA5};
+
+struct Placed {
+  BufferPtr buffer;
+  DTensor tensor;
+  std::vector<std::byte> image;  // what was uploaded: guards + payload
+};
+
+Placed place(Backend& b, DType dtype, const Shape& shape, const std::byte* content) {
+  Placed p;
+  const std::size_t payload = shape_nbytes(shape, dtype);
+  p.image.assign(payload + 2 * kGuard, kSentinel);
+  // NaN poison: all-ones is a NaN in every float dtype and an out-of-range code elsewhere.
+  if (content != nullptr) {
+    std::memcpy(p.image.data() + kGuard, content, payload);
+  } else {
+    std::memset(p.image.data() + kGuard, 0xFF, payload);
+  }
+  p.buffer = b.allocate(p.image.size());
+  b.upload(DTensor{p.buffer, 0, DType::u8, {static_cast<std::int64_t>(p.image.size())}}, p.image.data());
+  p.tensor = DTensor{p.buffer, kGuard, dtype, shape};
+  return p;
+}
+
+std::vector<std::byte> read_back(Backend& b, const Placed& p) {
+  std::vector<std::byte> out(p.image.size());
+  b.download(DTensor{p.buffer, 0, DType::u8, {static_cast<std::int64_t>(out.size())}}, out.data());
+  return out;
+}
+
+struct Run {
+  std::vector<Placed> inputs, outputs;
+  Bound in, out;
+  std::string error;  // non-empty when the kernel threw
+  std::optional<ErrorKind> kind;
+};
+
+Run execute(const OpInfo& op, const Problem& p, const Prepared& prep, Backend& b) {
+  Run r;
+  for (const Tensor& t : prep.inputs) r.inputs.push_back(place(b, t.dtype(), t.shape(), t.data()));
+  for (const OutputSlot& s : prep.outputs) {
+    r.outputs.push_back(place(b, s.dtype, s.shape, s.initial ? s.initial->data() : nullptr));
+  }
+  r.in.names = &prep.input_names;
+  for (const Placed& pl : r.inputs) r.in.tensors.push_back(pl.tensor);
+  for (const Placed& pl : r.outputs) r.out.tensors.push_back(pl.tensor);
+  try {
+    op.invoke(b, p, r.in, r.out);
+    b.finish();
+  } catch (const Error& e) {
+    r.error = e.what();
+    r.kind = e.kind();
+  } catch (const std::exception& e) {
+    r.error = cat("non-kvlab exception: ", e.what());
+  }
+  return r;
+}
+
+Tensor payload(const std::vector<std::byte>& image, DType dtype, const Shape& shape) {
+  Tensor t(dtype, shape);
+  std::memcpy(t.data(), image.data() + kGuard, t.nbytes());
+  return t;
+}
+
+// Names the first byte outside the payload that changed, or "" when the guards hold.
+std::string guard_violation(const std::vector<std::byte>& image) {
+  for (std::size_t i = 0; i < kGuard; ++i) {
+    if (image[i] != kSentinel) return cat("guard band before the output overwritten at byte -", kGuard - i);
+  }
+  for (std::size_t i = image.size() - kGuard; i < image.size(); ++i) {
+    if (image[i] != kSentinel) return cat("guard band after the output overwritten at byte +", i - (image.size() - kGuard));
+  }
+  return {};
+}
+
+void set_failed(CaseResult& r, std::string reason) {
+  if (r.status != Status::failed) {
+    r.status = Status::failed;
+    r.reason = std::move(reason);
+  }
+}
+
+CaseResult run_case_timed(const Problem& problem, Backend& backend, Backend& reference, const RunOptions& options) {
+  CaseResult r;
+  r.line = problem.line();
+  r.op = problem.op();
+  r.backend = backend.name();
+  const OpInfo& op = find_op(problem.op());
+  Prepared prep;
+  try {
+    prep = op.prepare(problem);
+  } catch (const Error& e) {
+    r.status = Status::invalid;
+    r.reason = e.what();
+    return r;
+  }
+  std::int64_t elements = 0;
+  for (const Tensor& t : prep.inputs) elements += t.numel();
+  for (const OutputSlot& s : prep.outputs) elements += shape_numel(s.shape);
+  if (elements > options.max_elements) {
+    r.status = Status::skipped;
+    r.reason = cat("needs ", elements, " elements, over the cap of ", options.max_elements);
+    return r;
+  }
+
+  Run got = execute(op, problem, prep, backend);
+  Run want = execute(op, problem, prep, reference);
+  if (!want.error.empty()) {
+    if (!got.error.empty()) {
+      r.status = Status::invalid;
+      r.reason = want.error;
+    } else {
+      set_failed(r, cat("backend accepted a problem the reference rejects: ", want.error));
+    }
+    return r;
+  }
+  if (!got.error.empty()) {
+    if (got.kind == ErrorKind::unsupported) {
+      r.status = Status::unimplemented;
+      r.reason = got.error;
+    } else {
+      set_failed(r, cat("backend rejected a valid problem: ", got.error));
+    }
+    return r;
+  }
+
+  std::vector<std::vector<std::byte>> got_images;
+  double worst_rank = -1;
+  for (std::size_t o = 0; o < prep.outputs.size(); ++o) {
+    const OutputSlot& slot = prep.outputs[o];
+    got_images.push_back(read_back(backend, got.outputs[o]));
+    const std::vector<std::byte> want_image = read_back(reference, want.outputs[o]);
+    const Tensor b = payload(got_images.back(), slot.dtype, slot.shape);
+    const Tensor ref = payload(want_image, slot.dtype, slot.shape);
+    if (const std::string g = guard_violation(got_images.back()); !g.empty()) set_failed(r, cat(slot.name, ": ", g));
+    const Comparison c = slot.bit_exact ? compare_bits(b, ref) : compare_values(b, ref, op.budget(problem, prep, o, ref));
+    // Report the failing output, else the one with the largest relative error.
+    const double rank = c.ok ? c.rel_err : 1e300 + static_cast<double>(c.mismatches);
+    if (rank > worst_rank || (!c.ok && r.status != Status::failed)) {
+      worst_rank = rank;
+      r.output = slot.name;
+      r.output_shape = slot.shape;
+      r.cmp = c;
+      r.worst_coords = c.worst_index >= 0 ? coords(slot.shape, c.worst_index) : "";
+    }
+    if (!c.ok) set_failed(r, cat(slot.name, ": ", c.reason));
+    // Zero-trust: an output that is mostly zeros proves little when the reference is
+    // too (a weak case), and is a defect when the reference is not (a kernel that
+    // skipped its work can still pass a loose tolerance).
+    if (b.numel() >= 16) {
+      if (c.zero_fraction_backend >= 0.5 && c.zero_fraction_reference < 0.1) {
+        set_failed(r, cat(slot.name, ": zero-trust: ", c.zero_fraction_backend * 100, "% zeros, reference ",
+                          c.zero_fraction_reference * 100, "%"));
+      } else if (c.zero_fraction_reference >= 0.9) {
+        r.notes.push_back(cat(slot.name, ": zero-trust: reference output is ", c.zero_fraction_reference * 100,
+                              "% zeros; the case proves little"));
+      }
+    }
+  }
+  for (std::size_t i = 0; i < got.inputs.size(); ++i) {
+    if (read_back(backend, got.inputs[i]) != got.inputs[i].image) {
+      set_failed(r, cat("input '", prep.input_names[i], "' (or its guard band) was modified by the backend"));
+    }
+  }
+  if (options.rerun && r.status == Status::passed) {
+    Run again = execute(op, problem, prep, backend);
+    for (std::size_t o = 0; o < prep.outputs.size() && again.error.empty(); ++o) {
+      if (read_back(backend, again.outputs[o]) != got_images[o]) {
+        set_failed(r, cat(prep.outputs[o].name, ": bitwise rerun differs (the backend is not deterministic)"));
+      }
+    }
+    if (!again.error.empty()) set_failed(r, cat("rerun threw: ", again.error));
+  }
+  return r;
+}
+
+}  // namespace
+
+std::string_view status_name(Status s) {
+  switch (s) {
+    case Status::passed: return "PASSED";
+    case Status::skipped: return "SKIPPED";
+    case Status::unimplemented: return "UNIMPLEMENTED";
+    case Status::invalid: return "INVALID";
+    case Status::failed: return "FAILED";
+  }
+  return "?";
+}
+
+CaseResult run_case(const Problem& problem, Backend& backend, Backend& reference, const RunOptions& options) {
+  const auto start = std::chrono::steady_clock::now();
+  CaseResult r = run_case_timed(problem, backend, reference, options);
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return r;
+}
+
+ShrinkResult shrink(const Problem& failing, Backend& backend, Backend& reference, const RunOptions& options,
+                    int max_trials) {
+  ShrinkResult s{failing, run_case(failing, backend, reference, options), 0};
+  bool progress = true;
+  while (progress && s.trials < max_trials) {
+    progress = false;
+    for (const Problem& candidate : find_op(failing.op()).shrink_candidates(s.smallest)) {
+      if (s.trials >= max_trials) break;
+      ++s.trials;
+      CaseResult r = run_case(candidate, backend, reference, options);
+      if (r.status == Status::failed) {
+        s.smallest = candidate;
+        s.result = std::move(r);
+        progress = true;
+        break;
+      }
+    }
+  }
+  return s;
+}
+
+std::string describe(const CaseResult& r) {
+  std::string out = cat(status_name(r.status), " [", r.backend, "] ", r.line, "\n");
+  if (!r.reason.empty()) out += cat("  reason:   ", r.reason, "\n");
+  if (r.status == Status::failed && !r.output.empty() && r.cmp.worst_index >= 0) {
+    out += cat("  worst:    ", r.output, shape_str(r.output_shape), " at ", r.worst_coords, ": backend ",
+               r.cmp.backend_value, ", reference ", r.cmp.reference_value, ", budget ", r.cmp.budget, "\n");
+    out += cat("  metrics:  mismatches ", r.cmp.mismatches, ", max|err| ", r.cmp.max_abs_err, ", max|err|/|ref|inf ",
+               r.cmp.rel_err, ", NMSE ", r.cmp.nmse, "\n");
+  }
+  for (const std::string& n : r.notes) out += cat("  note:     ", n, "\n");
+  if (r.status == Status::failed) {
+    out += cat("  repro:    kvlab repro --backend ", r.backend, " '", r.line, "'\n");
+    if (!r.shrunk_line.empty()) {
+      out += cat("  shrunk:   kvlab repro --backend ", r.backend, " '", r.shrunk_line, "'  (", r.shrink_trials,
+                 " trials)\n");
+    }
+  }
+  return out;
+}
+
+}  // namespace kvlab::harness

@@ -1,0 +1,236 @@
+// Unit tests of the harness itself: problem lines, product syntax, case files, the
+// counter RNG, comparisons, and the spine's checks (guard bands, poison, statuses,
+// bitwise rerun).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+
+#include "harness/backends.h"
+#include "harness/check.h"
+#include "harness/rng.h"
+#include "harness/tests/forwarding_backend.h"
+#include "kvlab/error.h"
+
+namespace kvlab::harness {
+namespace {
+
+TEST(Problem, CanonicalLineNamesEveryParameterAndParsesBack) {
+  const Problem p = parse_problem("  sdpa Lk=7   B=02 softcap=30.0 ");
+  EXPECT_EQ(p.line(),
+            "sdpa B=2 Hq=4 Hkv=4 Lq=4 Lk=7 Dk=64 Dv=64 dtype=f32 mask=none window=0 lpad=0 rpad=0 sinks=0 "
+            "softcap=30 scale=0 seed=1");
+  EXPECT_EQ(parse_problem(p.line()), p);
+  EXPECT_EQ(p.with("Lk", "9").integer("Lk"), 9);
+  for (const OpInfo* op : all_ops()) {
+    const Problem d = parse_problem(std::string(op->name()));
+    EXPECT_EQ(parse_problem(d.line()), d) << d.line();
+  }
+}
+
+TEST(Problem, ProductSyntaxExpandsInLineOrder) {
+  const std::vector<Problem> all = expand_line("affine_quantize group=32,64 bits=2,3,4");
+  ASSERT_EQ(all.size(), 6u);
+  EXPECT_EQ(all[0].integer("group"), 32);
+  EXPECT_EQ(all[0].integer("bits"), 2);
+  EXPECT_EQ(all[1].integer("bits"), 3);  // the last listed key varies fastest
+  EXPECT_EQ(all[3].integer("group"), 64);
+  EXPECT_THROW(parse_problem("affine_quantize bits=2,3"), Error);  // repro wants one problem
+}
+
+TEST(Problem, BadLinesNameTheCulprit) {
+  auto message = [](const char* line) {
+    try {
+      parse_problem(line);
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::invalid_argument);
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(message("nosuchop B=1").find("nosuchop"), std::string::npos);
+  EXPECT_NE(message("sdpa Q=1").find("'Q'"), std::string::npos);
+  EXPECT_NE(message("sdpa mask=diagonal").find("diagonal"), std::string::npos);
+  EXPECT_NE(message("sdpa B=1 B=2").find("twice"), std::string::npos);
+  EXPECT_NE(message("sdpa B=1x").find("1x"), std::string::npos);
+  EXPECT_NE(message("sdpa B").find("key=value"), std::string::npos);
+}
+
+TEST(CaseFiles, EveryTierFileParsesAndShardsPartition) {
+  for (const char* tier : {"smoke", "ci", "full"}) {
+    CheckOptions o;
+    o.tier = tier;
+    const std::size_t total = collect_cases(o).size();
+    EXPECT_GT(total, 0u) << tier;
+    o.shard_count = 3;
+    std::size_t sum = 0;
+    for (int i = 0; i < 3; ++i) {
+      o.shard_index = i;
+      sum += collect_cases(o).size();
+    }
+    EXPECT_EQ(sum, total) << tier;
+  }
+  for (const OpInfo* op : all_ops()) {  // every op has cases in the smoke tier
+    CheckOptions o;
+    o.tier = "smoke";
+    o.ops = {std::string(op->name())};
+    EXPECT_GT(collect_cases(o).size(), 0u) << op->name();
+  }
+}
+
+TEST(CaseFiles, CommentsAndErrorsWithFileAndLine) {
+  const auto path = std::filesystem::temp_directory_path() / cat("kvlab_cases_", ::getpid());
+  std::ofstream(path) << "# comment\n\nkv_roll L=4,8  # trailing comment\nkv_roll W=x\n";
+  try {
+    load_case_file(path);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(":4:"), std::string::npos) << e.what();
+  }
+  std::ofstream(path) << "# comment\n\nkv_roll L=4,8  # trailing comment\n";
+  EXPECT_EQ(load_case_file(path).size(), 2u);
+  std::filesystem::remove(path);
+}
+
+TEST(CounterRng, ElementsDependOnlyOnLineNameAndIndex) {
+  const CounterRng a("sdpa B=1 seed=1", "q"), b("sdpa B=1 seed=1", "q"), c("sdpa B=1 seed=2", "q"),
+      d("sdpa B=1 seed=1", "k");
+  // Reading backwards gives the same values as forwards: no hidden state.
+  for (std::uint64_t i = 100; i-- > 0;) EXPECT_EQ(a.normal(i), b.normal(i));
+  EXPECT_NE(a.bits(0), c.bits(0));
+  EXPECT_NE(a.bits(0), d.bits(0));
+  double sum = 0, sum_sq = 0;
+  for (std::uint64_t i = 0; i < 20000; ++i) {
+    sum += a.normal(i);
+    sum_sq += a.normal(i) * a.normal(i);
+  }
+  EXPECT_NEAR(sum / 20000, 0.0, 0.05);
+  EXPECT_NEAR(sum_sq / 20000, 1.0, 0.05);
+}
+
+TEST(Compare, NanFailsInfMustMatchBudgetIsPointwise) {
+  const float inf = std::numeric_limits<float>::infinity();
+  const std::vector<float> ref{1.0f, -inf, 3.0f, 0.0f};
+  auto cmp = [&](std::vector<float> got, double budget) {
+    return compare_values(Tensor::from_values(DType::f32, {4}, got), Tensor::from_values(DType::f32, {4}, ref),
+                          Budget{{budget}, -1});
+  };
+  EXPECT_TRUE(cmp({1.0f, -inf, 3.0f, 0.0f}, 0).ok);
+  EXPECT_TRUE(cmp({1.0f, -inf, 3.05f, 0.0f}, 0.1).ok);
+  const Comparison over = cmp({1.0f, -inf, 3.5f, 0.0f}, 0.1);
+  EXPECT_FALSE(over.ok);
+  EXPECT_EQ(over.worst_index, 2);
+  EXPECT_EQ(over.mismatches, 1);
+  EXPECT_NE(cmp({std::nanf(""), -inf, 3.0f, 0.0f}, 1e9).reason.find("NaN"), std::string::npos);
+  EXPECT_NE(cmp({1.0f, inf, 3.0f, 0.0f}, 1e9).reason.find("infinities"), std::string::npos);
+  EXPECT_EQ(coords({2, 3, 4, 5}, 2 * 60 - 1 - 60), "(b=0, h=2, t=3, d=4)");
+}
+
+TEST(Compare, BitsReportTheFirstDifference) {
+  const Tensor a = Tensor::from_ints(DType::u32, {3}, std::vector<std::int64_t>{1, 2, 3});
+  const Tensor b = Tensor::from_ints(DType::u32, {3}, std::vector<std::int64_t>{1, 6, 7});
+  const Comparison c = compare_bits(b, a);
+  EXPECT_FALSE(c.ok);
+  EXPECT_EQ(c.worst_index, 1);
+  EXPECT_EQ(c.mismatches, 2);
+}
+
+// Misbehaving backends, one defect each.
+class OverrunBackend final : public testing::ForwardingBackend {
+  void kv_gather(const DTensor& src, const DTensor& index, const DTensor& dst) override {
+    ref_.kv_gather(src, index, dst);
+    dst.buffer->host_data()[dst.offset + dst.nbytes()] = std::byte{0};  // one byte past the end
+  }
+};
+class LazyRopeBackend final : public testing::ForwardingBackend {
+  void rope(const DTensor&, const RopeParams&, const Offsets&, const DTensor&) override {}  // writes nothing
+};
+class NoQuantBackend final : public testing::ForwardingBackend {
+  void fp_quantize(const DTensor&, const QuantSpec&, Rounding, std::optional<float>, const DTensor&,
+                   const DTensor&) override {
+    fail(ErrorKind::unsupported, "fp_quantize is not implemented here");
+  }
+};
+class FlakyBackend final : public testing::ForwardingBackend {
+  void sdpa(const DTensor& q, const DTensor& k, const DTensor& v, const AttentionParams& p, const DTensor* m,
+            const DTensor* s, const DTensor& out) override {
+    ref_.sdpa(q, k, v, p, m, s, out);
+    host_view(out).as<std::uint32_t>()[0] ^= (calls_++ & 1u);  // one ulp, every other call
+  }
+  std::uint32_t calls_ = 0;
+};
+class ScribbleInputBackend final : public testing::ForwardingBackend {
+  void kv_roll(const DTensor& src, const DTensor& shifts, const DTensor& dst) override {
+    ref_.kv_roll(src, shifts, dst);
+    host_view(src).as<std::uint8_t>()[0] ^= 1;
+  }
+};
+
+CaseResult run(Backend& b, const char* line, RunOptions o = {}) {
+  ReferenceBackend ref;
+  return run_case(parse_problem(line), b, ref, o);
+}
+
+TEST(Spine, GuardBandOverrunFails) {
+  OverrunBackend b;
+  const CaseResult r = run(b, "kv_gather");
+  EXPECT_EQ(r.status, Status::failed);
+  EXPECT_NE(r.reason.find("guard band after the output overwritten at byte +0"), std::string::npos) << r.reason;
+}
+
+TEST(Spine, UnwrittenOutputIsNanPoisonAndFails) {
+  LazyRopeBackend b;
+  const CaseResult r = run(b, "rope");
+  EXPECT_EQ(r.status, Status::failed);
+  EXPECT_NE(r.reason.find("NaN"), std::string::npos) << r.reason;
+}
+
+TEST(Spine, StatusesForUnsupportedAndInvalid) {
+  NoQuantBackend b;
+  EXPECT_EQ(run(b, "fp_quantize").status, Status::unimplemented);
+  EXPECT_EQ(run(b, "sdpa Hq=3 Hkv=2").status, Status::invalid);  // Hq % Hkv != 0
+  EXPECT_EQ(run(b, "fp_quantize mode=mxfp4 global_scale=amax").status, Status::invalid);
+  EXPECT_EQ(run(b, "sdpa").status, Status::passed);
+}
+
+TEST(Spine, BitwiseRerunCatchesNondeterminism) {
+  FlakyBackend b;
+  EXPECT_EQ(run(b, "sdpa").status, Status::passed);  // one ulp is within budget
+  const CaseResult r = run(b, "sdpa", RunOptions{true, 1ll << 28});
+  EXPECT_EQ(r.status, Status::failed);
+  EXPECT_NE(r.reason.find("rerun"), std::string::npos) << r.reason;
+}
+
+TEST(Spine, ModifiedInputFails) {
+  ScribbleInputBackend b;
+  const CaseResult r = run(b, "kv_roll");
+  EXPECT_EQ(r.status, Status::failed);
+  EXPECT_NE(r.reason.find("input 'src'"), std::string::npos) << r.reason;
+}
+
+TEST(Spine, PaddedKeysArePoisonedAndNeverRead) {
+  // The reference passes with NaN in every padded K/V slot: poison reaches only kernels
+  // that read keys the mask hides.
+  ReferenceBackend b;
+  const CaseResult r = run(b, "sdpa B=4 Lk=12 mask=causal lpad=5 rpad=3");
+  EXPECT_EQ(r.status, Status::passed) << describe(r);
+  const Problem p = parse_problem("sdpa B=2 Lk=12 mask=causal lpad=5");
+  const Tensor k = find_op("sdpa").prepare(p).input("k");
+  EXPECT_TRUE(std::isnan(k.view().load(5 * 64 * 12 + 0)));   // batch 1, slot 0: padded
+  EXPECT_FALSE(std::isnan(k.view().load(0)));                // batch 0 has no padding
+}
+
+TEST(Backends, RegistryNamesUnknownBackends) {
+  EXPECT_EQ(make_backend("reference")->name(), "reference");
+  try {
+    make_backend("simd:AVX3");
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("reference"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace kvlab::harness

@@ -1,0 +1,30 @@
+// `kvlab check`, `kvlab list` and `kvlab repro`: the CLI face of harness/.
+#pragma once
+
+#include <iosfwd>
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+#include "harness/check.h"
+
+namespace kvlab::tools {
+
+class HarnessCommands {
+ public:
+  void add_to(CLI::App& app);
+  // Runs whichever of the three subcommands was parsed; 0 when none was.
+  int run(std::ostream& out);
+
+ private:
+  harness::CheckOptions check_;
+  std::string ops_, shard_;
+  std::string repro_line_, repro_backend_ = "reference";
+  bool repro_shrink_ = false, repro_rerun_ = false;
+  std::string list_tier_ = "full";
+  CLI::App* check_cmd_ = nullptr;
+  CLI::App* list_cmd_ = nullptr;
+  CLI::App* repro_cmd_ = nullptr;
+};
+
+}  // namespace kvlab::tools
