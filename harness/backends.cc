@@ -4,6 +4,9 @@
 
 #include "kvlab/error.h"
 #include "reference/reference_backend.h"
+#ifdef KVLAB_HAVE_SIMD
+#include "kernels/simd/simd_backend.h"
+#endif
 
 namespace kvlab::harness {
 
@@ -21,6 +24,14 @@ std::vector<BackendEntry>& registry() {
          KVLAB_REQUIRE(variant.empty(), invalid_argument, "backend 'reference' has no variant '", variant, "'");
          return std::make_unique<ReferenceBackend>();
        }},
+#ifdef KVLAB_HAVE_SIMD
+      {"simd", "host SIMD (Highway, run-time dispatch)",
+       "kernels/simd; 'simd' picks the best target, 'simd:<TARGET>' pins one (AVX3, AVX2, SSE4, SSSE3, SCALAR)",
+       [](std::string_view variant) -> std::unique_ptr<Backend> {
+         if (variant.empty()) return std::make_unique<SimdBackend>();
+         return std::make_unique<SimdBackend>(variant);
+       }},
+#endif
   };
   return entries;
 }

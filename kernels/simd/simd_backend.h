@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -51,6 +52,12 @@ class ScopedSimdTarget {
 
 class SimdBackend final : public HostMemoryBackend {
  public:
+  SimdBackend() = default;
+  // Pinned to one Highway target for the backend's lifetime (the harness runs every
+  // attainable target: `kvlab check --backend simd:SSE4`). Throws unsupported for a
+  // target not attainable here. Process-global like ScopedSimdTarget.
+  explicit SimdBackend(std::string_view target) : pin_(std::make_unique<ScopedSimdTarget>(target)) {}
+
   std::string name() const override { return "simd:" + simd_current_target(); }
 
   void affine_quantize(const DTensor& x, const QuantSpec& spec, Rounding rounding, const DTensor& wq,
@@ -75,6 +82,9 @@ class SimdBackend final : public HostMemoryBackend {
   void kv_gather(const DTensor& src, const DTensor& batch_index, const DTensor& dst) override;
   void kv_copy_blocks(const DTensor& src, std::span<const SeqBlock> blocks, const DTensor& dst) override;
   void kv_roll(const DTensor& src, const DTensor& shifts, const DTensor& dst) override;
+
+ private:
+  std::unique_ptr<ScopedSimdTarget> pin_;
 };
 
 }  // namespace kvlab
