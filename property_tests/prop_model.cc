@@ -1,0 +1,399 @@
+#include "property_tests/prop_model.h"
+
+#include <rapidcheck.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <sstream>
+
+#include "cache/kv_cache.h"
+#include "cache/registry.h"
+#include "cache/rotating_kv_cache.h"
+#include "reference/affine_quantize.h"
+#include "reference/rope.h"
+
+namespace kvlab::prop {
+
+namespace {
+
+std::uint64_t mix(std::uint64_t x) {  // splitmix64 finaliser
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+std::vector<std::int64_t> range(std::int64_t lo, std::int64_t hi) {
+  std::vector<std::int64_t> out;
+  for (std::int64_t p = lo; p < hi; ++p) out.push_back(p);
+  return out;
+}
+
+std::size_t idx(std::int64_t i) { return static_cast<std::size_t>(i); }
+
+}  // namespace
+
+float content(Stream s, std::int64_t b, std::int64_t pos, std::int64_t head, std::int64_t d) {
+  std::uint64_t h = mix(static_cast<std::uint64_t>(s));
+  for (const std::int64_t v : {b, pos, head, d}) h = mix(h ^ static_cast<std::uint64_t>(v));
+  return static_cast<float>(static_cast<double>(h >> 40) / 16777216.0 * 2.0 - 1.0);
+}
+
+const char* kind_name(Kind k) {
+  switch (k) {
+    case Kind::kv: return "KVCache";
+    case Kind::rotating: return "RotatingKVCache";
+    case Kind::quantized: return "QuantizedKVCache";
+  }
+  return "?";
+}
+
+float Config::scale() const { return static_cast<float>(1.0 / std::sqrt(static_cast<double>(dk))); }
+
+std::ostream& operator<<(std::ostream& os, const Config& c) {
+  os << kind_name(c.kind) << "{B=" << c.batch << " Hkv=" << c.kv_heads << " R=" << c.q_ratio << " Dk=" << c.dk
+     << " Dv=" << c.dv << " rope=" << c.rope_dims << " window=" << c.window;
+  if (c.kind == Kind::rotating) os << " max=" << c.max_size << " keep=" << c.keep;
+  if (c.kind == Kind::quantized || c.quantizable)
+    os << " spec=" << to_string(c.spec) << " rounding=" << rounding_name(c.rounding);
+  return os << "}";
+}
+void showValue(const Config& c, std::ostream& os) { os << c; }
+
+bool real_dims() {
+  const char* v = std::getenv("KVLAB_PROP_DIMS");
+  return v != nullptr && std::string(v) == "real";
+}
+
+// ---- model -----------------------------------------------------------------------
+
+namespace {
+// Rotating: the positions of `len` live rows in temporal order. Sinks [0, keep) stay;
+// the rest is the newest run ending at offset (spec §4.3 _temporal_order).
+std::vector<std::int64_t> rotating_positions(const Model& m, std::int64_t len) {
+  if (len >= m.offset) return range(0, m.offset);
+  std::vector<std::int64_t> out = range(0, m.cfg.keep);
+  for (const std::int64_t p : range(m.offset - (len - m.cfg.keep), m.offset)) out.push_back(p);
+  return out;
+}
+}  // namespace
+
+std::vector<std::int64_t> Model::returned_positions(std::int64_t n) const {
+  std::vector<std::int64_t> out =
+      cfg.kind == Kind::rotating ? rotating_positions(*this, std::min(stored, cfg.max_size - 1)) : range(0, offset);
+  for (const std::int64_t p : range(offset, offset + n)) out.push_back(p);
+  return out;
+}
+
+std::vector<std::int64_t> Model::held_positions() const {
+  return cfg.kind == Kind::rotating ? rotating_positions(*this, stored) : range(0, offset);
+}
+
+void Model::append(std::int64_t n, bool roped_keys) {
+  if (cfg.kind == Kind::rotating) {
+    // S == 1: cut a post-chunk overhang to max, then grow until full (spec §4.3
+    // _update_in_place). S > 1: keep max-1 old rows and append (_update_concat).
+    stored = n == 1 ? std::min(std::min(stored, cfg.max_size) + 1, cfg.max_size)
+                    : std::min(stored, cfg.max_size - 1) + n;
+  } else {
+    stored = offset + n;
+  }
+  offset += n;
+  roped.resize(idx(offset), roped_keys ? 1 : 0);
+}
+
+void Model::trim(std::int64_t n) {
+  const std::int64_t removed = std::min(n, offset);
+  offset -= removed;
+  stored -= removed;
+  roped.resize(idx(offset));
+}
+
+// ---- hooks -------------------------------------------------------------------------
+
+std::unique_ptr<Cache> extract_rotating(Backend& be, const Cache& cache) {
+  const auto* r = dynamic_cast<const RotatingKVCache*>(&cache);
+  KVLAB_REQUIRE(r != nullptr, misuse, "extract needs a RotatingKVCache, got ", cache.class_name());
+  const FetchedKV t = r->temporal();
+  const std::int64_t len = t.length(), keep_rows = std::min(r->offset(), r->max_size());
+  const Tensor k = be.download(t.keys), v = be.download(t.values);
+  return std::make_unique<RotatingKVCache>(be, r->max_size(), be.upload(k.slice(2, len - keep_rows, len)),
+                                           be.upload(v.slice(2, len - keep_rows, len)), r->offset());
+}
+
+Hooks production_hooks() {
+  Hooks h;
+  h.attend = [](Cache& c, const DTensor& q, const DTensor& k, const DTensor& v, const AttendOptions& o) {
+    return attend(c, q, k, v, o);
+  };
+  h.restore = [](Backend& be, const CacheState& s) { return cache_from_state(be, s); };
+  h.quantize_policy = maybe_quantize_kv_caches;
+  h.extract = extract_rotating;
+  h.wrap = [](std::unique_ptr<Cache> c) { return c; };
+  return h;
+}
+
+// ---- Sut ---------------------------------------------------------------------------
+
+Sut::Sut(const Config& c, const Hooks& h) : cfg(c), hooks(h) {
+  switch (c.kind) {
+    case Kind::kv: replace(std::make_unique<KVCache>(be)); break;
+    case Kind::rotating: replace(std::make_unique<RotatingKVCache>(be, c.max_size, c.keep)); break;
+    case Kind::quantized: replace(std::make_unique<QuantizedKVCache>(be, c.spec, c.rounding)); break;
+  }
+}
+
+AttendOptions attend_options(const Config& cfg) {
+  AttendOptions o;
+  o.rope.dims = cfg.rope_dims;
+  o.attention.scale = cfg.scale();
+  o.window = cfg.window;
+  return o;
+}
+
+Tensor Sut::raw(Stream s, std::int64_t p0, std::int64_t n) {
+  const std::int64_t heads = s == Stream::query ? cfg.q_heads() : cfg.kv_heads;
+  const std::int64_t dim = s == Stream::value ? cfg.dv : cfg.dk;
+  Tensor t(DType::f32, {cfg.batch, heads, n, dim});
+  float* out = t.view().as<float>();
+  for (std::int64_t b = 0; b < cfg.batch; ++b)
+    for (std::int64_t h = 0; h < heads; ++h)
+      for (std::int64_t i = 0; i < n; ++i)
+        for (std::int64_t d = 0; d < dim; ++d) *out++ = content(s, b, p0 + i, h, d);
+  return t;
+}
+
+const float* Sut::row(int which, std::int64_t pos) {
+  std::vector<std::vector<float>>& memo = memo_[which];
+  const auto have = static_cast<std::int64_t>(memo.size());
+  if (pos >= have) {
+    // Fill [have, pos + 64) in one go; roped keys with one rope call at scalar offset
+    // `have`, which is exactly attend's position have + t.
+    const std::int64_t n = pos + 64 - have;
+    const Stream s = which == 2 ? Stream::value : Stream::key;
+    Tensor t = raw(s, have, n);
+    if (which == 1) t = ref::rope(t, attend_options(cfg).rope, static_cast<std::int32_t>(have));
+    const float* src = t.view().as<const float>();
+    const std::int64_t heads = cfg.kv_heads, dim = s == Stream::value ? cfg.dv : cfg.dk;
+    memo.resize(idx(have + n), std::vector<float>(idx(cfg.batch * heads * dim)));
+    for (std::int64_t bh = 0; bh < cfg.batch * heads; ++bh)
+      for (std::int64_t i = 0; i < n; ++i)
+        std::copy_n(src + (bh * n + i) * dim, dim, memo[idx(have + i)].data() + bh * dim);
+  }
+  return memo[idx(pos)].data();
+}
+
+Tensor Sut::expected(Stream s, const std::vector<std::int64_t>& positions, const Model& m) {
+  const std::int64_t n = static_cast<std::int64_t>(positions.size());
+  const std::int64_t heads = cfg.kv_heads, dim = s == Stream::value ? cfg.dv : cfg.dk;
+  Tensor t(DType::f32, {cfg.batch, heads, n, dim});
+  float* out = t.view().as<float>();
+  for (std::int64_t i = 0; i < n; ++i) {
+    const std::int64_t p = positions[idx(i)];
+    const bool rot = s == Stream::key && cfg.rope_dims > 0 && p < static_cast<std::int64_t>(m.roped.size()) &&
+                     m.roped[idx(p)] != 0;
+    const float* src = row(s == Stream::value ? 2 : rot ? 1 : 0, p);
+    for (std::int64_t bh = 0; bh < cfg.batch * heads; ++bh)
+      std::copy_n(src + bh * dim, dim, out + (bh * n + i) * dim);
+  }
+  return t;
+}
+
+// ---- checks ------------------------------------------------------------------------
+
+std::string first_difference(const Tensor& a, const Tensor& b, double tol) {
+  std::ostringstream os;
+  if (a.shape() != b.shape() || a.dtype() != b.dtype()) {
+    os << "shape/dtype " << shape_str(a.shape()) << " " << dtype_name(a.dtype()) << " vs " << shape_str(b.shape())
+       << " " << dtype_name(b.dtype());
+    return os.str();
+  }
+  if (tol == 0.0 && std::memcmp(a.data(), b.data(), a.nbytes()) == 0) return {};
+  if (a.dtype() == DType::f32) {  // fast path: raw floats
+    const float *x = a.view().as<const float>(), *y = b.view().as<const float>();
+    std::int64_t i = 0;
+    for (; i < a.numel(); ++i) {
+      const double d = std::abs(static_cast<double>(x[i]) - static_cast<double>(y[i]));
+      if (!(tol == 0.0 ? x[i] == y[i] : d <= tol)) break;
+    }
+    if (i == a.numel()) return {};
+  }
+  const bool is_float = a.dtype() == DType::f32 || a.dtype() == DType::f16 || a.dtype() == DType::bf16;
+  for (std::int64_t i = 0; i < a.numel(); ++i) {
+    if (is_float) {
+      const double x = a.view().load(i), y = b.view().load(i);
+      const bool same = tol == 0.0 ? (std::isnan(x) && std::isnan(y)) || x == y : std::abs(x - y) <= tol;
+      if (!same) {
+        os << "element " << i << " of " << shape_str(a.shape()) << ": " << x << " vs " << y;
+        return os.str();
+      }
+    } else if (a.view().load_int(i) != b.view().load_int(i)) {
+      os << "element " << i << " of " << shape_str(a.shape()) << ": " << a.view().load_int(i) << " vs "
+         << b.view().load_int(i);
+      return os.str();
+    }
+  }
+  return {};
+}
+
+namespace {
+
+void expect_same(const Tensor& actual, const Tensor& expected, const std::string& what, double tol = 0.0) {
+  const std::string d = first_difference(actual, expected, tol);
+  if (!d.empty()) RC_FAIL(what + ": " + d);
+}
+
+void expect_quantized(Sut& sut, const Model& m, const FetchedQuantizedKV& f, const std::vector<std::int64_t>& pos,
+                      const std::string& what) {
+  for (const Stream s : {Stream::key, Stream::value}) {
+    const QuantizedDTensor& q = s == Stream::key ? f.keys : f.values;
+    const ref::QuantizedTensor e = ref::affine_quantize(sut.expected(s, pos, m), sut.cfg.spec, sut.cfg.rounding);
+    const std::string n = what + (s == Stream::key ? " keys" : " values");
+    expect_same(sut.be.download(q.wq), e.wq, n + " codes");
+    expect_same(sut.be.download(q.scales), e.scales, n + " scales");
+    expect_same(sut.be.download(q.biases), e.biases, n + " biases");
+  }
+}
+
+}  // namespace
+
+void check_observables(Sut& sut, const Model& m) {
+  const Cache* c = sut.cache.get();
+  RC_ASSERT(c->offsets() == std::vector<std::int32_t>{static_cast<std::int32_t>(m.offset)});
+  if (c->is_quantized() != m.quantized)
+    RC_FAIL(std::string("cache ") + std::string(c->class_name()) + (m.quantized ? " is not" : " is") +
+            " quantized, the model says the opposite");
+  const std::int64_t kv_len = m.cfg.kind == Kind::rotating ? std::min(m.stored, m.cfg.max_size) : m.offset;
+  RC_ASSERT(c->kv_length() == kv_len);
+  RC_ASSERT(c->is_trimmable() == m.trimmable());
+  // Wrappers (zoo) are observed through their serialized state, restored by the real
+  // registry: what a later session would load is what the cache holds.
+  std::unique_ptr<Cache> restored;
+  if (dynamic_cast<const KVCache*>(c) == nullptr && dynamic_cast<const RotatingKVCache*>(c) == nullptr &&
+      dynamic_cast<const QuantizedKVCache*>(c) == nullptr) {
+    restored = cache_from_state(sut.be, c->state());
+    c = restored.get();
+  }
+  const std::vector<std::int64_t> held = m.held_positions();
+  if (const auto* kv = dynamic_cast<const KVCache*>(c)) {
+    RC_ASSERT(!m.quantized && m.cfg.kind != Kind::rotating);
+    if (m.offset == 0) return;
+    const FetchedKV f = kv->fetch();
+    expect_same(sut.be.download(f.keys), sut.expected(Stream::key, held, m), "KVCache content keys");
+    expect_same(sut.be.download(f.values), sut.expected(Stream::value, held, m), "KVCache content values");
+  } else if (const auto* rot = dynamic_cast<const RotatingKVCache*>(c)) {
+    RC_ASSERT(m.cfg.kind == Kind::rotating);
+    RC_ASSERT(rot->stored() == m.stored);
+    if (m.stored == 0) return;
+    const FetchedKV f = rot->temporal();
+    expect_same(sut.be.download(f.keys), sut.expected(Stream::key, held, m), "rotating temporal keys");
+    expect_same(sut.be.download(f.values), sut.expected(Stream::value, held, m), "rotating temporal values");
+  } else if (const auto* q = dynamic_cast<const QuantizedKVCache*>(c)) {
+    RC_ASSERT(m.quantized);
+    RC_ASSERT(q->spec() == sut.cfg.spec);
+    if (m.offset == 0) return;
+    expect_quantized(sut, m, q->fetch(), held, "QuantizedKVCache content");
+  } else {
+    RC_FAIL("unknown cache class " + std::string(c->class_name()));
+  }
+}
+
+void check_fetched(Sut& sut, const Model& after, const std::vector<std::int64_t>& positions, const FetchedKV* kv,
+                   const FetchedQuantizedKV* qkv, bool order_free) {
+  const auto n = static_cast<std::int64_t>(positions.size());
+  if (qkv != nullptr) {
+    RC_ASSERT(qkv->length() == n);
+    expect_quantized(sut, after, *qkv, positions, "update_quantized result");
+    return;
+  }
+  RC_ASSERT(kv != nullptr);
+  RC_ASSERT(kv->length() == n);
+  if (!order_free) {
+    expect_same(sut.be.download(kv->keys), sut.expected(Stream::key, positions, after), "update keys");
+    expect_same(sut.be.download(kv->values), sut.expected(Stream::value, positions, after), "update values");
+    return;
+  }
+  // A single-token rotating update returns the ring in physical order (spec §4.3):
+  // compare the per-(b, h, d) sums over keys, which do not depend on the order.
+  for (const Stream s : {Stream::key, Stream::value}) {
+    const Tensor a = sut.be.download(s == Stream::key ? kv->keys : kv->values);
+    const Tensor e = sut.expected(s, positions, after);
+    const std::int64_t bh = a.dim(0) * a.dim(1), dim = a.dim(3);
+    for (std::int64_t r = 0; r < bh; ++r)
+      for (std::int64_t d = 0; d < dim; ++d) {
+        double sa = 0, se = 0;
+        for (std::int64_t i = 0; i < n; ++i) {
+          sa += a.view().load((r * n + i) * dim + d);
+          se += e.view().load((r * n + i) * dim + d);
+        }
+        if (!(std::abs(sa - se) <= 1e-3)) RC_FAIL("single-token rotating update returned other keys than the window");
+      }
+  }
+}
+
+Tensor oracle_attention(Sut& sut, const Model& after, const std::vector<std::int64_t>& positions, std::int64_t n) {
+  const Config& c = sut.cfg;
+  const auto lk = static_cast<std::int64_t>(positions.size());
+  const std::int64_t p0 = positions.back() - n + 1;
+  Tensor q = sut.raw(Stream::query, p0, n);
+  if (c.rope_dims > 0) q = ref::rope(q, attend_options(c).rope, static_cast<std::int32_t>(p0));
+  Tensor k = sut.expected(Stream::key, positions, after), v = sut.expected(Stream::value, positions, after);
+  if (after.quantized) {
+    k = ref::affine_dequantize(ref::affine_quantize(k, c.spec, c.rounding));
+    v = ref::affine_dequantize(ref::affine_quantize(v, c.spec, c.rounding));
+  }
+  // The window, by index into the returned keys: the cache's own max_size for a ring
+  // (its chunk mask, spec §4.3 make_mask), attend's window otherwise.
+  std::int64_t w = c.window > 0 ? c.window : std::numeric_limits<std::int64_t>::max();
+  if (c.kind == Kind::rotating && c.window == 0) w = c.max_size;
+  Tensor out(DType::f32, {c.batch, c.q_heads(), n, c.dv});
+  const float *qp = q.view().as<float>(), *kp = k.view().as<float>(), *vp = v.view().as<float>();
+  float* op = out.view().as<float>();
+  std::vector<double> p(idx(lk));
+  for (std::int64_t b = 0; b < c.batch; ++b)
+    for (std::int64_t h = 0; h < c.q_heads(); ++h) {
+      const std::int64_t kh = b * c.kv_heads + h / c.q_ratio;
+      for (std::int64_t t = 0; t < n; ++t) {
+        const std::int64_t i = lk - n + t, lo = w > i ? 0 : i - w + 1;
+        const float* qr = qp + ((b * c.q_heads() + h) * n + t) * c.dk;
+        double mx = -INFINITY, sum = 0;
+        for (std::int64_t j = lo; j <= i; ++j) {
+          double s = 0;
+          for (std::int64_t d = 0; d < c.dk; ++d) s += static_cast<double>(qr[d]) * kp[(kh * lk + j) * c.dk + d];
+          p[idx(j)] = s * static_cast<double>(c.scale());
+          mx = std::max(mx, p[idx(j)]);
+        }
+        for (std::int64_t j = lo; j <= i; ++j) sum += (p[idx(j)] = std::exp(p[idx(j)] - mx));
+        for (std::int64_t d = 0; d < c.dv; ++d) {
+          double acc = 0;
+          for (std::int64_t j = lo; j <= i; ++j) acc += p[idx(j)] * vp[(kh * lk + j) * c.dv + d];
+          op[((b * c.q_heads() + h) * n + t) * c.dv + d] = static_cast<float>(acc / sum);
+        }
+      }
+    }
+  return out;
+}
+
+void check_attend(Sut& sut, const Model& after, const std::vector<std::int64_t>& positions, std::int64_t n,
+                  const AttendResult& r) {
+  const std::int64_t p0 = positions.back() - n + 1;
+  RC_ASSERT(r.positions == std::vector<std::int32_t>(idx(sut.cfg.batch), static_cast<std::int32_t>(p0)));
+  expect_same(sut.be.download(r.out), oracle_attention(sut, after, positions, n), "attend output vs oracle",
+              after.quantized ? 1e-4 : 2e-5);
+}
+
+void check_same_state(const CacheState& a, const CacheState& b) {
+  RC_ASSERT(a.class_name == b.class_name);
+  RC_ASSERT(a.meta == b.meta);
+  RC_ASSERT(a.tensors.size() == b.tensors.size());
+  for (const auto& [name, t] : a.tensors) {
+    const auto it = b.tensors.find(name);
+    if (it == b.tensors.end()) RC_FAIL("state tensor " + name + " lost in the round trip");
+    expect_same(t, it->second, "state tensor " + name);
+  }
+}
+
+}  // namespace kvlab::prop

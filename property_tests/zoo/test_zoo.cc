@@ -1,0 +1,85 @@
+// The bug zoo runner: for each mutant, the properties in all_properties() order with a
+// fixed seed (42) and 200 cases each, until one fails. Fails if a mutant survives and
+// prints the kill matrix: mutant × first property that killed it, the cases it needed
+// (passing cases + 1) and the size of the shrunk counterexample (steps, tokens).
+#include <gtest/gtest.h>
+#include <rapidcheck.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <iostream>
+#include <sstream>
+
+#include "property_tests/properties.h"
+#include "property_tests/zoo/mutants.h"
+
+namespace kvlab::prop::zoo {
+namespace {
+
+struct Row {
+  std::string mutant, upstream, killer = "SURVIVED";
+  int cases = 0;
+  CaseSize size;
+  double seconds = 0;
+};
+
+// The shrunk counterexample, indented, at most `lines` lines.
+std::string excerpt(const rc::detail::FailureResult& f, int lines) {
+  std::ostringstream os;
+  for (const auto& [type, value] : f.counterExample) os << value << "\n";
+  std::istringstream in(os.str());
+  std::string line, out;
+  for (int i = 0; i < lines && std::getline(in, line); ++i) out += "      " + line + "\n";
+  return out;
+}
+
+TEST(Zoo, EveryMutantIsKilled) {
+  rc::detail::TestParams params;
+  params.seed = 42;
+  params.maxSuccess = 200;
+  std::vector<Row> rows;
+  const char* only = std::getenv("KVLAB_ZOO_ONLY");  // debugging: one mutant by id prefix
+  for (const Mutant& m : all_mutants()) {
+    if (only != nullptr && m.id.rfind(only, 0) != 0) continue;
+    Row row;
+    row.mutant = m.id;
+    row.upstream = m.upstream;
+    const auto t0 = std::chrono::steady_clock::now();
+    for (const NamedProperty& p : all_properties()) {
+      last_failure_size() = {};
+      rc::detail::TestMetadata meta;
+      meta.id = m.id + "/" + p.name;
+      meta.description = meta.id;
+      const Hooks& hooks = m.hooks;
+      const auto body = p.body;
+      const rc::detail::TestResult result =
+          rc::detail::checkTestable([&hooks, body] { body(hooks); }, meta, params);
+      rc::detail::FailureResult failure;
+      if (result.match(failure)) {
+        row.killer = p.name;
+        row.cases = failure.numSuccess + 1;
+        row.size = last_failure_size();
+        std::cout << "[zoo] " << m.id << " killed by " << p.name << ": " << failure.description << "\n"
+                  << excerpt(failure, 14);
+        break;
+      }
+      rc::detail::Error error;
+      if (result.match(error)) ADD_FAILURE() << m.id << " / " << p.name << ": " << error.description;
+    }
+    row.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    EXPECT_NE(row.killer, "SURVIVED") << "mutant " << m.id << " (" << m.upstream << ") survived every property";
+    rows.push_back(row);
+  }
+  std::printf("\nKill matrix (seed 42, max_success 200)\n");
+  std::printf("%-32s %-32s %6s %6s %7s %7s  %s\n", "mutant", "first killer", "cases", "steps", "tokens", "time",
+              "upstream");
+  for (const Row& r : rows)
+    std::printf("%-32s %-32s %6d %6lld %7lld %6.2fs  %s\n", r.mutant.c_str(), r.killer.c_str(), r.cases,
+                static_cast<long long>(r.size.steps), static_cast<long long>(r.size.tokens), r.seconds,
+                r.upstream.c_str());
+  std::fflush(stdout);
+}
+
+}  // namespace
+}  // namespace kvlab::prop::zoo
