@@ -13,14 +13,10 @@ namespace kvlab::ref {
 
 namespace {
 
-// Geometry of a validated (B, H, L, W) block. Every byte offset of an in-range row is
-// below `bytes`, and `bytes` fits in ptrdiff_t (checked), so row addressing below
-// cannot overflow even for shapes near the int64 limit.
-struct Block {
-  std::int64_t B = 0, H = 0, L = 0, W = 0;
-  std::size_t row_bytes = 0;  // one (b, h, t) row: W elements
-  std::size_t bytes = 0;      // the whole block
-};
+// Every byte offset of an in-range row of a validated block is below `bytes`, and
+// `bytes` fits in ptrdiff_t (checked), so row addressing cannot overflow even for
+// shapes near the int64 limit.
+using Block = KvBlock;
 
 // Byte size of a view, rejecting shapes whose byte count does not fit in memory:
 // numel() alone fits int64, but numel · dtype_size may not, and a wrapped size would
@@ -82,20 +78,16 @@ std::vector<std::int64_t> load_indices(const ConstTensorView& v, const Shape& ex
   return out;
 }
 
-std::size_t row_offset(const Block& g, std::int64_t b, std::int64_t h, std::int64_t t) {
-  return static_cast<std::size_t>((b * g.H + h) * g.L + t) * g.row_bytes;
-}
+}  // namespace
 
 // Math modulo: the result is in [0, n) for any a, unlike C++'s %, which keeps the sign
 // of a. n > 0.
-std::int64_t mod(std::int64_t a, std::int64_t n) {
-  const std::int64_t r = a % n;
+std::int64_t kv_roll_amount(std::int64_t shift, std::int64_t n) {
+  const std::int64_t r = shift % n;
   return r < 0 ? r + n : r;
 }
 
-}  // namespace
-
-void kv_scatter(const ConstTensorView& src, const ConstTensorView& slots, const TensorView& dst) {
+KvMovePlan validate_kv_scatter(const ConstTensorView& src, const ConstTensorView& slots, const ConstTensorView& dst) {
   const Block s = block_of(src, "kv_scatter src");
   const Block d = block_of(dst, "kv_scatter dst");
   require_same_rows(src, dst, "kv_scatter");
@@ -123,17 +115,23 @@ void kv_scatter(const ConstTensorView& src, const ConstTensorView& slots, const 
                     " repeated in batch row ", b, " (positions ", sorted[p - 1].second, " and ", sorted[p].second, ")");
     }
   }
-  if (s.bytes == 0) return;
+  return {s, d, slot};
+}
 
+void kv_scatter(const ConstTensorView& src, const ConstTensorView& slots, const TensorView& dst) {
+  const KvMovePlan plan = validate_kv_scatter(src, slots, dst);
+  const KvBlock &s = plan.src, &d = plan.dst;
+  if (s.bytes == 0) return;
   for (std::int64_t b = 0; b < s.B; ++b)
     for (std::int64_t h = 0; h < s.H; ++h)
       for (std::int64_t p = 0; p < s.L; ++p) {
-        const std::int64_t t = slot[static_cast<std::size_t>(b * s.L + p)];
-        std::memcpy(dst.data + row_offset(d, b, h, t), src.data + row_offset(s, b, h, p), s.row_bytes);
+        const std::int64_t t = plan.indices[static_cast<std::size_t>(b * s.L + p)];
+        std::memcpy(dst.data + d.row_offset(b, h, t), src.data + s.row_offset(b, h, p), s.row_bytes);
       }
 }
 
-void kv_gather(const ConstTensorView& src, const ConstTensorView& batch_index, const TensorView& dst) {
+KvMovePlan validate_kv_gather(const ConstTensorView& src, const ConstTensorView& batch_index,
+                              const ConstTensorView& dst) {
   const Block s = block_of(src, "kv_gather src");
   const Block d = block_of(dst, "kv_gather dst");
   require_same_rows(src, dst, "kv_gather");
@@ -146,15 +144,21 @@ void kv_gather(const ConstTensorView& src, const ConstTensorView& batch_index, c
     KVLAB_REQUIRE(0 <= index[i] && index[i] < s.B, invalid_argument, "kv_gather: batch_index[", i, "] = ", index[i],
                   " is outside [0, ", s.B, ") (the source batch)");
   }
-  if (s.bytes == 0) return;
+  return {s, d, index};
+}
+
+void kv_gather(const ConstTensorView& src, const ConstTensorView& batch_index, const TensorView& dst) {
+  const KvMovePlan plan = validate_kv_gather(src, batch_index, dst);
+  if (plan.src.bytes == 0) return;
   // One batch row of a dense (B, H, L, W) block is a contiguous H·L·W slab.
-  const std::size_t slab = s.bytes / static_cast<std::size_t>(s.B);
-  for (std::size_t i = 0; i < index.size(); ++i) {
-    std::memcpy(dst.data + i * slab, src.data + static_cast<std::size_t>(index[i]) * slab, slab);
+  const std::size_t slab = plan.src.bytes / static_cast<std::size_t>(plan.src.B);
+  for (std::size_t i = 0; i < plan.indices.size(); ++i) {
+    std::memcpy(dst.data + i * slab, src.data + static_cast<std::size_t>(plan.indices[i]) * slab, slab);
   }
 }
 
-void kv_copy_blocks(const ConstTensorView& src, std::span<const SeqBlock> blocks, const TensorView& dst) {
+KvMovePlan validate_kv_copy_blocks(const ConstTensorView& src, std::span<const SeqBlock> blocks,
+                                   const ConstTensorView& dst) {
   const Block s = block_of(src, "kv_copy_blocks src");
   const Block d = block_of(dst, "kv_copy_blocks dst");
   require_same_rows(src, dst, "kv_copy_blocks");
@@ -201,19 +205,24 @@ void kv_copy_blocks(const ConstTensorView& src, std::span<const SeqBlock> blocks
     // No overlap so far means cur ends last within its batch row.
     reach = order[k];
   }
-  if (s.bytes == 0) return;
+  return {s, d, {}};
+}
 
+void kv_copy_blocks(const ConstTensorView& src, std::span<const SeqBlock> blocks, const TensorView& dst) {
+  const KvMovePlan plan = validate_kv_copy_blocks(src, blocks, dst);
+  const KvBlock &s = plan.src, &d = plan.dst;
+  if (s.bytes == 0) return;
   for (const SeqBlock& k : blocks) {
     const std::size_t n = static_cast<std::size_t>(k.length) * s.row_bytes;  // rows t are adjacent in one (b, h)
     if (n == 0) continue;  // an empty block may sit in an empty dst with no data pointer
     for (std::int64_t h = 0; h < s.H; ++h) {
-      std::memcpy(dst.data + row_offset(d, k.dst_batch, h, k.dst_seq),
-                  src.data + row_offset(s, k.src_batch, h, k.src_seq), n);
+      std::memcpy(dst.data + d.row_offset(k.dst_batch, h, k.dst_seq), src.data + s.row_offset(k.src_batch, h, k.src_seq),
+                  n);
     }
   }
 }
 
-void kv_roll(const ConstTensorView& src, const ConstTensorView& shifts, const TensorView& dst) {
+KvMovePlan validate_kv_roll(const ConstTensorView& src, const ConstTensorView& shifts, const ConstTensorView& dst) {
   const Block s = block_of(src, "kv_roll src");
   const Block d = block_of(dst, "kv_roll dst");
   require_shape(dst, src.shape, "kv_roll dst");
@@ -221,17 +230,23 @@ void kv_roll(const ConstTensorView& src, const ConstTensorView& shifts, const Te
   const std::vector<std::int64_t> shift = load_indices(shifts, {s.B}, "kv_roll shifts");
   require_disjoint(src, s.bytes, "src", dst, d.bytes, "kv_roll");
   require_disjoint(shifts, static_cast<std::size_t>(s.B) * 4, "shifts", dst, d.bytes, "kv_roll");
+  return {s, d, shift};
+}
+
+void kv_roll(const ConstTensorView& src, const ConstTensorView& shifts, const TensorView& dst) {
+  const KvMovePlan plan = validate_kv_roll(src, shifts, dst);
+  const KvBlock& s = plan.src;
   if (s.bytes == 0) return;  // also covers L == 0, where "mod L" is undefined
 
   // dst[i] = src[(i − r) mod L] with r = shift mod L: the last r source rows wrap to the
   // front, the first L − r move up by r. Shifts are int32 widened to int64, so the
   // modulo never overflows (INT32_MIN included).
   for (std::int64_t b = 0; b < s.B; ++b) {
-    const std::int64_t r = mod(shift[static_cast<std::size_t>(b)], s.L);
+    const std::int64_t r = kv_roll_amount(plan.indices[static_cast<std::size_t>(b)], s.L);
     const std::size_t head = static_cast<std::size_t>(r) * s.row_bytes;
     const std::size_t tail = static_cast<std::size_t>(s.L - r) * s.row_bytes;
     for (std::int64_t h = 0; h < s.H; ++h) {
-      const std::size_t base = row_offset(s, b, h, 0);
+      const std::size_t base = s.row_offset(b, h, 0);
       if (head != 0) std::memcpy(dst.data + base, src.data + base + tail, head);
       if (tail != 0) std::memcpy(dst.data + base + head, src.data + base, tail);
     }

@@ -46,12 +46,40 @@
 // H or D being merged or extended together; both are rejected here.
 #pragma once
 
+#include <cstddef>
+#include <cstdint>
 #include <span>
+#include <vector>
 
 #include "kvlab/ops.h"
 #include "kvlab/tensor.h"
 
 namespace kvlab::ref {
+
+// The validation of each kernel, shared by every backend: the oracle's checks, in order
+// and with its messages, done before anything is written (so every backend rejects the
+// same calls the same way). Each returns the checked geometry and the loaded indices, so
+// a backend's kernel is only its copy loop.
+struct KvBlock {
+  std::int64_t B = 0, H = 0, L = 0, W = 0;
+  std::size_t row_bytes = 0;  // one (b, h, t) row: W elements (0 when the block is empty)
+  std::size_t bytes = 0;      // the whole block; fits in ptrdiff_t (checked)
+  std::size_t row_offset(std::int64_t b, std::int64_t h, std::int64_t t) const {
+    return static_cast<std::size_t>((b * H + h) * L + t) * row_bytes;
+  }
+};
+struct KvMovePlan {
+  KvBlock src, dst;
+  std::vector<std::int64_t> indices;  // slots (B·S), batch_index (Bd) or shifts (B); empty for copy_blocks
+};
+KvMovePlan validate_kv_scatter(const ConstTensorView& src, const ConstTensorView& slots, const ConstTensorView& dst);
+KvMovePlan validate_kv_gather(const ConstTensorView& src, const ConstTensorView& batch_index,
+                              const ConstTensorView& dst);
+KvMovePlan validate_kv_copy_blocks(const ConstTensorView& src, std::span<const SeqBlock> blocks,
+                                   const ConstTensorView& dst);
+KvMovePlan validate_kv_roll(const ConstTensorView& src, const ConstTensorView& shifts, const ConstTensorView& dst);
+// (i mod n) in [0, n) for any i (n > 0): the roll amount of kv_roll.
+std::int64_t kv_roll_amount(std::int64_t shift, std::int64_t n);
 
 void kv_scatter(const ConstTensorView& src, const ConstTensorView& slots, const TensorView& dst);
 void kv_gather(const ConstTensorView& src, const ConstTensorView& batch_index, const TensorView& dst);
