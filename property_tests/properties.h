@@ -7,9 +7,12 @@
 #include <rapidcheck.h>
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
+#include "cache/batch_rotating_kv_cache.h"
+#include "cache/prefix_cache.h"
 #include "property_tests/prop_model.h"
 
 namespace kvlab::prop {
@@ -41,5 +44,36 @@ struct NamedProperty {
 };
 // Every property in a fixed order (the zoo reports the first that kills a mutant).
 const std::vector<NamedProperty>& all_properties();
+
+// ---- batch caches (batch_properties.cc, batch_rotating_prefix.cc) ---------------------
+// Fault-injection points of the batch properties, kept apart from Hooks so the
+// single-cache properties and mutants stay as they were. production_batch_hooks() calls
+// the real code.
+struct BatchHooks {
+  // What BatchRotatingKVCache::extract(i) adopts: row i's newest real tokens.
+  std::function<FetchedKV(const BatchRotatingKVCache&, std::int64_t)> rotating_extract_rows;
+  std::function<PrefixFetch(PrefixCache&, const std::string&, const CacheFormat&, const std::vector<std::int32_t>&)>
+      prefix_fetch;
+};
+BatchHooks production_batch_hooks();
+
+// B1/B2: random batches (unequal left padding, sometimes a right-padded prefill), chunks,
+// decodes, filter, extend, merge, state round trip; after every step each row equals its
+// token log and a single cache built from that row alone (spec §4.9, §4.11, App. C).
+void batch_kv_rows_match_logs(const Hooks& hooks, const BatchHooks& batch);
+void batch_quantized_rows_match_logs(const Hooks& hooks, const BatchHooks& batch);
+// B3: attend on a BatchKVCache (B >= 2, unequal prompts) == each row alone (spec §5.5).
+void batch_attend_equals_per_row(const Hooks& hooks, const BatchHooks& batch);
+// B4: BatchRotatingKVCache extract(i) == newest min(offset_i, max_size) tokens (§7 row 7).
+void batch_rotating_extract_newest(const Hooks& hooks, const BatchHooks& batch);
+// B5: a prefix-cache hit has exactly the requested per-layer format (§7, SwiftLM PR 73).
+void prefix_fetch_matches_format(const Hooks& hooks, const BatchHooks& batch);
+
+struct NamedBatchProperty {
+  std::string name;
+  void (*body)(const Hooks&, const BatchHooks&);
+};
+// Run after all_properties() by the zoo, in this order.
+const std::vector<NamedBatchProperty>& batch_properties();
 
 }  // namespace kvlab::prop

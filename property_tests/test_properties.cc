@@ -24,5 +24,16 @@ RC_GTEST_PROP(Metamorphic, QuantizedWithinBound, ()) { quantized_within_bound(ho
 RC_GTEST_PROP(Metamorphic, RotatingEqualsWindowedFull, ()) { rotating_equals_windowed_full(hooks()); }
 RC_GTEST_PROP(Metamorphic, PositionsArePreUpdateOffsets, ()) { positions_are_pre_update_offsets(hooks()); }
 
+const BatchHooks& batch_hooks() {
+  static const BatchHooks h = production_batch_hooks();
+  return h;
+}
+
+RC_GTEST_PROP(Batch, KVCacheRowsMatchLogs, ()) { batch_kv_rows_match_logs(hooks(), batch_hooks()); }
+RC_GTEST_PROP(Batch, QuantizedRowsMatchLogs, ()) { batch_quantized_rows_match_logs(hooks(), batch_hooks()); }
+RC_GTEST_PROP(Batch, AttendEqualsPerRow, ()) { batch_attend_equals_per_row(hooks(), batch_hooks()); }
+RC_GTEST_PROP(Batch, RotatingExtractNewest, ()) { batch_rotating_extract_newest(hooks(), batch_hooks()); }
+RC_GTEST_PROP(Batch, PrefixFetchMatchesFormat, ()) { prefix_fetch_matches_format(hooks(), batch_hooks()); }
+
 }  // namespace
 }  // namespace kvlab::prop

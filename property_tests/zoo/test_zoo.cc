@@ -1,4 +1,4 @@
-// The bug zoo runner: for each mutant, the properties in all_properties() order with a
+// The bug zoo runner: for each mutant, the properties (its own family first) with a
 // fixed seed (42) and 200 cases each, until one fails. Fails if a mutant survives and
 // prints the kill matrix: mutant × first property that killed it, the cases it needed
 // (passing cases + 1) and the size of the shrunk counterexample (steps, tokens).
@@ -8,10 +8,14 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <iostream>
 #include <sstream>
+#include <utility>
+#include <vector>
 
 #include "property_tests/properties.h"
+#include "property_tests/zoo/batch_mutants.h"
 #include "property_tests/zoo/mutants.h"
 
 namespace kvlab::prop::zoo {
@@ -34,48 +38,80 @@ std::string excerpt(const rc::detail::FailureResult& f, int lines) {
   return out;
 }
 
+// One zoo entry: the single-cache mutants (mutants.cc) run with the production batch
+// hooks, the batch mutants (batch_mutants.cc) with the production single-cache hooks.
+struct Entry {
+  std::string id, upstream;
+  Hooks hooks;
+  BatchHooks batch;
+  bool batch_first = false;  // a batch mechanism: try the batch properties first
+};
+
+std::vector<Entry> entries() {
+  std::vector<Entry> out;
+  for (Mutant& m : all_mutants())
+    out.push_back({m.id, m.upstream, std::move(m.hooks), production_batch_hooks(), false});
+  for (BatchMutant& m : batch_mutants())
+    out.push_back({m.id, m.upstream, production_hooks(), std::move(m.batch), true});
+  return out;
+}
+
 TEST(Zoo, EveryMutantIsKilled) {
   rc::detail::TestParams params;
   params.seed = 42;
   params.maxSuccess = 200;
   std::vector<Row> rows;
   const char* only = std::getenv("KVLAB_ZOO_ONLY");  // debugging: one mutant by id prefix
-  for (const Mutant& m : all_mutants()) {
+  // Every property runs against every mutant until one kills it: the single-cache
+  // properties (all_properties()) and the batch ones (batch_properties()), the family of
+  // the mutant's own mechanism first, so a batch mutant does not wait for eight
+  // single-cache properties to pass 200 cases each before its own family runs.
+  using Body = std::function<void(const Hooks&, const BatchHooks&)>;
+  std::vector<std::pair<std::string, Body>> single, batched;
+  for (const NamedProperty& p : all_properties()) {
+    const auto body = p.body;
+    single.emplace_back(p.name, [body](const Hooks& h, const BatchHooks&) { body(h); });
+  }
+  for (const NamedBatchProperty& p : batch_properties()) batched.emplace_back(p.name, p.body);
+  for (const Entry& m : entries()) {
     if (only != nullptr && m.id.rfind(only, 0) != 0) continue;
     Row row;
     row.mutant = m.id;
     row.upstream = m.upstream;
     const auto t0 = std::chrono::steady_clock::now();
-    for (const NamedProperty& p : all_properties()) {
+    std::vector<std::pair<std::string, Body>> props = m.batch_first ? batched : single;
+    for (const auto& p : m.batch_first ? single : batched) props.push_back(p);
+    for (const auto& [name, body] : props) {
       last_failure_size() = {};
       rc::detail::TestMetadata meta;
-      meta.id = m.id + "/" + p.name;
+      meta.id = m.id + "/" + name;
       meta.description = meta.id;
       const Hooks& hooks = m.hooks;
-      const auto body = p.body;
+      const BatchHooks& batch = m.batch;
+      const auto& f = body;
       const rc::detail::TestResult result =
-          rc::detail::checkTestable([&hooks, body] { body(hooks); }, meta, params);
+          rc::detail::checkTestable([&hooks, &batch, &f] { f(hooks, batch); }, meta, params);
       rc::detail::FailureResult failure;
       if (result.match(failure)) {
-        row.killer = p.name;
+        row.killer = name;
         row.cases = failure.numSuccess + 1;
         row.size = last_failure_size();
-        std::cout << "[zoo] " << m.id << " killed by " << p.name << ": " << failure.description << "\n"
+        std::cout << "[zoo] " << m.id << " killed by " << name << ": " << failure.description << "\n"
                   << excerpt(failure, 14);
         break;
       }
       rc::detail::Error error;
-      if (result.match(error)) ADD_FAILURE() << m.id << " / " << p.name << ": " << error.description;
+      if (result.match(error)) ADD_FAILURE() << m.id << " / " << name << ": " << error.description;
     }
     row.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     EXPECT_NE(row.killer, "SURVIVED") << "mutant " << m.id << " (" << m.upstream << ") survived every property";
     rows.push_back(row);
   }
   std::printf("\nKill matrix (seed 42, max_success 200)\n");
-  std::printf("%-32s %-32s %6s %6s %7s %7s  %s\n", "mutant", "first killer", "cases", "steps", "tokens", "time",
+  std::printf("%-40s %-32s %6s %6s %7s %7s  %s\n", "mutant", "first killer", "cases", "steps", "tokens", "time",
               "upstream");
   for (const Row& r : rows)
-    std::printf("%-32s %-32s %6d %6lld %7lld %6.2fs  %s\n", r.mutant.c_str(), r.killer.c_str(), r.cases,
+    std::printf("%-40s %-32s %6d %6lld %7lld %6.2fs  %s\n", r.mutant.c_str(), r.killer.c_str(), r.cases,
                 static_cast<long long>(r.size.steps), static_cast<long long>(r.size.tokens), r.seconds,
                 r.upstream.c_str());
   std::fflush(stdout);

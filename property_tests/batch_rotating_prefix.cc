@@ -1,0 +1,214 @@
+// Batch properties that need BatchHooks (fault-injection points of the zoo):
+//   B4 BatchRotatingKVCache: extract(i) == the newest min(offset_i, max_size) real tokens
+//      of row i in temporal order (spec §4.10, §7 row 7; vllm-mlx#256, mlx-lm#1114)
+//   B5 PrefixCache: a hit has exactly the per-layer format (class, quantization spec)
+//      of the request (spec §4.15/§4.17; SharpAI/SwiftLM PR 73 review)
+// and the property list the zoo runs after all_properties().
+#include <algorithm>
+#include <memory>
+
+#include "cache/kv_cache.h"
+#include "cache/quantized_kv_cache.h"
+#include "property_tests/batch_util.h"
+#include "property_tests/properties.h"
+
+namespace kvlab::prop {
+
+using batch::block;
+using batch::expect_same_tensor;
+using batch::gen_split;
+using batch::row_block;
+
+BatchHooks production_batch_hooks() {
+  BatchHooks h;
+  h.rotating_extract_rows = [](const BatchRotatingKVCache& c, std::int64_t i) { return c.extract_rows(i); };
+  h.prefix_fetch = [](PrefixCache& pc, const std::string& model, const CacheFormat& format,
+                      const std::vector<std::int32_t>& tokens) { return pc.fetch(model, format, tokens); };
+  return h;
+}
+
+// Left-padded prompts only: after a right-padded prefill one fewer token is legitimate
+// (the unit test's exception), which would blunt the exact check.
+void batch_rotating_extract_newest(const Hooks&, const BatchHooks& bh) {
+  const auto heads = *rc::gen::inRange<std::int64_t>(1, 3);
+  constexpr std::int64_t dim = 16;
+  const auto max_size = *rc::gen::inRange<std::int64_t>(2, 11);
+  const auto count = *rc::gen::inRange<std::int64_t>(1, 7);
+  std::vector<std::int64_t> ids, counts;
+  for (std::int64_t b = 0; b < count; ++b) {
+    counts.push_back(*rc::gen::inRange<std::int64_t>(1, 15));
+    ids.push_back(b);
+  }
+  const std::int64_t longest = *std::max_element(counts.begin(), counts.end());
+  std::vector<std::int32_t> pad;
+  for (const std::int64_t l : counts) pad.push_back(static_cast<std::int32_t>(longest - l));
+
+  ReferenceBackend be;
+  BatchRotatingKVCache cache(be, max_size, pad);
+  std::vector<std::int64_t> filled(counts.size(), 0);  // expected offset per row (−padding still ahead)
+  const auto check = [&](const std::string& when) {
+    RC_ASSERT(cache.batch_size() == static_cast<std::int64_t>(ids.size()));
+    const std::vector<std::int32_t> off = cache.offsets();
+    for (std::size_t b = 0; b < ids.size(); ++b) {
+      const std::string at = "row " + std::to_string(b) + " after " + when;
+      if (off[b] != filled[b])
+        RC_FAIL(at + ": offset " + std::to_string(off[b]) + " vs log " + std::to_string(filled[b]));
+      const std::int64_t real = std::max<std::int64_t>(0, filled[b]);
+      if (real == 0) continue;  // nothing real yet: extract is empty
+      const std::int64_t n = std::min(real, max_size);
+      const FetchedKV f = bh.rotating_extract_rows(cache, static_cast<std::int64_t>(b));
+      if (f.length() != n)
+        RC_FAIL(at + ": extract holds " + std::to_string(f.length()) + " tokens, expected " + std::to_string(n) +
+                " (offset " + std::to_string(real) + ", max_size " + std::to_string(max_size) + ")");
+      expect_same_tensor(be.download(f.keys), row_block(Stream::key, ids[b], real - n, n, heads, dim),
+                         at + " extract keys");
+      expect_same_tensor(be.download(f.values), row_block(Stream::value, ids[b], real - n, n, heads, dim),
+                         at + " extract values");
+      const auto single = cache.extract(static_cast<std::int64_t>(b));  // what extract(i) adopts, and its offset
+      RC_ASSERT(single->offset() == real);
+      RC_ASSERT(single->max_size() == max_size);
+    }
+  };
+  CaseSize& size = last_failure_size();
+  size = {0, 0};
+  std::int64_t c0 = 0;
+  for (const std::int64_t n : gen_split(longest)) {
+    const auto tok = [&pad, c0](std::int64_t b, std::int64_t j) {
+      const std::int64_t t = c0 + j - pad[static_cast<std::size_t>(b)];
+      return t >= 0 ? t : std::int64_t{-1};
+    };
+    cache.update(be.upload(block(Stream::key, ids, n, heads, dim, tok)),
+                 be.upload(block(Stream::value, ids, n, heads, dim, tok)));
+    c0 += n;
+    for (std::size_t b = 0; b < ids.size(); ++b) filled[b] = c0 - pad[b];
+    ++size.steps;
+    size.tokens += n;
+    check("prefill chunk");
+  }
+  enum class Op { decode, chunk, filter };
+  const auto script = *rc::gen::container<std::vector<Op>>(
+      static_cast<std::size_t>(*rc::gen::inRange(1, 13)), rc::gen::weightedElement<Op>({{4, Op::decode}, {1, Op::chunk}, {1, Op::filter}}));
+  for (const Op op : script) {
+    ++size.steps;
+    if (op == Op::filter) {
+      const auto keep = *rc::gen::container<std::vector<bool>>(ids.size(), rc::gen::arbitrary<bool>());
+      std::vector<std::int32_t> idx;
+      for (std::size_t b = 0; b < ids.size(); ++b)
+        if (keep[b]) idx.push_back(static_cast<std::int32_t>(b));
+      if (idx.empty()) idx.push_back(0);
+      cache.filter(idx);
+      std::vector<std::int64_t> ids2, filled2;
+      for (const std::int32_t i : idx) {
+        ids2.push_back(ids[static_cast<std::size_t>(i)]);
+        filled2.push_back(filled[static_cast<std::size_t>(i)]);
+      }
+      ids = ids2;
+      filled = filled2;
+      check("filter");
+      continue;
+    }
+    const std::int64_t n = op == Op::decode ? 1 : *rc::gen::inRange<std::int64_t>(2, 7);
+    const auto tok = [&filled](std::int64_t b, std::int64_t j) { return filled[static_cast<std::size_t>(b)] + j; };
+    cache.update(be.upload(block(Stream::key, ids, n, heads, dim, tok)),
+                 be.upload(block(Stream::value, ids, n, heads, dim, tok)));
+    for (std::int64_t& f : filled) f += n;
+    size.tokens += n;
+    check(op == Op::decode ? "decode" : "chunk");
+  }
+}
+
+namespace {
+
+// Layer formats of the prefix property: 0 plain, 1 affine 4/64, 2 affine 8/32.
+QuantSpec spec_of(int f) {
+  return f == 1 ? QuantSpec::make(QuantMode::affine, 4, 64) : QuantSpec::make(QuantMode::affine, 8, 32);
+}
+CacheFormat format_of(int f, std::size_t layers) {
+  return CacheFormat::uniform(layers, f == 0 ? CacheFormat::kv() : CacheFormat::quantized(spec_of(f), Rounding::mlx_cpu));
+}
+LayerCaches layers_of(Backend& be, int f, std::size_t layers, std::int64_t id, std::int64_t n) {
+  constexpr std::int64_t heads = 1, dim = 64;
+  LayerCaches out;
+  for (std::size_t l = 0; l < layers; ++l) {
+    const DTensor k = be.upload(row_block(Stream::key, id + static_cast<std::int64_t>(l) * 1000, 0, n, heads, dim));
+    const DTensor v = be.upload(row_block(Stream::value, id + static_cast<std::int64_t>(l) * 1000, 0, n, heads, dim));
+    if (f == 0) {
+      auto c = std::make_unique<KVCache>(be);
+      c->update(k, v);
+      out.push_back(std::move(c));
+    } else {
+      auto c = std::make_unique<QuantizedKVCache>(be, spec_of(f), Rounding::mlx_cpu);
+      c->update_quantized(k, v);
+      out.push_back(std::move(c));
+    }
+  }
+  return out;
+}
+// Token sequences that share prefixes: 1, 2, …, len − 1, then one of three last tokens.
+std::vector<std::int32_t> gen_tokens() {
+  const int len = *rc::gen::inRange(1, 10);
+  const int last = *rc::gen::inRange(0, 3);
+  std::vector<std::int32_t> t;
+  for (int i = 1; i < len; ++i) t.push_back(i);
+  t.push_back(len + 100 * last);
+  return t;
+}
+
+}  // namespace
+
+void prefix_fetch_matches_format(const Hooks&, const BatchHooks& bh) {
+  ReferenceBackend be;
+  PrefixCache pc;
+  const std::string model = "m";
+  const auto layers = static_cast<std::size_t>(*rc::gen::inRange(1, 3));
+  const auto inserts = *rc::gen::inRange(1, 6);
+  std::vector<std::pair<int, std::vector<std::int32_t>>> stored;
+  CaseSize& size = last_failure_size();
+  size = {0, 0};
+  for (int i = 0; i < inserts; ++i) {
+    const int f = *rc::gen::inRange(0, 3);
+    const auto tokens = gen_tokens();
+    pc.insert(model, format_of(f, layers), tokens,
+              layers_of(be, f, layers, static_cast<std::int64_t>(f), static_cast<std::int64_t>(tokens.size())));
+    stored.emplace_back(f, tokens);
+    ++size.steps;
+    size.tokens += static_cast<std::int64_t>(tokens.size());
+  }
+  const auto fetches = *rc::gen::inRange(1, 7);
+  for (int i = 0; i < fetches; ++i) {
+    const int f = *rc::gen::inRange(0, 3);
+    const auto tokens = gen_tokens();
+    const CacheFormat want = format_of(f, layers);
+    const PrefixFetch got = bh.prefix_fetch(pc, model, want, tokens);
+    ++size.steps;
+    // An entry stored under exactly this key is always found (possibly as a trimmed
+    // supersequence once a longer entry superseded it, which leaves one token to
+    // process: so a one-token request may miss).
+    const bool stored_exact =
+        std::find(stored.begin(), stored.end(), std::make_pair(f, tokens)) != stored.end();
+    if (stored_exact && tokens.size() >= 2 && got.kind == MatchKind::miss)
+      RC_FAIL("fetch " + want.describe() + " missed an entry stored under that format");
+    if (got.kind == MatchKind::miss) continue;
+    RC_ASSERT(got.caches.size() == layers);
+    for (std::size_t l = 0; l < layers; ++l) {
+      const std::string have = CacheFormat::layer(*got.caches[l]);
+      if (have != want.layers()[l])
+        RC_FAIL("fetch " + want.describe() + " (" + std::string(match_kind_name(got.kind)) + ") returned layer " +
+                std::to_string(l) + " as " + have);
+      RC_ASSERT(got.caches[l]->offsets().at(0) == static_cast<std::int32_t>(got.reused));
+    }
+  }
+}
+
+const std::vector<NamedBatchProperty>& batch_properties() {
+  static const std::vector<NamedBatchProperty> props{
+      {"B1.BatchKVCacheRowsMatchLogs", batch_kv_rows_match_logs},
+      {"B2.BatchQuantizedRowsMatchLogs", batch_quantized_rows_match_logs},
+      {"B3.BatchAttendEqualsPerRow", batch_attend_equals_per_row},
+      {"B4.BatchRotatingExtractNewest", batch_rotating_extract_newest},
+      {"B5.PrefixFetchMatchesFormat", prefix_fetch_matches_format},
+  };
+  return props;
+}
+
+}  // namespace kvlab::prop
