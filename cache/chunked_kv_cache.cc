@@ -55,34 +55,12 @@ void ChunkedKVCache::maybe_trim_front() {
 }
 
 FetchedKV ChunkedKVCache::update(const DTensor& k, const DTensor& v) {
-  validate_kv_update(k, v, "ChunkedKVCache");
-  if (keys_) {
-    KVLAB_REQUIRE(k.dtype == keys_.dtype, dtype_mismatch, "ChunkedKVCache holds ", dtype_name(keys_.dtype),
-                  " but the update is ", dtype_name(k.dtype));
-    KVLAB_REQUIRE(k.shape[0] == keys_.shape[0] && k.shape[1] == keys_.shape[1] && k.shape[3] == keys_.shape[3] &&
-                      v.shape[3] == values_.shape[3],
-                  shape_mismatch, "ChunkedKVCache holds (B, H, Dk, Dv) = (", keys_.shape[0], ", ", keys_.shape[1],
-                  ", ", keys_.shape[3], ", ", values_.shape[3], ") but the update has keys ", shape_str(k.shape),
-                  " and values ", shape_str(v.shape));
-  }
+  validate_kv_update(k, v, "ChunkedKVCache");  // shapes first: the overflow check reads S
   KVLAB_REQUIRE(offset_ + k.shape[2] <= std::numeric_limits<std::int32_t>::max(), invalid_argument,
                 "ChunkedKVCache offset ", offset_, " + ", k.shape[2], " tokens overflows the int32 offsets()");
-  Backend& be = backend();
-  const std::int64_t prev = offset_ - start_position_, s = k.shape[2];
-  if (!keys_ || prev + s > capacity()) {
-    // KVCache's growth, relative to start_position.
-    const std::int64_t grown = seq::grown_capacity(prev, capacity(), s, kStep);
-    if (keys_) {
-      keys_ = seq::regrow(be, keys_, prev, grown);
-      values_ = seq::regrow(be, values_, prev, grown);
-    } else {
-      keys_ = seq::alloc_poisoned(be, k.dtype, {k.shape[0], k.shape[1], grown, k.shape[3]});
-      values_ = seq::alloc_poisoned(be, v.dtype, {v.shape[0], v.shape[1], grown, v.shape[3]});
-    }
-  }
-  seq::write_rows(be, k, keys_, prev);
-  seq::write_rows(be, v, values_, prev);
-  offset_ += s;
+  // KVCache's append, relative to start_position.
+  append_kv_rows(backend(), "ChunkedKVCache", keys_, values_, offset_ - start_position_, k, v, kStep);
+  offset_ += k.shape[2];
   return fetch();
 }
 

@@ -24,32 +24,37 @@ KVCache::KVCache(Backend& backend, DTensor keys, DTensor values) : Cache(backend
   values_ = std::move(values);
 }
 
-FetchedKV KVCache::update(const DTensor& k, const DTensor& v) {
-  validate_kv_update(k, v, "KVCache");
-  if (keys_) {
-    KVLAB_REQUIRE(k.dtype == keys_.dtype, dtype_mismatch, "KVCache holds ", dtype_name(keys_.dtype),
+void append_kv_rows(Backend& be, const char* cache_name, DTensor& keys, DTensor& values, std::int64_t at,
+                    const DTensor& k, const DTensor& v, std::int64_t step) {
+  validate_kv_update(k, v, cache_name);
+  if (keys) {
+    KVLAB_REQUIRE(k.dtype == keys.dtype, dtype_mismatch, cache_name, " holds ", dtype_name(keys.dtype),
                   " but the update is ", dtype_name(k.dtype));
-    KVLAB_REQUIRE(k.shape[0] == keys_.shape[0] && k.shape[1] == keys_.shape[1] && k.shape[3] == keys_.shape[3] &&
-                      v.shape[3] == values_.shape[3],
-                  shape_mismatch, "KVCache holds (B, H, Dk, Dv) = (", keys_.shape[0], ", ", keys_.shape[1], ", ",
-                  keys_.shape[3], ", ", values_.shape[3], ") but the update has keys ", shape_str(k.shape),
+    KVLAB_REQUIRE(k.shape[0] == keys.shape[0] && k.shape[1] == keys.shape[1] && k.shape[3] == keys.shape[3] &&
+                      v.shape[3] == values.shape[3],
+                  shape_mismatch, cache_name, " holds (B, H, Dk, Dv) = (", keys.shape[0], ", ", keys.shape[1], ", ",
+                  keys.shape[3], ", ", values.shape[3], ") but the update has keys ", shape_str(k.shape),
                   " and values ", shape_str(v.shape));
   }
-  Backend& be = backend();
-  const std::int64_t prev = offset_, s = k.shape[2];
-  if (!keys_ || prev + s > capacity()) {
-    const std::int64_t grown = seq::grown_capacity(prev, capacity(), s, kStep);
-    if (keys_) {
-      keys_ = seq::regrow(be, keys_, prev, grown);
-      values_ = seq::regrow(be, values_, prev, grown);
+  const std::int64_t s = k.shape[2];
+  const std::int64_t capacity = keys ? seq::length(keys) : 0;
+  if (!keys || at + s > capacity) {
+    const std::int64_t grown = seq::grown_capacity(at, capacity, s, step);
+    if (keys) {
+      keys = seq::regrow(be, keys, at, grown);
+      values = seq::regrow(be, values, at, grown);
     } else {
-      keys_ = seq::alloc_poisoned(be, k.dtype, {k.shape[0], k.shape[1], grown, k.shape[3]});
-      values_ = seq::alloc_poisoned(be, v.dtype, {v.shape[0], v.shape[1], grown, v.shape[3]});
+      keys = seq::alloc_poisoned(be, k.dtype, {k.shape[0], k.shape[1], grown, k.shape[3]});
+      values = seq::alloc_poisoned(be, v.dtype, {v.shape[0], v.shape[1], grown, v.shape[3]});
     }
   }
-  seq::write_rows(be, k, keys_, prev);
-  seq::write_rows(be, v, values_, prev);
-  offset_ = prev + s;
+  seq::write_rows(be, k, keys, at);
+  seq::write_rows(be, v, values, at);
+}
+
+FetchedKV KVCache::update(const DTensor& k, const DTensor& v) {
+  append_kv_rows(backend(), "KVCache", keys_, values_, offset_, k, v, kStep);
+  offset_ += k.shape[2];
   return fetch();
 }
 

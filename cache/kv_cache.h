@@ -53,4 +53,11 @@ class KVCache final : public Cache {
 // equal dtypes, equal B/H/S, S >= 1. Shared by every cache type.
 void validate_kv_update(const DTensor& k, const DTensor& v, const char* cache_name);
 
+// The append of a step-grown plain cache (KVCache, and ChunkedKVCache relative to its
+// start): checks k/v against the held buffers (dtype, B, H, Dk, Dv), grows them by the
+// mlx-lm step rule when rows [at, at+S) do not fit, and writes k/v there. Validates
+// everything before changing anything.
+void append_kv_rows(Backend& backend, const char* cache_name, DTensor& keys, DTensor& values, std::int64_t at,
+                    const DTensor& k, const DTensor& v, std::int64_t step);
+
 }  // namespace kvlab
