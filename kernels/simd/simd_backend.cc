@@ -17,6 +17,7 @@ HWY_AFTER_NAMESPACE();
 #include "kernels/simd/simd_backend.h"
 #include "kernels/simd/simd_kernels.h"
 #include "kvlab/error.h"
+#include "reference/turboquant.h"
 
 namespace kvlab {
 
@@ -40,10 +41,6 @@ std::int64_t unmocked_supported() {
     return s;
   }();
   return supported;
-}
-
-[[noreturn]] void unimplemented(const char* kernel) {
-  fail(ErrorKind::unsupported, cat("SimdBackend: ", kernel, " is not implemented by the SIMD backend yet"));
 }
 
 ConstTensorView cv(const DTensor& t) { return host_cview(t); }
@@ -125,29 +122,51 @@ void SimdBackend::kv_roll(const DTensor& src, const DTensor& shifts, const DTens
   simd::kv_roll(cv(src), cv(shifts), host_view(dst));
 }
 
-// ---- not yet vectorized: explicit UNIMPLEMENTED -------------------------------------
+void SimdBackend::fp_quantize(const DTensor& x, const QuantSpec& spec, Rounding rounding,
+                              std::optional<float> global_scale, const DTensor& wq, const DTensor& scales) {
+  simd::fp_quantize(cv(x), spec, rounding, global_scale, host_view(wq), host_view(scales));
+}
 
-void SimdBackend::fp_quantize(const DTensor&, const QuantSpec&, Rounding, std::optional<float>, const DTensor&,
-                              const DTensor&) {
-  unimplemented("fp_quantize");
+void SimdBackend::fp_dequantize(const DTensor& wq, const DTensor& scales, const QuantSpec& spec,
+                                std::optional<float> global_scale, const DTensor& out) {
+  simd::fp_dequantize(cv(wq), cv(scales), spec, global_scale, host_view(out));
 }
-void SimdBackend::fp_dequantize(const DTensor&, const DTensor&, const QuantSpec&, std::optional<float>,
-                                const DTensor&) {
-  unimplemented("fp_dequantize");
+
+namespace {
+const ConstTensorView* opt_cview(const DTensor* t, ConstTensorView& storage) {
+  if (t == nullptr) return nullptr;
+  storage = cv(*t);
+  return &storage;
 }
-void SimdBackend::sdpa(const DTensor&, const DTensor&, const DTensor&, const AttentionParams&, const DTensor*,
-                       const DTensor*, const DTensor&) {
-  unimplemented("sdpa");
+ref::QuantizedView quantized_cview(const QuantizedDTensor& t) {
+  return {cv(t.wq), cv(t.scales), t.biases ? cv(t.biases) : ConstTensorView{}, t.spec};
 }
-void SimdBackend::quantized_sdpa(const DTensor&, const QuantizedDTensor&, const QuantizedDTensor&,
-                                 const AttentionParams&, const DTensor*, const DTensor*, const DTensor&) {
-  unimplemented("quantized_sdpa");
+}  // namespace
+
+void SimdBackend::sdpa(const DTensor& q, const DTensor& k, const DTensor& v, const AttentionParams& params,
+                       const DTensor* mask_array, const DTensor* sinks, const DTensor& out) {
+  ConstTensorView mask_view, sinks_view;
+  simd::sdpa(cv(q), cv(k), cv(v), params, opt_cview(mask_array, mask_view), opt_cview(sinks, sinks_view),
+             host_view(out));
 }
-void SimdBackend::turboquant_encode(const DTensor&, const TurboQuantCodec&, const DTensor&, const DTensor&) {
-  unimplemented("turboquant_encode");
+
+void SimdBackend::quantized_sdpa(const DTensor& q, const QuantizedDTensor& k, const QuantizedDTensor& v,
+                                 const AttentionParams& params, const DTensor* mask_array, const DTensor* sinks,
+                                 const DTensor& out) {
+  ConstTensorView mask_view, sinks_view;
+  simd::quantized_sdpa(cv(q), quantized_cview(k), quantized_cview(v), params, opt_cview(mask_array, mask_view),
+                       opt_cview(sinks, sinks_view), host_view(out));
 }
-void SimdBackend::turboquant_decode(const DTensor&, const DTensor&, const TurboQuantCodec&, const DTensor&) {
-  unimplemented("turboquant_decode");
+
+// TurboQuant is not vectorized (the SIMD kernel list does not include it): the
+// SIMD backend runs the oracle's codec explicitly, so caches over this backend work.
+void SimdBackend::turboquant_encode(const DTensor& x, const TurboQuantCodec& codec, const DTensor& norms,
+                                    const DTensor& indices) {
+  ref::turboquant_encode(cv(x), codec, host_view(norms), host_view(indices));
+}
+void SimdBackend::turboquant_decode(const DTensor& norms, const DTensor& indices, const TurboQuantCodec& codec,
+                                    const DTensor& out) {
+  ref::turboquant_decode(cv(norms), cv(indices), codec, host_view(out));
 }
 
 }  // namespace kvlab

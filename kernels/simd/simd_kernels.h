@@ -9,6 +9,7 @@
 #include "kvlab/ops.h"
 #include "kvlab/quant_spec.h"
 #include "kvlab/tensor.h"
+#include "reference/quantized_sdpa.h"
 
 namespace kvlab::simd {
 
@@ -16,6 +17,18 @@ void affine_quantize(const ConstTensorView& x, const QuantSpec& spec, Rounding r
                      const TensorView& scales, const TensorView& biases);
 void affine_dequantize(const ConstTensorView& wq, const ConstTensorView& scales, const ConstTensorView& biases,
                        const QuantSpec& spec, const TensorView& out);
+
+void fp_quantize(const ConstTensorView& x, const QuantSpec& spec, Rounding rounding,
+                 std::optional<float> global_scale, const TensorView& wq, const TensorView& scales);
+void fp_dequantize(const ConstTensorView& wq, const ConstTensorView& scales, const QuantSpec& spec,
+                   std::optional<float> global_scale, const TensorView& out);
+
+void sdpa(const ConstTensorView& q, const ConstTensorView& k, const ConstTensorView& v,
+          const AttentionParams& params, const ConstTensorView* mask_array, const ConstTensorView* sinks,
+          const TensorView& out);
+void quantized_sdpa(const ConstTensorView& q, const ref::QuantizedView& k, const ref::QuantizedView& v,
+                    const AttentionParams& params, const ConstTensorView* mask_array,
+                    const ConstTensorView* sinks, const TensorView& out);
 
 void kv_scatter(const ConstTensorView& src, const ConstTensorView& slots, const TensorView& dst);
 void kv_gather(const ConstTensorView& src, const ConstTensorView& batch_index, const TensorView& dst);
