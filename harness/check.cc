@@ -56,18 +56,46 @@ std::vector<Problem> collect_cases(const CheckOptions& o) {
   return shard;
 }
 
+namespace {
+
+// A backend that cannot be created here (no Vulkan device, an ISA this CPU lacks) throws
+// Error(unsupported): every case is then UNIMPLEMENTED with that reason — a skip, not a
+// failure (harness/backends.h).
+std::unique_ptr<Backend> make_backend_or_reason(const std::string& name, std::string& reason) {
+  try {
+    return make_backend(name);
+  } catch (const Error& e) {
+    if (e.kind() != ErrorKind::unsupported) throw;
+    reason = e.what();
+    return nullptr;
+  }
+}
+
+CaseResult unavailable(const Problem& p, const std::string& backend, const std::string& reason) {
+  CaseResult r;
+  r.line = p.line();
+  r.op = p.op();
+  r.backend = backend;
+  r.status = Status::unimplemented;
+  r.reason = reason;
+  return r;
+}
+
+}  // namespace
+
 CheckSummary run_check(const CheckOptions& o, std::ostream& out) {
   const auto start = std::chrono::steady_clock::now();
   const std::vector<Problem> cases = collect_cases(o);
   RunInfo info{commit_id(), o.backend, backend_target(o.backend), o.case_files.empty() ? o.tier : "files"};
-  std::unique_ptr<Backend> backend = make_backend(o.backend);
+  std::string unavailable_reason;
+  std::unique_ptr<Backend> backend = make_backend_or_reason(o.backend, unavailable_reason);
   std::unique_ptr<Backend> reference = make_backend("reference");
   JsonlWriter jsonl(o.json_path, info);
   ProgressLine progress(std::cerr, o.progress && isatty(STDERR_FILENO), cases.size());
   CheckSummary summary;
   std::size_t failed = 0;
   for (const Problem& p : cases) {
-    CaseResult r = run_case(p, *backend, *reference, o.run);
+    CaseResult r = backend ? run_case(p, *backend, *reference, o.run) : unavailable(p, o.backend, unavailable_reason);
     if (r.status == Status::failed && o.shrink) {
       const ShrinkResult s = shrink(p, *backend, *reference, o.run);
       if (s.smallest.line() != r.line) r.shrunk_line = s.smallest.line();

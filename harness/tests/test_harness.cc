@@ -235,4 +235,31 @@ TEST(Backends, RegistryNamesUnknownBackends) {
 }
 
 }  // namespace
+
+TEST(CheckRun, UnavailableBackendMakesEveryCaseUnimplemented) {
+  // A backend whose factory reports Error(unsupported) (no Vulkan device, an ISA the CPU
+  // lacks): the check skips every case with the reason and stays green.
+  register_backend({"absent", "test", "a factory that finds no device", [](std::string_view) -> std::unique_ptr<Backend> {
+                      fail(ErrorKind::unsupported, "no device for the test backend 'absent'");
+                    }});
+  CheckOptions o;
+  o.backend = "absent";
+  o.tier = "smoke";
+  o.ops = {"kv_roll"};
+  std::ostringstream out;
+  const CheckSummary summary = run_check(o, out);
+  EXPECT_TRUE(summary.ok) << out.str();
+  ASSERT_FALSE(summary.results.empty());
+  for (const CaseResult& r : summary.results) {
+    EXPECT_EQ(r.status, Status::unimplemented);
+    EXPECT_NE(r.reason.find("no device"), std::string::npos) << r.reason;
+  }
+  // Any other factory error is not a skip.
+  register_backend({"broken", "test", "a factory that fails", [](std::string_view) -> std::unique_ptr<Backend> {
+                      fail(ErrorKind::invalid_argument, "bad variant");
+                    }});
+  o.backend = "broken";
+  EXPECT_THROW(run_check(o, out), Error);
+}
+
 }  // namespace kvlab::harness
