@@ -48,7 +48,7 @@ std::vector<Problem> OpInfo::shrink_candidates(const Problem& p) const {
   for (const ParamSpec& s : params()) {
     if (!s.shrink) continue;
     if (s.kind == ParamKind::word) {
-      push(s, s.choices.front());
+      if (!s.choices.empty()) push(s, s.choices.front());  // free-form words: the op shrinks them
     } else if (s.kind == ParamKind::integer) {
       const std::int64_t v = p.integer(s.key);
       if (v <= s.shrink_min) continue;
@@ -63,7 +63,7 @@ std::vector<Problem> OpInfo::shrink_candidates(const Problem& p) const {
 std::vector<const OpInfo*> all_ops() {
   return {&ops::affine_quantize(), &ops::affine_dequantize(), &ops::fp_quantize(), &ops::fp_dequantize(),
           &ops::rope(),            &ops::sdpa(),              &ops::quantized_sdpa(), &ops::kv_scatter(),
-          &ops::kv_gather(),       &ops::kv_copy_blocks(),    &ops::kv_roll()};
+          &ops::kv_gather(),       &ops::kv_copy_blocks(),    &ops::kv_roll(),       &ops::cache()};
 }
 
 const OpInfo& find_op(std::string_view name) {

@@ -76,6 +76,13 @@ std::string canonical_value(const ParamSpec& spec, std::string_view value) {
       return std::string(buf, res.ptr);
     }
     case ParamKind::word:
+      if (spec.choices.empty()) {
+        // A free-form word (an op's own grammar, e.g. the cache op's script): one token
+        // without '=' (whitespace, ',' and '#' never reach here); the op validates it.
+        KVLAB_REQUIRE(!value.empty() && value.find('=') == std::string_view::npos, invalid_argument, "parameter ",
+                      spec.key, "=", value, " is not a word");
+        return std::string(value);
+      }
       for (const std::string& c : spec.choices) {
         if (c == value) return c;
       }

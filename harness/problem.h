@@ -25,7 +25,8 @@ struct ParamSpec {
   std::string key;
   ParamKind kind = ParamKind::integer;
   std::string default_value;
-  std::vector<std::string> choices;  // word params: the legal values (first = simplest)
+  std::vector<std::string> choices;  // word params: the legal values (first = simplest);
+                                     // empty: any one token, validated by the op
   // Shrinking: integers shrink toward `shrink_min` (when shrink_min <= value); words
   // shrink to choices[0]. shrink = false keeps the parameter (dtype, seed, ...).
   bool shrink = false;

@@ -1,5 +1,6 @@
-// The kernel ops the harness covers, one OpInfo each (harness/ops/<stem>_info.cc). Each
-// file carries the op's tolerance object with its derivation.
+// The kernel ops the harness covers, one OpInfo each (harness/ops/<stem>_info.cc), and
+// the cache-level op `cache` (cache_info.cc). Each file carries the op's tolerance object
+// with its derivation.
 #pragma once
 
 #include "harness/op.h"
@@ -17,5 +18,6 @@ const OpInfo& kv_scatter();
 const OpInfo& kv_gather();
 const OpInfo& kv_copy_blocks();
 const OpInfo& kv_roll();
+const OpInfo& cache();
 
 }  // namespace kvlab::harness::ops

@@ -1,0 +1,505 @@
+#include "harness/ops/cache_script.h"
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <cstring>
+#include <optional>
+
+#include "cache/batch_kv_cache.h"
+#include "cache/batch_quantized_kv_cache.h"
+#include "cache/batch_rotating_kv_cache.h"
+#include "cache/chunked_kv_cache.h"
+#include "cache/kv_cache.h"
+#include "cache/quantized_kv_cache.h"
+#include "cache/registry.h"
+#include "cache/rotating_kv_cache.h"
+#include "cache/turboquant_kv_cache.h"
+#include "kvlab/error.h"
+
+namespace kvlab::harness::cache_script {
+
+namespace {
+
+// ---- grammar ---------------------------------------------------------------------------
+
+std::vector<std::string_view> split(std::string_view s, char sep) {
+  std::vector<std::string_view> out;
+  std::size_t start = 0;
+  while (true) {
+    const std::size_t end = s.find(sep, start);
+    out.push_back(s.substr(start, end == std::string_view::npos ? std::string_view::npos : end - start));
+    if (end == std::string_view::npos) return out;
+    start = end + 1;
+  }
+}
+
+// A decimal without sign or leading zeros that fits int32; nullopt otherwise.
+std::optional<std::int64_t> number(std::string_view s) {
+  if (s.empty() || (s.size() > 1 && s[0] == '0')) return std::nullopt;
+  std::int32_t v = 0;
+  const auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (ec != std::errc() || ptr != s.data() + s.size() || v < 0) return std::nullopt;
+  return v;
+}
+
+Command parse_command(std::string_view word, std::string_view text) {
+  auto bad = [&](std::string_view why) -> Command {
+    fail(ErrorKind::invalid_argument, cat("script '", text, "': command '", word, "' ", why,
+                                          " (commands: pN, d, dN, tN, a, s, rN, f, kI_J_..., xRpN)"));
+  };
+  if (word.empty()) return bad("is empty");
+  const char head = word[0];
+  const std::string_view rest = word.substr(1);
+  auto count = [&](std::int64_t min) {
+    const auto n = number(rest);
+    if (!n || *n < min) bad(cat("needs a count >= ", min, " without leading zeros"));
+    return *n;
+  };
+  switch (head) {
+    case 'p': return {Verb::chunk, count(1), 0, {}};
+    case 'd': return {Verb::decode, rest.empty() ? 1 : count(1), 0, {}};
+    case 't': return {Verb::trim, count(1), 0, {}};
+    case 'r': return {Verb::right_chunk, count(1), 0, {}};
+    case 'a':
+    case 's':
+    case 'f':
+      if (!rest.empty()) return bad("takes no argument");
+      return {head == 'a' ? Verb::shared : (head == 's' ? Verb::reload : Verb::finalize), 0, 0, {}};
+    case 'k': {
+      Command c{Verb::filter, 0, 0, {}};
+      for (std::string_view index : split(rest, '_')) {
+        const auto i = number(index);
+        if (!i) return bad("needs row indices joined by '_'");
+        c.keep.push_back(static_cast<std::int32_t>(*i));
+      }
+      return c;
+    }
+    case 'x': {
+      const std::size_t at = rest.find('p');
+      const auto rows = number(rest.substr(0, at));
+      const auto tokens = at == std::string_view::npos ? std::nullopt : number(rest.substr(at + 1));
+      if (!rows || !tokens || *rows < 1 || *tokens < 1) return bad("needs the form xRpN with R, N >= 1");
+      return {Verb::extend, *tokens, *rows, {}};
+    }
+    default: return bad("is unknown");
+  }
+}
+
+std::string command_str(const Command& c) {
+  switch (c.verb) {
+    case Verb::chunk: return c.n == 1 ? "d" : cat("p", c.n);
+    case Verb::decode: return c.n == 1 ? "d" : cat("d", c.n);
+    case Verb::trim: return cat("t", c.n);
+    case Verb::shared: return "a";
+    case Verb::reload: return "s";
+    case Verb::right_chunk: return cat("r", c.n);
+    case Verb::finalize: return "f";
+    case Verb::filter: {
+      std::string s = "k";
+      for (std::size_t i = 0; i < c.keep.size(); ++i) s += cat(i ? "_" : "", c.keep[i]);
+      return s;
+    }
+    case Verb::extend: return cat("x", c.rows, "p", c.n);
+  }
+  return "?";
+}
+
+// p1 is a decode; consecutive decodes merge into one command.
+Script normalized(const Script& script) {
+  Script out;
+  for (Command c : script) {
+    if (c.verb == Verb::chunk && c.n == 1) c.verb = Verb::decode;
+    if (c.verb == Verb::decode && !out.empty() && out.back().verb == Verb::decode) {
+      out.back().n += c.n;
+    } else {
+      out.push_back(std::move(c));
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+Script parse_script(std::string_view text) {
+  KVLAB_REQUIRE(!text.empty(), invalid_argument, "script is empty");
+  Script script;
+  for (std::string_view word : split(text, '.')) script.push_back(parse_command(word, text));
+  const std::string canonical = script_str(script);
+  KVLAB_REQUIRE(canonical == text, invalid_argument, "script '", text, "' is not canonical: write '", canonical,
+                "' (decodes merge: d.d is d2; p1 is d)");
+  return normalized(script);
+}
+
+std::string script_str(const Script& script) {
+  std::string out;
+  for (const Command& c : normalized(script)) out += cat(out.empty() ? "" : ".", command_str(c));
+  return out;
+}
+
+std::vector<std::string> simpler_scripts(std::string_view text) {
+  const Script script = parse_script(text);
+  std::vector<std::string> out;
+  auto push = [&](const Script& s) {
+    if (s.empty()) return;
+    const std::string word = script_str(s);
+    if (word != text && std::find(out.begin(), out.end(), word) == out.end()) out.push_back(word);
+  };
+  // Most reduced first: whole commands dropped, then counts cut to their minimum, halved,
+  // and less one, then filters keeping one row fewer.
+  for (std::size_t i = 0; i < script.size(); ++i) {
+    Script s = script;
+    s.erase(s.begin() + static_cast<std::ptrdiff_t>(i));
+    push(s);
+  }
+  for (const int pass : {0, 1, 2}) {
+    for (std::size_t i = 0; i < script.size(); ++i) {
+      const Command& c = script[i];
+      const bool counted = c.verb == Verb::chunk || c.verb == Verb::decode || c.verb == Verb::trim ||
+                           c.verb == Verb::right_chunk || c.verb == Verb::extend;
+      if (!counted || c.n <= 1) continue;
+      Script s = script;
+      s[i].n = pass == 0 ? 1 : (pass == 1 ? c.n / 2 : c.n - 1);
+      push(s);
+    }
+  }
+  for (std::size_t i = 0; i < script.size(); ++i) {
+    const Command& c = script[i];
+    if (c.verb == Verb::extend && c.rows > 1) {
+      Script s = script;
+      s[i].rows = 1;
+      push(s);
+    }
+    if (c.verb == Verb::filter && c.keep.size() > 1) {
+      for (std::size_t j = 0; j < c.keep.size(); ++j) {
+        Script s = script;
+        s[i].keep.erase(s[i].keep.begin() + static_cast<std::ptrdiff_t>(j));
+        push(s);
+      }
+    }
+  }
+  return out;
+}
+
+// ---- set-up -------------------------------------------------------------------------------
+
+const std::vector<std::string>& kind_names() {
+  static const std::vector<std::string> names{"kv",       "rotating",       "quantized",       "chunked",
+                                              "batch_kv", "batch_rotating", "batch_quantized", "turboquant"};
+  return names;
+}
+
+bool is_batch(Kind k) { return k == Kind::batch_kv || k == Kind::batch_rotating || k == Kind::batch_quantized; }
+bool is_packed(Kind k) { return k == Kind::quantized || k == Kind::batch_quantized || k == Kind::turboquant; }
+
+AttendOptions Setup::attend_options() const {
+  AttendOptions o;
+  o.rope.dims = rope ? static_cast<int>(dim) : 0;
+  o.attention.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(dim)));
+  o.window = window;
+  return o;
+}
+
+namespace {
+
+// Row b of `rows` gets ⌊pad·b/(rows−1)⌋ (pad itself when rows = 1): unequal padding from
+// 0 to pad, the layout of harness/ops/sdpa_info.cc.
+std::vector<std::int32_t> spread(std::int64_t pad, std::int64_t rows) {
+  std::vector<std::int32_t> out;
+  for (std::int64_t b = 0; b < rows; ++b) {
+    out.push_back(static_cast<std::int32_t>(rows > 1 ? pad * b / (rows - 1) : pad));
+  }
+  return out;
+}
+
+}  // namespace
+
+std::vector<std::int32_t> Setup::left_padding(std::int64_t rows) const { return spread(lpad, rows); }
+std::vector<std::int32_t> Setup::right_padding(std::int64_t rows) const { return spread(rpad, rows); }
+
+Plan plan_script(const Setup& setup, const Script& script) {
+  Plan plan;
+  std::int64_t batch = setup.batch;
+  std::optional<Step> producer;  // the last attention of the main cache
+  auto add = [&](StepKind kind, std::int64_t rows, std::int64_t tokens) {
+    plan.steps.push_back({kind, rows, tokens, plan.q_rows, kind == StepKind::shared ? 0 : plan.kv_rows});
+    plan.q_rows += rows * setup.hq * tokens;
+    if (kind != StepKind::shared) plan.kv_rows += rows * setup.hkv * tokens;
+  };
+  auto done = [&] {
+    plan.offset_entries += is_batch(setup.kind) ? batch : 1;
+    ++plan.commands;
+  };
+  for (const Command& c : script) {
+    const bool batch_only = c.verb == Verb::right_chunk || c.verb == Verb::finalize || c.verb == Verb::filter ||
+                            c.verb == Verb::extend;
+    KVLAB_REQUIRE(!batch_only || is_batch(setup.kind), invalid_argument, "command '", command_str(c),
+                  "' needs a batch kind (batch_kv, batch_rotating, batch_quantized), not ",
+                  kind_names()[static_cast<std::size_t>(setup.kind)]);
+    switch (c.verb) {
+      case Verb::chunk:
+      case Verb::right_chunk:
+        add(StepKind::main, batch, c.n);
+        producer = plan.steps.back();
+        done();
+        break;
+      case Verb::decode:
+        for (std::int64_t i = 0; i < c.n; ++i) {
+          add(StepKind::main, batch, 1);
+          producer = plan.steps.back();
+          done();
+        }
+        break;
+      case Verb::shared:
+        KVLAB_REQUIRE(producer.has_value(), invalid_argument,
+                      "command 'a' needs an earlier attention step of the cache");
+        add(StepKind::shared, producer->batch, producer->tokens);
+        done();
+        break;
+      case Verb::filter:
+        KVLAB_REQUIRE(!c.keep.empty(), invalid_argument, "filter keeps no row");
+        batch = static_cast<std::int64_t>(c.keep.size());
+        done();
+        break;
+      case Verb::extend:
+        add(StepKind::extend, c.rows, c.n);
+        batch += c.rows;
+        done();
+        break;
+      case Verb::trim:
+      case Verb::reload:
+      case Verb::finalize: done(); break;
+    }
+  }
+  return plan;
+}
+
+// ---- running ------------------------------------------------------------------------------
+
+namespace {
+
+std::unique_ptr<Cache> make_cache(Backend& be, const Setup& s, std::int64_t rows) {
+  switch (s.kind) {
+    case Kind::kv: return std::make_unique<KVCache>(be);
+    case Kind::rotating: return std::make_unique<RotatingKVCache>(be, s.max_size, s.keep);
+    case Kind::quantized: return std::make_unique<QuantizedKVCache>(be, s.spec, Rounding::mlx_cpu);
+    case Kind::chunked: return std::make_unique<ChunkedKVCache>(be, s.chunk);
+    case Kind::batch_kv: return std::make_unique<BatchKVCache>(be, s.left_padding(rows));
+    case Kind::batch_rotating: return std::make_unique<BatchRotatingKVCache>(be, s.max_size, s.left_padding(rows));
+    case Kind::batch_quantized:
+      return std::make_unique<BatchQuantizedKVCache>(be, s.left_padding(rows), s.spec, Rounding::mlx_cpu);
+    case Kind::turboquant: return std::make_unique<TurboQuantKVCache>(be, static_cast<double>(s.tq_bits), s.seed);
+  }
+  fail(ErrorKind::internal, "unknown cache kind");
+}
+
+// Rows [row, row + numel/D) of a flat (rows, D) tensor, seen as `shape`.
+DTensor rows_of(const DTensor& flat, std::int64_t row, Shape shape) {
+  const std::size_t row_bytes = static_cast<std::size_t>(flat.shape.at(1)) * dtype_size(flat.dtype);
+  return DTensor{flat.buffer, flat.offset + static_cast<std::size_t>(row) * row_bytes, flat.dtype, std::move(shape)};
+}
+
+void prepare_right(Cache& cache, const Setup& s, std::int64_t tokens) {
+  const std::vector<std::int32_t> pads = s.right_padding(static_cast<std::int64_t>(cache.offsets().size()));
+  if (auto* c = dynamic_cast<BatchKVCache*>(&cache)) return c->prepare(std::nullopt, pads);
+  if (auto* c = dynamic_cast<BatchQuantizedKVCache*>(&cache)) return c->prepare(std::nullopt, pads);
+  auto& c = dynamic_cast<BatchRotatingKVCache&>(cache);
+  std::vector<std::int32_t> lengths;
+  for (const std::int32_t pad : pads) lengths.push_back(static_cast<std::int32_t>(tokens - pad));
+  c.prepare({}, lengths, pads);
+}
+
+void finalize(Cache& cache) {
+  if (auto* c = dynamic_cast<BatchKVCache*>(&cache)) return c->finalize();
+  if (auto* c = dynamic_cast<BatchQuantizedKVCache*>(&cache)) return c->finalize();
+  dynamic_cast<BatchRotatingKVCache&>(cache).finalize();
+}
+
+void filter(Cache& cache, const std::vector<std::int32_t>& keep) {
+  if (auto* c = dynamic_cast<BatchKVCache*>(&cache)) return c->filter(keep);
+  if (auto* c = dynamic_cast<BatchQuantizedKVCache*>(&cache)) return c->filter(keep);
+  dynamic_cast<BatchRotatingKVCache&>(cache).filter(keep);
+}
+
+void extend(Cache& cache, const Cache& other) {
+  if (auto* c = dynamic_cast<BatchKVCache*>(&cache)) return c->extend(dynamic_cast<const BatchKVCache&>(other));
+  if (auto* c = dynamic_cast<BatchQuantizedKVCache*>(&cache)) {
+    return c->extend(dynamic_cast<const BatchQuantizedKVCache&>(other));
+  }
+  dynamic_cast<BatchRotatingKVCache&>(cache).extend(dynamic_cast<const BatchRotatingKVCache&>(other));
+}
+
+}  // namespace
+
+std::unique_ptr<Cache> run_script(Backend& be, const Setup& setup, const Script& script, const DTensor& q,
+                                  const DTensor& k, const DTensor& v, Observer& observer) {
+  const Plan plan = plan_script(setup, script);
+  KVLAB_REQUIRE(q.shape == (Shape{plan.q_rows, setup.dim}) && k.shape == (Shape{plan.kv_rows, setup.dim}) &&
+                    v.shape == k.shape,
+                internal, "cache script inputs q ", shape_str(q.shape), ", k ", shape_str(k.shape),
+                " do not fit its plan");
+  const AttendOptions options = setup.attend_options();
+  std::unique_ptr<Cache> cache = make_cache(be, setup, setup.batch);
+  std::size_t next = 0;
+  std::optional<AttendResult> producer;
+  auto attend_step = [&](Cache& target) {
+    const Step& st = plan.steps.at(next++);
+    if (auto* chunked = dynamic_cast<ChunkedKVCache*>(&target)) chunked->maybe_trim_front();  // llama4's order
+    const DTensor qs = rows_of(q, st.q_row, {st.batch, setup.hq, st.tokens, setup.dim});
+    const DTensor ks = rows_of(k, st.kv_row, {st.batch, setup.hkv, st.tokens, setup.dim});
+    const DTensor vs = rows_of(v, st.kv_row, {st.batch, setup.hkv, st.tokens, setup.dim});
+    AttendResult r = attend(target, qs, ks, vs, options);
+    observer.attention(st, qs, r, r.out);
+    return r;
+  };
+  for (const Command& c : script) {
+    switch (c.verb) {
+      case Verb::chunk: producer = attend_step(*cache); break;
+      case Verb::decode:
+        for (std::int64_t i = 0; i + 1 < c.n; ++i) {
+          producer = attend_step(*cache);
+          observer.after_command(*cache);
+        }
+        producer = attend_step(*cache);
+        break;
+      case Verb::trim:
+        if (cache->is_trimmable()) cache->trim(c.n);
+        break;
+      case Verb::shared: {
+        const Step& st = plan.steps.at(next++);
+        const DTensor qs = rows_of(q, st.q_row, {st.batch, setup.hq, st.tokens, setup.dim});
+        const DTensor out = attend_shared(be, *producer, qs, options);
+        observer.attention(st, qs, *producer, out);
+        break;
+      }
+      case Verb::right_chunk:
+        prepare_right(*cache, setup, c.n);
+        producer = attend_step(*cache);
+        break;
+      case Verb::reload: cache = cache_from_state(be, cache->state()); break;
+      case Verb::finalize: finalize(*cache); break;
+      case Verb::filter: filter(*cache, c.keep); break;
+      case Verb::extend: {
+        std::unique_ptr<Cache> other = make_cache(be, setup, c.rows);
+        attend_step(*other);
+        extend(*cache, *other);
+        break;
+      }
+    }
+    observer.after_command(*cache);
+  }
+  return cache;
+}
+
+// ---- content ----------------------------------------------------------------------------
+
+namespace {
+
+// Appends the (b, H, L, W) blocks' rows into one (N, W) host tensor.
+class Rows {
+ public:
+  Rows(std::string name, DType dtype, std::int64_t width) : name_(std::move(name)), dtype_(dtype), width_(width) {}
+  void add(const Tensor& block) {
+    const auto* p = block.data();
+    bytes_.insert(bytes_.end(), p, p + block.nbytes());
+  }
+  void add(Backend& be, const DTensor& block) {
+    if (block && block.numel() > 0) add(be.download(block));
+  }
+  const std::string& name() const { return name_; }
+  Component done() const {
+    const std::int64_t row_bytes = width_ * static_cast<std::int64_t>(dtype_size(dtype_));
+    Tensor t(dtype_, {static_cast<std::int64_t>(bytes_.size()) / row_bytes, width_});
+    if (!bytes_.empty()) std::memcpy(t.data(), bytes_.data(), bytes_.size());
+    return {name_, std::move(t)};
+  }
+
+ private:
+  std::string name_;
+  DType dtype_;
+  std::int64_t width_;
+  std::vector<std::byte> bytes_;
+};
+
+std::vector<Rows> packed_rows(const Setup& s) {
+  std::vector<Rows> out;
+  for (const char* side : {"keys", "values"}) {
+    const std::string n(side);
+    if (s.kind == Kind::turboquant) {
+      out.emplace_back(n + ".norms", DType::f16, 1);
+      out.emplace_back(n + ".indices", DType::u32, (s.dim * s.tq_bits + 31) / 32);
+      continue;
+    }
+    out.emplace_back(n + ".wq", DType::u32, s.spec.packed_words(s.dim));
+    out.emplace_back(n + ".scales", s.spec.scale_dtype(s.dtype), s.spec.groups(s.dim));
+    if (s.spec.has_biases()) out.emplace_back(n + ".biases", s.dtype, s.spec.groups(s.dim));
+  }
+  return out;
+}
+
+void add_packed(Backend& be, std::vector<Rows>& rows, const FetchedQuantizedKV& kv) {
+  std::size_t i = 0;
+  for (const QuantizedDTensor* side : {&kv.keys, &kv.values}) {
+    rows[i++].add(be, side->wq);
+    rows[i++].add(be, side->scales);
+    if (side->spec.has_biases()) rows[i++].add(be, side->biases);
+  }
+}
+
+}  // namespace
+
+std::vector<Component> cache_content(const Cache& cache, const Setup& s) {
+  Backend& be = cache.backend();
+  std::vector<Rows> rows;
+  if (is_packed(s.kind)) {
+    rows = packed_rows(s);
+  } else {
+    rows = {Rows("keys", s.dtype, s.dim), Rows("values", s.dtype, s.dim)};
+  }
+  auto add_plain = [&](const FetchedKV& kv) {
+    rows[0].add(be, kv.keys);
+    rows[1].add(be, kv.values);
+  };
+  if (!cache.empty()) {
+    switch (s.kind) {
+      case Kind::kv: add_plain(dynamic_cast<const KVCache&>(cache).fetch()); break;
+      case Kind::rotating: add_plain(dynamic_cast<const RotatingKVCache&>(cache).temporal()); break;
+      case Kind::chunked: add_plain(dynamic_cast<const ChunkedKVCache&>(cache).fetch()); break;
+      case Kind::quantized: add_packed(be, rows, dynamic_cast<const QuantizedKVCache&>(cache).fetch()); break;
+      case Kind::batch_kv: {
+        const auto& c = dynamic_cast<const BatchKVCache&>(cache);
+        for (std::int64_t i = 0; i < c.batch_size(); ++i) {
+          const std::unique_ptr<KVCache> row = c.extract(i);
+          if (!row->empty()) add_plain(row->fetch());
+        }
+        break;
+      }
+      case Kind::batch_rotating: {
+        const auto& c = dynamic_cast<const BatchRotatingKVCache&>(cache);
+        for (std::int64_t i = 0; i < c.batch_size(); ++i) add_plain(c.extract_rows(i));
+        break;
+      }
+      case Kind::batch_quantized: {
+        const auto& c = dynamic_cast<const BatchQuantizedKVCache&>(cache);
+        for (std::int64_t i = 0; i < c.batch_size(); ++i) {
+          const std::unique_ptr<QuantizedKVCache> row = c.extract(i);
+          if (!row->empty()) add_packed(be, rows, row->fetch());
+        }
+        break;
+      }
+      case Kind::turboquant: {
+        const CacheState state = cache.state();
+        for (Rows& r : rows) {
+          const auto it = state.tensors.find(r.name());
+          if (it != state.tensors.end()) r.add(it->second);
+        }
+        break;
+      }
+    }
+  }
+  std::vector<Component> out;
+  for (const Rows& r : rows) out.push_back(r.done());
+  return out;
+}
+
+}  // namespace kvlab::harness::cache_script

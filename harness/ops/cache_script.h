@@ -1,0 +1,133 @@
+// The cache op's command language (harness/ops/cache_info.cc) and how a script runs over
+// a cache. A problem line carries the script as one word, e.g. `script=p37.d2.t3.a.d`.
+//
+// Grammar: commands joined by '.'; N, R, I are decimal integers without leading zeros.
+//   pN       a chunk of N >= 2 tokens through attend() (prefill, chunked prefill)
+//   d, dN    one, or N >= 2, single-token decode steps, each through attend()
+//   tN       trim the N >= 1 newest tokens if the cache is_trimmable() (mlx-lm's
+//            trim_prompt_cache rule: a wrapped ring is left as it is)
+//   a        a KV-shared layer (attend_shared) attends over the K/V, positions and mask
+//            of the cache's last attend step
+//   s        save and reload: the cache is replaced by cache_from_state(its state()), so
+//            what follows checks "save → load → continue equals continue"
+//   batch kinds only:
+//   rN       right-padded chunk of N >= 1: prepare(right_padding) then attend(); row b of
+//            B has ⌊rpad·b/(B−1)⌋ pad tokens at the end of its chunk (rpad when B = 1)
+//   f        finalize() (rolls consumed right padding to the front)
+//   kI_J_…   filter: keep rows I, J, … (in that order; repeats allowed by the grammar,
+//            the cache decides)
+//   xRpN     extend by a new cache of R >= 1 rows (left padding by the lpad rule) that
+//            attended a chunk of N >= 1 tokens
+// Canonical spelling: consecutive decodes merge (`d.d` is `d2`) and `p1` is `d`. A
+// non-canonical spelling is rejected with the canonical one in the message, so one
+// problem has exactly one line (the line is also the key of the random fill).
+// A batch script must finalize (f) a right-padded chunk before it ends: the content is
+// read through extract(), which refuses a pending pad (mlx-lm PR #1746).
+// The chunked kind calls maybe_trim_front() before every attention, as llama4 does; a
+// turboquant cache is seeded with the problem's seed.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "cache/attend.h"
+#include "cache/cache.h"
+#include "kvlab/backend.h"
+
+namespace kvlab::harness::cache_script {
+
+enum class Verb : std::uint8_t { chunk, decode, trim, shared, reload, right_chunk, finalize, filter, extend };
+
+struct Command {
+  Verb verb = Verb::decode;
+  std::int64_t n = 1;               // tokens (chunk, decode count, right_chunk, extend) or trim count
+  std::int64_t rows = 0;            // extend: rows of the new cache
+  std::vector<std::int32_t> keep;   // filter: the rows kept
+  friend bool operator==(const Command&, const Command&) = default;
+};
+using Script = std::vector<Command>;
+
+// Throws kvlab::Error (invalid_argument) naming the bad command, or giving the canonical
+// spelling when `text` is a valid but non-canonical one.
+Script parse_script(std::string_view text);
+std::string script_str(const Script& script);  // the canonical word (merges decodes)
+
+// Shrinking: every script one step simpler (a command dropped, a count halved, cut to its
+// minimum or less one, a filter keeping fewer rows), canonical, most reduced first.
+std::vector<std::string> simpler_scripts(std::string_view text);
+
+// ---- running a script ----------------------------------------------------------------
+
+enum class Kind : std::uint8_t {
+  kv, rotating, quantized, chunked, batch_kv, batch_rotating, batch_quantized, turboquant
+};
+const std::vector<std::string>& kind_names();  // in enum order; kv first (the simplest)
+bool is_batch(Kind k);
+bool is_packed(Kind k);  // quantized, batch_quantized, turboquant: K/V stored as codes
+
+struct Setup {
+  Kind kind = Kind::kv;
+  std::int64_t batch = 1, hq = 4, hkv = 2, dim = 64;
+  DType dtype = DType::f32;
+  bool rope = true;
+  int window = 0;
+  std::int64_t max_size = 16, keep = 0, chunk = 16;
+  QuantSpec spec;   // quantized kinds
+  int tq_bits = 4;  // turboquant
+  std::int64_t lpad = 0, rpad = 0;
+  std::uint64_t seed = 1;
+
+  AttendOptions attend_options() const;
+  std::vector<std::int32_t> left_padding(std::int64_t rows) const;   // the lpad rule
+  std::vector<std::int32_t> right_padding(std::int64_t rows) const;  // the rpad rule
+};
+
+// One attention of the script, in order: where its inputs sit in the flat (rows, D)
+// input tensors and its output in the flat output. Known before anything runs.
+enum class StepKind : std::uint8_t { main, shared, extend };
+struct Step {
+  StepKind kind = StepKind::main;
+  std::int64_t batch = 0, tokens = 0;
+  std::int64_t q_row = 0;   // first row of q (batch·Hq·tokens rows); also of the output
+  std::int64_t kv_row = 0;  // first row of k and v (batch·Hkv·tokens rows; none for shared)
+};
+struct Plan {
+  std::vector<Step> steps;
+  std::int64_t q_rows = 0, kv_rows = 0;
+  std::int64_t offset_entries = 0;  // Σ over commands of the offsets() size after it
+  std::int64_t commands = 0;        // decodes counted one by one
+};
+// Throws invalid_argument for a script the kind cannot run (batch commands on a single
+// cache, `a` before any attention, a filter emptying the batch).
+Plan plan_script(const Setup& setup, const Script& script);
+
+class Observer {
+ public:
+  virtual ~Observer() = default;
+  // Every attention, in step order: its pre-RoPE queries (batch, Hq, tokens, D), the
+  // attend result whose positions, mask and K/V it used (for a shared step: the
+  // producer's), and its output.
+  virtual void attention(const Step& step, const DTensor& q, const AttendResult& source, const DTensor& out) = 0;
+  // After every command (each decode of dN counts): the main cache.
+  virtual void after_command(const Cache& cache) = 0;
+};
+
+// Inputs: q (plan.q_rows, D), k and v (plan.kv_rows, D) in setup.dtype on `backend`.
+// Returns the main cache after the last command.
+std::unique_ptr<Cache> run_script(Backend& backend, const Setup& setup, const Script& script, const DTensor& q,
+                                  const DTensor& k, const DTensor& v, Observer& observer);
+
+// The logical content of a cache: per component (keys, values, or their packed parts),
+// the real tokens of every row in (row, head, temporal) order as a (N, W) host tensor.
+// Plain kinds: "keys", "values"; affine: "keys.wq", "keys.scales", "keys.biases", then
+// values; fp modes without biases; turboquant: "keys.norms", "keys.indices", then values.
+struct Component {
+  std::string name;
+  Tensor rows;
+};
+std::vector<Component> cache_content(const Cache& cache, const Setup& setup);
+
+}  // namespace kvlab::harness::cache_script
