@@ -15,7 +15,7 @@ enum class KvDtype : std::uint8_t { same_as_q, any_float };
 
 void validate_attention(const char* op, const ConstTensorView& q, const ConstTensorView& k, const ConstTensorView& v,
                         const AttentionParams& params, const ConstTensorView* mask_array,
-                        const ConstTensorView* sinks, const TensorView& out, KvDtype kv_dtype);
+                        const ConstTensorView* sinks, const ConstTensorView& out, KvDtype kv_dtype);
 void attend(const ConstTensorView& q, const ConstTensorView& k, const ConstTensorView& v, const AttentionParams& params,
             const ConstTensorView* mask_array, const ConstTensorView* sinks, const TensorView& out);
 

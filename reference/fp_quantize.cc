@@ -203,8 +203,8 @@ float e8m0_decode(std::uint8_t code) {
   return std::ldexp(1.0f, static_cast<int>(code) - 127);  // code 0 gives 2^-127, an f32 subnormal
 }
 
-void fp_quantize(const ConstTensorView& x, const QuantSpec& spec, Rounding rounding,
-                 std::optional<float> global_scale, const TensorView& wq, const TensorView& scales) {
+std::int64_t validate_fp_quantize(const ConstTensorView& x, const QuantSpec& spec, std::optional<float> global_scale,
+                                  const ConstTensorView& wq, const ConstTensorView& scales) {
   require_fp_spec(spec, "fp_quantize");
   require_global_scale(spec, global_scale, "fp_quantize");
   const QuantizeShapes shapes = quantize_shapes(x, spec);
@@ -212,10 +212,14 @@ void fp_quantize(const ConstTensorView& x, const QuantSpec& spec, Rounding round
   require_shape(wq, shapes.wq, "fp_quantize output wq");
   require_dtype(scales, DType::u8, "fp_quantize output scales");
   require_shape(scales, shapes.scales, "fp_quantize output scales");
+  return shapes.d;
+}
 
-  const std::int64_t d = shapes.d;
-  const std::int64_t words_per_row = shapes.wq.back();
-  const std::int64_t groups_per_row = shapes.scales.back();
+void fp_quantize(const ConstTensorView& x, const QuantSpec& spec, Rounding rounding,
+                 std::optional<float> global_scale, const TensorView& wq, const TensorView& scales) {
+  const std::int64_t d = validate_fp_quantize(x, spec, global_scale, wq, scales);
+  const std::int64_t words_per_row = wq.dim(-1);
+  const std::int64_t groups_per_row = scales.dim(-1);
   const auto gs = static_cast<std::size_t>(spec.group_size);
   const std::int64_t rows = x.numel() / d;
   std::vector<float> row(static_cast<std::size_t>(d));
@@ -233,8 +237,8 @@ void fp_quantize(const ConstTensorView& x, const QuantSpec& spec, Rounding round
   }
 }
 
-void fp_dequantize(const ConstTensorView& wq, const ConstTensorView& scales, const QuantSpec& spec,
-                   std::optional<float> global_scale, const TensorView& out) {
+std::int64_t validate_fp_dequantize(const ConstTensorView& wq, const ConstTensorView& scales, const QuantSpec& spec,
+                                    std::optional<float> global_scale, const ConstTensorView& out) {
   require_fp_spec(spec, "fp_dequantize");
   require_global_scale(spec, global_scale, "fp_dequantize");
   require_dtype(wq, DType::u32, "fp_dequantize input wq");
@@ -252,6 +256,14 @@ void fp_dequantize(const ConstTensorView& wq, const ConstTensorView& scales, con
                 words_per_row, " holds ", d, " codes of ", spec.bits, " bits, but scales last dim ", groups_per_row,
                 " × group_size ", spec.group_size, " covers ", groups_per_row * spec.group_size);
   require_shape(out, with_last(wq.shape, d), "fp_dequantize output");
+  return d;
+}
+
+void fp_dequantize(const ConstTensorView& wq, const ConstTensorView& scales, const QuantSpec& spec,
+                   std::optional<float> global_scale, const TensorView& out) {
+  const std::int64_t d = validate_fp_dequantize(wq, scales, spec, global_scale, out);
+  const std::int64_t words_per_row = wq.dim(-1);
+  const std::int64_t groups_per_row = scales.dim(-1);
 
   // nvfp4's second-level factor; spec §1.7 applies it after lut·scale.
   const float global_factor = global_scale ? *global_scale / kNvfp4Range : 1.0f;

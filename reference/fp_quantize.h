@@ -66,6 +66,13 @@ float e4m3_decode(std::uint8_t code);                  // 0x7F decodes to 480 (n
 std::uint8_t e8m0_encode(float x, Rounding rounding);
 float e8m0_decode(std::uint8_t code);                  // 0 -> 2^-127, 0xFF -> +inf
 
+// The checks fp_quantize / fp_dequantize make, in their order and with their messages,
+// for other backends to validate identically. Both return d, the codes per row.
+std::int64_t validate_fp_quantize(const ConstTensorView& x, const QuantSpec& spec, std::optional<float> global_scale,
+                                  const ConstTensorView& wq, const ConstTensorView& scales);
+std::int64_t validate_fp_dequantize(const ConstTensorView& wq, const ConstTensorView& scales, const QuantSpec& spec,
+                                    std::optional<float> global_scale, const ConstTensorView& out);
+
 void fp_quantize(const ConstTensorView& x, const QuantSpec& spec, Rounding rounding,
                  std::optional<float> global_scale, const TensorView& wq, const TensorView& scales);
 void fp_dequantize(const ConstTensorView& wq, const ConstTensorView& scales, const QuantSpec& spec,

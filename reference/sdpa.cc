@@ -66,7 +66,7 @@ namespace detail {
 void validate_attention(const char* op, const ConstTensorView& q, const ConstTensorView& k,
                         const ConstTensorView& v, const AttentionParams& params,
                         const ConstTensorView* mask_array, const ConstTensorView* sinks,
-                        const TensorView& out, KvDtype kv_dtype) {
+                        const ConstTensorView& out, KvDtype kv_dtype) {
   require_rank(q, 4, name(op, "q").c_str());
   require_rank(k, 4, name(op, "k").c_str());
   require_rank(v, 4, name(op, "v").c_str());
@@ -224,12 +224,18 @@ void attend(const ConstTensorView& q, const ConstTensorView& k, const ConstTenso
 
 }  // namespace detail
 
-void sdpa(const ConstTensorView& q, const ConstTensorView& k, const ConstTensorView& v,
-          const AttentionParams& params, const ConstTensorView* mask_array, const ConstTensorView* sinks,
-          const TensorView& out) {
+void validate_sdpa(const ConstTensorView& q, const ConstTensorView& k, const ConstTensorView& v,
+                   const AttentionParams& params, const ConstTensorView* mask_array, const ConstTensorView* sinks,
+                   const ConstTensorView& out) {
   detail::validate_attention("sdpa", q, k, v, params, mask_array, sinks, out, detail::KvDtype::same_as_q);
   require_data(k, "sdpa k");
   require_data(v, "sdpa v");
+}
+
+void sdpa(const ConstTensorView& q, const ConstTensorView& k, const ConstTensorView& v,
+          const AttentionParams& params, const ConstTensorView* mask_array, const ConstTensorView* sinks,
+          const TensorView& out) {
+  validate_sdpa(q, k, v, params, mask_array, sinks, out);
   detail::attend(q, k, v, params, mask_array, sinks, out);
 }
 

@@ -39,6 +39,11 @@ void sdpa(const ConstTensorView& q, const ConstTensorView& k, const ConstTensorV
           const AttentionParams& params, const ConstTensorView* mask_array,
           const ConstTensorView* sinks, const TensorView& out);
 
+// The checks sdpa makes, in its order and with its messages, for other backends.
+void validate_sdpa(const ConstTensorView& q, const ConstTensorView& k, const ConstTensorView& v,
+                   const AttentionParams& params, const ConstTensorView* mask_array, const ConstTensorView* sinks,
+                   const ConstTensorView& out);
+
 Tensor sdpa(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionParams& params,
             const Tensor* mask_array = nullptr, const Tensor* sinks = nullptr);
 

@@ -44,18 +44,5 @@ TEST(SimdBackend, ForcingAnUnknownTargetIsUnsupported) {
   EXPECT_EQ(simd_current_target(), simd_targets().front());
 }
 
-TEST(SimdBackend, UnvectorizedKernelsThrowUnsupportedNamingTheKernel) {
-  SimdBackend be;
-  const DTensor x = be.allocate(DType::f32, {1, 1, 2, 64});
-  const DTensor o = be.allocate(DType::f32, {1, 1, 2, 64});
-  AttentionParams ap;
-  testing::expect_error([&] { be.sdpa(x, x, x, ap, nullptr, nullptr, o); }, ErrorKind::unsupported, {"sdpa"});
-  const QuantSpec fp = QuantSpec::make(QuantMode::mxfp4);
-  testing::expect_error([&] { be.fp_quantize(x, fp, Rounding::mlx_cpu, std::nullopt, o, o); },
-                        ErrorKind::unsupported, {"fp_quantize"});
-  testing::expect_error([&] { be.fp_dequantize(x, x, fp, std::nullopt, o); }, ErrorKind::unsupported,
-                        {"fp_dequantize"});
-}
-
 }  // namespace
 }  // namespace kvlab
