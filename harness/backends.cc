@@ -7,6 +7,9 @@
 #ifdef KVLAB_HAVE_SIMD
 #include "kernels/simd/simd_backend.h"
 #endif
+#ifdef KVLAB_HAVE_VULKAN
+#include "kernels/vulkan/vulkan_backend.h"
+#endif
 
 namespace kvlab::harness {
 
@@ -31,6 +34,14 @@ std::vector<BackendEntry>& registry() {
          if (variant.empty()) return std::make_unique<SimdBackend>();
          return std::make_unique<SimdBackend>(variant);
        }},
+#endif
+#ifdef KVLAB_HAVE_VULKAN
+      {"vulkan", "Vulkan compute (GLSL compute shaders, SPIR-V built by glslc)",
+       "kernels/vulkan; 'vulkan' picks KVLAB_VK_DEVICE or the best device (discrete, integrated, CPU), "
+       "'vulkan:<index|name>' pins one; ',words' / ',staging' force the fallback storage / memory paths",
+       // No usable device: a stand-in whose kernels all throw unsupported with the reason,
+       // so every case reports UNIMPLEMENTED (kernels/vulkan/unavailable_backend.cc).
+       [](std::string_view variant) { return make_vulkan_backend_or_unavailable(variant); }},
 #endif
   };
   return entries;

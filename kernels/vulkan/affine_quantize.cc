@@ -1,0 +1,67 @@
+// Vulkan affine quantize/dequantize (contract: reference/affine_quantize.h), bit-exact
+// with the oracle: shaders/affine_quantize.comp and shaders/affine_dequantize.comp.
+#include <cstdint>
+
+#include "kernels/vulkan/context.h"
+#include "kvlab/error.h"
+#include "reference/affine_quantize.h"
+
+namespace kvlab {
+
+namespace {
+
+std::uint32_t u32(std::int64_t v) { return static_cast<std::uint32_t>(v); }  // bounded by a binding
+
+}  // namespace
+
+void VulkanBackend::affine_quantize(const DTensor& x, const QuantSpec& spec, Rounding rounding, const DTensor& wq,
+                                    const DTensor& scales, const DTensor& biases) {
+  Context& c = *context_;
+  ref::validate_affine_quantize(c.view(x), spec, c.view(wq), c.view(scales), c.view(biases));
+  const std::int64_t groups = scales.numel();  // rows · D / group_size
+  if (groups == 0) return;
+  const std::size_t es = dtype_size(x.dtype);
+  const BoundTensor bx = c.bind(x, es), bw = c.bind(wq, 4), bs = c.bind(scales, es), bb = c.bind(biases, es);
+  const struct {
+    std::uint32_t x_offset, wq_offset, scales_offset, biases_offset, dtype, groups, group_size, bits, gpu_rounding,
+        exact_only;
+  } push{bx.offset,
+         bw.offset,
+         bs.offset,
+         bb.offset,
+         static_cast<std::uint32_t>(x.dtype),
+         u32(groups),
+         u32(spec.group_size),
+         u32(spec.bits),
+         rounding == Rounding::mlx_gpu ? 1u : 0u,
+         c.options().exact_arithmetic_only ? 1u : 0u};
+  c.dispatch(vulkan::ShaderId::affine_quantize, {bx, bw, bs, bb}, &push, sizeof push,
+             static_cast<std::uint64_t>(groups));
+}
+
+void VulkanBackend::affine_dequantize(const DTensor& wq, const DTensor& scales, const DTensor& biases,
+                                      const QuantSpec& spec, const DTensor& out) {
+  Context& c = *context_;
+  ref::validate_affine_dequantize(c.view(wq), c.view(scales), c.view(biases), spec, c.view(out));
+  const std::int64_t groups = scales.numel();
+  if (groups == 0 || out.numel() == 0) return;
+  const std::size_t ss = dtype_size(scales.dtype), os = dtype_size(out.dtype);
+  const BoundTensor bw = c.bind(wq, 4), bs = c.bind(scales, ss), bb = c.bind(biases, ss), bo = c.bind(out, os);
+  const struct {
+    std::uint32_t wq_offset, scales_offset, biases_offset, out_offset, scales_dtype, out_dtype, groups, group_size,
+        bits, exact_only;
+  } push{bw.offset,
+         bs.offset,
+         bb.offset,
+         bo.offset,
+         static_cast<std::uint32_t>(scales.dtype),
+         static_cast<std::uint32_t>(out.dtype),
+         u32(groups),
+         u32(spec.group_size),
+         u32(spec.bits),
+         c.options().exact_arithmetic_only ? 1u : 0u};
+  c.dispatch(vulkan::ShaderId::affine_dequantize, {bw, bs, bb, bo}, &push, sizeof push,
+             static_cast<std::uint64_t>(groups));
+}
+
+}  // namespace kvlab

@@ -1,0 +1,114 @@
+// The Vulkan backend's runtime context (private to kernels/vulkan and its tests): the
+// instance and device, buffers, tensor checks and bindings, pipelines and dispatch.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <initializer_list>
+#include <memory>
+#include <optional>
+
+#include "kernels/vulkan/runtime/buffer.h"
+#include "kernels/vulkan/runtime/command.h"
+#include "kernels/vulkan/runtime/device.h"
+#include "kernels/vulkan/runtime/instance.h"
+#include "kernels/vulkan/runtime/pipeline.h"
+#include "kernels/vulkan/shaders.h"
+#include "kernels/vulkan/vulkan_backend.h"
+#include "kvlab/tensor.h"
+
+namespace kvlab {
+
+// Instance and device, shared by the context and every buffer it hands out, so a buffer
+// that outlives its backend still frees its memory on a live device.
+struct VulkanRuntime {
+  vk::Instance instance;
+  std::unique_ptr<vk::Device> device;
+  explicit VulkanRuntime(vk::InstanceOptions options) : instance(std::move(options)) {}
+};
+
+// One allocate(): a VkBuffer of its own. The validation address (address()) is what the
+// oracle's validators see as the tensor's data pointer: the persistent mapping for
+// host-visible memory, else a reserved, lazily backed host range of the same size (so
+// overlap checks compare like with like, and an index tensor can be copied there to be
+// read by the validator).
+class VulkanBuffer final : public Buffer {
+ public:
+  VulkanBuffer(std::shared_ptr<VulkanRuntime> runtime, std::size_t bytes, vk::MemoryKind kind);
+  ~VulkanBuffer() override;
+  VulkanBuffer(const VulkanBuffer&) = delete;
+  VulkanBuffer& operator=(const VulkanBuffer&) = delete;
+
+  std::size_t size() const override { return bytes_; }
+  std::byte* host_data() override { return nullptr; }  // device memory: use upload/download
+  const vk::DeviceBuffer& memory() const { return memory_; }
+  std::byte* address() const { return memory_.mapped() != nullptr ? memory_.mapped() : shadow_; }
+  const VulkanRuntime* runtime() const { return runtime_.get(); }
+
+ private:
+  std::shared_ptr<VulkanRuntime> runtime_;
+  std::size_t bytes_;
+  vk::DeviceBuffer memory_;
+  std::byte* shadow_ = nullptr;
+  std::size_t shadow_bytes_ = 0;
+};
+
+// A tensor as a shader sees it: a binding and the tensor's offset inside it, in units
+// of the element size the shader indexes with (1 for byte access, 4 for words, …).
+struct BoundTensor {
+  vk::BufferRange range;
+  std::uint32_t offset = 0;
+};
+
+class VulkanBackend::Context {
+ public:
+  explicit Context(const VulkanOptions& options);
+  ~Context();
+
+  const VulkanOptions& options() const { return options_; }
+  const vk::Device& device() const { return *runtime_->device; }
+  bool validation_enabled() const { return runtime_->instance.validation_enabled(); }
+  bool small_storage() const { return device().enabled().storage16; }
+  bool staging() const { return memory_kind_ == vk::MemoryKind::device_local; }
+  std::optional<double> last_kernel_seconds() const { return last_kernel_seconds_; }
+
+  BufferPtr allocate(std::size_t bytes);
+  // host_view()'s checks (plus: the buffer is this backend's), as a view whose data
+  // pointer is the validation address: for shape and overlap checks, not for reading.
+  ConstTensorView view(const DTensor& t) const;
+  // As view(), with the tensor's current bytes readable at that address (index tensors
+  // that the oracle's validators load).
+  ConstTensorView readable_view(const DTensor& t);
+  // Binds the tensor's range, widened to whole words and aligned down to
+  // minStorageBufferOffsetAlignment; `unit` (1, 2 or 4) is what BoundTensor::offset
+  // counts. Throws Error(unsupported) naming the sizes when the range exceeds
+  // maxStorageBufferRange. The tensor must have passed view().
+  BoundTensor bind(const DTensor& t, std::size_t unit) const;
+  // Copies a small host table into the scratch buffer and binds it (offset 0); valid
+  // until the next bind_table().
+  BoundTensor bind_table(const void* data, std::size_t bytes);
+
+  void upload(const DTensor& dst, const void* src);
+  void download(const DTensor& src, void* dst);
+
+  // Records one dispatch of `shader` over `items` work items (the shader's invocations
+  // stride over them), submits it and waits. `push` is the shader's push-constant block.
+  void dispatch(vulkan::ShaderId shader, std::initializer_list<BoundTensor> bindings, const void* push,
+                std::size_t push_bytes, std::uint64_t items);
+
+ private:
+  const vk::ComputePipeline& pipeline(vulkan::ShaderId shader, std::uint32_t bindings, std::uint32_t push_bytes);
+  // Copies through the staging buffer (device-local memory) in bounded chunks.
+  void staged_copy(const VulkanBuffer& buffer, std::size_t offset, std::size_t bytes, const void* from, void* to);
+
+  VulkanOptions options_;
+  std::shared_ptr<VulkanRuntime> runtime_;
+  vk::MemoryKind memory_kind_ = vk::MemoryKind::host_visible;
+  std::unique_ptr<vk::CommandStream> stream_;
+  std::array<std::unique_ptr<vk::ComputePipeline>, vulkan::kShaderCount> pipelines_;
+  std::unique_ptr<vk::DeviceBuffer> staging_, scratch_;
+  std::optional<double> last_kernel_seconds_;
+};
+
+}  // namespace kvlab

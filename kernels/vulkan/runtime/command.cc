@@ -1,0 +1,176 @@
+#include "kernels/vulkan/runtime/command.h"
+
+#include <array>
+#include <vector>
+
+#include "kernels/vulkan/runtime/vk_error.h"
+#include "kvlab/error.h"
+
+namespace kvlab::vk {
+
+namespace {
+
+// Descriptor sets per submission: the kernels record at most a few dispatches each.
+constexpr std::uint32_t kMaxSets = 32;
+constexpr std::uint32_t kMaxBindingsPerSet = 8;
+
+}  // namespace
+
+TimestampQueries::TimestampQueries(const Device& device, bool enabled) : device_(device.handle()) {
+  const std::uint32_t bits = device.timestamp_valid_bits();
+  if (!enabled || bits == 0) return;
+  period_ns_ = static_cast<double>(device.limits().timestampPeriod);
+  if (bits < 64) mask_ = (std::uint64_t{1} << bits) - 1;
+  const VkQueryPoolCreateInfo info{.sType = VK_STRUCTURE_TYPE_QUERY_POOL_CREATE_INFO,
+                                   .queryType = VK_QUERY_TYPE_TIMESTAMP,
+                                   .queryCount = 2};
+  check(vkCreateQueryPool(device_, &info, nullptr, &pool_), "vkCreateQueryPool");
+}
+
+TimestampQueries::~TimestampQueries() {
+  if (pool_ != VK_NULL_HANDLE) vkDestroyQueryPool(device_, pool_, nullptr);
+}
+
+void TimestampQueries::reset(VkCommandBuffer cmd) const {
+  if (available()) vkCmdResetQueryPool(cmd, pool_, 0, 2);
+}
+
+void TimestampQueries::write(VkCommandBuffer cmd, std::uint32_t query, VkPipelineStageFlagBits stage) const {
+  if (available()) vkCmdWriteTimestamp(cmd, stage, pool_, query);
+}
+
+std::optional<double> TimestampQueries::elapsed_seconds() const {
+  if (!available()) return std::nullopt;
+  std::array<std::uint64_t, 2> t{};
+  check(vkGetQueryPoolResults(device_, pool_, 0, 2, sizeof t, t.data(), sizeof(std::uint64_t),
+                              VK_QUERY_RESULT_64_BIT | VK_QUERY_RESULT_WAIT_BIT),
+        "vkGetQueryPoolResults");
+  const std::uint64_t ticks = ((t[1] & mask_) - (t[0] & mask_)) & mask_;  // wraps within the valid bits
+  return static_cast<double>(ticks) * period_ns_ * 1e-9;
+}
+
+CommandStream::CommandStream(const Device& device, bool timestamps)
+    : device_(device), timestamps_(device, timestamps) {
+  const VkDevice d = device.handle();
+  const VkCommandPoolCreateInfo pool_info{.sType = VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO,
+                                          .queueFamilyIndex = device.queue_family()};
+  check(vkCreateCommandPool(d, &pool_info, nullptr, &pool_), "vkCreateCommandPool");
+  try {
+    const VkCommandBufferAllocateInfo alloc{.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO,
+                                           .commandPool = pool_,
+                                           .level = VK_COMMAND_BUFFER_LEVEL_PRIMARY,
+                                           .commandBufferCount = 1};
+    check(vkAllocateCommandBuffers(d, &alloc, &cmd_), "vkAllocateCommandBuffers");
+    const VkFenceCreateInfo fence_info{.sType = VK_STRUCTURE_TYPE_FENCE_CREATE_INFO};
+    check(vkCreateFence(d, &fence_info, nullptr, &fence_), "vkCreateFence");
+    const VkDescriptorPoolSize size{.type = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER,
+                                    .descriptorCount = kMaxSets * kMaxBindingsPerSet};
+    const VkDescriptorPoolCreateInfo desc_info{.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_POOL_CREATE_INFO,
+                                               .maxSets = kMaxSets,
+                                               .poolSizeCount = 1,
+                                               .pPoolSizes = &size};
+    check(vkCreateDescriptorPool(d, &desc_info, nullptr, &descriptors_), "vkCreateDescriptorPool");
+  } catch (...) {
+    if (fence_) vkDestroyFence(d, fence_, nullptr);
+    vkDestroyCommandPool(d, pool_, nullptr);
+    throw;
+  }
+}
+
+CommandStream::~CommandStream() {
+  const VkDevice d = device_.handle();
+  vkDestroyDescriptorPool(d, descriptors_, nullptr);
+  vkDestroyFence(d, fence_, nullptr);
+  vkDestroyCommandPool(d, pool_, nullptr);  // frees the command buffer
+}
+
+void CommandStream::begin() {
+  const VkDevice d = device_.handle();
+  check(vkResetCommandPool(d, pool_, 0), "vkResetCommandPool");
+  check(vkResetDescriptorPool(d, descriptors_, 0), "vkResetDescriptorPool");
+  sets_used_ = 0;
+  const VkCommandBufferBeginInfo info{.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO,
+                                      .flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT};
+  check(vkBeginCommandBuffer(cmd_, &info), "vkBeginCommandBuffer");
+  recording_ = true;
+  timestamps_.reset(cmd_);
+  timestamps_.write(cmd_, 0, VK_PIPELINE_STAGE_TOP_OF_PIPE_BIT);
+}
+
+void CommandStream::barrier() {
+  const VkMemoryBarrier b{.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER,
+                          .srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_WRITE_BIT,
+                          .dstAccessMask = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT |
+                                           VK_ACCESS_TRANSFER_READ_BIT | VK_ACCESS_TRANSFER_WRITE_BIT |
+                                           VK_ACCESS_HOST_READ_BIT};
+  vkCmdPipelineBarrier(cmd_, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT,
+                       VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT |
+                           VK_PIPELINE_STAGE_HOST_BIT,
+                       0, 1, &b, 0, nullptr, 0, nullptr);
+}
+
+void CommandStream::dispatch(const ComputePipeline& pipeline, std::span<const BufferRange> bindings,
+                             std::span<const std::byte> push, std::uint32_t groups) {
+  KVLAB_REQUIRE(recording_, internal, "CommandStream::dispatch outside begin()/submit_and_wait()");
+  KVLAB_REQUIRE(bindings.size() == pipeline.storage_buffers(), internal, "pipeline ", pipeline.name(), " takes ",
+                pipeline.storage_buffers(), " buffers, got ", bindings.size());
+  KVLAB_REQUIRE(push.size() == pipeline.push_constant_bytes(), internal, "pipeline ", pipeline.name(), " takes ",
+                pipeline.push_constant_bytes(), " bytes of push constants, got ", push.size());
+  KVLAB_REQUIRE(sets_used_ < kMaxSets && bindings.size() <= kMaxBindingsPerSet, internal,
+                "CommandStream: more than ", kMaxSets, " dispatches in one submission");
+  KVLAB_REQUIRE(groups >= 1 && groups <= device_.limits().maxComputeWorkGroupCount[0], internal, "pipeline ",
+                pipeline.name(), ": ", groups, " workgroups is outside [1, maxComputeWorkGroupCount[0]]");
+  const VkDevice d = device_.handle();
+  const VkDescriptorSetLayout layout = pipeline.set_layout();
+  const VkDescriptorSetAllocateInfo alloc{.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_SET_ALLOCATE_INFO,
+                                          .descriptorPool = descriptors_,
+                                          .descriptorSetCount = 1,
+                                          .pSetLayouts = &layout};
+  VkDescriptorSet set = VK_NULL_HANDLE;
+  check(vkAllocateDescriptorSets(d, &alloc, &set), "vkAllocateDescriptorSets");
+  ++sets_used_;
+  std::vector<VkDescriptorBufferInfo> infos(bindings.size());
+  std::vector<VkWriteDescriptorSet> writes(bindings.size());
+  for (std::size_t i = 0; i < bindings.size(); ++i) {
+    infos[i] = {bindings[i].buffer, bindings[i].offset, bindings[i].range};
+    writes[i] = {.sType = VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET,
+                 .dstSet = set,
+                 .dstBinding = static_cast<std::uint32_t>(i),
+                 .descriptorCount = 1,
+                 .descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER,
+                 .pBufferInfo = &infos[i]};
+  }
+  vkUpdateDescriptorSets(d, static_cast<std::uint32_t>(writes.size()), writes.data(), 0, nullptr);
+  vkCmdBindPipeline(cmd_, VK_PIPELINE_BIND_POINT_COMPUTE, pipeline.handle());
+  vkCmdBindDescriptorSets(cmd_, VK_PIPELINE_BIND_POINT_COMPUTE, pipeline.layout(), 0, 1, &set, 0, nullptr);
+  if (!push.empty()) {
+    vkCmdPushConstants(cmd_, pipeline.layout(), VK_SHADER_STAGE_COMPUTE_BIT, 0,
+                       static_cast<std::uint32_t>(push.size()), push.data());
+  }
+  vkCmdDispatch(cmd_, groups, 1, 1);
+  barrier();
+}
+
+void CommandStream::copy(VkBuffer src, VkDeviceSize src_offset, VkBuffer dst, VkDeviceSize dst_offset,
+                         VkDeviceSize bytes) {
+  KVLAB_REQUIRE(recording_, internal, "CommandStream::copy outside begin()/submit_and_wait()");
+  if (bytes == 0) return;
+  const VkBufferCopy region{src_offset, dst_offset, bytes};
+  vkCmdCopyBuffer(cmd_, src, dst, 1, &region);
+  barrier();
+}
+
+void CommandStream::submit_and_wait() {
+  KVLAB_REQUIRE(recording_, internal, "CommandStream::submit_and_wait without begin()");
+  recording_ = false;
+  timestamps_.write(cmd_, 1, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT);
+  check(vkEndCommandBuffer(cmd_), "vkEndCommandBuffer");
+  const VkSubmitInfo submit{.sType = VK_STRUCTURE_TYPE_SUBMIT_INFO, .commandBufferCount = 1, .pCommandBuffers = &cmd_};
+  const VkDevice d = device_.handle();
+  check(vkQueueSubmit(device_.queue(), 1, &submit, fence_), "vkQueueSubmit");
+  check(vkWaitForFences(d, 1, &fence_, VK_TRUE, UINT64_MAX), "vkWaitForFences");
+  check(vkResetFences(d, 1, &fence_), "vkResetFences");
+  last_seconds_ = timestamps_.elapsed_seconds();
+}
+
+}  // namespace kvlab::vk

@@ -1,0 +1,17 @@
+// The embedded SPIR-V of the kernel shaders (kernels/vulkan/shaders/*.comp), each in its
+// two storage builds (shaders/common.glsl).
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string_view>
+
+namespace kvlab::vulkan {
+
+enum class ShaderId { fill, affine_quantize, affine_dequantize, rope, kv_move, sdpa, quantized_sdpa, sdpa_stage_q, sdpa_combine };
+inline constexpr int kShaderCount = 9;
+
+std::string_view shader_name(ShaderId id);
+std::span<const std::uint32_t> shader_spirv(ShaderId id, bool small_storage);
+
+}  // namespace kvlab::vulkan

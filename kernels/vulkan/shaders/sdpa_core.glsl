@@ -1,0 +1,311 @@
+// The attention pass shared by sdpa.comp and quantized_sdpa.comp (KVLAB_QUANTIZED):
+// flash-decoding. One workgroup per (batch, kv head, block of up to 8 of its R query
+// heads, query position, KV chunk): the block's q rows are staged in shared memory and
+// every K and V element loaded (and, packed, decoded) once serves all the heads of the
+// block (GQA sharing). Keys are scored a tile of KVLAB_LOCAL_SIZE at a time (one key per
+// invocation, for every head; visibility first, so a key no head of the block may see
+// is never read), and an online softmax in f32 keeps per head (m, l, acc[Dv]) with acc
+// spread over the invocations (feature c belongs to invocation c mod 64). Each
+// workgroup writes one partial (m, l, any, acc) per head; sdpa_combine.comp merges the
+// chunks, adds the sink and normalizes.
+//
+// Not tuned for GPUs yet: the tile max/sum go through shared memory (no subgroup
+// operations), and a key's codes are read by one invocation (not coalesced).
+#include "common.glsl"
+#include "affine_common.glsl"
+#include "sdpa_math.glsl"
+#include "sdpa_params.glsl"
+
+#define KVLAB_MAX_R 8              // heads per workgroup
+#define KVLAB_Q_SHARED 2048        // floats of staged q, R_BLOCK·Dk (host: R_BLOCK = min(8, R, 2048/Dk))
+#define KVLAB_DV_PER_INVOCATION 8  // Dv <= 512
+
+// Bindings: 0 the work buffer (sdpa_params.glsl); float K/V: 1 q, 2 k, 3 v, 4 mask;
+// packed K/V: 1 K codes, 2 V codes, 3 mask, 4..7 K scales, K biases, V scales, V biases
+// (q was staged into the work buffer as f32 by sdpa_stage_q.comp).
+#if KVLAB_QUANTIZED
+layout(std430, set = 0, binding = 1) readonly buffer kw_block { uint kw[]; };
+layout(std430, set = 0, binding = 2) readonly buffer vw_block { uint vw[]; };
+KVLAB_TENSOR16(mask, 3)
+KVLAB_TENSOR16(ks, 4)
+KVLAB_TENSOR16(kb, 5)
+KVLAB_TENSOR16(vs, 6)
+KVLAB_TENSOR16(vb, 7)
+#else
+KVLAB_TENSOR16(q, 1)
+KVLAB_TENSOR16(k, 2)
+KVLAB_TENSOR16(v, 3)
+KVLAB_TENSOR16(mask, 4)
+#endif
+
+shared float sh_q[KVLAB_Q_SHARED];                  // [r][d]
+shared float sh_qsum[KVLAB_Q_SHARED / 32];           // quantized: [r][K group] Σ q
+shared float sh_p[KVLAB_MAX_R * KVLAB_LOCAL_SIZE];   // [r][key of the tile]: score, then weight
+shared uint sh_keep[KVLAB_LOCAL_SIZE];               // bit r: the tile's key is visible to head r
+
+float load_float16(uint raw, uint dtype) { return uintBitsToFloat(widen_to_f32(raw, dtype)); }
+#if KVLAB_QUANTIZED
+float q_at(uint i) { return WF[P[P_QF_BASE] + i]; }  // staged, already f32 (row-major from 0)
+#else
+float q_at(uint i) {
+  const uint dt = P[P_Q_DTYPE];
+  return dt == DT_F32 ? uintBitsToFloat(q_load32(P[P_Q_OFF] + i)) : load_float16(q_load16(P[P_Q_OFF] + i), dt);
+}
+#endif
+float mask_at(uint i) {
+  const uint dt = P[P_MASK_DTYPE];
+  return dt == DT_F32 ? uintBitsToFloat(mask_load32(i)) : load_float16(mask_load16(i), dt);
+}
+uint mask_byte(uint i) { return (mask_w[i >> 2] >> ((i & 3u) * 8u)) & 0xFFu; }
+
+#if KVLAB_QUANTIZED
+float ks_at(uint i) {
+  const uint dt = P[P_K_DTYPE];
+  return dt == DT_F32 ? uintBitsToFloat(ks_load32(i)) : load_float16(ks_load16(i), dt);
+}
+float kb_at(uint i) {
+  const uint dt = P[P_K_DTYPE];
+  return dt == DT_F32 ? uintBitsToFloat(kb_load32(i)) : load_float16(kb_load16(i), dt);
+}
+float vs_at(uint i) {
+  const uint dt = P[P_V_DTYPE];
+  return dt == DT_F32 ? uintBitsToFloat(vs_load32(i)) : load_float16(vs_load16(i), dt);
+}
+float vb_at(uint i) {
+  const uint dt = P[P_V_DTYPE];
+  return dt == DT_F32 ? uintBitsToFloat(vb_load32(i)) : load_float16(vb_load16(i), dt);
+}
+// Code e of the packed row starting at word `base` (a code may straddle two words).
+#define KVLAB_CODE_AT(words, base, e, bits)                                   \
+  {                                                                           \
+    const uint bit_ = (e) * (bits), w_ = (base) + (bit_ >> 5), sh_ = bit_ & 31u; \
+    code = words[w_] >> sh_;                                                  \
+    if (sh_ + (bits) > 32u) code |= words[w_ + 1u] << (32u - sh_);            \
+    code &= (1u << (bits)) - 1u;                                              \
+  }
+
+// <q_r, k_j> for the block's heads r < nr, with k = s·c + b per group:
+// Σ_g s_g·Σ_{d∈g} q_d c_d + b_g·Σ_{d∈g} q_d; each code is decoded once for every head.
+void dot_qk(uint key_row, uint nr, out float dot[KVLAB_MAX_R]) {
+  const uint bits = P[P_KBITS], gs = P[P_KGROUP], dk = P[P_DK], groups = dk / gs;
+  const uint base = P[P_K_OFF] + key_row * (dk * bits / 32u), meta = key_row * groups;
+  [[unroll]] for (uint r = 0u; r < KVLAB_MAX_R; ++r) dot[r] = 0.0;
+  for (uint g = 0u; g < groups; ++g) {
+    float part[KVLAB_MAX_R];
+    [[unroll]] for (uint r = 0u; r < KVLAB_MAX_R; ++r) part[r] = 0.0;
+    for (uint d = g * gs; d < (g + 1u) * gs; ++d) {
+      uint code;
+      KVLAB_CODE_AT(kw, base, d, bits)
+      const float cf = float(code);
+      [[unroll]] for (uint r = 0u; r < KVLAB_MAX_R; ++r) {
+        if (r < nr) part[r] += sh_q[r * dk + d] * cf;
+      }
+    }
+    const float s = ks_at(P[P_KS_OFF] + meta + g), b = kb_at(P[P_KB_OFF] + meta + g);
+    [[unroll]] for (uint r = 0u; r < KVLAB_MAX_R; ++r) {
+      if (r < nr) dot[r] += s * part[r] + b * sh_qsum[r * groups + g];
+    }
+  }
+}
+float v_at(uint key_row, uint c) {
+  const uint bits = P[P_VBITS], gs = P[P_VGROUP], dv = P[P_DV];
+  uint code;
+  KVLAB_CODE_AT(vw, P[P_V_OFF] + key_row * (dv * bits / 32u), c, bits)
+  const uint meta = key_row * (dv / gs) + c / gs;
+  precise float scaled = float(code) * vs_at(P[P_VS_OFF] + meta);
+  return scaled + vb_at(P[P_VB_OFF] + meta);
+}
+#else
+void dot_qk(uint key_row, uint nr, out float dot[KVLAB_MAX_R]) {
+  const uint dt = P[P_K_DTYPE], dk = P[P_DK], base = P[P_K_OFF] + key_row * dk;
+  [[unroll]] for (uint r = 0u; r < KVLAB_MAX_R; ++r) dot[r] = 0.0;
+  for (uint d = 0u; d < dk; ++d) {
+    const float kd = dt == DT_F32 ? uintBitsToFloat(k_load32(base + d)) : load_float16(k_load16(base + d), dt);
+    [[unroll]] for (uint r = 0u; r < KVLAB_MAX_R; ++r) {
+      if (r < nr) dot[r] += sh_q[r * dk + d] * kd;
+    }
+  }
+}
+float v_at(uint key_row, uint c) {
+  const uint dt = P[P_V_DTYPE], i = P[P_V_OFF] + key_row * P[P_DV] + c;
+  return dt == DT_F32 ? uintBitsToFloat(v_load32(i)) : load_float16(v_load16(i), dt);
+}
+#endif
+
+// reference/mask.h's visibility rule for the lower-right aligned causal mask.
+bool causal_visible(uint b, uint i, uint j) {
+  const int pos = int(i) + int(P[P_LK]) - int(P[P_LQ]), jj = int(j);
+  if (jj > pos) return false;
+  const int window = int(P[P_WINDOW]);
+  if (window > 0 && !(pos < jj + window)) return false;
+  const uint batch = P[P_B];
+  if (P[P_HAS_LPAD] != 0u && jj < int(P[P_PADDINGS + b])) return false;
+  if (P[P_HAS_RPAD] != 0u && jj >= int(P[P_LK]) - int(P[P_PADDINGS + P[P_HAS_LPAD] * batch + b])) return false;
+  return true;
+}
+
+const float LOWEST = -3.4028234e38;  // below every finite score; visible scores are never −inf
+
+void main() {
+  const uint lid = gl_LocalInvocationID.x;
+  const uint hq = P[P_HQ], hkv = P[P_HKV], lq = P[P_LQ], lk = P[P_LK], dk = P[P_DK], dv = P[P_DV];
+  const uint chunks = P[P_CHUNKS], chunk_len = P[P_CHUNK_LEN], kind = P[P_MASK_KIND];
+  const uint group = hq / hkv, r_block = P[P_R_BLOCK], blocks = (group + r_block - 1u) / r_block;
+  const uint items = P[P_B] * hkv * blocks * lq * chunks;
+  const float scale = uintBitsToFloat(P[P_SCALE]), softcap = uintBitsToFloat(P[P_SOFTCAP]);
+  for (uint item = gl_WorkGroupID.x; item < items; item += gl_NumWorkGroups.x) {
+    const uint chunk = item % chunks, task = item / chunks;
+    const uint i = task % lq, blk = (task / lq) % blocks, kvh = (task / (lq * blocks)) % hkv;
+    const uint b = task / (lq * blocks * hkv);
+    const uint h0 = kvh * group + blk * r_block, nr = min(r_block, group - blk * r_block);
+    const uint kv_row0 = (b * hkv + kvh) * lk;  // key 0 of this kv head
+    const uint all_heads = (1u << nr) - 1u;
+    barrier();  // the previous item is done with the shared arrays
+    for (uint x = lid; x < nr * dk; x += KVLAB_LOCAL_SIZE) {
+      const uint r = x / dk, d = x % dk;
+      sh_q[x] = q_at(((b * hq + h0 + r) * lq + i) * dk + d);
+    }
+    barrier();
+#if KVLAB_QUANTIZED
+    const uint gs = P[P_KGROUP], kgroups = dk / gs;
+    for (uint x = lid; x < nr * kgroups; x += KVLAB_LOCAL_SIZE) {
+      const uint r = x / kgroups, g = x % kgroups;
+      float s = 0.0;
+      for (uint d = g * gs; d < (g + 1u) * gs; ++d) s += sh_q[r * dk + d];
+      sh_qsum[x] = s;
+    }
+    barrier();
+#endif
+    float acc[KVLAB_MAX_R][KVLAB_DV_PER_INVOCATION];
+    float m[KVLAB_MAX_R], l[KVLAB_MAX_R];
+    [[unroll]] for (uint r = 0u; r < KVLAB_MAX_R; ++r) {
+      m[r] = 0.0;
+      l[r] = 0.0;
+      [[unroll]] for (uint t = 0u; t < KVLAB_DV_PER_INVOCATION; ++t) acc[r][t] = 0.0;
+    }
+    uint seen = 0u;  // bit r: head r has seen a visible key in this chunk
+    const uint j0 = chunk * chunk_len, j1 = min(lk, j0 + chunk_len);
+    for (uint t0 = j0; t0 < j1; t0 += KVLAB_LOCAL_SIZE) {
+      const uint j = t0 + lid;
+      uint keep = 0u;
+      float add[KVLAB_MAX_R], s[KVLAB_MAX_R];
+      [[unroll]] for (uint r = 0u; r < KVLAB_MAX_R; ++r) {
+        add[r] = 0.0;
+        s[r] = 0.0;
+      }
+      if (j < j1) {
+        if (kind == MASK_NONE) {
+          keep = all_heads;
+        } else if (kind == MASK_CAUSAL) {
+          keep = causal_visible(b, i, j) ? all_heads : 0u;
+        } else {
+          const uint mb = P[P_MASK_B], mh = P[P_MASK_H];
+          [[unroll]] for (uint r = 0u; r < KVLAB_MAX_R; ++r) {
+            if (r >= nr) continue;
+            const uint at = P[P_MASK_OFF] + (((mb == 1u ? 0u : b) * mh + (mh == 1u ? 0u : h0 + r)) * lq + i) * lk + j;
+            bool visible;
+            if (kind == MASK_BOOLEAN) {
+              visible = mask_byte(at) != 0u;
+            } else {
+              add[r] = mask_at(at);
+              visible = !(isinf(add[r]) && add[r] < 0.0);
+            }
+            if (visible) keep |= 1u << r;
+          }
+        }
+      }
+      if (keep != 0u) {  // only keys some head of the block may see are read
+        float dot[KVLAB_MAX_R];
+        dot_qk(kv_row0 + j, nr, dot);
+        [[unroll]] for (uint r = 0u; r < KVLAB_MAX_R; ++r) {
+          if (((keep >> r) & 1u) == 0u) continue;
+          float x = scale * dot[r];
+          if (softcap > 0.0) x = softcap * kvlab_tanh(x / softcap);
+          s[r] = x + add[r];
+        }
+      }
+      sh_keep[lid] = keep;
+      [[unroll]] for (uint r = 0u; r < KVLAB_MAX_R; ++r) {
+        if (r < nr) sh_p[r * KVLAB_LOCAL_SIZE + lid] = s[r];
+      }
+      barrier();
+      uint tile_keep = 0u;
+      float tile_max[KVLAB_MAX_R];
+      [[unroll]] for (uint r = 0u; r < KVLAB_MAX_R; ++r) tile_max[r] = LOWEST;
+      for (uint u = 0u; u < KVLAB_LOCAL_SIZE; ++u) {
+        const uint kb = sh_keep[u];
+        tile_keep |= kb;
+        [[unroll]] for (uint r = 0u; r < KVLAB_MAX_R; ++r) {
+          if (((kb >> r) & 1u) != 0u) tile_max[r] = max(tile_max[r], sh_p[r * KVLAB_LOCAL_SIZE + u]);
+        }
+      }
+      barrier();
+      if (tile_keep == 0u) continue;  // uniform: every invocation read the same flags
+      float alpha[KVLAB_MAX_R];
+      [[unroll]] for (uint r = 0u; r < KVLAB_MAX_R; ++r) {
+        alpha[r] = 1.0;
+        if (((tile_keep >> r) & 1u) == 0u) continue;
+        const bool had = ((seen >> r) & 1u) != 0u;
+        const float m_new = had ? max(m[r], tile_max[r]) : tile_max[r];
+        alpha[r] = had ? kvlab_exp(m[r] - m_new) : 0.0;
+        m[r] = m_new;
+      }
+      [[unroll]] for (uint r = 0u; r < KVLAB_MAX_R; ++r) {
+        if (r < nr) sh_p[r * KVLAB_LOCAL_SIZE + lid] = ((keep >> r) & 1u) != 0u ? kvlab_exp(s[r] - m[r]) : 0.0;
+      }
+      barrier();
+      [[unroll]] for (uint r = 0u; r < KVLAB_MAX_R; ++r) {
+        l[r] *= alpha[r];
+        [[unroll]] for (uint t = 0u; t < KVLAB_DV_PER_INVOCATION; ++t) acc[r][t] *= alpha[r];
+      }
+      for (uint u = 0u; u < KVLAB_LOCAL_SIZE; ++u) {
+        const uint kb = sh_keep[u];
+        if (kb == 0u) continue;  // hidden from the whole block: its V is never read (it may be NaN poison)
+        [[unroll]] for (uint r = 0u; r < KVLAB_MAX_R; ++r) {
+          if (((kb >> r) & 1u) != 0u) l[r] += sh_p[r * KVLAB_LOCAL_SIZE + u];
+        }
+        [[unroll]] for (uint t = 0u; t < KVLAB_DV_PER_INVOCATION; ++t) {
+          const uint c = lid + t * KVLAB_LOCAL_SIZE;
+          if (c >= dv) continue;
+          const float vv = v_at(kv_row0 + t0 + u, c);  // loaded (decoded) once for every head
+          [[unroll]] for (uint r = 0u; r < KVLAB_MAX_R; ++r) {
+            if (((kb >> r) & 1u) != 0u) acc[r][t] += sh_p[r * KVLAB_LOCAL_SIZE + u] * vv;
+          }
+        }
+      }
+      seen |= tile_keep;
+      barrier();
+    }
+    if (seen != all_heads && P[P_MEAN_POLICY] != 0u) {
+      // A head with no visible key in this chunk keeps the plain sum of the chunk's
+      // values, which the combine pass uses only when the whole row turns out fully
+      // masked (the oracle's mean over all Lk keys, FullyMaskedRow::mean_of_values).
+      float vsum[KVLAB_DV_PER_INVOCATION];
+      [[unroll]] for (uint t = 0u; t < KVLAB_DV_PER_INVOCATION; ++t) vsum[t] = 0.0;
+      for (uint jj = j0; jj < j1; ++jj) {
+        [[unroll]] for (uint t = 0u; t < KVLAB_DV_PER_INVOCATION; ++t) {
+          const uint c = lid + t * KVLAB_LOCAL_SIZE;
+          if (c < dv) vsum[t] += v_at(kv_row0 + jj, c);
+        }
+      }
+      [[unroll]] for (uint r = 0u; r < KVLAB_MAX_R; ++r) {
+        if (((seen >> r) & 1u) != 0u) continue;
+        [[unroll]] for (uint t = 0u; t < KVLAB_DV_PER_INVOCATION; ++t) acc[r][t] = vsum[t];
+      }
+    }
+    [[unroll]] for (uint r = 0u; r < KVLAB_MAX_R; ++r) {
+      if (r >= nr) continue;
+      const uint row = (b * hq + h0 + r) * lq + i;
+      const uint base = P[P_PARTIAL_BASE] + (row * chunks + chunk) * (dv + PARTIAL_HEADER);
+      if (lid == 0u) {
+        WF[base] = m[r];
+        WF[base + 1u] = l[r];
+        WF[base + 2u] = ((seen >> r) & 1u) != 0u ? 1.0 : 0.0;
+      }
+      [[unroll]] for (uint t = 0u; t < KVLAB_DV_PER_INVOCATION; ++t) {
+        const uint c = lid + t * KVLAB_LOCAL_SIZE;
+        if (c < dv) WF[base + PARTIAL_HEADER + c] = acc[r][t];
+      }
+    }
+  }
+}

@@ -1,0 +1,108 @@
+// VulkanBackend: construction, names, memory operations and the kernels of later phases.
+// The implemented kernels live beside their shaders' stems (affine_quantize.cc, rope.cc,
+// kv_move.cc, sdpa.cc, quantized_sdpa.cc).
+#include "kernels/vulkan/vulkan_backend.h"
+
+#include "kernels/vulkan/context.h"
+#include "kvlab/error.h"
+
+namespace kvlab {
+
+namespace {
+
+[[noreturn]] void not_yet(const char* kernel) {
+  fail(ErrorKind::unsupported, cat("VulkanBackend: ", kernel, " is not implemented yet"));
+}
+
+}  // namespace
+
+VulkanBackend::VulkanBackend(VulkanOptions options) : context_(std::make_unique<Context>(options)) {}
+
+VulkanBackend::~VulkanBackend() = default;
+
+std::string VulkanBackend::name() const {
+  return cat("vulkan:", context_->device().info().name, context_->options().force_word_storage ? " [words]" : "",
+             context_->staging() && context_->options().force_staging ? " [staging]" : "");
+}
+
+VulkanDeviceInfo VulkanBackend::device() const {
+  const vk::PhysicalDeviceInfo& i = context_->device().info();
+  return {i.index, i.name, std::string(vk::device_type_name(i.type))};
+}
+
+bool VulkanBackend::uses_small_storage() const { return context_->small_storage(); }
+bool VulkanBackend::uses_staging() const { return context_->staging(); }
+bool VulkanBackend::validation_enabled() const { return context_->validation_enabled(); }
+std::optional<double> VulkanBackend::last_kernel_seconds() const { return context_->last_kernel_seconds(); }
+
+BufferPtr VulkanBackend::allocate(std::size_t bytes) { return context_->allocate(bytes); }
+void VulkanBackend::upload(const DTensor& dst, const void* src) { context_->upload(dst, src); }
+void VulkanBackend::download(const DTensor& src, void* dst) { context_->download(src, dst); }
+
+void VulkanBackend::fill(const DTensor& dst, std::uint32_t element_bits) {
+  const ConstTensorView v = context_->view(dst);
+  if (v.nbytes() == 0) return;
+  // The element bits replicated over a word (shaders/fill.comp): elements start on
+  // their own alignment, so byte k of every word is byte k of the pattern.
+  std::uint32_t pattern = element_bits;
+  if (dtype_size(dst.dtype) == 1) pattern = (element_bits & 0xFFu) * 0x01010101u;
+  if (dtype_size(dst.dtype) == 2) pattern = (element_bits & 0xFFFFu) * 0x00010001u;
+  const BoundTensor b = context_->bind(dst, 1);
+  const struct {
+    std::uint32_t byte_offset, nbytes, pattern;
+  } push{b.offset, static_cast<std::uint32_t>(v.nbytes()), pattern};
+  const std::uint64_t words = (std::uint64_t{b.offset} + v.nbytes() + 3) / 4 - b.offset / 4;
+  context_->dispatch(vulkan::ShaderId::fill, {b}, &push, sizeof push, words);
+}
+
+void VulkanBackend::fp_quantize(const DTensor&, const QuantSpec&, Rounding, std::optional<float>, const DTensor&,
+                                const DTensor&) {
+  not_yet("fp_quantize");
+}
+void VulkanBackend::fp_dequantize(const DTensor&, const DTensor&, const QuantSpec&, std::optional<float>,
+                                  const DTensor&) {
+  not_yet("fp_dequantize");
+}
+void VulkanBackend::turboquant_encode(const DTensor&, const TurboQuantCodec&, const DTensor&, const DTensor&) {
+  not_yet("turboquant_encode");
+}
+void VulkanBackend::turboquant_decode(const DTensor&, const DTensor&, const TurboQuantCodec&, const DTensor&) {
+  not_yet("turboquant_decode");
+}
+
+std::unique_ptr<Backend> make_vulkan_backend(std::string_view variant) {
+  VulkanOptions options;
+  std::string_view rest = variant;
+  const std::size_t comma = rest.find(',');
+  options.device = std::string(rest.substr(0, comma));
+  rest = comma == std::string_view::npos ? std::string_view{} : rest.substr(comma + 1);
+  while (!rest.empty()) {
+    const std::size_t next = rest.find(',');
+    const std::string_view flag = rest.substr(0, next);
+    if (flag == "words") {
+      options.force_word_storage = true;
+    } else if (flag == "staging") {
+      options.force_staging = true;
+    } else {
+      fail(ErrorKind::invalid_argument, cat("vulkan backend variant '", variant, "': unknown flag '", flag,
+                                            "' (expected [<device>][,words][,staging])"));
+    }
+    rest = next == std::string_view::npos ? std::string_view{} : rest.substr(next + 1);
+  }
+  return std::make_unique<VulkanBackend>(std::move(options));
+}
+
+std::vector<VulkanDeviceInfo> vulkan_devices() {
+  std::vector<VulkanDeviceInfo> out;
+  try {
+    const vk::Instance instance;
+    for (const vk::PhysicalDeviceInfo& d : vk::list_physical_devices(instance)) {
+      out.push_back({d.index, d.name, std::string(vk::device_type_name(d.type))});
+    }
+  } catch (const Error& e) {
+    if (e.kind() != ErrorKind::unsupported) throw;  // no driver: no devices
+  }
+  return out;
+}
+
+}  // namespace kvlab

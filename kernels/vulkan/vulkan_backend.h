@@ -1,0 +1,132 @@
+// The Vulkan backend: kernels as GLSL compute shaders (kernels/vulkan/shaders/, compiled
+// by glslc at build time and embedded as SPIR-V) over a small RAII runtime
+// (kernels/vulkan/runtime/). Contracts are the reference headers' (reference/*.h): the
+// same results (bit-exact where the oracle is exact: affine codes/scales/biases,
+// dequantize, kv moves; rope within one ulp of the dtype, see shaders/rope.comp) and the
+// same kvlab::Error for the same invalid input (the oracle's validators run first).
+//
+// Memory: one VkBuffer per allocate(). On CPU and integrated devices it is host-visible
+// and mapped, so upload/download are memcpy; on a discrete GPU it is device-local and
+// transfers go through a staging buffer. Buffer::host_data() is always nullptr (device
+// memory either way: go through upload/download). A tensor is bound from its offset
+// aligned down to minStorageBufferOffsetAlignment, its range must fit
+// maxStorageBufferRange (128 MiB on lavapipe), else Error(unsupported) names the size.
+// Every call is synchronous: it returns when the device is done.
+//
+// Not implemented yet (Error(unsupported) naming the kernel, never a silent fallback to
+// the oracle): fp_quantize/fp_dequantize, quantized_sdpa over fp-mode K/V, turboquant.
+// sdpa/quantized_sdpa: within the harness attention_budget (f32 accumulation), see sdpa.cc.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "kvlab/backend.h"
+
+namespace kvlab {
+
+struct VulkanOptions {
+  // Index or name substring (see runtime/device.h); empty: KVLAB_VK_DEVICE, else the
+  // best device (discrete, integrated, virtual, CPU).
+  std::string device;
+  // Enable VK_LAYER_KHRONOS_validation (Error(unsupported) when it is not installed);
+  // each warning/error goes to on_validation_message (stderr without one).
+  bool validation = false;
+  std::function<void(const std::string&)> on_validation_message;
+  // Use the u32-word shader builds even where 16/8-bit storage is supported, so a device
+  // that has it (lavapipe) covers both paths.
+  bool force_word_storage = false;
+  // Device-local memory and staging transfers even where host-visible memory exists, so
+  // that lavapipe covers the discrete-GPU path.
+  bool force_staging = false;
+  // Tests: never take the hardware fast paths of the affine kernels (exact arithmetic only).
+  bool exact_arithmetic_only = false;
+  // Bracket each kernel's submission with timestamp queries (last_kernel_seconds());
+  // off by default: reading them back costs ~160 µs per submission on lavapipe.
+  bool timestamps = false;
+};
+
+struct VulkanDeviceInfo {
+  int index = 0;
+  std::string name;
+  std::string type;  // discrete, integrated, virtual, cpu, other
+};
+
+class VulkanBackend final : public Backend {
+ public:
+  // Throws Error(unsupported) with the reason when there is no driver, no matching
+  // device, or a device below Vulkan 1.2.
+  explicit VulkanBackend(VulkanOptions options = {});
+  ~VulkanBackend() override;
+  VulkanBackend(const VulkanBackend&) = delete;
+  VulkanBackend& operator=(const VulkanBackend&) = delete;
+
+  // "vulkan:<device name>", plus " [words]" / " [staging]" when those paths are forced.
+  std::string name() const override;
+  VulkanDeviceInfo device() const;
+  bool uses_small_storage() const;  // 16/8-bit storage shader builds in use
+  bool uses_staging() const;        // device-local memory + staging transfers
+  bool validation_enabled() const;
+  // Device time of the last kernel's submission (timestamp queries); nullopt unless
+  // VulkanOptions::timestamps is on, the queue has timestamps and a kernel ran.
+  std::optional<double> last_kernel_seconds() const;
+
+  using Backend::allocate;
+  using Backend::download;
+  using Backend::upload;
+  BufferPtr allocate(std::size_t bytes) override;
+  void upload(const DTensor& dst, const void* src) override;
+  void download(const DTensor& src, void* dst) override;
+  void fill(const DTensor& dst, std::uint32_t element_bits) override;
+
+  void affine_quantize(const DTensor& x, const QuantSpec& spec, Rounding rounding, const DTensor& wq,
+                       const DTensor& scales, const DTensor& biases) override;
+  void affine_dequantize(const DTensor& wq, const DTensor& scales, const DTensor& biases, const QuantSpec& spec,
+                         const DTensor& out) override;
+  void fp_quantize(const DTensor& x, const QuantSpec& spec, Rounding rounding, std::optional<float> global_scale,
+                   const DTensor& wq, const DTensor& scales) override;
+  void fp_dequantize(const DTensor& wq, const DTensor& scales, const QuantSpec& spec,
+                     std::optional<float> global_scale, const DTensor& out) override;
+  void rope(const DTensor& x, const RopeParams& params, const Offsets& offsets, const DTensor& out) override;
+  void sdpa(const DTensor& q, const DTensor& k, const DTensor& v, const AttentionParams& params,
+            const DTensor* mask_array, const DTensor* sinks, const DTensor& out) override;
+  void quantized_sdpa(const DTensor& q, const QuantizedDTensor& k, const QuantizedDTensor& v,
+                      const AttentionParams& params, const DTensor* mask_array, const DTensor* sinks,
+                      const DTensor& out) override;
+  void turboquant_encode(const DTensor& x, const TurboQuantCodec& codec, const DTensor& norms,
+                         const DTensor& indices) override;
+  void turboquant_decode(const DTensor& norms, const DTensor& indices, const TurboQuantCodec& codec,
+                         const DTensor& out) override;
+  void kv_scatter(const DTensor& src, const DTensor& slots, const DTensor& dst) override;
+  void kv_gather(const DTensor& src, const DTensor& batch_index, const DTensor& dst) override;
+  void kv_copy_blocks(const DTensor& src, std::span<const SeqBlock> blocks, const DTensor& dst) override;
+  void kv_roll(const DTensor& src, const DTensor& shifts, const DTensor& dst) override;
+
+  // The runtime context (kernels/vulkan/context.h); for the kernels' translation units
+  // and the runtime tests.
+  class Context;
+  Context& context() { return *context_; }
+
+ private:
+  std::unique_ptr<Context> context_;
+};
+
+// The harness factory: variant = "[<device>][,words][,staging]" (device as in
+// VulkanOptions::device; the flags force the fallback paths). Throws Error(unsupported)
+// with the reason when no device is usable.
+std::unique_ptr<Backend> make_vulkan_backend(std::string_view variant);
+
+// For `kvlab check`: as make_vulkan_backend(), but where no device is usable it returns
+// a stand-in with host memory whose every kernel throws Error(unsupported) with the
+// reason, so each case is reported UNIMPLEMENTED instead of the run failing. (Other
+// errors, e.g. a malformed variant, still throw.)
+std::unique_ptr<Backend> make_vulkan_backend_or_unavailable(std::string_view variant);
+
+// The devices the driver reports, in index order (empty when there is no driver).
+std::vector<VulkanDeviceInfo> vulkan_devices();
+
+}  // namespace kvlab

@@ -1,0 +1,198 @@
+// The Vulkan runtime: device selection (default ranking, index, name substring,
+// KVLAB_VK_DEVICE, errors that name the selector and list the devices), VkResult
+// failures as kvlab::Error, the validation messenger really reporting misuse, the
+// backend factory's variants, and timestamp queries.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "kernels/vulkan/context.h"
+#include "kernels/vulkan/runtime/device.h"
+#include "kernels/vulkan/runtime/instance.h"
+#include "kernels/vulkan/runtime/vk_error.h"
+#include "kernels/vulkan/vulkan_backend.h"
+#include "tests/unit/test_util.h"
+#include "tests/vulkan/vulkan_test_util.h"
+
+namespace kvlab {
+namespace {
+
+vk::PhysicalDeviceInfo fake(int index, const char* name, VkPhysicalDeviceType type) {
+  return {index, VK_NULL_HANDLE, name, type, VK_API_VERSION_1_3};
+}
+
+// Sets an environment variable for the scope of a test (tests run as separate processes).
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old;
+    if (value) {
+      setenv(name, value, 1);
+    } else {
+      unsetenv(name);
+    }
+  }
+  ~ScopedEnv() {
+    if (old_) {
+      setenv(name_, old_->c_str(), 1);
+    } else {
+      unsetenv(name_);
+    }
+  }
+
+ private:
+  const char* name_;
+  std::optional<std::string> old_;
+};
+
+TEST(VulkanRuntime, DefaultSelectionPrefersDiscreteThenIntegratedThenCpu) {
+  const ScopedEnv no_env("KVLAB_VK_DEVICE", nullptr);
+  const auto cpu = fake(0, "llvmpipe (LLVM 15.0.6, 256 bits)", VK_PHYSICAL_DEVICE_TYPE_CPU);
+  const auto igpu = fake(1, "Intel(R) UHD Graphics 620", VK_PHYSICAL_DEVICE_TYPE_INTEGRATED_GPU);
+  const auto dgpu = fake(2, "NVIDIA H100", VK_PHYSICAL_DEVICE_TYPE_DISCRETE_GPU);
+  const auto dgpu2 = fake(3, "AMD Radeon", VK_PHYSICAL_DEVICE_TYPE_DISCRETE_GPU);
+  EXPECT_EQ(vk::select_physical_device({cpu, igpu, dgpu, dgpu2}, "").index, 2);  // first of the best type
+  EXPECT_EQ(vk::select_physical_device({cpu, igpu}, "").index, 1);
+  EXPECT_EQ(vk::select_physical_device({cpu}, "").index, 0);
+}
+
+TEST(VulkanRuntime, SelectorsPickByIndexOrNameAndTheEnvironmentActsAsTheDefault) {
+  const std::vector<vk::PhysicalDeviceInfo> devices = {fake(0, "llvmpipe", VK_PHYSICAL_DEVICE_TYPE_CPU),
+                                                       fake(1, "NVIDIA H100", VK_PHYSICAL_DEVICE_TYPE_DISCRETE_GPU)};
+  EXPECT_EQ(vk::select_physical_device(devices, "0").index, 0);
+  EXPECT_EQ(vk::select_physical_device(devices, "1").index, 1);
+  EXPECT_EQ(vk::select_physical_device(devices, "llvm").index, 0);
+  EXPECT_EQ(vk::select_physical_device(devices, "H100").index, 1);
+  {
+    const ScopedEnv env("KVLAB_VK_DEVICE", "llvmpipe");
+    EXPECT_EQ(vk::select_physical_device(devices, "").index, 0);  // the environment replaces the ranking
+    EXPECT_EQ(vk::select_physical_device(devices, "1").index, 1);  // an explicit selector wins
+  }
+  {
+    const ScopedEnv env("KVLAB_VK_DEVICE", "7");
+    testing::expect_error([&] { vk::select_physical_device(devices, ""); }, ErrorKind::unsupported,
+                          {"index 7", "KVLAB_VK_DEVICE", "0: llvmpipe [cpu]", "1: NVIDIA H100 [discrete]"});
+  }
+  testing::expect_error([&] { vk::select_physical_device(devices, "Radeon"); }, ErrorKind::unsupported,
+                        {"'Radeon'", "0: llvmpipe [cpu]"});
+  testing::expect_error([&] { vk::select_physical_device(devices, "99999999999999"); }, ErrorKind::unsupported,
+                        {"99999999999999", "out of range"});
+  testing::expect_error([&] { vk::select_physical_device({}, ""); }, ErrorKind::unsupported, {"no Vulkan device"});
+}
+
+TEST(VulkanRuntime, RealDevicesAreSelectableByIndexAndName) {
+  const std::vector<VulkanDeviceInfo> devices = vulkan_devices();
+  if (devices.empty()) GTEST_SKIP() << "no Vulkan device (or driver) on this machine";
+  for (const VulkanDeviceInfo& d : devices) {
+    std::cout << "[ device   ] " << d.index << ": " << d.name << " [" << d.type << "]\n";
+    VulkanOptions by_index;
+    by_index.device = std::to_string(d.index);
+    std::string reason;
+    const auto a = testing::try_vulkan(by_index, reason);
+    if (!a) {  // e.g. below Vulkan 1.2: an explicit skip of that device, with the reason
+      std::cout << "[ skipped  ] device " << d.index << ": " << reason << "\n";
+      continue;
+    }
+    EXPECT_EQ(a->device().index, d.index);
+    EXPECT_EQ(a->name(), "vulkan:" + d.name);
+    VulkanOptions by_name;
+    by_name.device = d.name;
+    const auto b = testing::try_vulkan(by_name, reason);
+    ASSERT_TRUE(b) << reason;
+    EXPECT_EQ(b->device().name, d.name);
+  }
+  testing::expect_error([] { VulkanBackend be(VulkanOptions{.device = "no-such-gpu-kvlab"}); }, ErrorKind::unsupported,
+                        {"no-such-gpu-kvlab", devices.front().name});
+}
+
+TEST(VulkanRuntime, FailingCallsBecomeKvlabErrorsNamingTheCallAndResult) {
+  testing::expect_error([] { vk::check(VK_ERROR_DEVICE_LOST, "vkQueueSubmit"); }, ErrorKind::device,
+                        {"vkQueueSubmit failed: VK_ERROR_DEVICE_LOST"});
+  testing::expect_error([] { vk::check(static_cast<VkResult>(-12345), "vkFoo"); }, ErrorKind::device,
+                        {"vkFoo failed: VkResult(-12345)"});
+  EXPECT_NO_THROW(vk::check(VK_SUCCESS, "vkFoo"));
+  EXPECT_EQ(vk::result_name(VK_ERROR_OUT_OF_DEVICE_MEMORY), "VK_ERROR_OUT_OF_DEVICE_MEMORY");
+}
+
+TEST(VulkanRuntime, TheValidationMessengerReportsMisuse) {
+  if (!vk::Instance::validation_layer_available()) GTEST_SKIP() << "VK_LAYER_KHRONOS_validation is not installed";
+  std::vector<std::string> messages;
+  std::unique_ptr<vk::Instance> instance;
+  std::unique_ptr<vk::Device> device;
+  try {
+    instance = std::make_unique<vk::Instance>(
+        vk::InstanceOptions{true, [&](const std::string& m) { messages.push_back(m); }});
+    device = std::make_unique<vk::Device>(vk::select_physical_device(vk::list_physical_devices(*instance), ""), true);
+  } catch (const Error& e) {
+    if (e.kind() == ErrorKind::unsupported) GTEST_SKIP() << e.what();
+    throw;
+  }
+  EXPECT_TRUE(instance->validation_enabled());
+  EXPECT_TRUE(messages.empty()) << messages.front();
+  // A buffer with no usage flags violates VUID-VkBufferCreateInfo-usage-requiredbitmask.
+  const VkBufferCreateInfo info{.sType = VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO, .size = 64, .usage = 0};
+  VkBuffer buffer = VK_NULL_HANDLE;
+  const VkResult r = vkCreateBuffer(device->handle(), &info, nullptr, &buffer);
+  if (r == VK_SUCCESS) vkDestroyBuffer(device->handle(), buffer, nullptr);
+  ASSERT_FALSE(messages.empty()) << "the layer reported nothing";
+  EXPECT_NE(messages.front().find("VUID-VkBufferCreateInfo-usage"), std::string::npos) << messages.front();
+  EXPECT_EQ(messages.front().rfind("error validation:", 0), 0u) << messages.front();
+}
+
+TEST(VulkanRuntime, ValidationIsOnInTheTestsWhereverTheLayerIsInstalled) {
+  KVLAB_VULKAN_OR_SKIP(be, VulkanOptions{});
+  EXPECT_EQ(be->validation_enabled(), vk::Instance::validation_layer_available());
+}
+
+TEST(VulkanRuntime, FactoryVariantsPickTheDeviceAndForceTheFallbackPaths) {
+  std::string reason;
+  if (!testing::try_vulkan({}, reason)) GTEST_SKIP() << "no usable Vulkan device: " << reason;
+  const auto plain = make_vulkan_backend("");
+  auto* p = dynamic_cast<VulkanBackend*>(plain.get());
+  ASSERT_NE(p, nullptr);
+  EXPECT_EQ(p->name().rfind("vulkan:", 0), 0u);
+  const auto words = make_vulkan_backend("0,words");
+  EXPECT_FALSE(dynamic_cast<VulkanBackend&>(*words).uses_small_storage());
+  EXPECT_NE(words->name().find("[words]"), std::string::npos);
+  const auto staging = make_vulkan_backend(",staging,words");
+  EXPECT_TRUE(dynamic_cast<VulkanBackend&>(*staging).uses_staging());
+  EXPECT_NE(staging->name().find("[staging]"), std::string::npos);
+  testing::expect_error([] { make_vulkan_backend("0,fast"); }, ErrorKind::invalid_argument, {"'fast'"});
+  std::cout << "[ paths    ] default: " << p->name() << (p->uses_small_storage() ? " (16/8-bit storage)" : " (u32 words)")
+            << (p->uses_staging() ? ", staging" : ", mapped memory") << "\n";
+}
+
+TEST(VulkanRuntime, TheHarnessStandInForAMissingDeviceRefusesEveryKernelWithTheReason) {
+  // What `kvlab check --backend vulkan:<device>` gets when the device does not exist:
+  // host memory for the harness to place tensors in, and unsupported from every kernel.
+  const auto be = make_vulkan_backend_or_unavailable("no-such-gpu-kvlab");
+  EXPECT_EQ(be->name(), "vulkan (unavailable)");
+  const DTensor x = be->allocate(DType::i32, {1, 1, 2, 4});
+  be->fill(x, 0);
+  testing::expect_error([&] { be->kv_roll(x, x, x); }, ErrorKind::unsupported, {"no usable Vulkan device", "no-such-gpu-kvlab"});
+  RopeParams p;
+  p.dims = 4;
+  testing::expect_error([&] { be->rope(x, p, {}, x); }, ErrorKind::unsupported, {"no-such-gpu-kvlab"});
+  testing::expect_error([] { make_vulkan_backend_or_unavailable("0,bogus"); }, ErrorKind::invalid_argument, {"'bogus'"});
+}
+
+TEST(VulkanRuntime, TimestampsMeasureKernelsWhenAskedFor) {
+  VulkanOptions o;
+  o.timestamps = true;
+  KVLAB_VULKAN_OR_SKIP(be, o);
+  if (be->context().device().timestamp_valid_bits() == 0) GTEST_SKIP() << "the compute queue has no timestamps";
+  EXPECT_FALSE(be->last_kernel_seconds().has_value());  // no kernel yet
+  const DTensor t = be->allocate(DType::u32, {1 << 20});
+  be->fill(t, 7);
+  ASSERT_TRUE(be->last_kernel_seconds().has_value());
+  EXPECT_GT(*be->last_kernel_seconds(), 0.0);
+  EXPECT_LT(*be->last_kernel_seconds(), 60.0);
+  KVLAB_VULKAN_OR_SKIP(quiet, VulkanOptions{});
+  quiet->fill(quiet->allocate(DType::u32, {4}), 1);
+  EXPECT_FALSE(quiet->last_kernel_seconds().has_value());  // off by default
+}
+
+}  // namespace
+}  // namespace kvlab
