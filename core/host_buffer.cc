@@ -62,7 +62,8 @@ void HostMemoryBackend::download(const DTensor& src, void* dst) {
 void HostMemoryBackend::fill(const DTensor& dst, std::uint32_t element_bits) {
   const TensorView v = host_view(dst);
   const std::size_t es = dtype_size(v.dtype);
-  for (std::size_t i = 0; i < v.nbytes(); i += es) std::memcpy(v.data + i, &element_bits, es);  // little-endian
+  const std::size_t n = v.nbytes();  // computed once: every NaN-poisoned cache allocation comes here
+  for (std::size_t i = 0; i < n; i += es) std::memcpy(v.data + i, &element_bits, es);  // little-endian
 }
 
 }  // namespace kvlab
