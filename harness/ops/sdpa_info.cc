@@ -266,7 +266,60 @@ class QuantizedSdpa final : public OpInfo {
     for (std::size_t i = 0; i < prep.input_names.size(); ++i) {
       if (prep.input_names[i] == "mask") mask = &prep.inputs[i];
     }
-    return attention_budget(p, prep.input("q"), dequantized('k'), dequantized('v'), mask, ref);
+    const Tensor v = dequantized('v');
+    const Budget base = attention_budget(p, prep.input("q"), dequantized('k'), v, mask, ref);
+    // Terms of affine sides dequantized the fused way (kernels/simd/quantized_decode.cc),
+    // u = 2^-24, k and v = c·s + b:
+    //  * K by one FMA, fl(c·s + b), where the oracle rounds c·s first: per element at most
+    //    u·|c·s| + 2u·|k| ≤ 3u·|k| + u·|b| apart (|c·s| ≤ |k| + |b|), so the logits move by
+    //    3u·S + u·S_b more, S_b = max over (row, key) of |scale|·Σ_g |b_g|·Σ_{d∈g}|q_d|.
+    //    δ of attention_budget holds (Dk+2)·u·S, so 2·max|v|·3u·S ≤ 3/(Dk+2) of the base
+    //    budget: the budget grows by that fraction plus 2·max|v|·u·S_b.
+    //  * V factored, o = Σ_t (p_t·s_t)·c_t + Σ_t p_t·b_t: its Lk-term sums round relative
+    //    to Σ p·|s·c| + Σ p·|b| ≤ max|v| + 2·max|b| instead of max|v|, so the γ·max|v|
+    //    part of the bound grows by 2γ·max|b_V|, γ = (Lk+4)·u.
+    // The norm check keeps its ratio to the point-wise bound.
+    constexpr double u = 0x1p-24;
+    const std::int64_t B = p.integer("B"), Hq = p.integer("Hq"), Hkv = p.integer("Hkv"), Lq = p.integer("Lq");
+    const std::int64_t Lk = p.integer("Lk"), Dk = p.integer("Dk");
+    double budget = base.per_element[0];
+    const QuantSpec ks = side_spec(p, 'k');
+    if (ks.mode == QuantMode::affine) {
+      const xt::xarray<float> q = prep.input("q").to_f32(), kb = prep.input("kbiases").to_f32();
+      const std::int64_t gs = ks.group_size, groups = Dk / gs;
+      const double scale = std::abs(static_cast<double>(attention(p).scale));
+      double s_b = 0, max_v = 0;
+      std::vector<double> q_abs(static_cast<std::size_t>(groups));
+      for (std::int64_t b = 0; b < B; ++b)
+        for (std::int64_t h = 0; h < Hq; ++h)
+          for (std::int64_t i = 0; i < Lq; ++i) {
+            for (std::int64_t g = 0; g < groups; ++g) {
+              double a = 0;
+              for (std::int64_t d = g * gs; d < (g + 1) * gs; ++d) a += std::abs(static_cast<double>(q(b, h, i, d)));
+              q_abs[static_cast<std::size_t>(g)] = a;
+            }
+            for (std::int64_t j = 0; j < Lk; ++j) {
+              double acc = 0;
+              for (std::int64_t g = 0; g < groups; ++g) {
+                acc += std::abs(static_cast<double>(kb(b, h / (Hq / Hkv), j, g))) * q_abs[static_cast<std::size_t>(g)];
+              }
+              if (std::isfinite(acc)) s_b = std::max(s_b, scale * acc);
+            }
+          }
+      for (const float x : v.to_f32()) {
+        if (std::isfinite(x)) max_v = std::max(max_v, std::abs(static_cast<double>(x)));
+      }
+      budget += base.per_element[0] * 3 / static_cast<double>(Dk + 2) + 2 * max_v * u * s_b;
+    }
+    if (side_spec(p, 'v').mode == QuantMode::affine) {
+      double max_vb = 0;
+      for (const float x : prep.input("vbiases").to_f32()) {
+        if (std::isfinite(x)) max_vb = std::max(max_vb, std::abs(static_cast<double>(x)));
+      }
+      budget += 2 * static_cast<double>(Lk + 4) * u * max_vb;
+    }
+    const double ratio = budget / base.per_element[0];
+    return {{budget}, base.nmse_max > 0 ? base.nmse_max * ratio * ratio : base.nmse_max};
   }
 
   std::vector<Problem> shrink_candidates(const Problem& p) const override {

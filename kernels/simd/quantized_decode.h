@@ -1,0 +1,131 @@
+// Internal to kernels/simd: the fused flash-decoding kernel behind simd::quantized_sdpa
+// (affine K and V, few query rows). quantized_sdpa.cc validates, builds a DecodePlan and
+// runs its tasks; quantized_decode.cc holds the per-target (Highway) code.
+//
+// Work split. The key axis is cut into chunks of a fixed number of tokens (chunk_tokens,
+// never derived from the thread count). Task (b, kv head, chunk) computes, for every
+// query row of that kv head's GQA group (rows = R·Lq, row ρ = r·Lq + i for query head
+// kvh·R + r and query i), a flash partial over the chunk's keys: the running max m, the
+// sum l of e^(s−m) and the unnormalized Σ e^(s−m)·v in f32. combine then merges the
+// partials of one (b, kv head) in chunk order, so results do not depend on the number
+// of threads that ran the tasks.
+//
+// Lane order. The per-target kernels read codes as they lie in memory, which for 4-bit
+// puts elements 2i and 2i+1 of each 2N-element unit into two vectors (N = lanes). The
+// plan's prepared queries and the partial outputs are kept in that "lane order";
+// lane_to_element() maps back. 8-bit and pre-unpacked (2/3/5/6-bit) codes are in
+// element order.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "kvlab/dtype.h"
+#include "kvlab/ops.h"
+
+namespace kvlab::simd::qdecode {
+
+// Tokens per chunk. 512 keeps a task's scratch (scores, weights, f32 scales/biases)
+// within L2 and its partial (R·Lq·(Dv+2) floats) near 3 % of the bytes it reads at
+// Dv = 128; tests shrink it (ScopedChunkTokens) to cover the combine with short caches.
+constexpr std::int64_t kDefaultChunkTokens = 512;
+std::int64_t chunk_tokens();
+
+// Test hook: overrides chunk_tokens() for its lifetime (process-global, not thread-safe).
+class ScopedChunkTokens {
+ public:
+  explicit ScopedChunkTokens(std::int64_t tokens);
+  ~ScopedChunkTokens();
+  ScopedChunkTokens(const ScopedChunkTokens&) = delete;
+  ScopedChunkTokens& operator=(const ScopedChunkTokens&) = delete;
+
+ private:
+  std::int64_t previous_;
+};
+
+// Query rows of one kv head that the fused path takes (R·Lq); more goes to the fallback.
+constexpr std::int64_t kMaxFusedRows = 32;
+
+// One packed affine operand, K or V, of shape (B, Hkv, Lk, D) before packing.
+struct PackedSide {
+  const std::uint32_t* codes = nullptr;  // (B, Hkv, Lk, D·bits/32)
+  const std::byte* scales = nullptr;     // (B, Hkv, Lk, D/group) in meta_dtype
+  const std::byte* biases = nullptr;
+  DType meta_dtype = DType::f32;
+  int bits = 4;
+  int group = 64;
+  std::int64_t d = 0;
+  std::int64_t groups() const { return d / group; }
+  std::int64_t row_bytes() const { return d * bits / 8; }
+};
+
+struct DecodePlan {
+  PackedSide k, v;
+  std::int64_t batch = 0, hq = 0, hkv = 0, lq = 0, lk = 0;
+  std::int64_t rows = 0;       // R·Lq query rows per kv head
+  std::int64_t chunk = 0;      // tokens per chunk
+  std::int64_t chunks = 0;     // ceil(Lk / chunk)
+  float softcap = 0;
+  // Visibility. Every (b, row) sees the keys [row_lo, row_hi) (causal: the intersection
+  // of its causal, window and padding constraints; none and array masks: all keys).
+  // span_lo/span_hi[b] bound the union over rows: keys outside it are never read.
+  std::vector<std::int64_t> row_lo, row_hi;  // [b·rows + ρ]
+  std::vector<std::int64_t> span_lo, span_hi;  // [b]
+  // Array masks (boolean u8 / additive float), (1|B, 1|Hq, Lq, Lk); data == nullptr
+  // for none and causal.
+  MaskKind mask_kind = MaskKind::none;
+  const std::byte* mask = nullptr;
+  DType mask_dtype = DType::f32;
+  std::int64_t mask_b = 1, mask_h = 1;
+  // Queries scaled by params.scale, in K's lane order: [b][kvh][ρ][Dk].
+  const float* query = nullptr;
+  // Partials, task t = (b·Hkv + kvh)·chunks + c: max and sum [t][ρ], output [t][ρ][Dv]
+  // in V's lane order. A chunk where row ρ sees no key has max −inf (its output unset);
+  // a NaN score makes the max NaN. Each task writes only its own slots.
+  float* part_max = nullptr;
+  float* part_sum = nullptr;
+  float* part_out = nullptr;
+
+  std::int64_t tasks() const { return batch * hkv * chunks; }
+};
+
+// At least n floats of v, starting at a 64-byte boundary (v grows as needed; contents
+// are not kept). Whole-vector loads and stores then never straddle a cache line: a split
+// access costs two, and a split store does not forward to the load that reads it back.
+inline float* aligned_floats(std::vector<float>& v, std::size_t n) {
+  if (v.size() < n + 16) v.resize(n + 16);
+  const auto address = reinterpret_cast<std::uintptr_t>(v.data());
+  return v.data() + (64 - address % 64) % 64 / sizeof(float);
+}
+
+// Lanes of the f32 vectors the dispatched target uses.
+std::size_t lanes();
+// Element index of lane-order position `pos` of a row packed with `bits` (N = lanes()).
+std::int64_t lane_to_element(std::int64_t pos, int bits, std::size_t n);
+
+// n f32/f16/bf16 values → f32, exactly (per-target, dispatched).
+void to_f32(const std::byte* src, DType dtype, std::size_t n, float* dst);
+// Rows [0, n) of a (rows, groups) scale or bias array → f32 transposed to dst[g·ncp + j],
+// zero padded to ncp (a multiple of lanes()); `convert` is scratch.
+void meta_columns(const std::byte* src, DType dtype, std::size_t n, std::size_t groups, std::size_t ncp,
+                  std::vector<float>& convert, float* dst);
+
+// Fills plan.part_* for one task (per-target, dispatched).
+void decode_chunk(const DecodePlan& plan, std::int64_t task);
+// Merges the partials of (b, kv head) = bk into out rows (B, Hq, Lq, Dv), applying the
+// sinks and the fully-masked-row policy (per-target, dispatched).
+struct CombineArgs {
+  const DecodePlan* plan = nullptr;
+  const float* sinks = nullptr;  // [Hq] in f32, or nullptr
+  FullyMaskedRow fully_masked = FullyMaskedRow::zero;
+  std::byte* out = nullptr;      // (B, Hq, Lq, Dv) in out_dtype
+  DType out_dtype = DType::f32;
+};
+void combine(const CombineArgs& args, std::int64_t bk);
+
+// Mean over all Lk keys of V dequantized to f32 for (b, kv head) = bk, in element order
+// (FullyMaskedRow::mean_of_values; it reads every key by definition, poison included).
+std::vector<double> mean_of_values(const DecodePlan& plan, std::int64_t bk);
+
+}  // namespace kvlab::simd::qdecode

@@ -1,0 +1,245 @@
+// Per-target pieces of the fused quantized decode (quantized_decode.h) outside its task
+// loop: conversions from the stored dtypes to f32 (scales, biases, queries) and back
+// (outputs), and the merge of the flash-decoding partials. Per query row, in chunk
+// order: M = max of the chunk maxima (and the sink), L = Σ l_c·e^(m_c − M) (+ e^(sink −
+// M)), out = Σ o_c·e^(m_c − M) / L, rounded once to out's dtype, written in element
+// order. A row no chunk saw a key of takes the FullyMaskedRow policy; a NaN chunk max
+// makes the row NaN.
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "kernels/simd/quantized_decode.h"
+
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "kernels/simd/quantized_decode_combine.cc"
+#include <hwy/foreach_target.h>  // IWYU pragma: keep
+#include <hwy/highway.h>
+
+HWY_BEFORE_NAMESPACE();
+namespace kvlab::simd::qdecode::HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+using DF = hn::ScalableTag<float>;
+using VF = hn::Vec<DF>;
+
+// n stored values (scales, biases, queries) of dtype `dt` → f32, exactly (inf/NaN kept).
+void MetaToF32(const std::byte* HWY_RESTRICT src, DType dt, std::size_t n, float* HWY_RESTRICT dst) {
+  const DF df;
+  const std::size_t N = hn::Lanes(df);
+  std::size_t i = 0;
+  if (dt == DType::f32) {
+    std::memcpy(dst, src, n * sizeof(float));
+    return;
+  }
+  const auto* h = reinterpret_cast<const std::uint16_t*>(src);
+  const hn::RebindToUnsigned<DF> du32;
+  const hn::Rebind<std::uint16_t, DF> du16;
+  if (dt == DType::bf16) {  // bf16 is the high half of an f32
+    for (; i + N <= n; i += N) {
+      hn::StoreU(hn::BitCast(df, hn::ShiftLeft<16>(hn::PromoteTo(du32, hn::LoadU(du16, h + i)))), df, dst + i);
+    }
+    for (; i < n; ++i) dst[i] = bf16_bits_to_f32(h[i]);
+    return;
+  }
+#if HWY_TARGET <= HWY_AVX2
+  // F16C converts inf/NaN correctly; Highway 1.0.3 emulates PromoteTo(f16) on the
+  // SSE/scalar targets and turns them finite there, hence the bit manipulation below.
+  const hn::Rebind<hwy::float16_t, DF> df16;
+  const auto* hf = reinterpret_cast<const hwy::float16_t*>(h);
+  for (; i + N <= n; i += N) hn::StoreU(hn::PromoteTo(df, hn::LoadU(df16, hf + i)), df, dst + i);
+#else
+  // Exponent+mantissa moved into f32 position and rebiased by ·2^112 (exact, f16
+  // subnormals included); exponent 31 (inf/NaN) gets the f32 all-ones exponent.
+  const auto magic = hn::Set(df, 0x1p112f);
+  const auto exp_mask = hn::Set(du32, 0x7C00u), inf32 = hn::Set(du32, 0x7F800000u);
+  for (; i + N <= n; i += N) {
+    const auto x = hn::PromoteTo(du32, hn::LoadU(du16, h + i));
+    const auto shifted = hn::ShiftLeft<13>(hn::And(x, hn::Set(du32, 0x7FFFu)));
+    const auto finite = hn::BitCast(du32, hn::Mul(hn::BitCast(df, shifted), magic));
+    const auto mag = hn::IfThenElse(hn::Eq(hn::And(x, exp_mask), exp_mask), hn::Or(shifted, inf32), finite);
+    const auto sign = hn::ShiftLeft<16>(hn::And(x, hn::Set(du32, 0x8000u)));
+    hn::StoreU(hn::BitCast(df, hn::Or(mag, sign)), df, dst + i);
+  }
+#endif
+  for (; i < n; ++i) dst[i] = f16_bits_to_f32(h[i]);
+}
+
+// Rows [0, n) of a (Lk, G) scale/bias array → f32 transposed to [g][ncp], zero padded
+// to ncp so whole vectors of keys can be read.
+void MetaColumns(const std::byte* src, DType dt, std::size_t n, std::size_t groups, std::size_t ncp,
+                 std::vector<float>& convert, float* HWY_RESTRICT dst) {
+  const DF df;
+  const std::size_t N = hn::Lanes(df);
+  if (groups == 1) {
+    MetaToF32(src, dt, n, dst);
+  } else {
+    float* flat = aligned_floats(convert, n * groups);
+    MetaToF32(src, dt, n * groups, flat);
+    std::size_t j = 0;
+    if (groups == 2) {
+      for (; j + N <= n; j += N) {
+        VF a, b;
+        hn::LoadInterleaved2(df, flat + j * 2, a, b);
+        hn::StoreU(a, df, dst + j);
+        hn::StoreU(b, df, dst + ncp + j);
+      }
+    } else if (groups == 4) {
+      for (; j + N <= n; j += N) {
+        VF a, b, c, e;
+        hn::LoadInterleaved4(df, flat + j * 4, a, b, c, e);
+        hn::StoreU(a, df, dst + j);
+        hn::StoreU(b, df, dst + ncp + j);
+        hn::StoreU(c, df, dst + 2 * ncp + j);
+        hn::StoreU(e, df, dst + 3 * ncp + j);
+      }
+    }
+    for (; j < n; ++j) {
+      for (std::size_t g = 0; g < groups; ++g) dst[g * ncp + j] = flat[j * groups + g];
+    }
+  }
+  for (std::size_t g = 0; g < groups; ++g) std::fill(dst + g * ncp + n, dst + (g + 1) * ncp, 0.0f);
+}
+
+// n values rounded to nearest-even in dtype `dt` (kvlab's storage rounding; NaN stays NaN).
+void StoreRow(const float* HWY_RESTRICT values, std::size_t n, DType dt, std::byte* dst) {
+  const DF df;
+  const std::size_t N = hn::Lanes(df);
+  auto* h = reinterpret_cast<std::uint16_t*>(dst);
+  std::size_t i = 0;
+  if (dt == DType::f32) {
+    std::memcpy(dst, values, n * sizeof(float));
+    return;
+  }
+  if (dt == DType::bf16) {  // RNE on the high half; NaN keeps its top bits, made quiet
+    const hn::RebindToSigned<DF> di;
+    const hn::RebindToUnsigned<DF> du;
+    const hn::Rebind<std::uint16_t, DF> d16;
+    for (; i + N <= n; i += N) {
+      const VF x = hn::LoadU(df, values + i);
+      const auto u = hn::BitCast(du, x);
+      const auto odd = hn::And(hn::ShiftRight<16>(u), hn::Set(du, 1u));
+      const auto rounded = hn::ShiftRight<16>(hn::Add(hn::Add(u, hn::Set(du, 0x7FFFu)), odd));  // may carry to inf
+      const auto quiet = hn::Or(hn::ShiftRight<16>(u), hn::Set(du, 0x40u));
+      const auto bits = hn::BitCast(di, hn::IfThenElse(hn::RebindMask(du, hn::IsNaN(x)), quiet, rounded));
+      hn::StoreU(hn::DemoteTo(d16, bits), d16, h + i);
+    }
+    for (; i < n; ++i) h[i] = f32_to_bf16_bits(values[i]);
+    return;
+  }
+#if HWY_TARGET <= HWY_AVX2
+  // F16C rounds to nearest even with subnormals, inf and NaN right; the emulation of the
+  // SSE/scalar targets is not trusted with them (see MetaToF32), so those stay scalar.
+  const hn::Rebind<hwy::float16_t, DF> df16;
+  auto* hf = reinterpret_cast<hwy::float16_t*>(dst);
+  for (; i + N <= n; i += N) hn::StoreU(hn::DemoteTo(df16, hn::LoadU(df, values + i)), df16, hf + i);
+#endif
+  for (; i < n; ++i) h[i] = f32_to_f16_bits(values[i]);
+}
+
+void Combine(const CombineArgs& args, std::int64_t bk) {
+  const DecodePlan& plan = *args.plan;
+  const DF df;
+  const std::size_t N = hn::Lanes(df);
+  const auto dv = static_cast<std::size_t>(plan.v.d);
+  const auto chunks = static_cast<std::size_t>(plan.chunks);
+  const std::int64_t b = bk / plan.hkv, kvh = bk % plan.hkv, r_per_kv = plan.hq / plan.hkv;
+  const int vbits = plan.v.bits == 4 ? 4 : 8;
+  std::vector<float> alpha(chunks), acc(dv), row(dv);
+  std::vector<std::size_t> element(dv);  // lane order → element order
+  for (std::size_t pos = 0; pos < dv; ++pos) {
+    element[pos] = static_cast<std::size_t>(lane_to_element(static_cast<std::int64_t>(pos), vbits, N));
+  }
+  std::vector<double> mean;
+  for (std::int64_t rho = 0; rho < plan.rows; ++rho) {
+    const std::int64_t h = kvh * r_per_kv + rho / plan.lq, i = rho % plan.lq;
+    const auto out_row = static_cast<std::size_t>((b * plan.hq + h) * plan.lq + i);
+    std::byte* dst = args.out + out_row * dv * dtype_size(args.out_dtype);
+    float m = -INFINITY;
+    bool nan = false;
+    for (std::size_t c = 0; c < chunks; ++c) {
+      const float mc = plan.part_max[(static_cast<std::size_t>(bk) * chunks + c) * static_cast<std::size_t>(plan.rows) +
+                                     static_cast<std::size_t>(rho)];
+      alpha[c] = mc;
+      if (std::isnan(mc)) nan = true;
+      else m = std::max(m, mc);
+    }
+    if (nan) {
+      std::fill(row.begin(), row.end(), std::numeric_limits<float>::quiet_NaN());
+      StoreRow(row.data(), dv, args.out_dtype, dst);
+      continue;
+    }
+    if (m == -INFINITY) {  // every key hidden: the policy of the mask alone (sdpa.h)
+      if (args.fully_masked == FullyMaskedRow::mean_of_values) {
+        if (mean.empty()) mean = mean_of_values(plan, bk);
+        for (std::size_t d = 0; d < dv; ++d) row[d] = static_cast<float>(mean[d]);
+      } else {
+        std::fill(row.begin(), row.end(), 0.0f);
+      }
+      StoreRow(row.data(), dv, args.out_dtype, dst);
+      continue;
+    }
+    // The sink joins the max and the denominator but carries no value.
+    double denominator = 0;
+    if (args.sinks != nullptr) {
+      const float sink = args.sinks[h];
+      m = std::max(m, sink);
+      denominator += std::exp(static_cast<double>(sink) - static_cast<double>(m));
+    }
+    std::fill(acc.begin(), acc.end(), 0.0f);
+    for (std::size_t c = 0; c < chunks; ++c) {
+      if (alpha[c] == -INFINITY) continue;  // this chunk saw no key of the row; its output is unset
+      const std::size_t part = (static_cast<std::size_t>(bk) * chunks + c) * static_cast<std::size_t>(plan.rows) +
+                               static_cast<std::size_t>(rho);
+      const float a = std::exp(alpha[c] - m);
+      denominator += static_cast<double>(a) * static_cast<double>(plan.part_sum[part]);
+      const VF va = hn::Set(df, a);
+      const float* o = plan.part_out + part * dv;
+      for (std::size_t d = 0; d < dv; d += N) {
+        hn::StoreU(hn::MulAdd(va, hn::LoadU(df, o + d), hn::LoadU(df, acc.data() + d)), df, acc.data() + d);
+      }
+    }
+    const auto inv = static_cast<float>(1.0 / denominator);
+    for (std::size_t pos = 0; pos < dv; ++pos) {
+      row[element[pos]] = acc[pos] * inv;
+    }
+    StoreRow(row.data(), dv, args.out_dtype, dst);
+  }
+}
+
+std::size_t Lanes() { return hn::Lanes(DF()); }
+
+}  // namespace kvlab::simd::qdecode::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace kvlab::simd::qdecode {
+
+HWY_EXPORT(Combine);
+HWY_EXPORT(Lanes);
+HWY_EXPORT(MetaToF32);
+HWY_EXPORT(MetaColumns);
+
+std::size_t lanes() { return HWY_DYNAMIC_DISPATCH(Lanes)(); }
+void to_f32(const std::byte* src, DType dtype, std::size_t n, float* dst) {
+  HWY_DYNAMIC_DISPATCH(MetaToF32)(src, dtype, n, dst);
+}
+void meta_columns(const std::byte* src, DType dtype, std::size_t n, std::size_t groups, std::size_t ncp,
+                  std::vector<float>& convert, float* dst) {
+  HWY_DYNAMIC_DISPATCH(MetaColumns)(src, dtype, n, groups, ncp, convert, dst);
+}
+void combine(const CombineArgs& args, std::int64_t bk) { HWY_DYNAMIC_DISPATCH(Combine)(args, bk); }
+
+std::int64_t lane_to_element(std::int64_t pos, int bits, std::size_t n) {
+  if (bits != 4) return pos;
+  const auto unit = static_cast<std::int64_t>(2 * n);
+  const std::int64_t base = pos / unit * unit, t = pos % unit, half = static_cast<std::int64_t>(n);
+  return base + (t < half ? 2 * t : 2 * (t - half) + 1);
+}
+
+}  // namespace kvlab::simd::qdecode
+#endif  // HWY_ONCE
