@@ -145,8 +145,11 @@ void BatchLayout::finalize() {
   const std::vector<std::int32_t>& rp = *right_padding_;
   const std::vector<std::int32_t> off = offsets();
   for (std::size_t b = 0; b < rp.size(); ++b) {
-    KVLAB_REQUIRE(rp[b] <= off[b], misuse, owner_, " finalize: right_padding[", b, "] = ", rp[b], " exceeds the ",
-                  off[b], " tokens row ", b, " holds");
+    // A row without pads has nothing to roll, whatever its offset: one joined by extend
+    // while the pad was pending may still be inside its left padding (found by the
+    // property: extend with an empty batch of left padding 1 during a prompt).
+    KVLAB_REQUIRE(rp[b] == 0 || rp[b] <= off[b], misuse, owner_, " finalize: right_padding[", b, "] = ", rp[b],
+                  " exceeds the ", off[b], " tokens row ", b, " holds");
   }
   // Roll over the whole capacity (spec §4.8, §4.9): the trailing pads move past _idx, the
   // front receives wrapped junk that the larger left padding hides.

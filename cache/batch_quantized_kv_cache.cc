@@ -135,14 +135,11 @@ void BatchQuantizedKVCache::extend(const BatchQuantizedKVCache& other) {
 std::unique_ptr<QuantizedKVCache> BatchQuantizedKVCache::extract(std::int64_t i) const {
   std::vector<DTensor> row = layout_.extract_row(i);
   if (row.empty()) return std::make_unique<QuantizedKVCache>(backend(), spec_, rounding_);
-  // QuantizedKVCache has no adopting constructor (KVCache has one); its from_state is the
-  // validated way to hand it packed rows. Its meta layout is taken from a fresh cache so
-  // that only the offset and tensors are ours.
-  CacheState st = QuantizedKVCache(backend(), spec_, rounding_).state();
-  st.meta["offset"] = std::to_string(seq::length(row[0]));
-  const std::vector<std::string>& names = layout_.names();
-  for (std::size_t c = 0; c < row.size(); ++c) st.tensors.emplace(names[c], backend().download(row[c]));
-  return QuantizedKVCache::from_state(backend(), st);
+  // The row's packed blocks are fresh copies: adopted as they are, never re-quantized.
+  const std::int64_t length = seq::length(row[0]);
+  FetchedQuantizedKV kv = packed(row);
+  return std::make_unique<QuantizedKVCache>(backend(), spec_, rounding_, std::move(kv.keys), std::move(kv.values),
+                                            length);
 }
 
 std::unique_ptr<BatchQuantizedKVCache> BatchQuantizedKVCache::merge(Backend& backend,

@@ -263,8 +263,23 @@ CacheMask BatchRotatingKVCache::make_mask(I64 n, int window) const {
 
 // ---- trim, prepare, finalize -----------------------------------------------------------
 
+bool BatchRotatingKVCache::is_trimmable() const {
+  if (columns_ >= max_size_) return false;
+  // Found by the lifecycle property: max_size 2, a right-padded prompt ending in a pad
+  // (the row keeps 1 column, offset 7), merge; trim(1) then emptied the row.
+  for (std::size_t b = 0; b < offset_.size(); ++b)
+    if (offset_[b] > idx_ - std::max<I64>(0, left_padding_[b])) return false;
+  return true;
+}
+
 std::int64_t BatchRotatingKVCache::trim(I64 n) {
   KVLAB_REQUIRE(n >= 0, invalid_argument, "BatchRotatingKVCache::trim by ", n, " tokens");
+  // As BatchLayout::trim: the pending target offsets are absolute, so a trim reaching into
+  // the prompt's real tokens would make finalize() keep later pads as tokens (found by
+  // the lifecycle property: lengths 3, right pad 2, 4 columns, trim 2, a last pad column
+  // -> extract [1, 2, pad], offset 3).
+  KVLAB_REQUIRE(!lengths_, misuse, "BatchRotatingKVCache::trim(", n,
+                ") while a right-padded prefill is pending; call finalize() first");
   if (n == 0) return 0;
   // mlx-lm trims a wrapped ring anyway and corrupts _idx; trim_prompt_cache checks
   // is_trimmable first, so here the unchecked call is a named misuse.
@@ -332,7 +347,14 @@ std::size_t BatchRotatingKVCache::nbytes() const { return keys_ ? keys_.nbytes()
 
 void BatchRotatingKVCache::filter(const std::vector<std::int32_t>& indices) {
   KVLAB_REQUIRE(!indices.empty(), invalid_argument, "BatchRotatingKVCache::filter with no rows to keep");
-  for (const std::int32_t i : indices) check_row(i, "filter");
+  std::vector<bool> seen(static_cast<std::size_t>(batch_size()), false);
+  for (const std::int32_t i : indices) {
+    check_row(i, "filter");
+    // As BatchLayout::filter: a duplicate would clone a row (mlx-lm's array indexing does).
+    KVLAB_REQUIRE(!seen[static_cast<std::size_t>(i)], invalid_argument, "BatchRotatingKVCache::filter: row ", i,
+                  " appears more than once in ", list_str(Rows(indices.begin(), indices.end())));
+    seen[static_cast<std::size_t>(i)] = true;
+  }
   DTensor nk, nv;
   if (keys_) {
     nk = seq::gather(backend(), keys_, indices);
@@ -509,7 +531,9 @@ CacheState BatchRotatingKVCache::state() const {
   s.tensors.emplace("offset", ints(offset_));
   s.tensors.emplace("left_padding", ints(left_padding_));
   if (lengths_) s.tensors.emplace("lengths", ints(*lengths_));  // Appendix B.6: mlx-lm drops it
-  if (keys_) {
+  // A cache trimmed back to no columns saves none, like an empty one (from_state rejects
+  // zero-length blocks; found by the lifecycle property: decode, trim(1), save → load).
+  if (keys_ && temporal_length() > 0) {
     // The data columns in physical order, like mlx-lm; _idx and rotated restore the ring.
     s.tensors.emplace("keys", backend().download(seq::slice(backend(), keys_, 0, temporal_length())));
     s.tensors.emplace("values", backend().download(seq::slice(backend(), values_, 0, temporal_length())));

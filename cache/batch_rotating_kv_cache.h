@@ -19,7 +19,9 @@
 //    has wrapped (mlx-lm uses the cursor and hides one real key in that case).
 //  * rolling consumed right padding to the front sets left_padding = max(0, lp) + roll
 //    (mlx-lm adds to a negative lp, so extract later returns pads as tokens).
-//  * filter also filters the pending lengths (mlx-vlm 570afed3, Appendix B.7).
+//  * filter also filters the pending lengths (mlx-vlm 570afed3, Appendix B.7), and
+//    rejects duplicate rows; trim is rejected while a right pad is pending (as in
+//    BatchLayout, batch_layout.h).
 //  * extract rejects a pending right pad (mlx-lm PR #1746) and returns at most max_size
 //    tokens (the last ones, spec §7 row 7).
 //  * merge skips empty rows (mlx-vlm#1916) and rejects keep > 0 (Appendix B.10).
@@ -56,9 +58,13 @@ class BatchRotatingKVCache final : public Cache {
   // Boolean (B, 1, n, L) array, L = min(max_size − 1, columns) + n: the key count the
   // next update of n tokens returns, in the order it returns them.
   CacheMask make_mask(std::int64_t n, int window) const override;
-  bool is_trimmable() const override { return columns_ < max_size_; }
-  // Removes up to n newest columns of every row. Throws misuse on a cache that is not
-  // trimmable (a wrapped ring cannot give back evicted columns) unless n == 0.
+  // mlx-lm: _offset < max_size. Also false while a row holds fewer columns than its
+  // offset (a merge of a ring that kept max_size − 1 columns: its older tokens are gone,
+  // so a trim could not leave the right window).
+  bool is_trimmable() const override;
+  // Removes up to n newest columns of every row. Throws misuse while a right pad is
+  // pending, and on a cache that is not trimmable (a wrapped ring cannot give back
+  // evicted columns) unless n == 0.
   std::int64_t trim(std::int64_t n) override;
   bool empty() const override { return !keys_; }
   std::size_t nbytes() const override;
@@ -72,7 +78,7 @@ class BatchRotatingKVCache final : public Cache {
                const std::vector<std::int32_t>& right_padding);
   // Rolls the consumed right padding of each row to its front (spec §4.10 finalize).
   void finalize();
-  // Keeps the given rows, in that order (no left shift, as in mlx-lm).
+  // Keeps the given rows, in that order (no left shift, as in mlx-lm); each index once.
   void filter(const std::vector<std::int32_t>& indices);
   // Appends other's rows after this cache's rows. other is not modified.
   void extend(const BatchRotatingKVCache& other);

@@ -123,11 +123,65 @@ QuantizedDTensor load_side(Backend& be, const CacheState& st, const std::string&
   return q;
 }
 
+// One side handed to the adopting constructor: the parts a cache of `spec` stores, with
+// consistent shapes. `side` names it ("keys" / "values") in every message.
+void check_adopted_side(const QuantizedDTensor& q, const QuantSpec& spec, const char* side) {
+  KVLAB_REQUIRE(q.spec == spec, invalid_argument, kName, " adopts ", side, " packed as ", to_string(q.spec),
+                " into a ", to_string(spec), " cache");
+  KVLAB_REQUIRE(q.wq && q.scales, invalid_argument, kName, " adopts ", side, " without ", q.wq ? "scales" : "codes");
+  KVLAB_REQUIRE(static_cast<bool>(q.biases) == spec.has_biases(), invalid_argument, kName, " adopts ", side,
+                spec.has_biases() ? " without the biases " : " with biases, which ", to_string(spec),
+                spec.has_biases() ? " needs" : " does not have");
+  seq::require_block(q.wq, "adopted codes");
+  seq::require_block(q.scales, "adopted scales");
+  KVLAB_REQUIRE(q.wq.dtype == DType::u32, dtype_mismatch, kName, " adopts ", side, ".wq of dtype ",
+                dtype_name(q.wq.dtype), ", expected u32 codes");
+  KVLAB_REQUIRE(spec.has_biases() ? is_float(q.scales.dtype) : q.scales.dtype == DType::u8, dtype_mismatch, kName,
+                " adopts ", side, ".scales of dtype ", dtype_name(q.scales.dtype), ", expected ",
+                spec.has_biases() ? "a float dtype" : "u8", " for ", to_string(spec));
+  const Shape& w = q.wq.shape;
+  const Shape& g = q.scales.shape;
+  KVLAB_REQUIRE(g[0] == w[0] && g[1] == w[1] && g[2] == w[2] && g[3] >= 1, shape_mismatch, kName, " adopts ", side,
+                ".scales ", shape_str(g), " that do not match ", side, ".wq ", shape_str(w));
+  const std::int64_t d = g[3] * spec.group_size;
+  KVLAB_REQUIRE(w[3] == spec.packed_words(d), shape_mismatch, kName, " adopts ", side, ".wq with ", w[3],
+                " words per row, but ", g[3], " groups of ", spec.group_size, " (D = ", d, ") at ", spec.bits,
+                " bits need D·bits/32 = ", spec.packed_words(d));
+  if (spec.has_biases())
+    KVLAB_REQUIRE(q.biases.dtype == q.scales.dtype && q.biases.shape == g, shape_mismatch, kName, " adopts ", side,
+                  ".biases ", dtype_name(q.biases.dtype), shape_str(q.biases.shape), " unlike its scales ",
+                  dtype_name(q.scales.dtype), shape_str(g));
+}
+
 }  // namespace
 
 QuantizedKVCache::QuantizedKVCache(Backend& backend, QuantSpec spec, Rounding rounding)
     : Cache(backend), spec_(spec), rounding_(rounding) {
   spec_.validate();
+}
+
+QuantizedKVCache::QuantizedKVCache(Backend& backend, QuantSpec spec, Rounding rounding, QuantizedDTensor keys,
+                                   QuantizedDTensor values, std::int64_t offset)
+    : QuantizedKVCache(backend, spec, rounding) {
+  check_adopted_side(keys, spec_, "keys");
+  check_adopted_side(values, spec_, "values");
+  const Shape &k = keys.wq.shape, &v = values.wq.shape;
+  KVLAB_REQUIRE(k[0] == v[0] && k[1] == v[1] && k[2] == v[2], shape_mismatch, kName, " adopts keys ", shape_str(k),
+                " and values ", shape_str(v), " that disagree on (B, H, L)");
+  KVLAB_REQUIRE(keys.scales.dtype == values.scales.dtype, dtype_mismatch, kName, " adopts keys.scales of dtype ",
+                dtype_name(keys.scales.dtype), " and values.scales of dtype ", dtype_name(values.scales.dtype));
+  KVLAB_REQUIRE(offset >= 1 && offset <= k[2] && offset <= std::numeric_limits<std::int32_t>::max(),
+                invalid_argument, kName, " adopted offset = ", offset, " must be in [1, L = ", k[2], "]");
+  const std::int64_t capacity = k[2];
+  keys_ = std::move(keys);
+  values_ = std::move(values);
+  offset_ = offset;
+  // Rows past the offset are capacity: poison, as after a trim.
+  if (offset_ < capacity) {
+    const auto poison = [&](const DTensor& t) { seq::poison_rows(backend, t, offset_, capacity); };
+    for_parts(keys_, poison);
+    for_parts(values_, poison);
+  }
 }
 
 void QuantizedKVCache::check_update(const DTensor& k, const DTensor& v) const {

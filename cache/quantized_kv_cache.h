@@ -45,6 +45,17 @@ class QuantizedKVCache final : public Cache {
   // bits: spec Appendix B.9); here the spec is always explicit. Throws invalid_argument
   // for a spec outside MLX's table (spec §1.1).
   QuantizedKVCache(Backend& backend, QuantSpec spec, Rounding rounding);
+  // Adopts packed keys and values as `offset` stored tokens, without re-quantizing (the
+  // counterpart of KVCache's adopting constructor; BatchQuantizedKVCache::extract hands
+  // a row over this way instead of a round trip through a state). Each side is codes u32
+  // (B, H, L, D·bits/32), scales (B, H, L, D/group) — float for affine, u8 for the fp
+  // modes — and, for affine only, biases shaped and typed like the scales; both sides
+  // carry `spec` and share B, H, L and the scale dtype. 1 <= offset <= L: the offset is
+  // given, never inferred from the packed shapes (maclocal-api#46); L is the capacity,
+  // and rows [offset, L) become poison. The tensors are taken over without copying.
+  // Every violation throws (naming the part) before anything is adopted.
+  QuantizedKVCache(Backend& backend, QuantSpec spec, Rounding rounding, QuantizedDTensor keys,
+                   QuantizedDTensor values, std::int64_t offset);
 
   std::string_view class_name() const override { return "QuantizedKVCache"; }
   bool is_quantized() const override { return true; }

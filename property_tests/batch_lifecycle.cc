@@ -1,1 +1,382 @@
-// Being written (issue 3).
+// Batch lifecycle properties (spec §4.10, §4.14, App. A.4/A.5, §7 rows 19/20/24/25/26/41/44/45/51):
+//   L1 BatchRotatingKVCache through a BatchGenerator-like life: right-padded prompts over
+//      several chunks (last chunk possibly one token), decode, chunks, trim, filter (also
+//      with bad indices), extend (fresh, empty, merged, restored, itself), merge of rings
+//      that wrapped on their own, state round trips (also while a right pad is pending).
+//      After every step: each row's offset, and extract == the newest min(offset,
+//      max_size) real tokens of its log (while a right pad is pending: or rejected).
+//   L2 filter / extend (BatchKVCache and BatchRotatingKVCache) leave the surviving rows'
+//      attention outputs bit-identical.
+// The row model is batch_util.h's RowLog: token t of row `id` is content(·, id, t, ·).
+#include <algorithm>
+#include <memory>
+
+#include "cache/rotating_kv_cache.h"
+#include "property_tests/batch_util.h"
+#include "property_tests/properties.h"
+
+namespace kvlab::prop {
+
+namespace {
+
+using namespace batch;  // NOLINT: the helpers of this family
+
+// L1's rig: the backend, the geometry and the row writes (through BatchHooks).
+struct RotatingRig {
+  const BatchHooks& bh;
+  ReferenceBackend be;
+  std::int64_t heads = 1, dim = 16, max_size = 4;
+  std::int64_t next_id = 0;
+
+  void write(std::unique_ptr<BatchRotatingKVCache>& cache, std::vector<RowLog>& rows, std::int64_t n, bool pending) {
+    bh.rotating_update(cache, be.upload(next_block(Stream::key, rows, n, heads, dim, pending)),
+                       be.upload(next_block(Stream::value, rows, n, heads, dim, pending)));
+    for (RowLog& r : rows) {
+      // Each concat first rolls the pads a row already wrote to its front (spec §4.10
+      // _update_concat with _lengths, App. A.5), so the offset counts only the newest.
+      if (pending) r.pads = 0;
+      advance(r, n, pending);
+    }
+  }
+
+  // A right-padded prompt on every row (mlx-lm prepare(lengths=, right_padding=)):
+  // real lengths 0..8, then pads to a common length, at least one pad somewhere.
+  std::int64_t start_prompt(BatchRotatingKVCache& cache, std::vector<RowLog>& rows) {
+    std::vector<std::int64_t> lens;
+    for (std::size_t b = 0; b < rows.size(); ++b) lens.push_back(*rc::gen::inRange<std::int64_t>(0, 9));
+    std::int64_t total = std::max<std::int64_t>(1, *std::max_element(lens.begin(), lens.end()));
+    if (std::all_of(lens.begin(), lens.end(), [&](std::int64_t l) { return l == total; })) ++total;
+    std::vector<std::int32_t> lengths, rp;
+    for (std::size_t b = 0; b < rows.size(); ++b) {
+      rows[b].real_left = lens[b];
+      rows[b].pad_left = total - lens[b];
+      rows[b].pads = 0;
+      // A row whose prompt ends in pads may keep max_size − 1 real columns after it (see
+      // RowLog::short_ok) until its next update.
+      rows[b].short_ok = total > lens[b];
+      lengths.push_back(static_cast<std::int32_t>(lens[b]));
+      rp.push_back(static_cast<std::int32_t>(total - lens[b]));
+    }
+    bh.rotating_prepare(cache, {}, lengths, rp);
+    return total;
+  }
+
+  static void finish_prompt(BatchRotatingKVCache& cache, std::vector<RowLog>& rows) {
+    cache.finalize();
+    for (RowLog& r : rows) r.pads = 0;
+  }
+
+  // A fresh batch of 1..max_b rows: left-padded prompts (lengths 1..12) in chunks, a
+  // right-padded prompt over several chunks ending in finalize (App. A.5), or (1 in 8)
+  // nothing stored yet.
+  std::unique_ptr<BatchRotatingKVCache> fresh(std::int64_t max_b, std::vector<RowLog>& rows) {
+    const std::int64_t count = *rc::gen::inRange<std::int64_t>(1, max_b + 1);
+    const int kind = *rc::gen::weightedElement<int>({{4, 0}, {3, 1}, {1, 2}});
+    std::vector<RowLog> mine;
+    std::unique_ptr<BatchRotatingKVCache> cache;
+    if (kind == 1) {
+      for (std::int64_t b = 0; b < count; ++b) mine.push_back({next_id++, 0});
+      cache = std::make_unique<BatchRotatingKVCache>(be, max_size, std::vector<std::int32_t>(mine.size(), 0));
+      for (std::int64_t left = start_prompt(*cache, mine); left > 0;) {
+        const std::int64_t n = *rc::gen::inRange<std::int64_t>(1, std::min<std::int64_t>(left, 6) + 1);
+        write(cache, mine, n, true);
+        left -= n;
+      }
+      finish_prompt(*cache, mine);
+    } else {
+      std::vector<std::int32_t> lp;
+      std::int64_t longest = 0;
+      for (std::int64_t b = 0; b < count; ++b) {
+        const std::int64_t len = kind == 2 ? 0 : *rc::gen::inRange<std::int64_t>(1, 13);
+        longest = std::max(longest, len);
+        mine.push_back({next_id++, len});
+      }
+      for (RowLog& r : mine) {
+        const std::int64_t pad = kind == 2 ? *rc::gen::inRange<std::int64_t>(0, 4) : longest - r.count;
+        lp.push_back(static_cast<std::int32_t>(pad));
+        r.count = -pad;
+      }
+      cache = std::make_unique<BatchRotatingKVCache>(be, max_size, lp);
+      if (kind == 0)
+        for (const std::int64_t n : gen_split(longest)) write(cache, mine, n, false);
+    }
+    rows.insert(rows.end(), mine.begin(), mine.end());
+    return cache;
+  }
+
+  // extract(i) (what it adopts) == the newest min(count, max_size) real tokens of row i.
+  void check_extract(const BatchRotatingKVCache& cache, const RowLog& r, std::int64_t i, const std::string& at) {
+    const std::int64_t real = std::max<std::int64_t>(0, r.count), want = std::min(real, max_size);
+    const FetchedKV f = bh.rotating_extract_rows(cache, i);
+    const std::int64_t n = f.length();
+    if (!(n == want || (r.short_ok && n == max_size - 1 && n < real)))
+      RC_FAIL(at + ": extract holds " + std::to_string(n) + " tokens of " + std::to_string(real) + " (max_size " +
+              std::to_string(max_size) + ")");
+    if (n == 0) return;
+    expect_same_tensor(be.download(f.keys), row_block(Stream::key, r.id, real - n, n, heads, dim), at + " keys");
+    expect_same_tensor(be.download(f.values), row_block(Stream::value, r.id, real - n, n, heads, dim), at + " values");
+  }
+
+  void check(const BatchRotatingKVCache& cache, const std::vector<RowLog>& rows, bool pending, const char* when) {
+    RC_ASSERT(cache.batch_size() == static_cast<std::int64_t>(rows.size()));
+    const std::vector<std::int32_t> off = cache.offsets();
+    for (std::size_t b = 0; b < rows.size(); ++b) {
+      const std::string at = "BatchRotatingKVCache row " + std::to_string(b) + " after " + when;
+      if (off[b] != rows[b].offset())
+        RC_FAIL(at + ": offset " + std::to_string(off[b]) + " vs log " + std::to_string(rows[b].offset()));
+      if (!pending) {
+        check_extract(cache, rows[b], static_cast<std::int64_t>(b), at);
+        continue;
+      }
+      // While a right pad is pending: rejected, or exactly the real tokens (PR #1746).
+      bool rejected = false;
+      try {
+        bh.rotating_extract_rows(cache, static_cast<std::int64_t>(b));
+      } catch (const Error& e) {
+        if (e.kind() != ErrorKind::misuse) RC_FAIL(at + ": extract while a right pad is pending: " + e.what());
+        rejected = true;
+      }
+      if (!rejected) check_extract(cache, rows[b], static_cast<std::int64_t>(b), at + " (right pad pending)");
+    }
+  }
+
+  // Each row extracted, continued alone by 0..3 decodes (its ring may wrap), merged back.
+  std::unique_ptr<BatchRotatingKVCache> merge_rows(const BatchRotatingKVCache& cache, std::vector<RowLog>& rows) {
+    std::vector<std::unique_ptr<RotatingKVCache>> singles;
+    std::vector<const RotatingKVCache*> ptrs;
+    for (std::size_t b = 0; b < rows.size(); ++b) {
+      singles.push_back(cache.extract(static_cast<std::int64_t>(b)));
+      RowLog& r = rows[b];
+      r.count = std::max<std::int64_t>(r.count, 0);
+      for (std::int64_t d = *rc::gen::inRange<std::int64_t>(0, 4); d > 0; --d) {
+        singles.back()->update(be.upload(row_block(Stream::key, r.id, r.count, 1, heads, dim)),
+                               be.upload(row_block(Stream::value, r.id, r.count, 1, heads, dim)));
+        advance(r, 1, false);
+      }
+      ptrs.push_back(singles.back().get());
+    }
+    return bh.rotating_merge(be, ptrs);
+  }
+};
+
+enum class Op { decode, chunk, prompt, trim, filter, bad_filter, extend, merge, state };
+const char* op_name(Op op) {
+  static const char* const names[] = {"decode", "chunk", "prompt", "trim", "filter",
+                                      "bad filter", "extend", "merge", "state"};
+  return names[static_cast<int>(op)];
+}
+void showValue(Op op, std::ostream& os) { os << op_name(op); }
+
+}  // namespace
+
+void batch_rotating_lifecycle(const Hooks&, const BatchHooks& bh) {
+  RotatingRig rig{bh, {}};
+  rig.heads = *rc::gen::inRange<std::int64_t>(1, 3);
+  rig.max_size = *rc::gen::inRange<std::int64_t>(2, 9);
+  std::vector<RowLog> rows;
+  CaseSize& size = last_failure_size();
+  size = {1, 0};
+  auto cache = rig.fresh(6, rows);
+  Pending pending;
+  RC_LOG() << "max_size " << rig.max_size << ", fresh rows " << rows_str(rows) << "\n";
+  rig.check(*cache, rows, false, "prefill");
+  const auto script = *rc::gen::container<std::vector<Op>>(
+      static_cast<std::size_t>(*rc::gen::inRange(1, 13)),
+      rc::gen::weightedElement<Op>({{4, Op::decode}, {2, Op::chunk}, {3, Op::prompt}, {1, Op::trim}, {1, Op::filter},
+                                    {1, Op::bad_filter}, {2, Op::extend}, {2, Op::merge}, {2, Op::state}}));
+  for (Op op : script) {
+    ++size.steps;
+    if (op == Op::prompt && pending) op = Op::chunk;
+    if (op == Op::prompt && std::any_of(rows.begin(), rows.end(), [](const RowLog& r) { return r.count < 0; }))
+      op = Op::decode;  // a prompt needs every row's left padding consumed
+    if (op == Op::merge && pending) op = Op::state;
+    if (op == Op::extend && rows.size() >= 6) op = Op::filter;
+    if (op == Op::decode || op == Op::chunk) {
+      if (pending && pending.left == 0) {
+        RotatingRig::finish_prompt(*cache, rows);
+        pending = {};
+      } else {
+        const std::int64_t most = pending ? pending.left : 2 * rig.max_size + 2;
+        // In a pending prompt, decode = a one-token chunk (mlx-vlm 75f50e84, §7 row 25).
+        const std::int64_t n = op == Op::decode ? 1 : gen_chunk(most);
+        rig.write(cache, rows, n, pending.on);
+        if (pending) pending.left -= n;
+        size.tokens += n;
+      }
+    } else if (op == Op::prompt) {
+      pending = {true, rig.start_prompt(*cache, rows)};
+    } else if (op == Op::trim) {
+      std::int64_t most = 0;
+      for (const RowLog& r : rows) most = std::max(most, r.count);
+      const std::int64_t n = *rc::gen::inRange<std::int64_t>(0, most + 1);
+      if (pending) {
+        expect_rejected([&] { cache->trim(n); }, ErrorKind::misuse, "trim while a right pad is pending");
+      } else if (!cache->is_trimmable() && n > 0) {
+        expect_rejected([&] { cache->trim(n); }, ErrorKind::misuse, "trim of a ring that evicted tokens");
+      } else {
+        const std::int64_t removed = cache->trim(n);
+        if (removed != n) RC_FAIL("trim(" + std::to_string(n) + ") removed " + std::to_string(removed));
+        for (RowLog& r : rows) r.count -= n;
+      }
+    } else if (op == Op::filter) {
+      const std::vector<std::int32_t> idx = gen_keep(rows.size());
+      cache->filter(idx);
+      rows = pick(rows, idx);
+    } else if (op == Op::bad_filter) {
+      const std::vector<std::int32_t> idx = gen_bad_keep(rows.size());
+      expect_rejected([&] { cache->filter(idx); }, ErrorKind::invalid_argument,
+                      "filter(" + list_str(idx) + ") of " + std::to_string(rows.size()) + " rows");
+    } else if (op == Op::extend) {
+      std::vector<RowLog> joined;
+      const int kind = *rc::gen::inRange(0, 4);
+      std::unique_ptr<BatchRotatingKVCache> other;
+      if (kind == 3 && rows.size() * 2 <= 6) {
+        joined = rows;  // with itself
+      } else {
+        other = rig.fresh(6 - static_cast<std::int64_t>(rows.size()), joined);
+        if (kind == 1) other = rig.merge_rows(*other, joined);  // capacity = its columns, maybe wrapped rows
+        if (kind == 2) other = bh.rotating_restore(rig.be, other->state());
+      }
+      const BatchRotatingKVCache& with = other ? *other : *cache;
+      if (pending) {
+        expect_rejected([&] { cache->extend(with); }, ErrorKind::misuse, "extend while a right pad is pending");
+      } else {
+        cache->extend(with);
+        rows.insert(rows.end(), joined.begin(), joined.end());
+      }
+    } else if (op == Op::merge) {
+      cache = rig.merge_rows(*cache, rows);
+    } else if (op == Op::state) {
+      cache = bh.rotating_restore(rig.be, cache->state());
+    }
+    RC_LOG() << op_name(op) << " -> rows " << rows_str(rows)
+             << (pending ? " pending " + std::to_string(pending.left) : "") << "\n";
+    rig.check(*cache, rows, pending.on, op_name(op));
+  }
+  if (pending) {
+    if (pending.left > 0) rig.write(cache, rows, pending.left, true);
+    RotatingRig::finish_prompt(*cache, rows);
+    rig.check(*cache, rows, false, "finalize");
+  }
+}
+
+namespace {
+
+// L2's cache: a BatchKVCache or a BatchRotatingKVCache, attended through BatchHooks::attend.
+struct AttendRig {
+  const BatchHooks& bh;
+  ReferenceBackend be;
+  Config cfg;
+  AttendOptions opts;
+  std::int64_t next_id = 0;
+  bool rotating = false;
+
+  struct Batch {
+    std::unique_ptr<BatchKVCache> kv;
+    std::unique_ptr<BatchRotatingKVCache> ring;
+    Cache& cache() { return kv ? static_cast<Cache&>(*kv) : *ring; }
+  };
+
+  // Attends the rows' next n columns (token index c − lp: padding queries are unspecified,
+  // spec §0.7, and never compared); returns the output (B, Hq, n, Dv).
+  Tensor step(Batch& c, std::vector<RowLog>& rows, std::int64_t n) {
+    const AttendResult r =
+        bh.attend(c.cache(), be.upload(next_block(Stream::query, rows, n, cfg.q_heads(), cfg.dk, false)),
+                  be.upload(next_block(Stream::key, rows, n, cfg.kv_heads, cfg.dk, false)),
+                  be.upload(next_block(Stream::value, rows, n, cfg.kv_heads, cfg.dv, false)), opts);
+    for (RowLog& row : rows) advance(row, n, false);
+    return be.download(r.out);
+  }
+
+  // 1..max_b left-padded prompts of 1..10 tokens, prefilled through attend in chunks.
+  Batch fresh(std::int64_t max_b, std::vector<RowLog>& rows) {
+    const std::int64_t count = *rc::gen::inRange<std::int64_t>(1, max_b + 1);
+    std::vector<RowLog> mine;
+    std::vector<std::int32_t> lp;
+    std::int64_t longest = 0;
+    for (std::int64_t b = 0; b < count; ++b) {
+      mine.push_back({next_id++, *rc::gen::inRange<std::int64_t>(1, 11)});
+      longest = std::max(longest, mine.back().count);
+    }
+    for (RowLog& r : mine) {
+      lp.push_back(static_cast<std::int32_t>(longest - r.count));
+      r.count -= longest;
+    }
+    Batch c;
+    if (rotating) c.ring = std::make_unique<BatchRotatingKVCache>(be, cfg.max_size, lp);
+    else c.kv = std::make_unique<BatchKVCache>(be, lp);
+    for (const std::int64_t n : gen_split(longest)) step(c, mine, n);
+    rows.insert(rows.end(), mine.begin(), mine.end());
+    return c;
+  }
+
+  Batch clone(Batch& c) {
+    Batch out;
+    if (c.kv) out.kv = BatchKVCache::from_state(be, c.kv->state());
+    else out.ring = BatchRotatingKVCache::from_state(be, c.ring->state());
+    return out;
+  }
+};
+
+}  // namespace
+
+// The same step, attended on a cache and on its filtered or extended copy, gives the
+// surviving rows bit-identical outputs: each row sees the same real keys in the same
+// order at the same positions, and the reference SDPA never reads a hidden key (the
+// argument of B3). Ring steps are chunks of 2..4 tokens, whose keys come back in
+// temporal order on both sides (a single-token ring write returns physical order, which
+// an extend that re-linearises changes; the sums would then differ in rounding only).
+void batch_attend_survives_filter_extend(const Hooks&, const BatchHooks& bh) {
+  AttendRig rig{bh, {}, {}, {}};
+  rig.rotating = *rc::gen::arbitrary<bool>();
+  rig.cfg.kind = rig.rotating ? Kind::rotating : Kind::kv;
+  rig.cfg.kv_heads = *rc::gen::inRange<std::int64_t>(1, 3);
+  rig.cfg.q_ratio = *rc::gen::inRange<std::int64_t>(1, 3);
+  rig.cfg.dk = rig.cfg.dv = 16;
+  rig.cfg.rope_dims = *rc::gen::element(0, 16);
+  rig.cfg.max_size = rig.rotating ? *rc::gen::inRange<std::int64_t>(3, 11) : 0;
+  rig.opts = attend_options(rig.cfg);
+  std::vector<RowLog> rows;
+  AttendRig::Batch batch = rig.fresh(5, rows);
+  CaseSize& size = last_failure_size();
+  size = {0, 0};
+  for (int round = *rc::gen::inRange(1, 5); round > 0; --round) {
+    const bool extend = rows.size() < 6 && *rc::gen::arbitrary<bool>();
+    AttendRig::Batch copy = rig.clone(batch);
+    std::vector<RowLog> kept;
+    std::vector<std::int32_t> from;  // copy row j continues batch row from[j] (−1: joined)
+    if (extend) {
+      AttendRig::Batch other = rig.fresh(6 - static_cast<std::int64_t>(rows.size()), kept);
+      std::vector<RowLog> joined = kept;
+      kept = rows;
+      kept.insert(kept.end(), joined.begin(), joined.end());
+      for (std::size_t b = 0; b < kept.size(); ++b)
+        from.push_back(b < rows.size() ? static_cast<std::int32_t>(b) : -1);
+      if (copy.kv) bh.kv_extend(copy.kv, *other.kv);
+      else copy.ring->extend(*other.ring);
+    } else {
+      from = gen_keep(rows.size());
+      kept = pick(rows, from);
+      if (copy.kv) bh.kv_filter(copy.kv, from);
+      else copy.ring->filter(from);
+    }
+    const std::int64_t n = rig.rotating ? *rc::gen::inRange<std::int64_t>(2, 5) : *rc::gen::inRange<std::int64_t>(1, 5);
+    ++size.steps;
+    size.tokens += n;
+    RC_LOG() << (extend ? "extend" : "filter") << " then " << n << " tokens: rows " << rows_str(rows) << " -> "
+             << rows_str(kept) << "\n";
+    std::vector<RowLog> before = rows;
+    const Tensor want = rig.step(batch, before, n);
+    const Tensor got = rig.step(copy, kept, n);
+    for (std::size_t j = 0; j < from.size(); ++j) {
+      if (from[j] < 0) continue;
+      expect_same_tensor(slice_row(got, static_cast<std::int64_t>(j), 0, n), slice_row(want, from[j], 0, n),
+                         std::string(rig.rotating ? "BatchRotatingKVCache" : "BatchKVCache") + " row " +
+                             std::to_string(j) + " after " + (extend ? "extend" : "filter") + " (vs before)");
+    }
+    batch = std::move(copy);
+    rows = kept;
+  }
+}
+
+}  // namespace kvlab::prop

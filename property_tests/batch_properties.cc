@@ -1,10 +1,17 @@
-// Batch-cache properties (spec §4.9, §4.11, §5.5, Appendix C "Batch caches").
-//   B1 BatchKVCache rows == token logs == single KVCaches, through filter/extend/merge/state
+// Batch-cache properties (spec §4.9, §4.11, §4.14, §5.5, App. A.3, Appendix C "Batch caches").
+//   B1 BatchKVCache rows == token logs == single KVCaches through decode, chunks of
+//      1..300 tokens, right-padded prompts over several chunks, trim, filter (bad
+//      indices rejected), extend (empty, merged, restored, itself), merge, to_quantized,
+//      state round trips (in memory or through a file, also while a right pad is pending)
 //   B2 the same for BatchQuantizedKVCache (several bit widths): bits equal QuantizedKVCache
 //   B3 attend on a BatchKVCache (B >= 2, unequal prompts) == attend on each row's KVCache
 // Row r's token t carries content(stream, row id, t, ·) (prop_model.h), so a row's data
-// is a pure function of its id and token count: the model is just (id, count) per row.
+// is a pure function of its id and token count: the model is batch_util.h's RowLog.
+#include <unistd.h>
+
 #include <algorithm>
+#include <filesystem>
+#include <map>
 #include <memory>
 #include <optional>
 #include <span>
@@ -13,6 +20,7 @@
 #include "cache/batch_quantized_kv_cache.h"
 #include "cache/kv_cache.h"
 #include "cache/quantized_kv_cache.h"
+#include "cache/state_file.h"
 #include "property_tests/batch_util.h"
 #include "property_tests/properties.h"
 
@@ -21,39 +29,77 @@ namespace kvlab::prop {
 namespace {
 
 using batch::block;
+using batch::expect_rejected;
 using batch::expect_same_tensor;
+using batch::gen_bad_keep;
+using batch::gen_keep;
 using batch::gen_split;
+using batch::gen_chunk;
+using batch::list_str;
+using batch::next_block;
+using batch::Pending;
+using batch::pick;
 using batch::row_block;
+using batch::RowLog;
+using batch::RowMemo;
+using batch::rows_str;
 
 // ---- the two batch kinds behind one interface ---------------------------------------
+// Operations a mutant may replace go through BatchHooks (properties.h).
 
 struct PlainOps {
   using Batch = BatchKVCache;
   using Single = KVCache;
+  static constexpr const char* kName = "BatchKVCache";
+  const BatchHooks* hooks = nullptr;
   std::int64_t heads = 1, dim = 32;
 
   std::unique_ptr<Batch> make(Backend& be, std::vector<std::int32_t> lp) const {
     return std::make_unique<Batch>(be, std::move(lp));
   }
   void update(Batch& c, Backend& be, const Tensor& k, const Tensor& v) const { c.update(be.upload(k), be.upload(v)); }
-  std::unique_ptr<Single> single(Backend& be, std::int64_t id, std::int64_t n) const {
-    auto c = std::make_unique<Single>(be);
-    if (n > 0)
-      c->update(be.upload(row_block(Stream::key, id, 0, n, heads, dim)),
-                be.upload(row_block(Stream::value, id, 0, n, heads, dim)));
-    return c;
+  std::shared_ptr<RowMemo> memo;
+  // `got` (an extracted row) holds exactly tokens [0, n) of row `id` (none for n <= 0):
+  // its state is what a KVCache fed those tokens saves, keys and values [0, n).
+  void check_row(Backend&, const Single& got, std::int64_t id, std::int64_t n, const std::string& at) const {
+    n = std::max<std::int64_t>(n, 0);
+    if (got.offset() != n)
+      RC_FAIL(at + ": extract offset " + std::to_string(got.offset()) + " vs log " + std::to_string(n));
+    const CacheState st = got.state();
+    RC_ASSERT(st.class_name == "KVCache");
+    RC_ASSERT(st.tensors.size() == (n > 0 ? 2u : 0u));
+    if (n == 0) return;
+    expect_same_tensor(st.tensors.at("keys"), memo->get(Stream::key, id, n), at + " keys");
+    expect_same_tensor(st.tensors.at("values"), memo->get(Stream::value, id, n), at + " values");
   }
-  // `got` (an extracted row) holds exactly tokens [0, n) of row `id`, and equals the
-  // cache built from those tokens alone.
-  void check_row(Backend& be, const Single& got, std::int64_t id, std::int64_t n, std::size_t b) const {
-    const std::string at = "BatchKVCache row " + std::to_string(b);
-    if (got.offset() != n) RC_FAIL(at + ": extract offset " + std::to_string(got.offset()) + " vs log " + std::to_string(n));
-    const FetchedKV f = got.fetch();
-    expect_same_tensor(be.download(f.keys), row_block(Stream::key, id, 0, n, heads, dim), at + " keys");
-    expect_same_tensor(be.download(f.values), row_block(Stream::value, id, 0, n, heads, dim), at + " values");
-    check_same_state(got.state(), single(be, id, n)->state());
+  // The batch through to_quantized: mlx-lm has none for batch caches, so each row's
+  // KVCache.to_quantized, then a quantized merge (spec §4.1, §4.11, §7 row 34). Every row
+  // must hold the bits of quantizing its own tokens.
+  void check_to_quantized(Backend& be, const Batch& cache, const std::vector<RowLog>& rows) const {
+    const QuantSpec spec = QuantSpec::make(QuantMode::affine, *rc::gen::element(3, 4, 8), 32);
+    std::vector<std::unique_ptr<QuantizedKVCache>> quantized;
+    std::vector<const QuantizedKVCache*> ptrs;
+    for (std::size_t b = 0; b < rows.size(); ++b) {
+      quantized.push_back(to_quantized(*extract(cache, static_cast<std::int64_t>(b)), spec, Rounding::mlx_cpu));
+      ptrs.push_back(quantized.back().get());
+    }
+    const std::unique_ptr<Cache> merged = hooks->quantized_merge(be, ptrs);
+    const auto* q = dynamic_cast<const BatchQuantizedKVCache*>(merged.get());
+    if (q == nullptr) RC_FAIL("merge of quantized rows returned a " + std::string(merged->class_name()));
+    for (std::size_t b = 0; b < rows.size(); ++b) {
+      const std::int64_t n = std::max<std::int64_t>(rows[b].count, 0);
+      QuantizedKVCache alone(be, spec, Rounding::mlx_cpu);
+      if (n > 0)
+        alone.update_quantized(be.upload(memo->get(Stream::key, rows[b].id, n)),
+                               be.upload(memo->get(Stream::value, rows[b].id, n)));
+      check_same_state(q->extract(static_cast<std::int64_t>(b))->state(), alone.state());
+    }
   }
-  static std::unique_ptr<Batch> merge(Backend& be, std::span<const Single* const> rows) {
+  void filter(std::unique_ptr<Batch>& c, const std::vector<std::int32_t>& idx) const { hooks->kv_filter(c, idx); }
+  void extend(std::unique_ptr<Batch>& c, const Batch& other) const { hooks->kv_extend(c, other); }
+  std::unique_ptr<Single> extract(const Batch& c, std::int64_t i) const { return hooks->kv_extract(c, i); }
+  std::unique_ptr<Batch> restore(Backend& be, const CacheState& s) const { return hooks->kv_restore(be, s); }
+  std::unique_ptr<Batch> merge(Backend& be, std::span<const Single* const> rows) const {
     return Batch::merge(be, rows);
   }
 };
@@ -61,6 +107,8 @@ struct PlainOps {
 struct QuantOps {
   using Batch = BatchQuantizedKVCache;
   using Single = QuantizedKVCache;
+  static constexpr const char* kName = "BatchQuantizedKVCache";
+  const BatchHooks* hooks = nullptr;
   std::int64_t heads = 1, dim = 64;
   QuantSpec spec{};
   Rounding rounding = Rounding::mlx_cpu;
@@ -71,164 +119,289 @@ struct QuantOps {
   void update(Batch& c, Backend& be, const Tensor& k, const Tensor& v) const {
     c.update_quantized(be.upload(k), be.upload(v));
   }
-  std::unique_ptr<Single> single(Backend& be, std::int64_t id, std::int64_t n) const {
-    auto c = std::make_unique<Single>(be, spec, rounding);
-    if (n > 0)
-      c->update_quantized(be.upload(row_block(Stream::key, id, 0, n, heads, dim)),
-                          be.upload(row_block(Stream::value, id, 0, n, heads, dim)));
-    return c;
+  std::shared_ptr<RowMemo> memo;
+  // The state of a QuantizedKVCache fed tokens [0, cap) of a row (per row id); a prefix
+  // of it is the state of one fed tokens [0, n), since quantization is per token row.
+  std::shared_ptr<std::map<std::int64_t, CacheState>> fed = std::make_shared<std::map<std::int64_t, CacheState>>();
+  CacheState expected_state(Backend& be, std::int64_t id, std::int64_t n) const {
+    CacheState& full = (*fed)[id];
+    const std::int64_t have = full.tensors.empty() ? 0 : full.tensors.begin()->second.dim(2);
+    if (full.class_name.empty() || have < n) {
+      const std::int64_t cap = std::max({n, 2 * have, std::int64_t{16}});
+      Single c(be, spec, rounding);
+      c.update_quantized(be.upload(memo->get(Stream::key, id, cap)), be.upload(memo->get(Stream::value, id, cap)));
+      full = c.state();
+    }
+    CacheState out = full;
+    out.meta["offset"] = std::to_string(n);
+    if (n == 0) out.tensors.clear();
+    for (auto& [name, t] : out.tensors) t = t.slice(2, 0, n);
+    return out;
   }
   // Quantization is per token row, so the row's bits equal quantizing its tokens alone.
-  void check_row(Backend& be, const Single& got, std::int64_t id, std::int64_t n, std::size_t b) const {
-    const std::string at = "BatchQuantizedKVCache row " + std::to_string(b);
-    if (got.offset() != n) RC_FAIL(at + ": extract offset " + std::to_string(got.offset()) + " vs log " + std::to_string(n));
-    RC_ASSERT(got.spec().bits == spec.bits);
-    RC_ASSERT(got.spec().group_size == spec.group_size);
-    check_same_state(got.state(), single(be, id, n)->state());
+  void check_row(Backend& be, const Single& got, std::int64_t id, std::int64_t n, const std::string& at) const {
+    n = std::max<std::int64_t>(n, 0);
+    if (got.offset() != n)
+      RC_FAIL(at + ": extract offset " + std::to_string(got.offset()) + " vs log " + std::to_string(n));
+    RC_ASSERT(got.spec() == spec);
+    check_same_state(got.state(), expected_state(be, id, n));
   }
-  static std::unique_ptr<Batch> merge(Backend& be, std::span<const Single* const> rows) {
-    return Batch::merge(be, rows);
+  void check_to_quantized(Backend&, const Batch&, const std::vector<RowLog>&) const {}  // already quantized
+  void filter(std::unique_ptr<Batch>& c, const std::vector<std::int32_t>& idx) const { c->filter(idx); }
+  void extend(std::unique_ptr<Batch>& c, const Batch& other) const { c->extend(other); }
+  std::unique_ptr<Single> extract(const Batch& c, std::int64_t i) const { return c.extract(i); }
+  std::unique_ptr<Batch> restore(Backend& be, const CacheState& s) const { return Batch::from_state(be, s); }
+  // mlx-lm has no quantized merge at all (§7 row 34); one that silently dequantizes, or
+  // changes the spec, is as wrong as one that misplaces packed rows.
+  std::unique_ptr<Batch> merge(Backend& be, std::span<const Single* const> rows) const {
+    std::unique_ptr<Cache> merged = hooks->quantized_merge(be, rows);
+    auto* q = dynamic_cast<Batch*>(merged.get());
+    if (q == nullptr) RC_FAIL("merge of quantized caches returned a " + std::string(merged->class_name()));
+    if (!(q->spec() == spec) || q->rounding() != rounding)
+      RC_FAIL("merge of " + to_string(spec) + " caches returned a " + to_string(q->spec()) + " cache");
+    merged.release();
+    return std::unique_ptr<Batch>(q);
   }
 };
 
-struct Row {
-  std::int64_t id = 0, count = 0;
-};
-
-// A fresh batch of 1..max_b prompts (lengths 1..12): left-padded and prefilled in random
-// chunks, or (allow_right, 1 in 4) right-padded in one chunk with prepare/finalize.
+// Writes the rows' next n columns (advancing the logs).
 template <class Ops>
-std::unique_ptr<typename Ops::Batch> fresh_batch(const Ops& ops, Backend& be, std::int64_t max_b, bool allow_right,
-                                                 std::int64_t& next_id, std::vector<Row>& rows) {
+void write_chunk(const Ops& ops, Backend& be, typename Ops::Batch& cache, std::vector<RowLog>& rows, std::int64_t n,
+                 bool pending) {
+  ops.update(cache, be, next_block(Stream::key, rows, n, ops.heads, ops.dim, pending),
+             next_block(Stream::value, rows, n, ops.heads, ops.dim, pending));
+  for (RowLog& r : rows) advance(r, n, pending);
+}
+
+// Starts a right-padded prompt on every row: real lengths 0..12, then right pads to a
+// common length (at least one pad somewhere, so the pad is really pending).
+template <class Ops>
+std::int64_t start_prompt(typename Ops::Batch& cache, std::vector<RowLog>& rows) {
+  std::vector<std::int64_t> lens;
+  for (std::size_t b = 0; b < rows.size(); ++b) lens.push_back(*rc::gen::inRange<std::int64_t>(0, 13));
+  std::int64_t total = std::max<std::int64_t>(1, *std::max_element(lens.begin(), lens.end()));
+  total += *rc::gen::inRange<std::int64_t>(0, 3);
+  if (std::all_of(lens.begin(), lens.end(), [&](std::int64_t l) { return l == total; })) ++total;
+  std::vector<std::int32_t> rp;
+  for (std::size_t b = 0; b < rows.size(); ++b) {
+    rows[b].real_left = lens[b];
+    rows[b].pad_left = total - lens[b];
+    rows[b].pads = 0;
+    rp.push_back(static_cast<std::int32_t>(total - lens[b]));
+  }
+  cache.prepare(std::nullopt, rp);
+  return total;
+}
+
+// A fresh batch of 1..max_b prompts (lengths 1..12): left-padded in random chunks,
+// right-padded over several chunks with prepare/finalize (App. A.5), or (1 in 8) empty:
+// only left padding, nothing stored yet (mlx-lm#1141: extend with an empty side).
+template <class Ops>
+std::unique_ptr<typename Ops::Batch> fresh_batch(const Ops& ops, Backend& be, std::int64_t max_b, std::int64_t& next_id,
+                                                 std::vector<RowLog>& rows) {
   const std::int64_t count = *rc::gen::inRange<std::int64_t>(1, max_b + 1);
-  std::vector<std::int64_t> lens, ids;
-  for (std::int64_t b = 0; b < count; ++b) {
-    lens.push_back(*rc::gen::inRange<std::int64_t>(1, 13));
-    ids.push_back(next_id++);
-  }
-  const std::int64_t longest = *std::max_element(lens.begin(), lens.end());
-  const bool right = allow_right && *rc::gen::inRange(0, 4) == 0;
-  std::vector<std::int32_t> pad;
-  for (const std::int64_t l : lens) pad.push_back(static_cast<std::int32_t>(longest - l));
-  std::unique_ptr<typename Ops::Batch> cache;
-  if (right) {
-    cache = ops.make(be, std::vector<std::int32_t>(static_cast<std::size_t>(count), 0));
-    cache->prepare(std::nullopt, pad);
-    const auto tok = [&lens](std::int64_t b, std::int64_t j) {
-      return j < lens[static_cast<std::size_t>(b)] ? j : std::int64_t{-1};
-    };
-    ops.update(*cache, be, block(Stream::key, ids, longest, ops.heads, ops.dim, tok),
-               block(Stream::value, ids, longest, ops.heads, ops.dim, tok));
-    cache->finalize();
-  } else {
-    cache = ops.make(be, pad);
-    std::int64_t c0 = 0;
-    for (const std::int64_t n : gen_split(longest)) {
-      const auto tok = [&pad, c0](std::int64_t b, std::int64_t j) {
-        return c0 + j - pad[static_cast<std::size_t>(b)] >= 0 ? c0 + j - pad[static_cast<std::size_t>(b)]
-                                                             : std::int64_t{-1};
-      };
-      ops.update(*cache, be, block(Stream::key, ids, n, ops.heads, ops.dim, tok),
-                 block(Stream::value, ids, n, ops.heads, ops.dim, tok));
-      c0 += n;
+  const int kind = *rc::gen::weightedElement<int>({{4, 0}, {3, 1}, {1, 2}});
+  std::vector<RowLog> mine;
+  std::vector<std::int32_t> lp;
+  if (kind == 1) {
+    for (std::int64_t b = 0; b < count; ++b) mine.push_back({next_id++, 0});
+    auto cache = ops.make(be, std::vector<std::int32_t>(static_cast<std::size_t>(count), 0));
+    for (std::int64_t left = start_prompt<Ops>(*cache, mine); left > 0;) {
+      const std::int64_t n = *rc::gen::inRange<std::int64_t>(1, std::min<std::int64_t>(left, 8) + 1);
+      write_chunk(ops, be, *cache, mine, n, true);
+      left -= n;
     }
+    cache->finalize();
+    for (RowLog& r : mine) r.pads = 0;
+    rows.insert(rows.end(), mine.begin(), mine.end());
+    return cache;
   }
-  for (std::size_t b = 0; b < lens.size(); ++b) rows.push_back({ids[b], lens[b]});
+  std::int64_t longest = 0;
+  for (std::int64_t b = 0; b < count; ++b) {
+    const std::int64_t len = kind == 2 ? 0 : *rc::gen::inRange<std::int64_t>(1, 13);
+    longest = std::max(longest, len);
+    mine.push_back({next_id++, len});
+  }
+  for (RowLog& r : mine) {
+    const std::int64_t pad = kind == 2 ? *rc::gen::inRange<std::int64_t>(0, 4) : longest - r.count;
+    lp.push_back(static_cast<std::int32_t>(pad));
+    r.count = -pad;  // the prefill below brings it back to its length
+  }
+  auto cache = ops.make(be, lp);
+  if (kind == 0)
+    for (const std::int64_t n : gen_split(longest)) write_chunk(ops, be, *cache, mine, n, false);
+  rows.insert(rows.end(), mine.begin(), mine.end());
   return cache;
 }
 
+// Offsets always; each row's extract == its log (while a prompt is pending: or rejected).
 template <class Ops>
-void check_rows(const Ops& ops, Backend& be, const typename Ops::Batch& cache, const std::vector<Row>& rows) {
+void check_rows(const Ops& ops, Backend& be, const typename Ops::Batch& cache, const std::vector<RowLog>& rows,
+                bool pending, const std::string& when) {
   RC_ASSERT(cache.batch_size() == static_cast<std::int64_t>(rows.size()));
   const std::vector<std::int32_t> off = cache.offsets();
   for (std::size_t b = 0; b < rows.size(); ++b) {
-    if (off[b] != rows[b].count)
-      RC_FAIL("row " + std::to_string(b) + ": offset " + std::to_string(off[b]) + " vs log " +
-              std::to_string(rows[b].count));
-    ops.check_row(be, *cache.extract(static_cast<std::int64_t>(b)), rows[b].id, rows[b].count, b);
+    const std::string at = std::string(Ops::kName) + " row " + std::to_string(b) + " after " + when;
+    if (off[b] != rows[b].offset())
+      RC_FAIL(at + ": offset " + std::to_string(off[b]) + " vs log " + std::to_string(rows[b].offset()));
+    if (!pending) {
+      ops.check_row(be, *ops.extract(cache, static_cast<std::int64_t>(b)), rows[b].id, rows[b].count, at);
+      continue;
+    }
+    // While a right pad is pending: rejected, or exactly the real tokens so far (mlx-lm
+    // PR #1746: the pads came along, with an offset counting them).
+    std::unique_ptr<typename Ops::Single> got;
+    try {
+      got = ops.extract(cache, static_cast<std::int64_t>(b));
+    } catch (const Error& e) {
+      if (e.kind() != ErrorKind::misuse) RC_FAIL(at + ": extract while a right pad is pending: " + e.what());
+    }
+    if (got) ops.check_row(be, *got, rows[b].id, rows[b].count, at + " (extract while a right pad is pending)");
   }
 }
 
-enum class Op { decode, chunk, filter, extend, merge, state };
+enum class Op { decode, chunk, prompt, trim, filter, bad_filter, extend, merge, state, to_quantized };
+const char* op_name(Op op) {
+  static const char* const names[] = {"decode", "chunk", "prompt", "trim",  "filter",
+                                      "bad filter", "extend", "merge", "state", "to_quantized"};
+  return names[static_cast<int>(op)];
+}
+void showValue(Op op, std::ostream& os) { os << op_name(op); }
+
+// A state round trip: in memory, or (1 in 6) through a state file (cache/state_file.h).
+CacheState round_trip(const CacheState& s) {
+  if (*rc::gen::inRange(0, 6) != 0) return s;
+  const auto path = std::filesystem::temp_directory_path() /
+                    ("kvlab_bprop_" + std::to_string(static_cast<long long>(::getpid())) + ".safetensors");
+  save_cache_states(path, {s}, {});
+  LoadedStates loaded = load_cache_states(path);
+  std::filesystem::remove(path);
+  return loaded.layers.at(0);
+}
+
+template <class Ops>
+std::unique_ptr<typename Ops::Batch> merged_copy(const Ops& ops, Backend& be, const typename Ops::Batch& cache,
+                                                 std::size_t rows) {
+  std::vector<std::unique_ptr<typename Ops::Single>> singles;
+  std::vector<const typename Ops::Single*> ptrs;
+  for (std::size_t b = 0; b < rows; ++b) {
+    singles.push_back(ops.extract(cache, static_cast<std::int64_t>(b)));
+    ptrs.push_back(singles.back().get());
+  }
+  return ops.merge(be, ptrs);
+}
 
 template <class Ops>
 void rows_match_logs(const Ops& ops) {
   ReferenceBackend be;
   std::int64_t next_id = 0;
-  std::vector<Row> rows;
-  auto cache = fresh_batch(ops, be, 8, true, next_id, rows);
-  check_rows(ops, be, *cache, rows);
-  const auto script = *rc::gen::container<std::vector<Op>>(
-      static_cast<std::size_t>(*rc::gen::inRange(1, 9)), rc::gen::weightedElement<Op>({{3, Op::decode}, {2, Op::chunk}, {1, Op::filter},
-                                                             {1, Op::extend}, {1, Op::merge}, {1, Op::state}}));
+  std::vector<RowLog> rows;
   CaseSize& size = last_failure_size();
-  size = {static_cast<std::int64_t>(script.size()), 0};
-  for (const Op op : script) {
+  size = {1, 0};
+  auto cache = fresh_batch(ops, be, 8, next_id, rows);
+  Pending pending;
+  RC_LOG() << "fresh rows " << rows_str(rows) << "\n";
+  check_rows(ops, be, *cache, rows, false, "prefill");
+  const auto script = *rc::gen::container<std::vector<Op>>(
+      static_cast<std::size_t>(*rc::gen::inRange(1, 13)),
+      rc::gen::weightedElement<Op>({{3, Op::decode}, {3, Op::chunk}, {2, Op::prompt}, {1, Op::trim}, {1, Op::filter},
+                                    {1, Op::bad_filter}, {2, Op::extend}, {1, Op::merge}, {2, Op::state},
+                                    {1, Op::to_quantized}}));
+  const auto finish_prompt = [&] {
+    cache->finalize();
+    for (RowLog& r : rows) r.pads = 0;
+    pending = {};
+  };
+  for (Op op : script) {
+    ++size.steps;
+    if (op == Op::prompt && pending) op = Op::chunk;
+    if (op == Op::prompt && std::any_of(rows.begin(), rows.end(), [](const RowLog& r) { return r.count < 0; }))
+      op = Op::decode;  // a prompt needs every row's left padding consumed (finalize rolls into it)
+    if (((op == Op::merge || op == Op::to_quantized) && pending) || (op == Op::extend && rows.size() >= 8))
+      op = Op::state;
     if (op == Op::decode || op == Op::chunk) {
-      const std::int64_t n = op == Op::decode ? 1 : *rc::gen::inRange<std::int64_t>(2, 7);
-      std::vector<std::int64_t> ids;
-      for (const Row& r : rows) ids.push_back(r.id);
-      const auto tok = [&rows](std::int64_t b, std::int64_t j) { return rows[static_cast<std::size_t>(b)].count + j; };
-      ops.update(*cache, be, block(Stream::key, ids, n, ops.heads, ops.dim, tok),
-                 block(Stream::value, ids, n, ops.heads, ops.dim, tok));
-      for (Row& r : rows) r.count += n;
-      size.tokens += n;
-    } else if (op == Op::filter) {
-      const auto keep = *rc::gen::container<std::vector<bool>>(rows.size(), rc::gen::arbitrary<bool>());
-      std::vector<std::int32_t> idx;
-      for (std::size_t b = 0; b < rows.size(); ++b)
-        if (keep[b]) idx.push_back(static_cast<std::int32_t>(b));
-      if (idx.empty()) idx.push_back(static_cast<std::int32_t>(rows.size() - 1));
-      if (*rc::gen::arbitrary<bool>()) std::reverse(idx.begin(), idx.end());
-      cache->filter(idx);
-      std::vector<Row> kept;
-      for (const std::int32_t i : idx) kept.push_back(rows[static_cast<std::size_t>(i)]);
-      rows = kept;
-    } else if (op == Op::extend) {
-      if (rows.size() >= 8) continue;
-      auto other = fresh_batch(ops, be, 8 - static_cast<std::int64_t>(rows.size()), true, next_id, rows);
-      cache->extend(*other);
-    } else if (op == Op::merge) {  // merge of the extracted rows, then extract, is the identity
-      std::vector<std::unique_ptr<typename Ops::Single>> singles;
-      std::vector<const typename Ops::Single*> ptrs;
-      for (std::size_t b = 0; b < rows.size(); ++b) {
-        singles.push_back(cache->extract(static_cast<std::int64_t>(b)));
-        ptrs.push_back(singles.back().get());
+      if (pending && pending.left == 0) {
+        finish_prompt();
+      } else {
+        const std::int64_t n = op == Op::decode ? 1 : gen_chunk(pending ? pending.left : 300);
+        write_chunk(ops, be, *cache, rows, n, pending.on);
+        if (pending) pending.left -= n;
+        size.tokens += n;
       }
-      cache = Ops::merge(be, ptrs);
-    } else {
-      cache = Ops::Batch::from_state(be, cache->state());
+    } else if (op == Op::prompt) {
+      pending = {true, start_prompt<Ops>(*cache, rows)};
+    } else if (op == Op::trim) {
+      std::int64_t most = 0;
+      for (const RowLog& r : rows) most = std::max(most, r.count);
+      const std::int64_t n = *rc::gen::inRange<std::int64_t>(0, most + 1);
+      if (pending) {
+        expect_rejected([&] { cache->trim(n); }, ErrorKind::misuse, "trim while a right pad is pending");
+      } else {
+        const std::int64_t removed = cache->trim(n);
+        if (removed != n) RC_FAIL("trim(" + std::to_string(n) + ") removed " + std::to_string(removed));
+        for (RowLog& r : rows) r.count -= n;
+      }
+    } else if (op == Op::filter) {
+      const std::vector<std::int32_t> idx = gen_keep(rows.size());
+      ops.filter(cache, idx);
+      rows = pick(rows, idx);
+    } else if (op == Op::bad_filter) {
+      const std::vector<std::int32_t> idx = gen_bad_keep(rows.size());
+      expect_rejected([&] { ops.filter(cache, idx); }, ErrorKind::invalid_argument,
+                      "filter(" + list_str(idx) + ") of " + std::to_string(rows.size()) + " rows");
+    } else if (op == Op::extend) {
+      std::vector<RowLog> joined;
+      const int kind = *rc::gen::inRange(0, 4);
+      if (kind == 3 && rows.size() * 2 <= 8) {  // with itself
+        joined = rows;
+        ops.extend(cache, *cache);
+      } else {
+        auto other = fresh_batch(ops, be, 8 - static_cast<std::int64_t>(rows.size()), next_id, joined);
+        // Other capacities: a merge or a restore holds exactly its columns, a fresh batch 256.
+        if (kind == 1 && std::all_of(joined.begin(), joined.end(), [](const RowLog& r) { return r.count >= 0; }))
+          other = merged_copy(ops, be, *other, joined.size());
+        if (kind == 2) other = ops.restore(be, other->state());
+        ops.extend(cache, *other);
+        for (RowLog& r : joined)
+          if (pending) r.real_left = pending.left, r.pad_left = 0, r.pads = 0;  // real tokens to the prompt's end
+      }
+      rows.insert(rows.end(), joined.begin(), joined.end());
+    } else if (op == Op::to_quantized) {
+      ops.check_to_quantized(be, *cache, rows);
+    } else if (op == Op::merge) {  // merge of the extracted rows, then extract, is the identity
+      cache = merged_copy(ops, be, *cache, rows.size());
+      for (RowLog& r : rows) r.count = std::max<std::int64_t>(r.count, 0);
+    } else if (op == Op::state) {
+      cache = ops.restore(be, round_trip(cache->state()));
     }
-    check_rows(ops, be, *cache, rows);
+    RC_LOG() << op_name(op) << " -> rows " << rows_str(rows)
+             << (pending ? " pending " + std::to_string(pending.left) : "") << "\n";
+    check_rows(ops, be, *cache, rows, pending.on, op_name(op));
+  }
+  if (pending) {  // the rest of a pending prompt, then finalize
+    if (pending.left > 0) write_chunk(ops, be, *cache, rows, pending.left, true);
+    finish_prompt();
+    check_rows(ops, be, *cache, rows, false, "finalize");
   }
 }
 
 // ---- B3: batched attention == per-row attention (spec §5.5) ----------------------------
 
-// Rows [j0, j0 + n) of (B, H, S, D) tensor `t`, batch row b, as (1, H, n, D).
-Tensor slice_row(const Tensor& t, std::int64_t b, std::int64_t j0, std::int64_t n) {
-  const std::int64_t heads = t.dim(1), cols = t.dim(2), dim = t.dim(3);
-  Tensor out(t.dtype(), {1, heads, n, dim});
-  const ConstTensorView src = t.view();
-  const TensorView dst = out.view();
-  for (std::int64_t h = 0; h < heads; ++h)
-    for (std::int64_t j = 0; j < n; ++j)
-      for (std::int64_t d = 0; d < dim; ++d)
-        dst.store((h * n + j) * dim + d, src.load(((b * heads + h) * cols + j0 + j) * dim + d));
-  return out;
-}
-
 }  // namespace
 
-void batch_kv_rows_match_logs(const Hooks&, const BatchHooks&) {
+void batch_kv_rows_match_logs(const Hooks&, const BatchHooks& bh) {
   PlainOps ops;
+  ops.hooks = &bh;
   ops.heads = *rc::gen::inRange<std::int64_t>(1, 3);
+  ops.memo = std::make_shared<RowMemo>(ops.heads, ops.dim);
   rows_match_logs(ops);
 }
 
-void batch_quantized_rows_match_logs(const Hooks&, const BatchHooks&) {
+void batch_quantized_rows_match_logs(const Hooks&, const BatchHooks& bh) {
   QuantOps ops;
+  ops.hooks = &bh;
   ops.heads = *rc::gen::inRange<std::int64_t>(1, 3);
+  ops.memo = std::make_shared<RowMemo>(ops.heads, ops.dim);
   const int bits = *rc::gen::element(2, 3, 4, 5, 6, 8);
   const int group = *rc::gen::element(32, 64);
   ops.spec = QuantSpec::make(QuantMode::affine, bits, group);
@@ -244,7 +417,7 @@ void batch_quantized_rows_match_logs(const Hooks&, const BatchHooks&) {
 // computations perform the same floating-point operations: the comparison is bit-exact
 // (tolerance 0), not a derived bound. Padding queries are unspecified (spec §0.7) and
 // are not compared.
-void batch_attend_equals_per_row(const Hooks& hooks, const BatchHooks&) {
+void batch_attend_equals_per_row(const Hooks&, const BatchHooks& bh) {
   Config cfg;
   cfg.kind = Kind::kv;
   cfg.kv_heads = *rc::gen::inRange<std::int64_t>(1, 3);
@@ -285,7 +458,7 @@ void batch_attend_equals_per_row(const Hooks& hooks, const BatchHooks&) {
       const std::int64_t t = c0 + j - pad[static_cast<std::size_t>(b)];
       return t >= 0 ? t : std::int64_t{-1};
     };
-    const AttendResult r = hooks.attend(cache, be.upload(block(Stream::query, ids, n, cfg.q_heads(), cfg.dk, tok)),
+    const AttendResult r = bh.attend(cache, be.upload(block(Stream::query, ids, n, cfg.q_heads(), cfg.dk, tok)),
                                         be.upload(block(Stream::key, ids, n, cfg.kv_heads, cfg.dk, tok)),
                                         be.upload(block(Stream::value, ids, n, cfg.kv_heads, cfg.dv, tok)), opts);
     const Tensor out = be.download(r.out);
@@ -298,7 +471,7 @@ void batch_attend_equals_per_row(const Hooks& hooks, const BatchHooks&) {
                                      be.upload(row_block(Stream::query, b, p0, m, cfg.q_heads(), cfg.dk)),
                                      be.upload(row_block(Stream::key, b, p0, m, cfg.kv_heads, cfg.dk)),
                                      be.upload(row_block(Stream::value, b, p0, m, cfg.kv_heads, cfg.dv)), opts);
-      expect_same_tensor(slice_row(out, b, j0, m), be.download(rs.out),
+      expect_same_tensor(batch::slice_row(out, b, j0, m), be.download(rs.out),
                          "row " + std::to_string(b) + (step < prefill_chunks ? " prefill" : " decode") + " chunk " +
                              std::to_string(step) + " (batched vs alone)");
     }

@@ -1,15 +1,20 @@
 // Helpers shared by the batch-cache properties (batch_properties.cc,
-// batch_rotating_prefix.cc): deterministic (B, H, S, D) blocks whose row b, column s
-// holds content(row id, token index) or a padding value, and chunk splitting.
+// batch_rotating_prefix.cc, batch_lifecycle.cc): deterministic (B, H, S, D) blocks whose
+// row b, column s holds content(row id, token index) or a padding value, chunk
+// splitting, the per-row token log with its pending right-padded prompt, and the checks
+// for operations that must be rejected.
 #pragma once
 
 #include <rapidcheck.h>
 
 #include <algorithm>
 #include <cstdint>
+#include <map>
+#include <utility>
 #include <string>
 #include <vector>
 
+#include "kvlab/error.h"
 #include "property_tests/prop_model.h"
 
 namespace kvlab::prop::batch {
@@ -41,10 +46,40 @@ inline Tensor row_block(Stream s, std::int64_t rowid, std::int64_t p0, std::int6
   return block(s, {rowid}, n, heads, dim, [p0](std::int64_t, std::int64_t j) { return p0 + j; });
 }
 
+// Columns [j0, j0 + n) of batch row b of a (B, H, S, D) tensor, as (1, H, n, D).
+inline Tensor slice_row(const Tensor& t, std::int64_t b, std::int64_t j0, std::int64_t n) {
+  const std::int64_t heads = t.dim(1), cols = t.dim(2), dim = t.dim(3);
+  Tensor out(t.dtype(), {1, heads, n, dim});
+  const ConstTensorView src = t.view();
+  const TensorView dst = out.view();
+  for (std::int64_t h = 0; h < heads; ++h)
+    for (std::int64_t j = 0; j < n; ++j)
+      for (std::int64_t d = 0; d < dim; ++d)
+        dst.store((h * n + j) * dim + d, src.load(((b * heads + h) * cols + j0 + j) * dim + d));
+  return out;
+}
+
 inline void expect_same_tensor(const Tensor& a, const Tensor& b, const std::string& what) {
   const std::string d = first_difference(a, b);
   if (!d.empty()) RC_FAIL(what + ": " + d);
 }
+
+// Tokens [0, n) of rows by id, (1, heads, n, dim), from a memo that grows geometrically:
+// the row checks after every step would otherwise regenerate every row from token 0.
+class RowMemo {
+ public:
+  RowMemo(std::int64_t heads, std::int64_t dim) : heads_(heads), dim_(dim) {}
+  Tensor get(Stream s, std::int64_t id, std::int64_t n) {
+    Tensor& t = rows_[{static_cast<int>(s), id}];
+    const std::int64_t have = t.rank() == 4 ? t.dim(2) : 0;
+    if (have < n) t = row_block(s, id, 0, std::max({n, 2 * have, std::int64_t{16}}), heads_, dim_);
+    return t.slice(2, 0, n);
+  }
+
+ private:
+  std::int64_t heads_, dim_;
+  std::map<std::pair<int, std::int64_t>, Tensor> rows_;
+};
 
 // Chunk lengths (1..8) summing to exactly `total`.
 inline std::vector<std::int64_t> gen_split(std::int64_t total) {
@@ -55,6 +90,134 @@ inline std::vector<std::int64_t> gen_split(std::int64_t total) {
     total -= n;
   }
   return out;
+}
+
+// One chunk of at most `most` tokens: mostly 2..6 (1 when that is all), 1 in 8 a long
+// one of 200..300 (when allowed), which crosses the 256-column growth step.
+inline std::int64_t gen_chunk(std::int64_t most) {
+  if (most >= 200 && *rc::gen::inRange(0, 8) == 0)
+    return *rc::gen::inRange<std::int64_t>(200, std::min<std::int64_t>(most, 300) + 1);
+  return *rc::gen::inRange<std::int64_t>(std::min<std::int64_t>(most, 2), std::min<std::int64_t>(most, 6) + 1);
+}
+
+// One batch row of the token-log model. Token t of row `id` carries content(·, id, t, ·),
+// so the row is a pure function of (id, count) and of what a pending right-padded prompt
+// wrote: while a prompt is pending, each new column of the row is its next real token
+// while real_left > 0, then a right pad; the offset counts those pads until finalize()
+// rolls them to the front (spec §4.9 prepare/finalize, App. A.5).
+struct RowLog {
+  std::int64_t id = 0;
+  std::int64_t count = 0;      // real tokens so far (negative: left padding still ahead)
+  std::int64_t real_left = 0;  // pending prompt: real tokens still to come
+  std::int64_t pad_left = 0;   // pending prompt: right pads after them
+  std::int64_t pads = 0;       // pending prompt: right pads written
+  // Rotating only: extract may legitimately hold max_size − 1 tokens (a concat keeps
+  // max_size − 1 old columns; a last chunk of pads adds none) until the next update.
+  bool short_ok = false;
+  std::int64_t offset() const { return count + pads; }
+};
+
+// A right-padded prompt in progress: `on`, with `left` columns still to write (0 = all
+// written, finalize() next). (Not std::optional: GCC 12 -O2 warns maybe-uninitialized.)
+struct Pending {
+  bool on = false;
+  std::int64_t left = 0;
+  explicit operator bool() const { return on; }
+};
+
+// Token index of column j of the row's next chunk; negative = padding (left or right).
+inline std::int64_t next_token(const RowLog& r, std::int64_t j, bool pending) {
+  if (pending && j >= r.real_left) return -1;
+  return r.count + j;
+}
+
+inline void advance(RowLog& r, std::int64_t n, bool pending) {
+  const std::int64_t real = pending ? std::min(n, r.real_left) : n;
+  r.count += real;
+  if (!pending) {
+    r.short_ok = false;
+    return;
+  }
+  r.real_left -= real;
+  r.pads += n - real;
+  r.pad_left -= n - real;
+}
+
+inline std::vector<std::int64_t> ids_of(const std::vector<RowLog>& rows) {
+  std::vector<std::int64_t> ids;
+  for (const RowLog& r : rows) ids.push_back(r.id);
+  return ids;
+}
+
+// (B, heads, n, dim) of the rows' next n columns.
+inline Tensor next_block(Stream s, const std::vector<RowLog>& rows, std::int64_t n, std::int64_t heads,
+                         std::int64_t dim, bool pending) {
+  return block(s, ids_of(rows), n, heads, dim, [&](std::int64_t b, std::int64_t j) {
+    return next_token(rows[static_cast<std::size_t>(b)], j, pending);
+  });
+}
+
+// Row indices for filter: a random non-empty subset in random order.
+inline std::vector<std::int32_t> gen_keep(std::size_t rows) {
+  const auto keep = *rc::gen::container<std::vector<bool>>(rows, rc::gen::arbitrary<bool>());
+  std::vector<std::int32_t> idx;
+  for (std::size_t b = 0; b < rows; ++b)
+    if (keep[b]) idx.push_back(static_cast<std::int32_t>(b));
+  if (idx.empty()) idx.push_back(static_cast<std::int32_t>(*rc::gen::inRange<std::size_t>(0, rows)));
+  if (*rc::gen::arbitrary<bool>()) std::reverse(idx.begin(), idx.end());
+  return idx;
+}
+
+// Indices filter must reject: a valid subset plus a duplicate or an index outside
+// [0, rows) (mlx-lm indexes arrays with them: duplicates clone a row, vlm#1441).
+inline std::vector<std::int32_t> gen_bad_keep(std::size_t rows) {
+  std::vector<std::int32_t> idx = gen_keep(rows);
+  const int kind = *rc::gen::inRange(0, 3);
+  const auto at = *rc::gen::inRange<std::size_t>(0, idx.size() + 1);
+  const std::int32_t bad = kind == 0   ? idx[at % idx.size()]  // a duplicate
+                           : kind == 1 ? static_cast<std::int32_t>(rows + *rc::gen::inRange<std::size_t>(0, 3))
+                                       : -1 - *rc::gen::inRange(0, 3);
+  idx.insert(idx.begin() + static_cast<std::ptrdiff_t>(at), bad);
+  return idx;
+}
+
+inline std::vector<RowLog> pick(const std::vector<RowLog>& rows, const std::vector<std::int32_t>& idx) {
+  std::vector<RowLog> out;
+  for (const std::int32_t i : idx) out.push_back(rows[static_cast<std::size_t>(i)]);
+  return out;
+}
+
+// `op` must throw a kvlab::Error of `kind` (an operation the cache rejects cleanly);
+// RC_FAIL naming `what` when it throws nothing or something else.
+template <class F>
+void expect_rejected(F&& op, ErrorKind kind, const std::string& what) {
+  try {
+    op();
+  } catch (const Error& e) {
+    if (e.kind() != kind)
+      RC_FAIL(what + " threw " + std::string(error_kind_name(e.kind())) + " (" + e.what() + "), expected " +
+              std::string(error_kind_name(kind)));
+    return;
+  }
+  RC_FAIL(what + " was accepted; it must be rejected with " + std::string(error_kind_name(kind)));
+}
+
+// "[id:count+pads, ...]" for RC_LOG traces of the failing case.
+inline std::string rows_str(const std::vector<RowLog>& rows) {
+  std::string s = "[";
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    s += (i ? ", " : "") + std::to_string(rows[i].id) + ":" + std::to_string(rows[i].count);
+    if (rows[i].pads > 0 || rows[i].pad_left > 0 || rows[i].real_left > 0)
+      s += "(+" + std::to_string(rows[i].pads) + " pads, " + std::to_string(rows[i].real_left) + " real and " +
+           std::to_string(rows[i].pad_left) + " pads to come)";
+  }
+  return s + "]";
+}
+
+inline std::string list_str(const std::vector<std::int32_t>& v) {
+  std::string s = "[";
+  for (std::size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
+  return s + "]";
 }
 
 }  // namespace kvlab::prop::batch

@@ -1,5 +1,6 @@
 // Metamorphic properties: two ways of computing the same attention must agree.
-//   M1 incremental decode / any chunking == one-shot prefill (mlx-vlm#973 family)
+//   M1 incremental decode / any chunking == one-shot prefill (mlx-vlm#973 family); for
+//      ChunkedKVCache with its front trimmed before every chunk
 //   M2 quantized-cache attention == attention over the dequantized cache (mlx-lm#1467,
 //      mlx-vlm#1567: B >= 2 with GQA R > 1)
 //   M3 quantized vs full-precision attention within an analytic bound
@@ -17,9 +18,6 @@
 
 namespace kvlab::prop {
 
-namespace {
-
-// Chunk lengths summing to at most `max_total` (mostly decode-sized).
 std::vector<std::int64_t> gen_chunks(std::int64_t max_total) {
   const auto lens = *rc::gen::nonEmpty(rc::gen::container<std::vector<std::int64_t>>(
       rc::gen::weightedOneOf<std::int64_t>({{4, rc::gen::just<std::int64_t>(1)},
@@ -36,12 +34,6 @@ std::vector<std::int64_t> gen_chunks(std::int64_t max_total) {
   return out;
 }
 
-struct Step {
-  AttendResult r;
-  std::int64_t p0 = 0, n = 0;
-  Tensor q_rot;  // the queries roped at the pre-update positions
-};
-
 Step attend_chunk(Sut& sut, std::int64_t n) {
   Step s;
   s.p0 = sut.cache->offsets().at(0);
@@ -53,11 +45,13 @@ Step attend_chunk(Sut& sut, std::int64_t n) {
   return s;
 }
 
-void record(const std::vector<std::int64_t>& chunks) {
+void record_case(const std::vector<std::int64_t>& chunks) {
   CaseSize& s = last_failure_size();
   s = {static_cast<std::int64_t>(chunks.size()), 0};
   for (const std::int64_t n : chunks) s.tokens += n;
 }
+
+namespace {
 
 void expect_close(const Tensor& a, const Tensor& b, double tol, const std::string& what) {
   const std::string d = first_difference(a, b, tol);
@@ -69,21 +63,10 @@ Tensor dequantize(Backend& be, const QuantizedDTensor& q) {
       ref::QuantizedTensor{be.download(q.wq), be.download(q.scales), be.download(q.biases), q.spec});
 }
 
-// Runs `body` and records the case size if it fails (zoo kill matrix).
-template <class F>
-void sized(const std::vector<std::int64_t>& chunks, F&& body) {
-  try {
-    body();
-  } catch (...) {
-    record(chunks);
-    throw;
-  }
-}
-
 }  // namespace
 
 void incremental_equals_one_shot(const Hooks& hooks) {
-  const Config cfg = *gen_config(*rc::gen::elementOf(std::vector<Kind>{Kind::kv, Kind::quantized}));
+  const Config cfg = *gen_config(*rc::gen::elementOf(std::vector<Kind>{Kind::kv, Kind::quantized, Kind::chunked}));
   const std::vector<std::int64_t> chunks = gen_chunks(48);
   sized(chunks, [&] {
     std::int64_t total = 0;
@@ -91,6 +74,9 @@ void incremental_equals_one_shot(const Hooks& hooks) {
     Sut one(cfg, hooks), inc(cfg, hooks);
     const Tensor full = one.be.download(attend_chunk(one, total).r.out);
     for (const std::int64_t n : chunks) {
+      // llama4 trims the chunked cache's front before each update: evicting at a chunk
+      // boundary must never drop a key a later query of this chunk sees (mlx-lm#1673).
+      if (cfg.kind == Kind::chunked) hooks.trim_front(inc.cache);
       const Step s = attend_chunk(inc, n);
       // Same keys, same visible set, same accumulation order: bit for bit.
       expect_close(inc.be.download(s.r.out), full.slice(2, s.p0, s.p0 + n), 0.0,
@@ -215,8 +201,8 @@ void positions_are_pre_update_offsets(const Hooks& hooks) {
       RC_ASSERT(sut.cache->offsets() == std::vector<std::int32_t>{static_cast<std::int32_t>(before.at(0) + n)});
       // A KV-shared layer with the producer's own queries must reproduce the producer's
       // output: it ropes at the producer's pre-update positions (mlx-lm#1384).
-      const DTensor shared = attend_shared(sut.be, s.r, sut.be.upload(sut.raw(Stream::query, s.p0, n)),
-                                           attend_options(cfg));
+      const DTensor shared = sut.hooks.attend_shared(sut.be, s.r, sut.be.upload(sut.raw(Stream::query, s.p0, n)),
+                                                     attend_options(cfg), *sut.cache);
       expect_close(sut.be.download(shared), sut.be.download(s.r.out), 0.0, "KV-shared layer vs producer");
     }
   });
@@ -232,6 +218,15 @@ const std::vector<NamedProperty>& all_properties() {
       {"M3.QuantizedWithinBound", quantized_within_bound},
       {"M4.RotatingEqualsWindowedFull", rotating_equals_windowed_full},
       {"M5.PositionsArePreUpdateOffsets", positions_are_pre_update_offsets},
+      {"Stateful.ChunkedKVCache", [](const Hooks& h) { stateful_case(Kind::chunked, h); }},
+      {"Stateful.TurboQuantKVCache", [](const Hooks& h) { stateful_case(Kind::turboquant, h); }},
+      {"M7.TurboQuantPrefillSplitInvariant", turboquant_prefill_split_invariant},
+      {"R1.RopeVectorOffsetsPerRow", rope_vector_offsets_per_row},
+      {"R2.QuantizedBatchGqaPaddedMask", quantized_batch_gqa_padded_mask},
+      {"R3.QuantizedPvValueDims", quantized_pv_value_dims},
+      {"R4.QuantizePolicyPerLayer", quantize_policy_per_layer},
+      {"R5.RestoreRejectsInconsistentOffset", restore_rejects_inconsistent_offset},
+      {"R6.StateFileCorruptionIsAnError", state_file_corruption_is_an_error},
   };
   return props;
 }

@@ -9,11 +9,16 @@
 #include <limits>
 #include <sstream>
 
+#include "cache/chunked_kv_cache.h"
 #include "cache/kv_cache.h"
 #include "cache/registry.h"
 #include "cache/rotating_kv_cache.h"
 #include "reference/affine_quantize.h"
 #include "reference/rope.h"
+
+namespace kvlab {
+void showValue(const QuantSpec& s, std::ostream& os) { os << to_string(s); }
+}  // namespace kvlab
 
 namespace kvlab::prop {
 
@@ -47,9 +52,13 @@ const char* kind_name(Kind k) {
     case Kind::kv: return "KVCache";
     case Kind::rotating: return "RotatingKVCache";
     case Kind::quantized: return "QuantizedKVCache";
+    case Kind::chunked: return "ChunkedKVCache";
+    case Kind::turboquant: return "TurboQuantKVCache";
   }
   return "?";
 }
+
+void showValue(Kind k, std::ostream& os) { os << kind_name(k); }
 
 float Config::scale() const { return static_cast<float>(1.0 / std::sqrt(static_cast<double>(dk))); }
 
@@ -57,6 +66,12 @@ std::ostream& operator<<(std::ostream& os, const Config& c) {
   os << kind_name(c.kind) << "{B=" << c.batch << " Hkv=" << c.kv_heads << " R=" << c.q_ratio << " Dk=" << c.dk
      << " Dv=" << c.dv << " rope=" << c.rope_dims << " window=" << c.window;
   if (c.kind == Kind::rotating) os << " max=" << c.max_size << " keep=" << c.keep;
+  if (c.kind == Kind::chunked) os << " chunk=" << c.chunk_size;
+  if (c.kind == Kind::turboquant) {
+    os << " bits=" << c.tq_bits << " seed=" << c.tq_seed << " meaning=" << fractional_bits_name(c.tq_meaning);
+    if (c.tq_key_bits) os << " key_bits=" << *c.tq_key_bits;
+    if (c.tq_value_bits) os << " value_bits=" << *c.tq_value_bits;
+  }
   if (c.kind == Kind::quantized || c.quantizable)
     os << " spec=" << to_string(c.spec) << " rounding=" << rounding_name(c.rounding);
   return os << "}";
@@ -67,6 +82,8 @@ bool real_dims() {
   const char* v = std::getenv("KVLAB_PROP_DIMS");
   return v != nullptr && std::string(v) == "real";
 }
+
+std::int64_t max_tokens(Kind k) { return k == Kind::turboquant ? 256 : 1000; }
 
 // ---- model -----------------------------------------------------------------------
 
@@ -82,14 +99,16 @@ std::vector<std::int64_t> rotating_positions(const Model& m, std::int64_t len) {
 }  // namespace
 
 std::vector<std::int64_t> Model::returned_positions(std::int64_t n) const {
-  std::vector<std::int64_t> out =
-      cfg.kind == Kind::rotating ? rotating_positions(*this, std::min(stored, cfg.max_size - 1)) : range(0, offset);
+  std::vector<std::int64_t> out = cfg.kind == Kind::rotating
+                                      ? rotating_positions(*this, std::min(stored, cfg.max_size - 1))
+                                      : range(cfg.kind == Kind::chunked ? start : 0, offset);
   for (const std::int64_t p : range(offset, offset + n)) out.push_back(p);
   return out;
 }
 
 std::vector<std::int64_t> Model::held_positions() const {
-  return cfg.kind == Kind::rotating ? rotating_positions(*this, stored) : range(0, offset);
+  return cfg.kind == Kind::rotating ? rotating_positions(*this, stored)
+                                    : range(cfg.kind == Kind::chunked ? start : 0, offset);
 }
 
 void Model::append(std::int64_t n, bool roped_keys) {
@@ -99,17 +118,27 @@ void Model::append(std::int64_t n, bool roped_keys) {
     stored = n == 1 ? std::min(std::min(stored, cfg.max_size) + 1, cfg.max_size)
                     : std::min(stored, cfg.max_size - 1) + n;
   } else {
-    stored = offset + n;
+    stored = offset - start + n;
+  }
+  if (cfg.kind == Kind::turboquant && tq_first == 0) {  // the codecs are built now, once
+    tq_first = n;
+    tq_first_roped = roped_keys;
   }
   offset += n;
   roped.resize(idx(offset), roped_keys ? 1 : 0);
 }
 
 void Model::trim(std::int64_t n) {
-  const std::int64_t removed = std::min(n, offset);
+  const std::int64_t removed = std::min(n, trim_limit());
   offset -= removed;
   stored -= removed;
   roped.resize(idx(offset));
+}
+
+void Model::trim_front() {
+  if (offset - start <= cfg.chunk_size) return;
+  start = offset - cfg.chunk_size;
+  stored = cfg.chunk_size;
 }
 
 // ---- hooks -------------------------------------------------------------------------
@@ -133,18 +162,40 @@ Hooks production_hooks() {
   h.quantize_policy = maybe_quantize_kv_caches;
   h.extract = extract_rotating;
   h.wrap = [](std::unique_ptr<Cache> c) { return c; };
+  h.attend_shared = [](Backend& be, const AttendResult& r, const DTensor& q, const AttendOptions& o, const Cache&) {
+    return attend_shared(be, r, q, o);
+  };
+  h.rope = [](Backend& be, const DTensor& x, const RopeParams& p, const Offsets& o, const DTensor& out) {
+    be.rope(x, p, o, out);
+  };
+  h.trim_front = [](std::unique_ptr<Cache>& c) {
+    auto* chunked = dynamic_cast<ChunkedKVCache*>(c.get());
+    KVLAB_REQUIRE(chunked != nullptr, misuse, "maybe_trim_front needs a ChunkedKVCache, got ", c->class_name());
+    chunked->maybe_trim_front();
+  };
+  h.load_into = [](const std::filesystem::path& path, Backend& be, std::vector<std::unique_ptr<Cache>>& layers) {
+    LoadedCaches loaded = load_caches(path, be);  // builds new objects; throws before anything is replaced
+    layers = std::move(loaded.layers);
+  };
   return h;
 }
 
 // ---- Sut ---------------------------------------------------------------------------
 
-Sut::Sut(const Config& c, const Hooks& h) : cfg(c), hooks(h) {
+std::unique_ptr<Cache> make_cache(Backend& be, const Config& c) {
   switch (c.kind) {
-    case Kind::kv: replace(std::make_unique<KVCache>(be)); break;
-    case Kind::rotating: replace(std::make_unique<RotatingKVCache>(be, c.max_size, c.keep)); break;
-    case Kind::quantized: replace(std::make_unique<QuantizedKVCache>(be, c.spec, c.rounding)); break;
+    case Kind::kv: return std::make_unique<KVCache>(be);
+    case Kind::rotating: return std::make_unique<RotatingKVCache>(be, c.max_size, c.keep);
+    case Kind::quantized: return std::make_unique<QuantizedKVCache>(be, c.spec, c.rounding);
+    case Kind::chunked: return std::make_unique<ChunkedKVCache>(be, c.chunk_size);
+    case Kind::turboquant:
+      return std::make_unique<TurboQuantKVCache>(be, c.tq_bits, c.tq_seed, c.tq_key_bits, c.tq_value_bits,
+                                                 c.tq_meaning);
   }
+  fail(ErrorKind::internal, "unknown property Kind");
 }
+
+Sut::Sut(const Config& c, const Hooks& h) : cfg(c), hooks(h) { replace(make_cache(be, c)); }
 
 AttendOptions attend_options(const Config& cfg) {
   AttendOptions o;
@@ -166,16 +217,28 @@ Tensor Sut::raw(Stream s, std::int64_t p0, std::int64_t n) {
   return t;
 }
 
-const float* Sut::row(int which, std::int64_t pos) {
+const float* Sut::row(int which, std::int64_t pos, const Model& m) {
   std::vector<std::vector<float>>& memo = memo_[which];
   const auto have = static_cast<std::int64_t>(memo.size());
   if (pos >= have) {
     // Fill [have, pos + 64) in one go; roped keys with one rope call at scalar offset
     // `have`, which is exactly attend's position have + t.
     const std::int64_t n = pos + 64 - have;
-    const Stream s = which == 2 ? Stream::value : Stream::key;
+    const Stream s = which % 3 == 2 ? Stream::value : Stream::key;
     Tensor t = raw(s, have, n);
-    if (which == 1) t = ref::rope(t, attend_options(cfg).rope, static_cast<std::int32_t>(have));
+    if (which % 3 == 1) t = ref::rope(t, attend_options(cfg).rope, static_cast<std::int32_t>(have));
+    if (which >= 3) {
+      // The codecs come from the first update's tensor; encoding is per token row, so
+      // each row's round trip does not depend on the rows around it.
+      RC_ASSERT(m.tq_first > 0);
+      std::optional<std::vector<TurboQuantCodec>>& codecs = turbo_[s == Stream::key ? 0 : 1];
+      if (!codecs) {
+        Model first_model = m;
+        first_model.roped.assign(idx(m.tq_first), m.tq_first_roped ? 1 : 0);
+        codecs = turbo_codecs(cfg, s == Stream::key, gather(s, range(0, m.tq_first), first_model, false));
+      }
+      t = turbo_roundtrip(*codecs, t);
+    }
     const float* src = t.view().as<const float>();
     const std::int64_t heads = cfg.kv_heads, dim = s == Stream::value ? cfg.dv : cfg.dk;
     memo.resize(idx(have + n), std::vector<float>(idx(cfg.batch * heads * dim)));
@@ -187,6 +250,10 @@ const float* Sut::row(int which, std::int64_t pos) {
 }
 
 Tensor Sut::expected(Stream s, const std::vector<std::int64_t>& positions, const Model& m) {
+  return gather(s, positions, m, cfg.kind == Kind::turboquant);
+}
+
+Tensor Sut::gather(Stream s, const std::vector<std::int64_t>& positions, const Model& m, bool coded) {
   const std::int64_t n = static_cast<std::int64_t>(positions.size());
   const std::int64_t heads = cfg.kv_heads, dim = s == Stream::value ? cfg.dv : cfg.dk;
   Tensor t(DType::f32, {cfg.batch, heads, n, dim});
@@ -195,7 +262,8 @@ Tensor Sut::expected(Stream s, const std::vector<std::int64_t>& positions, const
     const std::int64_t p = positions[idx(i)];
     const bool rot = s == Stream::key && cfg.rope_dims > 0 && p < static_cast<std::int64_t>(m.roped.size()) &&
                      m.roped[idx(p)] != 0;
-    const float* src = row(s == Stream::value ? 2 : rot ? 1 : 0, p);
+    const int base = s == Stream::value ? 2 : rot ? 1 : 0;
+    const float* src = row(coded ? base + 3 : base, p, m);
     for (std::int64_t bh = 0; bh < cfg.batch * heads; ++bh)
       std::copy_n(src + bh * dim, dim, out + (bh * n + i) * dim);
   }
@@ -211,6 +279,7 @@ std::string first_difference(const Tensor& a, const Tensor& b, double tol) {
        << " " << dtype_name(b.dtype());
     return os.str();
   }
+  if (a.nbytes() == 0) return {};  // empty blocks (a chunked cache trimmed to start) have no data pointer
   if (tol == 0.0 && std::memcmp(a.data(), b.data(), a.nbytes()) == 0) return {};
   if (a.dtype() == DType::f32) {  // fast path: raw floats
     const float *x = a.view().as<const float>(), *y = b.view().as<const float>();
@@ -260,26 +329,66 @@ void expect_quantized(Sut& sut, const Model& m, const FetchedQuantizedKV& f, con
 
 }  // namespace
 
-void check_observables(Sut& sut, const Model& m) {
+void check_poison(Backend& be, const DTensor& buffer, std::int64_t begin, const std::string& what) {
+  const std::int64_t cap = buffer.shape.at(2);
+  if (begin >= cap) return;
+  const Tensor t = be.download(buffer);
+  const std::int64_t outer = t.dim(0) * t.dim(1), w = t.dim(3);
+  // Raw bit tests (this runs after every command): NaN for float dtypes, all ones for codes.
+  const std::byte* data = t.data();
+  const DType dtype = t.dtype();
+  const auto poison = [data, dtype](std::int64_t i) {
+    const auto at = static_cast<std::size_t>(i);
+    switch (dtype) {
+      case DType::f32: return std::isnan(reinterpret_cast<const float*>(data)[at]);
+      case DType::f16: {
+        const std::uint16_t x = reinterpret_cast<const std::uint16_t*>(data)[at];
+        return (x & 0x7C00u) == 0x7C00u && (x & 0x03FFu) != 0;
+      }
+      case DType::bf16: {
+        const std::uint16_t x = reinterpret_cast<const std::uint16_t*>(data)[at];
+        return (x & 0x7F80u) == 0x7F80u && (x & 0x007Fu) != 0;
+      }
+      case DType::u32: return reinterpret_cast<const std::uint32_t*>(data)[at] == 0xFFFFFFFFu;
+      default: return false;
+    }
+  };
+  for (std::int64_t o = 0; o < outer; ++o)
+    for (std::int64_t i = (o * cap + begin) * w; i < (o + 1) * cap * w; ++i)
+      if (!poison(i))
+        RC_FAIL(what + ": unused row " + std::to_string(i / w % cap) + " of " + std::to_string(cap) +
+                " is not poison (a stale or zero slot would be read silently)");
+}
+
+void check_observables(Sut& sut, const Model& m, bool content) {
   const Cache* c = sut.cache.get();
   RC_ASSERT(c->offsets() == std::vector<std::int32_t>{static_cast<std::int32_t>(m.offset)});
   if (c->is_quantized() != m.quantized)
     RC_FAIL(std::string("cache ") + std::string(c->class_name()) + (m.quantized ? " is not" : " is") +
             " quantized, the model says the opposite");
-  const std::int64_t kv_len = m.cfg.kind == Kind::rotating ? std::min(m.stored, m.cfg.max_size) : m.offset;
-  RC_ASSERT(c->kv_length() == kv_len);
+  const std::int64_t kv_len = m.cfg.kind == Kind::rotating ? std::min(m.stored, m.cfg.max_size)
+                              : m.cfg.kind == Kind::chunked ? m.offset - m.start
+                                                            : m.offset;
+  if (c->kv_length() != kv_len)  // mlx-vlm#1481: one accessor, right for every kind
+    RC_FAIL("kv_length() " + std::to_string(c->kv_length()) + ", the model says " + std::to_string(kv_len));
   RC_ASSERT(c->is_trimmable() == m.trimmable());
   // Wrappers (zoo) are observed through their serialized state, restored by the real
   // registry: what a later session would load is what the cache holds.
   std::unique_ptr<Cache> restored;
   if (dynamic_cast<const KVCache*>(c) == nullptr && dynamic_cast<const RotatingKVCache*>(c) == nullptr &&
-      dynamic_cast<const QuantizedKVCache*>(c) == nullptr) {
+      dynamic_cast<const QuantizedKVCache*>(c) == nullptr && dynamic_cast<const ChunkedKVCache*>(c) == nullptr &&
+      dynamic_cast<const TurboQuantKVCache*>(c) == nullptr) {
     restored = cache_from_state(sut.be, c->state());
     c = restored.get();
   }
   const std::vector<std::int64_t> held = m.held_positions();
   if (const auto* kv = dynamic_cast<const KVCache*>(c)) {
-    RC_ASSERT(!m.quantized && m.cfg.kind != Kind::rotating);
+    RC_ASSERT(!m.quantized && m.cfg.kind == Kind::kv);
+    if (kv->empty()) RC_ASSERT(m.offset == 0);
+    else {
+      check_poison(sut.be, kv->key_buffer(), m.offset, "KVCache keys");
+      check_poison(sut.be, kv->value_buffer(), m.offset, "KVCache values");
+    }
     if (m.offset == 0) return;
     const FetchedKV f = kv->fetch();
     expect_same(sut.be.download(f.keys), sut.expected(Stream::key, held, m), "KVCache content keys");
@@ -287,6 +396,10 @@ void check_observables(Sut& sut, const Model& m) {
   } else if (const auto* rot = dynamic_cast<const RotatingKVCache*>(c)) {
     RC_ASSERT(m.cfg.kind == Kind::rotating);
     RC_ASSERT(rot->stored() == m.stored);
+    if (!rot->empty()) {  // linear layout: rows past the live ones are poison; a ring has none
+      check_poison(sut.be, rot->key_buffer(), m.stored, "RotatingKVCache keys");
+      check_poison(sut.be, rot->value_buffer(), m.stored, "RotatingKVCache values");
+    }
     if (m.stored == 0) return;
     const FetchedKV f = rot->temporal();
     expect_same(sut.be.download(f.keys), sut.expected(Stream::key, held, m), "rotating temporal keys");
@@ -294,9 +407,16 @@ void check_observables(Sut& sut, const Model& m) {
   } else if (const auto* q = dynamic_cast<const QuantizedKVCache*>(c)) {
     RC_ASSERT(m.quantized);
     RC_ASSERT(q->spec() == sut.cfg.spec);
+    if (!q->empty()) {
+      for (const auto& [part, t] : {std::pair{"keys", &q->key_buffer()}, std::pair{"values", &q->value_buffer()}}) {
+        check_poison(sut.be, t->wq, m.offset, std::string("QuantizedKVCache ") + part + " codes");
+        check_poison(sut.be, t->scales, m.offset, std::string("QuantizedKVCache ") + part + " scales");
+        if (t->spec.has_biases()) check_poison(sut.be, t->biases, m.offset, std::string("QuantizedKVCache ") + part + " biases");
+      }
+    }
     if (m.offset == 0) return;
     expect_quantized(sut, m, q->fetch(), held, "QuantizedKVCache content");
-  } else {
+  } else if (!check_chunked_or_turbo(sut, m, *c, content)) {
     RC_FAIL("unknown cache class " + std::string(c->class_name()));
   }
 }
@@ -357,7 +477,14 @@ Tensor oracle_attention(Sut& sut, const Model& after, const std::vector<std::int
     for (std::int64_t h = 0; h < c.q_heads(); ++h) {
       const std::int64_t kh = b * c.kv_heads + h / c.q_ratio;
       for (std::int64_t t = 0; t < n; ++t) {
-        const std::int64_t i = lk - n + t, lo = w > i ? 0 : i - w + 1;
+        const std::int64_t i = lk - n + t;
+        std::int64_t lo = w > i ? 0 : i - w + 1;
+        if (c.kind == Kind::chunked) {
+          // llama4: keys of the query's own chunk only; the returned keys are the
+          // contiguous positions [start, offset + n), so index = position − positions[0].
+          const std::int64_t q_pos = positions[idx(i)], first = q_pos / c.chunk_size * c.chunk_size;
+          lo = std::max({std::int64_t{0}, first - positions.front(), w > q_pos ? 0 : q_pos - w + 1 - positions.front()});
+        }
         const float* qr = qp + ((b * c.q_heads() + h) * n + t) * c.dk;
         double mx = -INFINITY, sum = 0;
         for (std::int64_t j = lo; j <= i; ++j) {

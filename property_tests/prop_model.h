@@ -15,8 +15,10 @@
 #pragma once
 
 #include <cstdint>
+#include <filesystem>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -24,7 +26,12 @@
 #include "cache/attend.h"
 #include "cache/cache.h"
 #include "cache/quantized_kv_cache.h"
+#include "cache/turboquant_kv_cache.h"
 #include "reference/reference_backend.h"
+
+namespace kvlab {
+void showValue(const QuantSpec& s, std::ostream& os);  // RapidCheck counterexamples
+}  // namespace kvlab
 
 namespace kvlab::prop {
 
@@ -34,8 +41,9 @@ enum class Stream : std::uint32_t { key = 1, value = 2, query = 3 };
 // token sequence feeds a cache identical inputs.
 float content(Stream s, std::int64_t b, std::int64_t pos, std::int64_t head, std::int64_t d);
 
-enum class Kind : std::uint8_t { kv, rotating, quantized };
+enum class Kind : std::uint8_t { kv, rotating, quantized, chunked, turboquant };
 const char* kind_name(Kind k);
+void showValue(Kind k, std::ostream& os);
 
 // One property case's cache geometry and options; printed in every counterexample.
 struct Config {
@@ -47,6 +55,12 @@ struct Config {
   bool quantizable = false;             // spec fits dk and dv (KVCache → to_quantized allowed)
   QuantSpec spec{};                     // quantized cache / to_quantized target
   Rounding rounding = Rounding::mlx_cpu;
+  std::int64_t chunk_size = 0;          // chunked only
+  // turboquant only: TurboQuantKVCache(tq_bits, tq_seed, tq_key_bits, tq_value_bits, tq_meaning)
+  double tq_bits = 0;
+  std::uint64_t tq_seed = 0;
+  std::optional<double> tq_key_bits, tq_value_bits;
+  FractionalBits tq_meaning = FractionalBits::split_channels;
   float scale() const;
   std::int64_t q_heads() const { return kv_heads * q_ratio; }
 };
@@ -58,6 +72,10 @@ void showValue(const Config& c, std::ostream& os);
 // model dims 64/80/128/256 (80 only for unquantized caches: not a multiple of a group).
 bool real_dims();
 
+// Per case token budget of the stateful tests: keeps the content checks (O(offset) each)
+// cheap in CI. TurboQuant decodes its whole content on every fetch, so it gets less.
+std::int64_t max_tokens(Kind k);
+
 // The token-log model.
 struct Model {
   Config cfg;
@@ -65,6 +83,10 @@ struct Model {
   std::int64_t offset = 0;
   std::int64_t stored = 0;  // rotating: live rows (may exceed max_size after a chunk)
   std::vector<std::uint8_t> roped;  // per absolute position [0, offset): K stored roped
+  std::int64_t start = 0;  // chunked: start_position, the tokens dropped from the front
+  // turboquant: the first update (its tensor fixes the codecs' split channels, spec §6.1)
+  std::int64_t tq_first = 0;
+  bool tq_first_roped = false;
 
   // The positions an update of n tokens returns, in temporal order (spec §4.1, §4.3).
   std::vector<std::int64_t> returned_positions(std::int64_t n) const;
@@ -74,6 +96,10 @@ struct Model {
   void append(std::int64_t n, bool roped_keys);
   void trim(std::int64_t n);
   bool trimmable() const { return cfg.kind != Kind::rotating || offset < cfg.max_size; }
+  // What trim(n) can remove: chunked never goes below start_position (spec §4.5).
+  std::int64_t trim_limit() const { return cfg.kind == Kind::chunked ? offset - start : offset; }
+  // ChunkedKVCache::maybe_trim_front (mlx-lm#1673 rule: on the valid count).
+  void trim_front();
 };
 
 // Fault-injection points. production_hooks() calls the real code.
@@ -88,8 +114,21 @@ struct Hooks {
   std::function<std::unique_ptr<Cache>(Backend&, const Cache&)> extract;
   // Applied to every cache the harness creates or receives (wrapper mutants).
   std::function<std::unique_ptr<Cache>(std::unique_ptr<Cache>)> wrap;
+  // A KV-shared layer over a producer's result (cache/attend.h attend_shared); `producer`
+  // is the producer layer's cache after its update.
+  std::function<DTensor(Backend&, const AttendResult&, const DTensor&, const AttendOptions&, const Cache& producer)>
+      attend_shared;
+  // The RoPE kernel (Backend::rope): out = rope(x) at `offsets`; x must stay unchanged.
+  std::function<void(Backend&, const DTensor& x, const RopeParams&, const Offsets&, const DTensor& out)> rope;
+  // ChunkedKVCache::maybe_trim_front on a layer's cache (a mutant may replace the cache).
+  std::function<void(std::unique_ptr<Cache>&)> trim_front;
+  // Loading a state file into a model's live layer list: every layer replaced by the
+  // file's, or a kvlab::Error with `layers` untouched (cache/registry.h load_caches).
+  std::function<void(const std::filesystem::path&, Backend&, std::vector<std::unique_ptr<Cache>>& layers)> load_into;
 };
 Hooks production_hooks();
+// A fresh, empty cache of cfg's kind and options.
+std::unique_ptr<Cache> make_cache(Backend& be, const Config& cfg);
 std::unique_ptr<Cache> extract_rotating(Backend& be, const Cache& cache);  // the correct snapshot
 
 // The system under test: a backend, the cache, the hooks and a memo of expected rows.
@@ -102,24 +141,48 @@ class Sut {
   std::unique_ptr<Cache> cache;
   void replace(std::unique_ptr<Cache> c) { cache = hooks.wrap(std::move(c)); }
 
-  // (B, H, n, D) f32 rows the model says are stored at `positions` (K roped per flag).
+  // (B, H, n, D) f32 rows the model says are stored at `positions` (K roped per flag;
+  // TurboQuant: the codec round trip of those rows, what its fetch() decodes).
   Tensor expected(Stream s, const std::vector<std::int64_t>& positions, const Model& m);
   // Raw (un-roped) inputs for positions [p0, p0 + n): (B, heads, n, D).
   Tensor raw(Stream s, std::int64_t p0, std::int64_t n);
 
  private:
-  // Memo of rows per position, (B, H, D) each: [0] raw keys, [1] roped keys, [2] values.
-  // Content is a pure function of the config and the position, so it is computed once
-  // per case (the content checks after every command would otherwise dominate CI time).
-  const float* row(int which, std::int64_t pos);
-  std::vector<std::vector<float>> memo_[3];
+  // Memo of rows per position, (B, H, D) each: [0] raw keys, [1] roped keys, [2] values;
+  // TurboQuant: [3..5] their codec round trips. Content is a pure function of the config
+  // and the position (and, for TurboQuant, of the codecs, fixed by the first update), so
+  // it is computed once per case (the content checks after every command would
+  // otherwise dominate CI time).
+  const float* row(int which, std::int64_t pos, const Model& m);
+  // expected() with the round trip on (coded) or off.
+  Tensor gather(Stream s, const std::vector<std::int64_t>& positions, const Model& m, bool coded);
+  std::vector<std::vector<float>> memo_[6];
+  std::optional<std::vector<TurboQuantCodec>> turbo_[2];  // keys, values: the oracle's codec parts
 };
+
+// ---- TurboQuant oracle (chunked_turboquant.cc) --------------------------------------
+// The codec parts (one, or {low, high} for split bits) a TurboQuantKVCache of `cfg` builds
+// for one side, rebuilt from spec §6.1 and reference/turboquant.h: seeds (keys seed,
+// values seed + 1, high part + 97), side bits (resolve_kv_bits under k_floor_v_ceil) and
+// the split channels picked from `first`, the first tensor the cache saw (largest mean
+// |x|, ties to the higher channel).
+std::vector<TurboQuantCodec> turbo_codecs(const Config& cfg, bool keys, const Tensor& first);
+// decode(encode(x)) through the reference codec, per token row: (B, H, n, D) f32.
+Tensor turbo_roundtrip(const std::vector<TurboQuantCodec>& parts, const Tensor& x);
 
 AttendOptions attend_options(const Config& cfg);
 
 // --- checks (RC_ASSERT / RC_FAIL inside; usable from any property) -----------------
-// Offsets, kind, kv_length, trimmability and logical content against the model.
-void check_observables(Sut& sut, const Model& m);
+// Offsets, kind, kv_length, trimmability, logical content against the model and the NaN
+// poison of unused rows. `content` false skips the logical content of a TurboQuant cache
+// (a full decode) right after an update whose result, that same decode, was checked.
+void check_observables(Sut& sut, const Model& m, bool content = true);
+// The ChunkedKVCache / TurboQuantKVCache part of check_observables (chunked_turboquant.cc):
+// false when `c` is neither.
+bool check_chunked_or_turbo(Sut& sut, const Model& m, const Cache& c, bool content);
+// Every element of rows [begin, capacity) of a (B, H, capacity, W) block is poison: NaN
+// for float dtypes, all-ones for integer codes (spec: unused and evicted slots).
+void check_poison(Backend& be, const DTensor& buffer, std::int64_t begin, const std::string& what);
 // The K/V an update returned (`positions` = Model::returned_positions before the
 // update, `after` = the model after it); order_free for a single-token ring write.
 void check_fetched(Sut& sut, const Model& after, const std::vector<std::int64_t>& positions, const FetchedKV* kv,
@@ -132,7 +195,8 @@ void check_same_state(const CacheState& a, const CacheState& b);
 
 // The attention oracle: double-precision softmax over the positions each query sees,
 // positions (Model::returned_positions) with the cache's mask rule: causal, window by
-// index into the returned keys.
+// index into the returned keys; chunked: llama4's rule on absolute positions (same
+// chunk, k <= q, and q − k < window when a window is set).
 Tensor oracle_attention(Sut& sut, const Model& after, const std::vector<std::int64_t>& positions, std::int64_t n);
 
 // Bit-exact comparison of two tensors; returns a description of the first difference.

@@ -8,9 +8,13 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
+#include "cache/batch_kv_cache.h"
+#include "cache/batch_quantized_kv_cache.h"
 #include "cache/batch_rotating_kv_cache.h"
 #include "cache/prefix_cache.h"
 #include "property_tests/prop_model.h"
@@ -26,9 +30,13 @@ struct CaseSize {
 CaseSize& last_failure_size();
 
 rc::Gen<Config> gen_config(Kind kind);
+// The kind-specific options of gen_config (chunked_turboquant.cc); call inside a generator.
+void gen_chunked_options(Config& c);
+void gen_turbo_options(Config& c);
 
 // Stateful model-based test (rc::state) of one cache kind: prefill, decode, attend,
-// trim, save→load, to_quantized policy, rotating extract; observables after each.
+// trim, save→load, to_quantized policy, rotating extract, chunked front trim;
+// observables after each.
 void stateful_case(Kind kind, const Hooks& hooks);
 
 // Metamorphic properties.
@@ -37,6 +45,41 @@ void quantized_equals_dequantized(const Hooks& hooks);         // M2
 void quantized_within_bound(const Hooks& hooks);               // M3
 void rotating_equals_windowed_full(const Hooks& hooks);        // M4
 void positions_are_pre_update_offsets(const Hooks& hooks);     // M5
+// M6 (chunked_turboquant.cc), checked on every Attend of Stateful.TurboQuantKVCache (a
+// property of its own would build another 200 caches' codecs): attention through the
+// cache equals attention over its decoded content, bit for bit.
+void check_turbo_attend_reads_decoded(Sut& sut, const AttendResult& r, std::int64_t p0, std::int64_t n);
+void turboquant_prefill_split_invariant(const Hooks& hooks);   // M7 (chunked_turboquant.cc, vlm#973)
+
+// Regression properties for spec §7 rows (regressions.cc).
+void rope_vector_offsets_per_row(const Hooks& hooks);          // R1 rows 29/31/33
+void quantized_batch_gqa_padded_mask(const Hooks& hooks);      // R2 rows 10/11
+void quantized_pv_value_dims(const Hooks& hooks);              // R3 row 56
+void quantize_policy_per_layer(const Hooks& hooks);            // R4 row 9
+void restore_rejects_inconsistent_offset(const Hooks& hooks);  // R5 rows 54 (and B.4)
+void state_file_corruption_is_an_error(const Hooks& hooks);    // R6 row 55
+
+// Shared by the metamorphic and regression properties: chunk lengths summing to at most
+// `max_total` (mostly decode-sized); one attend of n tokens through hooks.attend at the
+// cache's offset (q/k/v = content at those positions), with the queries roped at the
+// pre-update positions; the case size recorded for the zoo if `body` fails.
+std::vector<std::int64_t> gen_chunks(std::int64_t max_total);
+struct Step {
+  AttendResult r;
+  std::int64_t p0 = 0, n = 0;
+  Tensor q_rot;  // the queries roped at the pre-update positions
+};
+Step attend_chunk(Sut& sut, std::int64_t n);
+void record_case(const std::vector<std::int64_t>& chunks);
+template <class F>
+void sized(const std::vector<std::int64_t>& chunks, F&& body) {
+  try {
+    body();
+  } catch (...) {
+    record_case(chunks);
+    throw;
+  }
+}
 
 struct NamedProperty {
   std::string name;
@@ -45,21 +88,46 @@ struct NamedProperty {
 // Every property in a fixed order (the zoo reports the first that kills a mutant).
 const std::vector<NamedProperty>& all_properties();
 
-// ---- batch caches (batch_properties.cc, batch_rotating_prefix.cc) ---------------------
+// ---- batch caches (batch_properties.cc, batch_rotating_prefix.cc, batch_lifecycle.cc) ----
 // Fault-injection points of the batch properties, kept apart from Hooks so the
-// single-cache properties and mutants stay as they were. production_batch_hooks() calls
-// the real code.
+// single-cache properties and mutants stay as they were. Each is one operation of a
+// batch cache or of the prefix cache as the properties call it; production_batch_hooks()
+// calls the real code. Operations that a mutant may implement by rebuilding the cache
+// (through its state) take the cache by unique_ptr&.
 struct BatchHooks {
   // What BatchRotatingKVCache::extract(i) adopts: row i's newest real tokens.
   std::function<FetchedKV(const BatchRotatingKVCache&, std::int64_t)> rotating_extract_rows;
   std::function<PrefixFetch(PrefixCache&, const std::string&, const CacheFormat&, const std::vector<std::int32_t>&)>
       prefix_fetch;
+  std::function<bool(PrefixCache&, const std::string&, const CacheFormat&, const std::vector<std::int32_t>&,
+                     const LayerCaches&)>
+      prefix_insert;
+  // The attention step on a batch cache (cache/attend.h).
+  std::function<AttendResult(Cache&, const DTensor&, const DTensor&, const DTensor&, const AttendOptions&)> attend;
+  // BatchKVCache.
+  std::function<void(std::unique_ptr<BatchKVCache>&, const std::vector<std::int32_t>&)> kv_filter;
+  std::function<void(std::unique_ptr<BatchKVCache>&, const BatchKVCache&)> kv_extend;
+  std::function<std::unique_ptr<KVCache>(const BatchKVCache&, std::int64_t)> kv_extract;
+  std::function<std::unique_ptr<BatchKVCache>(Backend&, const CacheState&)> kv_restore;
+  // BatchQuantizedKVCache::merge; a Cache, so that a merge into another class shows.
+  std::function<std::unique_ptr<Cache>(Backend&, std::span<const QuantizedKVCache* const>)> quantized_merge;
+  // BatchRotatingKVCache.
+  std::function<FetchedKV(std::unique_ptr<BatchRotatingKVCache>&, const DTensor&, const DTensor&)> rotating_update;
+  std::function<void(BatchRotatingKVCache&, const std::vector<std::int32_t>&, const std::vector<std::int32_t>&,
+                     const std::vector<std::int32_t>&)>
+      rotating_prepare;  // (left_padding, lengths, right_padding)
+  std::function<std::unique_ptr<BatchRotatingKVCache>(Backend&, const std::vector<const RotatingKVCache*>&)>
+      rotating_merge;
+  std::function<std::unique_ptr<BatchRotatingKVCache>(Backend&, const CacheState&)> rotating_restore;
 };
 BatchHooks production_batch_hooks();
 
-// B1/B2: random batches (unequal left padding, sometimes a right-padded prefill), chunks,
-// decodes, filter, extend, merge, state round trip; after every step each row equals its
-// token log and a single cache built from that row alone (spec §4.9, §4.11, App. C).
+// B1/B2: random batches (unequal left padding, right-padded prompts split over several
+// chunks, empty batches), decodes, chunks of 1..300 tokens, trim, filter (also with bad
+// indices, which must be rejected), extend (with empty, merged and restored batches of
+// other capacities), extract, merge, state round trips (also while a right pad is
+// pending); after every step each row equals its token log and a single cache built
+// from that row alone (spec §4.9, §4.11, App. A.3, App. C).
 void batch_kv_rows_match_logs(const Hooks& hooks, const BatchHooks& batch);
 void batch_quantized_rows_match_logs(const Hooks& hooks, const BatchHooks& batch);
 // B3: attend on a BatchKVCache (B >= 2, unequal prompts) == each row alone (spec §5.5).
@@ -68,6 +136,17 @@ void batch_attend_equals_per_row(const Hooks& hooks, const BatchHooks& batch);
 void batch_rotating_extract_newest(const Hooks& hooks, const BatchHooks& batch);
 // B5: a prefix-cache hit has exactly the requested per-layer format (§7, SwiftLM PR 73).
 void prefix_fetch_matches_format(const Hooks& hooks, const BatchHooks& batch);
+// L1: BatchRotatingKVCache lifecycle: right-padded prompts over several chunks (App.
+// A.5), decode, chunks, trim, filter, extend, merge of wrapped rings, state round trips
+// (also while a right pad is pending), extract; rows == token logs (spec §4.10, §4.14).
+void batch_rotating_lifecycle(const Hooks& hooks, const BatchHooks& batch);
+// L2: filter and extend leave the surviving rows' attention outputs unchanged, bit for
+// bit (BatchKVCache and BatchRotatingKVCache; spec §4.14, §7 rows 41/44/45/51).
+void batch_attend_survives_filter_extend(const Hooks& hooks, const BatchHooks& batch);
+// L3: prefix reuse: a hit holds exactly the reused tokens of the request, continues to
+// the cache built from all of them, and never changes with the live caches it was taken
+// from (KV, rotating and quantized layers; spec §4.15, §4.17, §7 rows 42/48).
+void prefix_reuse_continues(const Hooks& hooks, const BatchHooks& batch);
 
 struct NamedBatchProperty {
   std::string name;

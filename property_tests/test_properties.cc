@@ -24,6 +24,17 @@ RC_GTEST_PROP(Metamorphic, QuantizedWithinBound, ()) { quantized_within_bound(ho
 RC_GTEST_PROP(Metamorphic, RotatingEqualsWindowedFull, ()) { rotating_equals_windowed_full(hooks()); }
 RC_GTEST_PROP(Metamorphic, PositionsArePreUpdateOffsets, ()) { positions_are_pre_update_offsets(hooks()); }
 
+RC_GTEST_PROP(Stateful, ChunkedKVCache, ()) { stateful_case(Kind::chunked, hooks()); }
+RC_GTEST_PROP(Stateful, TurboQuantKVCache, ()) { stateful_case(Kind::turboquant, hooks()); }
+RC_GTEST_PROP(Metamorphic, TurboQuantPrefillSplitInvariant, ()) { turboquant_prefill_split_invariant(hooks()); }
+
+RC_GTEST_PROP(Regression, RopeVectorOffsetsPerRow, ()) { rope_vector_offsets_per_row(hooks()); }
+RC_GTEST_PROP(Regression, QuantizedBatchGqaPaddedMask, ()) { quantized_batch_gqa_padded_mask(hooks()); }
+RC_GTEST_PROP(Regression, QuantizedPvValueDims, ()) { quantized_pv_value_dims(hooks()); }
+RC_GTEST_PROP(Regression, QuantizePolicyPerLayer, ()) { quantize_policy_per_layer(hooks()); }
+RC_GTEST_PROP(Regression, RestoreRejectsInconsistentOffset, ()) { restore_rejects_inconsistent_offset(hooks()); }
+RC_GTEST_PROP(Regression, StateFileCorruptionIsAnError, ()) { state_file_corruption_is_an_error(hooks()); }
+
 const BatchHooks& batch_hooks() {
   static const BatchHooks h = production_batch_hooks();
   return h;
@@ -34,6 +45,9 @@ RC_GTEST_PROP(Batch, QuantizedRowsMatchLogs, ()) { batch_quantized_rows_match_lo
 RC_GTEST_PROP(Batch, AttendEqualsPerRow, ()) { batch_attend_equals_per_row(hooks(), batch_hooks()); }
 RC_GTEST_PROP(Batch, RotatingExtractNewest, ()) { batch_rotating_extract_newest(hooks(), batch_hooks()); }
 RC_GTEST_PROP(Batch, PrefixFetchMatchesFormat, ()) { prefix_fetch_matches_format(hooks(), batch_hooks()); }
+RC_GTEST_PROP(Batch, RotatingLifecycle, ()) { batch_rotating_lifecycle(hooks(), batch_hooks()); }
+RC_GTEST_PROP(Batch, AttendSurvivesFilterExtend, ()) { batch_attend_survives_filter_extend(hooks(), batch_hooks()); }
+RC_GTEST_PROP(Batch, PrefixReuseContinues, ()) { prefix_reuse_continues(hooks(), batch_hooks()); }
 
 }  // namespace
 }  // namespace kvlab::prop

@@ -3,6 +3,7 @@
 #include <memory>
 #include <utility>
 
+#include "cache/chunked_kv_cache.h"
 #include "cache/kv_cache.h"
 #include "cache/registry.h"
 #include "cache/rotating_kv_cache.h"
@@ -11,17 +12,8 @@
 
 namespace kvlab::prop::zoo {
 
-namespace {
-
-// ---- mutant attention steps --------------------------------------------------------
-
-enum class AttendFault {
-  positions_after_update,  // (a) queries roped at the offset read after the update
-  plain_update_always,     // (b) update() whatever the cache kind
-  mask_after_update,       // (h) make_mask called on the post-update state
-};
-
 std::vector<std::int32_t> per_row(const std::vector<std::int32_t>& offsets, std::int64_t batch) {
+  if (static_cast<std::int64_t>(offsets.size()) == batch) return offsets;
   return std::vector<std::int32_t>(static_cast<std::size_t>(batch), offsets.at(0));
 }
 
@@ -33,6 +25,16 @@ DTensor rope_at(Backend& be, const DTensor& x, const RopeParams& rope, const std
   be.rope(x, rope, Offsets{0, offsets}, out);
   return out;
 }
+
+namespace {
+
+// ---- mutant attention steps --------------------------------------------------------
+
+enum class AttendFault {
+  positions_after_update,  // (a) queries roped at the offset read after the update
+  plain_update_always,     // (b) update() whatever the cache kind
+  mask_after_update,       // (h) make_mask called on the post-update state
+};
 
 // cache/attend.cc with one step moved or one branch removed.
 AttendResult mutant_attend(AttendFault fault, Cache& cache, const DTensor& q, const DTensor& k, const DTensor& v,
@@ -64,31 +66,6 @@ AttendResult mutant_attend(AttendFault fault, Cache& cache, const DTensor& q, co
 }
 
 // ---- wrapper caches ------------------------------------------------------------------
-
-// Forwards everything to a real cache; mutants override the faulty member.
-class ForwardingCache : public Cache {
- public:
-  explicit ForwardingCache(std::unique_ptr<Cache> inner) : Cache(inner->backend()), inner_(std::move(inner)) {}
-  std::string_view class_name() const override { return inner_->class_name(); }
-  bool is_quantized() const override { return inner_->is_quantized(); }
-  FetchedKV update(const DTensor& k, const DTensor& v) override { return inner_->update(k, v); }
-  FetchedQuantizedKV update_quantized(const DTensor& k, const DTensor& v) override {
-    return inner_->update_quantized(k, v);
-  }
-  std::int64_t kv_length() const override { return inner_->kv_length(); }
-  std::vector<std::int32_t> offsets() const override { return inner_->offsets(); }
-  CacheMask make_mask(std::int64_t n, int window) const override { return inner_->make_mask(n, window); }
-  bool is_trimmable() const override { return inner_->is_trimmable(); }
-  std::int64_t trim(std::int64_t n) override { return inner_->trim(n); }
-  bool empty() const override { return inner_->empty(); }
-  std::size_t nbytes() const override { return inner_->nbytes(); }
-  CacheState state() const override { return inner_->state(); }
-  const Cache& inner() const { return *inner_; }
-  std::unique_ptr<Cache> release() { return std::move(inner_); }
-
- protected:
-  std::unique_ptr<Cache> inner_;
-};
 
 // (f) mlx-lm QuantizedKVCache's first allocation is dim // (32 // bits) words wide
 // (spec Appendix B.1); writing the real D·bits/32 words into it is a broadcast error
@@ -217,9 +194,8 @@ std::unique_ptr<Cache> extract_physical_order(Backend& be, const Cache& c) {
   return adopt(be, r, r.key_buffer(), r.value_buffer(), live - rows, rows);
 }
 
-// For the wrapper mutants whose fault is elsewhere: quantization policy and extract see
-// the real cache underneath (a wrapper is not a KVCache to maybe_quantize_kv_caches), so
-// the kill comes from the mutated member and not from the wrapping itself.
+}  // namespace
+
 std::unique_ptr<Cache> unwrap(std::unique_ptr<Cache> c) {
   if (auto* f = dynamic_cast<ForwardingCache*>(c.get())) return f->release();
   if (dynamic_cast<ConcatenateKVCache*>(c.get()) != nullptr) return cache_from_state(c->backend(), c->state());
@@ -237,11 +213,14 @@ std::unique_ptr<Cache> unwrapping_extract(Backend& be, const Cache& c) {
   return extract_rotating(be, f != nullptr ? f->inner() : c);
 }
 
-Mutant mutant(std::string id, std::string upstream) {
-  return {std::move(id), std::move(upstream), production_hooks()};
+void unwrapping_trim_front(std::unique_ptr<Cache>& c) {
+  auto* f = dynamic_cast<ForwardingCache*>(c.get());
+  production_hooks().trim_front(f != nullptr ? f->inner_slot() : c);
 }
 
-}  // namespace
+Mutant mutant(std::string id, std::string upstream, std::vector<std::string> first) {
+  return {std::move(id), std::move(upstream), production_hooks(), std::move(first)};
+}
 
 std::vector<Mutant> all_mutants() {
   std::vector<Mutant> out;
@@ -254,15 +233,16 @@ std::vector<Mutant> all_mutants() {
   out.back().hooks.attend = attend_with(AttendFault::positions_after_update);
   out.push_back(mutant("b.update-on-quantized", "mlx-swift-lm#71"));
   out.back().hooks.attend = attend_with(AttendFault::plain_update_always);
-  out.push_back(mutant("c1.extract-off-by-one", "mlx-lm#1114 / vllm-mlx#256"));
+  const std::vector<std::string> ring{"Stateful.RotatingKVCache"}, quantized{"Stateful.QuantizedKVCache"};
+  out.push_back(mutant("c1.extract-off-by-one", "mlx-lm#1114 / vllm-mlx#256", ring));
   out.back().hooks.extract = extract_off_by_one;
-  out.push_back(mutant("c2.extract-physical-order", "mlx-lm#738"));
+  out.push_back(mutant("c2.extract-physical-order", "mlx-lm#738", ring));
   out.back().hooks.extract = extract_physical_order;
-  out.push_back(mutant("d.policy-quantizes-rings", "mlx-lm#1573 / #1583"));
+  out.push_back(mutant("d.policy-quantizes-rings", "mlx-lm#1573 / #1583", ring));
   out.back().hooks.quantize_policy = policy_quantizes_rings;
   out.push_back(mutant("e.restore-drops-quant-spec", "vllm-mlx#443 / #451"));
   out.back().hooks.restore = restore_drops_spec;
-  out.push_back(mutant("f.mlx-alloc-width", "mlx-lm QuantizedKVCache (Appendix B.1)"));
+  out.push_back(mutant("f.mlx-alloc-width", "mlx-lm QuantizedKVCache (Appendix B.1)", quantized));
   out.back().hooks.wrap = [](std::unique_ptr<Cache> c) -> std::unique_ptr<Cache> {
     if (dynamic_cast<const QuantizedKVCache*>(c.get()) == nullptr) return c;
     return std::make_unique<MlxAllocWidthCache>(std::move(c));
@@ -273,6 +253,7 @@ std::vector<Mutant> all_mutants() {
   };
   out.back().hooks.quantize_policy = unwrapping_policy;
   out.back().hooks.extract = unwrapping_extract;
+  out.back().hooks.trim_front = unwrapping_trim_front;
   out.push_back(mutant("g2.concatenate-trim-resurrects", "mlx-lm ConcatenateKVCache (Appendix B.3)"));
   out.back().hooks.wrap = [](std::unique_ptr<Cache> c) -> std::unique_ptr<Cache> {
     const auto* kv = dynamic_cast<const KVCache*>(c.get());
@@ -282,8 +263,9 @@ std::vector<Mutant> all_mutants() {
     return std::make_unique<ConcatenateKVCache>(c->backend(), f.keys, f.values);
   };
   out.back().hooks.quantize_policy = unwrapping_policy;
-  out.push_back(mutant("h.mask-after-update", "spec §0.5 (mask from pre-update state)"));
+  out.push_back(mutant("h.mask-after-update", "spec §0.5 (mask from pre-update state)", ring));
   out.back().hooks.attend = attend_with(AttendFault::mask_after_update);
+  for (Mutant& m : attention_mutants()) out.push_back(std::move(m));
   return out;
 }
 

@@ -1,9 +1,11 @@
 // The bug zoo: mutants that reproduce real cache bugs as test-only code (production
 // code carries no fault-injection hooks). Each mutant is a set of Hooks: a mutant
 // attention step, a wrapper cache implementing the Cache interface around a real cache,
-// a mutant restore / quantization policy / prefix-cache extract.
+// a mutant restore / quantization policy / prefix-cache extract / RoPE kernel / state
+// file loader.
 #pragma once
 
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -15,8 +17,59 @@ struct Mutant {
   std::string id;        // short name in the kill matrix
   std::string upstream;  // the upstream bug it reproduces
   Hooks hooks;
+  // Names of all_properties() entries the zoo runs first (the mechanism's own family),
+  // so a mutant only one late property can see does not wait for every earlier one.
+  std::vector<std::string> first;
 };
 
+// mutants.cc (a–h), then attention_mutants().
 std::vector<Mutant> all_mutants();
+// attention_mutants.cc: offsets aliasing, KV-shared layers, quantized attention, RoPE,
+// TurboQuant, restore, quantize policy, kv_length, state files, ChunkedKVCache.
+std::vector<Mutant> attention_mutants();
+
+// ---- shared by the mutant files ----------------------------------------------------------
+
+Mutant mutant(std::string id, std::string upstream, std::vector<std::string> first = {});
+
+// Forwards everything to a real cache; mutants override the faulty member.
+class ForwardingCache : public Cache {
+ public:
+  explicit ForwardingCache(std::unique_ptr<Cache> inner) : Cache(inner->backend()), inner_(std::move(inner)) {}
+  std::string_view class_name() const override { return inner_->class_name(); }
+  bool is_quantized() const override { return inner_->is_quantized(); }
+  FetchedKV update(const DTensor& k, const DTensor& v) override { return inner_->update(k, v); }
+  FetchedQuantizedKV update_quantized(const DTensor& k, const DTensor& v) override {
+    return inner_->update_quantized(k, v);
+  }
+  std::int64_t kv_length() const override { return inner_->kv_length(); }
+  std::vector<std::int32_t> offsets() const override { return inner_->offsets(); }
+  CacheMask make_mask(std::int64_t n, int window) const override { return inner_->make_mask(n, window); }
+  bool is_trimmable() const override { return inner_->is_trimmable(); }
+  std::int64_t trim(std::int64_t n) override { return inner_->trim(n); }
+  bool empty() const override { return inner_->empty(); }
+  std::size_t nbytes() const override { return inner_->nbytes(); }
+  CacheState state() const override { return inner_->state(); }
+  const Cache& inner() const { return *inner_; }
+  std::unique_ptr<Cache>& inner_slot() { return inner_; }
+  std::unique_ptr<Cache> release() { return std::move(inner_); }
+
+ protected:
+  std::unique_ptr<Cache> inner_;
+};
+
+// For wrapper mutants whose fault is elsewhere: the quantization policy, extract and the
+// chunked front trim see the real cache underneath (a wrapper is not a KVCache to
+// maybe_quantize_kv_caches), so the kill comes from the mutated member and not from the
+// wrapping itself.
+std::unique_ptr<Cache> unwrap(std::unique_ptr<Cache> c);
+std::vector<QuantizeDecision> unwrapping_policy(std::vector<std::unique_ptr<Cache>>& layers, const QuantSpec& spec,
+                                                Rounding rounding, std::int64_t start);
+std::unique_ptr<Cache> unwrapping_extract(Backend& be, const Cache& c);
+void unwrapping_trim_front(std::unique_ptr<Cache>& c);
+
+// Pieces of cache/attend.cc for mutant attention steps.
+std::vector<std::int32_t> per_row(const std::vector<std::int32_t>& offsets, std::int64_t batch);
+DTensor rope_at(Backend& be, const DTensor& x, const RopeParams& rope, const std::vector<std::int32_t>& positions);
 
 }  // namespace kvlab::prop::zoo

@@ -1,10 +1,12 @@
-// The bug zoo runner: for each mutant, the properties (its own family first) with a
-// fixed seed (42) and 200 cases each, until one fails. Fails if a mutant survives and
+// The bug zoo runner: for each mutant, the properties (its own family first: the batch
+// properties for a batch mutant, the properties a single-cache mutant names in `first`)
+// with a fixed seed (42) and 200 cases each, until one fails. Fails if a mutant survives and
 // prints the kill matrix: mutant × first property that killed it, the cases it needed
 // (passing cases + 1) and the size of the shrunk counterexample (steps, tokens).
 #include <gtest/gtest.h>
 #include <rapidcheck.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -44,15 +46,16 @@ struct Entry {
   std::string id, upstream;
   Hooks hooks;
   BatchHooks batch;
-  bool batch_first = false;  // a batch mechanism: try the batch properties first
+  bool batch_first = false;        // a batch mechanism: try the batch properties first
+  std::vector<std::string> first;  // single-cache properties to try before the others
 };
 
 std::vector<Entry> entries() {
   std::vector<Entry> out;
   for (Mutant& m : all_mutants())
-    out.push_back({m.id, m.upstream, std::move(m.hooks), production_batch_hooks(), false});
+    out.push_back({m.id, m.upstream, std::move(m.hooks), production_batch_hooks(), false, std::move(m.first)});
   for (BatchMutant& m : batch_mutants())
-    out.push_back({m.id, m.upstream, production_hooks(), std::move(m.batch), true});
+    out.push_back({m.id, m.upstream, production_hooks(), std::move(m.batch), true, {}});
   return out;
 }
 
@@ -79,8 +82,19 @@ TEST(Zoo, EveryMutantIsKilled) {
     row.mutant = m.id;
     row.upstream = m.upstream;
     const auto t0 = std::chrono::steady_clock::now();
-    std::vector<std::pair<std::string, Body>> props = m.batch_first ? batched : single;
-    for (const auto& p : m.batch_first ? single : batched) props.push_back(p);
+    std::vector<std::pair<std::string, Body>> own = single;
+    std::vector<std::pair<std::string, Body>> props;
+    for (const std::string& name : m.first) {  // the named family, in the given order
+      const auto it = std::find_if(own.begin(), own.end(), [&name](const auto& p) { return p.first == name; });
+      if (it == own.end()) {
+        ADD_FAILURE() << m.id << " names an unknown property " << name;
+        continue;
+      }
+      props.push_back(*it);
+      own.erase(it);
+    }
+    for (const auto& p : m.batch_first ? batched : own) props.push_back(p);
+    for (const auto& p : m.batch_first ? own : batched) props.push_back(p);
     for (const auto& [name, body] : props) {
       last_failure_size() = {};
       rc::detail::TestMetadata meta;
