@@ -1,0 +1,111 @@
+// The --kvlab_* flags of kvlab_bench (bench/bench_suite.h).
+#include <optional>
+#include <sstream>
+
+#include "bench/bench_suite.h"
+#include "kvlab/error.h"
+
+namespace kvlab::bench {
+
+namespace {
+
+std::vector<std::string> split_commas(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream in(s);
+  for (std::string item; std::getline(in, item, ',');) {
+    if (!item.empty()) out.push_back(item);
+  }
+  return out;
+}
+
+std::int64_t parse_int(const std::string& flag, const std::string& v, std::int64_t min) {
+  std::size_t used = 0;
+  std::int64_t n = 0;
+  try {
+    n = std::stoll(v, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  KVLAB_REQUIRE(used == v.size() && n >= min, invalid_argument, "--", flag, "=", v, ": expected an integer >= ", min);
+  return n;
+}
+
+double parse_seconds(const std::string& flag, const std::string& v) {
+  std::size_t used = 0;
+  double x = -1;
+  try {
+    x = std::stod(v, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  KVLAB_REQUIRE(used == v.size() && x > 0, invalid_argument, "--", flag, "=", v, ": expected seconds > 0");
+  return x;
+}
+
+}  // namespace
+
+SuiteOptions parse_suite_flags(int& argc, char** argv) {
+  SuiteOptions o;
+  std::optional<std::int64_t> baseline, flush;
+  int kept = 1;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg.rfind("--kvlab_", 0) != 0) {
+      argv[kept++] = argv[i];
+      continue;
+    }
+    const std::size_t eq = arg.find('=');
+    const std::string flag = arg.substr(2, eq == std::string::npos ? std::string::npos : eq - 2);
+    const std::string value = eq == std::string::npos ? "" : arg.substr(eq + 1);
+    if (flag == "kvlab_tier") {
+      KVLAB_REQUIRE(value == "perf" || value == "smoke", invalid_argument, "--kvlab_tier=", value, ": perf | smoke");
+      o.tier = value;
+    } else if (flag == "kvlab_cases") {
+      for (const std::string& f : split_commas(value)) o.case_files.emplace_back(f);
+    } else if (flag == "kvlab_ops") {
+      o.ops = split_commas(value);
+    } else if (flag == "kvlab_backends") {
+      o.backends = split_commas(value);
+    } else if (flag == "kvlab_baseline_mib") {
+      baseline = parse_int(flag, value, 1);
+    } else if (flag == "kvlab_flush_mib") {
+      flush = parse_int(flag, value, 0);
+    } else if (flag == "kvlab_min_time") {
+      o.min_time = parse_seconds(flag, value);
+    } else if (flag == "kvlab_reference_min_time") {
+      o.reference_min_time = parse_seconds(flag, value);
+    } else if (flag == "kvlab_reference_repetitions") {
+      o.reference_repetitions = static_cast<int>(parse_int(flag, value, 0));
+    } else {
+      fail(ErrorKind::invalid_argument, cat("unknown flag --", flag, " (kvlab_bench --help lists them)"));
+    }
+  }
+  argc = kept;
+  argv[argc] = nullptr;
+  // The smoke tier proves the suites build, run and verify, in seconds: one iteration
+  // of each benchmark, small baseline buffers, no cache flush (unless asked for).
+  o.smoke = o.tier == "smoke";
+  o.baseline_mib = baseline.value_or(o.smoke ? 16 : 256);
+  o.flush_mib = flush.value_or(o.smoke ? 0 : 128);
+  return o;
+}
+
+std::string suite_flags_help() {
+  return "kvlab_bench flags (besides Google Benchmark's --benchmark_*):\n"
+         "  --kvlab_tier=perf|smoke          case files to run (default perf; smoke: small shapes, 1 iteration)\n"
+         "  --kvlab_cases=FILE[,FILE]        case files instead of the tier's\n"
+         "  --kvlab_ops=OP[,OP]              only these ops\n"
+         "  --kvlab_backends=B[,B]           default: reference and simd:<each attainable target>\n"
+         "  --kvlab_baseline_mib=N           streaming read / memcpy buffers (default 256, smoke 16)\n"
+         "  --kvlab_flush_mib=N              untimed read of N MiB before each timed call, evicting the\n"
+         "                                   caches (default 128, smoke 0; 0 = hot-cache timing)\n"
+         "  --kvlab_min_time=S               min timed seconds of the baselines and kernels (default 0.2;\n"
+         "                                   overrides --benchmark_min_time, whose 0.5 s, spent in\n"
+         "                                   calls of ~100 us each with a flush before each, takes minutes)\n"
+         "  --kvlab_reference_min_time=S     min time of the reference benchmarks (default 0.05 s)\n"
+         "  --kvlab_reference_repetitions=N  repetitions of the reference (default 1; 0 = the flag's)\n"
+         "Typical: kvlab_bench --benchmark_repetitions=5 --benchmark_out=r.json --benchmark_out_format=json\n"
+         "         tools/bench_table.py table r.json\n";
+}
+
+}  // namespace kvlab::bench

@@ -1,0 +1,302 @@
+#include "bench/bench_suite.h"
+
+#include <benchmark/benchmark.h>
+
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <set>
+#include <sstream>
+
+#include "bench/bytes_model.h"
+#include "bench/memory_baseline.h"
+#include "bench/timed_case.h"
+#include "harness/check.h"
+#include "harness/op.h"
+#include "kernels/simd/parallel.h"
+#include "kernels/simd/simd_backend.h"
+#include "kvlab/error.h"
+
+namespace kvlab::bench {
+
+namespace {
+
+constexpr std::int64_t kMiB = std::int64_t{1} << 20;
+
+SuiteOutcome& outcome() {
+  static SuiteOutcome o;
+  return o;
+}
+
+// ---- case lines ---------------------------------------------------------------------
+
+struct BenchCase {
+  harness::Problem problem;
+  std::string shape;  // the parameters the case line writes, in declared order
+};
+
+// The keys a case line writes (`op k=v k=v1,v2 ...`), so a benchmark's name shows the
+// shape as the case file states it rather than every parameter with its default.
+std::set<std::string> written_keys(const std::string& line) {
+  std::set<std::string> keys;
+  std::stringstream in(line);
+  std::string token;
+  in >> token;  // the op
+  while (in >> token) keys.insert(token.substr(0, token.find('=')));
+  return keys;
+}
+
+std::string shape_of(const harness::Problem& p, const std::set<std::string>& keys) {
+  std::string out;
+  for (const auto& [key, value] : p.params()) {
+    if (key != "seed" && keys.count(key)) out += cat(out.empty() ? "" : " ", key, "=", value);
+  }
+  return out;
+}
+
+// A case file read like harness::load_case_file (comments, product syntax), keeping
+// each problem's written keys; errors name the file and line.
+std::vector<BenchCase> read_cases(const std::filesystem::path& path) {
+  std::ifstream in(path);
+  KVLAB_REQUIRE(in.good(), io, "cannot read case file ", path.string());
+  std::vector<BenchCase> out;
+  std::string line;
+  for (int number = 1; std::getline(in, line); ++number) {
+    if (const std::size_t hash = line.find('#'); hash != std::string::npos) line.erase(hash);
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    try {
+      const std::set<std::string> keys = written_keys(line);
+      for (harness::Problem& p : harness::expand_line(line)) out.push_back({p, shape_of(p, keys)});
+    } catch (const Error& e) {
+      fail(e.kind(), cat(path.string(), ":", number, ": ", e.what()));
+    }
+  }
+  return out;
+}
+
+std::vector<BenchCase> collect(const SuiteOptions& o, std::ostream& log) {
+  std::vector<std::filesystem::path> files = o.case_files;
+  if (files.empty()) {
+    for (const harness::OpInfo* op : harness::all_ops()) {
+      if (!has_traffic_model(std::string(op->name()))) {
+        log << "note: " << op->name() << " is not a single kernel (no bytes model): not benchmarked\n";
+        continue;
+      }
+      const std::filesystem::path f = harness::default_cases_dir() / op->name() / o.tier;
+      if (std::filesystem::exists(f)) {
+        files.push_back(f);
+      } else {
+        log << "note: no " << o.tier << " case file for " << op->name() << " (" << f.string() << ")\n";
+      }
+    }
+  }
+  const std::set<std::string> wanted(o.ops.begin(), o.ops.end());
+  for (const std::string& name : wanted) harness::find_op(name);  // unknown op names fail loudly
+  std::vector<BenchCase> out;
+  std::set<std::string> seen;
+  for (const auto& f : files) {
+    for (BenchCase& c : read_cases(f)) {
+      if (!wanted.empty() && !wanted.count(c.problem.op())) continue;
+      KVLAB_REQUIRE(has_traffic_model(c.problem.op()), invalid_argument, f.string(), ": op '", c.problem.op(),
+                    "' has no bytes model (bench/bytes_model.cc), so it cannot be benchmarked");
+      if (seen.insert(c.problem.line()).second) out.push_back(std::move(c));
+    }
+  }
+  return out;
+}
+
+// ---- baselines ----------------------------------------------------------------------
+
+struct Baselines {
+  std::unique_ptr<BigBuffer> src, dst, flush;
+};
+Baselines& baselines() {
+  static Baselines b;
+  return b;
+}
+
+BigBuffer& lazily(std::unique_ptr<BigBuffer>& slot, std::int64_t mib) {
+  if (!slot) slot = std::make_unique<BigBuffer>(static_cast<std::size_t>(mib * kMiB));
+  return *slot;
+}
+
+void register_baselines(const SuiteOptions& o) {
+  const int threads = simd::worker_count();
+  for (const bool pool : {true, false}) {
+    const std::string where = pool ? "pool" : "single";
+    const std::string shape = cat(o.baseline_mib, "MiB threads=", pool ? threads : 1);
+    const std::int64_t bytes = o.baseline_mib * kMiB;
+    auto* read = benchmark::RegisterBenchmark(
+        cat("baseline_read/", where, "/", shape).c_str(), [=](benchmark::State& state) {
+          release_timed_case();  // no SIMD target pin may be active: the baseline uses the best
+          BigBuffer& buf = lazily(baselines().src, o.baseline_mib);
+          for (auto _ : state) benchmark::DoNotOptimize(streaming_read(buf, pool));
+          state.SetBytesProcessed(state.iterations() * bytes);
+          state.counters["bytes_per_iter"] = static_cast<double>(bytes);
+          state.counters["workers"] = pool ? threads : 1;
+          state.SetLabel(cat("streaming read (f32 sum, Highway ", simd_current_target(), ")"));
+        });
+    // memcpy moves each byte twice (read + write): credited like a kernel's bytes model.
+    auto* copy = benchmark::RegisterBenchmark(
+        cat("baseline_memcpy/", where, "/", shape).c_str(), [=](benchmark::State& state) {
+          release_timed_case();
+          BigBuffer& src = lazily(baselines().src, o.baseline_mib);
+          BigBuffer& dst = lazily(baselines().dst, o.baseline_mib);
+          for (auto _ : state) {
+            chunked_memcpy(src, dst, pool);
+            benchmark::ClobberMemory();
+          }
+          state.SetBytesProcessed(state.iterations() * 2 * bytes);
+          state.counters["copied_bytes_per_second"] =
+              benchmark::Counter(static_cast<double>(bytes), benchmark::Counter::kIsIterationInvariantRate);
+          state.counters["bytes_per_iter"] = static_cast<double>(2 * bytes);
+          state.counters["workers"] = pool ? threads : 1;
+          state.SetLabel("memcpy (bytes = read + written)");
+        });
+    for (auto* b : {read, copy}) {
+      b->UseRealTime()->Unit(benchmark::kMillisecond);
+      if (o.smoke) {
+        b->Iterations(1)->Repetitions(1);
+      } else {
+        b->MinTime(o.min_time);
+      }
+    }
+  }
+}
+
+// ---- kernels ------------------------------------------------------------------------
+
+std::vector<std::string> default_backends(std::ostream& log) {
+  std::vector<std::string> out{"reference"};
+  for (const SimdTarget& t : simd_compiled_targets()) {
+    if (t.attainable) {
+      out.push_back("simd:" + t.name);
+    } else {
+      log << "note: simd:" << t.name << " not benchmarked: " << t.reason << "\n";
+    }
+  }
+  return out;
+}
+
+void run_kernel(benchmark::State& state, const BenchCase& c, const std::string& backend, const SuiteOptions& o) {
+  const std::string name = cat(c.problem.op(), "/", backend, "/", c.shape);
+  // The baselines ran first; their buffers (2 × baseline_mib) would only crowd the perf
+  // problems (re-made on demand if a baseline runs again, e.g. with interleaving).
+  baselines().src.reset();
+  baselines().dst.reset();
+  TimedCase& tc = acquire_timed_case(name, c.problem, backend);
+  if (!tc.failure.empty()) {
+    state.SkipWithError(cat("FAILED: ", tc.failure).c_str());
+    return;
+  }
+  if (!tc.skip.empty()) {
+    state.SkipWithError(cat("skipped: ", tc.skip).c_str());
+    return;
+  }
+  Traffic t;
+  try {
+    t = traffic_of(c.problem);
+    // A kernel that streams at least the flush size evicts its own data: no flush needed.
+    BigBuffer* flush =
+        o.flush_mib > 0 && t.bytes() < o.flush_mib * kMiB ? &lazily(baselines().flush, o.flush_mib) : nullptr;
+    for (auto _ : state) {
+      if (flush != nullptr) {
+        state.PauseTiming();
+        benchmark::DoNotOptimize(streaming_read(*flush, true));
+        state.ResumeTiming();
+      }
+      tc.invoke();
+    }
+  } catch (const std::exception& e) {
+    tc.failure = cat("threw while timed: ", e.what());
+    record_failure(cat(name, ": ", tc.failure));
+    state.SkipWithError(tc.failure.c_str());
+    return;
+  }
+  state.SetBytesProcessed(state.iterations() * t.bytes());
+  state.counters["flops"] = benchmark::Counter(static_cast<double>(t.flops), benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["bytes_per_iter"] = static_cast<double>(t.bytes());
+  state.counters["workers"] = simd::worker_count();
+  state.SetLabel(c.problem.line());
+}
+
+}  // namespace
+
+int register_suite(const SuiteOptions& o, std::ostream& log) {
+  register_baselines(o);
+  const std::vector<std::string> backends = o.backends.empty() ? default_backends(log) : o.backends;
+  int count = 0;
+  // Owned for the program's lifetime: the registered lambdas refer to them.
+  static std::vector<std::unique_ptr<BenchCase>> cases;
+  for (BenchCase& c : collect(o, log)) {
+    cases.push_back(std::make_unique<BenchCase>(std::move(c)));
+    const BenchCase* bc = cases.back().get();
+    for (const std::string& backend : backends) {
+      auto* b = benchmark::RegisterBenchmark(cat(bc->problem.op(), "/", backend, "/", bc->shape).c_str(),
+                                             [bc, backend, o](benchmark::State& s) { run_kernel(s, *bc, backend, o); });
+      b->UseRealTime()->Unit(benchmark::kMicrosecond);
+      if (o.smoke) {
+        b->Iterations(1)->Repetitions(1);
+      } else if (backend == "reference") {
+        b->MinTime(o.reference_min_time);
+        if (o.reference_repetitions > 0) b->Repetitions(o.reference_repetitions);
+      } else {
+        b->MinTime(o.min_time);
+      }
+      ++count;
+    }
+  }
+  return count;
+}
+
+const SuiteOutcome& suite_outcome() { return outcome(); }
+
+void record_failure(const std::string& what) { outcome().failures.push_back(what); }
+void record_skip(const std::string& name, const std::string& reason) { outcome().skipped.emplace_back(name, reason); }
+
+int run_suite_main(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    if (std::string(argv[i]) == "--help") std::cout << suite_flags_help() << "\n";
+  }
+  SuiteOptions o;
+  try {
+    o = parse_suite_flags(argc, argv);
+  } catch (const Error& e) {
+    std::cerr << "kvlab_bench: " << e.what() << "\n";
+    return 2;
+  }
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 2;
+  benchmark::AddCustomContext("kvlab_threads", std::to_string(simd::worker_count()));
+  benchmark::AddCustomContext("kvlab_tier", o.tier);
+  benchmark::AddCustomContext("kvlab_flush_mib", std::to_string(o.flush_mib));
+  benchmark::AddCustomContext("kvlab_baseline_mib", std::to_string(o.baseline_mib));
+  benchmark::AddCustomContext("kvlab_simd_best_target", simd_current_target());
+  try {
+    const int n = register_suite(o, std::cerr);
+    std::cerr << "kvlab_bench: " << n << " kernel benchmarks, " << simd::worker_count() << " threads, cache flush "
+              << o.flush_mib << " MiB\n";
+  } catch (const Error& e) {
+    std::cerr << "kvlab_bench: " << e.what() << "\n";
+    return 2;
+  }
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  release_timed_case();
+  // Skips grouped by reason (an unwritten kernel skips on every target and shape).
+  std::map<std::string, std::pair<int, std::string>> reasons;  // reason -> (count, first benchmark)
+  for (const auto& [name, reason] : outcome().skipped) {
+    auto& [count, first] = reasons[reason];
+    if (count++ == 0) first = name;
+  }
+  for (const auto& [reason, seen] : reasons) {
+    std::cerr << "skipped " << seen.first << "x: " << reason << " (e.g. " << seen.second << ")\n";
+  }
+  for (const std::string& f : outcome().failures) std::cerr << "FAILED: " << f << "\n";
+  std::cerr << "kvlab_bench: " << outcome().failures.size() << " failed, " << outcome().skipped.size()
+            << " skipped\n";
+  return outcome().failures.empty() ? 0 : 1;
+}
+
+}  // namespace kvlab::bench

@@ -1,0 +1,62 @@
+// kvlab_bench: Google Benchmark suites over the harness's case files.
+//
+// One benchmark per (perf case line, backend): the reference and the SIMD backend pinned
+// to each attainable Highway target. Before a benchmark is timed its backend is verified
+// once against the reference on the very problem timed (harness::run_case); a FAILED or
+// INVALID verification reports an error (SkipWithError) and makes the run exit non-zero,
+// a kernel the backend does not implement yet is reported as skipped with the reason.
+// The memory baselines (streaming read, memcpy) run first, in the same process.
+//
+// Names are `<op>/<backend>/<shape>` (shape: the parameters the case line writes), the
+// label is the full canonical problem line; counters: bytes_per_second (bytes model of
+// bench/bytes_model.h), flops, bytes_per_iter, threads. tools/bench_table.py reads the
+// JSON output (table of GB/s, % of the same-run baselines, speed-up, targets; compare).
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <iosfwd>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace kvlab::bench {
+
+struct SuiteOptions {
+  std::string tier = "perf";                      // the case-file role: perf | smoke
+  std::vector<std::filesystem::path> case_files;  // when given, replace the tier's files
+  std::vector<std::string> ops;                   // empty: every op with a case file
+  std::vector<std::string> backends;              // empty: reference + simd:<each attainable target>
+  std::int64_t baseline_mib = 256;                // streaming read / memcpy buffer size
+  // Cold caches: before every timed call, a read of this many MiB (untimed) evicts the
+  // kernel's data from L1–L3 (48 MiB here), so the kernel streams from DRAM like the
+  // baselines do; 0 times hot calls instead (working sets below L3 then beat DRAM). A
+  // kernel whose bytes model reaches the flush size gets no flush (it evicts itself).
+  std::int64_t flush_mib = 128;
+  bool smoke = false;                   // one iteration, one repetition per benchmark
+  double min_time = 0.2;                // seconds timed per benchmark (baselines, kernels)
+  double reference_min_time = 0.05;     // seconds; the oracle is slow at perf shapes
+  int reference_repetitions = 1;        // overrides --benchmark_repetitions for the oracle (0: not)
+};
+
+// Reads and removes the --kvlab_* flags from argv (the rest is Google Benchmark's).
+// Throws kvlab::Error naming an unknown --kvlab_ flag or a bad value.
+SuiteOptions parse_suite_flags(int& argc, char** argv);
+std::string suite_flags_help();
+
+// Registers the baselines and the kernel benchmarks; prints notes (skipped backends,
+// ops without case files) to `log`. Returns the number of kernel benchmarks.
+int register_suite(const SuiteOptions& options, std::ostream& log);
+
+// What happened to every kernel benchmark of the run.
+struct SuiteOutcome {
+  std::vector<std::string> failures;  // verification FAILED/INVALID or a kernel error
+  std::vector<std::pair<std::string, std::string>> skipped;  // (benchmark, why): unsupported kernel, ...
+};
+const SuiteOutcome& suite_outcome();
+
+// main(): flags, registration, the run, a summary of failures and skips; returns the
+// process exit code (1 when any benchmark failed its verification or threw).
+int run_suite_main(int argc, char** argv);
+
+}  // namespace kvlab::bench

@@ -1,0 +1,38 @@
+// The machine's memory ceilings, measured in the same process and run as the kernels:
+// a streaming read (SIMD sum) and a memcpy over buffers far larger than the caches, split
+// over the SIMD kernels' own worker pool (kernels/simd/parallel.h) so both use the
+// thread count the kernels get. Every kernel's GB/s is read as a fraction of these.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+namespace kvlab::bench {
+
+// A page-aligned buffer whose pages are touched at construction (so no page fault lands
+// inside a timed region) and filled with a non-zero pattern.
+class BigBuffer {
+ public:
+  explicit BigBuffer(std::size_t bytes);
+  std::byte* data() { return data_.get(); }
+  const std::byte* data() const { return data_.get(); }
+  std::size_t size() const { return size_; }
+
+ private:
+  struct Free {
+    void operator()(std::byte* p) const;
+  };
+  std::unique_ptr<std::byte, Free> data_;
+  std::size_t size_ = 0;
+};
+
+// Sums the buffer as f32 with the best Highway target (several accumulators, so the
+// loop is load-bound), in fixed chunks spread over the pool (use_pool) or on the calling
+// thread alone. Returns the sum so the compiler must do the reads.
+float streaming_read(const BigBuffer& buffer, bool use_pool);
+
+// memcpy of src into dst (same size) in fixed chunks over the pool (or the caller).
+void chunked_memcpy(const BigBuffer& src, BigBuffer& dst, bool use_pool);
+
+}  // namespace kvlab::bench

@@ -1,0 +1,66 @@
+// kvlab_bench's own flags: parsed and removed, Google Benchmark's left in place, bad
+// values named; the smoke tier's defaults.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "bench/bench_suite.h"
+#include "tests/unit/test_util.h"
+
+namespace kvlab::bench {
+namespace {
+
+struct Argv {
+  explicit Argv(std::vector<std::string> a) : args(std::move(a)) {
+    for (std::string& s : args) ptrs.push_back(s.data());
+    ptrs.push_back(nullptr);
+    argc = static_cast<int>(args.size());
+  }
+  std::vector<std::string> args;
+  std::vector<char*> ptrs;
+  int argc = 0;
+};
+
+TEST(SuiteFlags, KvlabFlagsAreTakenAndTheRestIsLeftForGoogleBenchmark) {
+  Argv a({"kvlab_bench", "--benchmark_repetitions=5", "--kvlab_ops=rope,kv_scatter", "--kvlab_flush_mib=0",
+          "--benchmark_out=r.json", "--kvlab_backends=simd:AVX2", "--kvlab_min_time=0.3"});
+  const SuiteOptions o = parse_suite_flags(a.argc, a.ptrs.data());
+  ASSERT_EQ(a.argc, 3);
+  EXPECT_EQ(std::string(a.ptrs[1]), "--benchmark_repetitions=5");
+  EXPECT_EQ(std::string(a.ptrs[2]), "--benchmark_out=r.json");
+  EXPECT_EQ(a.ptrs[3], nullptr);
+  EXPECT_EQ(o.ops, (std::vector<std::string>{"rope", "kv_scatter"}));
+  EXPECT_EQ(o.backends, (std::vector<std::string>{"simd:AVX2"}));
+  EXPECT_EQ(o.flush_mib, 0);
+  EXPECT_EQ(o.min_time, 0.3);
+  EXPECT_EQ(o.tier, "perf");
+  EXPECT_FALSE(o.smoke);
+  EXPECT_EQ(o.baseline_mib, 256);  // the issue's >= 256 MiB
+}
+
+TEST(SuiteFlags, TheSmokeTierIsOneIterationOverSmallBuffersUnlessToldOtherwise) {
+  Argv a({"kvlab_bench", "--kvlab_tier=smoke"});
+  const SuiteOptions o = parse_suite_flags(a.argc, a.ptrs.data());
+  EXPECT_TRUE(o.smoke);
+  EXPECT_EQ(o.baseline_mib, 16);
+  EXPECT_EQ(o.flush_mib, 0);
+  Argv b({"kvlab_bench", "--kvlab_tier=smoke", "--kvlab_baseline_mib=256", "--kvlab_flush_mib=64"});
+  const SuiteOptions p = parse_suite_flags(b.argc, b.ptrs.data());
+  EXPECT_EQ(p.baseline_mib, 256);
+  EXPECT_EQ(p.flush_mib, 64);
+}
+
+TEST(SuiteFlags, BadFlagsAndValuesAreNamed) {
+  Argv a({"kvlab_bench", "--kvlab_tire=smoke"});
+  EXPECT_KVLAB_ERROR(parse_suite_flags(a.argc, a.ptrs.data()), invalid_argument, "kvlab_tire");
+  Argv b({"kvlab_bench", "--kvlab_flush_mib=-1"});
+  EXPECT_KVLAB_ERROR(parse_suite_flags(b.argc, b.ptrs.data()), invalid_argument, "--kvlab_flush_mib=-1");
+  Argv c({"kvlab_bench", "--kvlab_min_time=fast"});
+  EXPECT_KVLAB_ERROR(parse_suite_flags(c.argc, c.ptrs.data()), invalid_argument, "--kvlab_min_time=fast");
+  Argv d({"kvlab_bench", "--kvlab_tier=ci"});
+  EXPECT_KVLAB_ERROR(parse_suite_flags(d.argc, d.ptrs.data()), invalid_argument, "--kvlab_tier=ci");
+}
+
+}  // namespace
+}  // namespace kvlab::bench

@@ -1,0 +1,136 @@
+#include "bench/timed_case.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "bench/memo_reference.h"
+#include "harness/backends.h"
+#include "harness/spine.h"
+#include "kvlab/error.h"
+
+namespace kvlab::bench {
+
+namespace {
+
+std::unique_ptr<TimedCase>& live() {
+  static std::unique_ptr<TimedCase> slot;
+  return slot;
+}
+
+MemoReference& memo_reference() {
+  static MemoReference m;
+  return m;
+}
+
+// Uploads the prepared inputs once and allocates the outputs with their initial content
+// (a kernel that must leave rows alone, kv_scatter, starts from it) or NaN poison.
+void place(TimedCase& tc) {
+  Backend& b = *tc.backend;
+  for (const Tensor& t : tc.prep.inputs) tc.in.tensors.push_back(b.upload(t));
+  tc.in.names = &tc.prep.input_names;
+  for (const harness::OutputSlot& s : tc.prep.outputs) {
+    tc.output_names.push_back(s.name);
+    DTensor d = b.allocate(s.dtype, s.shape);
+    if (s.initial) {
+      b.upload(d, s.initial->data());
+    } else {
+      b.fill(d, harness::nan_poison_bits(s.dtype));
+    }
+    tc.out.tensors.push_back(d);
+  }
+  tc.out.names = &tc.output_names;
+  // fp_quantize's OpInfo::invoke re-creates the random input on the host to derive the
+  // global scale, which would be timed with the kernel; the benchmark derives it once,
+  // from the same input bits and with the same amax loop (harness/ops/fp_info.cc).
+  if (tc.problem.op() == "fp_quantize" && tc.problem.word("global_scale") == "amax") {
+    const ConstTensorView x = tc.prep.input("x").view();
+    float amax = 0;
+    for (std::int64_t i = 0; i < x.numel(); ++i) amax = std::max(amax, std::abs(x.load(i)));
+    tc.fp_global_scale = amax;
+  }
+}
+
+// The one verification against the reference; a verdict other than PASSED fills skip
+// (nothing to compare yet) or failure (wrong).
+void verify(TimedCase& tc) {
+  MemoReference& reference = memo_reference();
+  reference.expect(tc.problem.line());
+  const harness::CaseResult r = harness::run_case(tc.problem, *tc.backend, reference, {});
+  switch (r.status) {
+    case harness::Status::passed: return;
+    case harness::Status::unimplemented: tc.skip = r.reason; return;
+    case harness::Status::skipped: tc.skip = cat("not verified: ", r.reason); return;
+    case harness::Status::invalid:
+    case harness::Status::failed: tc.failure = harness::describe(r); return;
+  }
+}
+
+void build(TimedCase& tc, const std::string& backend) {
+  try {
+    tc.backend = harness::make_backend(backend);
+  } catch (const Error& e) {
+    (e.kind() == ErrorKind::unsupported ? tc.skip : tc.failure) = e.what();
+    return;
+  }
+  tc.op = &harness::find_op(tc.problem.op());
+  try {
+    tc.prep = tc.op->prepare(tc.problem);
+  } catch (const Error& e) {
+    tc.failure = cat("INVALID problem: ", e.what());
+    return;
+  }
+  place(tc);
+  // The oracle is the reference for the others: comparing it with itself proves nothing,
+  // and a warm-up call of it at perf shapes costs up to minutes.
+  if (backend == "reference") return;
+  try {
+    tc.invoke();  // the warm-up call; an unsupported kernel stops here, before the oracle runs
+  } catch (const Error& e) {
+    (e.kind() == ErrorKind::unsupported ? tc.skip : tc.failure) = e.what();
+    return;
+  }
+  verify(tc);
+}
+
+}  // namespace
+
+void TimedCase::invoke() {
+  if (problem.op() == "fp_quantize") {
+    backend->fp_quantize(in["x"], QuantSpec::make(quant_mode_from_name(problem.word("mode"))),
+                         rounding_from_name(problem.word("rounding")), fp_global_scale, out.tensors[0],
+                         out.tensors[1]);
+  } else {
+    op->invoke(*backend, problem, in, out);
+  }
+  backend->finish();
+}
+
+TimedCase& acquire_timed_case(const std::string& key, const harness::Problem& problem, const std::string& backend) {
+  std::unique_ptr<TimedCase>& slot = live();
+  if (slot && slot->key == key) return *slot;
+  slot.reset();  // drop the previous backend (and its target pin) before making the next
+  slot = std::make_unique<TimedCase>();
+  slot->key = key;
+  slot->problem = problem;
+  try {
+    build(*slot, backend);
+  } catch (const std::exception& e) {
+    slot->failure = cat("setup threw: ", e.what());
+  }
+  if (!slot->failure.empty()) record_failure(cat(key, ": ", slot->failure));
+  if (!slot->skip.empty()) record_skip(key, slot->skip);
+  if (!slot->failure.empty() || !slot->skip.empty()) {
+    // Keep the verdict, drop the memory.
+    slot->prep = {};
+    slot->in = {};
+    slot->out = {};
+    slot->backend.reset();
+  }
+  return *slot;
+}
+
+void release_timed_case() { live().reset(); }
+
+int oracle_calls_computed() { return memo_reference().computed(); }
+
+}  // namespace kvlab::bench

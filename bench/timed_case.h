@@ -1,0 +1,48 @@
+// One kernel benchmark's state, built once and reused by every timed run of it: the
+// backend (a SIMD one pinned to its target), the problem's inputs uploaded once, output
+// buffers, and the verdict of the one verification against the reference.
+//
+// Only one TimedCase lives at a time (benchmarks run one after the other, each with all
+// its repetitions): a SIMD target pin is process-global, so the previous backend — and
+// its pin — must be gone before the next one is made, and the largest perf problems
+// (hundreds of MiB with the verification's copies) must not pile up.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "harness/op.h"
+#include "harness/problem.h"
+#include "kvlab/backend.h"
+
+namespace kvlab::bench {
+
+struct TimedCase {
+  std::string key;  // the benchmark name
+  harness::Problem problem;
+  const harness::OpInfo* op = nullptr;
+  std::unique_ptr<Backend> backend;
+  harness::Prepared prep;
+  std::vector<std::string> output_names;
+  harness::Bound in, out;
+  std::optional<float> fp_global_scale;
+  std::string skip;     // not timed, and why (unsupported kernel, unattainable target)
+  std::string failure;  // not timed because wrong: FAILED/INVALID verification, a throw
+
+  // One kernel call on the uploaded buffers, then backend.finish(): what is timed.
+  void invoke();
+};
+
+// The TimedCase for `key`: the live one when it matches, else a new one (the old one is
+// released first). Building it records a failure or a skip in the suite's outcome.
+TimedCase& acquire_timed_case(const std::string& key, const harness::Problem& problem, const std::string& backend);
+void release_timed_case();
+// Oracle calls the verifications made so far (bench/memo_reference.h replays the rest).
+int oracle_calls_computed();
+
+void record_failure(const std::string& what);  // bench_suite.cc
+void record_skip(const std::string& name, const std::string& reason);
+
+}  // namespace kvlab::bench

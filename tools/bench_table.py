@@ -1,0 +1,333 @@
+#!/usr/bin/env python3
+"""kvlab benchmark results: the ratio table of one run, and the comparison of two runs.
+
+Reads Google Benchmark JSON written by kvlab_bench (bench/bench_suite.h), e.g.
+
+  build/ci/bench/kvlab_bench --benchmark_repetitions=5 \\
+      --benchmark_out=r.json --benchmark_out_format=json
+  tools/bench_table.py table r.json
+  tools/bench_table.py compare old.json new.json
+
+table: one row per kernel benchmark: kernel | shape | backend | GB/s | % read | % memcpy |
+  speed-up vs reference | target.
+  * GB/s = bytes model (bench/bytes_model.h: bytes read + bytes written, each once) /
+    median wall time of the repetitions, in 10^9 bytes per second (Google Benchmark's
+    console prints GiB/s).
+  * % read, % memcpy: that GB/s over the same run's baseline_read / baseline_memcpy rows
+    with the pool's thread count (memcpy counted as read + written, like every kernel, so a
+    kernel at 100 % memcpy moves its bytes as fast as memcpy moves its own).
+  * speed-up: the reference's median time on the same problem over this backend's.
+  * target: the issue's bandwidth targets, PASS or MISS with the measured ratio:
+      quantized_sdpa B=1 Hq=32 Hkv=8 Lq=1 Lk=65536 D=128 f16, affine group 64, K and V at
+        8 bits: >= 45 % read; at 4 bits: >= 30 % read
+      affine_quantize >= 50 % memcpy;  rope, kv_scatter (append) >= 60 % memcpy
+    They apply to the optimized backends, not to the reference.
+
+compare: rows present in both files, matched by name. Noise rule: a row is flagged only
+  when  |median_new - median_old| > K * max(noise_old, noise_new)  AND the change exceeds
+  MIN_PCT percent of the old median, where a run's noise is 1.4826 * MAD of its repetition
+  times (a robust standard deviation), or the stddev aggregate when the file holds only
+  aggregates. Rows with fewer than 3 repetitions on either side have no noise estimate and
+  are listed as not compared (by default the reference runs once). Defaults: K = 3,
+  MIN_PCT = 3. Exit status 0, or 1 with --fail-on-change (any flagged change) or
+  --fail-on-slowdown (a flagged slowdown).
+
+Python 3 standard library only.
+"""
+
+import argparse
+import json
+import re
+import statistics
+import sys
+
+UNIT_SECONDS = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0}
+# Components Google Benchmark appends to a name (iterations, repetitions, time type ...).
+SUFFIX = re.compile(r"^(iterations|repeats|min_time|min_warmup_time|threads):|^(real_time|manual_time|process_time)$")
+MIN_REPS_FOR_NOISE = 3
+MAD_TO_SIGMA = 1.4826  # MAD of a normal sample times this estimates its standard deviation
+
+
+def base_name(run_name):
+    """'op/backend/shape/iterations:1/real_time' -> 'op/backend/shape'."""
+    parts = run_name.split("/")
+    while len(parts) > 3 and SUFFIX.search(parts[-1]):
+        parts.pop()
+    return "/".join(parts)
+
+
+def parse_label(label):
+    """A canonical problem line 'op k=v ... seed=N' -> {k: v} (op under 'op')."""
+    words = (label or "").split()
+    if not words or "=" in words[0]:
+        return {}
+    params = {"op": words[0]}
+    for w in words[1:]:
+        if "=" in w:
+            k, v = w.split("=", 1)
+            params[k] = v
+    return params
+
+
+class Row:
+    """All repetitions of one benchmark in one file."""
+
+    def __init__(self, name):
+        self.name = name
+        parts = name.split("/", 2)
+        self.op = parts[0]
+        self.backend = parts[1] if len(parts) > 1 else ""
+        self.shape = parts[2] if len(parts) > 2 else ""
+        self.times = []       # seconds per iteration, one per repetition
+        self.aggregates = {}  # aggregate_name -> seconds (when only aggregates were written)
+        self.bytes_per_iter = None
+        self.flops_per_second = []
+        self.label = ""
+        self.error = None
+
+    def add(self, b):
+        unit = UNIT_SECONDS[b.get("time_unit", "ns")]
+        if b.get("error_occurred"):
+            self.error = b.get("error_message", "error")
+            return
+        if b.get("run_type") == "aggregate":
+            # Aggregates aggregate the counters too (stddev of bytes_per_iter is 0): take the
+            # bytes from a repetition row, or from the mean/median when only aggregates exist.
+            name = b.get("aggregate_name", "")
+            self.aggregates[name] = b["real_time"] * unit
+            if name in ("mean", "median") and self.bytes_per_iter is None:
+                self.bytes_per_iter = b.get("bytes_per_iter")
+            return
+        self.label = b.get("label", self.label)
+        if "bytes_per_iter" in b:
+            self.bytes_per_iter = b["bytes_per_iter"]
+        self.times.append(b["real_time"] * unit)
+        if "flops" in b:
+            self.flops_per_second.append(b["flops"])
+
+    @property
+    def timed(self):
+        return bool(self.times) or "median" in self.aggregates or "mean" in self.aggregates
+
+    def median(self):
+        if self.times:
+            return statistics.median(self.times)
+        return self.aggregates.get("median", self.aggregates.get("mean"))
+
+    def noise(self):
+        """Robust standard deviation of the repetition times, or None when unknown."""
+        if len(self.times) >= MIN_REPS_FOR_NOISE:
+            m = statistics.median(self.times)
+            return MAD_TO_SIGMA * statistics.median([abs(t - m) for t in self.times])
+        if not self.times and "stddev" in self.aggregates:
+            return self.aggregates["stddev"]
+        return None
+
+    def gbps(self):
+        m = self.median()
+        if self.bytes_per_iter is None or not m:
+            return None
+        return self.bytes_per_iter / m / 1e9
+
+    def params(self):
+        return parse_label(self.label)
+
+
+def load(path):
+    with open(path, encoding="utf-8") as f:
+        data = json.load(f)
+    rows = {}
+    for b in data.get("benchmarks", []):
+        name = base_name(b.get("run_name", b["name"]))
+        rows.setdefault(name, Row(name)).add(b)
+    return data.get("context", {}), rows
+
+
+def baselines(rows):
+    """GB/s of the pool (multi-thread) read and memcpy baselines, and the single-thread ones."""
+    out = {}
+    for r in rows.values():
+        if r.op in ("baseline_read", "baseline_memcpy") and r.timed:
+            out[(r.op, r.backend)] = r
+    return out
+
+
+# The issue's targets: (predicate on the problem's parameters, baseline, minimum %).
+def _qsdpa_target(bits):
+    def match(p):
+        want = {"op": "quantized_sdpa", "B": "1", "Hq": "32", "Hkv": "8", "Lq": "1", "Lk": "65536",
+                "Dk": "128", "Dv": "128", "dtype": "f16", "kmode": "affine", "vmode": "affine",
+                "kgroup": "64", "vgroup": "64", "kbits": str(bits), "vbits": str(bits)}
+        return all(p.get(k) == v for k, v in want.items())
+    return match
+
+
+TARGETS = [
+    (_qsdpa_target(8), "read", 45.0),
+    (_qsdpa_target(4), "read", 30.0),
+    (lambda p: p.get("op") == "affine_quantize", "memcpy", 50.0),
+    (lambda p: p.get("op") == "rope", "memcpy", 60.0),
+    (lambda p: p.get("op") == "kv_scatter", "memcpy", 60.0),
+]
+
+
+def target_of(row):
+    if row.backend == "reference":
+        return None
+    p = row.params()
+    for match, base, pct in TARGETS:
+        if match(p):
+            return base, pct
+    return None
+
+
+def fmt(x, spec, missing="-"):
+    return missing if x is None else format(x, spec)
+
+
+def print_table(rows_out, headers, out):
+    widths = [max(len(str(r[i])) for r in [headers] + rows_out) for i in range(len(headers))]
+    line = "  ".join(h.ljust(w) for h, w in zip(headers, widths))
+    out.write(line.rstrip() + "\n" + "  ".join("-" * w for w in widths) + "\n")
+    for r in rows_out:
+        out.write("  ".join(str(c).ljust(w) if i < 3 else str(c).rjust(w)
+                            for i, (c, w) in enumerate(zip(r, widths))).rstrip() + "\n")
+
+
+def table(path, out=sys.stdout):
+    context, rows = load(path)
+    base = baselines(rows)
+    read, copy = base.get(("baseline_read", "pool")), base.get(("baseline_memcpy", "pool"))
+    read_gbps = read.gbps() if read else None
+    copy_gbps = copy.gbps() if copy else None
+    out.write(f"{path}: {context.get('date', '')}, {context.get('kvlab_threads', '?')} threads, "
+              f"best SIMD target {context.get('kvlab_simd_best_target', '?')}, "
+              f"cache flush {context.get('kvlab_flush_mib', '?')} MiB before each timed call\n")
+    for (op, where), r in sorted(base.items()):
+        extra = ""
+        if op == "baseline_memcpy" and r.gbps():
+            extra = f"  ({r.gbps() / 2:.1f} GB/s copied)"
+        out.write(f"  {op:16s} {where:6s} {r.shape:24s} {fmt(r.gbps(), '.1f')} GB/s{extra}\n")
+    mib = context.get("kvlab_baseline_mib")
+    if mib is not None and int(mib) < 256:
+        out.write(f"  note: baselines over {mib} MiB, below the 256 MiB the targets assume\n")
+    if read_gbps is None or copy_gbps is None:
+        out.write("  note: no pool baseline rows in this file: % columns and targets are blank\n")
+
+    # Targets are about DRAM-sized perf shapes; the smoke tier only proves the suites run.
+    judge = context.get("kvlab_tier", "perf") != "smoke"
+    if not judge:
+        out.write("  note: smoke tier (tiny shapes, one iteration): targets are not evaluated\n")
+    reference = {(r.op, r.shape): r for r in rows.values() if r.backend == "reference" and r.timed}
+    lines, verdicts, untimed = [], [], []
+    for r in rows.values():
+        if r.op.startswith("baseline_"):
+            continue
+        if not r.timed:
+            untimed.append(r)
+            continue
+        g = r.gbps()
+        pr = 100 * g / read_gbps if g is not None and read_gbps else None
+        pc = 100 * g / copy_gbps if g is not None and copy_gbps else None
+        ref = reference.get((r.op, r.shape))
+        speedup = ref.median() / r.median() if ref and r.backend != "reference" else None
+        verdict = ""
+        t = target_of(r) if judge else None
+        if t:
+            basis, need = t
+            got = pr if basis == "read" else pc
+            if got is None:
+                verdict = f"? >= {need:g}% {basis}"
+            else:
+                verdict = f"{'PASS' if got >= need else 'MISS'} >= {need:g}% {basis}"
+                verdicts.append((r, basis, need, got))
+        reps = len(r.times) if r.times else "agg"
+        lines.append([r.op, r.shape, r.backend, fmt(g, ".2f"), fmt(pr, ".1f"), fmt(pc, ".1f"),
+                      fmt(speedup, ".1f", "-") + ("x" if speedup else ""), reps, verdict])
+    print_table(lines, ["kernel", "shape", "backend", "GB/s", "% read", "% memcpy", "vs ref", "reps",
+                        "target"], out)
+    if verdicts:
+        out.write("\ntargets (best optimized backend per kernel and shape):\n")
+        best = {}
+        for r, basis, need, got in verdicts:
+            key = (r.op, r.shape)
+            if key not in best or got > best[key][3]:
+                best[key] = (r, basis, need, got)
+        for (op, shape), (r, basis, need, got) in best.items():
+            status = "PASS" if got >= need else f"MISS by {need - got:.1f} points"
+            out.write(f"  {op} {shape} [{r.backend}]: {got:.1f}% of {basis} (target {need:g}%): {status}\n")
+    if untimed:
+        out.write("\nnot timed:\n")
+        by_reason = {}
+        for r in untimed:
+            by_reason.setdefault((r.error or "no timing").splitlines()[0], []).append(r)
+        for reason, rs in sorted(by_reason.items()):
+            out.write(f"  {len(rs)}x {reason}  (e.g. {rs[0].name})\n")
+    return 0
+
+
+def compare_rows(old, new, k=3.0, min_pct=3.0):
+    """Returns (flagged, quiet, not_compared): flagged rows are (name, old, new, pct, noise_pct)."""
+    flagged, quiet, not_compared = [], 0, []
+    for name in sorted(set(old) & set(new)):
+        a, b = old[name], new[name]
+        if not a.timed or not b.timed:
+            continue
+        na, nb = a.noise(), b.noise()
+        if na is None or nb is None:
+            not_compared.append(name)
+            continue
+        ma, mb = a.median(), b.median()
+        delta = mb - ma
+        noise = max(na, nb)
+        pct = 100 * delta / ma
+        if abs(delta) > k * noise and abs(pct) > min_pct:
+            flagged.append((name, ma, mb, pct, 100 * noise / ma))
+        else:
+            quiet += 1
+    return flagged, quiet, not_compared
+
+
+def compare(old_path, new_path, k, min_pct, fail_on_change, fail_on_slowdown, out=sys.stdout):
+    _, old = load(old_path)
+    _, new = load(new_path)
+    flagged, quiet, not_compared = compare_rows(old, new, k, min_pct)
+    out.write(f"rule: flagged when |delta median| > {k:g} x max(noise old, noise new) and > {min_pct:g}%\n")
+    for name, ma, mb, pct, noise_pct in flagged:
+        kind = "SLOWER" if pct > 0 else "faster"
+        out.write(f"  {kind:6s} {pct:+7.1f}%  (noise {noise_pct:.1f}%)  {ma * 1e6:.1f} us -> {mb * 1e6:.1f} us  {name}\n")
+    if any(n.startswith("baseline_") for n, *_ in flagged):
+        out.write("  note: a memory baseline moved: the machine's bandwidth changed between the runs, "
+                  "so compare the % read / % memcpy columns of `table` too\n")
+    out.write(f"{len(flagged)} flagged, {quiet} within noise, {len(not_compared)} without a noise estimate "
+              f"(< {MIN_REPS_FOR_NOISE} repetitions)\n")
+    only = sorted(set(old) ^ set(new))
+    if only:
+        out.write(f"{len(only)} benchmarks in only one file (e.g. {only[0]})\n")
+    if fail_on_change and flagged:
+        return 1
+    if fail_on_slowdown and any(f[3] > 0 for f in flagged):
+        return 1
+    return 0
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    t = sub.add_parser("table", help="ratio table of one result file")
+    t.add_argument("result")
+    c = sub.add_parser("compare", help="changes beyond the measured noise between two result files")
+    c.add_argument("old")
+    c.add_argument("new")
+    c.add_argument("--k", type=float, default=3.0, help="noise multiple a change must exceed (default 3)")
+    c.add_argument("--min-pct", type=float, default=3.0, help="minimum change in percent (default 3)")
+    c.add_argument("--fail-on-change", action="store_true", help="exit 1 when any change is flagged")
+    c.add_argument("--fail-on-slowdown", action="store_true", help="exit 1 when a slowdown is flagged")
+    args = parser.parse_args(argv)
+    if args.command == "table":
+        return table(args.result)
+    return compare(args.old, args.new, args.k, args.min_pct, args.fail_on_change, args.fail_on_slowdown)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
