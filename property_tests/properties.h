@@ -80,6 +80,16 @@ void sized(const std::vector<std::int64_t>& chunks, F&& body) {
     throw;
   }
 }
+// The same with the case size given directly (steps, tokens).
+template <class F>
+void sized(CaseSize size, F&& body) {
+  try {
+    body();
+  } catch (...) {
+    last_failure_size() = size;
+    throw;
+  }
+}
 
 struct NamedProperty {
   std::string name;

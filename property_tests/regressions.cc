@@ -128,7 +128,7 @@ void rope_vector_offsets_per_row(const Hooks& hooks) {
   // Left padding gives padding tokens negative positions (spec §3.4).
   const auto offsets = *rc::gen::container<std::vector<std::int32_t>>(static_cast<std::size_t>(batch),
                                                                        rc::gen::inRange<std::int32_t>(-16, 5000));
-  sized({seq}, [&] {
+  sized(CaseSize{1, batch * seq}, [&] {
     ReferenceBackend be;
     const Tensor x = block(Stream::query, batch, heads, seq, dim, [](std::int64_t, std::int64_t j) { return j; });
     const DTensor xd = be.upload(x), out = be.allocate(DType::f32, x.shape());
@@ -162,7 +162,7 @@ void quantized_batch_gqa_padded_mask(const Hooks& hooks) {
   std::vector<std::int32_t> lp;
   for (const std::int64_t l : lens) lp.push_back(static_cast<std::int32_t>(longest - l));
   std::vector<std::int64_t> chunks{longest};  // the left-padded prompt, then decode-sized chunks
-  for (const std::int64_t n : gen_chunks(16)) chunks.push_back(n);
+  for (const std::int64_t n : gen_chunks(10)) chunks.push_back(n);
   sized(chunks, [&] {
     ReferenceBackend be;
     std::unique_ptr<Cache> cache = hooks.wrap(std::make_unique<BatchQuantizedKVCache>(be, lp, cfg.spec, cfg.rounding));
@@ -223,7 +223,7 @@ void quantized_pv_value_dims(const Hooks& hooks) {
     c.quantizable = true;
     return c;
   });
-  const std::vector<std::int64_t> chunks = gen_chunks(24);
+  const std::vector<std::int64_t> chunks = gen_chunks(16);
   sized(chunks, [&] {
     Sut sut(cfg, hooks);
     for (const std::int64_t n : chunks) {
@@ -257,7 +257,8 @@ void quantize_policy_per_layer(const Hooks& hooks) {
   const Rounding rounding = *rc::gen::elementOf(std::vector<Rounding>{Rounding::mlx_cpu, Rounding::mlx_gpu});
   std::vector<Config> cfgs;
   for (const Kind k : kinds) cfgs.push_back(small_config(k, dim, spec, rounding));
-  sized({static_cast<std::int64_t>(kinds.size()), tokens}, [&] {
+  const auto n_layers = static_cast<std::int64_t>(kinds.size());
+  sized(CaseSize{n_layers, n_layers * tokens}, [&] {
     ReferenceBackend be;
     std::vector<std::unique_ptr<Cache>> layers;
     std::vector<CacheState> before;
@@ -304,7 +305,7 @@ void restore_rejects_inconsistent_offset(const Hooks& hooks) {
   const std::int64_t tokens = *rc::gen::inRange<std::int64_t>(1, 40);
   const bool edit_meta = *rc::gen::arbitrary<bool>();
   const std::int64_t delta = *rc::gen::inRange<std::int64_t>(1, 6);
-  sized({1, tokens}, [&] {
+  sized(CaseSize{1, tokens}, [&] {
     ReferenceBackend be;
     const std::unique_ptr<Cache> cache = filled_cache(be, cfg, tokens);
     const CacheState good = cache->state();
@@ -403,7 +404,9 @@ void state_file_corruption_is_an_error(const Hooks& hooks) {
     if (kinds[i] != Kind::rotating) pinned.push_back(i);
   if (how == Corruption::meta_offset && pinned.empty()) how = Corruption::truncate;
   const std::size_t victim = pinned.empty() ? 0 : pinned[*rc::gen::inRange<std::size_t>(0, pinned.size())];
-  sized({static_cast<std::int64_t>(n_layers), 0}, [&] {
+  std::int64_t all_tokens = 0;
+  for (const std::int64_t t : tokens) all_tokens += t;
+  sized(CaseSize{static_cast<std::int64_t>(n_layers), all_tokens}, [&] {
     ReferenceBackend be;
     std::vector<std::unique_ptr<Cache>> live;
     std::vector<const Cache*> raw;

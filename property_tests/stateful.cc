@@ -285,10 +285,10 @@ void stateful_case(Kind kind, const Hooks& hooks) {
   Model m0;
   m0.cfg = *gen_config(kind);
   m0.quantized = kind == Kind::quantized;
-  // Up to ~40 commands per case (RapidCheck's size 0..100 scaled); ~25 for TurboQuant,
-  // whose updates decode the whole cache.
+  // Up to ~40 commands per case (RapidCheck's size 0..100 scaled); ~20 for TurboQuant,
+  // whose updates decode the whole cache and whose restores rebuild codebooks.
   const auto cmds =
-      *rc::gen::scale(kind == Kind::turboquant ? 0.25 : 0.4, rc::state::gen::commands(m0, &gen_command));
+      *rc::gen::scale(kind == Kind::turboquant ? 0.2 : 0.4, rc::state::gen::commands(m0, &gen_command));
   Sut sut(m0.cfg, hooks);
   try {
     rc::state::runAll(cmds, m0, sut);
