@@ -20,9 +20,26 @@ std::filesystem::path default_cases_dir() { return KVLAB_CASES_DIR; }
 
 std::vector<std::string> tier_roles(std::string_view tier) {
   if (tier == "smoke") return {"smoke"};
-  if (tier == "ci") return {"smoke", "ci", "shapes_edges", "shapes_llama_decode"};
+  if (tier == "ci" || tier == "lavapipe") return {"smoke", "ci", "shapes_edges", "shapes_llama_decode"};
   if (tier == "full") return {"smoke", "ci", "shapes_edges", "shapes_llama_decode", "perf"};
-  fail(ErrorKind::invalid_argument, cat("unknown tier '", tier, "' (smoke, ci, full)"));
+  fail(ErrorKind::invalid_argument, cat("unknown tier '", tier, "' (smoke, ci, lavapipe, full)"));
+}
+
+std::vector<std::filesystem::path> tier_files(const std::filesystem::path& op_dir, std::string_view tier) {
+  std::vector<std::filesystem::path> files;
+  const auto add = [&](const char* role) {
+    if (std::filesystem::exists(op_dir / role)) files.push_back(op_dir / role);
+  };
+  // The lavapipe tier is the ci tier sized for a CPU Vulkan driver (~4x slower than native
+  // code, and each small dispatch waits on its worker threads): an op whose ci files are
+  // too slow there supplies a `lavapipe` file that stands in for ci, edges and decode shapes.
+  if (tier == "lavapipe" && std::filesystem::exists(op_dir / "lavapipe")) {
+    add("smoke");
+    add("lavapipe");
+    return files;
+  }
+  for (const std::string& role : tier_roles(tier)) add(role.c_str());
+  return files;
 }
 
 std::vector<Problem> collect_cases(const CheckOptions& o) {
@@ -33,10 +50,7 @@ std::vector<Problem> collect_cases(const CheckOptions& o) {
     for (const std::string& f : o.case_files) files.emplace_back(f);
   } else {
     for (const OpInfo* op : all_ops()) {
-      for (const std::string& role : tier_roles(o.tier)) {
-        const std::filesystem::path f = o.cases_dir / op->name() / role;
-        if (std::filesystem::exists(f)) files.push_back(f);
-      }
+      for (std::filesystem::path& f : tier_files(o.cases_dir / op->name(), o.tier)) files.push_back(std::move(f));
     }
   }
   std::set<std::string> op_filter(o.ops.begin(), o.ops.end());

@@ -18,6 +18,9 @@ namespace kvlab::harness {
 
 std::filesystem::path default_cases_dir();  // the source tree's harness/cases
 std::vector<std::string> tier_roles(std::string_view tier);  // throws for an unknown tier
+// The case files of one op directory in a tier (the lavapipe tier: its `lavapipe` file
+// in place of the ci roles where the op has one).
+std::vector<std::filesystem::path> tier_files(const std::filesystem::path& op_dir, std::string_view tier);
 
 struct CheckOptions {
   std::string backend = "reference";

@@ -59,7 +59,7 @@ TEST(Problem, BadLinesNameTheCulprit) {
 }
 
 TEST(CaseFiles, EveryTierFileParsesAndShardsPartition) {
-  for (const char* tier : {"smoke", "ci", "full"}) {
+  for (const char* tier : {"smoke", "ci", "lavapipe", "full"}) {
     CheckOptions o;
     o.tier = tier;
     const std::size_t total = collect_cases(o).size();
@@ -77,6 +77,23 @@ TEST(CaseFiles, EveryTierFileParsesAndShardsPartition) {
     o.tier = "smoke";
     o.ops = {std::string(op->name())};
     EXPECT_GT(collect_cases(o).size(), 0u) << op->name();
+  }
+}
+
+// The lavapipe tier is the ci tier wherever an op has no `lavapipe` file, and smaller
+// where it has one (it exists to be smaller); both run every op.
+TEST(CaseFiles, LavapipeTierIsTheCiTierOrASmallerStandIn) {
+  for (const OpInfo* op : all_ops()) {
+    CheckOptions ci, lava;
+    ci.ops = lava.ops = {std::string(op->name())};
+    lava.tier = "lavapipe";
+    const std::size_t n_ci = collect_cases(ci).size(), n_lava = collect_cases(lava).size();
+    EXPECT_GT(n_lava, 0u) << op->name();
+    if (std::filesystem::exists(default_cases_dir() / op->name() / "lavapipe")) {
+      EXPECT_LT(n_lava, n_ci) << op->name();
+    } else {
+      EXPECT_EQ(n_lava, n_ci) << op->name();
+    }
   }
 }
 

@@ -83,9 +83,13 @@ std::unique_ptr<Backend> make_vulkan_backend(std::string_view variant) {
       options.force_word_storage = true;
     } else if (flag == "staging") {
       options.force_staging = true;
+    } else if (flag == "validate") {
+      // Messages go to stderr as "[vulkan] <severity> <type>: ..." (runtime/instance.cc),
+      // where the CTest run of the lavapipe tier fails on them.
+      options.validation = true;
     } else {
       fail(ErrorKind::invalid_argument, cat("vulkan backend variant '", variant, "': unknown flag '", flag,
-                                            "' (expected [<device>][,words][,staging])"));
+                                            "' (expected [<device>][,words][,staging][,validate])"));
     }
     rest = next == std::string_view::npos ? std::string_view{} : rest.substr(next + 1);
   }

@@ -115,8 +115,9 @@ class VulkanBackend final : public Backend {
   std::unique_ptr<Context> context_;
 };
 
-// The harness factory: variant = "[<device>][,words][,staging]" (device as in
-// VulkanOptions::device; the flags force the fallback paths). Throws Error(unsupported)
+// The harness factory: variant = "[<device>][,words][,staging][,validate]" (device as in
+// VulkanOptions::device; words/staging force the fallback paths; validate turns on the
+// validation layer, messages to stderr). Throws Error(unsupported)
 // with the reason when no device is usable.
 std::unique_ptr<Backend> make_vulkan_backend(std::string_view variant);
 

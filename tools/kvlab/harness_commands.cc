@@ -41,7 +41,8 @@ void HarnessCommands::add_to(CLI::App& app) {
   check_cmd_ = app.add_subcommand("check", "Compare a backend with the reference over the case files of a tier");
   check_cmd_->add_option("--backend", check_.backend, "Backend under test (reference, simd[:TARGET], ...)");
   check_cmd_->add_option("--op", ops_, "Only these ops (comma separated)");
-  check_cmd_->add_option("--tier", check_.tier, "smoke | ci | full")->check(CLI::IsMember({"smoke", "ci", "full"}));
+  check_cmd_->add_option("--tier", check_.tier, "smoke | ci | lavapipe | full")
+      ->check(CLI::IsMember({"smoke", "ci", "lavapipe", "full"}));
   check_cmd_->add_option("--cases", check_.case_files, "Case file(s) to run instead of the tier's");
   check_cmd_->add_option("--json", check_.json_path, "Write JSON Lines (one record per case) to this file");
   check_cmd_->add_option("--junit", check_.junit_path, "Write JUnit XML to this file");
@@ -74,7 +75,7 @@ int HarnessCommands::run(std::ostream& out) {
     out << "ops (parameters with defaults; case counts per tier):\n";
     for (const harness::OpInfo* op : harness::all_ops()) {
       std::string counts;
-      for (const char* tier : {"smoke", "ci", "full"}) {
+      for (const char* tier : {"smoke", "ci", "lavapipe", "full"}) {
         harness::CheckOptions o;
         o.tier = tier;
         o.ops = {std::string(op->name())};
@@ -88,7 +89,7 @@ int HarnessCommands::run(std::ostream& out) {
     for (const harness::BackendEntry& e : harness::backend_entries()) {
       out << "  " << e.name << " — " << e.description << " (" << e.target << ")\n";
     }
-    out << "tiers: smoke, ci, full (case files in " << harness::default_cases_dir().string() << ")\n";
+    out << "tiers: smoke, ci, lavapipe (ci sized for a CPU Vulkan driver), full (case files in " << harness::default_cases_dir().string() << ")\n";
     return 0;
   }
   return 0;
