@@ -1,6 +1,10 @@
 #!/usr/bin/env bash
-# The main job: installs dependencies, builds the release CLI and runs it.
-# Extra arguments go to `kvlab` (default: check --tier ci).
+# The main job: installs dependencies, builds the release CLI and runs the harness over
+# the default matrix: the ci tier on the SIMD backend (the best Highway target of this
+# CPU) and on the Vulkan backend (the lavapipe tier on a CPU driver, else the ci tier;
+# without a device every Vulkan case reports UNIMPLEMENTED with the reason). Exit status
+# non-zero when a case fails on either.
+# With arguments, runs `kvlab <arguments>` instead (e.g. `check --backend simd:AVX2`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # Let ccache reuse objects across clones in different directories.
@@ -8,5 +12,12 @@ export CCACHE_BASEDIR="$PWD"
 bash tools/setup.sh
 cmake --preset release >/dev/null
 cmake --build --preset release --target kvlab >/dev/null
-if (($# == 0)); then set -- check --tier ci; fi
-exec build/release/tools/kvlab "$@"
+kvlab=build/release/tools/kvlab
+if (($# > 0)); then exec "$kvlab" "$@"; fi
+
+vulkan_tier=ci
+if "$kvlab" list 2>/dev/null | grep -q "here: vulkan:llvmpipe"; then vulkan_tier=lavapipe; fi
+status=0
+"$kvlab" check --tier ci --backend simd || status=1
+"$kvlab" check --tier "$vulkan_tier" --backend vulkan || status=1
+exit $status

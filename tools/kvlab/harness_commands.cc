@@ -88,8 +88,16 @@ int HarnessCommands::run(std::ostream& out) {
     out << "backends:\n";
     for (const harness::BackendEntry& e : harness::backend_entries()) {
       out << "  " << e.name << " — " << e.description << " (" << e.target << ")\n";
+      // What the default variant resolves to on this machine (device, ISA target), or why
+      // it is unavailable.
+      try {
+        out << "    here: " << harness::make_backend(e.name)->name() << "\n";
+      } catch (const Error& err) {
+        out << "    here: unavailable: " << err.what() << "\n";
+      }
     }
-    out << "tiers: smoke, ci, lavapipe (ci sized for a CPU Vulkan driver), full (case files in " << harness::default_cases_dir().string() << ")\n";
+    out << "tiers: smoke, ci, lavapipe (ci sized for a CPU Vulkan driver), full (case files in "
+        << harness::default_cases_dir().string() << ")\n";
     return 0;
   }
   return 0;
