@@ -94,8 +94,45 @@ class VulkanBackend::Context {
 
   // Records one dispatch of `shader` over `items` work items (the shader's invocations
   // stride over them), submits it and waits. `push` is the shader's push-constant block.
+  // Inside a batch it is only recorded.
   void dispatch(vulkan::ShaderId shader, std::initializer_list<BoundTensor> bindings, const void* push,
                 std::size_t push_bytes, std::uint64_t items);
+  // Copies src's bytes into dst (same byte size, not overlapping) on the device
+  // (vkCmdCopyBuffer): submits and waits, or is only recorded inside a batch.
+  void copy(const DTensor& src, const DTensor& dst);
+
+  // Batches: between begin_batch() and end_batch(), dispatch() and copy() record into one
+  // command buffer, with a full barrier after each command (runtime/command.h), and
+  // end_batch() submits it and waits once. VulkanBackend's public calls never batch, so
+  // each stays synchronous. Inside a batch, transfers that need a submission of their
+  // own (upload/download/readable_view of device-local memory) raise Error(internal)
+  // (CommandStream refuses to discard a held recording), and bind_table() may be used at
+  // most once: a second table would overwrite the scratch buffer before the device has
+  // read the first. Prefer Batch, which abandons the recording when an exception leaves
+  // its scope.
+  void begin_batch();
+  void end_batch();
+  void abandon_batch() noexcept;
+  bool batching() const { return stream_->held(); }
+  class Batch {
+   public:
+    explicit Batch(Context& c) : c_(c) { c_.begin_batch(); }
+    ~Batch() {
+      if (!submitted_) c_.abandon_batch();
+    }
+    Batch(const Batch&) = delete;
+    Batch& operator=(const Batch&) = delete;
+    void submit() {
+      submitted_ = true;  // end_batch() ends the recording even when the submission throws
+      c_.end_batch();
+    }
+
+   private:
+    Context& c_;
+    bool submitted_ = false;
+  };
+  // Submissions to the queue so far (tests: a batch is one submission).
+  std::uint64_t submissions() const { return stream_->submissions(); }
 
  private:
   const vk::ComputePipeline& pipeline(vulkan::ShaderId shader, std::uint32_t bindings, std::uint32_t push_bytes);

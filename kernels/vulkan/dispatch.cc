@@ -49,10 +49,53 @@ void VulkanBackend::Context::dispatch(vulkan::ShaderId shader, std::initializer_
   constexpr std::uint64_t kLocalSize = 64;  // KVLAB_LOCAL_SIZE of shaders/common.glsl
   const std::uint64_t limit = std::min<std::uint64_t>(device().limits().maxComputeWorkGroupCount[0], 65535);
   const auto groups = static_cast<std::uint32_t>(std::min((items + kLocalSize - 1) / kLocalSize, limit));
+  const std::span<const std::byte> push_block(static_cast<const std::byte*>(push), push_bytes);
+  if (batching()) {
+    stream_->dispatch(p, ranges, push_block, groups);
+    return;
+  }
   stream_->begin();
-  stream_->dispatch(p, ranges, std::span(static_cast<const std::byte*>(push), push_bytes), groups);
+  stream_->dispatch(p, ranges, push_block, groups);
   stream_->submit_and_wait();
   last_kernel_seconds_ = stream_->last_seconds();
+}
+
+void VulkanBackend::Context::copy(const DTensor& src, const DTensor& dst) {
+  const ConstTensorView s = view(src), d = view(dst);
+  KVLAB_REQUIRE(s.nbytes() == d.nbytes(), shape_mismatch, "VulkanBackend: copy of ", s.nbytes(), " bytes (",
+                shape_str(src.shape), " ", dtype_name(src.dtype), ") into ", d.nbytes(), " bytes (",
+                shape_str(dst.shape), " ", dtype_name(dst.dtype), ")");
+  const std::size_t bytes = s.nbytes();
+  if (bytes == 0) return;
+  // vkCmdCopyBuffer's regions may not overlap within one buffer.
+  KVLAB_REQUIRE(src.buffer != dst.buffer || src.offset + bytes <= dst.offset || dst.offset + bytes <= src.offset,
+                invalid_argument, "VulkanBackend: copy of ", bytes, " bytes from byte offset ", src.offset,
+                " to byte offset ", dst.offset, " of the same buffer overlaps");
+  const VkBuffer from = static_cast<const VulkanBuffer&>(*src.buffer).memory().handle();
+  const VkBuffer to = static_cast<const VulkanBuffer&>(*dst.buffer).memory().handle();
+  if (batching()) {
+    stream_->copy(from, src.offset, to, dst.offset, bytes);
+    return;
+  }
+  stream_->begin();
+  stream_->copy(from, src.offset, to, dst.offset, bytes);
+  stream_->submit_and_wait();
+  last_kernel_seconds_ = stream_->last_seconds();
+}
+
+void VulkanBackend::Context::begin_batch() {
+  KVLAB_REQUIRE(!batching(), misuse, "VulkanBackend: begin_batch while a batch is open (batches do not nest)");
+  stream_->begin(/*hold=*/true);
+}
+
+void VulkanBackend::Context::end_batch() {
+  KVLAB_REQUIRE(batching(), misuse, "VulkanBackend: end_batch without begin_batch");
+  stream_->submit_and_wait();
+  last_kernel_seconds_ = stream_->last_seconds();
+}
+
+void VulkanBackend::Context::abandon_batch() noexcept {
+  if (batching()) stream_->abandon();
 }
 
 }  // namespace kvlab

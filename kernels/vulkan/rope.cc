@@ -1,10 +1,9 @@
 // Vulkan RoPE (contract: reference/rope.h): shaders/rope.comp, with per-row offsets read
-// from the device buffer. The inverse frequencies are computed here, on the host, with
-// the oracle's exact expressions, so the shader's angles are the oracle's bit for bit.
-#include <cmath>
+// from the device buffer and the inverse frequencies from the host (rope_setup.h).
 #include <vector>
 
 #include "kernels/vulkan/context.h"
+#include "kernels/vulkan/rope_setup.h"
 #include "kvlab/error.h"
 #include "reference/rope.h"
 
@@ -22,33 +21,24 @@ void VulkanBackend::rope(const DTensor& x, const RopeParams& params, const Offse
   const std::int64_t batch = x.shape.front(), seq = x.shape[x.shape.size() - 2], d = x.shape.back();
   const std::int64_t heads = x.numel() / d / batch / seq;  // the axes between B and T
   const int half = params.dims / 2;
-  std::vector<double> inv_freq(static_cast<std::size_t>(half));
-  for (int i = 0; i < half; ++i) {
-    inv_freq[static_cast<std::size_t>(i)] =
-        params.freqs.empty() ? std::pow(static_cast<double>(params.base), -2.0 * i / params.dims)
-                             : 1.0 / static_cast<double>(params.freqs[static_cast<std::size_t>(i)]);
-  }
+  const std::vector<double> inv_freq = vulkan::rope_inverse_frequencies(params);
   const std::size_t es = dtype_size(x.dtype);
   const BoundTensor bx = c.bind(x, es), bo = c.bind(out, es);
   const BoundTensor btable = c.bind_table(inv_freq.data(), inv_freq.size() * sizeof(double));
   const BoundTensor boff = offsets.per_row ? c.bind(*offsets.per_row, 4) : btable;  // unread without per-row offsets
-  const struct {
-    std::uint32_t x_offset, out_offset, offsets_offset, dtype, batch, heads, seq, dim, dims, traditional, per_row;
-    std::int32_t scalar_offset;
-    float scale;
-  } push{bx.offset,
-         bo.offset,
-         boff.offset,
-         static_cast<std::uint32_t>(x.dtype),
-         static_cast<std::uint32_t>(batch),
-         static_cast<std::uint32_t>(heads),
-         static_cast<std::uint32_t>(seq),
-         static_cast<std::uint32_t>(d),
-         static_cast<std::uint32_t>(params.dims),
-         params.traditional ? 1u : 0u,
-         offsets.per_row ? 1u : 0u,
-         offsets.scalar,
-         params.scale};
+  const vulkan::RopePush push{bx.offset,
+                              bo.offset,
+                              boff.offset,
+                              static_cast<std::uint32_t>(x.dtype),
+                              static_cast<std::uint32_t>(batch),
+                              static_cast<std::uint32_t>(heads),
+                              static_cast<std::uint32_t>(seq),
+                              static_cast<std::uint32_t>(d),
+                              static_cast<std::uint32_t>(params.dims),
+                              params.traditional ? 1u : 0u,
+                              offsets.per_row ? 1u : 0u,
+                              offsets.scalar,
+                              params.scale};
   c.dispatch(vulkan::ShaderId::rope, {bx, bo, boff, btable}, &push, sizeof push,
              static_cast<std::uint64_t>(batch * seq * half));
 }

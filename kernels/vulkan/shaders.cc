@@ -59,6 +59,12 @@ const std::uint32_t kSdpaCombineSmall[] =
 const std::uint32_t kSdpaCombineWords[] =
 #include "sdpa_combine_words.spv.inc"
     ;
+const std::uint32_t kKvAppendAdvanceSmall[] =
+#include "kv_append_advance_small.spv.inc"
+    ;
+const std::uint32_t kKvAppendAdvanceWords[] =
+#include "kv_append_advance_words.spv.inc"
+    ;
 
 template <std::size_t Small, std::size_t Words>
 std::span<const std::uint32_t> pick(bool small_storage, const std::uint32_t (&small)[Small],
@@ -79,6 +85,7 @@ std::string_view shader_name(ShaderId id) {
     case ShaderId::quantized_sdpa: return "quantized_sdpa";
     case ShaderId::sdpa_stage_q: return "sdpa_stage_q";
     case ShaderId::sdpa_combine: return "sdpa_combine";
+    case ShaderId::kv_append_advance: return "kv_append_advance";
   }
   return "?";
 }
@@ -94,6 +101,7 @@ std::span<const std::uint32_t> shader_spirv(ShaderId id, bool small_storage) {
     case ShaderId::quantized_sdpa: return pick(small_storage, kQuantizedSdpaSmall, kQuantizedSdpaWords);
     case ShaderId::sdpa_stage_q: return pick(small_storage, kSdpaStageQSmall, kSdpaStageQWords);
     case ShaderId::sdpa_combine: return pick(small_storage, kSdpaCombineSmall, kSdpaCombineWords);
+    case ShaderId::kv_append_advance: return pick(small_storage, kKvAppendAdvanceSmall, kKvAppendAdvanceWords);
   }
   return {};
 }

@@ -8,8 +8,19 @@
 
 namespace kvlab::vulkan {
 
-enum class ShaderId { fill, affine_quantize, affine_dequantize, rope, kv_move, sdpa, quantized_sdpa, sdpa_stage_q, sdpa_combine };
-inline constexpr int kShaderCount = 9;
+enum class ShaderId {
+  fill,
+  affine_quantize,
+  affine_dequantize,
+  rope,
+  kv_move,
+  sdpa,
+  quantized_sdpa,
+  sdpa_stage_q,
+  sdpa_combine,
+  kv_append_advance,
+};
+inline constexpr int kShaderCount = 10;
 
 std::string_view shader_name(ShaderId id);
 std::span<const std::uint32_t> shader_spirv(ShaderId id, bool small_storage);

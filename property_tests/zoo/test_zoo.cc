@@ -19,6 +19,9 @@
 #include "property_tests/properties.h"
 #include "property_tests/zoo/batch_mutants.h"
 #include "property_tests/zoo/mutants.h"
+#ifdef KVLAB_ZOO_WITH_VULKAN
+#include "property_tests/zoo/vulkan_mutants.h"
+#endif
 
 namespace kvlab::prop::zoo {
 namespace {
@@ -48,14 +51,22 @@ struct Entry {
   BatchHooks batch;
   bool batch_first = false;        // a batch mechanism: try the batch properties first
   std::vector<std::string> first;  // single-cache properties to try before the others
+  // Device mutants (vulkan_mutants.h): their own properties only, and why they cannot run here.
+  std::vector<std::pair<std::string, std::function<void()>>> device_properties;
+  std::function<std::string()> unavailable;
 };
 
 std::vector<Entry> entries() {
   std::vector<Entry> out;
   for (Mutant& m : all_mutants())
-    out.push_back({m.id, m.upstream, std::move(m.hooks), production_batch_hooks(), false, std::move(m.first)});
+    out.push_back({m.id, m.upstream, std::move(m.hooks), production_batch_hooks(), false, std::move(m.first), {}, {}});
   for (BatchMutant& m : batch_mutants())
-    out.push_back({m.id, m.upstream, production_hooks(), std::move(m.batch), true, {}});
+    out.push_back({m.id, m.upstream, production_hooks(), std::move(m.batch), true, {}, {}, {}});
+#ifdef KVLAB_ZOO_WITH_VULKAN
+  for (DeviceMutant& m : device_mutants())
+    out.push_back({m.id, m.upstream, production_hooks(), production_batch_hooks(), false, {}, std::move(m.properties),
+                   std::move(m.unavailable)});
+#endif
   return out;
 }
 
@@ -82,6 +93,12 @@ TEST(Zoo, EveryMutantIsKilled) {
     row.mutant = m.id;
     row.upstream = m.upstream;
     const auto t0 = std::chrono::steady_clock::now();
+    if (const std::string why = m.unavailable ? m.unavailable() : ""; !why.empty()) {
+      row.killer = "SKIPPED";  // not killed: it could not run
+      std::cout << "[zoo] " << m.id << " skipped: " << why << "\n";
+      rows.push_back(row);
+      continue;
+    }
     std::vector<std::pair<std::string, Body>> own = single;
     std::vector<std::pair<std::string, Body>> props;
     for (const std::string& name : m.first) {  // the named family, in the given order
@@ -93,8 +110,14 @@ TEST(Zoo, EveryMutantIsKilled) {
       props.push_back(*it);
       own.erase(it);
     }
-    for (const auto& p : m.batch_first ? batched : own) props.push_back(p);
-    for (const auto& p : m.batch_first ? own : batched) props.push_back(p);
+    for (const auto& p : m.device_properties) {
+      const std::function<void()> f = p.second;
+      props.emplace_back(p.first, [f](const Hooks&, const BatchHooks&) { f(); });
+    }
+    if (m.device_properties.empty()) {
+      for (const auto& p : m.batch_first ? batched : own) props.push_back(p);
+      for (const auto& p : m.batch_first ? own : batched) props.push_back(p);
+    }
     for (const auto& [name, body] : props) {
       last_failure_size() = {};
       rc::detail::TestMetadata meta;

@@ -84,7 +84,10 @@ CommandStream::~CommandStream() {
   vkDestroyCommandPool(d, pool_, nullptr);  // frees the command buffer
 }
 
-void CommandStream::begin() {
+void CommandStream::begin(bool hold) {
+  KVLAB_REQUIRE(!held_, internal,
+                "CommandStream::begin while a batch is being recorded (a transfer that needs its own submission "
+                "inside Context::begin_batch()/end_batch()?)");
   const VkDevice d = device_.handle();
   check(vkResetCommandPool(d, pool_, 0), "vkResetCommandPool");
   check(vkResetDescriptorPool(d, descriptors_, 0), "vkResetDescriptorPool");
@@ -93,8 +96,15 @@ void CommandStream::begin() {
                                       .flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT};
   check(vkBeginCommandBuffer(cmd_, &info), "vkBeginCommandBuffer");
   recording_ = true;
+  held_ = hold;
   timestamps_.reset(cmd_);
   timestamps_.write(cmd_, 0, VK_PIPELINE_STAGE_TOP_OF_PIPE_BIT);
+}
+
+void CommandStream::abandon() noexcept {
+  // The next begin() resets the pool, which discards the half-recorded buffer.
+  recording_ = false;
+  held_ = false;
 }
 
 void CommandStream::barrier() {
@@ -163,11 +173,13 @@ void CommandStream::copy(VkBuffer src, VkDeviceSize src_offset, VkBuffer dst, Vk
 void CommandStream::submit_and_wait() {
   KVLAB_REQUIRE(recording_, internal, "CommandStream::submit_and_wait without begin()");
   recording_ = false;
+  held_ = false;
   timestamps_.write(cmd_, 1, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT);
   check(vkEndCommandBuffer(cmd_), "vkEndCommandBuffer");
   const VkSubmitInfo submit{.sType = VK_STRUCTURE_TYPE_SUBMIT_INFO, .commandBufferCount = 1, .pCommandBuffers = &cmd_};
   const VkDevice d = device_.handle();
   check(vkQueueSubmit(device_.queue(), 1, &submit, fence_), "vkQueueSubmit");
+  ++submissions_;
   check(vkWaitForFences(d, 1, &fence_, VK_TRUE, UINT64_MAX), "vkWaitForFences");
   check(vkResetFences(d, 1, &fence_), "vkResetFences");
   last_seconds_ = timestamps_.elapsed_seconds();

@@ -2,6 +2,9 @@
 // submitted to the device's compute queue and waited on with a fence. A full memory
 // barrier follows every command, so later commands (and the host, after the wait) see
 // earlier writes; kernels are small and the backend is synchronous, so simplicity wins.
+// A held recording (begin(true)) is a batch of several commands: begin() refuses to
+// discard it, so a transfer that needs a submission of its own cannot silently drop the
+// commands recorded so far; only submit_and_wait() or abandon() end it.
 // Optionally, two timestamp queries bracket each submission (where the queue supports
 // them); off by default because reading them back costs ~160 µs per submission on
 // lavapipe, more than a small kernel.
@@ -55,8 +58,12 @@ class CommandStream {
   CommandStream& operator=(const CommandStream&) = delete;
 
   // Starts recording (discarding anything recorded but never submitted, e.g. after an
-  // exception between begin() and submit_and_wait()).
-  void begin();
+  // exception between begin() and submit_and_wait()). With `hold`, the recording is a
+  // batch; Error(internal) when a held recording is open.
+  void begin(bool hold = false);
+  // Drops an open recording, held or not, without submitting it (exception paths).
+  void abandon() noexcept;
+  bool held() const { return held_; }
   // Binds `bindings` to 0..n-1 of the pipeline's set, pushes `push` (the pipeline's
   // push-constant size), dispatches `groups` workgroups along x.
   void dispatch(const ComputePipeline& pipeline, std::span<const BufferRange> bindings, std::span<const std::byte> push,
@@ -66,6 +73,8 @@ class CommandStream {
   void submit_and_wait();
 
   std::optional<double> last_seconds() const { return last_seconds_; }
+  // Submissions so far (tests: a batch is one submission).
+  std::uint64_t submissions() const { return submissions_; }
 
  private:
   void barrier();
@@ -77,6 +86,8 @@ class CommandStream {
   VkDescriptorPool descriptors_ = VK_NULL_HANDLE;
   TimestampQueries timestamps_;
   bool recording_ = false;
+  bool held_ = false;
+  std::uint64_t submissions_ = 0;
   std::uint32_t sets_used_ = 0;
   std::optional<double> last_seconds_;
 };

@@ -1,0 +1,316 @@
+// DeviceDecodeStep (kernels/vulkan/device_decode_step.h): device-resident offsets, the
+// pre-append snapshot, one submission per step.
+//  - Seeded random prefill + decode sequences on every storage/memory path against
+//    BatchKVCache over the reference with host RoPE at the pre-update offsets
+//    (device_step_oracle.h): offsets exact, V bit for bit, K and Q within one ulp.
+//  - Hand-derived positions: with D = 2, rope dims 2 and wavelength 1, RoPE maps (1, 0)
+//    to (cos p, sin p), so every position the kernels used can be checked by formula; the
+//    bug-zoo switch gives exactly p + S for the queries.
+//  - The RapidCheck property (device_step_property.h) passes on the step and fails on the
+//    mutant.
+//  - The Context batch: several commands, one submission, barriers in order; transfers
+//    that need their own submission are refused inside it.
+//  - Invalid input is a kvlab::Error naming the values, raised before anything runs.
+#include <gtest/gtest.h>
+#include <rapidcheck.h>
+
+#include <cmath>
+#include <cstdint>
+#include <iostream>
+#include <numeric>
+#include <vector>
+
+#include "kernels/vulkan/context.h"
+#include "kernels/vulkan/device_decode_step.h"
+#include "reference/reference_backend.h"
+#include "tests/unit/test_util.h"
+#include "tests/vulkan/device_step_oracle.h"
+#include "tests/vulkan/device_step_property.h"
+#include "tests/vulkan/vulkan_test_util.h"
+
+namespace kvlab {
+namespace {
+
+using testing::ReferenceDecodeStep;
+
+Tensor random_tensor(testing::SeededRng& rng, DType dtype, Shape shape) {
+  return testing::random_normal(rng, dtype, std::move(shape), 1.0);
+}
+
+// Chunks: a prefill of 1..12 tokens, decodes of 1, one short chunk of 2..4.
+std::vector<std::int64_t> random_chunks(testing::SeededRng& rng) {
+  std::vector<std::int64_t> chunks{rng.integer(1, 12)};
+  const std::int64_t decodes = rng.integer(3, 5);
+  for (std::int64_t i = 0; i < decodes; ++i) chunks.push_back(1);
+  chunks.insert(chunks.begin() + rng.integer(1, decodes), rng.integer(2, 4));
+  return chunks;
+}
+
+TEST(VulkanDeviceStep, MatchesBatchKVCacheOverTheReferenceOnEveryPath) {
+  KVLAB_SEEDED_RNG(rng, 5101);
+  struct Head {
+    std::int64_t dim;
+    int rope_dims;
+  };
+  // D 64 and 128 (128 with half of it rotated: a copied tail), and an odd D whose 16-bit
+  // rows straddle words (the u32-word path's masked stores).
+  const std::vector<Head> heads_shapes = {{64, 64}, {128, 64}, {9, 8}};
+  std::int64_t steps = 0, q_off_by_one_ulp = 0;
+  KVLAB_FOR_EACH_VULKAN_PATH([&](VulkanBackend& be, const testing::VulkanPath&) {
+    for (const DType dtype : {DType::f16, DType::bf16, DType::f32})
+      for (const Head& head : heads_shapes) {
+        const std::int64_t batch = rng.integer(1, 4), heads = rng.integer(1, 4), q_heads = heads * rng.integer(1, 2);
+        std::vector<std::int32_t> pads;
+        for (std::int64_t b = 0; b < batch; ++b) {
+          pads.push_back(static_cast<std::int32_t>(batch == 1 ? 0 : rng.integer(0, 5)));
+        }
+        const std::vector<std::int64_t> chunks = random_chunks(rng);
+        RopeParams rope;
+        rope.dims = head.rope_dims;
+        rope.traditional = rng.integer(0, 1) == 1;
+        DeviceDecodeStepOptions o;
+        o.left_padding = pads;
+        o.kv_heads = heads;
+        o.k_dim = head.dim;
+        o.capacity = std::accumulate(chunks.begin(), chunks.end(), std::int64_t{0}) + rng.integer(0, 4);
+        o.dtype = dtype;
+        o.rope = rope;
+        SCOPED_TRACE(::testing::Message() << dtype_name(dtype) << " B " << batch << " H " << heads << " Hq " << q_heads
+                                          << " D " << head.dim << " dims " << head.rope_dims << " capacity "
+                                          << o.capacity);
+        DeviceDecodeStep device(be, o);
+        ReferenceDecodeStep oracle(pads, rope);
+        for (const std::int64_t s : chunks) {
+          SCOPED_TRACE(::testing::Message() << "chunk of " << s << " at column " << device.idx());
+          const Tensor q = random_tensor(rng, dtype, {batch, q_heads, s, head.dim});
+          const Tensor k = random_tensor(rng, dtype, {batch, heads, s, head.dim});
+          const Tensor v = random_tensor(rng, dtype, {batch, heads, s, head.dim});
+          const Tensor q_want = oracle.step(q, k, v);
+          const Tensor q_got = be.download(device.step(be.upload(q), be.upload(k), be.upload(v)));
+          ASSERT_EQ(device.offsets(), oracle.offsets());
+          EXPECT_TRUE(testing::bit_equal(device.values(), oracle.values()));
+          const testing::UlpDistance dk = testing::ulp_distance(device.keys(), oracle.keys());
+          const testing::UlpDistance dq = testing::ulp_distance(q_got, q_want);
+          EXPECT_TRUE(dk.worst == 0 || dk.worst == 1) << "cached K: " << dk.worst << " ulp at " << dk.worst_at;
+          EXPECT_TRUE(dq.worst == 0 || dq.worst == 1) << "roped Q: " << dq.worst << " ulp at " << dq.worst_at;
+          q_off_by_one_ulp += dq.worst;
+          ++steps;
+        }
+      }
+  });
+  std::cout << "[ step     ] " << steps << " steps compared with the oracle; " << q_off_by_one_ulp
+            << " had a roped Q element 1 ulp away\n";
+}
+
+// D = 2, rope dims 2, wavelength 1: θ = position, and (1, 0) ropes to (cos p, sin p).
+DeviceDecodeStepOptions unit_circle(std::vector<std::int32_t> pads, std::int64_t capacity) {
+  DeviceDecodeStepOptions o;
+  o.left_padding = std::move(pads);
+  o.kv_heads = 1;
+  o.k_dim = 2;
+  o.capacity = capacity;
+  o.dtype = DType::f32;
+  o.rope.dims = 2;
+  o.rope.freqs = {1.0f};
+  return o;
+}
+
+Tensor ones_then_zeros(std::int64_t batch, std::int64_t seq) {
+  Tensor t(DType::f32, {batch, 1, seq, 2});
+  for (std::int64_t i = 0; i < batch * seq; ++i) t.view().store(2 * i, 1.0f);
+  return t;
+}
+
+// Checks (cos p, sin p) at every (b, t) of a (B, 1, S, 2) tensor, p = first[b] + t.
+void expect_positions(const Tensor& x, const std::vector<std::int64_t>& first, const char* what) {
+  const std::int64_t seq = x.shape()[2];
+  for (std::size_t b = 0; b < first.size(); ++b)
+    for (std::int64_t t = 0; t < seq; ++t) {
+      const auto p = static_cast<double>(first[b] + t);
+      const std::int64_t at = (static_cast<std::int64_t>(b) * seq + t) * 2;
+      // Correctly rounded f32 of cos/sin (rope.comp): within 2^-24 of the exact value.
+      EXPECT_NEAR(x.view().load(at), std::cos(p), 0x1p-24) << what << " row " << b << " token " << t;
+      EXPECT_NEAR(x.view().load(at + 1), std::sin(p), 0x1p-24) << what << " row " << b << " token " << t;
+    }
+}
+
+TEST(VulkanDeviceStep, KeysAndQueriesAreRopedAtThePreAppendOffsets) {
+  KVLAB_FOR_EACH_VULKAN_PATH([&](VulkanBackend& be, const testing::VulkanPath&) {
+    DeviceDecodeStep step(be, unit_circle({0, 3}, 8));
+    EXPECT_EQ(step.offsets(), (std::vector<std::int32_t>{0, -3}));
+    // Prefill of 4 (row 1: three padding tokens at positions -3..-1, then position 0).
+    const Tensor q1 = be.download(step.step(be.upload(ones_then_zeros(2, 4)), be.upload(ones_then_zeros(2, 4)),
+                                            be.upload(ones_then_zeros(2, 4))));
+    expect_positions(q1, {0, -3}, "prefill Q");
+    EXPECT_EQ(step.offsets(), (std::vector<std::int32_t>{4, 1}));
+    // A decode step: positions 4 and 1.
+    const Tensor q2 = be.download(step.step(be.upload(ones_then_zeros(2, 1)), be.upload(ones_then_zeros(2, 1)),
+                                            be.upload(ones_then_zeros(2, 1))));
+    expect_positions(q2, {4, 1}, "decode Q");
+    EXPECT_EQ(step.offsets(), (std::vector<std::int32_t>{5, 2}));
+    // Column c of row b holds K roped at c − pad[b]: rows as (B, 1, 5, 2), first −pad[b].
+    expect_positions(step.keys(), {0, -3}, "cached K");
+    EXPECT_TRUE(testing::bit_equal(step.values(), ones_then_zeros(2, 5)));
+  });
+}
+
+TEST(VulkanDeviceStep, TheZooSwitchRopesQueriesAtTheAdvancedOffsets) {
+  // The mutant of the bug zoo reads the live buffer after the append: Q positions are S
+  // too far (mlx-lm#1097 / #1806, vlm#966); K, V and the offsets stay correct.
+  KVLAB_VULKAN_OR_SKIP(be, VulkanOptions{});
+  DeviceDecodeStepOptions o = unit_circle({0, 3}, 8);
+  o.rope_q_reads_live_offsets = true;
+  DeviceDecodeStep step(*be, o);
+  const Tensor q = be->download(step.step(be->upload(ones_then_zeros(2, 4)), be->upload(ones_then_zeros(2, 4)),
+                                          be->upload(ones_then_zeros(2, 4))));
+  expect_positions(q, {0 + 4, -3 + 4}, "mutant Q");
+  expect_positions(step.keys(), {0, -3}, "cached K");
+  EXPECT_EQ(step.offsets(), (std::vector<std::int32_t>{4, 1}));
+}
+
+TEST(VulkanDeviceStep, OneSubmissionPerStep) {
+  KVLAB_FOR_EACH_VULKAN_PATH([&](VulkanBackend& be, const testing::VulkanPath&) {
+    DeviceDecodeStep step(be, unit_circle({1, 0, 2}, 16));
+    const DTensor q = be.upload(ones_then_zeros(3, 3)), k = be.upload(ones_then_zeros(3, 3)),
+                  v = be.upload(ones_then_zeros(3, 3));
+    const std::uint64_t before = be.context().submissions();
+    (void)step.step(q, k, v);
+    EXPECT_EQ(be.context().submissions() - before, 1u);
+  });
+}
+
+// ---- the RapidCheck property ---------------------------------------------------------
+
+// Runs the property with a fixed seed; returns the failure description, empty on success.
+std::string run_property(VulkanBackend& be, bool mutant, int cases) {
+  rc::detail::TestParams params;
+  params.seed = 5102;
+  params.maxSuccess = cases;
+  std::cout << "[ seed     ] " << params.seed << " (RapidCheck), " << cases << " cases\n";
+  rc::detail::TestMetadata meta;
+  meta.id = meta.description = mutant ? "device step, rope_q_reads_live_offsets" : "device step";
+  testing::DeviceStepPropertyOptions options;
+  options.rope_q_reads_live_offsets = mutant;
+  const rc::detail::TestResult result =
+      rc::detail::checkTestable([&] { testing::device_step_matches_reference(be, options); }, meta, params);
+  rc::detail::FailureResult failure;
+  if (result.match(failure)) return failure.description.empty() ? "failed" : failure.description;
+  rc::detail::Error error;
+  if (result.match(error)) return "error: " + error.description;
+  return {};
+}
+
+TEST(VulkanDeviceStepProperty, MatchesTheReference) {
+  KVLAB_VULKAN_OR_SKIP(be, VulkanOptions{});
+  const std::string failure = run_property(*be, false, 100);
+  EXPECT_TRUE(failure.empty()) << failure;
+}
+
+TEST(VulkanDeviceStepProperty, FailsOnTheLiveOffsetsMutant) {
+  KVLAB_VULKAN_OR_SKIP(be, VulkanOptions{});
+  const std::string failure = run_property(*be, true, 100);
+  ASSERT_FALSE(failure.empty()) << "the property did not notice Q roped at the live offsets";
+  std::cout << "[ mutant   ] killed: " << failure << "\n";
+  EXPECT_NE(failure.find("roped Q"), std::string::npos) << failure;
+}
+
+// ---- the Context batch ---------------------------------------------------------------
+
+TEST(VulkanContextBatch, CommandsRunInOrderInOneSubmission) {
+  KVLAB_FOR_EACH_VULKAN_PATH([&](VulkanBackend& be, const testing::VulkanPath&) {
+    const Tensor a = Tensor::from_ints(DType::i32, {5}, std::vector<std::int64_t>{3, -1, 4, 1, -5});
+    const DTensor da = be.upload(a), db = be.allocate(DType::i32, {5}), dc = be.allocate(DType::i32, {5});
+    be.fill(db, 0);
+    be.fill(dc, 0);
+    VulkanBackend::Context& c = be.context();
+    const std::uint64_t before = c.submissions();
+    {
+      VulkanBackend::Context::Batch batch(c);
+      c.copy(da, db);
+      c.copy(db, dc);  // reads what the first copy wrote: the barrier between them orders it
+      EXPECT_EQ(c.submissions(), before) << "recorded, not yet submitted";
+      batch.submit();
+    }
+    EXPECT_EQ(c.submissions() - before, 1u);
+    EXPECT_TRUE(testing::bit_equal(be.download(dc), a));
+  });
+}
+
+TEST(VulkanContextBatch, TransfersNeedingTheirOwnSubmissionAreRefusedInside) {
+  VulkanOptions o;
+  o.force_staging = true;  // upload/download go through staging submissions
+  KVLAB_VULKAN_OR_SKIP(be, o);
+  VulkanBackend::Context& c = be->context();
+  const DTensor t = be->allocate(DType::i32, {4});
+  const std::vector<std::int32_t> data{1, 2, 3, 4};
+  {
+    VulkanBackend::Context::Batch batch(c);
+    EXPECT_KVLAB_ERROR(be->upload(t, data.data()), internal, "batch");
+    EXPECT_KVLAB_ERROR(c.begin_batch(), misuse, "do not nest");
+  }  // abandoned: nothing was submitted
+  EXPECT_FALSE(c.batching());
+  be->upload(t, data.data());  // the stream is usable again
+  EXPECT_EQ(be->download(t).to_ints(), (std::vector<std::int64_t>{1, 2, 3, 4}));
+  EXPECT_KVLAB_ERROR(c.end_batch(), misuse, "without begin_batch");
+  EXPECT_KVLAB_ERROR(c.copy(t, be->allocate(DType::i32, {3})), shape_mismatch, "16 bytes");
+  EXPECT_KVLAB_ERROR(c.copy(DTensor{t.buffer, 0, DType::i32, {2}}, DTensor{t.buffer, 4, DType::i32, {2}}),
+                     invalid_argument, "overlaps");
+}
+
+// ---- invalid input -------------------------------------------------------------------
+
+TEST(VulkanDeviceStep, InvalidInputIsAnErrorNamingTheValues) {
+  KVLAB_VULKAN_OR_SKIP(be, VulkanOptions{});
+  auto options = [] {
+    DeviceDecodeStepOptions o;
+    o.left_padding = {0, 1};
+    o.kv_heads = 2;
+    o.k_dim = 8;
+    o.capacity = 6;
+    o.dtype = DType::f16;
+    o.rope.dims = 8;
+    return o;
+  };
+  // Construction.
+  auto construct = [&](auto change) {
+    DeviceDecodeStepOptions o = options();
+    change(o);
+    (void)DeviceDecodeStep(*be, o);
+  };
+  EXPECT_KVLAB_ERROR(construct([](auto& o) { o.left_padding.clear(); }), invalid_argument, "left_padding");
+  EXPECT_KVLAB_ERROR(construct([](auto& o) { o.left_padding = {0, -2}; }), invalid_argument, "left_padding[1] = -2");
+  EXPECT_KVLAB_ERROR(construct([](auto& o) { o.capacity = 0; }), invalid_argument, "capacity 0");
+  EXPECT_KVLAB_ERROR(construct([](auto& o) { o.kv_heads = 0; }), invalid_argument, "kv_heads 0");
+  EXPECT_KVLAB_ERROR(construct([](auto& o) { o.dtype = DType::u32; }), dtype_mismatch, "u32");
+  EXPECT_KVLAB_ERROR(construct([](auto& o) { o.rope.dims = 10; }), invalid_argument, "rope dims 10");
+
+  DeviceDecodeStep step(*be, options());
+  auto f16 = [&](Shape s) { return be->allocate(DType::f16, std::move(s)); };
+  const DTensor q = f16({2, 4, 3, 8}), k = f16({2, 2, 3, 8}), v = f16({2, 2, 3, 8});
+  EXPECT_KVLAB_ERROR(step.step(q, f16({2, 3, 3, 8}), v), shape_mismatch, "k (2, 3, 3, 8)");
+  EXPECT_KVLAB_ERROR(step.step(q, k, f16({2, 2, 3, 6})), shape_mismatch, "v (2, 2, 3, 6)");
+  EXPECT_KVLAB_ERROR(step.step(q, k, f16({2, 2, 2, 8})), shape_mismatch, "v (2, 2, 2, 8)");
+  EXPECT_KVLAB_ERROR(step.step(f16({2, 4, 1, 8}), k, v), shape_mismatch, "q (2, 4, 1, 8)");
+  EXPECT_KVLAB_ERROR(step.step(f16({1, 4, 3, 8}), k, v), shape_mismatch, "q (1, 4, 3, 8)");
+  EXPECT_KVLAB_ERROR(step.step(q, f16({2, 2, 3}), v), shape_mismatch, "k (2, 2, 3)");
+  EXPECT_KVLAB_ERROR(step.step(q, be->allocate(DType::f32, {2, 2, 3, 8}), v), dtype_mismatch, "k is f32");
+  EXPECT_KVLAB_ERROR(step.step(f16({2, 4, 0, 8}), f16({2, 2, 0, 8}), f16({2, 2, 0, 8})), invalid_argument, "S = 0");
+  ReferenceBackend ref;
+  EXPECT_KVLAB_ERROR(step.step(q, ref.allocate(DType::f16, {2, 2, 3, 8}), v), misuse, "not allocated by this Vulkan");
+
+  // Capacity: 3 + 3 fits 6; one more token does not. The failed step changes nothing.
+  const std::uint64_t before = be->context().submissions();
+  (void)step.step(q, k, v);
+  (void)step.step(q, k, v);
+  EXPECT_EQ(be->context().submissions() - before, 2u);
+  EXPECT_EQ(step.offsets(), (std::vector<std::int32_t>{6, 5}));
+  const Tensor keys = step.keys();
+  EXPECT_KVLAB_ERROR(step.step(f16({2, 4, 1, 8}), f16({2, 2, 1, 8}), f16({2, 2, 1, 8})), invalid_argument,
+                     "S = 1 tokens at column 6 overflows the capacity of 6");
+  EXPECT_EQ(step.offsets(), (std::vector<std::int32_t>{6, 5}));
+  EXPECT_EQ(step.idx(), 6);
+  EXPECT_TRUE(testing::bit_equal(step.keys(), keys));
+}
+
+}  // namespace
+}  // namespace kvlab
