@@ -40,9 +40,9 @@ std::vector<BackendEntry>& registry() {
        "kernels/vulkan; 'vulkan' picks KVLAB_VK_DEVICE or the best device (discrete, integrated, CPU), "
        "'vulkan:<index|name>' pins one; ',words' / ',staging' force the fallback storage / memory paths; "
        "',validate' turns the validation layer on (messages on stderr)",
-       // No usable device: a stand-in whose kernels all throw unsupported with the reason,
-       // so every case reports UNIMPLEMENTED (kernels/vulkan/unavailable_backend.cc).
-       [](std::string_view variant) { return make_vulkan_backend_or_unavailable(variant); }},
+       // No usable device: Error(unsupported) with the reason, which `kvlab check` reports
+       // as every case UNIMPLEMENTED (check.cc) and `kvlab list` prints.
+       [](std::string_view variant) { return make_vulkan_backend(variant); }},
 #endif
   };
   return entries;

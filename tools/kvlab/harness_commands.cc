@@ -90,11 +90,13 @@ int HarnessCommands::run(std::ostream& out) {
       out << "  " << e.name << " — " << e.description << " (" << e.target << ")\n";
       // What the default variant resolves to on this machine (device, ISA target), or why
       // it is unavailable.
+      std::string here;
       try {
-        out << "    here: " << harness::make_backend(e.name)->name() << "\n";
+        here = harness::make_backend(e.name)->name();
       } catch (const Error& err) {
-        out << "    here: unavailable: " << err.what() << "\n";
+        here = cat("unavailable: ", err.what());
       }
+      out << "    here: " << here << "\n";
     }
     out << "tiers: smoke, ci, lavapipe (ci sized for a CPU Vulkan driver), full (case files in "
         << harness::default_cases_dir().string() << ")\n";
