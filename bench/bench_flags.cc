@@ -1,8 +1,11 @@
 // The --kvlab_* flags of kvlab_bench (bench/bench_suite.h).
 #include <optional>
+#include <set>
 #include <sstream>
 
 #include "bench/bench_suite.h"
+#include "bench/vulkan_bench.h"
+#include "harness/backends.h"
 #include "kvlab/error.h"
 
 namespace kvlab::bench {
@@ -14,6 +17,25 @@ std::vector<std::string> split_commas(const std::string& s) {
   std::stringstream in(s);
   for (std::string item; std::getline(in, item, ',');) {
     if (!item.empty()) out.push_back(item);
+  }
+  return out;
+}
+
+// The backend list: comma-separated names, where a Vulkan variant's own flags
+// ("vulkan:<device>,words,staging", harness/backends.h) stay with it: an item that names
+// no backend, after a "vulkan:" item, is one of its flags (a build without Vulkan still
+// reads "vulkan..." items as names, so that their rows are skipped with the reason).
+std::vector<std::string> split_backends(const std::string& s) {
+  std::set<std::string> known;
+  for (const harness::BackendEntry& e : harness::backend_entries()) known.insert(e.name);
+  std::vector<std::string> out;
+  for (std::string& item : split_commas(s)) {
+    const bool names_a_backend = known.count(item.substr(0, item.find(':'))) != 0 || is_vulkan_backend(item);
+    if (!names_a_backend && !out.empty() && out.back().rfind("vulkan:", 0) == 0) {
+      out.back() += "," + item;
+    } else {
+      out.push_back(std::move(item));
+    }
   }
   return out;
 }
@@ -44,6 +66,13 @@ double parse_seconds(const std::string& flag, const std::string& v) {
 
 }  // namespace
 
+std::vector<std::string> tier_roles(const std::string& tier) {
+  if (tier == "smoke") return {"smoke"};
+  if (tier == "perf") return {"perf"};
+  if (tier == "full") return {"perf", "perf_gpu"};
+  fail(ErrorKind::invalid_argument, cat("--kvlab_tier=", tier, ": smoke | perf | full"));
+}
+
 SuiteOptions parse_suite_flags(int& argc, char** argv) {
   SuiteOptions o;
   std::optional<std::int64_t> baseline, flush;
@@ -58,14 +87,14 @@ SuiteOptions parse_suite_flags(int& argc, char** argv) {
     const std::string flag = arg.substr(2, eq == std::string::npos ? std::string::npos : eq - 2);
     const std::string value = eq == std::string::npos ? "" : arg.substr(eq + 1);
     if (flag == "kvlab_tier") {
-      KVLAB_REQUIRE(value == "perf" || value == "smoke", invalid_argument, "--kvlab_tier=", value, ": perf | smoke");
+      tier_roles(value);  // names the bad value
       o.tier = value;
     } else if (flag == "kvlab_cases") {
       for (const std::string& f : split_commas(value)) o.case_files.emplace_back(f);
     } else if (flag == "kvlab_ops") {
       o.ops = split_commas(value);
     } else if (flag == "kvlab_backends") {
-      o.backends = split_commas(value);
+      o.backends = split_backends(value);
     } else if (flag == "kvlab_baseline_mib") {
       baseline = parse_int(flag, value, 1);
     } else if (flag == "kvlab_flush_mib") {
@@ -92,20 +121,26 @@ SuiteOptions parse_suite_flags(int& argc, char** argv) {
 
 std::string suite_flags_help() {
   return "kvlab_bench flags (besides Google Benchmark's --benchmark_*):\n"
-         "  --kvlab_tier=perf|smoke          case files to run (default perf; smoke: small shapes, 1 iteration)\n"
+         "  --kvlab_tier=perf|smoke|full     case files to run (default perf; smoke: small shapes, 1 iteration;\n"
+         "                                   full: perf plus the perf_gpu files, sized for real GPUs)\n"
          "  --kvlab_cases=FILE[,FILE]        case files instead of the tier's\n"
          "  --kvlab_ops=OP[,OP]              only these ops\n"
-         "  --kvlab_backends=B[,B]           default: reference and simd:<each attainable target>\n"
+         "  --kvlab_backends=B[,B]           default: reference, simd:<each attainable target>, and vulkan\n"
+         "                                   when a device is usable; vulkan[:[<device>][,words][,staging]\n"
+         "                                   [,validate]] is timed on the device, against its buffer copy\n"
          "  --kvlab_baseline_mib=N           streaming read / memcpy buffers (default 256, smoke 16)\n"
          "  --kvlab_flush_mib=N              untimed read of N MiB before each timed call, evicting the\n"
-         "                                   caches (default 128, smoke 0; 0 = hot-cache timing)\n"
+         "                                   caches (default 128, smoke 0; 0 = hot-cache timing); Vulkan\n"
+         "                                   rows: an untimed device copy touching N MiB\n"
          "  --kvlab_min_time=S               min timed seconds of the baselines and kernels (default 0.2;\n"
          "                                   overrides --benchmark_min_time, whose 0.5 s, spent in\n"
          "                                   calls of ~100 us each with a flush before each, takes minutes)\n"
          "  --kvlab_reference_min_time=S     min time of the reference benchmarks (default 0.05 s)\n"
          "  --kvlab_reference_repetitions=N  repetitions of the reference (default 1; 0 = the flag's)\n"
          "Typical: kvlab_bench --benchmark_repetitions=5 --benchmark_out=r.json --benchmark_out_format=json\n"
-         "         tools/bench_table.py table r.json\n";
+         "         tools/bench_table.py table r.json\n"
+         "A GPU:   kvlab_bench --kvlab_tier=full --kvlab_backends=vulkan --kvlab_ops=quantized_sdpa,rope \\\n"
+         "             --benchmark_repetitions=5 --benchmark_out=gpu.json --benchmark_out_format=json\n";
 }
 
 }  // namespace kvlab::bench

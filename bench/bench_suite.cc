@@ -12,6 +12,7 @@
 #include "bench/bytes_model.h"
 #include "bench/memory_baseline.h"
 #include "bench/timed_case.h"
+#include "bench/vulkan_bench.h"
 #include "harness/check.h"
 #include "harness/op.h"
 #include "kernels/simd/parallel.h"
@@ -83,11 +84,17 @@ std::vector<BenchCase> collect(const SuiteOptions& o, std::ostream& log) {
         log << "note: " << op->name() << " is not a single kernel (no bytes model): not benchmarked\n";
         continue;
       }
-      const std::filesystem::path f = harness::default_cases_dir() / op->name() / o.tier;
-      if (std::filesystem::exists(f)) {
-        files.push_back(f);
-      } else {
-        log << "note: no " << o.tier << " case file for " << op->name() << " (" << f.string() << ")\n";
+      bool found = false;
+      for (const std::string& role : tier_roles(o.tier)) {
+        const std::filesystem::path f = harness::default_cases_dir() / op->name() / role;
+        if (std::filesystem::exists(f)) {
+          files.push_back(f);
+          found = true;
+        }
+      }
+      if (!found) {
+        log << "note: no " << o.tier << " case file for " << op->name() << " ("
+            << (harness::default_cases_dir() / op->name()).string() << ")\n";
       }
     }
   }
@@ -110,6 +117,7 @@ std::vector<BenchCase> collect(const SuiteOptions& o, std::ostream& log) {
 
 struct Baselines {
   std::unique_ptr<BigBuffer> src, dst, flush;
+  std::map<std::string, std::unique_ptr<DeviceCopyBaseline>> device_copy;  // by device key
 };
 Baselines& baselines() {
   static Baselines b;
@@ -165,6 +173,44 @@ void register_baselines(const SuiteOptions& o) {
   }
 }
 
+// The device buffer copy of each Vulkan device the run uses (bench/vulkan_baseline.h),
+// timed on the device like the Vulkan kernels; where the device is missing the row is
+// skipped with the reason, so the result file says why there are no Vulkan figures.
+void register_device_copy_baselines(const SuiteOptions& o, const std::set<std::string>& device_keys) {
+  for (const std::string& key : device_keys) {
+    const std::int64_t bytes = o.baseline_mib * kMiB;
+    auto* b = benchmark::RegisterBenchmark(
+        cat("baseline_vkcopy/", key, "/", o.baseline_mib, "MiB").c_str(), [=](benchmark::State& state) {
+          release_timed_case();  // one Vulkan instance at a time (kernels/vulkan/runtime/instance.h)
+          std::unique_ptr<DeviceCopyBaseline>& copy = baselines().device_copy[key];
+          try {
+            if (!copy) copy = make_device_copy_baseline(key, bytes);
+          } catch (const Error& e) {
+            const std::string why = cat(e.kind() == ErrorKind::unsupported ? "skipped: " : "FAILED: ", e.what());
+            if (e.kind() == ErrorKind::unsupported) {
+              record_skip(cat("baseline_vkcopy/", key), e.what());
+            } else {
+              record_failure(cat("baseline_vkcopy/", key, ": ", e.what()));
+            }
+            state.SkipWithError(why.c_str());
+            return;
+          }
+          for (auto _ : state) state.SetIterationTime(copy->copy());
+          state.SetBytesProcessed(state.iterations() * 2 * copy->bytes());
+          state.counters["copied_bytes_per_second"] = benchmark::Counter(
+              static_cast<double>(copy->bytes()), benchmark::Counter::kIsIterationInvariantRate);
+          state.counters["bytes_per_iter"] = static_cast<double>(2 * copy->bytes());
+          state.SetLabel(copy->describe());
+        });
+    b->UseManualTime()->Unit(benchmark::kMillisecond);
+    if (o.smoke) {
+      b->Iterations(1)->Repetitions(1);
+    } else {
+      b->MinTime(o.min_time);
+    }
+  }
+}
+
 // ---- kernels ------------------------------------------------------------------------
 
 std::vector<std::string> default_backends(std::ostream& log) {
@@ -176,6 +222,12 @@ std::vector<std::string> default_backends(std::ostream& log) {
       log << "note: simd:" << t.name << " not benchmarked: " << t.reason << "\n";
     }
   }
+  const VulkanDeviceProbe vulkan = probe_vulkan_device("vulkan");
+  if (vulkan.unavailable.empty()) {
+    out.push_back("vulkan");
+  } else {
+    log << "note: vulkan not benchmarked: " << vulkan.unavailable << "\n";
+  }
   return out;
 }
 
@@ -185,6 +237,7 @@ void run_kernel(benchmark::State& state, const BenchCase& c, const std::string& 
   // problems (re-made on demand if a baseline runs again, e.g. with interleaving).
   baselines().src.reset();
   baselines().dst.reset();
+  baselines().device_copy.clear();
   TimedCase& tc = acquire_timed_case(name, c.problem, backend);
   if (!tc.failure.empty()) {
     state.SkipWithError(cat("FAILED: ", tc.failure).c_str());
@@ -195,18 +248,33 @@ void run_kernel(benchmark::State& state, const BenchCase& c, const std::string& 
     return;
   }
   Traffic t;
+  const bool device = is_vulkan_backend(backend);
   try {
     t = traffic_of(c.problem);
     // A kernel that streams at least the flush size evicts its own data: no flush needed.
-    BigBuffer* flush =
-        o.flush_mib > 0 && t.bytes() < o.flush_mib * kMiB ? &lazily(baselines().flush, o.flush_mib) : nullptr;
-    for (auto _ : state) {
-      if (flush != nullptr) {
-        state.PauseTiming();
-        benchmark::DoNotOptimize(streaming_read(*flush, true));
-        state.ResumeTiming();
+    const bool flush_first = o.flush_mib > 0 && t.bytes() < o.flush_mib * kMiB;
+    if (device) {
+      // Manual time: the device's own time for the call; the flush (a device copy that
+      // evicts the device caches) and the host's submission work are not counted.
+      if (!tc.clock) tc.clock = make_device_clock(*tc.backend, flush_first ? o.flush_mib * kMiB : 0);
+      std::int64_t on_device = 0;
+      for (auto _ : state) {
+        tc.clock->flush_caches();
+        const DeviceTiming timing = tc.clock->time([&tc] { tc.invoke(); });
+        state.SetIterationTime(timing.seconds);
+        on_device += timing.on_device ? 1 : 0;
       }
-      tc.invoke();
+      state.counters["device_timed"] = static_cast<double>(on_device) / static_cast<double>(state.iterations());
+    } else {
+      BigBuffer* flush = flush_first ? &lazily(baselines().flush, o.flush_mib) : nullptr;
+      for (auto _ : state) {
+        if (flush != nullptr) {
+          state.PauseTiming();
+          benchmark::DoNotOptimize(streaming_read(*flush, true));
+          state.ResumeTiming();
+        }
+        tc.invoke();
+      }
     }
   } catch (const std::exception& e) {
     tc.failure = cat("threw while timed: ", e.what());
@@ -217,7 +285,7 @@ void run_kernel(benchmark::State& state, const BenchCase& c, const std::string& 
   state.SetBytesProcessed(state.iterations() * t.bytes());
   state.counters["flops"] = benchmark::Counter(static_cast<double>(t.flops), benchmark::Counter::kIsIterationInvariantRate);
   state.counters["bytes_per_iter"] = static_cast<double>(t.bytes());
-  state.counters["workers"] = simd::worker_count();
+  if (!device) state.counters["workers"] = simd::worker_count();
   state.SetLabel(c.problem.line());
 }
 
@@ -226,6 +294,19 @@ void run_kernel(benchmark::State& state, const BenchCase& c, const std::string& 
 int register_suite(const SuiteOptions& o, std::ostream& log) {
   register_baselines(o);
   const std::vector<std::string> backends = o.backends.empty() ? default_backends(log) : o.backends;
+  // One copy baseline per Vulkan device in use; in a default run without a device, one
+  // skipped row that records why.
+  std::set<std::string> device_keys;
+  for (const std::string& b : backends) {
+    if (is_vulkan_backend(b)) device_keys.insert(vulkan_device_key(b));
+  }
+  if (o.backends.empty() && device_keys.empty()) device_keys.insert("vulkan");
+  for (const std::string& key : device_keys) {
+    const VulkanDeviceProbe probe = probe_vulkan_device(key);
+    if (probe.unavailable.empty()) benchmark::AddCustomContext("kvlab_vulkan_device:" + key, probe.description);
+  }
+  if (!device_keys.empty()) benchmark::AddCustomContext("kvlab_vulkan_clock", vulkan_kernel_clock());
+  register_device_copy_baselines(o, device_keys);
   int count = 0;
   // Owned for the program's lifetime: the registered lambdas refer to them.
   static std::vector<std::unique_ptr<BenchCase>> cases;
@@ -235,7 +316,12 @@ int register_suite(const SuiteOptions& o, std::ostream& log) {
     for (const std::string& backend : backends) {
       auto* b = benchmark::RegisterBenchmark(cat(bc->problem.op(), "/", backend, "/", bc->shape).c_str(),
                                              [bc, backend, o](benchmark::State& s) { run_kernel(s, *bc, backend, o); });
-      b->UseRealTime()->Unit(benchmark::kMicrosecond);
+      if (is_vulkan_backend(backend)) {
+        b->UseManualTime();  // device time (run_kernel)
+      } else {
+        b->UseRealTime();
+      }
+      b->Unit(benchmark::kMicrosecond);
       if (o.smoke) {
         b->Iterations(1)->Repetitions(1);
       } else if (backend == "reference") {

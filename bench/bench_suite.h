@@ -1,15 +1,19 @@
 // kvlab_bench: Google Benchmark suites over the harness's case files.
 //
-// One benchmark per (perf case line, backend): the reference and the SIMD backend pinned
-// to each attainable Highway target. Before a benchmark is timed its backend is verified
-// once against the reference on the very problem timed (harness::run_case); a FAILED or
-// INVALID verification reports an error (SkipWithError) and makes the run exit non-zero,
-// a kernel the backend does not implement yet is reported as skipped with the reason.
-// The memory baselines (streaming read, memcpy) run first, in the same process.
+// One benchmark per (perf case line, backend): the reference, the SIMD backend pinned
+// to each attainable Highway target, and the Vulkan backend when a device is usable
+// (timed on the device by timestamp queries, bench/vulkan_bench.h). Before a benchmark
+// is timed its backend is verified once against the reference on the very problem timed
+// (harness::run_case); a FAILED or INVALID verification reports an error (SkipWithError)
+// and makes the run exit non-zero, a kernel the backend does not implement yet is
+// reported as skipped with the reason.
+// The memory baselines (streaming read, memcpy; and each Vulkan device's buffer copy) run
+// first, in the same process.
 //
 // Names are `<op>/<backend>/<shape>` (shape: the parameters the case line writes), the
 // label is the full canonical problem line; counters: bytes_per_second (bytes model of
-// bench/bytes_model.h), flops, bytes_per_iter, threads. tools/bench_table.py reads the
+// bench/bytes_model.h), flops, bytes_per_iter, workers (host rows), device_timed (Vulkan
+// rows: the fraction of calls timed on the device). tools/bench_table.py reads the
 // JSON output (table of GB/s, % of the same-run baselines, speed-up, targets; compare).
 #pragma once
 
@@ -23,10 +27,10 @@
 namespace kvlab::bench {
 
 struct SuiteOptions {
-  std::string tier = "perf";                      // the case-file role: perf | smoke
+  std::string tier = "perf";                      // smoke | perf | full (tier_roles)
   std::vector<std::filesystem::path> case_files;  // when given, replace the tier's files
   std::vector<std::string> ops;                   // empty: every op with a case file
-  std::vector<std::string> backends;              // empty: reference + simd:<each attainable target>
+  std::vector<std::string> backends;              // empty: reference, simd:<each target>, vulkan
   std::int64_t baseline_mib = 256;                // streaming read / memcpy buffer size
   // Cold caches: before every timed call, a read of this many MiB (untimed) evicts the
   // kernel's data from L1–L3 (48 MiB here), so the kernel streams from DRAM like the
@@ -38,6 +42,11 @@ struct SuiteOptions {
   double reference_min_time = 0.05;     // seconds; the oracle is slow at perf shapes
   int reference_repetitions = 1;        // overrides --benchmark_repetitions for the oracle (0: not)
 };
+
+// The case-file roles (harness/cases/<op>/<role>) a tier reads: smoke -> smoke, perf ->
+// perf, full -> perf + perf_gpu (shapes sized for a real GPU's memory and bandwidth).
+// Throws Error(invalid_argument) naming an unknown tier.
+std::vector<std::string> tier_roles(const std::string& tier);
 
 // Reads and removes the --kvlab_* flags from argv (the rest is Google Benchmark's).
 // Throws kvlab::Error naming an unknown --kvlab_ flag or a bad value.

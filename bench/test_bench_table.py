@@ -53,6 +53,13 @@ class Names(unittest.TestCase):
                          "rope/simd:AVX3/B=1 T=8")
         self.assertEqual(bt.base_name("rope/reference/B=1/iterations:1/real_time"), "rope/reference/B=1")
 
+    def test_small_rates_keep_three_significant_digits(self):
+        # lavapipe's attention moves a few MB/s: 0.00203 GB/s must not print as 0.00.
+        self.assertEqual(bt.fmt(0.00203, ".2f"), "0.00203")
+        self.assertEqual(bt.fmt(10.0, ".2f"), "10.00")
+        self.assertEqual(bt.fmt(0.0, ".1f"), "0.0")
+        self.assertEqual(bt.fmt(None, ".1f"), "-")
+
     def test_label_parses_to_parameters(self):
         self.assertEqual(bt.parse_label("rope B=1 dims=64 seed=1"), {"op": "rope", "B": "1", "dims": "64", "seed": "1"})
 
@@ -123,6 +130,114 @@ class Table(unittest.TestCase):
                  "run_type": "iteration", "error_occurred": True, "time_unit": "us", "real_time": 0,
                  "error_message": "skipped: unsupported: sdpa"}]
         self.assertIn("1x skipped: unsupported: sdpa", self.run_table(rows))
+
+
+def vkcopy(device, seconds, moved_bytes):
+    """A device buffer-copy baseline row (bytes_per_iter = read + written)."""
+    return reps(f"baseline_vkcopy/{device}/256MiB", [seconds] * 3, bytes_per_iter=moved_bytes,
+                suffix="/manual_time")
+
+
+def vk_row(backend, label, seconds, bytes_per_iter, shape="s", device_timed=1.0):
+    rows = reps(f"{label.split()[0]}/{backend}/{shape}", [seconds] * 3, bytes_per_iter=bytes_per_iter, label=label,
+                unit="us", suffix="/manual_time")
+    for r in rows:
+        r["device_timed"] = device_timed
+    return rows
+
+
+DISCRETE = {"kvlab_baseline_mib": "256", "kvlab_vulkan_device:vulkan": "NVIDIA H100 80GB HBM3 [discrete]"}
+LAVAPIPE = {"kvlab_baseline_mib": "256", "kvlab_vulkan_device:vulkan": "llvmpipe (LLVM 15.0.6, 256 bits) [cpu]"}
+QSDPA4_32K = QSDPA8.replace("Lk=65536", "Lk=32768").replace("kbits=8", "kbits=4").replace("vbits=8", "vbits=4")
+
+
+class VulkanRows(unittest.TestCase):
+    def run_table(self, rows, context):
+        out = io.StringIO()
+        bt.table(write(list(BASELINES) + rows, context), out)
+        return out.getvalue()
+
+    def line(self, text, start, backend, shape=""):
+        return next(l for l in text.splitlines() if l.startswith(start) and f" {backend} " in l and shape in l)
+
+    def test_gbps_against_the_same_devices_copy_and_no_host_columns(self):
+        # The copy moves 2e9 bytes (read + written) in 1 ms: 2000 GB/s. rope on the device:
+        # 5e8 bytes in 500 us = 1000 GB/s = 50.0 % of it; the host read/memcpy columns stay blank
+        # (40 GB/s read would have made it 2500 %).
+        rows = vkcopy("vulkan", 1e-3, 2e9) + vk_row("vulkan", "rope B=1 T=8", 500e-6, 5e8)
+        text = self.run_table(rows, DISCRETE)
+        rope = self.line(text, "rope", "vulkan")
+        self.assertIn("1000.00", rope)
+        self.assertIn("50.0", rope)
+        self.assertNotIn("2500", rope)
+        self.assertEqual(rope.split()[rope.split().index("1000.00") + 1: rope.split().index("1000.00") + 4],
+                         ["-", "-", "50.0"])
+        # the host targets (rope >= 60 % memcpy) do not apply on the device
+        self.assertNotIn("memcpy", rope)
+        self.assertIn("NVIDIA H100", text)
+
+    def test_each_row_uses_its_own_devices_copy(self):
+        # vulkan:,words runs on device 'vulkan' (2000 GB/s copy), vulkan:1 on a 1000 GB/s copy:
+        # the same 1000 GB/s kernel is 50 % of the first and 100 % of the second.
+        ctx = dict(DISCRETE, **{"kvlab_vulkan_device:vulkan:1": "Other GPU [discrete]"})
+        rows = (vkcopy("vulkan", 1e-3, 2e9) + vkcopy("vulkan:1", 2e-3, 2e9)
+                + vk_row("vulkan:,words", "rope B=1 T=8", 500e-6, 5e8)
+                + vk_row("vulkan:1", "rope B=1 T=8", 500e-6, 5e8))
+        text = self.run_table(rows, ctx)
+        self.assertIn(" 50.0", self.line(text, "rope", "vulkan:,words"))
+        self.assertIn("100.0", self.line(text, "rope", "vulkan:1"))
+
+    def test_gpu_decode_target_is_seventy_percent_of_the_copy(self):
+        # 2000 GB/s copy. 4-bit at S=32768: 7e8 bytes in 500 us = 1400 GB/s = 70.0 %: PASS.
+        # 8-bit at S=65536: 6.9e8 bytes in 500 us = 1380 GB/s = 69.0 %: MISS by 1.0 point.
+        rows = (vkcopy("vulkan", 1e-3, 2e9)
+                + vk_row("vulkan", QSDPA4_32K, 500e-6, 7e8, shape="Lk=32768 kbits=4 vbits=4")
+                + vk_row("vulkan", QSDPA8, 500e-6, 6.9e8, shape="Lk=65536 kbits=8 vbits=8"))
+        text = self.run_table(rows, DISCRETE)
+        self.assertIn("PASS >= 70% vkcopy", self.line(text, "quantized_sdpa", "vulkan", "Lk=32768"))
+        self.assertIn("MISS >= 70% vkcopy", self.line(text, "quantized_sdpa", "vulkan", "Lk=65536"))
+        self.assertIn("70.0% of vkcopy (target 70%): PASS", text)
+        self.assertIn("69.0% of vkcopy (target 70%): MISS by 1.0 points", text)
+
+    def test_the_gpu_target_needs_decode_at_s_32768_or_more(self):
+        # 1400 GB/s (70 %) would pass, but Lk=16384 and Lq=4 are outside the target.
+        rows = (vkcopy("vulkan", 1e-3, 2e9)
+                + vk_row("vulkan", QSDPA4_32K.replace("Lk=32768", "Lk=16384"), 500e-6, 7e8, shape="Lk=16384")
+                + vk_row("vulkan", QSDPA4_32K.replace("Lq=1", "Lq=4"), 500e-6, 7e8, shape="Lq=4"))
+        text = self.run_table(rows, DISCRETE)
+        self.assertNotIn("PASS", text)
+        self.assertNotIn("MISS", text)
+
+    def test_lavapipe_is_not_a_target(self):
+        # The same 70 % on a CPU device: neither PASS nor MISS.
+        rows = vkcopy("vulkan", 1e-3, 2e9) + vk_row("vulkan", QSDPA4_32K, 500e-6, 7e8)
+        text = self.run_table(rows, LAVAPIPE)
+        row = self.line(text, "quantized_sdpa", "vulkan")
+        self.assertIn("lavapipe: not a target", row)
+        self.assertNotIn("PASS", text)
+        self.assertNotIn("MISS", text)
+
+    def test_an_unknown_device_type_is_not_judged(self):
+        rows = vkcopy("vulkan", 1e-3, 2e9) + vk_row("vulkan", QSDPA4_32K, 500e-6, 7e8)
+        text = self.run_table(rows, {"kvlab_baseline_mib": "256"})
+        self.assertIn("? >= 70% vkcopy", self.line(text, "quantized_sdpa", "vulkan"))
+        self.assertNotIn("PASS", text)
+
+    def test_a_wall_clock_timed_row_is_marked_and_not_judged(self):
+        # 70 % by the wall clock of a kernel of several submissions: an upper bound of its
+        # time, so neither PASS nor MISS.
+        rows = vkcopy("vulkan", 1e-3, 2e9) + vk_row("vulkan", QSDPA4_32K, 500e-6, 7e8, device_timed=0.0)
+        text = self.run_table(rows, DISCRETE)
+        row = self.line(text, "quantized_sdpa", "vulkan")
+        self.assertIn("1400.00 (wall)", row)
+        self.assertIn("? >= 70% vkcopy (wall clock)", row)
+        self.assertNotIn("PASS", text)
+
+    def test_device_keys(self):
+        self.assertEqual(bt.device_key("vulkan:1,words,staging"), "vulkan:1")
+        self.assertEqual(bt.device_key("vulkan:,staging"), "vulkan")
+        self.assertEqual(bt.device_key("vulkan"), "vulkan")
+        self.assertFalse(bt.is_vulkan("simd:AVX3"))
 
 
 class Compare(unittest.TestCase):

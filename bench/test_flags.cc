@@ -51,6 +51,29 @@ TEST(SuiteFlags, TheSmokeTierIsOneIterationOverSmallBuffersUnlessToldOtherwise) 
   EXPECT_EQ(p.flush_mib, 64);
 }
 
+TEST(SuiteFlags, AVulkanBackendKeepsItsOwnCommaFlags) {
+  Argv a({"kvlab_bench", "--kvlab_backends=reference,vulkan:,words,staging,vulkan:1,simd:AVX3,vulkan,words"});
+  const SuiteOptions o = parse_suite_flags(a.argc, a.ptrs.data());
+  // "vulkan,words" is not a variant (that is "vulkan:,words"): two names, the second unknown.
+  EXPECT_EQ(o.backends, (std::vector<std::string>{"reference", "vulkan:,words,staging", "vulkan:1", "simd:AVX3",
+                                                  "vulkan", "words"}));
+  // Any flag a later variant grammar adds stays with its variant too.
+  Argv b({"kvlab_bench", "--kvlab_backends=vulkan:1,nosubgroup,reference"});
+  EXPECT_EQ(parse_suite_flags(b.argc, b.ptrs.data()).backends,
+            (std::vector<std::string>{"vulkan:1,nosubgroup", "reference"}));
+}
+
+TEST(SuiteFlags, TheFullTierAddsTheGpuShapesToThePerfFiles) {
+  EXPECT_EQ(tier_roles("smoke"), (std::vector<std::string>{"smoke"}));
+  EXPECT_EQ(tier_roles("perf"), (std::vector<std::string>{"perf"}));
+  EXPECT_EQ(tier_roles("full"), (std::vector<std::string>{"perf", "perf_gpu"}));
+  Argv a({"kvlab_bench", "--kvlab_tier=full"});
+  const SuiteOptions o = parse_suite_flags(a.argc, a.ptrs.data());
+  EXPECT_EQ(o.tier, "full");
+  EXPECT_FALSE(o.smoke);
+  EXPECT_EQ(o.baseline_mib, 256);
+}
+
 TEST(SuiteFlags, BadFlagsAndValuesAreNamed) {
   Argv a({"kvlab_bench", "--kvlab_tire=smoke"});
   EXPECT_KVLAB_ERROR(parse_suite_flags(a.argc, a.ptrs.data()), invalid_argument, "kvlab_tire");

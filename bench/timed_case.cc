@@ -17,6 +17,28 @@ std::unique_ptr<TimedCase>& live() {
   return slot;
 }
 
+// The Vulkan backend of the last case, by backend name (timed_case.h).
+struct KeptBackend {
+  std::string name;
+  std::shared_ptr<Backend> backend;
+};
+KeptBackend& kept_vulkan() {
+  static KeptBackend k;
+  return k;
+}
+
+std::shared_ptr<Backend> make_bench_backend(const std::string& name) {
+  // Vulkan kernels are timed on the device: the harness factory's backend has no
+  // timestamp queries.
+  if (!is_vulkan_backend(name)) return harness::make_backend(name);
+  KeptBackend& kept = kept_vulkan();
+  if (kept.name != name || !kept.backend) {
+    kept.backend.reset();  // one Vulkan instance at a time
+    kept = {name, make_timed_vulkan_backend(name)};
+  }
+  return kept.backend;
+}
+
 MemoReference& memo_reference() {
   static MemoReference m;
   return m;
@@ -67,7 +89,7 @@ void verify(TimedCase& tc) {
 
 void build(TimedCase& tc, const std::string& backend) {
   try {
-    tc.backend = harness::make_backend(backend);
+    tc.backend = make_bench_backend(backend);
   } catch (const Error& e) {
     (e.kind() == ErrorKind::unsupported ? tc.skip : tc.failure) = e.what();
     return;
@@ -117,19 +139,26 @@ TimedCase& acquire_timed_case(const std::string& key, const harness::Problem& pr
   } catch (const std::exception& e) {
     slot->failure = cat("setup threw: ", e.what());
   }
-  if (!slot->failure.empty()) record_failure(cat(key, ": ", slot->failure));
+  if (!slot->failure.empty()) {
+    record_failure(cat(key, ": ", slot->failure));
+    kept_vulkan() = {};  // a backend that failed is not trusted with the next case
+  }
   if (!slot->skip.empty()) record_skip(key, slot->skip);
   if (!slot->failure.empty() || !slot->skip.empty()) {
     // Keep the verdict, drop the memory.
     slot->prep = {};
     slot->in = {};
     slot->out = {};
+    slot->clock.reset();
     slot->backend.reset();
   }
   return *slot;
 }
 
-void release_timed_case() { live().reset(); }
+void release_timed_case() {
+  live().reset();
+  kept_vulkan() = {};
+}
 
 int oracle_calls_computed() { return memo_reference().computed(); }
 

@@ -9,19 +9,27 @@ Reads Google Benchmark JSON written by kvlab_bench (bench/bench_suite.h), e.g.
   tools/bench_table.py compare old.json new.json
 
 table: one row per kernel benchmark: kernel | shape | backend | GB/s | % read | % memcpy |
-  speed-up vs reference | target.
+  % vkcopy | speed-up vs reference | target.
   * GB/s = bytes model (bench/bytes_model.h: bytes read + bytes written, each once) /
     median wall time of the repetitions, in 10^9 bytes per second (Google Benchmark's
     console prints GiB/s).
   * % read, % memcpy: that GB/s over the same run's baseline_read / baseline_memcpy rows
     with the pool's thread count (memcpy counted as read + written, like every kernel, so a
-    kernel at 100 % memcpy moves its bytes as fast as memcpy moves its own).
+    kernel at 100 % memcpy moves its bytes as fast as memcpy moves its own). Host rows only.
+  * % vkcopy: a Vulkan row's GB/s over the same run's device buffer copy on the same device
+    (baseline_vkcopy/<device>: vkCmdCopyBuffer between device-local buffers, read +
+    written), both timed on the device. Vulkan rows only; the host columns stay blank.
+    A Vulkan row whose calls were not all timed on the device (a kernel of several
+    submissions, timed by the host's wall clock: an upper bound) is marked "(wall)" and
+    its target is not judged.
   * speed-up: the reference's median time on the same problem over this backend's.
   * target: the issue's bandwidth targets, PASS or MISS with the measured ratio:
       quantized_sdpa B=1 Hq=32 Hkv=8 Lq=1 Lk=65536 D=128 f16, affine group 64, K and V at
         8 bits: >= 45 % read; at 4 bits: >= 30 % read
       affine_quantize >= 50 % memcpy;  rope, kv_scatter (append) >= 60 % memcpy
-    They apply to the optimized backends, not to the reference.
+    They apply to the optimized host backends, not to the reference. On a Vulkan GPU:
+      quantized_sdpa decode (Lq=1), affine K and V, Lk >= 32768: >= 70 % vkcopy
+    A Vulkan device of type cpu (lavapipe) is not a target: "lavapipe: not a target".
 
 compare: rows present in both files, matched by name. Noise rule: a row is flagged only
   when  |median_new - median_old| > K * max(noise_old, noise_new)  AND the change exceeds
@@ -82,6 +90,7 @@ class Row:
         self.aggregates = {}  # aggregate_name -> seconds (when only aggregates were written)
         self.bytes_per_iter = None
         self.flops_per_second = []
+        self.device_timed = []  # Vulkan rows: fraction of calls timed on the device, per repetition
         self.label = ""
         self.error = None
 
@@ -104,6 +113,8 @@ class Row:
         self.times.append(b["real_time"] * unit)
         if "flops" in b:
             self.flops_per_second.append(b["flops"])
+        if "device_timed" in b:
+            self.device_timed.append(b["device_timed"])
 
     @property
     def timed(self):
@@ -132,6 +143,11 @@ class Row:
     def params(self):
         return parse_label(self.label)
 
+    def wall_timed(self):
+        """A Vulkan row some of whose calls were timed by the host's wall clock (several
+        submissions per call: the device's timestamps could not time the whole call)."""
+        return any(f < 1 for f in self.device_timed)
+
 
 def load(path):
     with open(path, encoding="utf-8") as f:
@@ -144,12 +160,29 @@ def load(path):
 
 
 def baselines(rows):
-    """GB/s of the pool (multi-thread) read and memcpy baselines, and the single-thread ones."""
+    """The pool (multi-thread) and single-thread read and memcpy baselines, keyed (op, 'pool'|'single'),
+    and each Vulkan device's buffer copy, keyed ('baseline_vkcopy', device key)."""
     out = {}
     for r in rows.values():
-        if r.op in ("baseline_read", "baseline_memcpy") and r.timed:
+        if r.op in ("baseline_read", "baseline_memcpy", "baseline_vkcopy") and r.timed:
             out[(r.op, r.backend)] = r
     return out
+
+
+def is_vulkan(backend):
+    return backend == "vulkan" or backend.startswith("vulkan:")
+
+
+def device_key(backend):
+    """'vulkan:1,words' -> 'vulkan:1', 'vulkan:,staging' -> 'vulkan' (bench/vulkan_bench.h)."""
+    device = backend.split(",", 1)[0]
+    return "vulkan" if device == "vulkan:" else device
+
+
+def device_type(context, backend):
+    """The Vulkan device type kvlab_bench recorded for a backend ('cpu', 'discrete', ...), or None."""
+    m = re.search(r"\[(\w+)\]\s*$", context.get("kvlab_vulkan_device:" + device_key(backend), ""))
+    return m.group(1) if m else None
 
 
 # The issue's targets: (predicate on the problem's parameters, baseline, minimum %).
@@ -171,18 +204,40 @@ TARGETS = [
 ]
 
 
+def _int(p, key, default=0):
+    try:
+        return int(p.get(key, default))
+    except ValueError:
+        return default
+
+
+# The issue's GPU target: fused quantized decode attention at S >= 32768, affine K and V.
+DEVICE_TARGETS = [
+    (lambda p: p.get("op") == "quantized_sdpa" and _int(p, "Lq") == 1 and _int(p, "Lk") >= 32768
+     and p.get("kmode", "affine") == "affine" and p.get("vmode", "affine") == "affine", "vkcopy", 70.0),
+]
+NOT_A_TARGET = "lavapipe: not a target"
+
+
 def target_of(row):
+    """(basis, minimum %) of the target that applies to a row, or None."""
     if row.backend == "reference":
         return None
     p = row.params()
-    for match, base, pct in TARGETS:
+    for match, base, pct in (DEVICE_TARGETS if is_vulkan(row.backend) else TARGETS):
         if match(p):
             return base, pct
     return None
 
 
 def fmt(x, spec, missing="-"):
-    return missing if x is None else format(x, spec)
+    """x in `spec`, or 3 significant digits where `spec` would print a small non-zero x as 0."""
+    if x is None:
+        return missing
+    text = format(x, spec)
+    if x != 0 and float(text) == 0:
+        return format(x, ".3g")
+    return text
 
 
 def print_table(rows_out, headers, out):
@@ -200,6 +255,7 @@ def table(path, out=sys.stdout):
     read, copy = base.get(("baseline_read", "pool")), base.get(("baseline_memcpy", "pool"))
     read_gbps = read.gbps() if read else None
     copy_gbps = copy.gbps() if copy else None
+    device_copy = {where: r.gbps() for (op, where), r in base.items() if op == "baseline_vkcopy"}
     out.write(f"{path}: {context.get('date', '')}, {context.get('kvlab_threads', '?')} threads, "
               f"best SIMD target {context.get('kvlab_simd_best_target', '?')}, "
               f"cache flush {context.get('kvlab_flush_mib', '?')} MiB before each timed call\n")
@@ -207,7 +263,14 @@ def table(path, out=sys.stdout):
         extra = ""
         if op == "baseline_memcpy" and r.gbps():
             extra = f"  ({r.gbps() / 2:.1f} GB/s copied)"
+        if op == "baseline_vkcopy":
+            kind = device_type(context, where)
+            extra += f"  on {context.get('kvlab_vulkan_device:' + where, 'an unknown device')}"
+            if kind == "cpu":
+                extra += f"  ({NOT_A_TARGET})"
         out.write(f"  {op:16s} {where:6s} {r.shape:24s} {fmt(r.gbps(), '.1f')} GB/s{extra}\n")
+    if "kvlab_vulkan_clock" in context:
+        out.write(f"  Vulkan kernels timed by: {context['kvlab_vulkan_clock']}\n")
     mib = context.get("kvlab_baseline_mib")
     if mib is not None and int(mib) < 256:
         out.write(f"  note: baselines over {mib} MiB, below the 256 MiB the targets assume\n")
@@ -227,33 +290,44 @@ def table(path, out=sys.stdout):
             untimed.append(r)
             continue
         g = r.gbps()
-        pr = 100 * g / read_gbps if g is not None and read_gbps else None
-        pc = 100 * g / copy_gbps if g is not None and copy_gbps else None
+        pr = pc = pd = None
+        if is_vulkan(r.backend):
+            dev = device_copy.get(device_key(r.backend))
+            pd = 100 * g / dev if g is not None and dev else None
+        else:
+            pr = 100 * g / read_gbps if g is not None and read_gbps else None
+            pc = 100 * g / copy_gbps if g is not None and copy_gbps else None
         ref = reference.get((r.op, r.shape))
         speedup = ref.median() / r.median() if ref and r.backend != "reference" else None
         verdict = ""
         t = target_of(r) if judge else None
         if t:
             basis, need = t
-            got = pr if basis == "read" else pc
-            if got is None:
+            got = {"read": pr, "memcpy": pc, "vkcopy": pd}[basis]
+            kind = device_type(context, r.backend) if is_vulkan(r.backend) else None
+            if kind == "cpu":
+                verdict = NOT_A_TARGET
+            elif r.wall_timed():
+                verdict = f"? >= {need:g}% {basis} (wall clock)"
+            elif got is None or (is_vulkan(r.backend) and kind is None):
                 verdict = f"? >= {need:g}% {basis}"
             else:
                 verdict = f"{'PASS' if got >= need else 'MISS'} >= {need:g}% {basis}"
                 verdicts.append((r, basis, need, got))
         reps = len(r.times) if r.times else "agg"
-        lines.append([r.op, r.shape, r.backend, fmt(g, ".2f"), fmt(pr, ".1f"), fmt(pc, ".1f"),
+        lines.append([r.op, r.shape, r.backend, fmt(g, ".2f") + (" (wall)" if r.wall_timed() else ""),
+                      fmt(pr, ".1f"), fmt(pc, ".1f"), fmt(pd, ".1f"),
                       fmt(speedup, ".1f", "-") + ("x" if speedup else ""), reps, verdict])
-    print_table(lines, ["kernel", "shape", "backend", "GB/s", "% read", "% memcpy", "vs ref", "reps",
+    print_table(lines, ["kernel", "shape", "backend", "GB/s", "% read", "% memcpy", "% vkcopy", "vs ref", "reps",
                         "target"], out)
     if verdicts:
-        out.write("\ntargets (best optimized backend per kernel and shape):\n")
+        out.write("\ntargets (best optimized backend per kernel, shape and baseline):\n")
         best = {}
         for r, basis, need, got in verdicts:
-            key = (r.op, r.shape)
+            key = (r.op, r.shape, basis)
             if key not in best or got > best[key][3]:
                 best[key] = (r, basis, need, got)
-        for (op, shape), (r, basis, need, got) in best.items():
+        for (op, shape, _), (r, basis, need, got) in best.items():
             status = "PASS" if got >= need else f"MISS by {need - got:.1f} points"
             out.write(f"  {op} {shape} [{r.backend}]: {got:.1f}% of {basis} (target {need:g}%): {status}\n")
     if untimed:

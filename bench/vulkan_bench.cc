@@ -1,0 +1,140 @@
+// The Vulkan rows of kvlab_bench over kernels/vulkan (bench/vulkan_bench.h).
+#include "bench/vulkan_bench.h"
+
+#include <algorithm>
+#include <chrono>
+#include <optional>
+
+#include "bench/vulkan_baseline.h"
+#include "kernels/vulkan/context.h"
+#include "kernels/vulkan/vulkan_backend.h"
+#include "kvlab/error.h"
+
+namespace kvlab::bench {
+
+namespace {
+
+// VulkanOptions for "vulkan[:[<device>][,words][,staging][,validate]]", as
+// make_vulkan_backend() reads the variant (kernels/vulkan/vulkan_backend.h), plus
+// timestamps. The factory has no flag for timestamps and does not expose its parser,
+// hence this copy of the part of its grammar the benchmarks use.
+VulkanOptions timed_options(std::string_view backend) {
+  KVLAB_REQUIRE(is_vulkan_backend(backend), invalid_argument, "'", backend, "' is not a Vulkan backend name");
+  std::string_view variant = backend.size() > 7 ? backend.substr(7) : std::string_view{};
+  VulkanOptions options;
+  options.timestamps = true;
+  const std::size_t comma = variant.find(',');
+  options.device = std::string(variant.substr(0, comma));
+  for (std::string_view rest = comma == std::string_view::npos ? std::string_view{} : variant.substr(comma + 1);
+       !rest.empty();) {
+    const std::size_t next = rest.find(',');
+    const std::string_view flag = rest.substr(0, next);
+    if (flag == "words") {
+      options.force_word_storage = true;
+    } else if (flag == "staging") {
+      options.force_staging = true;
+    } else if (flag == "validate") {
+      options.validation = true;  // messages to stderr as "[vulkan] ..."; slows every call
+    } else {
+      fail(ErrorKind::invalid_argument, cat("vulkan backend '", backend, "': unknown flag '", flag,
+                                            "' (kvlab_bench reads vulkan[:[<device>][,words][,staging][,validate]])"));
+    }
+    rest = next == std::string_view::npos ? std::string_view{} : rest.substr(next + 1);
+  }
+  return options;
+}
+
+VulkanBackend& as_vulkan(Backend& backend) {
+  auto* v = dynamic_cast<VulkanBackend*>(&backend);
+  KVLAB_REQUIRE(v != nullptr, internal, "backend '", backend.name(), "' is not a VulkanBackend");
+  return *v;
+}
+
+// One kernel call is timed by the device when it made exactly one submission
+// (Context::submissions()): then last_kernel_seconds() (timestamps at the start and end
+// of that submission) is the whole call. A call of several submissions (today the
+// attention kernels: stage q, attention pass, combine, in sdpa.cc) would be timed by its
+// last one alone, so it falls back to the host's wall clock around the call: an upper
+// bound that also counts validation, submissions and fence waits (small on lavapipe,
+// large against a fast GPU's kernel).
+class VulkanClock final : public DeviceClock {
+ public:
+  VulkanClock(VulkanBackend& backend, std::int64_t flush_bytes) : backend_(backend) {
+    // The copy touches twice its buffer size (read one, write the other).
+    constexpr std::int64_t kMiB = std::int64_t{1} << 20;
+    if (flush_bytes > 0) {
+      flush_ = std::make_unique<DeviceCopy>(backend.context().device(),
+                                            static_cast<std::uint64_t>(std::max(flush_bytes / 2, kMiB)));
+    }
+  }
+
+  void flush_caches() override {
+    if (flush_) flush_->copy();
+  }
+
+  DeviceTiming time(const std::function<void()>& call) override {
+    const std::uint64_t before = backend_.context().submissions();
+    const auto start = std::chrono::steady_clock::now();
+    call();
+    const std::chrono::duration<double> wall = std::chrono::steady_clock::now() - start;
+    const std::optional<double> device = backend_.last_kernel_seconds();
+    if (backend_.context().submissions() - before == 1 && device) return {*device, true};
+    return {wall.count(), false};
+  }
+
+ private:
+  VulkanBackend& backend_;
+  std::unique_ptr<DeviceCopy> flush_;
+};
+
+class VulkanCopyBaseline final : public DeviceCopyBaseline {
+ public:
+  VulkanCopyBaseline(std::string_view backend, std::int64_t bytes)
+      : backend_(std::make_unique<VulkanBackend>(timed_options(backend))),
+        copy_(backend_->context().device(), static_cast<std::uint64_t>(bytes)) {}
+
+  double copy() override { return copy_.copy(); }
+  std::int64_t bytes() const override { return static_cast<std::int64_t>(copy_.bytes()); }
+  std::string describe() const override {
+    const VulkanDeviceInfo d = backend_->device();
+    return cat("vkCmdCopyBuffer ", copy_.bytes() >> 20, " MiB, device-local, on ", d.name, " [", d.type, "]",
+               copy_.limited_by().empty() ? "" : cat(" (smaller than asked: ", copy_.limited_by(), ")"),
+               "; bytes = read + written");
+  }
+
+ private:
+  std::unique_ptr<VulkanBackend> backend_;
+  DeviceCopy copy_;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_timed_vulkan_backend(std::string_view backend) {
+  return std::make_unique<VulkanBackend>(timed_options(backend));
+}
+
+VulkanDeviceProbe probe_vulkan_device(std::string_view backend) {
+  try {
+    const VulkanBackend b(timed_options(backend));
+    const VulkanDeviceInfo d = b.device();
+    return {cat(d.name, " [", d.type, "]"), ""};
+  } catch (const Error& e) {
+    if (e.kind() != ErrorKind::unsupported) throw;
+    return {"", e.what()};
+  }
+}
+
+std::string vulkan_kernel_clock() {
+  return "device timestamps where a call is one submission, else the host wall clock around the call "
+         "(counter device_timed < 1)";
+}
+
+std::unique_ptr<DeviceClock> make_device_clock(Backend& backend, std::int64_t flush_bytes) {
+  return std::make_unique<VulkanClock>(as_vulkan(backend), flush_bytes);
+}
+
+std::unique_ptr<DeviceCopyBaseline> make_device_copy_baseline(std::string_view backend, std::int64_t bytes) {
+  return std::make_unique<VulkanCopyBaseline>(backend, bytes);
+}
+
+}  // namespace kvlab::bench
