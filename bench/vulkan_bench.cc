@@ -14,33 +14,12 @@ namespace kvlab::bench {
 
 namespace {
 
-// VulkanOptions for "vulkan[:[<device>][,words][,staging][,validate]]", as
-// make_vulkan_backend() reads the variant (kernels/vulkan/vulkan_backend.h), plus
-// timestamps. The factory has no flag for timestamps and does not expose its parser,
-// hence this copy of the part of its grammar the benchmarks use.
+// VulkanOptions for "vulkan[:<variant>]" as make_vulkan_backend() reads the variant
+// (kernels/vulkan/vulkan_backend.h), plus timestamps.
 VulkanOptions timed_options(std::string_view backend) {
   KVLAB_REQUIRE(is_vulkan_backend(backend), invalid_argument, "'", backend, "' is not a Vulkan backend name");
-  std::string_view variant = backend.size() > 7 ? backend.substr(7) : std::string_view{};
-  VulkanOptions options;
+  VulkanOptions options = vulkan_options_from_variant(backend.size() > 7 ? backend.substr(7) : std::string_view{});
   options.timestamps = true;
-  const std::size_t comma = variant.find(',');
-  options.device = std::string(variant.substr(0, comma));
-  for (std::string_view rest = comma == std::string_view::npos ? std::string_view{} : variant.substr(comma + 1);
-       !rest.empty();) {
-    const std::size_t next = rest.find(',');
-    const std::string_view flag = rest.substr(0, next);
-    if (flag == "words") {
-      options.force_word_storage = true;
-    } else if (flag == "staging") {
-      options.force_staging = true;
-    } else if (flag == "validate") {
-      options.validation = true;  // messages to stderr as "[vulkan] ..."; slows every call
-    } else {
-      fail(ErrorKind::invalid_argument, cat("vulkan backend '", backend, "': unknown flag '", flag,
-                                            "' (kvlab_bench reads vulkan[:[<device>][,words][,staging][,validate]])"));
-    }
-    rest = next == std::string_view::npos ? std::string_view{} : rest.substr(next + 1);
-  }
   return options;
 }
 

@@ -122,7 +122,11 @@ void VulkanBackend::quantized_sdpa(const DTensor& q, const QuantizedDTensor& k, 
   table[va::kKGroup] = static_cast<std::uint32_t>(k.spec.group_size);
   table[va::kVBits] = static_cast<std::uint32_t>(v.spec.bits);
   table[va::kVGroup] = static_cast<std::uint32_t>(v.spec.group_size);
-  va::run(c, vulkan::ShaderId::quantized_sdpa, std::move(table), q, {c.bind(k.wq, 4), c.bind(v.wq, 4)},
+  // The subgroup build stages K in slices of whole 32-code blocks: Dk is a multiple of the
+  // affine group size (validated above), which is at least 32.
+  const vulkan::ShaderId pass =
+      uses_subgroup_reductions() ? vulkan::ShaderId::quantized_sdpa_subgroup : vulkan::ShaderId::quantized_sdpa;
+  va::run(c, pass, std::move(table), q, {c.bind(k.wq, 4), c.bind(v.wq, 4)},
           {bks, bkb, bvs, bvb}, mask_array, sinks, out);
 }
 

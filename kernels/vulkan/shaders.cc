@@ -65,6 +65,18 @@ const std::uint32_t kKvAppendAdvanceSmall[] =
 const std::uint32_t kKvAppendAdvanceWords[] =
 #include "kv_append_advance_words.spv.inc"
     ;
+const std::uint32_t kSdpaSubgroupSmall[] =
+#include "sdpa_subgroup_small.spv.inc"
+    ;
+const std::uint32_t kSdpaSubgroupWords[] =
+#include "sdpa_subgroup_words.spv.inc"
+    ;
+const std::uint32_t kQuantizedSdpaSubgroupSmall[] =
+#include "sdpa_quantized_subgroup_small.spv.inc"
+    ;
+const std::uint32_t kQuantizedSdpaSubgroupWords[] =
+#include "sdpa_quantized_subgroup_words.spv.inc"
+    ;
 
 template <std::size_t Small, std::size_t Words>
 std::span<const std::uint32_t> pick(bool small_storage, const std::uint32_t (&small)[Small],
@@ -86,6 +98,8 @@ std::string_view shader_name(ShaderId id) {
     case ShaderId::sdpa_stage_q: return "sdpa_stage_q";
     case ShaderId::sdpa_combine: return "sdpa_combine";
     case ShaderId::kv_append_advance: return "kv_append_advance";
+    case ShaderId::sdpa_subgroup: return "sdpa_subgroup";
+    case ShaderId::quantized_sdpa_subgroup: return "quantized_sdpa_subgroup";
   }
   return "?";
 }
@@ -102,6 +116,9 @@ std::span<const std::uint32_t> shader_spirv(ShaderId id, bool small_storage) {
     case ShaderId::sdpa_stage_q: return pick(small_storage, kSdpaStageQSmall, kSdpaStageQWords);
     case ShaderId::sdpa_combine: return pick(small_storage, kSdpaCombineSmall, kSdpaCombineWords);
     case ShaderId::kv_append_advance: return pick(small_storage, kKvAppendAdvanceSmall, kKvAppendAdvanceWords);
+    case ShaderId::sdpa_subgroup: return pick(small_storage, kSdpaSubgroupSmall, kSdpaSubgroupWords);
+    case ShaderId::quantized_sdpa_subgroup:
+      return pick(small_storage, kQuantizedSdpaSubgroupSmall, kQuantizedSdpaSubgroupWords);
   }
   return {};
 }

@@ -19,8 +19,12 @@ enum class ShaderId {
   sdpa_stage_q,
   sdpa_combine,
   kv_append_advance,
+  // The subgroup builds of sdpa / quantized_sdpa (shaders/sdpa_core.glsl): used where the
+  // device has compute-stage subgroup arithmetic (VulkanBackend::uses_subgroup_reductions).
+  sdpa_subgroup,
+  quantized_sdpa_subgroup,
 };
-inline constexpr int kShaderCount = 10;
+inline constexpr int kShaderCount = 12;
 
 std::string_view shader_name(ShaderId id);
 std::span<const std::uint32_t> shader_spirv(ShaderId id, bool small_storage);

@@ -22,7 +22,8 @@ VulkanBackend::~VulkanBackend() = default;
 
 std::string VulkanBackend::name() const {
   return cat("vulkan:", context_->device().info().name, context_->options().force_word_storage ? " [words]" : "",
-             context_->staging() && context_->options().force_staging ? " [staging]" : "");
+             context_->staging() && context_->options().force_staging ? " [staging]" : "",
+             context_->options().force_shared_reductions ? " [nosubgroup]" : "");
 }
 
 VulkanDeviceInfo VulkanBackend::device() const {
@@ -70,7 +71,7 @@ void VulkanBackend::turboquant_decode(const DTensor&, const DTensor&, const Turb
   not_yet("turboquant_decode");
 }
 
-std::unique_ptr<Backend> make_vulkan_backend(std::string_view variant) {
+VulkanOptions vulkan_options_from_variant(std::string_view variant) {
   VulkanOptions options;
   std::string_view rest = variant;
   const std::size_t comma = rest.find(',');
@@ -83,17 +84,23 @@ std::unique_ptr<Backend> make_vulkan_backend(std::string_view variant) {
       options.force_word_storage = true;
     } else if (flag == "staging") {
       options.force_staging = true;
+    } else if (flag == "nosubgroup") {
+      options.force_shared_reductions = true;
     } else if (flag == "validate") {
       // Messages go to stderr as "[vulkan] <severity> <type>: ..." (runtime/instance.cc),
       // where the CTest run of the lavapipe tier fails on them.
       options.validation = true;
     } else {
       fail(ErrorKind::invalid_argument, cat("vulkan backend variant '", variant, "': unknown flag '", flag,
-                                            "' (expected [<device>][,words][,staging][,validate])"));
+                                            "' (expected [<device>][,words][,staging][,nosubgroup][,validate])"));
     }
     rest = next == std::string_view::npos ? std::string_view{} : rest.substr(next + 1);
   }
-  return std::make_unique<VulkanBackend>(std::move(options));
+  return options;
+}
+
+std::unique_ptr<Backend> make_vulkan_backend(std::string_view variant) {
+  return std::make_unique<VulkanBackend>(vulkan_options_from_variant(variant));
 }
 
 std::vector<VulkanDeviceInfo> vulkan_devices() {

@@ -43,6 +43,9 @@ struct VulkanOptions {
   // Device-local memory and staging transfers even where host-visible memory exists, so
   // that lavapipe covers the discrete-GPU path.
   bool force_staging = false;
+  // The shared-memory builds of sdpa/quantized_sdpa even where the subgroup builds could
+  // run (shaders/sdpa_core.glsl), so that lavapipe covers both.
+  bool force_shared_reductions = false;
   // Tests: never take the hardware fast paths of the affine kernels (exact arithmetic only).
   bool exact_arithmetic_only = false;
   // Bracket each kernel's submission with timestamp queries (last_kernel_seconds());
@@ -65,11 +68,15 @@ class VulkanBackend final : public Backend {
   VulkanBackend(const VulkanBackend&) = delete;
   VulkanBackend& operator=(const VulkanBackend&) = delete;
 
-  // "vulkan:<device name>", plus " [words]" / " [staging]" when those paths are forced.
+  // "vulkan:<device name>", plus " [words]" / " [staging]" / " [nosubgroup]" when those
+  // paths are forced.
   std::string name() const override;
   VulkanDeviceInfo device() const;
   bool uses_small_storage() const;  // 16/8-bit storage shader builds in use
   bool uses_staging() const;        // device-local memory + staging transfers
+  // sdpa/quantized_sdpa run their subgroup builds: the device has compute-stage subgroup
+  // arithmetic with a subgroup size the shaders handle, and force_shared_reductions is off.
+  bool uses_subgroup_reductions() const;
   bool validation_enabled() const;
   // Device time of the last kernel's submission (timestamp queries); nullopt unless
   // VulkanOptions::timestamps is on, the queue has timestamps and a kernel ran.
@@ -115,11 +122,14 @@ class VulkanBackend final : public Backend {
   std::unique_ptr<Context> context_;
 };
 
-// The harness factory: variant = "[<device>][,words][,staging][,validate]" (device as in
-// VulkanOptions::device; words/staging force the fallback paths; validate turns on the
+// The harness factory: variant = "[<device>][,words][,staging][,nosubgroup][,validate]"
+// (device as in VulkanOptions::device; words/staging/nosubgroup force the fallback paths
+// (nosubgroup: force_shared_reductions); validate turns on the
 // validation layer, messages to stderr). Throws Error(unsupported)
 // with the reason when no device is usable.
 std::unique_ptr<Backend> make_vulkan_backend(std::string_view variant);
+// The options that variant stands for (Error(invalid_argument) naming an unknown flag).
+VulkanOptions vulkan_options_from_variant(std::string_view variant);
 
 // For `kvlab check`: as make_vulkan_backend(), but where no device is usable it returns
 // a stand-in with host memory whose every kernel throws Error(unsupported) with the

@@ -7,7 +7,11 @@
 // decode and several query rows, long decode split over many KV chunks, causal masks
 // with window and unequal paddings whose hidden keys carry NaN-poisoned scales, boolean
 // and additive arrays, sinks, softcap, fully masked rows under both policies; fp-mode
-// K/V throw unsupported naming the spec; invalid input raises the oracle's errors.
+// K/V throw unsupported naming the spec; invalid input raises the oracle's errors. Both
+// builds of the attention pass run every case: the subgroup build (default where the
+// device supports it, as lavapipe does; its K codes are staged in slices of <= 16 words
+// per key, so Dk 128 at 5, 6 and 8 bits spans several slices, with groups of 64/128
+// carried across a slice boundary) and the forced shared-memory fallback.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -197,23 +201,32 @@ int poison_hidden_keys(Inputs& in) {
   return poisoned;
 }
 
-// One backend per path, made once for the whole program (device creation and pipeline
-// compilation dominate small problems on lavapipe). Empty, with `reason`, without a device.
+// One backend per path (plus the forced shared reductions), made once for the whole
+// program (device creation and pipeline compilation dominate small problems on
+// lavapipe). Empty, with `reason`, without a device.
 const std::vector<std::unique_ptr<VulkanBackend>>& vulkan_paths(std::string& reason) {
   static std::string no_device;
   static const std::vector<std::unique_ptr<VulkanBackend>> backends = [] {
     std::vector<std::unique_ptr<VulkanBackend>> out;
+    std::vector<VulkanOptions> options;  // the storage/memory paths, then the forced shared reductions
     for (const testing::VulkanPath& p : testing::vulkan_paths()) {
-      VulkanOptions o;
-      o.force_word_storage = p.words;
-      o.force_staging = p.staging;
+      options.push_back({});
+      options.back().force_word_storage = p.words;
+      options.back().force_staging = p.staging;
+    }
+    options.push_back({});
+    options.back().force_shared_reductions = true;
+    for (const VulkanOptions& o : options) {
       std::unique_ptr<VulkanBackend> be = testing::try_vulkan(o, no_device);
       if (!be) return std::vector<std::unique_ptr<VulkanBackend>>{};
-      if (p.words) {
+      if (o.force_word_storage) {
         EXPECT_FALSE(be->uses_small_storage());
       }
-      if (p.staging) {
+      if (o.force_staging) {
         EXPECT_TRUE(be->uses_staging());
+      }
+      if (o.force_shared_reductions) {
+        EXPECT_FALSE(be->uses_subgroup_reductions());
       }
       out.push_back(std::move(be));
     }

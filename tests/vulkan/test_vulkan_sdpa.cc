@@ -7,7 +7,9 @@
 // sinks, softcap, scale, fully masked rows under both policies, long decode split over
 // many KV chunks, and that hidden keys are never read: every key slot that no query of
 // its kv head may see holds NaN, so reading it fails loudly. Invalid input raises the
-// oracle's errors.
+// oracle's errors. Both builds of the attention pass run every case: the subgroup build
+// (the default where the device supports it; lavapipe does) and the forced shared-memory
+// fallback; the subgroup build is shown to be the one in use, and deterministic.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -17,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/vulkan/context.h"
 #include "kernels/vulkan/vulkan_backend.h"
 #include "reference/mask.h"
 #include "reference/reference_backend.h"
@@ -180,24 +183,33 @@ Tensor mask_array(testing::SeededRng& rng, MaskKind kind, DType dtype, std::int6
   return m;
 }
 
-// One backend per path (default, forced words, forced staging), made once for the whole
-// program: creating a device and compiling the pipelines costs far more on lavapipe than
-// a small attention problem. Empty, with `reason`, when no device is usable.
+// One backend per path (default, forced words, forced staging, and the default storage
+// with the shared-memory reductions forced), made once for the whole program: creating
+// a device and compiling the pipelines costs far more on lavapipe than a small attention
+// problem. Empty, with `reason`, when no device is usable.
 const std::vector<std::unique_ptr<VulkanBackend>>& vulkan_paths(std::string& reason) {
   static std::string no_device;
   static const std::vector<std::unique_ptr<VulkanBackend>> backends = [] {
     std::vector<std::unique_ptr<VulkanBackend>> out;
+    std::vector<VulkanOptions> options;
     for (const testing::VulkanPath& p : testing::vulkan_paths()) {
-      VulkanOptions o;
-      o.force_word_storage = p.words;
-      o.force_staging = p.staging;
+      options.push_back({});
+      options.back().force_word_storage = p.words;
+      options.back().force_staging = p.staging;
+    }
+    options.push_back({});
+    options.back().force_shared_reductions = true;
+    for (const VulkanOptions& o : options) {
       std::unique_ptr<VulkanBackend> be = testing::try_vulkan(o, no_device);
       if (!be) return std::vector<std::unique_ptr<VulkanBackend>>{};
-      if (p.words) {
+      if (o.force_word_storage) {
         EXPECT_FALSE(be->uses_small_storage());
       }
-      if (p.staging) {
+      if (o.force_staging) {
         EXPECT_TRUE(be->uses_staging());
+      }
+      if (o.force_shared_reductions) {
+        EXPECT_FALSE(be->uses_subgroup_reductions());
       }
       out.push_back(std::move(be));
     }
@@ -352,6 +364,51 @@ TEST(VulkanSdpa, LongDecodeSplitOverChunksMatchesTheOracle) {
       ++cases;
     }
   EXPECT_EQ(cases, 4);
+}
+
+// What uses_subgroup_reductions() must say, from the device's own properties: compute
+// stage subgroup arithmetic, and a subgroup size of 4..64 dividing the local size of 64
+// (the shader keeps one value per subgroup in arrays of 16).
+bool subgroup_build_expected(VulkanBackend& be) {
+  VkPhysicalDeviceSubgroupProperties sg{.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_PROPERTIES};
+  VkPhysicalDeviceProperties2 props{.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2, .pNext = &sg};
+  vkGetPhysicalDeviceProperties2(be.context().device().physical(), &props);
+  const bool arithmetic = (sg.supportedStages & VK_SHADER_STAGE_COMPUTE_BIT) != 0 &&
+                          (sg.supportedOperations & VK_SUBGROUP_FEATURE_ARITHMETIC_BIT) != 0;
+  return arithmetic && sg.subgroupSize >= 4 && sg.subgroupSize <= 64 && 64 % sg.subgroupSize == 0;
+}
+
+TEST(VulkanSdpa, SubgroupBuildIsUsedWhereSupportedAndIsDeterministic) {
+  KVLAB_VULKAN_OR_SKIP(vulkan, VulkanOptions{});
+  VulkanOptions forced;
+  forced.force_shared_reductions = true;
+  KVLAB_VULKAN_OR_SKIP(shared, forced);
+  const bool expected = subgroup_build_expected(*vulkan);
+  EXPECT_EQ(vulkan->uses_subgroup_reductions(), expected) << vulkan->name();
+  EXPECT_FALSE(shared->uses_subgroup_reductions());
+  EXPECT_NE(shared->name().find("[nosubgroup]"), std::string::npos) << shared->name();
+  // The harness flag reaches the option.
+  const std::unique_ptr<Backend> flagged = make_vulkan_backend(",nosubgroup");
+  EXPECT_FALSE(dynamic_cast<VulkanBackend&>(*flagged).uses_subgroup_reductions());
+  // lavapipe has subgroup arithmetic in compute (size 4/8/16 by vector width): the CI
+  // tier runs the subgroup build by default, the fallback only when forced.
+  if (vulkan->device().name.find("llvmpipe") != std::string::npos) {
+    EXPECT_TRUE(expected) << "lavapipe is expected to support subgroup arithmetic in compute";
+  }
+  if (!expected) GTEST_SKIP() << "the device has no usable subgroup arithmetic: only the fallback runs";
+
+  // The two builds really are different code: they sum each tile's softmax weights in a
+  // different order (key by key vs subgroup partial sums), so over 4096 f32 keys and 8
+  // heads at least one output bit differs; each build repeats itself bit for bit.
+  KVLAB_SEEDED_RNG(rng, 6502);
+  const Inputs in = random_inputs(rng, DType::f32, Shape4{1, 8, 2, 1, 4096, 64, 64});
+  const Tensor a = run_sdpa(*vulkan, in), b = run_sdpa(*vulkan, in), c = run_sdpa(*shared, in);
+  EXPECT_TRUE(testing::bit_equal(a, b)) << "the subgroup build is not deterministic";
+  EXPECT_FALSE(testing::bit_equal(a, c)) << "the default and forced-fallback outputs are identical";
+  ReferenceBackend ref;
+  const Tensor want = run_sdpa(ref, in);
+  EXPECT_TRUE(within_budget(a, want, attention_budget(in)));
+  EXPECT_TRUE(within_budget(c, want, attention_budget(in)));
 }
 
 TEST(VulkanSdpa, InvalidInputRaisesTheOraclesErrors) {

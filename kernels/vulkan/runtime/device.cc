@@ -88,9 +88,11 @@ Device::Device(const PhysicalDeviceInfo& physical, bool allow_small_storage) : i
   KVLAB_REQUIRE(VK_API_VERSION_MAJOR(info_.api_version) > 1 || VK_API_VERSION_MINOR(info_.api_version) >= 2,
                 unsupported, "Vulkan device '", info_.name, "' supports API ", VK_API_VERSION_MAJOR(info_.api_version),
                 ".", VK_API_VERSION_MINOR(info_.api_version), "; kvlab needs 1.2");
-  VkPhysicalDeviceProperties props{};
-  vkGetPhysicalDeviceProperties(info_.handle, &props);
-  limits_ = props.limits;
+  VkPhysicalDeviceSubgroupProperties subgroup{.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_PROPERTIES};
+  VkPhysicalDeviceProperties2 props{.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2, .pNext = &subgroup};
+  vkGetPhysicalDeviceProperties2(info_.handle, &props);
+  limits_ = props.properties.limits;
+  subgroup_size_ = subgroup.subgroupSize;
   vkGetPhysicalDeviceMemoryProperties(info_.handle, &memory_);
 
   std::uint32_t families = 0;
@@ -111,11 +113,13 @@ Device::Device(const PhysicalDeviceInfo& physical, bool allow_small_storage) : i
   VkPhysicalDeviceVulkan11Features f11{.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_1_FEATURES, .pNext = &f12};
   VkPhysicalDeviceFeatures2 f2{.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2, .pNext = &f11};
   vkGetPhysicalDeviceFeatures2(info_.handle, &f2);
+  const bool subgroup_arithmetic = (subgroup.supportedStages & VK_SHADER_STAGE_COMPUTE_BIT) != 0 &&
+                                   (subgroup.supportedOperations & VK_SUBGROUP_FEATURE_ARITHMETIC_BIT) != 0;
   supported_ = {f11.storageBuffer16BitAccess == VK_TRUE, f12.storageBuffer8BitAccess == VK_TRUE,
-                f2.features.shaderFloat64 == VK_TRUE};
+                f2.features.shaderFloat64 == VK_TRUE, subgroup_arithmetic};
   // The `small` shader builds need both widths; the `words` builds need neither.
   const bool small = allow_small_storage && supported_.storage16 && supported_.storage8;
-  enabled_ = {small, small, supported_.float64};
+  enabled_ = {small, small, supported_.float64, subgroup_arithmetic};
 
   VkPhysicalDeviceVulkan12Features e12{.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES,
                                        .storageBuffer8BitAccess = small ? VK_TRUE : VK_FALSE};

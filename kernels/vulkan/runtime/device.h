@@ -38,6 +38,10 @@ struct DeviceFeatures {
   bool storage16 = false;  // storageBuffer16BitAccess: f16/bf16 elements loaded/stored directly
   bool storage8 = false;   // storageBuffer8BitAccess: u8 elements stored directly
   bool float64 = false;    // shaderFloat64: RoPE angles, sin/cos and rotation in double
+  // VkPhysicalDeviceSubgroupProperties: supportedStages has COMPUTE and supportedOperations
+  // has ARITHMETIC (a property of Vulkan 1.1, nothing to enable): the attention shaders'
+  // subgroup builds. Always "enabled" where supported.
+  bool subgroup_arithmetic = false;
 };
 
 class Device {
@@ -60,6 +64,7 @@ class Device {
   const VkPhysicalDeviceLimits& limits() const { return limits_; }
   const VkPhysicalDeviceMemoryProperties& memory() const { return memory_; }
   std::uint32_t timestamp_valid_bits() const { return timestamp_bits_; }
+  std::uint32_t subgroup_size() const { return subgroup_size_; }  // the device's default subgroup size
 
   // A memory type allowed by `type_bits` with every `required` flag, preferring one that
   // also has every `preferred` flag; -1 when none qualifies.
@@ -72,6 +77,7 @@ class Device {
   VkQueue queue_ = VK_NULL_HANDLE;
   std::uint32_t queue_family_ = 0;
   std::uint32_t timestamp_bits_ = 0;
+  std::uint32_t subgroup_size_ = 0;
   DeviceFeatures supported_, enabled_;
   VkPhysicalDeviceLimits limits_{};
   VkPhysicalDeviceMemoryProperties memory_{};

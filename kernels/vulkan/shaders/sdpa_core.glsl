@@ -9,8 +9,25 @@
 // workgroup writes one partial (m, l, any, acc) per head; sdpa_combine.comp merges the
 // chunks, adds the sink and normalizes.
 //
-// Not tuned for GPUs yet: the tile max/sum go through shared memory (no subgroup
-// operations), and a key's codes are read by one invocation (not coalesced).
+// Two builds (the host picks one per device, kernels/vulkan/sdpa.cc):
+//   KVLAB_SUBGROUP=0 (sdpa.comp, quantized_sdpa.comp): the fallback. Every invocation
+//     walks the tile's scores in shared memory for the per-head max and keep flags, and
+//     a key's packed codes are read by the one invocation that scores it.
+//   KVLAB_SUBGROUP=1 (sdpa_subgroup.comp, sdpa_quantized_subgroup.comp): the tile's
+//     keep flags, per-head max and per-head sum go through subgroupOr/Max/Add, then
+//     across subgroups through one shared value per subgroup (summed in subgroup order,
+//     so the result is deterministic); a tile no head may see is skipped before any K
+//     is read. Packed K codes are staged coalesced (dot_qk_staged). Needs compute-stage
+//     subgroup arithmetic and a subgroup size in [4, 64] dividing KVLAB_LOCAL_SIZE.
+// V is read coalesced in both: invocation c decodes feature c of a key, so consecutive
+// invocations read the same or consecutive code words (and share the group's scale).
+#ifndef KVLAB_SUBGROUP
+#define KVLAB_SUBGROUP 0
+#endif
+#if KVLAB_SUBGROUP
+#extension GL_KHR_shader_subgroup_basic : require
+#extension GL_KHR_shader_subgroup_arithmetic : require
+#endif
 #include "common.glsl"
 #include "affine_common.glsl"
 #include "sdpa_math.glsl"
@@ -42,6 +59,12 @@ shared float sh_q[KVLAB_Q_SHARED];                  // [r][d]
 shared float sh_qsum[KVLAB_Q_SHARED / 32];           // quantized: [r][K group] Σ q
 shared float sh_p[KVLAB_MAX_R * KVLAB_LOCAL_SIZE];   // [r][key of the tile]: score, then weight
 shared uint sh_keep[KVLAB_LOCAL_SIZE];               // bit r: the tile's key is visible to head r
+#if KVLAB_SUBGROUP
+#define KVLAB_MAX_SUBGROUPS 16  // KVLAB_LOCAL_SIZE / 4: the host requires subgroups of >= 4
+shared uint sh_sg_keep[KVLAB_MAX_SUBGROUPS];                 // [subgroup]: OR of its keys' flags
+shared float sh_sg_max[KVLAB_MAX_R * KVLAB_MAX_SUBGROUPS];   // [r][subgroup]: max visible score
+shared float sh_sg_sum[KVLAB_MAX_R * KVLAB_MAX_SUBGROUPS];   // [r][subgroup]: Σ weights
+#endif
 
 float load_float16(uint raw, uint dtype) { return uintBitsToFloat(widen_to_f32(raw, dtype)); }
 #if KVLAB_QUANTIZED
@@ -115,6 +138,55 @@ float v_at(uint key_row, uint c) {
   precise float scaled = float(code) * vs_at(P[P_VS_OFF] + meta);
   return scaled + vb_at(P[P_VB_OFF] + meta);
 }
+#if KVLAB_SUBGROUP
+// dot_qk for every key of the tile at once, with the tile's K codes read coalesced: the
+// rows are staged through shared memory a slice at a time, a slice being codes [d0, d1)
+// of every key (multiples of 32 codes, i.e. whole words, as group sizes are >= 32), at
+// most KVLAB_K_SLICE_WORDS words per key. Invocation x loads word x % sw of key x / sw,
+// so consecutive invocations read consecutive words of a key's row (the whole tile is
+// one contiguous block when a row fits a slice), and only keys some head may see are
+// read. Each invocation then scores its own key from the staged slice (rows padded to
+// an odd stride against bank conflicts), with the same operations in the same order
+// as dot_qk. Called by the whole workgroup (barriers); `mine`: this key is visible.
+#define KVLAB_K_SLICE_WORDS 16u
+#define KVLAB_K_STRIDE 17u
+shared uint sh_kw[KVLAB_LOCAL_SIZE * KVLAB_K_STRIDE];
+void dot_qk_staged(uint tile_row0, bool mine, uint nr, out float dot[KVLAB_MAX_R]) {
+  const uint lid = gl_LocalInvocationID.x;
+  const uint bits = P[P_KBITS], gs = P[P_KGROUP], dk = P[P_DK], groups = dk / gs, row_words = dk * bits / 32u;
+  const uint slice_codes = 32u * (KVLAB_K_SLICE_WORDS / bits), meta = (tile_row0 + lid) * groups;
+  float part[KVLAB_MAX_R];
+  [[unroll]] for (uint r = 0u; r < KVLAB_MAX_R; ++r) {
+    dot[r] = 0.0;
+    part[r] = 0.0;
+  }
+  for (uint d0 = 0u; d0 < dk; d0 += slice_codes) {
+    const uint d1 = min(dk, d0 + slice_codes), w0 = d0 * bits / 32u, sw = (d1 - d0) * bits / 32u;
+    barrier();  // the previous slice has been consumed
+    for (uint x = lid; x < KVLAB_LOCAL_SIZE * sw; x += KVLAB_LOCAL_SIZE) {
+      const uint key = x / sw, w = x - key * sw;
+      if (sh_keep[key] != 0u) sh_kw[key * KVLAB_K_STRIDE + w] = kw[P[P_K_OFF] + (tile_row0 + key) * row_words + w0 + w];
+    }
+    barrier();
+    for (uint d = d0; mine && d < d1; ++d) {  // (a hidden key's codes were not staged)
+      uint code;
+      KVLAB_CODE_AT(sh_kw, lid * KVLAB_K_STRIDE, d - d0, bits)
+      const float cf = float(code);
+      [[unroll]] for (uint r = 0u; r < KVLAB_MAX_R; ++r) {
+        if (r < nr) part[r] += sh_q[r * dk + d] * cf;
+      }
+      if ((d + 1u) % gs == 0u) {  // the end of group g: fold it as dot_qk does
+        const uint g = d / gs;
+        const float sc = ks_at(P[P_KS_OFF] + meta + g), b = kb_at(P[P_KB_OFF] + meta + g);
+        [[unroll]] for (uint r = 0u; r < KVLAB_MAX_R; ++r) {
+          if (r < nr) dot[r] += sc * part[r] + b * sh_qsum[r * groups + g];
+          part[r] = 0.0;
+        }
+      }
+    }
+  }
+}
+#endif
 #else
 void dot_qk(uint key_row, uint nr, out float dot[KVLAB_MAX_R]) {
   const uint dt = P[P_K_DTYPE], dk = P[P_DK], base = P[P_K_OFF] + key_row * dk;
@@ -214,6 +286,78 @@ void main() {
           }
         }
       }
+#if KVLAB_SUBGROUP
+      // The tile's flags: OR within each subgroup, then across the subgroups.
+      sh_keep[lid] = keep;
+      const uint sg_keep = subgroupOr(keep);
+      if (subgroupElect()) sh_sg_keep[gl_SubgroupID] = sg_keep;
+      barrier();
+      uint tile_keep = 0u;
+      for (uint g = 0u; g < gl_NumSubgroups; ++g) tile_keep |= sh_sg_keep[g];
+      if (tile_keep != 0u) {  // uniform: every invocation read the same flags
+        float dot[KVLAB_MAX_R];
+#if KVLAB_QUANTIZED
+        dot_qk_staged(kv_row0 + t0, keep != 0u, nr, dot);  // the whole workgroup: it stages the codes
+#else
+        if (keep != 0u) dot_qk(kv_row0 + j, nr, dot);  // only keys some head of the block may see are read
+#endif
+        if (keep != 0u) {
+          [[unroll]] for (uint r = 0u; r < KVLAB_MAX_R; ++r) {
+            if (((keep >> r) & 1u) == 0u) continue;
+            float x = scale * dot[r];
+            if (softcap > 0.0) x = softcap * kvlab_tanh(x / softcap);
+            s[r] = x + add[r];
+          }
+        }
+        [[unroll]] for (uint r = 0u; r < KVLAB_MAX_R; ++r) {
+          if (r >= nr) continue;  // uniform
+          const float sg_max = subgroupMax(((keep >> r) & 1u) != 0u ? s[r] : LOWEST);
+          if (subgroupElect()) sh_sg_max[r * KVLAB_MAX_SUBGROUPS + gl_SubgroupID] = sg_max;
+        }
+        barrier();
+        float alpha[KVLAB_MAX_R];
+        [[unroll]] for (uint r = 0u; r < KVLAB_MAX_R; ++r) {
+          alpha[r] = 1.0;
+          if (((tile_keep >> r) & 1u) == 0u) continue;
+          float tile_max = LOWEST;
+          for (uint g = 0u; g < gl_NumSubgroups; ++g) tile_max = max(tile_max, sh_sg_max[r * KVLAB_MAX_SUBGROUPS + g]);
+          const bool had = ((seen >> r) & 1u) != 0u;
+          const float m_new = had ? max(m[r], tile_max) : tile_max;
+          alpha[r] = had ? kvlab_exp(m[r] - m_new) : 0.0;
+          m[r] = m_new;
+        }
+        [[unroll]] for (uint r = 0u; r < KVLAB_MAX_R; ++r) {
+          if (r >= nr) continue;  // uniform
+          const float p = ((keep >> r) & 1u) != 0u ? kvlab_exp(s[r] - m[r]) : 0.0;
+          sh_p[r * KVLAB_LOCAL_SIZE + lid] = p;
+          const float sg_sum = subgroupAdd(p);
+          if (subgroupElect()) sh_sg_sum[r * KVLAB_MAX_SUBGROUPS + gl_SubgroupID] = sg_sum;
+        }
+        barrier();
+        [[unroll]] for (uint r = 0u; r < KVLAB_MAX_R; ++r) {
+          float tile_sum = 0.0;  // subgroup order: the same on every run
+          if (r < nr) {
+            for (uint g = 0u; g < gl_NumSubgroups; ++g) tile_sum += sh_sg_sum[r * KVLAB_MAX_SUBGROUPS + g];
+          }
+          l[r] = l[r] * alpha[r] + tile_sum;
+          [[unroll]] for (uint t = 0u; t < KVLAB_DV_PER_INVOCATION; ++t) acc[r][t] *= alpha[r];
+        }
+        for (uint u = 0u; u < KVLAB_LOCAL_SIZE; ++u) {
+          const uint kb = sh_keep[u];
+          if (kb == 0u) continue;  // hidden from the whole block: its V is never read (it may be NaN poison)
+          [[unroll]] for (uint t = 0u; t < KVLAB_DV_PER_INVOCATION; ++t) {
+            const uint c = lid + t * KVLAB_LOCAL_SIZE;
+            if (c >= dv) continue;
+            const float vv = v_at(kv_row0 + t0 + u, c);  // loaded (decoded) once for every head
+            [[unroll]] for (uint r = 0u; r < KVLAB_MAX_R; ++r) {
+              if (((kb >> r) & 1u) != 0u) acc[r][t] += sh_p[r * KVLAB_LOCAL_SIZE + u] * vv;
+            }
+          }
+        }
+        seen |= tile_keep;
+      }
+      barrier();  // the next tile rewrites the shared arrays
+#else
       if (keep != 0u) {  // only keys some head of the block may see are read
         float dot[KVLAB_MAX_R];
         dot_qk(kv_row0 + j, nr, dot);
@@ -275,6 +419,7 @@ void main() {
       }
       seen |= tile_keep;
       barrier();
+#endif
     }
     if (seen != all_heads && P[P_MEAN_POLICY] != 0u) {
       // A head with no visible key in this chunk keeps the plain sum of the chunk's
