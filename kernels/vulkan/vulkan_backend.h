@@ -131,12 +131,6 @@ std::unique_ptr<Backend> make_vulkan_backend(std::string_view variant);
 // The options that variant stands for (Error(invalid_argument) naming an unknown flag).
 VulkanOptions vulkan_options_from_variant(std::string_view variant);
 
-// For `kvlab check`: as make_vulkan_backend(), but where no device is usable it returns
-// a stand-in with host memory whose every kernel throws Error(unsupported) with the
-// reason, so each case is reported UNIMPLEMENTED instead of the run failing. (Other
-// errors, e.g. a malformed variant, still throw.)
-std::unique_ptr<Backend> make_vulkan_backend_or_unavailable(std::string_view variant);
-
 // The devices the driver reports, in index order (empty when there is no driver).
 std::vector<VulkanDeviceInfo> vulkan_devices();
 
