@@ -38,7 +38,7 @@ std::vector<BackendEntry>& registry() {
 #ifdef KVLAB_HAVE_VULKAN
       {"vulkan", "Vulkan compute (GLSL compute shaders, SPIR-V built by glslc)",
        "kernels/vulkan; 'vulkan' picks KVLAB_VK_DEVICE or the best device (discrete, integrated, CPU), "
-       "'vulkan:<index|name>' pins one; ',words' / ',staging' force the fallback storage / memory paths; "
+       "'vulkan:<index|name>' pins one; ',words' / ',staging' / ',nosubgroup' force the fallback storage / memory / reduction paths; "
        "',validate' turns the validation layer on (messages on stderr)",
        // No usable device: Error(unsupported) with the reason, which `kvlab check` reports
        // as every case UNIMPLEMENTED (check.cc) and `kvlab list` prints.
