@@ -7,8 +7,9 @@
 # With arguments, runs `kvlab <arguments>` instead (e.g. `check --backend simd:AVX2`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-# Let ccache reuse objects across clones in different directories.
-export CCACHE_BASEDIR="$PWD"
+# Let ccache reuse objects across clones in different directories: paths relative to
+# the clone, and (for the -g builds, asan) the working directory left out of the hash.
+export CCACHE_BASEDIR="$PWD" CCACHE_NOHASHDIR=1
 bash tools/setup.sh
 cmake --preset release >/dev/null
 cmake --build --preset release --target kvlab >/dev/null

@@ -8,8 +8,9 @@
 # JUnit reports land in build/<preset>/junit.xml.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-# Let ccache reuse objects across clones in different directories.
-export CCACHE_BASEDIR="$PWD"
+# Let ccache reuse objects across clones in different directories: paths relative to
+# the clone, and (for the -g builds, asan) the working directory left out of the hash.
+export CCACHE_BASEDIR="$PWD" CCACHE_NOHASHDIR=1
 bash tools/setup.sh
 
 run_config() {
