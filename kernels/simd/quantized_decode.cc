@@ -26,8 +26,11 @@
 // byte per code for the chunk and then take the 8-bit path.
 //
 // Cost per key at R = 4, D = 128 on AVX3 (16 lanes, 2 FMA ports): 2·R·D/16 = 64 FMAs,
-// 16 code unpacks, 8 dequantize FMAs, ~11 uops of score reduction and ~12 of softmax:
-// ~60 cycles; f32 FMAs are the floor, not memory.
+// 16 code unpacks (4-bit: widen + shift + 2 lookups per 32 codes; 8-bit: widen +
+// convert per 16, plus 8 dequantize FMAs), ~11 uops of score reduction and ~8 of
+// softmax, about 120 vector uops: ~60 cycles at two per cycle, f32 FMAs the floor.
+// Measured on the 2-core Xeon VM (one thread, chunk in L2): ~95-110 cycles per key at
+// either width, the K and V loops each near 1.3-1.6 vector uops per cycle.
 // No AVX-512 VNNI (vpdpbusd, u8 codes × s8 queries): rounding q to s8 per (row, group)
 // moves each q_d by up to max_g|q|/254, so the logit moves by up to
 // |scale|·Σ_g (max_g|q|/254)·Σ_{d∈g}|s·c_d|. The tolerance allows eps_T·S with
@@ -51,10 +54,11 @@ namespace kvlab::simd::qdecode::detail {
 
 // Per-thread scratch of a task, grown on demand and reused across tasks and calls.
 struct Scratch {
-  std::vector<float> k_scales, k_biases, v_scales, v_biases, convert;  // [g][ncp]
+  std::vector<float> k_scales, k_biases;  // [key][g], as stored
+  std::vector<float> v_scales, v_biases, convert;  // [g][ncp]
   std::vector<float> scores;   // [ρ][ncp]: raw, then capped and masked scores
   std::vector<float> weights;  // [ρ][Gv][ncp]: p·s_v
-  std::vector<float> tile;     // [RB][N][N] unreduced dot products of one key tile (RB <= 8)
+  std::vector<float> tile;     // [RB][N/KB][N] partly reduced dot products of one key tile (RB <= 8)
   std::vector<float> out_bias; // [ρ][Gv]: Σ p·b_v
   std::vector<std::uint8_t> k_codes, v_codes;  // one byte per code (2/3/5/6-bit)
 };
@@ -108,7 +112,7 @@ template <int kBits>
 constexpr std::size_t kVecsPerUnit = kBits == 4 ? 2 : 1;
 
 #if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
-// 4-bit codes become floats by a 16-entry table lookup (vpermps), see Unpack.
+// 4-bit codes become floats by a 16-entry table lookup (vpermps), see LookupNibbles.
 constexpr bool kNibbleLookup = true;
 #else
 constexpr bool kNibbleLookup = false;
@@ -120,47 +124,79 @@ HWY_INLINE VF NibbleCodes(DF df) {
   return hn::Load(df, kNibbles);
 }
 
-// `table` (kNibbleLookup, 4-bit): the 16 floats codes 0..15 map to, NibbleCodes() for the
-// codes themselves or a group's c·s + b to dequantize in the same op.
-template <int kBits>
-HWY_INLINE void Unpack(DF df, const std::uint8_t* HWY_RESTRICT p, VF* c, [[maybe_unused]] VF table) {
+using VI = hn::Vec<hn::RebindToSigned<DF>>;
+
+// The N bytes at p, one per lane (int32).
+HWY_INLINE VI LoadBytes(DF, const std::uint8_t* HWY_RESTRICT p) {
   const hn::RebindToSigned<DF> di;
   const hn::Rebind<std::uint8_t, DF> d8;
-  const auto bytes = hn::PromoteTo(di, hn::LoadU(d8, p));
+  return hn::PromoteTo(di, hn::LoadU(d8, p));
+}
+
+// Codes of part t of a unit as floats, `bytes` from LoadBytes: 8-bit the bytes themselves;
+// 4-bit the low (t = 0) or high (t = 1) nibbles.
+template <int kBits>
+HWY_INLINE VF CodesAsFloats(DF df, VI bytes, std::size_t t) {
+  const hn::RebindToSigned<DF> di;
   if constexpr (kBits == 4) {
-#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
-    // vpermps reads only the low 4 bits of each index lane: the low nibble straight from
-    // the byte, the high one after a shift, one op each instead of mask + convert. Raw
-    // intrinsics: Highway's IndicesFromVec asserts indices < 16 in debug builds. (The
-    // masked form with an all-ones mask: GCC 12 warns about the unmasked one's
-    // _mm512_undefined_ps pass-through, a false maybe-uninitialized.)
-    c[0] = VF{_mm512_mask_permutexvar_ps(table.raw, 0xFFFF, bytes.raw, table.raw)};
-    c[1] = VF{_mm512_mask_permutexvar_ps(table.raw, 0xFFFF, hn::ShiftRight<4>(bytes).raw, table.raw)};
-#else
-    c[0] = hn::ConvertTo(df, hn::And(bytes, hn::Set(di, 15)));
-    c[1] = hn::ConvertTo(df, hn::ShiftRight<4>(bytes));
-#endif
+    return hn::ConvertTo(df, t == 0 ? hn::And(bytes, hn::Set(di, 15)) : hn::ShiftRight<4>(bytes));
   } else {
-    c[0] = hn::ConvertTo(df, bytes);
+    return hn::ConvertTo(df, bytes);
   }
+}
+
+#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+// table[n] for the nibble n of each lane: vpermps reads only the low 4 bits of each index
+// lane, so the low nibble needs no mask and the high one only a shift. Raw intrinsics:
+// Highway's IndicesFromVec asserts indices < 16 in debug builds. (The masked form with an
+// all-ones mask: GCC 12 warns about the unmasked one's _mm512_undefined_ps pass-through,
+// a false maybe-uninitialized.)
+HWY_INLINE VF LookupNibbles(VI bytes, std::size_t t, VF table) {
+  const VI index = t == 0 ? bytes : hn::ShiftRight<4>(bytes);
+  return VF{_mm512_mask_permutexvar_ps(table.raw, 0xFFFF, index.raw, table.raw)};
+}
+#endif
+
+// V codes of part t of a unit as floats; 4-bit on AVX3 by lookups in NibbleCodes() (a
+// shift and convert for the high nibble measured no faster).
+template <int kBits>
+HWY_INLINE VF ValueCodes(DF df, VI bytes, std::size_t t, [[maybe_unused]] VF nibble_codes) {
+#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+  if constexpr (kBits == 4) return LookupNibbles(bytes, t, nibble_codes);
+#endif
+  return CodesAsFloats<kBits>(df, bytes, t);
+}
+
+// K codes of part t of a unit dequantized, k = c·s + b by one MulAdd. 4-bit on AVX3:
+// `table` holds the key's 16 values c·s + b of this group (the same MulAdd, so the same
+// bits), and one lookup both unpacks and dequantizes.
+template <int kBits>
+HWY_INLINE VF KeyValues(DF df, VI bytes, std::size_t t, [[maybe_unused]] VF table, VF scale, VF bias) {
+#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+  if constexpr (kBits == 4) return LookupNibbles(bytes, t, table);
+#endif
+  return hn::MulAdd(CodesAsFloats<kBits>(df, bytes, t), scale, bias);
 }
 
 // Software prefetch of whole code rows [from, to) (every 64-byte line), kPrefetchKeys
 // keys ahead of the rows being read: each side of a chunk is one sequential stream, but
-// the hardware prefetcher alone leaves DRAM latency exposed at 2 cores.
+// the hardware prefetcher alone leaves DRAM latency exposed at 2 cores. The rows are
+// contiguous: one loop over the lines of the byte range.
 constexpr std::size_t kPrefetchKeys = 32;
 HWY_INLINE void PrefetchRows(const std::uint8_t* codes, std::size_t row_bytes, std::size_t from, std::size_t to) {
-  for (std::size_t j = from; j < to; ++j) {
-    for (std::size_t at = 0; at < row_bytes; at += 64) hwy::Prefetch(codes + j * row_bytes + at);
-  }
+  const std::uint8_t* end = codes + to * row_bytes;
+  for (const std::uint8_t* line = codes + from * row_bytes; line < end; line += 64) hwy::Prefetch(line);
 }
 
 // ---------------------------------------------------------------- K side: scores
 
 #if HWY_TARGET != HWY_SCALAR
 // One round of the transposing reduction: lanes (2k, 2k+1) of v[2i] are summed into the
-// low half of v[i], those of v[2i+1] into its high half; after log2(N) rounds lane i of
-// v[0] holds the full sum of the original v[i]. (Templates, so it unrolls completely.)
+// low half of v[i], those of v[2i+1] into its high half; after log2(n) rounds lane i of
+// v[0] holds the full sum of the original v[i] (n = N), or, for n < N, of lanes
+// [i·N/n, (i+1)·N/n) of what a full N-vector tree would sum there. The rounds only ever
+// combine neighbours, so log2(KB) rounds over each block of KB consecutive vectors and
+// then log2(N/KB) rounds over the N/KB results are exactly the full tree.
 template <std::size_t n>
 HWY_INLINE void PairRounds(DF df, VF* v) {
   if constexpr (n > 1) {
@@ -171,59 +207,63 @@ HWY_INLINE void PairRounds(DF df, VF* v) {
     PairRounds<n / 2>(df, v);
   }
 }
-#endif
-
-// Lane i of the result = the sum of the lanes of vector i of `acc` (N vectors).
-HWY_INLINE VF ReduceTile(DF df, const float* HWY_RESTRICT acc) {
-#if HWY_TARGET == HWY_SCALAR
-  return hn::LoadU(df, acc);
 #else
-  constexpr std::size_t N = hn::MaxLanes(DF());  // x86 vectors are full: Lanes == MaxLanes
-  VF v[N];
-#pragma GCC unroll 16
-  for (std::size_t i = 0; i < N; ++i) v[i] = hn::LoadU(df, acc + i * N);
-  PairRounds<N>(df, v);
-  return v[0];
-#endif
+template <std::size_t n>
+HWY_INLINE void PairRounds(DF, VF*) {
+  static_assert(n == 1, "one lane: nothing to reduce");
 }
+#endif
 
-// Unreduced q·k of KB consecutive keys for RB rows: each key's codes are dequantized
-// once for all RB rows, k = c·s + b in one MulAdd; then one vector per (key, row) whose
-// lanes sum to Σ_d q_d·k_d, stored to tile[r][key][·].
-template <int kBits, std::size_t RB, std::size_t KB>
+constexpr std::size_t kMaxLanes = hn::MaxLanes(DF());
+
+// q·k of KB consecutive keys for RB rows. Each key's codes are dequantized once for all
+// RB rows, k = c·s + b in one MulAdd (4-bit on AVX3: in the table lookup itself); then
+// one accumulator per (key, row) over the whole head dim, and the first log2(KB) rounds
+// of the score reduction in registers: out[r] holds the KB keys' partial sums.
+// kUnits/kUnitsPerGroup: the head dim and group in units when fixed at compile time (0:
+// from dk and gs). Fixed, the block is straight-line code: with the common 2 or 4 units
+// per group, loop control, table setup and the reduction otherwise cost as much as the
+// FMAs (measured: half of the K side's time outside its inner loop).
+template <int kBits, std::size_t RB, std::size_t KB, std::size_t kUnits = 0, std::size_t kUnitsPerGroup = 0>
 HWY_INLINE void KeyBlock(DF df, const float* HWY_RESTRICT q, std::size_t dk, const std::uint8_t* HWY_RESTRICT codes,
                          std::size_t row_bytes, const float* HWY_RESTRICT scales, const float* HWY_RESTRICT biases,
-                         std::size_t ncp, std::size_t gs, float* HWY_RESTRICT tile, std::size_t key_in_tile) {
+                         std::size_t groups, std::size_t gs, VF* HWY_RESTRICT out) {
   constexpr std::size_t kV = kVecsPerUnit<kBits>;
   const std::size_t N = hn::Lanes(df);
-  const std::size_t units = dk / (kV * N), units_per_group = gs / (kV * N);
+  const std::size_t units = kUnits != 0 ? kUnits : dk / (kV * N);
+  const std::size_t units_per_group = kUnitsPerGroup != 0 ? kUnitsPerGroup : gs / (kV * N);
+  if constexpr (kUnits != 0) {  // the strides too, so addresses are base + constant
+    dk = kUnits * kV * kMaxLanes;
+    row_bytes = dk * kBits / 8;
+    groups = kUnits / kUnitsPerGroup;
+  }
   VF acc[KB][RB];
 #pragma GCC unroll 16
   for (std::size_t k = 0; k < KB; ++k) {
 #pragma GCC unroll 16
     for (std::size_t r = 0; r < RB; ++r) acc[k][r] = hn::Zero(df);
   }
-  // 4-bit with lookups: the table of a (key, group) holds its 16 values c·s + b, so one
-  // lookup both unpacks and dequantizes (same MulAdd, hence the same bits).
+  // 4-bit with lookups: the table of a (key, group) holds its 16 values c·s + b (see
+  // KeyValues); otherwise scale and bias are applied to each unpacked vector.
   constexpr bool kTable = kBits == 4 && kNibbleLookup;
   const VF codes_table = NibbleCodes(df);
+#pragma GCC unroll 8
   for (std::size_t u0 = 0, g = 0; u0 < units; u0 += units_per_group, ++g) {
-    VF table[KB];
+    VF table[KB], scale[KB], bias[KB];
 #pragma GCC unroll 16
     for (std::size_t k = 0; k < KB; ++k) {
-      table[k] = kTable ? hn::MulAdd(codes_table, hn::Set(df, scales[g * ncp + k]), hn::Set(df, biases[g * ncp + k]))
-                        : codes_table;
+      scale[k] = hn::Set(df, scales[k * groups + g]);
+      bias[k] = hn::Set(df, biases[k * groups + g]);
+      table[k] = kTable ? hn::MulAdd(codes_table, scale[k], bias[k]) : codes_table;
     }
+#pragma GCC unroll 8
     for (std::size_t u = u0; u < u0 + units_per_group; ++u) {
       VF c[KB][kV];
 #pragma GCC unroll 16
       for (std::size_t k = 0; k < KB; ++k) {
-        Unpack<kBits>(df, codes + k * row_bytes + u * N, c[k], table[k]);
-        if constexpr (!kTable) {
-          const VF s = hn::Set(df, scales[g * ncp + k]), b = hn::Set(df, biases[g * ncp + k]);
+        const VI bytes = LoadBytes(df, codes + k * row_bytes + u * N);
 #pragma GCC unroll 2
-          for (std::size_t t = 0; t < kV; ++t) c[k][t] = hn::MulAdd(c[k][t], s, b);
-        }
+        for (std::size_t t = 0; t < kV; ++t) c[k][t] = KeyValues<kBits>(df, bytes, t, table[k], scale[k], bias[k]);
       }
 #pragma GCC unroll 2
       for (std::size_t t = 0; t < kV; ++t) {
@@ -237,45 +277,73 @@ HWY_INLINE void KeyBlock(DF df, const float* HWY_RESTRICT q, std::size_t dk, con
     }
   }
 #pragma GCC unroll 16
-  for (std::size_t k = 0; k < KB; ++k) {
+  for (std::size_t r = 0; r < RB; ++r) {
+    VF v[KB];
 #pragma GCC unroll 16
-    for (std::size_t r = 0; r < RB; ++r) {
-      hn::StoreU(acc[k][r], df, tile + (r * N + key_in_tile + k) * N);
-    }
+    for (std::size_t k = 0; k < KB; ++k) v[k] = acc[k][r];
+    PairRounds<KB>(df, v);
+    out[r] = v[0];
   }
 }
 
+// Keys per block: as many as the accumulators (KB·RB) and the codes leave registers for,
+// and never more than a vector has lanes (blocks tile the N keys of a score vector).
 template <std::size_t RB>
-constexpr std::size_t kKeysPerBlock = kManyRegisters ? (RB <= 4 ? 4 : 2) : (RB <= 2 ? 2 : 1);
+constexpr std::size_t kKeysPerBlock =
+    std::min(kMaxLanes, kManyRegisters ? (RB <= 4 ? std::size_t{4} : std::size_t{2}) : (RB <= 2 ? std::size_t{2} : std::size_t{1}));
 
 // Raw scores q·k of keys [0, nc) for RB rows → scores[r][0, ncp) (keys past nc get 0;
-// they are masked later). scales/biases: the chunk's K scales and biases, [g][ncp].
-template <int kBits, std::size_t RB>
+// they are masked later). scales/biases: the chunk's K scales and biases in f32, as
+// stored: [key][group].
+// Per N keys: N/KB blocks, each reduced by log2(KB) rounds in registers and parked in
+// `tile` ([r][block][N]), then the remaining log2(N/KB) rounds give a vector of N scores.
+template <int kBits, std::size_t RB, std::size_t kUnits = 0, std::size_t kUnitsPerGroup = 0>
 void ScoreRows(const float* HWY_RESTRICT q, std::size_t dk, const std::uint8_t* HWY_RESTRICT codes,
                std::size_t row_bytes, const float* HWY_RESTRICT scales, const float* HWY_RESTRICT biases,
-               std::size_t ncp, std::size_t gs, std::size_t nc, float* HWY_RESTRICT tile,
+               std::size_t groups, std::size_t gs, std::size_t nc, std::size_t ncp, float* HWY_RESTRICT tile,
                float* HWY_RESTRICT scores) {
   const DF df;
   const std::size_t N = hn::Lanes(df);
-  constexpr std::size_t KB = kKeysPerBlock<RB>;
+  constexpr std::size_t KB = kKeysPerBlock<RB>, kBlocks = kMaxLanes / KB;
   for (std::size_t t0 = 0; t0 < nc; t0 += N) {
     const std::size_t in_tile = std::min(N, nc - t0);
-    PrefetchRows(codes, row_bytes, std::min(nc, t0 + kPrefetchKeys), std::min(nc, t0 + kPrefetchKeys + N));
-    std::size_t k = 0;
-    for (; k + KB <= in_tile; k += KB) {
-      KeyBlock<kBits, RB, KB>(df, q, dk, codes + (t0 + k) * row_bytes, row_bytes, scales + t0 + k, biases + t0 + k,
-                              ncp, gs, tile, k);
+    std::size_t blk = 0;
+    for (; (blk + 1) * KB <= in_tile; ++blk) {
+      const std::size_t key = t0 + blk * KB;
+      // A few rows per block, not N rows per tile: a burst of prefetches fills the line
+      // fill buffers and stalls the loads that follow.
+      PrefetchRows(codes, row_bytes, std::min(nc, key + kPrefetchKeys), std::min(nc, key + kPrefetchKeys + KB));
+      VF red[RB];
+      KeyBlock<kBits, RB, KB, kUnits, kUnitsPerGroup>(df, q, dk, codes + key * row_bytes, row_bytes,
+                                                      scales + key * groups, biases + key * groups, groups, gs, red);
+#pragma GCC unroll 16
+      for (std::size_t r = 0; r < RB; ++r) hn::StoreU(red[r], df, tile + (r * kBlocks + blk) * N);
     }
-    for (; k < in_tile; ++k) {
-      KeyBlock<kBits, RB, 1>(df, q, dk, codes + (t0 + k) * row_bytes, row_bytes, scales + t0 + k, biases + t0 + k,
-                             ncp, gs, tile, k);
-    }
-    for (std::size_t r = 0; r < RB; ++r) {
-      for (std::size_t kk = in_tile; kk < N; ++kk) {
-        hn::StoreU(hn::Zero(df), df, tile + (r * N + kk) * N);
+    if (blk < kBlocks) {  // the chunk's last keys: a partial block, then empty ones
+      const std::size_t key = t0 + blk * KB, left = in_tile - blk * KB;
+      VF part[RB][KB];
+      for (std::size_t r = 0; r < RB; ++r) {
+        for (std::size_t k = 0; k < KB; ++k) part[r][k] = hn::Zero(df);
       }
-      hn::StoreU(ReduceTile(df, tile + r * N * N), df,
-                 scores + r * ncp + t0);
+      for (std::size_t k = 0; k < left; ++k) {
+        VF one[RB];
+        KeyBlock<kBits, RB, 1>(df, q, dk, codes + (key + k) * row_bytes, row_bytes, scales + (key + k) * groups,
+                               biases + (key + k) * groups, groups, gs, one);
+        for (std::size_t r = 0; r < RB; ++r) part[r][k] = one[r];
+      }
+      for (std::size_t r = 0; r < RB; ++r) {
+        PairRounds<KB>(df, part[r]);
+        hn::StoreU(part[r][0], df, tile + (r * kBlocks + blk) * N);
+        for (std::size_t b = blk + 1; b < kBlocks; ++b) hn::StoreU(hn::Zero(df), df, tile + (r * kBlocks + b) * N);
+      }
+    }
+#pragma GCC unroll 16
+    for (std::size_t r = 0; r < RB; ++r) {
+      VF v[kBlocks];
+#pragma GCC unroll 16
+      for (std::size_t b = 0; b < kBlocks; ++b) v[b] = hn::LoadU(df, tile + (r * kBlocks + b) * N);
+      PairRounds<kBlocks>(df, v);
+      hn::StoreU(v[0], df, scores + r * ncp + t0);
     }
   }
 }
@@ -294,6 +362,7 @@ void AccumulateValues(const float* HWY_RESTRICT w, std::size_t groups, std::size
   static_assert(DS % kV == 0, "a slice holds whole units");
   const std::size_t N = hn::Lanes(df);
   const std::size_t nvec = dv / N;
+  const VF codes_table = NibbleCodes(df);
   for (std::size_t vs = 0; vs < nvec; vs += DS) {
     const std::size_t ga = vs * N / gs, gb = (vs + DS - 1) * N / gs;
     const std::size_t second = (gb - ga) * ncp;
@@ -306,12 +375,15 @@ void AccumulateValues(const float* HWY_RESTRICT w, std::size_t groups, std::size
       for (std::size_t s = 0; s < DS; ++s) o[r][s] = hn::Zero(df);
     }
     const std::uint8_t* row = codes + (vs / kV) * N;
-    const VF codes_table = NibbleCodes(df);
     for (std::size_t j = 0; j < nc; ++j, row += row_bytes) {
       if (vs == 0 && j + kPrefetchKeys < nc) PrefetchRows(codes, row_bytes, j + kPrefetchKeys, j + kPrefetchKeys + 1);
       VF c[DS];
 #pragma GCC unroll 16
-      for (std::size_t uu = 0; uu < DS / kV; ++uu) Unpack<kBits>(df, row + uu * N, c + uu * kV, codes_table);
+      for (std::size_t uu = 0; uu < DS / kV; ++uu) {
+        const VI bytes = LoadBytes(df, row + uu * N);
+#pragma GCC unroll 2
+        for (std::size_t t = 0; t < kV; ++t) c[uu * kV + t] = ValueCodes<kBits>(df, bytes, t, codes_table);
+      }
 #pragma GCC unroll 16
       for (std::size_t r = 0; r < RB; ++r) {
         const VF wa = hn::Set(df, wr[r][j]), wb = hn::Set(df, wr[r][j + second]);
@@ -322,26 +394,47 @@ void AccumulateValues(const float* HWY_RESTRICT w, std::size_t groups, std::size
 #pragma GCC unroll 16
     for (std::size_t r = 0; r < RB; ++r) {
 #pragma GCC unroll 16
-      for (std::size_t s = 0; s < DS; ++s) {
-        hn::StoreU(o[r][s], df, out + r * dv + (vs + s) * N);
-      }
+      for (std::size_t s = 0; s < DS; ++s) hn::StoreU(o[r][s], df, out + r * dv + (vs + s) * N);
     }
   }
 }
 
 // ---------------------------------------------------------------- dispatch on rows
 
+// RB rows with the head dim and group fixed at compile time where they are the common
+// ones (AVX3, Dk = 128, group 64 or 128); any other shape takes the loops.
+template <int kBits, std::size_t RB>
+void ScoreRowsAnyShape(const float* q, std::size_t dk, const std::uint8_t* codes, std::size_t row_bytes,
+                       const float* scales, const float* biases, std::size_t groups, std::size_t gs, std::size_t nc,
+                       std::size_t ncp, float* tile, float* scores) {
+  if constexpr (kManyRegisters && (RB == 4 || RB == 8)) {
+    constexpr std::size_t kUnitDims = kVecsPerUnit<kBits> * kMaxLanes, kUnits = 128 / kUnitDims;
+    if (dk == 128 && gs == 64) {
+      return ScoreRows<kBits, RB, kUnits, 64 / kUnitDims>(q, dk, codes, row_bytes, scales, biases, groups, gs, nc,
+                                                         ncp, tile, scores);
+    }
+    if (dk == 128 && gs == 128) {
+      return ScoreRows<kBits, RB, kUnits, kUnits>(q, dk, codes, row_bytes, scales, biases, groups, gs, nc, ncp, tile,
+                                                  scores);
+    }
+  }
+  ScoreRows<kBits, RB>(q, dk, codes, row_bytes, scales, biases, groups, gs, nc, ncp, tile, scores);
+}
+
 template <int kBits>
 void ScoreBlock(std::size_t rb, const float* q, std::size_t dk, const std::uint8_t* codes, std::size_t row_bytes,
-                const float* scales, const float* biases, std::size_t ncp, std::size_t gs, std::size_t nc, float* tile,
-                float* scores) {
+                const float* scales, const float* biases, std::size_t groups, std::size_t gs, std::size_t nc,
+                std::size_t ncp, float* tile, float* scores) {
   switch (rb) {
-    case 1: return ScoreRows<kBits, 1>(q, dk, codes, row_bytes, scales, biases, ncp, gs, nc, tile, scores);
-    case 2: return ScoreRows<kBits, 2>(q, dk, codes, row_bytes, scales, biases, ncp, gs, nc, tile, scores);
-    case 3: return ScoreRows<kBits, 3>(q, dk, codes, row_bytes, scales, biases, ncp, gs, nc, tile, scores);
-    case 4: return ScoreRows<kBits, 4>(q, dk, codes, row_bytes, scales, biases, ncp, gs, nc, tile, scores);
+    case 1: return ScoreRows<kBits, 1>(q, dk, codes, row_bytes, scales, biases, groups, gs, nc, ncp, tile, scores);
+    case 2: return ScoreRows<kBits, 2>(q, dk, codes, row_bytes, scales, biases, groups, gs, nc, ncp, tile, scores);
+    case 3: return ScoreRows<kBits, 3>(q, dk, codes, row_bytes, scales, biases, groups, gs, nc, ncp, tile, scores);
+    case 4:
+      return ScoreRowsAnyShape<kBits, 4>(q, dk, codes, row_bytes, scales, biases, groups, gs, nc, ncp, tile, scores);
   }
-  if constexpr (kManyRegisters) ScoreRows<kBits, 8>(q, dk, codes, row_bytes, scales, biases, ncp, gs, nc, tile, scores);
+  if constexpr (kManyRegisters) {
+    ScoreRowsAnyShape<kBits, 8>(q, dk, codes, row_bytes, scales, biases, groups, gs, nc, ncp, tile, scores);
+  }
 }
 
 template <int kBits, std::size_t RB>
@@ -375,6 +468,45 @@ std::size_t RowBlock(std::size_t remaining) {
 
 // ---------------------------------------------------------------- softmax of a chunk
 
+// e^x for x <= 0 (x = −inf gives 0), bit for bit Highway's Exp there: the same
+// reduction, polynomial and single rounding. Cheaper on AVX3: for x <= 0 the rounding
+// offset is −0.5 (Exp builds ±0.5 from x's sign), the truncation needs no fix-up for
+// positive overflow, and 2^q is applied by one vscalefps instead of two multiplies by
+// built powers of two (either rounds once, only where the result is subnormal). 18 ops
+// instead of 29. Other targets call Exp.
+HWY_INLINE VF ExpNonPositive(DF df, VF x) {
+#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+  const VF q_real = hn::MulAdd(x, hn::Set(df, 1.442695040888963407359924681f), hn::Set(df, -0.5f));
+  const VF q = VF{_mm512_cvtepi32_ps(_mm512_cvttps_epi32(q_real.raw))};  // trunc(x/ln2 − 0.5)
+  VF r = hn::MulAdd(q, hn::Set(df, -0.693145751953125f), x);  // x − q·ln2, ln2 in two parts
+  r = hn::MulAdd(q, hn::Set(df, -1.428606765330187045e-6f), r);
+  // Highway's ExpPoly: r + r²·P(r), P of degree 5 by Estrin's scheme.
+  const VF r2 = hn::Mul(r, r), r4 = hn::Mul(r2, r2);
+  const VF p01 = hn::MulAdd(hn::Set(df, +0.166666671633720397949219f), r, hn::Set(df, +0.5f));
+  const VF p23 = hn::MulAdd(hn::Set(df, +0.00833336077630519866943359f), r, hn::Set(df, +0.0416664853692054748535156f));
+  const VF p45 = hn::MulAdd(hn::Set(df, +0.000198527617612853646278381f), r, hn::Set(df, +0.00139304355252534151077271f));
+  const VF poly = hn::MulAdd(r4, p45, hn::MulAdd(r2, p23, p01));
+  const VF y = hn::Add(hn::MulAdd(poly, hn::Mul(r, r), r), hn::Set(df, 1.0f));
+  return hn::IfThenElseZero(hn::Ge(x, hn::Set(df, -104.0f)), VF{_mm512_scalef_ps(y.raw, q.raw)});
+#else
+  return hn::Exp(df, x);
+#endif
+}
+
+// Test hook (exp_nonpositive in the header): ExpNonPositive or Highway's Exp over n values.
+void ExpNonPositiveForTest(const float* HWY_RESTRICT x, std::size_t n, float* HWY_RESTRICT out, bool highway) {
+  const DF df;
+  const std::size_t N = hn::Lanes(df);
+  HWY_ALIGN float lanes[hn::MaxLanes(DF())];
+  for (std::size_t i = 0; i < n; i += N) {
+    const std::size_t m = std::min(N, n - i);
+    for (std::size_t j = 0; j < N; ++j) lanes[j] = j < m ? x[i + j] : 0.0f;
+    const VF v = hn::Load(df, lanes);
+    hn::Store(highway ? hn::Exp(df, v) : ExpNonPositive(df, v), df, lanes);
+    for (std::size_t j = 0; j < m; ++j) out[i + j] = lanes[j];
+  }
+}
+
 // Array-mask element `at` as a value added to the score: boolean 0 (keep) or −inf (hide).
 float ArrayMaskValue(const DecodePlan& plan, std::int64_t at) {
   if (plan.mask_kind == MaskKind::boolean) {
@@ -402,86 +534,124 @@ struct ValueSide {
   float* bias_sums;  // out: [g] Σ p·b_v
 };
 
+// Softcap, mask, max and NaN of row ρ's raw scores `s` over the chunk's keys j0 + [0, nc),
+// in place: visible keys [lo, hi) keep their (capped, masked) score, every other key of
+// the whole vectors [t_lo, t_hi) covering them gets −inf.
+RowSoftmax MaskRow(const DecodePlan& plan, std::int64_t b, std::int64_t kvh, std::int64_t rho, std::int64_t j0,
+                   std::size_t lo, std::size_t hi, std::size_t t_lo, std::size_t t_hi, float* HWY_RESTRICT s) {
+  const DF df;
+  const hn::RebindToSigned<DF> di;
+  const std::size_t N = hn::Lanes(df);
+  const auto vlo = hn::Set(di, static_cast<std::int32_t>(lo)), vhi = hn::Set(di, static_cast<std::int32_t>(hi));
+  const VF neg_inf = hn::Set(df, -INFINITY);
+  const bool capped = plan.softcap > 0;
+  const VF cap = hn::Set(df, plan.softcap);
+  VF vmax = neg_inf;
+  auto any_nan = hn::FirstN(df, 0);  // all false
+  for (std::size_t t = t_lo; t < t_hi; t += N) {
+    VF x = hn::LoadU(df, s + t);
+    if (capped) x = hn::Mul(cap, hn::Tanh(df, hn::Div(x, cap)));  // capped before the mask is added
+    if (t < lo || t + N > hi) {  // only the first and last vector can hold hidden keys
+      const auto idx = hn::Iota(di, static_cast<std::int32_t>(t));
+      x = hn::IfThenElse(hn::RebindMask(df, hn::AndNot(hn::Lt(idx, vlo), hn::Lt(idx, vhi))), x, neg_inf);
+      hn::StoreU(x, df, s + t);
+    } else if (capped) {
+      hn::StoreU(x, df, s + t);
+    }
+    vmax = hn::Max(vmax, x);
+    any_nan = hn::Or(any_nan, hn::IsNaN(x));
+  }
+  RowSoftmax out;
+  out.max = hn::GetLane(hn::MaxOfLanes(df, vmax));
+  bool nan = !hn::AllFalse(df, any_nan);
+  if (plan.mask != nullptr) {  // array masks: add (or hide) per key, then a new max
+    const std::int64_t h = kvh * (plan.hq / plan.hkv) + rho / plan.lq, i = rho % plan.lq;
+    const std::int64_t row =
+        (((plan.mask_b == 1 ? 0 : b) * plan.mask_h + (plan.mask_h == 1 ? 0 : h)) * plan.lq + i) * plan.lk;
+    out.max = -INFINITY;
+    nan = false;  // the vector pass saw keys the array may hide
+    for (std::size_t t = lo; t < hi; ++t) {
+      const float add = ArrayMaskValue(plan, row + j0 + static_cast<std::int64_t>(t));
+      s[t] = add == -INFINITY ? -INFINITY : s[t] + add;
+      if (std::isnan(s[t])) nan = true;
+      else out.max = std::max(out.max, s[t]);
+    }
+  }
+  if (nan) out.max = std::numeric_limits<float>::quiet_NaN();
+  return out;
+}
+
+// p = e^(s − m) over the vectors [t_lo, t_hi): Σ p, and per V group p·s_v (stored) and
+// Σ p·b_v. kGroups: the V group count when known at compile time (accumulators in
+// registers, loops unrolled), 0 for any (vside.groups).
+template <std::size_t kGroups>
+float ExpRow(const float* HWY_RESTRICT s, float m, std::size_t t_lo, std::size_t t_hi, std::size_t ncp,
+             const ValueSide& vside) {
+  const DF df;
+  const std::size_t N = hn::Lanes(df);
+  constexpr std::size_t kAcc = kGroups == 0 ? 1 : kGroups;
+  const std::size_t groups = kGroups == 0 ? vside.groups : kGroups;
+  const float* HWY_RESTRICT scales = vside.scales;
+  const float* HWY_RESTRICT biases = vside.biases;
+  float* HWY_RESTRICT weights = vside.weights;
+  const VF vm = hn::Set(df, m), zero = hn::Zero(df);
+  VF sum = zero, bias_acc[kAcc];
+  for (std::size_t g = 0; g < kAcc; ++g) bias_acc[g] = zero;
+  if constexpr (kGroups == 0) {
+    for (std::size_t g = 0; g < groups; ++g) vside.bias_sums[g] = 0;
+  }
+  for (std::size_t t = t_lo; t < t_hi; t += N) {
+    const VF p = ExpNonPositive(df, hn::Sub(hn::LoadU(df, s + t), vm));  // hidden: e^−inf = 0
+    sum = hn::Add(sum, p);
+    const auto used = hn::Ne(p, zero);
+#pragma GCC unroll 8
+    for (std::size_t g = 0; g < groups; ++g) {
+      const std::size_t at = g * ncp + t;
+      hn::StoreU(hn::IfThenElseZero(used, hn::Mul(p, hn::LoadU(df, scales + at))), df, weights + at);
+      const VF pb = hn::IfThenElseZero(used, hn::Mul(p, hn::LoadU(df, biases + at)));
+      if constexpr (kGroups == 0) {
+        vside.bias_sums[g] += hn::GetLane(hn::SumOfLanes(df, pb));
+      } else {
+        bias_acc[g] = hn::Add(bias_acc[g], pb);
+      }
+    }
+  }
+  if constexpr (kGroups != 0) {
+    for (std::size_t g = 0; g < kGroups; ++g) vside.bias_sums[g] = hn::GetLane(hn::SumOfLanes(df, bias_acc[g]));
+  }
+  return hn::GetLane(hn::SumOfLanes(df, sum));
+}
+
 // Row ρ over the chunk's keys j0 + [0, nc): the raw scores `s` (in place) get softcap and
 // mask; then the max, Σ e^(s − max), and the V weights of `vside`.
 RowSoftmax SoftmaxRow(const DecodePlan& plan, std::int64_t b, std::int64_t kvh, std::int64_t rho, std::int64_t j0,
                       std::size_t nc, std::size_t ncp, float* HWY_RESTRICT s, const ValueSide& vside) {
-  const DF df;
-  const hn::RebindToSigned<DF> di;
-  const std::size_t N = hn::Lanes(df);
+  const std::size_t N = hn::Lanes(DF());
   const auto cell = static_cast<std::size_t>(b * plan.rows + rho);
-  const std::int64_t lo = std::clamp<std::int64_t>(plan.row_lo[cell] - j0, 0, static_cast<std::int64_t>(nc));
-  const std::int64_t hi = std::clamp<std::int64_t>(plan.row_hi[cell] - j0, lo, static_cast<std::int64_t>(nc));
-  RowSoftmax out;
-  bool nan = false;
+  const auto lo = static_cast<std::size_t>(std::clamp<std::int64_t>(plan.row_lo[cell] - j0, 0, static_cast<std::int64_t>(nc)));
+  const auto hi = static_cast<std::size_t>(
+      std::clamp<std::int64_t>(plan.row_hi[cell] - j0, static_cast<std::int64_t>(lo), static_cast<std::int64_t>(nc)));
   // Whole vectors covering [lo, hi); everything outside stays at weight 0.
-  const std::size_t t_lo = static_cast<std::size_t>(lo) / N * N, t_hi = (static_cast<std::size_t>(hi) + N - 1) / N * N;
-  if (lo < hi) {
-    const auto vlo = hn::Set(di, static_cast<std::int32_t>(lo)), vhi = hn::Set(di, static_cast<std::int32_t>(hi));
-    const VF neg_inf = hn::Set(df, -INFINITY);
-    const bool capped = plan.softcap > 0;
-    const VF cap = hn::Set(df, plan.softcap);
-    VF vmax = neg_inf;
-    auto any_nan = hn::FirstN(df, 0);  // all false
-    for (std::size_t t = t_lo; t < t_hi; t += N) {
-      VF x = hn::LoadU(df, s + t);
-      if (capped) x = hn::Mul(cap, hn::Tanh(df, hn::Div(x, cap)));  // capped before the mask is added
-      const auto idx = hn::Iota(di, static_cast<std::int32_t>(t));
-      const auto visible = hn::RebindMask(df, hn::AndNot(hn::Lt(idx, vlo), hn::Lt(idx, vhi)));
-      x = hn::IfThenElse(visible, x, neg_inf);
-      hn::StoreU(x, df, s + t);
-      vmax = hn::Max(vmax, x);
-      any_nan = hn::Or(any_nan, hn::IsNaN(x));
-    }
-    out.max = hn::GetLane(hn::MaxOfLanes(df, vmax));
-    nan = !hn::AllFalse(df, any_nan);
-    if (plan.mask != nullptr) {  // array masks: add (or hide) per key, then a new max
-      const std::int64_t h = kvh * (plan.hq / plan.hkv) + rho / plan.lq, i = rho % plan.lq;
-      const std::int64_t row =
-          (((plan.mask_b == 1 ? 0 : b) * plan.mask_h + (plan.mask_h == 1 ? 0 : h)) * plan.lq + i) * plan.lk;
-      out.max = -INFINITY;
-      nan = false;  // the vector pass saw keys the array may hide
-      for (std::size_t t = static_cast<std::size_t>(lo); t < static_cast<std::size_t>(hi); ++t) {
-        const float add = ArrayMaskValue(plan, row + j0 + static_cast<std::int64_t>(t));
-        s[t] = add == -INFINITY ? -INFINITY : s[t] + add;
-        if (std::isnan(s[t])) nan = true;
-        else out.max = std::max(out.max, s[t]);
-      }
-    }
-  }
+  const std::size_t t_lo = lo / N * N, t_hi = (hi + N - 1) / N * N;
+  RowSoftmax out;
+  if (lo < hi) out = MaskRow(plan, b, kvh, rho, j0, lo, hi, t_lo, t_hi, s);
   for (std::size_t g = 0; g < vside.groups; ++g) {
     std::fill(vside.weights + g * ncp, vside.weights + g * ncp + t_lo, 0.0f);
     std::fill(vside.weights + g * ncp + t_hi, vside.weights + (g + 1) * ncp, 0.0f);
     vside.bias_sums[g] = 0;
   }
-  if (nan) out.max = std::numeric_limits<float>::quiet_NaN();
-  if (nan || out.max == -INFINITY) {  // a NaN row is NaN whatever the weights; zeros keep V finite
+  if (std::isnan(out.max) || out.max == -INFINITY) {  // a NaN row is NaN whatever the weights; zeros keep V finite
     for (std::size_t g = 0; g < vside.groups; ++g) {
       std::fill(vside.weights + g * ncp + t_lo, vside.weights + g * ncp + t_hi, 0.0f);
     }
     return out;
   }
-  const VF m = hn::Set(df, out.max), zero = hn::Zero(df);
-  VF sum = zero;
-  constexpr std::size_t kMaxGroups = 8;  // bias sums in registers up to D = 256 at group 32
-  VF bias_acc[kMaxGroups];
-  for (std::size_t g = 0; g < kMaxGroups; ++g) bias_acc[g] = zero;
-  for (std::size_t t = t_lo; t < t_hi; t += N) {
-    const VF p = hn::Exp(df, hn::Sub(hn::LoadU(df, s + t), m));  // hidden: e^−inf = 0
-    sum = hn::Add(sum, p);
-    const auto used = hn::Ne(p, zero);
-    for (std::size_t g = 0; g < vside.groups; ++g) {
-      const std::size_t at = g * ncp + t;
-      hn::StoreU(hn::IfThenElseZero(used, hn::Mul(p, hn::LoadU(df, vside.scales + at))), df, vside.weights + at);
-      const VF pb = hn::IfThenElseZero(used, hn::Mul(p, hn::LoadU(df, vside.biases + at)));
-      if (g < kMaxGroups) bias_acc[g] = hn::Add(bias_acc[g], pb);
-      else vside.bias_sums[g] += hn::GetLane(hn::SumOfLanes(df, pb));
-    }
+  switch (vside.groups) {
+    case 1: out.sum = ExpRow<1>(s, out.max, t_lo, t_hi, ncp, vside); break;
+    case 2: out.sum = ExpRow<2>(s, out.max, t_lo, t_hi, ncp, vside); break;
+    case 4: out.sum = ExpRow<4>(s, out.max, t_lo, t_hi, ncp, vside); break;
+    default: out.sum = ExpRow<0>(s, out.max, t_lo, t_hi, ncp, vside);
   }
-  for (std::size_t g = 0; g < std::min(vside.groups, kMaxGroups); ++g) {
-    vside.bias_sums[g] = hn::GetLane(hn::SumOfLanes(df, bias_acc[g]));
-  }
-  out.sum = hn::GetLane(hn::SumOfLanes(df, sum));
   return out;
 }
 
@@ -534,11 +704,11 @@ void DecodeChunk(const DecodePlan& plan, std::int64_t task) {
   const std::size_t vmeta_row = static_cast<std::size_t>((bk * plan.lk + j0)) * vg;
 
   // K side: f32 scales/biases of the chunk, then the scores of every row.
-  float* k_scales = aligned_floats(sc.k_scales, kg * ncp);
-  float* k_biases = aligned_floats(sc.k_biases, kg * ncp);
+  float* k_scales = aligned_floats(sc.k_scales, nc * kg);
+  float* k_biases = aligned_floats(sc.k_biases, nc * kg);
   const std::size_t kbytes = dtype_size(ks.meta_dtype);
-  meta_columns(ks.scales + kmeta_row * kbytes, ks.meta_dtype, nc, kg, ncp, sc.convert, k_scales);
-  meta_columns(ks.biases + kmeta_row * kbytes, ks.meta_dtype, nc, kg, ncp, sc.convert, k_biases);
+  to_f32(ks.scales + kmeta_row * kbytes, ks.meta_dtype, nc * kg, k_scales);
+  to_f32(ks.biases + kmeta_row * kbytes, ks.meta_dtype, nc * kg, k_biases);
   const CodeRows kc = ChunkCodes(ks, bk, plan.lk, j0, nc, sc.k_codes);
   float* scores = aligned_floats(sc.scores, urows * ncp);
   float* tile = aligned_floats(sc.tile, 8 * N * N);
@@ -547,10 +717,10 @@ void DecodeChunk(const DecodePlan& plan, std::int64_t task) {
   for (std::size_t r0 = 0, rb = 0; r0 < urows; r0 += rb) {
     rb = RowBlock(urows - r0);
     if (kc.bits == 4) {
-      ScoreBlock<4>(rb, query + r0 * dk, dk, kc.data, kc.row_bytes, k_scales, k_biases, ncp, kgs, nc, tile,
+      ScoreBlock<4>(rb, query + r0 * dk, dk, kc.data, kc.row_bytes, k_scales, k_biases, kg, kgs, nc, ncp, tile,
                     scores + r0 * ncp);
     } else {
-      ScoreBlock<8>(rb, query + r0 * dk, dk, kc.data, kc.row_bytes, k_scales, k_biases, ncp, kgs, nc, tile,
+      ScoreBlock<8>(rb, query + r0 * dk, dk, kc.data, kc.row_bytes, k_scales, k_biases, kg, kgs, nc, ncp, tile,
                     scores + r0 * ncp);
     }
   }
@@ -600,8 +770,13 @@ HWY_AFTER_NAMESPACE();
 namespace kvlab::simd::qdecode {
 
 HWY_EXPORT(DecodeChunk);
+HWY_EXPORT(ExpNonPositiveForTest);
 
 void decode_chunk(const DecodePlan& plan, std::int64_t task) { HWY_DYNAMIC_DISPATCH(DecodeChunk)(plan, task); }
+
+void exp_nonpositive(const float* x, std::size_t n, float* out, bool highway) {
+  HWY_DYNAMIC_DISPATCH(ExpNonPositiveForTest)(x, n, out, highway);
+}
 
 }  // namespace kvlab::simd::qdecode
 #endif  // HWY_ONCE

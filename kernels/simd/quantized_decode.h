@@ -124,6 +124,10 @@ struct CombineArgs {
 };
 void combine(const CombineArgs& args, std::int64_t bk);
 
+// Test hook: e^x of n values x <= 0 as the kernel's softmax computes it (per-target,
+// dispatched), or by Highway's Exp (highway = true), which it must match bit for bit.
+void exp_nonpositive(const float* x, std::size_t n, float* out, bool highway);
+
 // Mean over all Lk keys of V dequantized to f32 for (b, kv head) = bk, in element order
 // (FullyMaskedRow::mean_of_values; it reads every key by definition, poison included).
 std::vector<double> mean_of_values(const DecodePlan& plan, std::int64_t bk);

@@ -13,6 +13,7 @@
 // is unsupported. Invalid input must raise the oracle's errors.
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cmath>
 #include <functional>
 #include <limits>
@@ -490,6 +491,38 @@ TEST(SimdQuantizedSdpa, ThroughTheBackendInterface) {
     be.fill(out, 0x7FC1u);
     be.quantized_sdpa(be.upload(in.q), side(in.k), side(in.v), in.params, nullptr, nullptr, out);
     EXPECT_TRUE(within_budget(be.download(out), want, budget));
+  });
+}
+
+// The softmax's e^x (x = s − max <= 0) is a trimmed copy of Highway's Exp on AVX3 (no
+// sign handling, one vscalefps for 2^q); it must give Highway's bits for every x <= 0:
+// a dense sweep of [−110, 0] (normal, subnormal and zero results, the −104 cut-off),
+// ties of the q rounding (x·log2(e) near a half-integer), random values and specials.
+TEST(SimdQuantizedSdpa, SoftmaxExpIsHighwaysExpForNonPositiveArguments) {
+  KVLAB_SEEDED_RNG(rng, 2718);
+  std::vector<float> x = {0.0f, -0.0f, -kInf, -1e-30f, -0x1p-149f, -104.0f, std::nextafter(-104.0f, 0.0f),
+                          std::nextafter(-104.0f, -kInf), -87.33654f, -103.27893f, -150.0f, -1e30f};
+  for (int i = 0; i <= 110 * 4096; ++i) x.push_back(static_cast<float>(-i) / 4096.0f);
+  for (int k = 1; k <= 150; ++k) {  // x·log2(e) = k − 0.5 ± a few ulp
+    const auto tie = static_cast<float>(-(k - 0.5) * 0.6931471805599453);
+    for (float y = tie, n = 0; n < 4; ++n, y = std::nextafter(y, 0.0f)) x.push_back(y);
+    for (float y = tie, n = 0; n < 4; ++n, y = std::nextafter(y, -kInf)) x.push_back(y);
+  }
+  for (int i = 0; i < 100000; ++i) x.push_back(static_cast<float>(-rng.uniform(0.0, 110.0)));
+  std::vector<float> fast(x.size()), highway(x.size());
+  testing::for_each_simd_target([&](const std::string&) {
+    simd::qdecode::exp_nonpositive(x.data(), x.size(), fast.data(), false);
+    simd::qdecode::exp_nonpositive(x.data(), x.size(), highway.data(), true);
+    int mismatches = 0;
+    for (std::size_t i = 0; i < x.size() && mismatches < 5; ++i) {
+      if (std::bit_cast<std::uint32_t>(fast[i]) != std::bit_cast<std::uint32_t>(highway[i])) {
+        ADD_FAILURE() << "e^" << x[i] << ": " << fast[i] << " instead of Highway's " << highway[i];
+        ++mismatches;
+      }
+    }
+    EXPECT_EQ(fast[0], 1.0f);    // e^0
+    EXPECT_EQ(fast[2], 0.0f);    // e^−inf: hidden keys weigh exactly 0
+    EXPECT_GT(fast[12 + 87 * 4096], 0.0f);  // e^−87 is still normal
   });
 }
 
