@@ -41,12 +41,14 @@ std::int64_t head_dim_from_codes(const QuantizedView& x, const char* operand) {
 // Checks one packed operand against the head dim D it must hold: codes
 // (..., D·bits/32) u32, scales (..., D/group) and, for affine, biases of the same shape
 // and dtype as the scales. The leading axes must agree between the three arrays.
+// Each check builds the name it reports only when it fails: the optimized backends run
+// these checks on every decode step.
 void validate_packed(const QuantizedView& x, const char* operand, std::int64_t d) {
   validate_spec(x.spec, operand);
   const QuantSpec& spec = x.spec;
   KVLAB_REQUIRE(d > 0 && d % spec.group_size == 0, invalid_argument, operand, " head dim D = ", d,
                 " is not a positive multiple of group_size ", spec.group_size, " (", to_string(spec), ")");
-  require_dtype(x.wq, DType::u32, name(operand, "codes").c_str());
+  if (x.wq.dtype != DType::u32) require_dtype(x.wq, DType::u32, name(operand, "codes").c_str());
   KVLAB_REQUIRE(x.wq.rank() >= 1, shape_mismatch, operand, " codes have rank 0; expected (..., D·bits/32)");
   const std::int64_t words = d * spec.bits / 32;  // exact: group_size·bits is a multiple of 32
   KVLAB_REQUIRE(x.wq.dim(-1) == words, shape_mismatch, operand, " codes have ", x.wq.dim(-1),
@@ -54,15 +56,21 @@ void validate_packed(const QuantizedView& x, const char* operand, std::int64_t d
                 to_string(spec), ")");
   Shape meta = x.wq.shape;
   meta.back() = d / spec.group_size;
-  require_shape(x.scales, meta, name(operand, "scales (codes' leading axes, D/group_size)").c_str());
+  if (x.scales.shape != meta) {
+    require_shape(x.scales, meta, name(operand, "scales (codes' leading axes, D/group_size)").c_str());
+  }
   if (spec.has_biases()) {
-    require_float(x.scales, name(operand, "scales").c_str());
+    if (!is_float(x.scales.dtype)) require_float(x.scales, name(operand, "scales").c_str());
     KVLAB_REQUIRE(x.biases.data != nullptr, invalid_argument, operand, " biases are missing; mode ",
                   quant_mode_name(spec.mode), " needs them");
-    require_shape(x.biases, meta, name(operand, "biases (same shape as the scales)").c_str());
-    require_dtype(x.biases, x.scales.dtype, name(operand, "biases (same dtype as the scales)").c_str());
+    if (x.biases.shape != meta) {
+      require_shape(x.biases, meta, name(operand, "biases (same shape as the scales)").c_str());
+    }
+    if (x.biases.dtype != x.scales.dtype) {
+      require_dtype(x.biases, x.scales.dtype, name(operand, "biases (same dtype as the scales)").c_str());
+    }
   } else {
-    require_dtype(x.scales, DType::u8, name(operand, "scales").c_str());
+    if (x.scales.dtype != DType::u8) require_dtype(x.scales, DType::u8, name(operand, "scales").c_str());
     KVLAB_REQUIRE(x.biases.data == nullptr, invalid_argument, operand, " biases of shape ",
                   shape_str(x.biases.shape), " were given, but mode ", quant_mode_name(spec.mode), " has none");
   }
@@ -99,9 +107,9 @@ Tensor dequantize_to_f32(const QuantizedView& x) {
   return dequantize_checked(x, d);
 }
 
-void quantized_sdpa(const ConstTensorView& q, const QuantizedView& k, const QuantizedView& v,
-                    const AttentionParams& params, const ConstTensorView* mask_array, const ConstTensorView* sinks,
-                    const TensorView& out) {
+void validate_quantized_sdpa(const ConstTensorView& q, const QuantizedView& k, const QuantizedView& v,
+                             const AttentionParams& params, const ConstTensorView* mask_array,
+                             const ConstTensorView* sinks, const TensorView& out) {
   require_rank(q, 4, "quantized_sdpa q");
   require_rank(out, 4, "quantized_sdpa out");
   require_rank(k.wq, 4, "quantized_sdpa K codes");
@@ -117,7 +125,13 @@ void quantized_sdpa(const ConstTensorView& q, const QuantizedView& k, const Quan
   const ConstTensorView v_shape{nullptr, DType::f32, {v.wq.dim(0), v.wq.dim(1), v.wq.dim(2), dv}};
   detail::validate_attention("quantized_sdpa", q, k_shape, v_shape, params, mask_array, sinks, out,
                              detail::KvDtype::any_float);
+}
 
+void quantized_sdpa(const ConstTensorView& q, const QuantizedView& k, const QuantizedView& v,
+                    const AttentionParams& params, const ConstTensorView* mask_array, const ConstTensorView* sinks,
+                    const TensorView& out) {
+  validate_quantized_sdpa(q, k, v, params, mask_array, sinks, out);
+  const std::int64_t dk = q.dim(3), dv = out.dim(3);
   const Tensor k_values = dequantize_checked(k, dk);
   const Tensor v_values = dequantize_checked(v, dv);
   detail::attend(q, k_values.view(), v_values.view(), params, mask_array, sinks, out);

@@ -34,6 +34,12 @@ void quantized_sdpa(const ConstTensorView& q, const QuantizedView& k, const Quan
                     const AttentionParams& params, const ConstTensorView* mask_array,
                     const ConstTensorView* sinks, const TensorView& out);
 
+// The checks above, alone (the order and messages every backend reports; names are
+// formatted only for the check that fails).
+void validate_quantized_sdpa(const ConstTensorView& q, const QuantizedView& k, const QuantizedView& v,
+                             const AttentionParams& params, const ConstTensorView* mask_array,
+                             const ConstTensorView* sinks, const TensorView& out);
+
 Tensor quantized_sdpa(const Tensor& q, const QuantizedTensor& k, const QuantizedTensor& v,
                       const AttentionParams& params, const Tensor* mask_array = nullptr,
                       const Tensor* sinks = nullptr);

@@ -7,9 +7,7 @@
 // dequantizing K and V to f32 with the SIMD dequantizers and running simd::sdpa over
 // an f32 copy of q, rounding its f32 output once to q's dtype.
 //
-// Validation comes first and is the oracle's, check for check and message for message
-// (validate_packed below restates ref::quantized_sdpa's operand checks, which the
-// reference keeps file-local; the attention checks are ref::detail::validate_attention).
+// Validation comes first and is the oracle's (ref::validate_quantized_sdpa).
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -22,7 +20,7 @@
 #include "kernels/simd/quantized_decode.h"
 #include "kernels/simd/simd_kernels.h"
 #include "kvlab/error.h"
-#include "reference/attention_core.h"
+#include "reference/quantized_sdpa.h"
 
 namespace kvlab::simd {
 
@@ -71,71 +69,6 @@ std::vector<double> mean_of_values(const DecodePlan& plan, std::int64_t bk) {
 namespace {
 
 using qdecode::DecodePlan;
-
-std::string name(const char* operand, const char* part) { return cat(operand, " ", part); }
-
-void validate_spec(const QuantSpec& spec, const char* operand) {
-  try {
-    spec.validate();
-  } catch (const Error& e) {
-    fail(e.kind(), cat(operand, " spec ", to_string(spec), " is invalid: ", e.what()));
-  }
-}
-
-// ref::quantized_sdpa's checks of one packed operand against its head dim (same order,
-// same messages).
-void validate_packed(const ref::QuantizedView& x, const char* operand, std::int64_t d) {
-  validate_spec(x.spec, operand);
-  const QuantSpec& spec = x.spec;
-  KVLAB_REQUIRE(d > 0 && d % spec.group_size == 0, invalid_argument, operand, " head dim D = ", d,
-                " is not a positive multiple of group_size ", spec.group_size, " (", to_string(spec), ")");
-  // Each check runs its require_* (and builds the name it reports) only when it fails:
-  // same errors as the oracle, without formatting strings on every decode step.
-  if (x.wq.dtype != DType::u32) require_dtype(x.wq, DType::u32, name(operand, "codes").c_str());
-  KVLAB_REQUIRE(x.wq.rank() >= 1, shape_mismatch, operand, " codes have rank 0; expected (..., D·bits/32)");
-  const std::int64_t words = d * spec.bits / 32;
-  KVLAB_REQUIRE(x.wq.dim(-1) == words, shape_mismatch, operand, " codes have ", x.wq.dim(-1),
-                " words per row, expected D·bits/32 = ", d, "·", spec.bits, "/32 = ", words, " (",
-                to_string(spec), ")");
-  Shape meta = x.wq.shape;
-  meta.back() = d / spec.group_size;
-  if (x.scales.shape != meta) {
-    require_shape(x.scales, meta, name(operand, "scales (codes' leading axes, D/group_size)").c_str());
-  }
-  if (spec.has_biases()) {
-    if (!is_float(x.scales.dtype)) require_float(x.scales, name(operand, "scales").c_str());
-    KVLAB_REQUIRE(x.biases.data != nullptr, invalid_argument, operand, " biases are missing; mode ",
-                  quant_mode_name(spec.mode), " needs them");
-    if (x.biases.shape != meta) {
-      require_shape(x.biases, meta, name(operand, "biases (same shape as the scales)").c_str());
-    }
-    if (x.biases.dtype != x.scales.dtype) {
-      require_dtype(x.biases, x.scales.dtype, name(operand, "biases (same dtype as the scales)").c_str());
-    }
-  } else {
-    if (x.scales.dtype != DType::u8) require_dtype(x.scales, DType::u8, name(operand, "scales").c_str());
-    KVLAB_REQUIRE(x.biases.data == nullptr, invalid_argument, operand, " biases of shape ",
-                  shape_str(x.biases.shape), " were given, but mode ", quant_mode_name(spec.mode), " has none");
-  }
-  KVLAB_REQUIRE(x.wq.data != nullptr && x.scales.data != nullptr, invalid_argument, operand,
-                " codes or scales have no data");
-}
-
-void validate(const ConstTensorView& q, const ref::QuantizedView& k, const ref::QuantizedView& v,
-              const AttentionParams& params, const ConstTensorView* mask_array, const ConstTensorView* sinks,
-              const TensorView& out) {
-  require_rank(q, 4, "quantized_sdpa q");
-  require_rank(out, 4, "quantized_sdpa out");
-  require_rank(k.wq, 4, "quantized_sdpa K codes");
-  require_rank(v.wq, 4, "quantized_sdpa V codes");
-  const std::int64_t dk = q.dim(3), dv = out.dim(3);
-  validate_packed(k, "K", dk);
-  validate_packed(v, "V", dv);
-  const ConstTensorView k_shape{nullptr, DType::f32, {k.wq.dim(0), k.wq.dim(1), k.wq.dim(2), dk}};
-  const ConstTensorView v_shape{nullptr, DType::f32, {v.wq.dim(0), v.wq.dim(1), v.wq.dim(2), dv}};
-  ref::detail::validate_attention("quantized_sdpa", q, k_shape, v_shape, params, mask_array, sinks, out,
-                                  ref::detail::KvDtype::any_float);
-}
 
 bool fused_path_takes(const ConstTensorView& q, const ref::QuantizedView& k, const ref::QuantizedView& v) {
   const std::int64_t rows = q.dim(1) / k.wq.dim(1) * q.dim(2);
@@ -286,7 +219,7 @@ void fused(const ConstTensorView& q, const ref::QuantizedView& k, const ref::Qua
 void quantized_sdpa(const ConstTensorView& q, const ref::QuantizedView& k, const ref::QuantizedView& v,
                     const AttentionParams& params, const ConstTensorView* mask_array, const ConstTensorView* sinks,
                     const TensorView& out) {
-  validate(q, k, v, params, mask_array, sinks, out);
+  ref::validate_quantized_sdpa(q, k, v, params, mask_array, sinks, out);
   if (fused_path_takes(q, k, v)) fused(q, k, v, params, mask_array, sinks, out);
   else fallback(q, k, v, params, mask_array, sinks, out);
 }

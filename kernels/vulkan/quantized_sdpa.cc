@@ -9,7 +9,6 @@
 
 #include "kernels/vulkan/context.h"
 #include "kvlab/error.h"
-#include "reference/attention_core.h"
 #include "reference/quantized_sdpa.h"
 
 namespace kvlab {
@@ -34,47 +33,6 @@ void run(VulkanBackend::Context& c, vulkan::ShaderId pass, std::vector<std::uint
 
 namespace {
 
-std::string name(const char* operand, const char* part) { return cat(operand, " ", part); }
-
-void validate_spec(const QuantSpec& spec, const char* operand) {
-  try {
-    spec.validate();
-  } catch (const Error& e) {
-    fail(e.kind(), cat(operand, " spec ", to_string(spec), " is invalid: ", e.what()));
-  }
-}
-
-// ref::quantized_sdpa's checks of one packed operand against its head dim (same order,
-// same messages; the oracle keeps them file-local).
-void validate_packed(const ref::QuantizedView& x, const char* operand, std::int64_t d) {
-  validate_spec(x.spec, operand);
-  const QuantSpec& spec = x.spec;
-  KVLAB_REQUIRE(d > 0 && d % spec.group_size == 0, invalid_argument, operand, " head dim D = ", d,
-                " is not a positive multiple of group_size ", spec.group_size, " (", to_string(spec), ")");
-  require_dtype(x.wq, DType::u32, name(operand, "codes").c_str());
-  KVLAB_REQUIRE(x.wq.rank() >= 1, shape_mismatch, operand, " codes have rank 0; expected (..., D·bits/32)");
-  const std::int64_t words = d * spec.bits / 32;
-  KVLAB_REQUIRE(x.wq.dim(-1) == words, shape_mismatch, operand, " codes have ", x.wq.dim(-1),
-                " words per row, expected D·bits/32 = ", d, "·", spec.bits, "/32 = ", words, " (",
-                to_string(spec), ")");
-  Shape meta = x.wq.shape;
-  meta.back() = d / spec.group_size;
-  require_shape(x.scales, meta, name(operand, "scales (codes' leading axes, D/group_size)").c_str());
-  if (spec.has_biases()) {
-    require_float(x.scales, name(operand, "scales").c_str());
-    KVLAB_REQUIRE(x.biases.data != nullptr, invalid_argument, operand, " biases are missing; mode ",
-                  quant_mode_name(spec.mode), " needs them");
-    require_shape(x.biases, meta, name(operand, "biases (same shape as the scales)").c_str());
-    require_dtype(x.biases, x.scales.dtype, name(operand, "biases (same dtype as the scales)").c_str());
-  } else {
-    require_dtype(x.scales, DType::u8, name(operand, "scales").c_str());
-    KVLAB_REQUIRE(x.biases.data == nullptr, invalid_argument, operand, " biases of shape ",
-                  shape_str(x.biases.shape), " were given, but mode ", quant_mode_name(spec.mode), " has none");
-  }
-  KVLAB_REQUIRE(x.wq.data != nullptr && x.scales.data != nullptr, invalid_argument, operand,
-                " codes or scales have no data");
-}
-
 ref::QuantizedView view_of(VulkanBackend::Context& c, const QuantizedDTensor& x) {
   return {c.view(x.wq), c.view(x.scales), x.biases ? c.view(x.biases) : ConstTensorView{}, x.spec};
 }
@@ -92,18 +50,8 @@ void VulkanBackend::quantized_sdpa(const DTensor& q, const QuantizedDTensor& k, 
   ConstTensorView mask_view, sinks_view;
   if (mask_array) mask_view = c.view(*mask_array);
   if (sinks) sinks_view = c.view(*sinks);
-  // The oracle's order: ranks, the packed operands, then everything sdpa() checks.
-  require_rank(qv, 4, "quantized_sdpa q");
-  require_rank(out_view, 4, "quantized_sdpa out");
-  require_rank(kq.wq, 4, "quantized_sdpa K codes");
-  require_rank(vq.wq, 4, "quantized_sdpa V codes");
-  const std::int64_t dk = qv.dim(3), dv = out_view.dim(3);
-  validate_packed(kq, "K", dk);
-  validate_packed(vq, "V", dv);
-  const ConstTensorView k_shape{nullptr, DType::f32, {kq.wq.dim(0), kq.wq.dim(1), kq.wq.dim(2), dk}};
-  const ConstTensorView v_shape{nullptr, DType::f32, {vq.wq.dim(0), vq.wq.dim(1), vq.wq.dim(2), dv}};
-  ref::detail::validate_attention("quantized_sdpa", qv, k_shape, v_shape, params, mask_array ? &mask_view : nullptr,
-                                  sinks ? &sinks_view : nullptr, out_view, ref::detail::KvDtype::any_float);
+  ref::validate_quantized_sdpa(qv, kq, vq, params, mask_array ? &mask_view : nullptr, sinks ? &sinks_view : nullptr,
+                               out_view);
   for (const QuantizedDTensor* x : {&k, &v}) {
     KVLAB_REQUIRE(x->spec.mode == QuantMode::affine, unsupported, "VulkanBackend: quantized_sdpa supports affine K/V only; ",
                   x == &k ? "K" : "V", " uses ", to_string(x->spec));
