@@ -29,6 +29,7 @@
 
 #include "cache/registry.h"
 #include "cache/seq_ops.h"
+#include "property_tests/zoo/mutants.h"
 
 namespace kvlab::prop::zoo {
 
@@ -66,30 +67,6 @@ FetchedKV extract_negative_padding(const BatchRotatingKVCache& c, std::int64_t i
 }
 
 // ---- 44 / 45: batched attention without the left-padding metadata ------------------------
-
-// A non-owning view of a batch cache that forwards everything; the mutants override one
-// observer, and attend() (cache/attend.h) runs unchanged on top.
-class CacheView : public Cache {
- public:
-  explicit CacheView(Cache& inner) : Cache(inner.backend()), inner_(&inner) {}
-  std::string_view class_name() const override { return inner_->class_name(); }
-  bool is_quantized() const override { return inner_->is_quantized(); }
-  FetchedKV update(const DTensor& k, const DTensor& v) override { return inner_->update(k, v); }
-  FetchedQuantizedKV update_quantized(const DTensor& k, const DTensor& v) override {
-    return inner_->update_quantized(k, v);
-  }
-  std::int64_t kv_length() const override { return inner_->kv_length(); }
-  std::vector<std::int32_t> offsets() const override { return inner_->offsets(); }
-  CacheMask make_mask(std::int64_t n, int window) const override { return inner_->make_mask(n, window); }
-  bool is_trimmable() const override { return inner_->is_trimmable(); }
-  std::int64_t trim(std::int64_t n) override { return inner_->trim(n); }
-  bool empty() const override { return inner_->empty(); }
-  std::size_t nbytes() const override { return inner_->nbytes(); }
-  CacheState state() const override { return inner_->state(); }
-
- protected:
-  Cache* inner_;
-};
 
 // 45 (mlx-lm#1906, MiniCPM3): the model drops the cache's left-padding mask; the causal
 // mask alone lets real queries see the padding columns.

@@ -32,10 +32,12 @@ std::vector<Mutant> attention_mutants();
 
 Mutant mutant(std::string id, std::string upstream, std::vector<std::string> first = {});
 
-// Forwards everything to a real cache; mutants override the faulty member.
-class ForwardingCache : public Cache {
+// Forwards everything to a real cache reached through Handle (owning std::unique_ptr or
+// a plain pointer); mutants override the faulty member.
+template <class Handle>
+class BasicForwardingCache : public Cache {
  public:
-  explicit ForwardingCache(std::unique_ptr<Cache> inner) : Cache(inner->backend()), inner_(std::move(inner)) {}
+  explicit BasicForwardingCache(Handle inner) : Cache(inner->backend()), inner_(std::move(inner)) {}
   std::string_view class_name() const override { return inner_->class_name(); }
   bool is_quantized() const override { return inner_->is_quantized(); }
   FetchedKV update(const DTensor& k, const DTensor& v) override { return inner_->update(k, v); }
@@ -50,12 +52,24 @@ class ForwardingCache : public Cache {
   bool empty() const override { return inner_->empty(); }
   std::size_t nbytes() const override { return inner_->nbytes(); }
   CacheState state() const override { return inner_->state(); }
+
+ protected:
+  Handle inner_;
+};
+
+// Owns the real cache.
+class ForwardingCache : public BasicForwardingCache<std::unique_ptr<Cache>> {
+ public:
+  using BasicForwardingCache::BasicForwardingCache;
   const Cache& inner() const { return *inner_; }
   std::unique_ptr<Cache>& inner_slot() { return inner_; }
   std::unique_ptr<Cache> release() { return std::move(inner_); }
+};
 
- protected:
-  std::unique_ptr<Cache> inner_;
+// A non-owning view of a real cache (the batch mutants wrap caches their lifecycle owns).
+class CacheView : public BasicForwardingCache<Cache*> {
+ public:
+  explicit CacheView(Cache& inner) : BasicForwardingCache(&inner) {}
 };
 
 // For wrapper mutants whose fault is elsewhere: the quantization policy, extract and the
