@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <span>
 #include <utility>
 #include <vector>
 
@@ -78,6 +79,37 @@ std::vector<std::int64_t> load_indices(const ConstTensorView& v, const Shape& ex
   return out;
 }
 
+// Whether a row of in-range slots repeats one. A decode append is one or two runs of
+// consecutive slots (two when a ring wraps), so the slots are split into maximal runs
+// and the runs, sorted by first slot, must not overlap: O(S + R log R) for R runs
+// instead of sorting all S slots on every append.
+bool has_repeated_slot(std::span<const std::int64_t> row) {
+  std::vector<std::pair<std::int64_t, std::int64_t>> runs;  // [first, end) slots
+  for (std::size_t p = 0; p < row.size();) {
+    std::size_t len = 1;
+    while (p + len < row.size() && row[p + len] == row[p] + static_cast<std::int64_t>(len)) ++len;
+    runs.emplace_back(row[p], row[p] + static_cast<std::int64_t>(len));
+    p += len;
+  }
+  std::sort(runs.begin(), runs.end());
+  for (std::size_t i = 1; i < runs.size(); ++i) {
+    if (runs[i].first < runs[i - 1].second) return true;
+  }
+  return false;
+}
+
+// Names the smallest repeated slot and its first two positions (only on the error path).
+[[noreturn]] void reject_repeated_slot(std::span<const std::int64_t> row, std::int64_t b) {
+  std::vector<std::pair<std::int64_t, std::size_t>> sorted;  // (slot, position)
+  for (std::size_t p = 0; p < row.size(); ++p) sorted.emplace_back(row[p], p);
+  std::sort(sorted.begin(), sorted.end());
+  for (std::size_t p = 1; p < sorted.size(); ++p) {
+    KVLAB_REQUIRE(sorted[p].first != sorted[p - 1].first, invalid_argument, "kv_scatter: slot ", sorted[p].first,
+                  " repeated in batch row ", b, " (positions ", sorted[p - 1].second, " and ", sorted[p].second, ")");
+  }
+  fail(ErrorKind::internal, cat("kv_scatter: batch row ", b, " was found to repeat a slot, but no repeat is left"));
+}
+
 }  // namespace
 
 // Math modulo: the result is in [0, n) for any a, unlike C++'s %, which keeps the sign
@@ -98,22 +130,15 @@ KvMovePlan validate_kv_scatter(const ConstTensorView& src, const ConstTensorView
   require_disjoint(slots, static_cast<std::size_t>(slots.numel()) * 4, "slots", dst, d.bytes, "kv_scatter");
 
   const auto S = static_cast<std::size_t>(s.L);
-  // (slot, position) of one row. With B == 0 the slots tensor is empty whatever S is,
-  // so S is not backed by memory and must not size an allocation.
-  std::vector<std::pair<std::int64_t, std::int64_t>> sorted(s.B > 0 ? S : 0);
   for (std::int64_t b = 0; b < s.B; ++b) {
     for (std::size_t p = 0; p < S; ++p) {
       const std::int64_t t = slot[static_cast<std::size_t>(b) * S + p];
       KVLAB_REQUIRE(0 <= t && t < d.L, invalid_argument, "kv_scatter: slot ", t, " (batch row ", b, ", position ", p,
                     ") is outside [0, ", d.L, ")");
-      sorted[p] = {t, static_cast<std::int64_t>(p)};
     }
     // A repeated slot would make the surviving row depend on write order.
-    std::sort(sorted.begin(), sorted.end());
-    for (std::size_t p = 1; p < S; ++p) {
-      KVLAB_REQUIRE(sorted[p].first != sorted[p - 1].first, invalid_argument, "kv_scatter: slot ", sorted[p].first,
-                    " repeated in batch row ", b, " (positions ", sorted[p - 1].second, " and ", sorted[p].second, ")");
-    }
+    const std::span<const std::int64_t> row(slot.data() + static_cast<std::size_t>(b) * S, S);
+    if (has_repeated_slot(row)) reject_repeated_slot(row, b);
   }
   return {s, d, slot};
 }

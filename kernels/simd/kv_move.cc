@@ -12,7 +12,9 @@
 
 #include <cstdint>
 #include <cstring>
+#include <vector>
 
+#include "kernels/simd/parallel.h"
 #include "reference/kv_move.h"
 
 namespace kvlab::simd {
@@ -21,20 +23,31 @@ void kv_scatter(const ConstTensorView& src, const ConstTensorView& slots, const 
   const ref::KvMovePlan plan = ref::validate_kv_scatter(src, slots, dst);
   const ref::KvBlock &s = plan.src, &d = plan.dst;
   if (s.bytes == 0) return;
+  // Runs: positions p..p+len-1 going to slots t..t+len-1 (contiguous on both sides), found
+  // once per batch row and shared by its heads.
+  struct Run {
+    std::int64_t p, t, len;
+  };
+  std::vector<std::vector<Run>> runs(static_cast<std::size_t>(s.B));
   for (std::int64_t b = 0; b < s.B; ++b) {
     const std::int64_t* row_slots = plan.indices.data() + static_cast<std::size_t>(b * s.L);
     for (std::int64_t p = 0; p < s.L;) {
-      // A run: positions p..p+len-1 going to slots t..t+len-1 (contiguous on both sides).
       const std::int64_t t = row_slots[p];
       std::int64_t len = 1;
       while (p + len < s.L && row_slots[p + len] == t + len) ++len;
-      const std::size_t n = static_cast<std::size_t>(len) * s.row_bytes;
-      for (std::int64_t h = 0; h < s.H; ++h) {
-        std::memcpy(dst.data + d.row_offset(b, h, t), src.data + s.row_offset(b, h, p), n);
-      }
+      runs[static_cast<std::size_t>(b)].push_back({p, t, len});
       p += len;
     }
   }
+  // One task per (b, h): both cores stream rows (the validated slots of a batch row are
+  // distinct, so tasks write disjoint bytes and the result does not depend on the split).
+  parallel_for(s.B * s.H, [&](std::int64_t task) {
+    const std::int64_t b = task / s.H, h = task % s.H;
+    for (const Run& r : runs[static_cast<std::size_t>(b)]) {
+      std::memcpy(dst.data + d.row_offset(b, h, r.t), src.data + s.row_offset(b, h, r.p),
+                  static_cast<std::size_t>(r.len) * s.row_bytes);
+    }
+  });
 }
 
 // A gather, a block copy and a roll are already as few, as long memcpy calls as the

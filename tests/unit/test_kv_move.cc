@@ -414,6 +414,17 @@ TEST(KvMoveErrors, Scatter) {
   expect_error(run({-1, 1, 2, 3}), ErrorKind::invalid_argument, {"slot -1", "batch row 0"});
   expect_error(run({0, 1, 3, 3}), ErrorKind::invalid_argument, {"slot 3 repeated", "batch row 1", "0 and 1"});
   EXPECT_TRUE(testing::bit_equal(dst, before)) << "a rejected call must not write";
+  // Repeats found by the run-overlap check: one run inside another, two partially
+  // overlapping runs, a repeat in the same run order as a wrapped ring; and a row of
+  // several disjoint runs out of order, which is valid.
+  const Tensor src6 = coded(DType::f16, {1, 1, 6, 3}, 2), before8 = coded(DType::f16, {1, 1, 8, 3}, 3);
+  Tensor dst8 = before8;
+  auto run6 = [&](std::vector<std::int64_t> s) { return [&, s] { scatter(src6, i32({1, 6}, s), dst8); }; };
+  expect_error(run6({5, 6, 7, 0, 1, 6}), ErrorKind::invalid_argument, {"slot 6 repeated", "positions 1 and 5"});
+  expect_error(run6({2, 3, 4, 3, 4, 5}), ErrorKind::invalid_argument, {"slot 3 repeated", "positions 1 and 3"});
+  expect_error(run6({6, 7, 0, 1, 2, 7}), ErrorKind::invalid_argument, {"slot 7 repeated", "positions 1 and 5"});
+  EXPECT_TRUE(testing::bit_equal(dst8, before8)) << "a rejected call must not write";
+  EXPECT_NO_THROW(scatter(src6, i32({1, 6}, {3, 1, 2, 7, 0, 5}), dst8));
   expect_error(
       [&] {
         scatter(src, i32({2, 1}, {0, 1}), dst);
