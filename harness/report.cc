@@ -40,9 +40,11 @@ std::string xml_escape(std::string_view s) {
 
 }  // namespace
 
+const char* build_commit();  // generated at build time (cmake/WriteCommit.cmake)
+
 std::string commit_id() {
   if (const char* env = std::getenv("KVLAB_COMMIT"); env != nullptr && *env != '\0') return env;
-  return KVLAB_GIT_COMMIT;
+  return build_commit();
 }
 
 std::string json_escape(std::string_view s) {

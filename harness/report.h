@@ -13,7 +13,7 @@
 namespace kvlab::harness {
 
 struct RunInfo {
-  std::string commit;   // KVLAB_COMMIT from the environment, else the configure-time HEAD
+  std::string commit;   // KVLAB_COMMIT from the environment, else HEAD at build time (git describe --dirty)
   std::string backend;  // as requested ("reference", "simd:AVX3")
   std::string target;   // device / ISA description
   std::string tier;
