@@ -17,6 +17,12 @@ function(kvlab_target_defaults target)
   target_include_directories(${target} PUBLIC ${PROJECT_SOURCE_DIR} ${PROJECT_SOURCE_DIR}/include)
 endfunction()
 
+# Marks a target as test code: it gets KVLAB_TEST_CXX_FLAGS (see the top CMakeLists).
+function(kvlab_test_code target)
+  separate_arguments(flags UNIX_COMMAND "${KVLAB_TEST_CXX_FLAGS}")
+  target_compile_options(${target} PRIVATE ${flags})
+endfunction()
+
 # kvlab_add_library(name SOURCES ... LIBS ...)
 function(kvlab_add_library name)
   cmake_parse_arguments(ARG "" "" "SOURCES;LIBS" ${ARGN})
@@ -41,6 +47,7 @@ function(kvlab_add_test name)
     set(ARG_TIMEOUT 300)
   endif()
   kvlab_add_executable(${name} SOURCES ${ARG_SOURCES} LIBS ${ARG_LIBS} GTest::gtest_main GTest::gmock)
+  kvlab_test_code(${name})
   gtest_discover_tests(${name}
     DISCOVERY_MODE PRE_TEST
     PROPERTIES LABELS "${ARG_LABELS}" TIMEOUT ${ARG_TIMEOUT} ENVIRONMENT "${ARG_ENV}")

@@ -1,8 +1,13 @@
 #!/usr/bin/env bash
-# The test command: installs dependencies, then builds and tests two configurations.
-#   ci   — Release with assertions, warnings as errors, every label except the opt-in
-#          property-deep (10x the property cases: `ctest --preset ci -L '^property-deep$'`).
-#   asan — ASan + UBSan, the unit and property labels.
+# The test command: installs dependencies, then builds and tests two configurations,
+# each test compiled once, in the configuration where it earns its keep:
+#   ci   — Release -O2 with assertions, warnings as errors: what needs optimized code or
+#          every Highway target — the harness (reference, every SIMD target, Vulkan on
+#          lavapipe with the validation layer), the SIMD unit tests, bench-smoke.
+#   asan — ASan + UBSan: the unit suites (core, reference, caches, SIMD on AVX3+SCALAR,
+#          Vulkan), the property suite (50 cases per property) and the bug zoo.
+# The opt-in property-deep label (10x the cases) runs with
+#   cmake --preset asan && cmake --build --preset asan && ctest --preset asan -L '^property-deep$'
 # ctest -L/-LE take regexes, so labels are anchored: '^property$' must not match
 # 'property-deep'.
 # JUnit reports land in build/<preset>/junit.xml.
@@ -25,5 +30,5 @@ run_config() {
 }
 
 run_config ci "-LE ^property-deep$"
-run_config asan "-L ^(unit|property)$"
+run_config asan "-L ^(unit|property|zoo)$"
 echo "== all configurations passed in ${SECONDS} s"
