@@ -20,53 +20,24 @@
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
 #include <hwy/highway.h>
 
+#include "kernels/simd/half_convert-inl.h"
+
 HWY_BEFORE_NAMESPACE();
 namespace kvlab::simd::qdecode::HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
+namespace hc = kvlab::simd::HWY_NAMESPACE;
 
 using DF = hn::ScalableTag<float>;
 using VF = hn::Vec<DF>;
 
-// n stored values (scales, biases, queries) of dtype `dt` → f32, exactly (inf/NaN kept).
+// n stored values (scales, biases, queries) of dtype `dt` → f32, exactly (inf/NaN kept;
+// f16/bf16 by the shared conversions of half_convert-inl.h).
 void MetaToF32(const std::byte* HWY_RESTRICT src, DType dt, std::size_t n, float* HWY_RESTRICT dst) {
-  const DF df;
-  const std::size_t N = hn::Lanes(df);
-  std::size_t i = 0;
   if (dt == DType::f32) {
     std::memcpy(dst, src, n * sizeof(float));
     return;
   }
-  const auto* h = reinterpret_cast<const std::uint16_t*>(src);
-  const hn::RebindToUnsigned<DF> du32;
-  const hn::Rebind<std::uint16_t, DF> du16;
-  if (dt == DType::bf16) {  // bf16 is the high half of an f32
-    for (; i + N <= n; i += N) {
-      hn::StoreU(hn::BitCast(df, hn::ShiftLeft<16>(hn::PromoteTo(du32, hn::LoadU(du16, h + i)))), df, dst + i);
-    }
-    for (; i < n; ++i) dst[i] = bf16_bits_to_f32(h[i]);
-    return;
-  }
-#if HWY_TARGET <= HWY_AVX2
-  // F16C converts inf/NaN correctly; Highway 1.0.3 emulates PromoteTo(f16) on the
-  // SSE/scalar targets and turns them finite there, hence the bit manipulation below.
-  const hn::Rebind<hwy::float16_t, DF> df16;
-  const auto* hf = reinterpret_cast<const hwy::float16_t*>(h);
-  for (; i + N <= n; i += N) hn::StoreU(hn::PromoteTo(df, hn::LoadU(df16, hf + i)), df, dst + i);
-#else
-  // Exponent+mantissa moved into f32 position and rebiased by ·2^112 (exact, f16
-  // subnormals included); exponent 31 (inf/NaN) gets the f32 all-ones exponent.
-  const auto magic = hn::Set(df, 0x1p112f);
-  const auto exp_mask = hn::Set(du32, 0x7C00u), inf32 = hn::Set(du32, 0x7F800000u);
-  for (; i + N <= n; i += N) {
-    const auto x = hn::PromoteTo(du32, hn::LoadU(du16, h + i));
-    const auto shifted = hn::ShiftLeft<13>(hn::And(x, hn::Set(du32, 0x7FFFu)));
-    const auto finite = hn::BitCast(du32, hn::Mul(hn::BitCast(df, shifted), magic));
-    const auto mag = hn::IfThenElse(hn::Eq(hn::And(x, exp_mask), exp_mask), hn::Or(shifted, inf32), finite);
-    const auto sign = hn::ShiftLeft<16>(hn::And(x, hn::Set(du32, 0x8000u)));
-    hn::StoreU(hn::BitCast(df, hn::Or(mag, sign)), df, dst + i);
-  }
-#endif
-  for (; i < n; ++i) dst[i] = f16_bits_to_f32(h[i]);
+  hc::HalfRowToF32(reinterpret_cast<const std::uint16_t*>(src), dt == DType::bf16, n, dst);
 }
 
 // Rows [0, n) of a (Lk, G) scale/bias array → f32 transposed to [g][ncp], zero padded
@@ -105,40 +76,14 @@ void MetaColumns(const std::byte* src, DType dt, std::size_t n, std::size_t grou
   for (std::size_t g = 0; g < groups; ++g) std::fill(dst + g * ncp + n, dst + (g + 1) * ncp, 0.0f);
 }
 
-// n values rounded to nearest-even in dtype `dt` (kvlab's storage rounding; NaN stays NaN).
+// n values rounded to nearest-even in dtype `dt` (kvlab's storage rounding; NaN stays NaN;
+// f16/bf16 by the shared conversions of half_convert-inl.h).
 void StoreRow(const float* HWY_RESTRICT values, std::size_t n, DType dt, std::byte* dst) {
-  const DF df;
-  const std::size_t N = hn::Lanes(df);
-  auto* h = reinterpret_cast<std::uint16_t*>(dst);
-  std::size_t i = 0;
   if (dt == DType::f32) {
     std::memcpy(dst, values, n * sizeof(float));
     return;
   }
-  if (dt == DType::bf16) {  // RNE on the high half; NaN keeps its top bits, made quiet
-    const hn::RebindToSigned<DF> di;
-    const hn::RebindToUnsigned<DF> du;
-    const hn::Rebind<std::uint16_t, DF> d16;
-    for (; i + N <= n; i += N) {
-      const VF x = hn::LoadU(df, values + i);
-      const auto u = hn::BitCast(du, x);
-      const auto odd = hn::And(hn::ShiftRight<16>(u), hn::Set(du, 1u));
-      const auto rounded = hn::ShiftRight<16>(hn::Add(hn::Add(u, hn::Set(du, 0x7FFFu)), odd));  // may carry to inf
-      const auto quiet = hn::Or(hn::ShiftRight<16>(u), hn::Set(du, 0x40u));
-      const auto bits = hn::BitCast(di, hn::IfThenElse(hn::RebindMask(du, hn::IsNaN(x)), quiet, rounded));
-      hn::StoreU(hn::DemoteTo(d16, bits), d16, h + i);
-    }
-    for (; i < n; ++i) h[i] = f32_to_bf16_bits(values[i]);
-    return;
-  }
-#if HWY_TARGET <= HWY_AVX2
-  // F16C rounds to nearest even with subnormals, inf and NaN right; the emulation of the
-  // SSE/scalar targets is not trusted with them (see MetaToF32), so those stay scalar.
-  const hn::Rebind<hwy::float16_t, DF> df16;
-  auto* hf = reinterpret_cast<hwy::float16_t*>(dst);
-  for (; i + N <= n; i += N) hn::StoreU(hn::DemoteTo(df16, hn::LoadU(df, values + i)), df16, hf + i);
-#endif
-  for (; i < n; ++i) h[i] = f32_to_f16_bits(values[i]);
+  hc::F32RowToHalf(values, dt == DType::bf16, n, reinterpret_cast<std::uint16_t*>(dst));
 }
 
 void Combine(const CombineArgs& args, std::int64_t bk) {

@@ -71,6 +71,8 @@ struct RowState {
 #include <hwy/highway.h>
 #include <hwy/contrib/math/math-inl.h>
 
+#include "kernels/simd/half_convert-inl.h"
+
 HWY_BEFORE_NAMESPACE();
 namespace kvlab::simd::HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
@@ -85,38 +87,14 @@ std::size_t padded(std::int64_t n) {
   return (static_cast<std::size_t>(n) + lanes - 1) / lanes * lanes;
 }
 
-// n stored elements of `dtype` → f32, exactly (the zero padding after them is untouched).
+// n stored elements of `dtype` → f32, exactly (the zero padding after them is untouched;
+// f16/bf16 by the shared conversions of half_convert-inl.h).
 void RowToF32(const std::byte* src, DType dtype, std::size_t n, float* HWY_RESTRICT dst) {
   if (dtype == DType::f32) {
     std::memcpy(dst, src, n * sizeof(float));
     return;
   }
-  const DF df;
-  const hn::RebindToUnsigned<DF> du32;
-  const hn::Rebind<std::uint16_t, DF> du16;
-  const std::size_t N = hn::Lanes(df);
-  const auto* h16 = reinterpret_cast<const std::uint16_t*>(src);
-  std::size_t i = 0;
-  if (dtype == DType::bf16) {  // bf16 is the high half of an f32
-    for (; i + N <= n; i += N)
-      hn::StoreU(hn::BitCast(df, hn::ShiftLeft<16>(hn::PromoteTo(du32, hn::LoadU(du16, h16 + i)))), df, dst + i);
-    for (; i < n; ++i) dst[i] = bf16_bits_to_f32(h16[i]);
-    return;
-  }
-  // Not hn::PromoteTo(f16): Highway 1.0.3's emulation (SSSE3/SSE4/SCALAR) turns f16 inf/NaN
-  // into finite values. Exponent+mantissa shifted into f32 position times 2^112 rebias the
-  // exponent exactly (subnormals included); exponent 31 (inf/NaN) maps to f32's all-ones.
-  const auto magic = hn::Set(df, 0x1p112f);
-  const auto exp_mask = hn::Set(du32, 0x7C00u), inf32 = hn::Set(du32, 0x7F800000u);
-  for (; i + N <= n; i += N) {
-    const auto h = hn::PromoteTo(du32, hn::LoadU(du16, h16 + i));
-    const auto shifted = hn::ShiftLeft<13>(hn::And(h, hn::Set(du32, 0x7FFFu)));
-    const auto finite = hn::BitCast(du32, hn::Mul(hn::BitCast(df, shifted), magic));
-    const auto mag = hn::IfThenElse(hn::Eq(hn::And(h, exp_mask), exp_mask), hn::Or(shifted, inf32), finite);
-    const auto sign = hn::ShiftLeft<16>(hn::And(h, hn::Set(du32, 0x8000u)));
-    hn::StoreU(hn::BitCast(df, hn::Or(mag, sign)), df, dst + i);
-  }
-  for (; i < n; ++i) dst[i] = f16_bits_to_f32(h16[i]);
+  HalfRowToF32(reinterpret_cast<const std::uint16_t*>(src), dtype == DType::bf16, n, dst);
 }
 
 // s[t] = <q, keys row idx[t]> over `width` (padded) floats; four keys per pass share the
