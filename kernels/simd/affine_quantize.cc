@@ -116,40 +116,12 @@ inline void unpack_row(const std::uint32_t* words, std::int64_t n, int bits, std
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
 #include <hwy/highway.h>
 
+#include "kernels/simd/half_convert-inl.h"
+
 HWY_BEFORE_NAMESPACE();
 namespace kvlab::simd::HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 namespace ad = kvlab::simd::affine_detail;
-
-// n stored f16/bf16 elements (n a multiple of the f32 lane count) → f32, exactly.
-void HalfRowToF32(const std::uint16_t* HWY_RESTRICT src, bool bf16, std::size_t n, float* HWY_RESTRICT dst) {
-  const hn::ScalableTag<float> df;
-  const hn::RebindToUnsigned<decltype(df)> du32;
-  const hn::Rebind<std::uint16_t, decltype(df)> du16;
-  const std::size_t N = hn::Lanes(df);
-  if (bf16) {  // bf16 is the high half of an f32
-    for (std::size_t i = 0; i < n; i += N)
-      hn::StoreU(hn::BitCast(df, hn::ShiftLeft<16>(hn::PromoteTo(du32, hn::LoadU(du16, src + i)))), df, dst + i);
-  } else {
-    // Not hn::PromoteTo: Highway 1.0.3's emulation (SSSE3/SSE4/SCALAR) maps f16 inf/NaN
-    // to finite 2^16·1.m. Instead: exponent+mantissa shifted into f32 position, then
-    // ·2^112 rebiases the exponent (15 → 127) exactly, f16 subnormals included (they are
-    // f32 subnormals before the multiply); inf/NaN (exponent 31) get the f32 all-ones
-    // exponent. Exact on every target (no FTZ/DAZ in kvlab).
-    const auto magic = hn::Set(df, 0x1p112f);
-    const auto exp_mask = hn::Set(du32, 0x7C00u), inf32 = hn::Set(du32, 0x7F800000u);
-    for (std::size_t i = 0; i < n; i += N) {
-      const auto h = hn::PromoteTo(du32, hn::LoadU(du16, src + i));
-      const auto em = hn::And(h, hn::Set(du32, 0x7FFFu));
-      const auto shifted = hn::ShiftLeft<13>(em);
-      const auto finite = hn::BitCast(du32, hn::Mul(hn::BitCast(df, shifted), magic));
-      const auto special = hn::Or(shifted, inf32);
-      const auto mag = hn::IfThenElse(hn::Eq(hn::And(h, exp_mask), exp_mask), special, finite);
-      const auto sign = hn::ShiftLeft<16>(hn::And(h, hn::Set(du32, 0x8000u)));
-      hn::StoreU(hn::BitCast(df, hn::Or(mag, sign)), df, dst + i);
-    }
-  }
-}
 
 // One row: `groups` groups of gs (a multiple of 32, hence of every lane count) values.
 void QuantizeRow(const float* HWY_RESTRICT x, std::int64_t groups, int gs, int bits, Rounding rounding,
