@@ -154,6 +154,19 @@ HWY_INLINE hn::Vec<DF> LoadF16(DF df, const std::uint16_t* HWY_RESTRICT p) {
   return F16BitsToF32(df, hn::PromoteTo(du, hn::LoadU(d16, p)));
 }
 
+// LoadF16 in one instruction where F16C exists (vcvtph2ps): the same value for every
+// pattern except that a signalling NaN comes back quiet. Only for callers to whom every
+// NaN is alike (affine quantize: a NaN gives code 0 whatever its payload). Highway 1.0.3
+// emulates PromoteTo(f16) on SSSE3/SSE4/SCALAR wrongly for inf/NaN, so LoadF16 there.
+template <class DF>
+HWY_INLINE hn::Vec<DF> LoadF16QuietingNaN(DF df, const std::uint16_t* HWY_RESTRICT p) {
+#if KVLAB_HALF_CONVERT_F16C
+  return hn::PromoteTo(df, hn::LoadU(hn::Rebind<hwy::float16_t, DF>(), reinterpret_cast<const hwy::float16_t*>(p)));
+#else
+  return LoadF16(df, p);
+#endif
+}
+
 // Lanes(df) f32 values -> their bf16 / f16 patterns in u16 lanes (a half-width vector),
 // for callers that combine two of them into one full vector before storing.
 // Patterns < 2^16 in i32 lanes survive DemoteTo (it saturates to [0, 65535]); Highway

@@ -1,0 +1,128 @@
+// Per-target bit packing of affine codes (kernels/simd/affine_quantize.cc), spec §1.4:
+// each row is an LSB-first bitstream read as little-endian u32 words, so on a
+// little-endian host the stream is plain byte order and a group of gs codes (gs a
+// multiple of 32) fills exactly gs·bits/32 whole words of its own.
+//
+// In registers, for the widths whose codes never straddle a byte (2, 4, 8): N codes in
+// i32 lanes become N·bits/8 stream bytes and back. The codes are < 2^bits (the quantizer
+// clamps or masks them), so narrowing never saturates and ORing fields never carries.
+//   8 bits: one byte per code (DemoteTo / PromoteTo).
+//   4 bits: codes as bytes, read in pairs as u16 lanes c0 | c1<<8; (x | x>>4) & 0xFF is
+//           c0 | c1<<4, the stream byte. Unpacking spreads byte b into u16 b | b<<4,
+//           masked 0x0F0F: low byte = low nibble (code 2k), high byte = code 2k+1.
+//   2 bits: the same with u32 lanes c0 | c1<<8 | c2<<16 | c3<<24 and four fields.
+// Every step is a lane-local integer op in lane order, so the result does not depend on
+// the target's block structure (no ReorderDemote2To / Interleave). Needs >= 4 i32 lanes:
+// the SCALAR target (1 lane) and the other widths use a u8 code buffer and the scalar
+// pack_codes/unpack_codes below instead.
+#ifndef KVLAB_SIMD_AFFINE_PACK_SCALAR
+#define KVLAB_SIMD_AFFINE_PACK_SCALAR
+#include <bit>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+namespace kvlab::simd::affine_detail {
+
+static_assert(std::endian::native == std::endian::little,
+              "the packing writes the LSB-first bitstream as little-endian bytes");
+
+// LSB-first bitstream (reference/bitpack.h) of n codes, n % 8 == 0: 8 codes fill exactly
+// `bits` bytes, so each 8-code chunk is assembled in a u64 and its low `bits` bytes are
+// the next stream bytes (little-endian). Codes are < 2^bits by construction.
+inline void pack_codes(const std::uint8_t* codes, std::size_t n, int bits, std::uint8_t* out) {
+  const auto width = static_cast<std::size_t>(bits);  // bits per code = bytes per 8 codes
+  for (std::size_t i = 0; i < n; i += 8, out += width) {
+    std::uint64_t acc = 0;
+    for (std::size_t k = 0; k < 8; ++k) acc |= std::uint64_t{codes[i + k]} << (k * width);
+    std::memcpy(out, &acc, width);
+  }
+}
+
+inline void unpack_codes(const std::uint8_t* in, std::size_t n, int bits, std::uint8_t* codes) {
+  const auto width = static_cast<std::size_t>(bits);
+  const std::uint64_t mask = (std::uint64_t{1} << bits) - 1;
+  for (std::size_t i = 0; i < n; i += 8, in += width) {
+    std::uint64_t acc = 0;
+    std::memcpy(&acc, in, width);
+    for (std::size_t k = 0; k < 8; ++k) codes[i + k] = static_cast<std::uint8_t>((acc >> (k * width)) & mask);
+  }
+}
+
+}  // namespace kvlab::simd::affine_detail
+#endif  // KVLAB_SIMD_AFFINE_PACK_SCALAR
+
+#if defined(KVLAB_SIMD_AFFINE_PACK_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef KVLAB_SIMD_AFFINE_PACK_INL_H_
+#undef KVLAB_SIMD_AFFINE_PACK_INL_H_
+#else
+#define KVLAB_SIMD_AFFINE_PACK_INL_H_
+#endif
+
+#include <cstdint>
+
+#include <hwy/highway.h>
+
+HWY_BEFORE_NAMESPACE();
+namespace kvlab::simd::HWY_NAMESPACE::affine_pack {
+namespace hn = hwy::HWY_NAMESPACE;
+
+// Whether codes of this width are packed in registers on this target.
+template <int kBits>
+constexpr bool kInRegisters = HWY_TARGET != HWY_SCALAR && (kBits == 2 || kBits == 4 || kBits == 8);
+
+// Writes the Lanes(di) codes of `codes` as the next Lanes(di)·kBits/8 stream bytes.
+template <int kBits, class DI>
+HWY_INLINE void StoreCodes(DI di, hn::Vec<DI> codes, std::uint8_t* HWY_RESTRICT out) {
+  static_assert(kInRegisters<kBits>);
+  const hn::Rebind<std::uint8_t, DI> du8;  // one byte per code, in lane order
+  const auto bytes = hn::TruncateTo(du8, hn::BitCast(hn::RebindToUnsigned<DI>(), codes));
+  if constexpr (kBits == 8) {
+    hn::StoreU(bytes, du8, out);
+  } else if constexpr (kBits == 4) {
+    const hn::Repartition<std::uint16_t, decltype(du8)> du16;  // lanes c0 | c1<<8
+    const hn::RebindToSigned<decltype(du16)> di16;
+    const hn::Rebind<std::uint8_t, decltype(du16)> dout;
+    const auto x = hn::BitCast(du16, bytes);
+    const auto packed = hn::And(hn::Or(x, hn::ShiftRight<4>(x)), hn::Set(du16, 0x00FF));
+    hn::StoreU(hn::DemoteTo(dout, hn::BitCast(di16, packed)), dout, out);
+  } else {
+    const hn::Repartition<std::uint32_t, decltype(du8)> du32;  // lanes c0 | c1<<8 | c2<<16 | c3<<24
+    const hn::RebindToSigned<decltype(du32)> di32;
+    const hn::Rebind<std::uint8_t, decltype(du32)> dout;
+    const auto x = hn::BitCast(du32, bytes);
+    const auto f0 = hn::And(x, hn::Set(du32, 0x03u));
+    const auto f1 = hn::And(hn::ShiftRight<6>(x), hn::Set(du32, 0x0Cu));
+    const auto f2 = hn::And(hn::ShiftRight<12>(x), hn::Set(du32, 0x30u));
+    const auto f3 = hn::And(hn::ShiftRight<18>(x), hn::Set(du32, 0xC0u));
+    const auto packed = hn::Or(hn::Or(f0, f1), hn::Or(f2, f3));
+    hn::StoreU(hn::DemoteTo(dout, hn::BitCast(di32, packed)), dout, out);
+  }
+}
+
+// Reads the next Lanes(di) codes (Lanes(di)·kBits/8 stream bytes) into i32 lanes.
+template <int kBits, class DI>
+HWY_INLINE hn::Vec<DI> LoadCodes(DI di, const std::uint8_t* HWY_RESTRICT in) {
+  static_assert(kInRegisters<kBits>);
+  const hn::Rebind<std::uint8_t, DI> du8;
+  if constexpr (kBits == 8) {
+    return hn::PromoteTo(di, hn::LoadU(du8, in));
+  } else if constexpr (kBits == 4) {
+    const hn::Repartition<std::uint16_t, decltype(du8)> du16;
+    const hn::Rebind<std::uint8_t, decltype(du16)> din;
+    const auto b = hn::PromoteTo(du16, hn::LoadU(din, in));
+    const auto spread = hn::And(hn::Or(b, hn::ShiftLeft<4>(b)), hn::Set(du16, 0x0F0F));
+    return hn::PromoteTo(di, hn::BitCast(du8, spread));
+  } else {
+    const hn::Repartition<std::uint32_t, decltype(du8)> du32;
+    const hn::Rebind<std::uint8_t, decltype(du32)> din;
+    const auto b = hn::PromoteTo(du32, hn::LoadU(din, in));
+    const auto spread = hn::Or(hn::Or(b, hn::ShiftLeft<6>(b)), hn::Or(hn::ShiftLeft<12>(b), hn::ShiftLeft<18>(b)));
+    return hn::PromoteTo(di, hn::BitCast(du8, hn::And(spread, hn::Set(du32, 0x03030303u))));
+  }
+}
+
+}  // namespace kvlab::simd::HWY_NAMESPACE::affine_pack
+HWY_AFTER_NAMESPACE();
+
+#endif  // KVLAB_SIMD_AFFINE_PACK_INL_H_
