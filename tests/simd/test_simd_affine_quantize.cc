@@ -65,6 +65,13 @@ Tensor dequantize_on(Backend& be, const Quantized& q, const QuantSpec& spec, DTy
   return r;
 }
 
+// Codes, scales and biases bit for bit.
+void expect_same_bits(const Quantized& got, const Quantized& want) {
+  EXPECT_TRUE(same_bits(got.wq, want.wq));
+  EXPECT_TRUE(same_bits(got.scales, want.scales));
+  EXPECT_TRUE(same_bits(got.biases, want.biases));
+}
+
 // |a| for which a / 1e-7f is the float just below 0.5 (0.49999997f): a group {a, −a, 0…}
 // has q0 = 0, scale −1e-7f, bias 0, and −a asks round() about exactly 0.49999997f —
 // the value that breaks the `trunc(x + 0.5)` shortcut (the sum rounds to 1.0f).
@@ -142,9 +149,7 @@ TEST_F(SimdAffine, QuantizeAndDequantizeMatchTheOracleBitForBitOnEveryTarget) {
             const Tensor want_deq32 = dequantize_on(ref_, want, spec, DType::f32);
             testing::for_each_simd_target([&](const std::string&) {
               const Quantized got = quantize_on(simd_, x, spec, rounding);
-              EXPECT_TRUE(same_bits(got.wq, want.wq));
-              EXPECT_TRUE(same_bits(got.scales, want.scales));
-              EXPECT_TRUE(same_bits(got.biases, want.biases));
+              expect_same_bits(got, want);
               EXPECT_TRUE(same_bits(dequantize_on(simd_, want, spec, dtype), want_deq));
               EXPECT_TRUE(same_bits(dequantize_on(simd_, want, spec, DType::f32), want_deq32));
             });
@@ -238,9 +243,7 @@ TEST_F(SimdAffine, ManyGroupsAcrossTasksAndPartialBlocksMatchTheOracle) {
           const Tensor want_deq = dequantize_on(ref_, want, spec, dtype);
           testing::for_each_simd_target([&](const std::string&) {
             const Quantized got = quantize_on(simd_, x, spec, rounding);
-            EXPECT_TRUE(same_bits(got.wq, want.wq));
-            EXPECT_TRUE(same_bits(got.scales, want.scales));
-            EXPECT_TRUE(same_bits(got.biases, want.biases));
+            expect_same_bits(got, want);
             EXPECT_TRUE(same_bits(dequantize_on(simd_, want, spec, dtype), want_deq));
           });
           if (::testing::Test::HasFailure()) return;
@@ -302,9 +305,7 @@ TEST_F(SimdAffine, RawHalfBitPatternsIncludingSignalingNaNMatchTheOracle) {
           const Quantized want = quantize_on(ref_, x, spec, rounding);
           testing::for_each_simd_target([&](const std::string&) {
             const Quantized got = quantize_on(simd_, x, spec, rounding);
-            EXPECT_TRUE(same_bits(got.wq, want.wq));
-            EXPECT_TRUE(same_bits(got.scales, want.scales));
-            EXPECT_TRUE(same_bits(got.biases, want.biases));
+            expect_same_bits(got, want);
           });
           if (::testing::Test::HasFailure()) return;
         }
