@@ -2,10 +2,13 @@
 
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
+#include <cmath>
 #include <fstream>
 #include <iostream>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <sstream>
 
@@ -211,6 +214,34 @@ void register_device_copy_baselines(const SuiteOptions& o, const std::set<std::s
   }
 }
 
+// ---- adjacent baselines -------------------------------------------------------------
+//
+// This machine's bandwidth drifts 2-3x within minutes, so a ratio over the run-start
+// baseline rows says little about a kernel timed minutes later. Each host kernel's run
+// therefore samples the read and memcpy baselines right before and right after its timed
+// loop (outside it: Google Benchmark times only the loop) over the run-start rows'
+// buffers, and records them as plain counters of that repetition; tools/bench_table.py
+// divides the repetition's GB/s by them. Not in smoke runs, which must stay fast.
+// The read lifts a SIMD backend's target pin for its duration only (sample_baselines), so
+// the timed case, pin included, stays for the next repetition. The samples evict the
+// caches as the flush does: harmless, each timed call is flushed (or evicts itself) anyway;
+// only with --kvlab_flush_mib=0 (hot caches) does it make the first timed call of a run
+// start cold, one call among the many a small hot-cache shape times.
+
+BaselineSample sample_adjacent(const SuiteOptions& o) {
+  return sample_baselines(lazily(baselines().src, o.baseline_mib), lazily(baselines().dst, o.baseline_mib));
+}
+
+// How far the baseline moved across the timed loop, relative to its mean.
+double drift(double before, double after) { return std::abs(after - before) / ((before + after) / 2); }
+
+void record_adjacent(benchmark::State& state, const BaselineSample& before, const BaselineSample& after) {
+  state.counters["adj_read_gbps"] = (before.read_gbps + after.read_gbps) / 2;
+  state.counters["adj_memcpy_gbps"] = (before.memcpy_gbps + after.memcpy_gbps) / 2;
+  state.counters["adj_drift"] = std::max(drift(before.read_gbps, after.read_gbps),
+                                         drift(before.memcpy_gbps, after.memcpy_gbps));
+}
+
 // ---- kernels ------------------------------------------------------------------------
 
 std::vector<std::string> default_backends(std::ostream& log) {
@@ -233,10 +264,9 @@ std::vector<std::string> default_backends(std::ostream& log) {
 
 void run_kernel(benchmark::State& state, const BenchCase& c, const std::string& backend, const SuiteOptions& o) {
   const std::string name = cat(c.problem.op(), "/", backend, "/", c.shape);
-  // The baselines ran first; their buffers (2 × baseline_mib) would only crowd the perf
-  // problems (re-made on demand if a baseline runs again, e.g. with interleaving).
-  baselines().src.reset();
-  baselines().dst.reset();
+  // The host baseline buffers stay alive for the adjacent samples (2 × baseline_mib). The
+  // device copy goes: one Vulkan instance at a time, and its device memory would crowd
+  // the perf problems (re-made on demand if a baseline runs again, e.g. with interleaving).
   baselines().device_copy.clear();
   TimedCase& tc = acquire_timed_case(name, c.problem, backend);
   if (!tc.failure.empty()) {
@@ -249,6 +279,7 @@ void run_kernel(benchmark::State& state, const BenchCase& c, const std::string& 
   }
   Traffic t;
   const bool device = is_vulkan_backend(backend);
+  std::optional<BaselineSample> before, after;  // adjacent baselines (host rows, not smoke)
   try {
     t = traffic_of(c.problem);
     // A kernel that streams at least the flush size evicts its own data: no flush needed.
@@ -267,6 +298,7 @@ void run_kernel(benchmark::State& state, const BenchCase& c, const std::string& 
       state.counters["device_timed"] = static_cast<double>(on_device) / static_cast<double>(state.iterations());
     } else {
       BigBuffer* flush = flush_first ? &lazily(baselines().flush, o.flush_mib) : nullptr;
+      if (!o.smoke) before = sample_adjacent(o);
       for (auto _ : state) {
         if (flush != nullptr) {
           state.PauseTiming();
@@ -275,6 +307,7 @@ void run_kernel(benchmark::State& state, const BenchCase& c, const std::string& 
         }
         tc.invoke();
       }
+      if (before) after = sample_adjacent(o);
     }
   } catch (const std::exception& e) {
     tc.failure = cat("threw while timed: ", e.what());
@@ -282,6 +315,7 @@ void run_kernel(benchmark::State& state, const BenchCase& c, const std::string& 
     state.SkipWithError(tc.failure.c_str());
     return;
   }
+  if (after) record_adjacent(state, *before, *after);
   state.SetBytesProcessed(state.iterations() * t.bytes());
   state.counters["flops"] = benchmark::Counter(static_cast<double>(t.flops), benchmark::Counter::kIsIterationInvariantRate);
   state.counters["bytes_per_iter"] = static_cast<double>(t.bytes());

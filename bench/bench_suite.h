@@ -8,13 +8,18 @@
 // and makes the run exit non-zero, a kernel the backend does not implement yet is
 // reported as skipped with the reason.
 // The memory baselines (streaming read, memcpy; and each Vulkan device's buffer copy) run
-// first, in the same process.
+// first, in the same process. Outside smoke runs, each host kernel's run also samples the
+// pool read and memcpy once right before and once right after its timed loop (untimed),
+// because the machine's bandwidth drifts within minutes.
 //
 // Names are `<op>/<backend>/<shape>` (shape: the parameters the case line writes), the
 // label is the full canonical problem line; counters: bytes_per_second (bytes model of
 // bench/bytes_model.h), flops, bytes_per_iter, workers (host rows), device_timed (Vulkan
-// rows: the fraction of calls timed on the device). tools/bench_table.py reads the
-// JSON output (table of GB/s, % of the same-run baselines, speed-up, targets; compare).
+// rows: the fraction of calls timed on the device), and per repetition of a host row
+// outside smoke runs adj_read_gbps / adj_memcpy_gbps (mean of the samples before and
+// after, 1e9 bytes/s, memcpy credited read + written) and adj_drift (the larger of the two
+// baselines' |after - before| / mean). tools/bench_table.py reads the JSON output (table
+// of GB/s, % of the adjacent or run-start baselines, speed-up, targets; compare).
 #pragma once
 
 #include <cstdint>

@@ -1,7 +1,9 @@
 // The machine's memory ceilings, measured in the same process and run as the kernels:
 // a streaming read (SIMD sum) and a memcpy over buffers far larger than the caches, split
 // over the SIMD kernels' own worker pool (kernels/simd/parallel.h) so both use the
-// thread count the kernels get. Every kernel's GB/s is read as a fraction of these.
+// thread count the kernels get. Every kernel's GB/s is read as a fraction of these: the
+// run-start rows, and a sample taken right before and after each host kernel's timed loop
+// (sample_baselines), since this machine's bandwidth drifts 2-3x within minutes.
 #pragma once
 
 #include <cstddef>
@@ -34,5 +36,18 @@ float streaming_read(const BigBuffer& buffer, bool use_pool);
 
 // memcpy of src into dst (same size) in fixed chunks over the pool (or the caller).
 void chunked_memcpy(const BigBuffer& src, BigBuffer& dst, bool use_pool);
+
+// Each baseline over the pool, the faster of two passes timed by std::chrono::steady_clock.
+struct BaselineSample {
+  double read_gbps = 0;    // src bytes / read time, in 1e9 bytes per second
+  double memcpy_gbps = 0;  // 2 x src bytes (read + written, like the kernels' bytes model) / copy time
+};
+
+// Streaming reads of src, then memcpys of src into dst, over the pool (two passes each).
+// The read runs on the best attainable Highway target even while a SIMD backend pins
+// another one (the pin is process-global and outlives the sample): with no pin, dispatch
+// picks that same target (the lowest supported bit of the compiled set), so the sample
+// reads like the run-start baseline_read row.
+BaselineSample sample_baselines(const BigBuffer& src, BigBuffer& dst);
 
 }  // namespace kvlab::bench

@@ -132,6 +132,126 @@ class Table(unittest.TestCase):
         self.assertIn("1x skipped: unsupported: sdpa", self.run_table(rows))
 
 
+def adj_reps(name, times, reads, copies, drifts=None, **kw):
+    """Repetitions of a host row carrying the adjacent baselines kvlab_bench samples around
+    each timed loop (GB/s, memcpy credited read + written; drift as a fraction)."""
+    rows = reps(name, times, **kw)
+    for i, row in enumerate(rows):
+        row.update({"adj_read_gbps": reads[i], "adj_memcpy_gbps": copies[i],
+                    "adj_drift": drifts[i] if drifts else 0.02})
+    return rows
+
+
+AFFINE = "affine_quantize B=1 H=8 T=4096 D=128 bits=4 group=64"
+
+
+class AdjacentBaselines(unittest.TestCase):
+    """The run-start rows (BASELINES) say 40 GB/s read and 20 GB/s memcpy; the adjacent
+    samples say what the machine had while each repetition ran."""
+
+    def run_table(self, rows):
+        out = io.StringIO()
+        bt.table(write(list(BASELINES) + rows), out)
+        return out.getvalue()
+
+    def row(self, text, start, backend="simd:AVX3"):
+        return next(l for l in text.splitlines() if l.startswith(start) and f" {backend} " in l)
+
+    def test_the_verdict_follows_the_adjacent_baselines_not_the_run_start_rows(self):
+        # affine_quantize: 1e9 B in 0.125 s = 8 GB/s: 40 % of the run-start memcpy (MISS of 50),
+        # but 80 % of the 10 GB/s memcpy and 50 % of the 16 GB/s read adjacent to it: PASS.
+        # rope: 1e9 B in 0.05 s = 20 GB/s: 100 % of the run-start memcpy (PASS of 60), but
+        # 50 % of the 40 GB/s adjacent memcpy: MISS.
+        rows = (adj_reps("affine_quantize/simd:AVX3/bits=4", [0.125] * 3, [16] * 3, [10] * 3,
+                         bytes_per_iter=1e9, label=AFFINE)
+                + adj_reps("rope/simd:AVX3/T=8", [0.05] * 3, [80] * 3, [40] * 3, bytes_per_iter=1e9,
+                           label="rope B=1 T=8"))
+        text = self.run_table(rows)
+        affine = self.row(text, "affine_quantize")
+        self.assertEqual(affine.split()[affine.split().index("8.00") + 1:][:2], ["50.0", "80.0"])
+        self.assertIn("PASS >= 50% memcpy", affine)
+        self.assertNotIn("40.0", affine)
+        rope = self.row(text, "rope")
+        self.assertIn("MISS >= 60% memcpy", rope)
+        self.assertIn("[simd:AVX3]: 80.0% of memcpy (target 50%): PASS", text)
+        self.assertIn("[simd:AVX3]: 50.0% of memcpy (target 60%): MISS by 10.0 points", text)
+        self.assertIn("basis: adjacent samples per benchmark", text)
+
+    def test_each_repetition_is_read_against_its_own_samples(self):
+        # kv_scatter, 1e9 B in 0.1 / 0.125 / 0.25 s = 10 / 8 / 4 GB/s, adjacent memcpy 10 / 16 / 8:
+        # 100 / 50 / 50 % -> median 50 %: MISS of 60. The medians apart (8 GB/s over 10) would
+        # say 80 %: PASS. Read 20 / 32 / 16: 50 / 25 / 25 % -> 25 % (medians apart: 40 %).
+        rows = adj_reps("kv_scatter/simd:AVX3/S=4", [0.1, 0.125, 0.25], [20, 32, 16], [10, 16, 8],
+                        bytes_per_iter=1e9, label="kv_scatter S=4")
+        text = self.run_table(rows)
+        row = self.row(text, "kv_scatter")
+        self.assertIn("MISS >= 60% memcpy", row)
+        self.assertEqual(row.split()[row.split().index("8.00") + 1:][:2], ["25.0", "50.0"])
+
+    def test_a_drift_beyond_ten_percent_marks_the_verdict(self):
+        # The largest drift of the repetitions (23 %) is the column and marks the verdict; the
+        # same row at 8 % drift carries no mark.
+        drifting = adj_reps("affine_quantize/simd:AVX3/bits=4", [0.125] * 3, [16] * 3, [10] * 3,
+                            drifts=[0.05, 0.23, 0.02], bytes_per_iter=1e9, label=AFFINE)
+        text = self.run_table(drifting)
+        row = self.row(text, "affine_quantize")
+        self.assertIn("23.0%", row)
+        self.assertIn("PASS >= 50% memcpy (drift 23.0%)", row)
+        self.assertIn("80.0% of memcpy (target 50%): PASS (drift 23.0%)", text)
+        steady = adj_reps("affine_quantize/simd:AVX3/bits=4", [0.125] * 3, [16] * 3, [10] * 3,
+                          drifts=[0.08, 0.01, 0.02], bytes_per_iter=1e9, label=AFFINE)
+        row = self.row(self.run_table(steady), "affine_quantize")
+        self.assertIn("8.0%", row)
+        self.assertNotIn("(drift", row)
+
+    def test_repetitions_on_both_sides_of_the_target_make_the_verdict_uncertain(self):
+        # kv_scatter, 1e9 B in 0.1 s = 10 GB/s each time, adjacent memcpy 12.5 / 20 / 25:
+        # 80 / 50 / 40 % -> median 50 %: MISS of 60, but one repetition passed. The same row
+        # with every repetition below 60 % is a plain MISS.
+        straddling = adj_reps("kv_scatter/simd:AVX3/S=4", [0.1] * 3, [40] * 3, [12.5, 20, 25],
+                              bytes_per_iter=1e9, label="kv_scatter S=4")
+        row = self.row(self.run_table(straddling), "kv_scatter")
+        self.assertIn("MISS >= 60% memcpy (uncertain: repetitions 40.0-80.0%)", row)
+        below = adj_reps("kv_scatter/simd:AVX3/S=4", [0.1] * 3, [40] * 3, [17, 20, 25],
+                         bytes_per_iter=1e9, label="kv_scatter S=4")
+        row = self.row(self.run_table(below), "kv_scatter")
+        self.assertIn("MISS >= 60% memcpy", row)
+        self.assertNotIn("uncertain", row)
+
+    def test_rows_without_samples_keep_the_run_start_basis(self):
+        # rope without adjacent counters (e.g. an older file's row): 1e9 B in 0.1 s = 10 GB/s =
+        # 25 % of the run-start read, 50 % of its memcpy: MISS of 60, drift "-". Beside it an
+        # adjacent row, so the header names both bases.
+        rows = (reps("rope/simd:AVX3/T=8", [0.1] * 3, bytes_per_iter=1e9, label="rope B=1 T=8")
+                + adj_reps("affine_quantize/simd:AVX3/bits=4", [0.125] * 3, [16] * 3, [10] * 3,
+                           bytes_per_iter=1e9, label=AFFINE))
+        text = self.run_table(rows)
+        rope = self.row(text, "rope")
+        self.assertEqual(rope.split()[rope.split().index("10.00") + 1:][:4], ["25.0", "50.0", "-", "-"])
+        self.assertIn("MISS >= 60% memcpy", rope)
+        self.assertIn("host rows without adjacent samples (1): over the run-start rows above", text)
+
+    def test_a_file_without_samples_says_so(self):
+        text = self.run_table(reps("rope/simd:AVX3/T=8", [0.1] * 3, bytes_per_iter=1e9, label="rope B=1 T=8"))
+        self.assertIn("basis: the run-start baseline rows above (no adjacent samples", text)
+        self.assertNotIn("adjacent samples per benchmark", text)
+
+    def test_the_header_gives_the_range_of_the_samples_over_the_run(self):
+        rows = (adj_reps("affine_quantize/simd:AVX3/bits=4", [0.125] * 2, [16, 30], [10, 12.5],
+                         bytes_per_iter=1e9, label=AFFINE)
+                + adj_reps("rope/simd:AVX3/T=8", [0.05] * 2, [18, 22], [25, 11], bytes_per_iter=1e9,
+                           label="rope B=1 T=8"))
+        self.assertIn("adjacent samples over the run: read 16.0-30.0 GB/s, memcpy 10.0-25.0 GB/s", self.run_table(rows))
+
+    def test_compare_notes_the_samples_but_keeps_its_rule(self):
+        old = write(reps("k/simd:AVX3/s", [1.0] * 5))
+        new = write(adj_reps("k/simd:AVX3/s", [1.0] * 5, [20] * 5, [10, 11, 12, 13, 14]))
+        out = io.StringIO()
+        self.assertEqual(bt.compare(old, new, 3, 3, True, False, out), 0)
+        self.assertIn("over the old run not sampled, over the new run 10.0-14.0 GB/s", out.getvalue())
+        self.assertIn("0 flagged, 1 within noise", out.getvalue())
+
+
 def vkcopy(device, seconds, moved_bytes):
     """A device buffer-copy baseline row (bytes_per_iter = read + written)."""
     return reps(f"baseline_vkcopy/{device}/256MiB", [seconds] * 3, bytes_per_iter=moved_bytes,

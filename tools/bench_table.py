@@ -9,13 +9,31 @@ Reads Google Benchmark JSON written by kvlab_bench (bench/bench_suite.h), e.g.
   tools/bench_table.py compare old.json new.json
 
 table: one row per kernel benchmark: kernel | shape | backend | GB/s | % read | % memcpy |
-  % vkcopy | speed-up vs reference | target.
+  % vkcopy | base drift | speed-up vs reference | target.
   * GB/s = bytes model (bench/bytes_model.h: bytes read + bytes written, each once) /
     median wall time of the repetitions, in 10^9 bytes per second (Google Benchmark's
     console prints GiB/s).
-  * % read, % memcpy: that GB/s over the same run's baseline_read / baseline_memcpy rows
-    with the pool's thread count (memcpy counted as read + written, like every kernel, so a
-    kernel at 100 % memcpy moves its bytes as fast as memcpy moves its own). Host rows only.
+  * % read, % memcpy: GB/s over the pool's read / memcpy bandwidth (memcpy counted as
+    read + written, like every kernel, so a kernel at 100 % memcpy moves its bytes as fast
+    as memcpy moves its own). Host rows only. Two bases, the header says which:
+    - adjacent (a host row whose repetitions carry the counters adj_read_gbps and
+      adj_memcpy_gbps: kvlab_bench samples both baselines right before and right after
+      each repetition's timed loop, outside smoke runs): per repetition, its GB/s
+      (bytes_per_iter / its wall time) over its own adjacent baseline; the column is the
+      median of these ratios over the repetitions, and the target is judged on it. The
+      machine's bandwidth drifts 2-3x within minutes, so a kernel timed minutes after the
+      run-start rows is read against the bandwidth it actually had. The header prints the
+      range (min-max) of the adjacent read and memcpy over the run.
+    - run-start (rows without those counters: older files, smoke runs, files with only
+      aggregates): the median GB/s over the same run's baseline_read / baseline_memcpy rows
+      with the pool's thread count.
+  * base drift: the largest adj_drift of the row's repetitions, in % (how far a baseline
+    moved across one timed loop: |after - before| / their mean, the larger of read and
+    memcpy); "-" without adjacent samples. Above DRIFT_MARK_PCT (10 %) the target verdict
+    says so, e.g. "PASS >= 50% memcpy (drift 23.0%)": the baseline moved during that
+    benchmark, so its ratio is less certain. When the repetitions' own ratios lie on both
+    sides of the target, the verdict (still the median's) adds "(uncertain: repetitions
+    lo-hi%)": one more run may well flip it.
   * % vkcopy: a Vulkan row's GB/s over the same run's device buffer copy on the same device
     (baseline_vkcopy/<device>: vkCmdCopyBuffer between device-local buffers, read +
     written), both timed on the device. Vulkan rows only; the host columns stay blank.
@@ -38,7 +56,9 @@ compare: rows present in both files, matched by name. Noise rule: a row is flagg
   aggregates. Rows with fewer than 3 repetitions on either side have no noise estimate and
   are listed as not compared (by default the reference runs once). Defaults: K = 3,
   MIN_PCT = 3. Exit status 0, or 1 with --fail-on-change (any flagged change) or
-  --fail-on-slowdown (a flagged slowdown).
+  --fail-on-slowdown (a flagged slowdown). The rule compares times only; when the files
+  carry adjacent baselines, a note gives each run's adjacent memcpy range, so a change
+  that came with a moving machine is visible.
 
 Python 3 standard library only.
 """
@@ -54,6 +74,7 @@ UNIT_SECONDS = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0}
 SUFFIX = re.compile(r"^(iterations|repeats|min_time|min_warmup_time|threads):|^(real_time|manual_time|process_time)$")
 MIN_REPS_FOR_NOISE = 3
 MAD_TO_SIGMA = 1.4826  # MAD of a normal sample times this estimates its standard deviation
+DRIFT_MARK_PCT = 10.0  # a verdict is marked when a baseline moved more than this across a timed loop
 
 
 def base_name(run_name):
@@ -91,6 +112,7 @@ class Row:
         self.bytes_per_iter = None
         self.flops_per_second = []
         self.device_timed = []  # Vulkan rows: fraction of calls timed on the device, per repetition
+        self.adjacent = []  # host rows: (seconds, adj read GB/s, adj memcpy GB/s, adj drift) per repetition
         self.label = ""
         self.error = None
 
@@ -115,6 +137,8 @@ class Row:
             self.flops_per_second.append(b["flops"])
         if "device_timed" in b:
             self.device_timed.append(b["device_timed"])
+        if b.get("adj_read_gbps") and b.get("adj_memcpy_gbps"):
+            self.adjacent.append((self.times[-1], b["adj_read_gbps"], b["adj_memcpy_gbps"], b.get("adj_drift", 0.0)))
 
     @property
     def timed(self):
@@ -139,6 +163,33 @@ class Row:
         if self.bytes_per_iter is None or not m:
             return None
         return self.bytes_per_iter / m / 1e9
+
+    def adjacent_pct(self):
+        """(% read, % memcpy): the median over the repetitions of each one's GB/s over its own
+        adjacent baselines, or None without adjacent samples."""
+        if not self.adjacent or self.bytes_per_iter is None:
+            return None
+        gbps = [(self.bytes_per_iter / t / 1e9, read, copy) for t, read, copy, _ in self.adjacent if t]
+        if not gbps:
+            return None
+        return (statistics.median(100 * g / read for g, read, _ in gbps),
+                statistics.median(100 * g / copy for g, _, copy in gbps))
+
+    def repetition_pcts(self, basis, run_start_gbps):
+        """Each repetition's GB/s in % of `basis` ('read' or 'memcpy'): over its own adjacent
+        sample when the row has them, else over the run-start baseline `run_start_gbps`."""
+        if self.bytes_per_iter is None:
+            return []
+        if self.adjacent:
+            column = 1 if basis == "read" else 2
+            return [100 * self.bytes_per_iter / a[0] / 1e9 / a[column] for a in self.adjacent if a[0]]
+        if not run_start_gbps:
+            return []
+        return [100 * self.bytes_per_iter / t / 1e9 / run_start_gbps for t in self.times if t]
+
+    def drift_pct(self):
+        """The largest baseline drift across one of the row's timed loops, in %, or None."""
+        return max(100 * d for *_, d in self.adjacent) if self.adjacent else None
 
     def params(self):
         return parse_label(self.label)
@@ -167,6 +218,16 @@ def baselines(rows):
         if r.op in ("baseline_read", "baseline_memcpy", "baseline_vkcopy") and r.timed:
             out[(r.op, r.backend)] = r
     return out
+
+
+def adjacent_range(rows):
+    """((min, max) adjacent read GB/s, (min, max) adjacent memcpy GB/s) over every repetition
+    of the file, or None when no row carries adjacent samples."""
+    samples = [a for r in rows.values() for a in r.adjacent]
+    if not samples:
+        return None
+    reads, copies = [a[1] for a in samples], [a[2] for a in samples]
+    return (min(reads), max(reads)), (min(copies), max(copies))
 
 
 def is_vulkan(backend):
@@ -274,7 +335,20 @@ def table(path, out=sys.stdout):
     mib = context.get("kvlab_baseline_mib")
     if mib is not None and int(mib) < 256:
         out.write(f"  note: baselines over {mib} MiB, below the 256 MiB the targets assume\n")
-    if read_gbps is None or copy_gbps is None:
+    host = [r for r in rows.values() if not r.op.startswith("baseline_") and r.timed and not is_vulkan(r.backend)]
+    run_start_rows = [r for r in host if not r.adjacent]
+    ranges = adjacent_range(rows)
+    if ranges:
+        (read_lo, read_hi), (copy_lo, copy_hi) = ranges
+        out.write("  % read / % memcpy basis: adjacent samples per benchmark (read and memcpy right before and "
+                  "after each repetition's timed loop; median of the per-repetition ratios)\n")
+        out.write(f"  adjacent samples over the run: read {read_lo:.1f}-{read_hi:.1f} GB/s, "
+                  f"memcpy {copy_lo:.1f}-{copy_hi:.1f} GB/s\n")
+        if run_start_rows:
+            out.write(f"  host rows without adjacent samples ({len(run_start_rows)}): over the run-start rows above\n")
+    else:
+        out.write("  % read / % memcpy basis: the run-start baseline rows above (no adjacent samples in this file)\n")
+    if (read_gbps is None or copy_gbps is None) and (run_start_rows or not ranges):
         out.write("  note: no pool baseline rows in this file: % columns and targets are blank\n")
 
     # Targets are about DRAM-sized perf shapes; the smoke tier only proves the suites run.
@@ -290,13 +364,17 @@ def table(path, out=sys.stdout):
             untimed.append(r)
             continue
         g = r.gbps()
-        pr = pc = pd = None
+        pr = pc = pd = drift = None
         if is_vulkan(r.backend):
             dev = device_copy.get(device_key(r.backend))
             pd = 100 * g / dev if g is not None and dev else None
+        elif (adjacent := r.adjacent_pct()) is not None:
+            pr, pc = adjacent
+            drift = r.drift_pct()
         else:
             pr = 100 * g / read_gbps if g is not None and read_gbps else None
             pc = 100 * g / copy_gbps if g is not None and copy_gbps else None
+        drift_mark = f" (drift {drift:.1f}%)" if drift is not None and drift > DRIFT_MARK_PCT else ""
         ref = reference.get((r.op, r.shape))
         speedup = ref.median() / r.median() if ref and r.backend != "reference" else None
         verdict = ""
@@ -312,24 +390,30 @@ def table(path, out=sys.stdout):
             elif got is None or (is_vulkan(r.backend) and kind is None):
                 verdict = f"? >= {need:g}% {basis}"
             else:
-                verdict = f"{'PASS' if got >= need else 'MISS'} >= {need:g}% {basis}"
-                verdicts.append((r, basis, need, got))
+                spread = r.repetition_pcts(basis, {"read": read_gbps, "memcpy": copy_gbps}.get(basis))
+                if len(spread) > 1 and min(spread) < need <= max(spread):
+                    # The median decides, but the repetitions themselves fall on both sides.
+                    drift_mark += f" (uncertain: repetitions {min(spread):.1f}-{max(spread):.1f}%)"
+                verdict = f"{'PASS' if got >= need else 'MISS'} >= {need:g}% {basis}{drift_mark}"
+                verdicts.append((r, basis, need, got, drift_mark))
         reps = len(r.times) if r.times else "agg"
         lines.append([r.op, r.shape, r.backend, fmt(g, ".2f") + (" (wall)" if r.wall_timed() else ""),
                       fmt(pr, ".1f"), fmt(pc, ".1f"), fmt(pd, ".1f"),
+                      fmt(drift, ".1f") + ("%" if drift is not None else ""),
                       fmt(speedup, ".1f", "-") + ("x" if speedup else ""), reps, verdict])
-    print_table(lines, ["kernel", "shape", "backend", "GB/s", "% read", "% memcpy", "% vkcopy", "vs ref", "reps",
-                        "target"], out)
+    print_table(lines, ["kernel", "shape", "backend", "GB/s", "% read", "% memcpy", "% vkcopy", "base drift", "vs ref",
+                        "reps", "target"], out)
     if verdicts:
         out.write("\ntargets (best optimized backend per kernel, shape and baseline):\n")
         best = {}
-        for r, basis, need, got in verdicts:
+        for r, basis, need, got, drift_mark in verdicts:
             key = (r.op, r.shape, basis)
             if key not in best or got > best[key][3]:
-                best[key] = (r, basis, need, got)
-        for (op, shape, _), (r, basis, need, got) in best.items():
+                best[key] = (r, basis, need, got, drift_mark)
+        for (op, shape, _), (r, basis, need, got, drift_mark) in best.items():
             status = "PASS" if got >= need else f"MISS by {need - got:.1f} points"
-            out.write(f"  {op} {shape} [{r.backend}]: {got:.1f}% of {basis} (target {need:g}%): {status}\n")
+            out.write(f"  {op} {shape} [{r.backend}]: {got:.1f}% of {basis} (target {need:g}%): "
+                      f"{status}{drift_mark}\n")
     if untimed:
         out.write("\nnot timed:\n")
         by_reason = {}
@@ -373,6 +457,13 @@ def compare(old_path, new_path, k, min_pct, fail_on_change, fail_on_slowdown, ou
     if any(n.startswith("baseline_") for n, *_ in flagged):
         out.write("  note: a memory baseline moved: the machine's bandwidth changed between the runs, "
                   "so compare the % read / % memcpy columns of `table` too\n")
+    old_range, new_range = adjacent_range(old), adjacent_range(new)
+    if old_range or new_range:
+        def memcpy_range(r):
+            return f"{r[1][0]:.1f}-{r[1][1]:.1f} GB/s" if r else "not sampled"
+        out.write(f"  note: adjacent memcpy baseline over the old run {memcpy_range(old_range)}, over the new run "
+                  f"{memcpy_range(new_range)}; the rule compares times only, `table` reads each row against "
+                  "its own baselines\n")
     out.write(f"{len(flagged)} flagged, {quiet} within noise, {len(not_compared)} without a noise estimate "
               f"(< {MIN_REPS_FOR_NOISE} repetitions)\n")
     only = sorted(set(old) ^ set(new))
