@@ -10,13 +10,18 @@
 //
 // Quantize, in blocks of kBlock = 16 groups, software-pipelined (the encoding of one
 // block interleaved with the scan of the next):
-//   scan    each group → f32 (F16C where it exists, else exact bit manipulation),
-//           running Max/Min and a sum that flags NaN/±inf;
+//   scan    f16/bf16 (vector targets): the raw 16-bit patterns as ordered integer keys,
+//           running Max/Min of the keys, no conversion (2N elements per vector; a key
+//           beyond ±inf's flags NaN/±inf); f32 (and 16-bit input on SCALAR): running
+//           Max/Min and a sum that flags NaN/±inf;
 //   finish  the 16 groups' extremes reduced to one lane per group (ReduceBlock), the
 //           spec §1.2 parameters for all 16 at once, one group per lane (BlockParams),
-//           1/scale, the scalar redo of flagged groups, scales/biases stored with
-//           kvlab's RNE conversion (half_convert-inl.h);
-//   encode  per vector (g − bias)·(1/scale), rounding, clamp, float→int, and the packing
+//           1/scale, whether each group's codes can skip the clamp, the scalar redo
+//           of flagged groups, scales/biases stored with kvlab's RNE conversion
+//           (half_convert-inl.h);
+//   encode  per vector g → f32 (F16C where it exists, else exact bit manipulation),
+//           (g − bias)·(1/scale), rounding (mlx_cpu: one add of 1.5·2^23, whose bits
+//           are the code), the clamp where needed, and the packing
 //           straight into wq (affine_pack-inl.h: 2/4/8 bits in registers; other widths
 //           and the SCALAR target through a u8 group buffer and pack_codes); a group
 //           with a lane in doubt (below) is encoded again with the true division.
@@ -41,10 +46,14 @@
 //   non-finite 1/s (scale 0 or tiny) sends the group to Div directly.
 // * Min/Max reductions, in any order, give the group's max/min; only which signed zero
 //   wins may differ from the oracle's `>` scan, which never matters (a zero edge gives
-//   q0 = ±0 and bias 0.0f either way).
+//   q0 = ±0 and bias 0.0f either way). The same holds for the ordered 16-bit keys (f16
+//   and bf16 → f32 are exact and monotone).
 // * mlx_cpu codes: rint(clamp(q, 0, n)) = clamp(rint(q), 0, n) (rint is monotone, 0 and
-//   n are integers) and c + 2^23 rounds c ∈ [0, 255] to an integer with RNE, whose bits
-//   are 0x4B000000 + code (CodeOf). mlx_gpu: round() from trunc and the exact fraction.
+//   n are integers). Fast path: q' + 1.5·2^23 is rint(q') in the low bits (EncodeWith),
+//   clamped as integers, or not at all for a group whose extremes' q' lie in
+//   [−0.5, n + 0.5) (q' is monotone in g, so every lane's does). Division path (CodeOf):
+//   c + 2^23 rounds c ∈ [0, 255] to an integer with RNE, whose bits are 0x4B000000 +
+//   code. mlx_gpu: round() from trunc and the exact fraction.
 // * Groups holding NaN/±inf (unspecified upstream) take a scalar path that mirrors the
 //   oracle element for element, because vector Min/Max do not skip NaN like `>` does.
 //   A finite group whose sum overflows takes it too (slower, equally exact).
@@ -278,38 +287,37 @@ HWY_INLINE void StoreParams(DType t, const float* v, std::size_t count, std::byt
 // order, which never matters (file header). v is clobbered.
 #if HWY_TARGET != HWY_SCALAR  // one lane per vector: nothing to reduce
 // One level: kCount vectors of groups × P lanes → kCount/2 vectors of groups × P/2.
-template <std::size_t P, std::size_t kCount, class Op>
-HWY_INLINE void ReduceLevel(VF* v, Op op) {
-  const DF df;
-  const hn::Repartition<std::uint64_t, DF> du64;
+template <std::size_t P, std::size_t kCount, class D, class Op>
+HWY_INLINE void ReduceLevel(D d, hn::Vec<D>* v, Op op) {
+  const hn::Repartition<std::uint64_t, D> du64;
   for (std::size_t k = 0; k < kCount / 2; ++k) {
-    const VF lo = v[2 * k], hi = v[2 * k + 1];
-    if constexpr (P == hn::MaxLanes(DF())) {
-      v[k] = op(hn::ConcatLowerLower(df, hi, lo), hn::ConcatUpperUpper(df, hi, lo));
+    const hn::Vec<D> lo = v[2 * k], hi = v[2 * k + 1];
+    if constexpr (P == hn::MaxLanes(D())) {
+      v[k] = op(hn::ConcatLowerLower(d, hi, lo), hn::ConcatUpperUpper(d, hi, lo));
     } else if constexpr (P >= 4) {
       const auto lo64 = hn::BitCast(du64, lo), hi64 = hn::BitCast(du64, hi);
-      v[k] = op(hn::BitCast(df, hn::ConcatEven(du64, hi64, lo64)), hn::BitCast(df, hn::ConcatOdd(du64, hi64, lo64)));
+      v[k] = op(hn::BitCast(d, hn::ConcatEven(du64, hi64, lo64)), hn::BitCast(d, hn::ConcatOdd(du64, hi64, lo64)));
     } else {
-      v[k] = op(hn::ConcatEven(df, hi, lo), hn::ConcatOdd(df, hi, lo));
+      v[k] = op(hn::ConcatEven(d, hi, lo), hn::ConcatOdd(d, hi, lo));
     }
   }
 }
 #endif
 
-template <class Op>
-HWY_INLINE void ReduceBlock(VF* v, Op op, float* out) {
-  const DF df;
-  constexpr std::size_t N = hn::MaxLanes(DF());  // full vectors: == Lanes(df)
+// D: f32 lanes (the f32 scan's extremes) or i32 lanes (the 16-bit scan's ordered keys).
+template <class D, class Op>
+HWY_INLINE void ReduceBlock(D d, hn::Vec<D>* v, Op op, hn::TFromD<D>* out) {
+  constexpr std::size_t N = hn::MaxLanes(D());  // full vectors: == Lanes(d)
   static_assert(N <= kBlock && kBlock % N == 0);
 #if HWY_TARGET != HWY_SCALAR
-  if constexpr (N >= 2) ReduceLevel<N, kBlock>(v, op);
-  if constexpr (N >= 4) ReduceLevel<N / 2, kBlock / 2>(v, op);
-  if constexpr (N >= 8) ReduceLevel<N / 4, kBlock / 4>(v, op);
-  if constexpr (N >= 16) ReduceLevel<N / 8, kBlock / 8>(v, op);
+  if constexpr (N >= 2) ReduceLevel<N, kBlock>(d, v, op);
+  if constexpr (N >= 4) ReduceLevel<N / 2, kBlock / 2>(d, v, op);
+  if constexpr (N >= 8) ReduceLevel<N / 4, kBlock / 4>(d, v, op);
+  if constexpr (N >= 16) ReduceLevel<N / 8, kBlock / 8>(d, v, op);
   static_assert(N <= 16, "more levels needed");
 #endif
   (void)op;
-  for (std::size_t k = 0; k < kBlock / N; ++k) hn::StoreU(v[k], df, out + k * N);
+  for (std::size_t k = 0; k < kBlock / N; ++k) hn::StoreU(v[k], d, out + k * N);
 }
 
 // Whether a group holds no NaN/±inf (only asked when its block's sum is not finite).
@@ -334,21 +342,58 @@ HWY_INLINE void LoadParams(DType t, const std::byte* base, std::size_t first, st
   }
 }
 
+// How a quantizer reads x: f32 as is (also 16-bit inputs on the SCALAR target, converted
+// during the scan), or f16/bf16 scanned as 16-bit patterns and converted while encoding.
+enum class Input { f32, f16, bf16 };
+
+// The 16-bit scan finds a group's extremes without converting it: a sign-magnitude
+// pattern p maps to the ordered key p ^ ((p >> 15) & 0x7FFF) (i16, arithmetic shift),
+// so negatives count down from −1 (−0) and positives up from 0 (+0), and integer Max/Min
+// of keys are the float max/min (f16 → f32 and bf16 → f32 are exact and monotone; only
+// −0 < +0 differs from `>`, which never matters, file header). The key maps back with
+// the same XOR. A NaN/±inf pattern has |p| >= the exponent mask, so a group is finite iff
+// its max key is below kInfKey and its min key above −kInfKey − 1 (−inf's key).
+template <Input kIn>
+constexpr std::int32_t kInfKey = kIn == Input::bf16 ? 0x7F80 : 0x7C00;
+
+#if HWY_TARGET != HWY_SCALAR
+constexpr bool kScanBits = true;
+#else
+constexpr bool kScanBits = false;  // one lane per vector: no i16 pairs to fold
+#endif
+
 // One block of up to kBlock consecutive groups, from its scan to its encoding.
 struct Block {
   std::size_t first = 0, count = 0;               // flattened index of its first group; groups
-  alignas(64) float buf[kBlock * ad::kMaxGroup];  // f16/bf16 groups converted to f32
+  alignas(64) float buf[kBlock * ad::kMaxGroup];  // f32 scan of 16-bit groups (SCALAR target)
   alignas(64) float alpha[kBlock], beta[kBlock], scale[kBlock], bias[kBlock], recip[kBlock];
-  VF maxes[kBlock], mins[kBlock], probes[kBlock];  // per group, lane-wise
-  const float* group[kBlock];                      // each group's f32 values
-  bool finite[kBlock];
+  alignas(64) std::int32_t key_max[kBlock], key_min[kBlock];
+  VF maxes[kBlock], mins[kBlock], probes[kBlock];  // f32 scan: per group, lane-wise
+  VI keys_max[kBlock], keys_min[kBlock];           // 16-bit scan: ordered keys, lane-wise
+  const float* group[kBlock];                      // f32 scan: each group's f32 values
+  const std::uint16_t* group16[kBlock];            // 16-bit scan: each group's patterns
+  // Bit j: group j holds no NaN/±inf; group j's fast-path codes need no clamp (Finish).
+  std::uint32_t finite = 0, in_range = 0;
+  bool Finite(std::size_t j) const { return ((finite >> j) & 1u) != 0; }
+  bool InRange(std::size_t j) const { return ((in_range >> j) & 1u) != 0; }
 };
+static_assert(kBlock <= 32, "a block's flags are bits of a u32");
 
-// The three steps of quantizing a block: Scan each group (to f32, running Max/Min and
-// the NaN/Inf probe), Finish the block (its parameters, vectorized; the scalar redo of
-// NaN/Inf groups; the stored scales/biases), Encode each group (the codes, packed
-// straight into wq). kBits: 2/4/8 packed in registers, 0 = any width via a u8 buffer.
-template <int kBits, bool kGpu>
+// The lanes of `mask` as bits (lane k → bit k), for a vector of lanes [j, j + N).
+template <class D>
+HWY_INLINE std::uint32_t MaskBits(D d, hn::Mask<D> mask, std::size_t j) {
+  std::uint8_t bytes[8] = {};
+  hn::StoreMaskBits(d, mask, bytes);
+  std::uint32_t bits = 0;
+  std::memcpy(&bits, bytes, sizeof bits);
+  return (hn::Lanes(d) >= 32 ? bits : bits & ((1u << hn::Lanes(d)) - 1)) << j;
+}
+
+// The three steps of quantizing a block: Scan each group (its extremes and whether it is
+// finite), Finish the block (its parameters, vectorized; the scalar redo of NaN/Inf
+// groups; the stored scales/biases), Encode each group (the codes, packed straight into
+// wq). kBits: 2/4/8 packed in registers, 0 = any width via a u8 buffer.
+template <int kBits, bool kGpu, Input kIn>
 class GroupQuantizer {
  public:
   explicit GroupQuantizer(const ad::GroupJob& job)
@@ -358,6 +403,89 @@ class GroupQuantizer {
         elem_size_(dtype_size(job.data_dtype)) {}
 
   HWY_INLINE void Scan(Block& b, std::size_t j) const {
+    if constexpr (kIn == Input::f32) {
+      ScanF32(b, j);
+    } else {
+      ScanBits(b, j);
+    }
+  }
+
+  void Finish(Block& b) {
+    const DF df;
+    const DI di;
+    const std::size_t N = hn::Lanes(df);
+    if constexpr (kIn == Input::f32) {
+      for (std::size_t j = b.count; j < kBlock; ++j) b.maxes[j] = b.mins[j] = b.probes[j] = hn::Zero(df);  // unused
+      ReduceBlock(df, b.maxes, [](VF x, VF y) { return hn::Max(x, y); }, b.alpha);
+      ReduceBlock(df, b.mins, [](VF x, VF y) { return hn::Min(x, y); }, b.beta);
+      // One test per block (a tree of adds: short chains); a non-finite block sum (NaN/inf
+      // somewhere, or an overflow) is resolved group by group.
+      for (std::size_t w = 1; w < kBlock; w *= 2)
+        for (std::size_t j = 0; j + w < kBlock; j += 2 * w) b.probes[j] = hn::Add(b.probes[j], b.probes[j + w]);
+      b.finite = 0;
+      const bool block_finite = hn::AllTrue(df, hn::IsFinite(b.probes[0]));
+      for (std::size_t j = 0; j < b.count; ++j)
+        if (block_finite || GroupIsFinite(b.group[j], len_)) b.finite |= 1u << j;
+    } else {
+      for (std::size_t j = b.count; j < kBlock; ++j) b.keys_max[j] = b.keys_min[j] = hn::Zero(di);  // unused
+      ReduceBlock(di, b.keys_max, [](VI x, VI y) { return hn::Max(x, y); }, b.key_max);
+      ReduceBlock(di, b.keys_min, [](VI x, VI y) { return hn::Min(x, y); }, b.key_min);
+      b.finite = 0;
+      for (std::size_t j = 0; j < kBlock; j += N) {
+        const VI kmax = hn::LoadU(di, b.key_max + j), kmin = hn::LoadU(di, b.key_min + j);
+        hn::StoreU(KeyToF32(kmax), df, b.alpha + j);
+        hn::StoreU(KeyToF32(kmin), df, b.beta + j);
+        const VI inf_key = hn::Set(di, kInfKey<kIn>), minus_inf_key = hn::Set(di, -kInfKey<kIn> - 1);
+        b.finite |= MaskBits(di, hn::And(hn::Lt(kmax, inf_key), hn::Gt(kmin, minus_inf_key)), j);
+      }
+    }
+    BlockParams<kGpu>(b.alpha, b.beta, job_.bits, b.scale, b.bias);
+    // A code rint(q') needs no clamp when q' is in [−0.5, n + 0.5): −0.5 rounds to −0
+    // (code 0), and n + 0.5 would round to the even n + 1.
+    const VF lowest = hn::Set(df, -0.5f), beyond = hn::Set(df, ad::largest_code(Bits()) + 0.5f);
+    b.in_range = 0;
+    for (std::size_t j = 0; j < kBlock; j += N) {
+      const VF bias = hn::LoadU(df, b.bias + j);
+      const VF recip = hn::Div(hn::Set(df, 1.0f), hn::LoadU(df, b.scale + j));
+      hn::StoreU(recip, df, b.recip + j);
+      // q' = (g − bias)·r is monotone in g (IEEE Sub and Mul round monotonically), so the
+      // group's q' lie between those of its extremes. Lanes of unused or non-finite
+      // groups compare false (NaN) or are never encoded.
+      const VF qa = hn::Mul(hn::Sub(hn::LoadU(df, b.alpha + j), bias), recip);
+      const VF qb = hn::Mul(hn::Sub(hn::LoadU(df, b.beta + j), bias), recip);
+      b.in_range |= MaskBits(df, hn::And(hn::Ge(hn::Min(qa, qb), lowest), hn::Lt(hn::Max(qa, qb), beyond)), j);
+    }
+    for (std::size_t j = 0; j < b.count; ++j) {
+      if (b.Finite(j)) continue;
+      const ad::GroupParams p = ad::scalar_group(GroupF32(b, j), job_.gs, job_.bits, kGpu, codes_);
+      b.scale[j] = p.scale;
+      b.bias[j] = p.bias;
+      ad::pack_codes(codes_, len_, job_.bits, Out(b, j));
+    }
+    // Codes come from the f32 parameters; the stored copies are rounded (RNE) to x.dtype.
+    StoreParams(job_.param_dtype, b.scale, b.count, job_.scales_out, b.first);
+    StoreParams(job_.param_dtype, b.bias, b.count, job_.biases_out, b.first);
+  }
+
+  // The codes of group j, packed into wq: first through the reciprocal, redone with the
+  // true division when any lane of the group is in doubt (header).
+  HWY_INLINE void Encode(const Block& b, std::size_t j) {
+    if (!b.Finite(j)) return;
+    if (!std::isfinite(b.recip[j])) {
+      EncodeWith<true, true>(b, j);
+    } else if (!kGpu && b.InRange(j)) {
+      if (!EncodeWith<false, false>(b, j)) EncodeWith<true, true>(b, j);
+    } else if (!EncodeWith<false, true>(b, j)) {
+      EncodeWith<true, true>(b, j);
+    }
+  }
+
+ private:
+  int Bits() const { return kBits != 0 ? kBits : job_.bits; }
+
+  // The f32 scan: each group → f32 (16-bit inputs on the SCALAR target: exact scalar
+  // conversion into b.buf), running Max/Min and a sum that flags NaN/±inf.
+  HWY_INLINE void ScanF32(Block& b, std::size_t j) const {
     const DF df;
     const std::size_t N = hn::Lanes(df);
     const std::byte* src = job_.in + (b.first + j) * len_ * elem_size_;
@@ -368,101 +496,136 @@ class GroupQuantizer {
     // chains. probe: the group's sum, finite unless some value is NaN/±inf (or the sum
     // overflows, which only sends a finite group to the exact scalar path too).
     VF max0 = max_init, max1 = max_init, min0 = min_init, min1 = min_init, sum0 = hn::Zero(df), sum1 = sum0;
-    const auto visit = [&](VF v0, VF v1) {
+    const float* g = reinterpret_cast<const float*>(src);
+    if (job_.data_dtype != DType::f32) {
+      float* dst = b.buf + j * len_;
+      const auto* src16 = reinterpret_cast<const std::uint16_t*>(src);
+      const bool bf16 = job_.data_dtype == DType::bf16;
+      for (std::size_t i = 0; i < len_; ++i) dst[i] = bf16 ? bf16_bits_to_f32(src16[i]) : f16_bits_to_f32(src16[i]);
+      g = dst;
+    }
+    b.group[j] = g;
+    for (std::size_t i = 0; i < len_; i += 2 * N) {
+      const VF v0 = hn::LoadU(df, g + i), v1 = hn::LoadU(df, g + i + N);
       max0 = hn::Max(max0, v0);
       max1 = hn::Max(max1, v1);
       min0 = hn::Min(min0, v0);
       min1 = hn::Min(min1, v1);
       sum0 = hn::Add(sum0, v0);
       sum1 = hn::Add(sum1, v1);
-    };
-    if (job_.data_dtype == DType::f32) {
-      const float* g = reinterpret_cast<const float*>(src);
-      b.group[j] = g;
-      for (std::size_t i = 0; i < len_; i += 2 * N) visit(hn::LoadU(df, g + i), hn::LoadU(df, g + i + N));
-    } else {
-      const auto* src16 = reinterpret_cast<const std::uint16_t*>(src);
-      float* dst = b.buf + j * len_;
-      b.group[j] = dst;
-      const auto convert = [&](auto to_f32) {
-        for (std::size_t i = 0; i < len_; i += 2 * N) {
-          const VF v0 = to_f32(src16 + i), v1 = to_f32(src16 + i + N);
-          hn::StoreU(v0, df, dst + i);
-          hn::StoreU(v1, df, dst + i + N);
-          visit(v0, v1);
-        }
-      };
-      // Lambdas, not function pointers: HWY_INLINE (always_inline) callees must stay
-      // direct calls at -O1 (the asan preset).
-      if (job_.data_dtype == DType::bf16) convert([](const std::uint16_t* p) { return LoadBF16(DF(), p); });
-      else convert([](const std::uint16_t* p) { return LoadF16QuietingNaN(DF(), p); });
     }
     b.maxes[j] = hn::Max(max0, max1);
     b.mins[j] = hn::Min(min0, min1);
     b.probes[j] = hn::Add(sum0, sum1);
   }
 
-  void Finish(Block& b) {
-    const DF df;
-    for (std::size_t j = b.count; j < kBlock; ++j) b.maxes[j] = b.mins[j] = b.probes[j] = hn::Zero(df);  // unused
-    ReduceBlock(b.maxes, [](VF x, VF y) { return hn::Max(x, y); }, b.alpha);
-    ReduceBlock(b.mins, [](VF x, VF y) { return hn::Min(x, y); }, b.beta);
-    // One test per block (a tree of adds: short chains); a non-finite block sum (NaN/inf
-    // somewhere, or an overflow) is resolved group by group.
-    for (std::size_t w = 1; w < kBlock; w *= 2)
-      for (std::size_t j = 0; j + w < kBlock; j += 2 * w) b.probes[j] = hn::Add(b.probes[j], b.probes[j + w]);
-    const bool block_finite = hn::AllTrue(df, hn::IsFinite(b.probes[0]));
-    BlockParams<kGpu>(b.alpha, b.beta, job_.bits, b.scale, b.bias);
-    for (std::size_t j = 0; j < kBlock; j += hn::Lanes(df))
-      hn::StoreU(hn::Div(hn::Set(df, 1.0f), hn::LoadU(df, b.scale + j)), df, b.recip + j);
-    for (std::size_t j = 0; j < b.count; ++j) {
-      b.finite[j] = block_finite || GroupIsFinite(b.group[j], len_);
-      if (b.finite[j]) continue;
-      const ad::GroupParams p = ad::scalar_group(b.group[j], job_.gs, job_.bits, kGpu, codes_);
-      b.scale[j] = p.scale;
-      b.bias[j] = p.bias;
-      ad::pack_codes(codes_, len_, job_.bits, Out(b, j));
+  // The 16-bit scan: ordered keys of 2N patterns per vector, running Max/Min, then each
+  // i32 lane's two keys folded into one (sign-extended), ready for ReduceBlock.
+  HWY_INLINE void ScanBits(Block& b, std::size_t j) const {
+#if HWY_TARGET != HWY_SCALAR  // kScanBits
+    {
+      const hn::Repartition<std::int16_t, DF> d16;
+      const DI di;
+      const std::size_t N16 = hn::Lanes(d16);
+      const auto* src = reinterpret_cast<const std::uint16_t*>(job_.in) + (b.first + j) * len_;
+      b.group16[j] = src;
+      const auto* p = reinterpret_cast<const std::int16_t*>(src);
+      auto kmax = hn::Set(d16, static_cast<std::int16_t>(kGpu ? 0 : -32768));  // GPU: max starts at +0
+      auto kmin = hn::Set(d16, static_cast<std::int16_t>(32767));
+      const auto magnitude = hn::Set(d16, static_cast<std::int16_t>(0x7FFF));
+      for (std::size_t i = 0; i < len_; i += N16) {
+        const auto x = hn::LoadU(d16, p + i);
+        const auto key = hn::Xor(x, hn::And(hn::ShiftRight<15>(x), magnitude));
+        kmax = hn::Max(kmax, key);
+        kmin = hn::Min(kmin, key);
+      }
+      const auto fold = [&](auto keys, auto op) {
+        const VI w = hn::BitCast(di, keys);
+        return op(hn::ShiftRight<16>(hn::ShiftLeft<16>(w)), hn::ShiftRight<16>(w));
+      };
+      b.keys_max[j] = fold(kmax, [](VI x, VI y) { return hn::Max(x, y); });
+      b.keys_min[j] = fold(kmin, [](VI x, VI y) { return hn::Min(x, y); });
     }
-    // Codes come from the f32 parameters; the stored copies are rounded (RNE) to x.dtype.
-    StoreParams(job_.param_dtype, b.scale, b.count, job_.scales_out, b.first);
-    StoreParams(job_.param_dtype, b.bias, b.count, job_.biases_out, b.first);
+#else
+    (void)b;
+    (void)j;
+#endif
   }
 
-  // The codes of group j, packed into wq: first through the reciprocal (kExact false),
-  // redone with the true division when any lane of the group is in doubt (header).
-  HWY_INLINE void Encode(const Block& b, std::size_t j) {
-    if (!b.finite[j]) return;
-    if (!std::isfinite(b.recip[j]) || !EncodeWith<false>(b, j)) EncodeWith<true>(b, j);
+  // Ordered keys (sign-extended in i32 lanes) → the f32 values of their patterns.
+  HWY_INLINE VF KeyToF32(VI key) const {
+    const DF df;
+    const hn::RebindToUnsigned<DF> du;
+    const VI bits = hn::Xor(key, hn::And(hn::ShiftRight<15>(key), hn::Set(DI(), 0x7FFF)));
+    if constexpr (kIn == Input::bf16) {
+      return BF16BitsToF32(df, hn::BitCast(du, hn::And(bits, hn::Set(DI(), 0xFFFF))));
+    } else {
+      return F16BitsToF32(df, hn::BitCast(du, bits));  // reads the low 16 bits only
+    }
   }
 
- private:
+  // Lanes i.. of group j as f32 (finite groups only: F16C's NaN quieting cannot show).
+  HWY_INLINE VF Values(const Block& b, std::size_t j, std::size_t i) const {
+    if constexpr (kIn == Input::f32) {
+      return hn::LoadU(DF(), b.group[j] + i);
+    } else if constexpr (kIn == Input::bf16) {
+      return LoadBF16(DF(), b.group16[j] + i);
+    } else {
+      return LoadF16QuietingNaN(DF(), b.group16[j] + i);
+    }
+  }
+
+  // Group j as f32 values, for the scalar path of a non-finite group (exact conversions).
+  const float* GroupF32(const Block& b, std::size_t j) {
+    if constexpr (kIn == Input::f32) {
+      return b.group[j];
+    } else {
+      const std::uint16_t* src = b.group16[j];
+      for (std::size_t i = 0; i < len_; ++i)
+        values_[i] = kIn == Input::bf16 ? bf16_bits_to_f32(src[i]) : f16_bits_to_f32(src[i]);
+      return values_;
+    }
+  }
+
   // kExact: q = (g − bias)/scale, the oracle's division. Otherwise q' = (g − bias)·r,
   // r = 1/scale, and the result says whether every lane's code is certainly the
   // oracle's (a false return means the group must be redone exactly; what was written
-  // is overwritten then).
-  template <bool kExact>
+  // is overwritten then). mlx_cpu: y = q' + 1.5·2^23 rounds q' to an integer k with RNE
+  // (|q'| <= 2n + 1 < 2^22 on a finite group, so y is in [2^23, 2^24), spacing 1;
+  // 1.5·2^23 is even, so a tie goes to the even k like rint), y − 1.5·2^23 = k and
+  // q' − k are exact (Sterbenz), and y's bits are 0x4B400000 + k, monotone in k: the
+  // clamp to [0, n] is an integer Min/Max on them, left out (kClamp false) for a group
+  // whose q' all lie in [−0.5, n + 0.5) (Finish). The low byte is the code.
+  template <bool kExact, bool kClamp>
   HWY_INLINE bool EncodeWith(const Block& b, std::size_t j) {
     const DF df;
     const DI di;
     const std::size_t N = hn::Lanes(df);
-    const VF vn = hn::Set(df, ad::largest_code(job_.bits));
-    const VI vmask = hn::Set(di, (1 << job_.bits) - 1);
+    const VF vn = hn::Set(df, ad::largest_code(Bits()));
+    const VI vmask = hn::Set(di, (1 << Bits()) - 1);
     const VF vb = hn::Set(df, b.bias[j]);
     const VF vs = hn::Set(df, kExact ? b.scale[j] : b.recip[j]);
-    const float* g = b.group[j];
+    const VF magic = hn::Set(df, 0x1.8p23f);
+    const VI code_zero = hn::BitCast(di, magic), code_n = hn::Add(code_zero, hn::Set(di, (1 << Bits()) - 1));
     std::uint8_t* const out = Out(b, j);
     VF doubt = hn::Zero(df);  // the largest distance to the nearest integer (fast path)
     for (std::size_t i = 0; i < len_; i += N) {
-      const VF d = hn::Sub(hn::LoadU(df, g + i), vb);
+      const VF d = hn::Sub(Values(b, j, i), vb);
       VI ci;
       if constexpr (kExact) {
         ci = CodeOf<kGpu>(hn::Div(d, vs), vn, vmask);
+      } else if constexpr (!kGpu) {
+        const VF q = hn::Mul(d, vs);
+        const VF y = hn::Add(q, magic);
+        doubt = hn::Max(doubt, hn::Abs(hn::Sub(q, hn::Sub(y, magic))));
+        ci = hn::BitCast(di, y);
+        if constexpr (kClamp) ci = hn::Min(hn::Max(ci, code_zero), code_n);
       } else {
         const VF q = hn::Mul(d, vs);
         const VF k = hn::Round(q);
         VF dist = hn::Abs(hn::Sub(q, k));
         // mlx_gpu wraps negative codes, so a negative q' is in doubt as a whole.
-        if constexpr (kGpu) dist = hn::IfThenElse(hn::Lt(q, hn::Zero(df)), hn::Set(df, 1.0f), dist);
+        dist = hn::IfThenElse(hn::Lt(q, hn::Zero(df)), hn::Set(df, 1.0f), dist);
         doubt = hn::Max(doubt, dist);
         ci = CodeOf<kGpu>(k, vn, vmask);
       }
@@ -484,16 +647,17 @@ class GroupQuantizer {
   const ad::GroupJob& job_;
   const std::size_t len_, group_bytes_, elem_size_;
   alignas(64) std::uint8_t codes_[ad::kMaxGroup];  // the u8 code path and the scalar redo
+  alignas(64) float values_[ad::kMaxGroup];        // a non-finite 16-bit group as f32
 };
 
 // Groups [g0, g1) of the flattened x, block after block, software-pipelined: the
-// encoding of a block (bound by the divider's throughput) is interleaved group by
-// group with the scan of the next block (loads, conversions, Min/Max), which one
-// block's encoding alone would keep out of the reorder window.
-template <int kBits, bool kGpu>
+// encoding of a block is interleaved group by group with the scan of the next block
+// (loads and Min/Max), which one block's encoding alone would keep out of the reorder
+// window.
+template <int kBits, bool kGpu, Input kIn>
 void QuantizeGroupsT(const ad::GroupJob& job, std::int64_t g0, std::int64_t g1) {
   if (g0 >= g1) return;
-  GroupQuantizer<kBits, kGpu> q(job);
+  GroupQuantizer<kBits, kGpu, kIn> q(job);
   Block blocks[2];
   Block* cur = &blocks[0];
   Block* next = &blocks[1];
@@ -516,13 +680,20 @@ void QuantizeGroupsT(const ad::GroupJob& job, std::int64_t g0, std::int64_t g1) 
   }
 }
 
+template <int kBits, bool kGpu>
+void QuantizeGroupsIn(const ad::GroupJob& job, std::int64_t g0, std::int64_t g1) {
+  if (kScanBits && job.data_dtype == DType::f16) return QuantizeGroupsT<kBits, kGpu, Input::f16>(job, g0, g1);
+  if (kScanBits && job.data_dtype == DType::bf16) return QuantizeGroupsT<kBits, kGpu, Input::bf16>(job, g0, g1);
+  return QuantizeGroupsT<kBits, kGpu, Input::f32>(job, g0, g1);
+}
+
 template <bool kGpu>
 void QuantizeGroupsFor(const ad::GroupJob& job, std::int64_t g0, std::int64_t g1) {
   switch (job.bits) {
-    case 2: return QuantizeGroupsT<2, kGpu>(job, g0, g1);
-    case 4: return QuantizeGroupsT<4, kGpu>(job, g0, g1);
-    case 8: return QuantizeGroupsT<8, kGpu>(job, g0, g1);
-    default: return QuantizeGroupsT<0, kGpu>(job, g0, g1);
+    case 2: return QuantizeGroupsIn<2, kGpu>(job, g0, g1);
+    case 4: return QuantizeGroupsIn<4, kGpu>(job, g0, g1);
+    case 8: return QuantizeGroupsIn<8, kGpu>(job, g0, g1);
+    default: return QuantizeGroupsIn<0, kGpu>(job, g0, g1);
   }
 }
 
