@@ -631,7 +631,14 @@ class GroupQuantizer {
       } else if constexpr (!kGpu) {
         const VF q = hn::Mul(d, vs);
         const VF y = hn::Add(q, magic);
-        doubt = hn::Max(doubt, hn::Abs(hn::Sub(q, hn::Sub(y, magic))));
+        const VF fraction = hn::Sub(q, hn::Sub(y, magic));
+#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+        // vrangeps 0x0B: the larger magnitude, sign cleared = max(|doubt|, |fraction|) in
+        // one µop (Abs + Max take two).
+        doubt = VF{_mm512_range_ps(doubt.raw, fraction.raw, 0x0B)};
+#else
+        doubt = hn::Max(doubt, hn::Abs(fraction));
+#endif
         ci = hn::BitCast(di, y);
         if constexpr (kClamp) ci = hn::Min(hn::Max(ci, code_zero), code_n);
       } else {
