@@ -379,9 +379,9 @@ struct Block {
   std::size_t first = 0, count = 0;               // flattened index of its first group; groups
   alignas(64) float buf[kBlock * ad::kMaxGroup];  // f32 scan of 16-bit groups (SCALAR target)
   alignas(64) float alpha[kBlock], beta[kBlock], scale[kBlock], bias[kBlock], recip[kBlock];
-  alignas(64) std::int32_t key_max[kBlock], key_min[kBlock];
+  alignas(64) std::int32_t key_pair[kBlock];  // 16-bit scan: max key | ~min key << 16
   VF maxes[kBlock], mins[kBlock], probes[kBlock];  // f32 scan: per group, lane-wise
-  VI keys_max[kBlock], keys_min[kBlock];           // 16-bit scan: ordered keys, lane-wise
+  VI key_pairs[kBlock];                            // 16-bit scan: the same, lane-wise
   const float* group[kBlock];                      // f32 scan: each group's f32 values
   const std::uint16_t* group16[kBlock];            // 16-bit scan: each group's patterns
   // Bit j: group j holds no NaN/±inf; group j's fast-path codes need no clamp (Finish).
@@ -424,7 +424,7 @@ class GroupQuantizer {
 
   void Finish(Block& b) {
     const DF df;
-    const DI di;
+    [[maybe_unused]] const DI di;  // the 16-bit branch (not on SCALAR)
     const std::size_t N = hn::Lanes(df);
     if constexpr (kIn == Input::f32) {
       for (std::size_t j = b.count; j < kBlock; ++j) b.maxes[j] = b.mins[j] = b.probes[j] = hn::Zero(df);  // unused
@@ -439,17 +439,23 @@ class GroupQuantizer {
       for (std::size_t j = 0; j < b.count; ++j)
         if (block_finite || GroupIsFinite(b.group[j], len_)) b.finite |= 1u << j;
     } else {
-      for (std::size_t j = b.count; j < kBlock; ++j) b.keys_max[j] = b.keys_min[j] = hn::Zero(di);  // unused
-      ReduceBlock(di, b.keys_max, [](VI x, VI y) { return hn::Max(x, y); }, b.key_max);
-      ReduceBlock(di, b.keys_min, [](VI x, VI y) { return hn::Min(x, y); }, b.key_min);
+#if HWY_TARGET != HWY_SCALAR  // kScanBits (SCALAR quantizes 16-bit input as Input::f32)
+      for (std::size_t j = b.count; j < kBlock; ++j) b.key_pairs[j] = hn::Zero(di);  // unused
+      // One reduction for both extremes: i16 Max on the pairs is the max of the max keys
+      // (low halves) and of the complemented min keys (high halves: ~ reverses order).
+      const hn::Repartition<std::int16_t, DF> d16;
+      const auto max16 = [d16](VI x, VI y) { return hn::BitCast(DI(), hn::Max(hn::BitCast(d16, x), hn::BitCast(d16, y))); };
+      ReduceBlock(di, b.key_pairs, max16, b.key_pair);
       b.finite = 0;
       for (std::size_t j = 0; j < kBlock; j += N) {
-        const VI kmax = hn::LoadU(di, b.key_max + j), kmin = hn::LoadU(di, b.key_min + j);
+        const VI pair = hn::LoadU(di, b.key_pair + j);
+        const VI kmax = hn::ShiftRight<16>(hn::ShiftLeft<16>(pair)), kmin = hn::Not(hn::ShiftRight<16>(pair));
         hn::StoreU(KeyToF32(kmax), df, b.alpha + j);
         hn::StoreU(KeyToF32(kmin), df, b.beta + j);
         const VI inf_key = hn::Set(di, kInfKey<kIn>), minus_inf_key = hn::Set(di, -kInfKey<kIn> - 1);
         b.finite |= MaskBits(di, hn::And(hn::Lt(kmax, inf_key), hn::Gt(kmin, minus_inf_key)), j);
       }
+#endif
     }
     BlockParams<kGpu>(b.alpha, b.beta, job_.bits, b.scale, b.bias);
     // A code rint(q') needs no clamp when q' is in [−0.5, n + 0.5): −0.5 rounds to −0
@@ -532,8 +538,9 @@ class GroupQuantizer {
     b.probes[j] = hn::Add(sum0, sum1);
   }
 
-  // The 16-bit scan: ordered keys of 2N patterns per vector, running Max/Min, then each
-  // i32 lane's two keys folded into one (sign-extended), ready for ReduceBlock.
+  // The 16-bit scan: ordered keys of 2N patterns per vector, running Max/Min, then the
+  // two keys of each i32 lane folded into one, max in the low half and the complement of
+  // min in the high half (so that one i16 Max reduces both), ready for ReduceBlock.
   HWY_INLINE void ScanBits(Block& b, std::size_t j) const {
 #if HWY_TARGET != HWY_SCALAR  // kScanBits
     {
@@ -553,12 +560,11 @@ class GroupQuantizer {
         kmax = hn::Max(kmax, key);
         kmin = hn::Min(kmin, key);
       }
-      const auto fold = [&](auto keys, auto op) {
-        const VI w = hn::BitCast(di, keys);
-        return op(hn::ShiftRight<16>(hn::ShiftLeft<16>(w)), hn::ShiftRight<16>(w));
-      };
-      b.keys_max[j] = fold(kmax, [](VI x, VI y) { return hn::Max(x, y); });
-      b.keys_min[j] = fold(kmin, [](VI x, VI y) { return hn::Min(x, y); });
+      const hn::Repartition<std::uint32_t, DF> du32;
+      const auto upper_of = [&](auto keys) { return hn::BitCast(d16, hn::ShiftRight<16>(hn::BitCast(du32, keys))); };
+      const VI top = hn::BitCast(di, hn::Max(kmax, upper_of(kmax)));        // low half: the max key
+      const VI bottom = hn::BitCast(di, hn::Min(kmin, upper_of(kmin)));     // low half: the min key
+      b.key_pairs[j] = hn::Or(hn::And(top, hn::Set(di, 0xFFFF)), hn::ShiftLeft<16>(hn::Not(bottom)));
     }
 #else
     (void)b;
@@ -703,8 +709,10 @@ void QuantizeGroupsT(const ad::GroupJob& job, std::int64_t g0, std::int64_t g1) 
 
 template <int kBits, bool kGpu>
 void QuantizeGroupsIn(const ad::GroupJob& job, std::int64_t g0, std::int64_t g1) {
-  if (kScanBits && job.data_dtype == DType::f16) return QuantizeGroupsT<kBits, kGpu, Input::f16>(job, g0, g1);
-  if (kScanBits && job.data_dtype == DType::bf16) return QuantizeGroupsT<kBits, kGpu, Input::bf16>(job, g0, g1);
+  if constexpr (kScanBits) {
+    if (job.data_dtype == DType::f16) return QuantizeGroupsT<kBits, kGpu, Input::f16>(job, g0, g1);
+    if (job.data_dtype == DType::bf16) return QuantizeGroupsT<kBits, kGpu, Input::bf16>(job, g0, g1);
+  }
   return QuantizeGroupsT<kBits, kGpu, Input::f32>(job, g0, g1);
 }
 
