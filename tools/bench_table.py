@@ -411,7 +411,7 @@ def table(path, out=sys.stdout):
             if key not in best or got > best[key][3]:
                 best[key] = (r, basis, need, got, drift_mark)
         for (op, shape, _), (r, basis, need, got, drift_mark) in best.items():
-            status = "PASS" if got >= need else f"MISS by {need - got:.1f} points"
+            status = "PASS" if got >= need else f"MISS by {fmt(need - got, '.1f')} points"
             out.write(f"  {op} {shape} [{r.backend}]: {got:.1f}% of {basis} (target {need:g}%): "
                       f"{status}{drift_mark}\n")
     if untimed:
