@@ -809,6 +809,19 @@ void run_in_tasks(GroupsFn fn, const affine_detail::GroupJob& job, std::int64_t 
                [&](std::int64_t t) { fn(job, t * per_task, std::min(groups, (t + 1) * per_task)); });
 }
 
+// What both directions share: the group shape, the dtypes and the streams (quantize: x →
+// wq; dequantize: wq → out).
+affine_detail::GroupJob job_of(const QuantSpec& spec, DType data, DType params, const std::byte* in, std::byte* out) {
+  affine_detail::GroupJob job;
+  job.gs = spec.group_size;
+  job.bits = spec.bits;
+  job.data_dtype = data;
+  job.param_dtype = params;
+  job.in = in;
+  job.out = out;
+  return job;
+}
+
 }  // namespace
 
 void affine_quantize(const ConstTensorView& x, const QuantSpec& spec, Rounding rounding, const TensorView& wq,
@@ -816,14 +829,8 @@ void affine_quantize(const ConstTensorView& x, const QuantSpec& spec, Rounding r
   ref::validate_affine_quantize(x, spec, wq, scales, biases);  // the oracle's checks and messages
   KVLAB_REQUIRE(rounding == Rounding::mlx_cpu || rounding == Rounding::mlx_gpu, invalid_argument,
                 "unknown rounding ", static_cast<int>(rounding));
-  affine_detail::GroupJob job;
-  job.gs = spec.group_size;
-  job.bits = spec.bits;
+  affine_detail::GroupJob job = job_of(spec, x.dtype, scales.dtype, x.data, wq.data);
   job.gpu = rounding == Rounding::mlx_gpu;
-  job.data_dtype = x.dtype;
-  job.param_dtype = scales.dtype;
-  job.in = x.data;
-  job.out = wq.data;
   job.scales_out = scales.data;
   job.biases_out = biases.data;
   run_in_tasks(&HWY_DYNAMIC_DISPATCH(QuantizeGroups), job, scales.numel());
@@ -832,13 +839,7 @@ void affine_quantize(const ConstTensorView& x, const QuantSpec& spec, Rounding r
 void affine_dequantize(const ConstTensorView& wq, const ConstTensorView& scales, const ConstTensorView& biases,
                        const QuantSpec& spec, const TensorView& out) {
   ref::validate_affine_dequantize(wq, scales, biases, spec, out);  // the oracle's checks and messages
-  affine_detail::GroupJob job;
-  job.gs = spec.group_size;
-  job.bits = spec.bits;
-  job.data_dtype = out.dtype;
-  job.param_dtype = scales.dtype;
-  job.in = wq.data;
-  job.out = out.data;
+  affine_detail::GroupJob job = job_of(spec, out.dtype, scales.dtype, wq.data, out.data);
   job.scales_in = scales.data;
   job.biases_in = biases.data;
   run_in_tasks(&HWY_DYNAMIC_DISPATCH(DequantizeGroups), job, scales.numel());
