@@ -637,12 +637,15 @@ class GroupQuantizer {
       } else if constexpr (!kGpu) {
         const VF q = hn::Mul(d, vs);
         const VF y = hn::Add(q, magic);
-        const VF fraction = hn::Sub(q, hn::Sub(y, magic));
 #if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
-        // vrangeps 0x0B: the larger magnitude, sign cleared = max(|doubt|, |fraction|) in
-        // one µop (Abs + Max take two).
+        // vreduceps 0x08: q' − rint(q') (RNE, exact; no precision exception), the same
+        // value as q' − (y − 1.5·2^23) in one µop instead of two; vrangeps 0x0B: the
+        // larger magnitude, sign cleared = max(|doubt|, |fraction|) in one (Abs + Max
+        // take two).
+        const VF fraction{_mm512_reduce_ps(q.raw, 0x08)};
         doubt = VF{_mm512_range_ps(doubt.raw, fraction.raw, 0x0B)};
 #else
+        const VF fraction = hn::Sub(q, hn::Sub(y, magic));
         doubt = hn::Max(doubt, hn::Abs(fraction));
 #endif
         ci = hn::BitCast(di, y);
