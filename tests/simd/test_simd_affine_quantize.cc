@@ -1,7 +1,7 @@
 // SIMD affine quantize/dequantize == the oracle, bit for bit (codes, scales, biases,
 // dequantized values), on every attainable Highway target, plus the same errors.
 // The kernel's internal structure the cases aim at: 2/4/8-bit codes packed in registers
-// and the other widths through a byte buffer; parameters computed 16 groups at a time
+// and the other widths through a byte buffer; parameters computed 32 groups at a time
 // (whole and partial blocks); several parallel tasks per call; a scalar path for groups
 // with NaN/inf; F16C conversions on AVX2/AVX3 and bit manipulations elsewhere.
 #include <gtest/gtest.h>
@@ -225,9 +225,9 @@ TEST_F(SimdAffine, ValuesWithinUlpsOfHalfSteps) {
 }
 
 // Enough groups for several parallel tasks (the SIMD kernel runs 16384 elements per
-// task) and a final block of fewer than 16 groups (parameters are computed 16 groups
-// at a time): 301 rows × 256 = 2408 groups of 32 (4 full tasks + 360 = 22·16 + 8) or
-// 602 groups of 128 (4 full tasks + 90 = 5·16 + 10).
+// task) and a final block of fewer than 32 groups (parameters are computed 32 groups
+// at a time): 301 rows × 256 = 2408 groups of 32 (4 full tasks + 360 = 11·32 + 8) or
+// 602 groups of 128 (4 full tasks + 90 = 2·32 + 26).
 TEST_F(SimdAffine, ManyGroupsAcrossTasksAndPartialBlocksMatchTheOracle) {
   KVLAB_SEEDED_RNG(rng, 20240612);
   const Shape shape = {301, 256};
