@@ -260,6 +260,15 @@ constexpr bool kFusedQ = false;  // MulSub is two roundings there
 #endif
 constexpr float kFusedOffsetLimit = 512.0f;
 
+// q' of the fast path, by the form a group is encoded with: (g − bias)·r, or fused
+// g·r − c with c = fl(bias·r). Finish (the in-range test on the extremes) and the
+// encoding both call it, so the two cannot drift apart.
+template <bool kFused>
+HWY_INLINE VF FastQuotient(VF g, VF bias, VF recip, VF bias_recip) {
+  if constexpr (kFused) return hn::MulSub(g, recip, bias_recip);
+  return hn::Mul(hn::Sub(g, bias), recip);
+}
+
 // ad::group_params on kBlock groups at once (alpha/beta in, scale/bias out): the same
 // IEEE ops in the same order, lane by lane; the lanes that q0 = 0 discards may hold
 // inf/NaN from edge/0, which no exception flag or trap observes.
@@ -432,6 +441,8 @@ HWY_INLINE std::uint32_t MaskBits(D d, hn::Mask<D> mask, std::size_t j) {
 // wq). kBits: 2/4/8 packed in registers, 0 = any width via a u8 buffer.
 template <int kBits, bool kGpu, Input kIn>
 class GroupQuantizer {
+  static constexpr bool kFuse = kFusedQ && !kGpu;  // the fused form is taken where allowed
+
  public:
   explicit GroupQuantizer(const ad::GroupJob& job)
       : job_(job),
@@ -492,23 +503,22 @@ class GroupQuantizer {
       const VF bias = hn::LoadU(df, b.bias + j);
       const VF recip = hn::Div(hn::Set(df, 1.0f), hn::LoadU(df, b.scale + j));
       hn::StoreU(recip, df, b.recip + j);
-      const VF bias_recip = hn::Mul(bias, recip);
-      hn::StoreU(bias_recip, df, b.bias_recip + j);
-      // The fused form q' = g·r − fl(bias·r) where |fl(bias·r)| <= kFusedOffsetLimit
-      // (false for NaN; always, on data spanning zero, header).
-      const auto fused = hn::Le(hn::Abs(bias_recip), hn::Set(df, kFusedOffsetLimit));
-      if constexpr (kFusedQ && !kGpu) b.fused |= MaskBits(df, fused, j);
       // Either q' is monotone in g (IEEE Sub and Mul, and the single rounding of the FMA,
       // round monotonically), so the group's q' lie between those of its extremes: the
       // extremes' q' by the form the group is encoded with. Lanes of unused or
       // non-finite groups compare false (NaN) or are never encoded.
-      const auto q_of = [&](const float* x) {
-        const VF g = hn::LoadU(df, x + j);
-        const VF separate = hn::Mul(hn::Sub(g, bias), recip);
-        if constexpr (!kFusedQ || kGpu) return separate;
-        return hn::IfThenElse(fused, hn::MulSub(g, recip, bias_recip), separate);
-      };
-      const VF qa = q_of(b.alpha), qb = q_of(b.beta);
+      const VF alpha = hn::LoadU(df, b.alpha + j), beta = hn::LoadU(df, b.beta + j);
+      VF qa = FastQuotient<false>(alpha, bias, recip, recip), qb = FastQuotient<false>(beta, bias, recip, recip);
+      if constexpr (kFuse) {
+        // The fused form where |fl(bias·r)| <= kFusedOffsetLimit (false for NaN; always,
+        // on data spanning zero, header).
+        const VF bias_recip = hn::Mul(bias, recip);
+        hn::StoreU(bias_recip, df, b.bias_recip + j);
+        const auto fused = hn::Le(hn::Abs(bias_recip), hn::Set(df, kFusedOffsetLimit));
+        b.fused |= MaskBits(df, fused, j);
+        qa = hn::IfThenElse(fused, FastQuotient<true>(alpha, bias, recip, bias_recip), qa);
+        qb = hn::IfThenElse(fused, FastQuotient<true>(beta, bias, recip, bias_recip), qb);
+      }
       b.in_range |= MaskBits(df, hn::And(hn::Ge(hn::Min(qa, qb), lowest), hn::Lt(hn::Max(qa, qb), beyond)), j);
     }
     for (std::size_t j = 0; j < b.count; ++j) {
@@ -531,7 +541,7 @@ class GroupQuantizer {
     bool certain;
     if constexpr (kGpu) {
       certain = EncodeWith<false, true>(b, j);
-    } else if (b.Fused(j)) {
+    } else if (kFuse && b.Fused(j)) {
       certain = b.InRange(j) ? EncodeWith<false, false, true>(b, j) : EncodeWith<false, true, true>(b, j);
     } else {
       certain = b.InRange(j) ? EncodeWith<false, false>(b, j) : EncodeWith<false, true>(b, j);
@@ -666,7 +676,7 @@ class GroupQuantizer {
     const VI vmask = hn::Set(di, (1 << Bits()) - 1);
     const VF vb = hn::Set(df, b.bias[j]);
     const VF vs = hn::Set(df, kExact ? b.scale[j] : b.recip[j]);
-    const VF vbr = hn::Set(df, b.bias_recip[j]);
+    const VF vbr = kFused ? hn::Set(df, b.bias_recip[j]) : vs;  // (unused unless fused)
     const VF magic = hn::Set(df, 0x1.8p23f);
     const VI code_zero = hn::BitCast(di, magic), code_n = hn::Add(code_zero, hn::Set(di, (1 << Bits()) - 1));
     std::uint8_t* const out = Out(b, j);
@@ -677,7 +687,7 @@ class GroupQuantizer {
       if constexpr (kExact) {
         ci = CodeOf<kGpu>(hn::Div(hn::Sub(g, vb), vs), vn, vmask);
       } else if constexpr (!kGpu) {
-        const VF q = kFused ? hn::MulSub(g, vs, vbr) : hn::Mul(hn::Sub(g, vb), vs);
+        const VF q = FastQuotient<kFused>(g, vb, vs, vbr);
         const VF y = hn::Add(q, magic);
 #if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
         // vreduceps 0x08: q' − rint(q') (RNE, exact; no precision exception), the same
@@ -693,7 +703,7 @@ class GroupQuantizer {
         ci = hn::BitCast(di, y);
         if constexpr (kClamp) ci = hn::Min(hn::Max(ci, code_zero), code_n);
       } else {
-        const VF q = hn::Mul(hn::Sub(g, vb), vs);
+        const VF q = FastQuotient<false>(g, vb, vs, vbr);
         const VF k = hn::Round(q);
         VF dist = hn::Abs(hn::Sub(q, k));
         // mlx_gpu wraps negative codes, so a negative q' is in doubt as a whole.
