@@ -113,6 +113,57 @@ HWY_INLINE void StoreCodes(DI di, hn::Vec<DI> codes, std::uint8_t* HWY_RESTRICT 
   }
 }
 
+#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+// Four vectors at a time (AVX3): codes as plain integers k (i32, any value; not yet
+// clamped), 64 of them in k[0..3] in stream order, → clamp(k, 0, 2^bits − 1) packed into
+// the next 8·bits stream bytes (only the first 4·bits, 32 codes, when `half`: k[2..3]
+// are then ignored). The saturating packs do the clamp to [0, 255] on the way (i32 →
+// u16 → u8), a byte Min the rest; what they leave per 128-bit block B is
+// [k0[4B..4B+3] k1[4B..] k2[4B..] k3[4B..]], consecutive codes side by side, so a
+// multiply-add of byte pairs (c0 + c1·2^bits) packs them within the block and one
+// permutation puts the blocks' pieces in stream order. 8 bits: 4 µops per 64 codes,
+// 4 bits: 7, 2 bits: 7, where StoreCodes takes 8–16 plus the clamp (2 per vector).
+template <int kBits>
+constexpr bool kPacksFour = kBits == 2 || kBits == 4 || kBits == 8;
+
+template <int kBits>
+HWY_INLINE void StoreCodesFour(const __m512i* k, bool half, std::uint8_t* HWY_RESTRICT out) {
+  static_assert(kPacksFour<kBits>);
+  __m512i bytes = _mm512_packus_epi16(_mm512_packus_epi32(k[0], k[1]), _mm512_packus_epi32(k[2], k[3]));
+  // Dword (B, v) (block B, source vector v) holds codes 16v + 4B .. 16v + 4B + 3;
+  // stream order wants it at 4v + B: a 4×4 transpose of dwords.
+  const __m512i transpose = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+  if constexpr (kBits == 8) {
+    bytes = _mm512_permutexvar_epi32(transpose, bytes);
+    if (half) return _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), _mm512_castsi512_si256(bytes));
+    return _mm512_storeu_si512(out, bytes);
+  }
+  bytes = _mm512_min_epu8(bytes, _mm512_set1_epi8(static_cast<char>((1 << kBits) - 1)));
+  // u8 pairs → u16 c0 + c1·2^bits (< 256: no saturation).
+  const __m512i pairs = _mm512_maddubs_epi16(bytes, _mm512_set1_epi16(static_cast<short>(1 | (1 << kBits) << 8)));
+  if constexpr (kBits == 4) {
+    // Words ≤ 255 → bytes; per block B its 4 byte pairs (one per source vector v) sit in
+    // words 8B .. 8B + 3 of the zmm; stream order wants pair (B, v) at word 4v + B.
+    const __m512i packed = _mm512_packus_epi16(pairs, pairs);
+    const __m512i order = _mm512_set_epi16(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,  //
+                                           27, 19, 11, 3, 26, 18, 10, 2, 25, 17, 9, 1, 24, 16, 8, 0);
+    const __m512i stream = _mm512_permutexvar_epi16(order, packed);
+    if (half) return _mm_storeu_si128(reinterpret_cast<__m128i*>(out), _mm512_castsi512_si128(stream));
+    return _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), _mm512_castsi512_si256(stream));
+  } else {
+    // u16 pairs → u32 (c0 + 4c1) + (c2 + 4c3)·16 < 256: one stream byte per dword, which
+    // the transpose puts in order and vpmovdb narrows.
+    const __m512i quads = _mm512_madd_epi16(pairs, _mm512_set1_epi32(1 | 16 << 16));
+    const __m128i stream = _mm512_cvtepi32_epi8(_mm512_permutexvar_epi32(transpose, quads));
+    if (half) return _mm_storel_epi64(reinterpret_cast<__m128i*>(out), stream);
+    return _mm_storeu_si128(reinterpret_cast<__m128i*>(out), stream);
+  }
+}
+#else
+template <int kBits>
+constexpr bool kPacksFour = false;
+#endif
+
 // Reads the next Lanes(di) codes (Lanes(di)·kBits/8 stream bytes) into i32 lanes.
 template <int kBits, class DI>
 HWY_INLINE hn::Vec<DI> LoadCodes(DI di, const std::uint8_t* HWY_RESTRICT in) {

@@ -25,6 +25,9 @@
 //           straight into wq (affine_pack-inl.h: 2/4/8 bits in registers; other widths
 //           and the SCALAR target through a u8 group buffer and pack_codes); a group
 //           with a lane in doubt (below) is encoded again with the true division.
+//           AVX3, mlx_cpu, 2/4/8 bits: four vectors at a time, rint by vcvtps2dq, and
+//           the clamp done by the saturating packs of StoreCodesFour (4-bit 69 → 60 µs,
+//           8-bit 65 → 60 µs per 256K elements, one thread, alternated processes).
 // Dequantize, per group: the stored scale/bias → f32 (a block at a time), codes
 // unpacked (same split), code·scale + bias, the RNE conversion to f16/bf16 in vectors.
 //
@@ -681,6 +684,35 @@ class GroupQuantizer {
     const VI code_zero = hn::BitCast(di, magic), code_n = hn::Add(code_zero, hn::Set(di, (1 << Bits()) - 1));
     std::uint8_t* const out = Out(b, j);
     VF doubt = hn::Zero(df);  // the largest distance to the nearest integer (fast path)
+#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+    if constexpr (!kExact && !kGpu && ap::kPacksFour<kBits>) {
+      (void)code_zero;
+      (void)code_n;
+      // Four vectors per step (two for a group of 32): rint(q') as an integer (vcvtps2dq,
+      // RNE; |q'| < 2^22 on this path), clamped and packed by StoreCodesFour. The four
+      // fractions meet in a tree, so the doubt chain grows by one vrangeps per step.
+      const auto larger = [](__m512 x, __m512 y) { return _mm512_range_ps(x, y, 0x0B); };
+      const auto quotient = [&](std::size_t i, __m512& fraction) {
+        const VF q = FastQuotient<kFused>(Values(b, j, i), vb, vs, vbr);
+        fraction = _mm512_reduce_ps(q.raw, 0x08);
+        return _mm512_cvtps_epi32(q.raw);
+      };
+      __m512 f0, f1, f2, f3;
+      if (len_ < 4 * N) {
+        const __m512i k[4] = {quotient(0, f0), quotient(N, f1), _mm512_setzero_si512(), _mm512_setzero_si512()};
+        doubt = VF{larger(f0, f1)};
+        ap::StoreCodesFour<kBits>(k, true, out);
+      } else {
+        for (std::size_t i = 0; i < len_; i += 4 * N) {
+          const __m512i k[4] = {quotient(i, f0), quotient(i + N, f1), quotient(i + 2 * N, f2),
+                                quotient(i + 3 * N, f3)};
+          doubt = VF{larger(doubt.raw, larger(larger(f0, f1), larger(f2, f3)))};
+          ap::StoreCodesFour<kBits>(k, false, out + i * kBits / 8);
+        }
+      }
+      return hn::AllFalse(df, hn::Gt(doubt, hn::Set(df, kDoubtfulDistance)));
+    }
+#endif
     for (std::size_t i = 0; i < len_; i += N) {
       const VF g = Values(b, j, i);
       VI ci;
