@@ -16,9 +16,13 @@
 //           Max/Min and a sum that flags NaN/±inf;
 //   finish  the 32 groups' extremes reduced to one lane per group (ReduceBlock), the
 //           spec §1.2 parameters for all 32 at once, one group per lane (BlockParams),
-//           1/scale, whether each group's codes can skip the clamp, the scalar redo
-//           of flagged groups, scales/biases stored with kvlab's RNE conversion
-//           (half_convert-inl.h);
+//           1/scale, whether each group's codes can skip the clamp (not where the
+//           packs clamp, below), the scalar redo of flagged groups, scales/biases
+//           stored with kvlab's RNE conversion (half_convert-inl.h); flags move as
+//           mask bits (AVX3: straight from k-registers; a byte store reloaded as a u32
+//           stalled every block), and only the non-finite groups are visited: 4-bit
+//           60 → 53 µs per 256K elements, one thread (same-process A/B, median ratio
+//           0.86; 0.88 cold on two threads);
 //   encode  per vector g → f32 (F16C where it exists, else exact bit manipulation),
 //           (g − bias)·(1/scale), rounding (mlx_cpu: one add of 1.5·2^23, whose bits
 //           are the code), the clamp where needed, and the packing
@@ -79,6 +83,7 @@
 #ifndef KVLAB_SIMD_AFFINE_COMMON
 #define KVLAB_SIMD_AFFINE_COMMON
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -431,6 +436,9 @@ static_assert(kBlock <= 32, "a block's flags are bits of a u32");
 // The lanes of `mask` as bits (lane k → bit k), for a vector of lanes [j, j + N).
 template <class D>
 HWY_INLINE std::uint32_t MaskBits(D d, hn::Mask<D> mask, std::size_t j) {
+#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+  if constexpr (hn::MaxLanes(D()) == 16) return static_cast<std::uint32_t>(mask.raw) << j;  // a k-register
+#endif
   std::uint8_t bytes[8] = {};
   hn::StoreMaskBits(d, mask, bytes);
   std::uint32_t bits = 0;
@@ -445,6 +453,9 @@ HWY_INLINE std::uint32_t MaskBits(D d, hn::Mask<D> mask, std::size_t j) {
 template <int kBits, bool kGpu, Input kIn>
 class GroupQuantizer {
   static constexpr bool kFuse = kFusedQ && !kGpu;  // the fused form is taken where allowed
+  // The fast path's codes are clamped by StoreCodesFour's saturating packs at no cost, so
+  // no group needs Finish's in-range test.
+  static constexpr bool kPacksClamp = ap::kPacksFour<kBits> && !kGpu;
 
  public:
   explicit GroupQuantizer(const ad::GroupJob& job)
@@ -510,22 +521,30 @@ class GroupQuantizer {
       // round monotonically), so the group's q' lie between those of its extremes: the
       // extremes' q' by the form the group is encoded with. Lanes of unused or
       // non-finite groups compare false (NaN) or are never encoded.
-      const VF alpha = hn::LoadU(df, b.alpha + j), beta = hn::LoadU(df, b.beta + j);
-      VF qa = FastQuotient<false>(alpha, bias, recip, recip), qb = FastQuotient<false>(beta, bias, recip, recip);
+      [[maybe_unused]] VF bias_recip = recip;  // (unused unless fused)
+      [[maybe_unused]] auto fused = hn::FirstN(df, 0);
       if constexpr (kFuse) {
         // The fused form where |fl(bias·r)| <= kFusedOffsetLimit (false for NaN; always,
         // on data spanning zero, header).
-        const VF bias_recip = hn::Mul(bias, recip);
+        bias_recip = hn::Mul(bias, recip);
         hn::StoreU(bias_recip, df, b.bias_recip + j);
-        const auto fused = hn::Le(hn::Abs(bias_recip), hn::Set(df, kFusedOffsetLimit));
+        fused = hn::Le(hn::Abs(bias_recip), hn::Set(df, kFusedOffsetLimit));
         b.fused |= MaskBits(df, fused, j);
-        qa = hn::IfThenElse(fused, FastQuotient<true>(alpha, bias, recip, bias_recip), qa);
-        qb = hn::IfThenElse(fused, FastQuotient<true>(beta, bias, recip, bias_recip), qb);
       }
-      b.in_range |= MaskBits(df, hn::And(hn::Ge(hn::Min(qa, qb), lowest), hn::Lt(hn::Max(qa, qb), beyond)), j);
+      if constexpr (!kPacksClamp) {
+        const VF alpha = hn::LoadU(df, b.alpha + j), beta = hn::LoadU(df, b.beta + j);
+        VF qa = FastQuotient<false>(alpha, bias, recip, recip), qb = FastQuotient<false>(beta, bias, recip, recip);
+        if constexpr (kFuse) {
+          qa = hn::IfThenElse(fused, FastQuotient<true>(alpha, bias, recip, bias_recip), qa);
+          qb = hn::IfThenElse(fused, FastQuotient<true>(beta, bias, recip, bias_recip), qb);
+        }
+        b.in_range |= MaskBits(df, hn::And(hn::Ge(hn::Min(qa, qb), lowest), hn::Lt(hn::Max(qa, qb), beyond)), j);
+      }
     }
-    for (std::size_t j = 0; j < b.count; ++j) {
-      if (b.Finite(j)) continue;
+    // The groups holding NaN/±inf (rare), by their bits.
+    const std::uint32_t used = b.count >= 32 ? ~0u : (1u << b.count) - 1;
+    for (std::uint32_t odd = used & ~b.finite; odd != 0; odd &= odd - 1) {
+      const auto j = static_cast<std::size_t>(std::countr_zero(odd));
       const ad::GroupParams p = ad::scalar_group(GroupF32(b, j), job_.gs, job_.bits, kGpu, codes_);
       b.scale[j] = p.scale;
       b.bias[j] = p.bias;
@@ -545,9 +564,9 @@ class GroupQuantizer {
     if constexpr (kGpu) {
       certain = EncodeWith<false, true>(b, j);
     } else if (kFuse && b.Fused(j)) {
-      certain = b.InRange(j) ? EncodeWith<false, false, true>(b, j) : EncodeWith<false, true, true>(b, j);
+      certain = kPacksClamp || b.InRange(j) ? EncodeWith<false, false, true>(b, j) : EncodeWith<false, true, true>(b, j);
     } else {
-      certain = b.InRange(j) ? EncodeWith<false, false>(b, j) : EncodeWith<false, true>(b, j);
+      certain = kPacksClamp || b.InRange(j) ? EncodeWith<false, false>(b, j) : EncodeWith<false, true>(b, j);
     }
     if (!certain) EncodeWith<true, true>(b, j);
   }
