@@ -224,13 +224,13 @@ TEST_F(SimdAffine, ValuesWithinUlpsOfHalfSteps) {
       }
 }
 
-// Enough groups for several parallel tasks (the SIMD kernel runs 16384 elements per
+// Enough groups for several parallel tasks (the SIMD kernel runs 65536 elements per
 // task) and a final block of fewer than 32 groups (parameters are computed 32 groups
-// at a time): 301 rows × 256 = 2408 groups of 32 (4 full tasks + 360 = 11·32 + 8) or
-// 602 groups of 128 (4 full tasks + 90 = 2·32 + 26).
+// at a time): 557 rows × 256 = 4456 groups of 32 (2 full tasks + 360 = 11·32 + 8) or
+// 1114 groups of 128 (2 full tasks + 90 = 2·32 + 26).
 TEST_F(SimdAffine, ManyGroupsAcrossTasksAndPartialBlocksMatchTheOracle) {
   KVLAB_SEEDED_RNG(rng, 20240612);
-  const Shape shape = {301, 256};
+  const Shape shape = {557, 256};
   for (const DType dtype : {DType::f32, DType::f16, DType::bf16})
     for (const int bits : {2, 3, 4, 8})  // 3: the generic width path (5, 6 above)
       for (const int gs : {32, 128})
