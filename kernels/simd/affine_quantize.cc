@@ -251,9 +251,10 @@ HWY_INLINE VI CodeOf(VF q, VF vn, VI vmask) {
 // Groups whose parameters are computed together, one group per lane (a multiple of
 // every target's f32 lane count). Batching turns the per-group chain of dependent
 // scalar divisions into a few vector ops and lets the extremes of 32 groups overlap.
-// 32 rather than 16: Finish is a ~190-cycle chain (reduction, four dependent divisions)
-// whose wait the encoding cannot fully fill; twice the groups per Finish measured 3 %
-// faster (4-bit, one thread, 70 -> 68 us per 256K elements, alternated processes).
+// 32 rather than 16: a Finish (reduction tree, four vector divisions) costs about the
+// same for 16 or 32 groups, and twice the groups per Finish measured 3 % faster (4-bit,
+// one thread, 70 -> 68 us per 256K elements, alternated processes). Its latency is not
+// what costs: issuing it half a block early measured 5 % slower.
 constexpr std::size_t kBlock = 32;
 static_assert(kBlock % HWY_LANES(float) == 0, "a block is whole vectors");
 
@@ -707,8 +708,6 @@ class GroupQuantizer {
     VF doubt = hn::Zero(df);  // the largest distance to the nearest integer (fast path)
 #if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
     if constexpr (!kExact && !kGpu && ap::kPacksFour<kBits>) {
-      (void)code_zero;
-      (void)code_n;
       // Four vectors per step (two for a group of 32): rint(q') as an integer (vcvtps2dq,
       // RNE; |q'| < 2^22 on this path), clamped and packed by StoreCodesFour. The four
       // fractions meet in a tree, so the doubt chain grows by one vrangeps per step.
