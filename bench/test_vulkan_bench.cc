@@ -99,13 +99,19 @@ TEST(VulkanTimedBackend, FlagsSelectThePathsAndBadOnesAreNamed) {
   EXPECT_NE(probe.description.find(" ["), std::string::npos) << probe.description;
 }
 
-TEST(VulkanTimedBackend, AMissingDeviceIsASkipWithTheReason) {
-  // No device has this name (and without a driver there is no device at all): unsupported.
+TEST(VulkanTimedBackend, AnUnknownDeviceFailsWhereDevicesExistAndSkipsWhereNoneDoes) {
+  // No device has this name: where devices exist that is a usage error (the row fails,
+  // naming the device); without a driver there is no device at all: unsupported, a skip.
   const harness::Problem rope = harness::parse_problem("rope B=1 H=2 T=3 D=64 dims=64 dtype=f32");
   const TimedCase& tc = acquire_timed_case("rope/vulkan:none/x", rope, "vulkan:no_such_vulkan_device");
-  EXPECT_EQ(tc.failure, "");
-  EXPECT_NE(tc.skip.find("no_such_vulkan_device"), std::string::npos) << tc.skip;
-  EXPECT_EQ(probe_vulkan_device("vulkan:no_such_vulkan_device").description, "");
+  if (vulkan_devices().empty()) {
+    EXPECT_EQ(tc.failure, "");
+    EXPECT_NE(tc.skip.find("no_such_vulkan_device"), std::string::npos) << tc.skip;
+    EXPECT_EQ(probe_vulkan_device("vulkan:no_such_vulkan_device").description, "");
+  } else {
+    EXPECT_NE(tc.failure.find("no_such_vulkan_device"), std::string::npos) << tc.failure;
+    EXPECT_THROW(probe_vulkan_device("vulkan:no_such_vulkan_device"), Error);
+  }
   release_timed_case();
 }
 

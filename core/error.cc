@@ -18,7 +18,7 @@ std::string_view error_kind_name(ErrorKind kind) {
 }
 
 Error::Error(ErrorKind kind, const std::string& message)
-    : std::runtime_error(std::string(error_kind_name(kind)) + ": " + message), kind_(kind) {}
+    : std::runtime_error(std::string(error_kind_name(kind)) + ": " + message), kind_(kind), message_(message) {}
 
 void fail(ErrorKind kind, const std::string& message) { throw Error(kind, message); }
 

@@ -3,7 +3,9 @@
 #include <chrono>
 #include <cstdio>
 #include <ostream>
+#include <iostream>
 #include <set>
+#include <unordered_set>
 #include <unistd.h>
 
 #include "harness/backends.h"
@@ -42,7 +44,14 @@ std::vector<std::filesystem::path> tier_files(const std::filesystem::path& op_di
   return files;
 }
 
-std::vector<Problem> collect_cases(const CheckOptions& o) {
+Progress progress_from_name(std::string_view name) {
+  if (name == "never") return Progress::never;
+  if (name == "auto") return Progress::auto_;
+  if (name == "always") return Progress::always;
+  fail(ErrorKind::invalid_argument, cat("--progress=", name, " is not auto, always or never"));
+}
+
+CaseSelection::CaseSelection(const CheckOptions& o) : shard_index_(o.shard_index), shard_count_(o.shard_count) {
   KVLAB_REQUIRE(o.shard_count >= 1 && o.shard_index >= 0 && o.shard_index < o.shard_count, invalid_argument,
                 "shard ", o.shard_index, "/", o.shard_count, " is not i/n with 0 <= i < n");
   std::vector<std::filesystem::path> files;
@@ -55,19 +64,39 @@ std::vector<Problem> collect_cases(const CheckOptions& o) {
   }
   std::set<std::string> op_filter(o.ops.begin(), o.ops.end());
   for (const std::string& name : op_filter) find_op(name);  // unknown op names fail loudly
-  std::vector<Problem> all;
-  std::set<std::string> seen;
+  std::uint64_t total = 0;
   for (const auto& f : files) {
-    for (Problem& p : load_case_file(f)) {
-      if (!op_filter.empty() && !op_filter.count(p.op())) continue;
-      if (seen.insert(p.line()).second) all.push_back(std::move(p));
+    for (CaseLine& l : read_case_file(f)) {
+      if (!op_filter.empty() && !op_filter.count(l.expansion.op())) continue;
+      total = l.expansion.size() > o.max_cases - std::min(total, o.max_cases) ? o.max_cases + 1
+                                                                             : total + l.expansion.size();
+      KVLAB_REQUIRE(total <= o.max_cases, invalid_argument, "the selected case files expand to more than ",
+                    o.max_cases, " cases (at ", l.where, "); raise --max-cases or split the files");
+      lines_.push_back(std::move(l));
     }
   }
-  std::vector<Problem> shard;
-  for (std::size_t k = 0; k < all.size(); ++k) {
-    if (static_cast<int>(k % static_cast<std::size_t>(o.shard_count)) == o.shard_index) shard.push_back(all[k]);
+  for_each([&](const Problem&) { ++size_; });
+}
+
+void CaseSelection::for_each(const std::function<void(const Problem&)>& visit) const {
+  // Deduplication by a 64-bit hash of the canonical line: at most max_cases hashes are
+  // kept, and a collision among a million lines has a probability of ~3e-8.
+  std::unordered_set<std::uint64_t> seen;
+  std::uint64_t index = 0;
+  for (const CaseLine& l : lines_) {
+    for (std::uint64_t k = 0; k < l.expansion.size(); ++k) {
+      Problem p = l.expansion.at(k);
+      if (!seen.insert(std::hash<std::string>{}(p.line())).second) continue;
+      if (index++ % static_cast<std::uint64_t>(shard_count_) == static_cast<std::uint64_t>(shard_index_)) visit(p);
+    }
   }
-  return shard;
+}
+
+std::vector<Problem> collect_cases(const CheckOptions& o) {
+  const CaseSelection selection(o);
+  std::vector<Problem> out;
+  selection.for_each([&](const Problem& p) { out.push_back(p); });
+  return out;
 }
 
 namespace {
@@ -99,17 +128,30 @@ CaseResult unavailable(const Problem& p, const std::string& backend, const std::
 
 CheckSummary run_check(const CheckOptions& o, std::ostream& out) {
   const auto start = std::chrono::steady_clock::now();
-  const std::vector<Problem> cases = collect_cases(o);
+  const CaseSelection cases(o);
+  KVLAB_REQUIRE(cases.size() > 0 || o.allow_empty, invalid_argument,
+                "no case selected (tier ", o.tier, o.case_files.empty() ? "" : ", --cases files",
+                o.ops.empty() ? "" : ", --op filter", o.shard_count > 1 ? ", shard" : "",
+                "); pass --allow-empty if that is expected");
   RunInfo info{commit_id(), o.backend, backend_target(o.backend), o.case_files.empty() ? o.tier : "files"};
-  std::string unavailable_reason;
-  std::unique_ptr<Backend> backend = make_backend_or_reason(o.backend, unavailable_reason);
-  std::unique_ptr<Backend> reference = make_backend("reference");
-  JsonlWriter jsonl(o.json_path, info);
-  ProgressLine progress(std::cerr, o.progress && isatty(STDERR_FILENO), cases.size());
   CheckSummary summary;
+  std::unique_ptr<Backend> backend = make_backend_or_reason(o.backend, summary.unavailable);
+  std::unique_ptr<Backend> reference = make_backend("reference");
+  if (!backend) {
+    out << "kvlab check: backend " << o.backend << " is unavailable here: " << summary.unavailable
+        << (o.allow_unavailable ? " (every case UNIMPLEMENTED; --allow-unavailable)\n"
+                                : " (a failure; --allow-unavailable makes it a skip)\n");
+    summary.ok = o.allow_unavailable;
+  }
+  JsonlWriter jsonl(o.json_path, info);
+  const bool terminal = isatty(STDERR_FILENO) != 0;
+  ProgressLine progress(std::cerr, o.progress == Progress::never ? ProgressLine::Mode::off
+                                   : o.progress == Progress::auto_ && terminal ? ProgressLine::Mode::terminal
+                                                                               : ProgressLine::Mode::log,
+                        cases.size());
   std::size_t failed = 0;
-  for (const Problem& p : cases) {
-    CaseResult r = backend ? run_case(p, *backend, *reference, o.run) : unavailable(p, o.backend, unavailable_reason);
+  cases.for_each([&](const Problem& p) {
+    CaseResult r = backend ? run_case(p, *backend, *reference, o.run) : unavailable(p, o.backend, summary.unavailable);
     if (r.status == Status::failed && o.shrink) {
       const ShrinkResult s = shrink(p, *backend, *reference, o.run);
       if (s.smallest.line() != r.line) r.shrunk_line = s.smallest.line();
@@ -119,25 +161,32 @@ CheckSummary run_check(const CheckOptions& o, std::ostream& out) {
       ++failed;
       summary.ok = false;
       progress.clear();
-      out << describe(r);
+      out << describe(r) << std::flush;
     }
     jsonl.write(r);
     summary.results.push_back(std::move(r));
     progress.update(summary.results.size(), summary.results.back(), failed);
-  }
-  progress.clear();
+  });
+  progress.finish();
   summary.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  if (!o.junit_path.empty()) write_junit(o.junit_path, info, summary.results, summary.seconds);
   print_summary(out, info, summary.results, summary.seconds);
+  jsonl.commit();
+  if (!o.junit_path.empty()) write_junit(o.junit_path, info, summary.results, summary.seconds);
   return summary;
 }
 
 bool run_repro(std::string_view line, const std::string& backend_name, bool shrink_failures, const RunOptions& run,
-               std::ostream& out) {
-  std::unique_ptr<Backend> backend = make_backend(backend_name);
+               std::ostream& out, bool allow_unavailable) {
+  const std::vector<Problem> problems = expand_line(line);
+  std::string reason;
+  std::unique_ptr<Backend> backend = make_backend_or_reason(backend_name, reason);
+  if (!backend) {
+    out << "kvlab repro: backend " << backend_name << " is unavailable here: " << reason << "\n";
+    return allow_unavailable;
+  }
   std::unique_ptr<Backend> reference = make_backend("reference");
   bool ok = true;
-  for (const Problem& p : expand_line(line)) {
+  for (const Problem& p : problems) {
     CaseResult r = run_case(p, *backend, *reference, run);
     if (r.status == Status::failed && shrink_failures) {
       const ShrinkResult s = shrink(p, *backend, *reference, run);

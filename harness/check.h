@@ -6,7 +6,9 @@
 // ordered by op then file then line, and sharded as case k → shard k mod n.
 #pragma once
 
+#include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <iosfwd>
 #include <string>
 #include <vector>
@@ -22,6 +24,14 @@ std::vector<std::string> tier_roles(std::string_view tier);  // throws for an un
 // in place of the ci roles where the op has one).
 std::vector<std::filesystem::path> tier_files(const std::filesystem::path& op_dir, std::string_view tier);
 
+enum class Progress : std::uint8_t { never, auto_, always };
+// "auto" | "always" | "never" -> Progress; throws invalid_argument naming the word.
+Progress progress_from_name(std::string_view name);
+
+// The default cap on the cases one run selects (they are streamed, but every result is
+// kept for the summary and the JUnit file: ~1 KB each).
+inline constexpr std::uint64_t kDefaultMaxCases = 200000;
+
 struct CheckOptions {
   std::string backend = "reference";
   std::vector<std::string> ops;         // empty: every op
@@ -31,24 +41,52 @@ struct CheckOptions {
   std::string json_path, junit_path;
   int shard_index = 0, shard_count = 1;
   bool shrink = true;                   // shrink every failure to its smallest line
-  bool progress = false;                // console progress line
+  // never; auto: a progress line on a terminal, else a line every few seconds and one
+  // per finished op (CI logs); always: those lines even on a terminal.
+  Progress progress = Progress::never;
+  bool allow_empty = false;        // selecting no case is not an error
+  bool allow_unavailable = false;  // a backend unavailable here (unsupported) is a skip, not a failure
+  std::uint64_t max_cases = kDefaultMaxCases;
   RunOptions run;
 };
 
+// The cases a run selects, streamed: every case file is read and each line parsed up
+// front (a bad file fails before anything runs), the products are counted and capped
+// (Error naming the count and --max-cases), then problems are made one at a time,
+// deduplicated by canonical line, filtered by op and sharded.
+class CaseSelection {
+ public:
+  explicit CaseSelection(const CheckOptions& options);
+  std::uint64_t size() const { return size_; }  // after deduplication, filter and shard
+  void for_each(const std::function<void(const Problem&)>& visit) const;
+
+ private:
+  std::vector<CaseLine> lines_;
+  int shard_index_ = 0, shard_count_ = 1;
+  std::uint64_t size_ = 0;
+};
+
+// Every selected problem, materialized (for listings and tests; runs stream instead).
 std::vector<Problem> collect_cases(const CheckOptions& options);
 
 struct CheckSummary {
   std::vector<CaseResult> results;
   double seconds = 0;
-  bool ok = true;  // no FAILED and no INVALID case
+  std::string unavailable;  // why the backend cannot run here; empty when it can
+  // No FAILED or INVALID case, and the backend available (or allow_unavailable).
+  bool ok = true;
 };
 
-// Runs the cases, printing failure reports and the summary to `out`.
+// Runs the cases, printing failure reports and the summary to `out`. Throws Error for
+// a usage or input problem found before the run (unknown backend or op, bad or empty
+// case selection) and Error{io} when a report file cannot be written (after the run:
+// the console summary is printed first).
 CheckSummary run_check(const CheckOptions& options, std::ostream& out);
 
 // Runs every problem of `line` (product syntax allowed) verbosely; returns true when
-// none FAILED or was INVALID.
+// none FAILED or was INVALID. A backend unavailable here prints its reason and counts
+// as a failure unless allow_unavailable.
 bool run_repro(std::string_view line, const std::string& backend, bool shrink, const RunOptions& run,
-               std::ostream& out);
+               std::ostream& out, bool allow_unavailable = false);
 
 }  // namespace kvlab::harness

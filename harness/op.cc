@@ -1,5 +1,6 @@
 #include "harness/op.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "harness/ops/ops.h"
@@ -26,6 +27,23 @@ const DTensor& Bound::operator[](std::string_view name) const {
   const DTensor* t = find(name);
   KVLAB_REQUIRE(t != nullptr, internal, "no bound tensor '", name, "'");
   return *t;
+}
+
+Footprint& Footprint::add(DType dtype, std::initializer_list<std::int64_t> dims) {
+  constexpr std::uint64_t kMax = std::uint64_t{1} << 63;
+  std::uint64_t n = dtype_size(dtype);
+  for (const std::int64_t d : dims) {
+    if (d <= 0) return *this;
+    const auto u = static_cast<std::uint64_t>(d);
+    n = n > kMax / u ? kMax : n * u;
+  }
+  return add_bytes(n);
+}
+
+Footprint& Footprint::add_bytes(std::uint64_t bytes) {
+  constexpr std::uint64_t kMax = std::uint64_t{1} << 63;
+  bytes_ = bytes > kMax - std::min(bytes_, kMax) ? kMax : bytes_ + bytes;
+  return *this;
 }
 
 const std::vector<ParamSpec>& OpInfo::params() const {

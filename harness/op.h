@@ -8,6 +8,8 @@
 // register it in op.cc beside the kernel ops.
 #pragma once
 
+#include <cstdint>
+#include <initializer_list>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -56,6 +58,19 @@ struct Bound {
   const DTensor* find(std::string_view name) const;
 };
 
+// A saturating sum of tensor sizes for OpInfo::footprint. A negative dimension counts as
+// zero (prepare() rejects the problem), and sums or products past 2^63 saturate, so a
+// footprint never overflows whatever the parameters.
+class Footprint {
+ public:
+  Footprint& add(DType dtype, std::initializer_list<std::int64_t> dims);
+  Footprint& add_bytes(std::uint64_t bytes);
+  std::uint64_t bytes() const { return bytes_; }
+
+ private:
+  std::uint64_t bytes_ = 0;
+};
+
 class OpInfo {
  public:
   virtual ~OpInfo() = default;
@@ -64,6 +79,12 @@ class OpInfo {
   // Declared parameters followed by `seed` (added by the registry).
   const std::vector<ParamSpec>& params() const;
 
+  // Bytes of every input and output tensor of `p` (and of any host-side copy as large,
+  // e.g. the f32 copies a tolerance object makes), from the parameters alone: the spine
+  // checks it against the run's memory cap before prepare() allocates anything. An
+  // upper bound of what prepare() makes and within a small factor of it
+  // (tests/test_harness.cc checks both over every case of the full tier).
+  virtual std::uint64_t footprint(const Problem& p) const = 0;
   // create + fill. May throw kvlab::Error for a problem the op cannot express (INVALID).
   virtual Prepared prepare(const Problem& p) const = 0;
   // Calls the backend kernel; `out` are the output slots in Prepared order.

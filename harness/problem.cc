@@ -144,13 +144,14 @@ std::string Problem::line() const {
   return out;
 }
 
-std::vector<Problem> expand_line(std::string_view line) {
+LineExpansion::LineExpansion(std::string_view line) {
   const std::vector<std::string_view> toks = tokens(line);
   KVLAB_REQUIRE(!toks.empty(), invalid_argument, "empty problem line");
-  const std::string op(toks[0]);
-  const std::vector<ParamSpec>& specs = op_params(op);  // throws for an unknown op
+  op_ = std::string(toks[0]);
+  const std::vector<ParamSpec>& specs = op_params(op_);  // throws for an unknown op
+  for (const ParamSpec& s : specs) keys_.push_back(s.key);
   // Given values per declared key (one or more); keys not given take the default.
-  std::vector<std::vector<std::string>> values(specs.size());
+  values_.resize(specs.size());
   for (std::size_t t = 1; t < toks.size(); ++t) {
     const std::size_t eq = toks[t].find('=');
     KVLAB_REQUIRE(eq != std::string_view::npos && eq > 0, invalid_argument, "token '", toks[t],
@@ -160,64 +161,113 @@ std::vector<Problem> expand_line(std::string_view line) {
     for (std::size_t i = 0; i < specs.size(); ++i) {
       if (specs[i].key == key) index = i;
     }
-    KVLAB_REQUIRE(index < specs.size(), invalid_argument, "op '", op, "' has no parameter '", key, "'");
-    KVLAB_REQUIRE(values[index].empty(), invalid_argument, "parameter '", key, "' given twice");
+    KVLAB_REQUIRE(index < specs.size(), invalid_argument, "op '", op_, "' has no parameter '", key, "'");
+    KVLAB_REQUIRE(values_[index].empty(), invalid_argument, "parameter '", key, "' given twice");
     for (std::string_view v : split(toks[t].substr(eq + 1), ',')) {
-      values[index].push_back(canonical_value(specs[index], v));
+      values_[index].push_back(canonical_value(specs[index], v));
     }
+    order_.push_back(index);
+    const std::uint64_t n = values_[index].size();
+    size_ = size_ > std::numeric_limits<std::uint64_t>::max() / n ? std::numeric_limits<std::uint64_t>::max()
+                                                                   : size_ * n;
   }
   for (std::size_t i = 0; i < specs.size(); ++i) {
-    if (values[i].empty()) values[i].push_back(canonical_value(specs[i], specs[i].default_value));
+    if (values_[i].empty()) values_[i].push_back(canonical_value(specs[i], specs[i].default_value));
   }
-  // Odometer over the value lists in the order the keys appear in the line (the first
-  // listed key varies slowest), so a case file reads like the loop nest it replaces.
-  std::vector<std::size_t> order;
-  for (std::size_t t = 1; t < toks.size(); ++t) {
-    const std::string_view key = toks[t].substr(0, toks[t].find('='));
-    for (std::size_t i = 0; i < specs.size(); ++i) {
-      if (specs[i].key == key) order.push_back(i);
-    }
+}
+
+Problem LineExpansion::at(std::uint64_t k) const {
+  KVLAB_REQUIRE(k < size_, internal, "problem ", k, " of a line of ", size_);
+  // Mixed radix over the listed keys, the last listed varying fastest: the odometer a
+  // case file reads like, the loop nest it replaces.
+  std::vector<std::size_t> at(values_.size(), 0);
+  for (std::size_t pos = order_.size(); pos > 0; --pos) {
+    const std::size_t i = order_[pos - 1];
+    at[i] = static_cast<std::size_t>(k % values_[i].size());
+    k /= values_[i].size();
   }
-  std::vector<std::size_t> at(specs.size(), 0);
+  std::vector<std::pair<std::string, std::string>> params;
+  params.reserve(keys_.size());
+  for (std::size_t i = 0; i < keys_.size(); ++i) params.emplace_back(keys_[i], values_[i][at[i]]);
+  return Problem(op_, std::move(params));
+}
+
+std::vector<Problem> expand_line(std::string_view line) {
+  const LineExpansion e(line);
+  KVLAB_REQUIRE(e.size() <= kMaxMaterializedProblems, invalid_argument, "line expands to ", e.size(),
+                " problems, over the ", kMaxMaterializedProblems,
+                " that are expanded at once; put it in a case file for kvlab check, which streams them");
   std::vector<Problem> out;
-  while (true) {
-    std::vector<std::pair<std::string, std::string>> params;
-    for (std::size_t i = 0; i < specs.size(); ++i) params.emplace_back(specs[i].key, values[i][at[i]]);
-    out.emplace_back(op, std::move(params));
-    std::size_t pos = order.size();
-    while (pos > 0) {
-      const std::size_t i = order[pos - 1];
-      if (++at[i] < values[i].size()) break;
-      at[i] = 0;
-      --pos;
-    }
-    if (pos == 0) return out;
-  }
+  out.reserve(static_cast<std::size_t>(e.size()));
+  for (std::uint64_t k = 0; k < e.size(); ++k) out.push_back(e.at(k));
+  return out;
 }
 
 Problem parse_problem(std::string_view line) {
-  std::vector<Problem> all = expand_line(line);
-  KVLAB_REQUIRE(all.size() == 1, invalid_argument, "line '", line, "' expands to ", all.size(),
+  const LineExpansion e(line);
+  KVLAB_REQUIRE(e.size() == 1, invalid_argument, "line '", line, "' expands to ", e.size(),
                 " problems; a single problem was expected");
-  return all.front();
+  return e.at(0);
 }
 
-std::vector<Problem> load_case_file(const std::filesystem::path& path) {
-  std::ifstream in(path);
+std::vector<CaseLine> read_case_file(const std::filesystem::path& path) {
+  std::error_code ec;
+  const std::filesystem::file_status st = std::filesystem::status(path, ec);
+  KVLAB_REQUIRE(!ec && std::filesystem::exists(st), io, "cannot read case file ", path.string(),
+                ": no such file");
+  KVLAB_REQUIRE(!std::filesystem::is_directory(st), io, "case file ", path.string(),
+                " is a directory (name the files in it)");
+  if (std::filesystem::is_regular_file(st)) {
+    const std::uintmax_t bytes = std::filesystem::file_size(path, ec);
+    KVLAB_REQUIRE(!ec, io, "cannot read case file ", path.string(), ": ", ec.message());
+    KVLAB_REQUIRE(bytes <= kMaxCaseFileBytes, invalid_argument, "case file ", path.string(), " has ", bytes,
+                  " bytes, over the cap of ", kMaxCaseFileBytes);
+  }
+  std::ifstream in(path, std::ios::binary);
   KVLAB_REQUIRE(in.good(), io, "cannot read case file ", path.string());
-  std::vector<Problem> out;
-  std::string line;
+  std::vector<CaseLine> out;
+  std::uintmax_t total = 0;
   int number = 0;
-  while (std::getline(in, line)) {
+  std::string line;
+  // Reads at most kMaxCaseLineBytes + 1 characters of a line, so neither a line without
+  // an end nor a FIFO that never ends can grow memory without bound.
+  while (true) {
+    line.clear();
+    char c = 0;
+    bool any = false;
+    while (in.get(c) && c != '\n') {
+      any = true;
+      KVLAB_REQUIRE(line.size() < kMaxCaseLineBytes, invalid_argument, path.string(), ":", number + 1,
+                    ": line longer than ", kMaxCaseLineBytes, " bytes");
+      line.push_back(c);
+    }
+    if (!any && !in) break;
     ++number;
+    total += line.size() + 1;
+    KVLAB_REQUIRE(total <= kMaxCaseFileBytes + 1, invalid_argument, "case file ", path.string(),
+                  " is longer than ", kMaxCaseFileBytes, " bytes");
+    KVLAB_REQUIRE(line.find('\0') == std::string::npos, invalid_argument, path.string(), ":", number,
+                  ": NUL byte in a case file");
     const std::size_t hash = line.find('#');
     if (hash != std::string::npos) line.erase(hash);
     if (tokens(line).empty()) continue;
     try {
-      for (Problem& p : expand_line(line)) out.push_back(std::move(p));
+      out.push_back({cat(path.string(), ":", number), LineExpansion(line)});
     } catch (const Error& e) {
-      fail(e.kind(), cat(path.string(), ":", number, ": ", e.what()));
+      fail(e.kind(), cat(path.string(), ":", number, ": ", e.message()));
     }
+  }
+  KVLAB_REQUIRE(!in.bad(), io, "error reading case file ", path.string());
+  return out;
+}
+
+std::vector<Problem> load_case_file(const std::filesystem::path& path) {
+  std::vector<Problem> out;
+  for (const CaseLine& l : read_case_file(path)) {
+    KVLAB_REQUIRE(out.size() + l.expansion.size() <= kMaxMaterializedProblems, invalid_argument, l.where,
+                  ": the file expands to more than ", kMaxMaterializedProblems,
+                  " problems; kvlab check streams such files");
+    for (std::uint64_t k = 0; k < l.expansion.size(); ++k) out.push_back(l.expansion.at(k));
   }
   return out;
 }

@@ -69,10 +69,44 @@ const std::vector<ParamSpec>& op_params(std::string_view op);
 // keys, malformed values and unknown words throw kvlab::Error naming the culprit.
 Problem parse_problem(std::string_view line);
 
+// One line with product syntax, parsed and validated once; its problems are made one at
+// a time (at(k)), so a line whose product is huge is counted, never materialized.
+class LineExpansion {
+ public:
+  explicit LineExpansion(std::string_view line);  // throws like parse_problem
+  const std::string& op() const { return op_; }
+  // Number of problems of the product (saturates at UINT64_MAX; duplicates included).
+  std::uint64_t size() const { return size_; }
+  // The k-th problem, k < size(), in odometer order (the first listed key varies slowest).
+  Problem at(std::uint64_t k) const;
+
+ private:
+  std::string op_;
+  std::vector<std::string> keys_;                 // declared order
+  std::vector<std::vector<std::string>> values_;  // canonical values per declared key
+  std::vector<std::size_t> order_;                // keys as listed in the line
+  std::uint64_t size_ = 1;
+};
+
+// The most problems expand_line() and load_case_file() materialize; larger products
+// are an Error telling to stream them (kvlab check does).
+inline constexpr std::uint64_t kMaxMaterializedProblems = 100000;
+
 // One line, possibly with comma lists, -> every Problem of the cartesian product.
 std::vector<Problem> expand_line(std::string_view line);
 
-// A case file: comments stripped, each line expanded. Errors name file and line.
+// A case file's lines, parsed but not expanded. Comments stripped; errors name file and
+// line. The file must be a readable regular file of at most kMaxCaseFileBytes with lines
+// of at most kMaxCaseLineBytes (a case file is text someone wrote, not a data dump).
+inline constexpr std::uintmax_t kMaxCaseFileBytes = 64u << 20;
+inline constexpr std::size_t kMaxCaseLineBytes = 1u << 20;
+struct CaseLine {
+  std::string where;  // "file:line"
+  LineExpansion expansion;
+};
+std::vector<CaseLine> read_case_file(const std::filesystem::path& path);
+
+// A case file, every line expanded (at most kMaxMaterializedProblems problems).
 std::vector<Problem> load_case_file(const std::filesystem::path& path);
 
 // Canonical text of a value of the given kind (throws on a malformed value).

@@ -2,7 +2,11 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <unistd.h>
 #include <map>
 #include <ostream>
 
@@ -64,14 +68,55 @@ std::string json_escape(std::string_view s) {
   return out + "\"";
 }
 
+OutputFile::OutputFile(std::string path) : path_(std::move(path)) {
+  KVLAB_REQUIRE(!path_.empty(), invalid_argument, "empty output file name");
+  std::error_code ec;
+  const std::filesystem::file_status st = std::filesystem::status(path_, ec);
+  KVLAB_REQUIRE(!std::filesystem::is_directory(st), io, "cannot write ", path_, ": it is a directory");
+  if (std::filesystem::exists(st) && !std::filesystem::is_regular_file(st)) {
+    out_.open(path_, std::ios::binary);
+  } else {
+    temp_ = cat(path_, ".tmp.", getpid());
+    out_.open(temp_, std::ios::binary | std::ios::trunc);
+  }
+  KVLAB_REQUIRE(out_.is_open() && out_.good(), io, "cannot write ", path_, ": ", std::strerror(errno));
+}
+
+OutputFile::~OutputFile() {
+  if (!committed_ && !temp_.empty()) {
+    out_.close();
+    std::remove(temp_.c_str());
+  }
+}
+
+void OutputFile::flush() {
+  out_.flush();
+  KVLAB_REQUIRE(out_.good(), io, "cannot write ", path_, ": ", std::strerror(errno));
+}
+
+void OutputFile::commit() {
+  flush();
+  out_.close();
+  KVLAB_REQUIRE(!out_.fail(), io, "cannot write ", path_, ": closing failed: ", std::strerror(errno));
+  if (!temp_.empty() && std::rename(temp_.c_str(), path_.c_str()) != 0) {
+    const std::string why = std::strerror(errno);
+    std::remove(temp_.c_str());
+    fail(ErrorKind::io, cat("cannot write ", path_, ": rename failed: ", why));
+  }
+  committed_ = true;
+}
+
 JsonlWriter::JsonlWriter(const std::string& path, RunInfo info) : info_(std::move(info)) {
-  if (path.empty()) return;
-  out_.open(path, std::ios::trunc);
-  KVLAB_REQUIRE(out_.good(), io, "cannot write JSON Lines file ", path);
+  if (!path.empty()) file_ = std::make_unique<OutputFile>(path);
+}
+
+void JsonlWriter::commit() {
+  if (file_) file_->commit();
 }
 
 void JsonlWriter::write(const CaseResult& r) {
-  if (!out_.is_open()) return;
+  if (!file_) return;
+  std::ostream& out = file_->stream();
   std::string notes = "[";
   for (const std::string& n : r.notes) notes += (notes.size() > 1 ? "," : "") + json_escape(n);
   notes += "]";
@@ -82,7 +127,7 @@ void JsonlWriter::write(const CaseResult& r) {
       return std::uint64_t{0};
     }
   }();
-  out_ << "{\"case\":" << json_escape(r.line) << ",\"op\":" << json_escape(r.op)
+  out << "{\"case\":" << json_escape(r.line) << ",\"op\":" << json_escape(r.op)
        << ",\"backend\":" << json_escape(info_.backend) << ",\"target\":" << json_escape(info_.target)
        << ",\"commit\":" << json_escape(info_.commit) << ",\"tier\":" << json_escape(info_.tier)
        << ",\"seed\":" << seed << ",\"status\":" << json_escape(status_name(r.status))
@@ -94,13 +139,13 @@ void JsonlWriter::write(const CaseResult& r) {
        << ",\"backend_value\":" << json_escape(r.cmp.backend_value)
        << ",\"reference_value\":" << json_escape(r.cmp.reference_value) << "},\"notes\":" << notes
        << ",\"shrunk\":" << json_escape(r.shrunk_line) << "}\n";
-  out_.flush();
+  file_->flush();
 }
 
 void write_junit(const std::string& path, const RunInfo& info, const std::vector<CaseResult>& results,
                  double seconds) {
-  std::ofstream out(path, std::ios::trunc);
-  KVLAB_REQUIRE(out.good(), io, "cannot write JUnit file ", path);
+  OutputFile file(path);
+  std::ostream& out = file.stream();
   std::size_t failures = 0, skipped = 0;
   for (const CaseResult& r : results) {
     failures += r.status == Status::failed || r.status == Status::invalid;
@@ -126,20 +171,54 @@ void write_junit(const std::string& path, const RunInfo& info, const std::vector
     out << "</testcase>\n";
   }
   out << "  </testsuite>\n</testsuites>\n";
+  file.commit();
 }
 
-ProgressLine::ProgressLine(std::ostream& out, bool enabled, std::size_t total)
-    : out_(out), enabled_(enabled), total_(total) {}
+ProgressLine::ProgressLine(std::ostream& out, Mode mode, std::size_t total)
+    : out_(out), mode_(mode), total_(total) {}
 
 void ProgressLine::update(std::size_t done, const CaseResult& last, std::size_t failed) {
-  if (!enabled_) return;
-  char buf[160];
-  std::snprintf(buf, sizeof buf, "\r[%5zu/%zu] %-16s %zu failed   ", done, total_, last.op.c_str(), failed);
+  if (mode_ == Mode::off) return;
+  char buf[200];
+  if (mode_ == Mode::terminal) {
+    std::snprintf(buf, sizeof buf, "\r[%5zu/%zu] %-16s %zu failed   ", done, total_, last.op.c_str(), failed);
+    out_ << buf << std::flush;
+    return;
+  }
+  if (last.op != op_) {
+    if (!op_.empty()) op_done();
+    op_ = last.op;
+    op_cases_ = op_failed_ = 0;
+    op_start_ = std::chrono::steady_clock::now();
+  }
+  ++op_cases_;
+  op_failed_ += failed - failed_;
+  failed_ = failed;
+  done_ = done;
+  const auto now = std::chrono::steady_clock::now();
+  if (std::chrono::duration<double>(now - last_line_).count() >= kLogSeconds) {
+    last_line_ = now;
+    std::snprintf(buf, sizeof buf, "kvlab check: [%zu/%zu] %s, %zu failed so far, %.0f s\n", done, total_,
+                  op_.c_str(), failed, std::chrono::duration<double>(now - start_).count());
+    out_ << buf << std::flush;
+  }
+}
+
+void ProgressLine::op_done() {
+  char buf[200];
+  std::snprintf(buf, sizeof buf, "kvlab check: %s done: %zu cases, %zu failed, %.1f s [%zu/%zu]\n", op_.c_str(),
+                op_cases_, op_failed_,
+                std::chrono::duration<double>(std::chrono::steady_clock::now() - op_start_).count(), done_, total_);
   out_ << buf << std::flush;
 }
 
 void ProgressLine::clear() {
-  if (enabled_) out_ << "\r" << std::string(60, ' ') << "\r" << std::flush;
+  if (mode_ == Mode::terminal) out_ << "\r" << std::string(60, ' ') << "\r" << std::flush;
+}
+
+void ProgressLine::finish() {
+  if (mode_ == Mode::log && !op_.empty()) op_done();
+  clear();
 }
 
 void print_summary(std::ostream& out, const RunInfo& info, const std::vector<CaseResult>& results, double seconds) {

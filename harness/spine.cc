@@ -1,7 +1,10 @@
 #include "harness/spine.h"
 
 #include <chrono>
+#include <cstdio>
 #include <cstring>
+#include <new>
+#include <unistd.h>
 #include <exception>
 
 #include "kvlab/error.h"
@@ -26,7 +29,9 @@ Placed place(Backend& b, DType dtype, const Shape& shape, const std::byte* conte
   const std::size_t payload = shape_nbytes(shape, dtype);
   p.image.assign(payload + 2 * kGuard, kSentinel);
   // NaN poison: all-ones is a NaN in every float dtype and an out-of-range code elsewhere.
-  if (content != nullptr) {
+  // An empty tensor has no payload (and its data pointer may be null).
+  if (payload == 0) {
+  } else if (content != nullptr) {
     std::memcpy(p.image.data() + kGuard, content, payload);
   } else {
     std::memset(p.image.data() + kGuard, 0xFF, payload);
@@ -73,7 +78,7 @@ Run execute(const OpInfo& op, const Problem& p, const Prepared& prep, Backend& b
 
 Tensor payload(const std::vector<std::byte>& image, DType dtype, const Shape& shape) {
   Tensor t(dtype, shape);
-  std::memcpy(t.data(), image.data() + kGuard, t.nbytes());
+  if (t.nbytes() > 0) std::memcpy(t.data(), image.data() + kGuard, t.nbytes());
   return t;
 }
 
@@ -86,6 +91,12 @@ std::string guard_violation(const std::vector<std::byte>& image) {
     if (image[i] != kSentinel) return cat("guard band after the output overwritten at byte +", i - (image.size() - kGuard));
   }
   return {};
+}
+
+std::string mib(std::uint64_t bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f", static_cast<double>(bytes) / (1 << 20));
+  return buf;
 }
 
 void set_failed(CaseResult& r, std::string reason) {
@@ -103,18 +114,20 @@ CaseResult run_case_timed(const Problem& problem, Backend& backend, Backend& ref
   const OpInfo& op = find_op(problem.op());
   Prepared prep;
   try {
+    // Bounded before allocated: the footprint comes from the parameters alone.
+    const std::uint64_t footprint = op.footprint(problem);
+    const std::uint64_t need = footprint > options.max_bytes / kRunCopies ? options.max_bytes + 1
+                                                                          : footprint * kRunCopies;
+    if (need > options.max_bytes) {
+      r.status = Status::skipped;
+      r.reason = cat("needs about ", mib(footprint), " MiB of tensors (", kRunCopies,
+                     " copies in a run), over the memory cap of ", mib(options.max_bytes), " MiB (--max-memory)");
+      return r;
+    }
     prep = op.prepare(problem);
   } catch (const Error& e) {
     r.status = Status::invalid;
     r.reason = e.what();
-    return r;
-  }
-  std::int64_t elements = 0;
-  for (const Tensor& t : prep.inputs) elements += t.numel();
-  for (const OutputSlot& s : prep.outputs) elements += shape_numel(s.shape);
-  if (elements > options.max_elements) {
-    r.status = Status::skipped;
-    r.reason = cat("needs ", elements, " elements, over the cap of ", options.max_elements);
     return r;
   }
 
@@ -189,6 +202,16 @@ CaseResult run_case_timed(const Problem& problem, Backend& backend, Backend& ref
   return r;
 }
 
+CaseResult invalid_case(const Problem& problem, const Backend& backend, std::string reason) {
+  CaseResult r;
+  r.line = problem.line();
+  r.op = problem.op();
+  r.backend = backend.name();
+  r.status = Status::invalid;
+  r.reason = std::move(reason);
+  return r;
+}
+
 }  // namespace
 
 std::string_view status_name(Status s) {
@@ -202,9 +225,24 @@ std::string_view status_name(Status s) {
   return "?";
 }
 
+std::uint64_t default_max_bytes() {
+  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+  if (pages <= 0 || page <= 0) return std::uint64_t{4} << 30;
+  return static_cast<std::uint64_t>(pages) * static_cast<std::uint64_t>(page) / 2;
+}
+
 CaseResult run_case(const Problem& problem, Backend& backend, Backend& reference, const RunOptions& options) {
   const auto start = std::chrono::steady_clock::now();
-  CaseResult r = run_case_timed(problem, backend, reference, options);
+  CaseResult r;
+  try {
+    r = run_case_timed(problem, backend, reference, options);
+  } catch (const std::bad_alloc&) {
+    r = invalid_case(problem, backend, "out of memory (std::bad_alloc) while running the case");
+  } catch (const std::exception& e) {
+    r = invalid_case(problem, backend, cat("exception while running the case: ", e.what()));
+  } catch (...) {
+    r = invalid_case(problem, backend, "unknown exception while running the case");
+  }
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return r;
 }
@@ -215,7 +253,13 @@ ShrinkResult shrink(const Problem& failing, Backend& backend, Backend& reference
   bool progress = true;
   while (progress && s.trials < max_trials) {
     progress = false;
-    for (const Problem& candidate : find_op(failing.op()).shrink_candidates(s.smallest)) {
+    std::vector<Problem> candidates;
+    try {
+      candidates = find_op(failing.op()).shrink_candidates(s.smallest);
+    } catch (const std::exception&) {
+      break;
+    }
+    for (const Problem& candidate : candidates) {
       if (s.trials >= max_trials) break;
       ++s.trials;
       CaseResult r = run_case(candidate, backend, reference, options);

@@ -6,6 +6,7 @@
 // the smallest problem that still fails, and its line runs verbatim in `kvlab repro`.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -19,9 +20,21 @@ namespace kvlab::harness {
 enum class Status : std::uint8_t { passed, skipped, unimplemented, invalid, failed };
 std::string_view status_name(Status s);  // PASSED, SKIPPED, UNIMPLEMENTED, INVALID, FAILED
 
+// Half the machine's physical memory (or 4 GiB when it cannot be read): the default
+// memory cap of a run.
+std::uint64_t default_max_bytes();
+
+// A run holds several copies of a problem's tensors at once: the host inputs, the images
+// placed on the backend and on the reference (host copy + device buffer each), the
+// outputs read back, and the per-element budget (8 bytes per output element). Eight
+// times the footprint bounds that.
+inline constexpr std::uint64_t kRunCopies = 8;
+
 struct RunOptions {
-  bool rerun = false;                         // run the backend twice, outputs must match bitwise
-  std::int64_t max_elements = 1ll << 28;      // larger problems are SKIPPED (memory cap)
+  bool rerun = false;  // run the backend twice, outputs must match bitwise
+  // A problem whose footprint (OpInfo::footprint) times kRunCopies exceeds this is
+  // SKIPPED before anything is allocated.
+  std::uint64_t max_bytes = default_max_bytes();
 };
 
 struct CaseResult {
@@ -40,6 +53,8 @@ struct CaseResult {
   int shrink_trials = 0;
 };
 
+// Never throws: an exception escaping the op, a backend or the comparison (std::bad_alloc
+// included) makes the case INVALID with the reason.
 CaseResult run_case(const Problem& problem, Backend& backend, Backend& reference, const RunOptions& options);
 
 struct ShrinkResult {
@@ -48,7 +63,8 @@ struct ShrinkResult {
   int trials = 0;
 };
 // Greedy descent over OpInfo::shrink_candidates: take the first candidate that still
-// FAILS, repeat until none does or `max_trials` runs were spent.
+// FAILS, repeat until none does or `max_trials` runs were spent. Never throws (a
+// candidate that cannot be formed ends the descent where it is).
 ShrinkResult shrink(const Problem& failing, Backend& backend, Backend& reference, const RunOptions& options,
                     int max_trials = 300);
 

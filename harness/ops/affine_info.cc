@@ -41,6 +41,18 @@ Tensor quant_input(const Problem& p) {
   return x;
 }
 
+// x, its codes (at most a byte per element plus a padding word per row) and two
+// parameters per group.
+Footprint quant_footprint(const Problem& p) {
+  const std::int64_t B = p.integer("B"), H = p.integer("H"), T = p.integer("T"), D = p.integer("D");
+  const DType dtype = dtype_from_name(p.word("dtype"));
+  const std::int64_t groups = D / std::max<std::int64_t>(p.integer("group"), 1) + 1;
+  Footprint f;
+  f.add(dtype, {B, H, T, D}).add(DType::u8, {B, H, T, D}).add(DType::u32, {B, H, T});
+  f.add(dtype, {B, H, T, groups}).add(dtype, {B, H, T, groups});
+  return f;
+}
+
 Shape with_last(Shape s, std::int64_t last) {
   s.back() = last;
   return s;
@@ -51,6 +63,8 @@ class AffineQuantize final : public OpInfo {
   std::string_view name() const override { return "affine_quantize"; }
   std::string_view summary() const override { return "x -> packed u32 codes, scales, biases (bit-exact)"; }
   std::vector<ParamSpec> declared_params() const override { return quant_params(); }
+
+  std::uint64_t footprint(const Problem& p) const override { return quant_footprint(p).bytes(); }
 
   Prepared prepare(const Problem& p) const override {
     const QuantSpec spec = affine_spec(p);
@@ -85,6 +99,11 @@ class AffineDequantize final : public OpInfo {
   std::string_view name() const override { return "affine_dequantize"; }
   std::string_view summary() const override { return "packed codes -> values (1 ulp of T + fma slack)"; }
   std::vector<ParamSpec> declared_params() const override { return quant_params(); }
+
+  std::uint64_t footprint(const Problem& p) const override {
+    const std::int64_t B = p.integer("B"), H = p.integer("H"), T = p.integer("T"), D = p.integer("D");
+    return quant_footprint(p).add(dtype_from_name(p.word("dtype")), {B, H, T, D}).bytes();  // + out
+  }
 
   Prepared prepare(const Problem& p) const override {
     const QuantSpec spec = affine_spec(p);

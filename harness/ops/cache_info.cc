@@ -407,6 +407,20 @@ class CacheOp final : public OpInfo {
   }
   std::vector<ParamSpec> declared_params() const override { return cache_params(); }
 
+  // q, K, V and the attention output; offsets and lengths per command; the content
+  // outputs (at most every K/V row, as f32); and the trace's reference cache, whose
+  // buffers hold every row of the batch at its longest, grown in steps of 256 tokens.
+  std::uint64_t footprint(const Problem& p) const override {
+    const cs::Setup s = setup_of(p);
+    const cs::PlanTotals t = cs::plan_totals(s, cs::parse_script(p.word("script")));
+    Footprint f;
+    f.add(s.dtype, {t.q_rows, s.dim}).add(s.dtype, {t.q_rows, s.dim}).add(s.dtype, {t.kv_rows, s.dim, 2});
+    f.add(DType::i32, {t.offset_entries}).add(DType::i32, {t.commands});
+    f.add(DType::f32, {t.kv_rows, s.dim, 2}).add(DType::f32, {t.kv_rows, s.dim, 2});
+    f.add(DType::f32, {t.max_batch, s.hkv, 256, s.dim, 2});
+    return f.bytes();
+  }
+
   Prepared prepare(const Problem& p) const override {
     const cs::Setup s = setup_of(p);
     const cs::Plan plan = cs::plan_script(s, cs::parse_script(p.word("script")));

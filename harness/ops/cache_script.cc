@@ -217,6 +217,66 @@ std::vector<std::int32_t> spread(std::int64_t pad, std::int64_t rows) {
 std::vector<std::int32_t> Setup::left_padding(std::int64_t rows) const { return spread(lpad, rows); }
 std::vector<std::int32_t> Setup::right_padding(std::int64_t rows) const { return spread(rpad, rows); }
 
+namespace {
+
+constexpr std::int64_t kSaturated = std::int64_t{1} << 62;
+std::int64_t sat_add(std::int64_t a, std::int64_t b) { return std::min(a + std::min(b, kSaturated), kSaturated); }
+std::int64_t sat_mul(std::int64_t a, std::int64_t b) {
+  if (a <= 0 || b <= 0) return 0;
+  return a > kSaturated / b ? kSaturated : std::min(a * b, kSaturated);
+}
+
+}  // namespace
+
+PlanTotals plan_totals(const Setup& setup, const Script& script) {
+  PlanTotals t;
+  std::int64_t batch = std::min(setup.batch, kSaturated), producer_rows = 0, producer_tokens = 0;
+  t.max_batch = batch;
+  const std::int64_t entries = is_batch(setup.kind) ? 1 : 0;
+  auto add = [&](bool main, std::int64_t rows, std::int64_t tokens, std::int64_t times) {
+    const std::int64_t n = sat_mul(sat_mul(rows, tokens), times);
+    t.q_rows = sat_add(t.q_rows, sat_mul(n, setup.hq));
+    if (main) t.kv_rows = sat_add(t.kv_rows, sat_mul(n, setup.hkv));
+  };
+  auto done = [&](std::int64_t times) {
+    t.offset_entries = sat_add(t.offset_entries, sat_mul(entries == 1 ? batch : 1, times));
+    t.commands = sat_add(t.commands, times);
+  };
+  for (const Command& c : script) {
+    switch (c.verb) {
+      case Verb::chunk:
+      case Verb::right_chunk:
+        add(true, batch, c.n, 1);
+        producer_rows = batch, producer_tokens = c.n;
+        done(1);
+        break;
+      case Verb::decode:
+        add(true, batch, 1, c.n);
+        producer_rows = batch, producer_tokens = 1;
+        done(c.n);
+        break;
+      case Verb::shared:
+        add(false, producer_rows, producer_tokens, 1);
+        done(1);
+        break;
+      case Verb::filter:
+        batch = static_cast<std::int64_t>(c.keep.size());
+        done(1);
+        break;
+      case Verb::extend:
+        add(true, c.rows, c.n, 1);
+        batch = sat_add(batch, c.rows);
+        t.max_batch = std::max(t.max_batch, batch);
+        done(1);
+        break;
+      case Verb::trim:
+      case Verb::reload:
+      case Verb::finalize: done(1); break;
+    }
+  }
+  return t;
+}
+
 Plan plan_script(const Setup& setup, const Script& script) {
   Plan plan;
   std::int64_t batch = setup.batch;
@@ -271,6 +331,10 @@ Plan plan_script(const Setup& setup, const Script& script) {
       case Verb::finalize: done(); break;
     }
   }
+  const PlanTotals t = plan_totals(setup, script);
+  KVLAB_REQUIRE(t.q_rows == plan.q_rows && t.kv_rows == plan.kv_rows && t.offset_entries == plan.offset_entries &&
+                    t.commands == plan.commands,
+                internal, "plan_totals disagrees with plan_script for script ", script_str(script));
   return plan;
 }
 

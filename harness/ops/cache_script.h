@@ -103,6 +103,14 @@ struct Plan {
 // Throws invalid_argument for a script the kind cannot run (batch commands on a single
 // cache, `a` before any attention, a filter emptying the batch).
 Plan plan_script(const Setup& setup, const Script& script);
+// The totals of plan_script() without listing its steps (a decode count in the billions
+// costs nothing), saturating at 2^62: the cache op's footprint, checked before anything
+// is planned or allocated. plan_script() checks that its totals agree.
+struct PlanTotals {
+  std::int64_t q_rows = 0, kv_rows = 0, offset_entries = 0, commands = 0;
+  std::int64_t max_batch = 0;  // the most rows the batch ever has
+};
+PlanTotals plan_totals(const Setup& setup, const Script& script);
 
 class Observer {
  public:

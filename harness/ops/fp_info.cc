@@ -35,6 +35,18 @@ std::optional<float> global_scale(const Problem& p, const Tensor& x) {
   return amax;
 }
 
+// x, its codes (at most a byte per element plus a padding word per row), one scale
+// byte per group (groups of 16 or 32), and the output of dequantize.
+Footprint fp_footprint(const Problem& p, bool with_output) {
+  const std::int64_t B = p.integer("B"), H = p.integer("H"), T = p.integer("T"), D = p.integer("D");
+  const DType dtype = dtype_from_name(p.word("dtype"));
+  Footprint f;
+  f.add(dtype, {B, H, T, D}).add(DType::u8, {B, H, T, D}).add(DType::u32, {B, H, T});
+  f.add(DType::u8, {B, H, T, D / 16 + 1});
+  if (with_output) f.add(dtype, {B, H, T, D});
+  return f;
+}
+
 Shape with_last(Shape s, std::int64_t last) {
   s.back() = last;
   return s;
@@ -45,6 +57,8 @@ class FpQuantize final : public OpInfo {
   std::string_view name() const override { return "fp_quantize"; }
   std::string_view summary() const override { return "x -> fp4/fp8 codes + u8 scale codes (bit-exact)"; }
   std::vector<ParamSpec> declared_params() const override { return fp_params(); }
+
+  std::uint64_t footprint(const Problem& p) const override { return fp_footprint(p, false).bytes(); }
 
   Prepared prepare(const Problem& p) const override {
     const QuantSpec spec = fp_spec(p);
@@ -77,6 +91,8 @@ class FpDequantize final : public OpInfo {
   std::string_view name() const override { return "fp_dequantize"; }
   std::string_view summary() const override { return "fp codes -> values (exact; 1 ulp with a global scale)"; }
   std::vector<ParamSpec> declared_params() const override { return fp_params(); }
+
+  std::uint64_t footprint(const Problem& p) const override { return fp_footprint(p, true).bytes(); }
 
   Prepared prepare(const Problem& p) const override {
     const Tensor x = fp_input(p);

@@ -41,6 +41,12 @@ class KvScatter final : public OpInfo {
     return {int_param("B", 1, true), int_param("H", 2, true), int_param("S", 4, true), int_param("L", 16, true),
             int_param("W", 64, true), move_dtype(), int_param("start", 0, true, 0)};
   }
+  std::uint64_t footprint(const Problem& p) const override {
+    const DType dtype = dtype_from_name(p.word("dtype"));
+    const std::int64_t B = p.integer("B"), H = p.integer("H"), S = p.integer("S"), L = p.integer("L"), W = p.integer("W");
+    // src, the slots (and the host vector they are built from), dst and its initial content.
+    return Footprint{}.add(dtype, {B, H, S, W}).add(DType::u32, {B, S, 4}).add(dtype, {B, H, L, W, 2}).bytes();
+  }
   Prepared prepare(const Problem& p) const override {
     const std::int64_t B = p.integer("B"), H = p.integer("H"), S = p.integer("S"), L = p.integer("L"), W = p.integer("W");
     Prepared prep;
@@ -65,6 +71,11 @@ class KvGather final : public OpInfo {
   std::vector<ParamSpec> declared_params() const override {
     return {int_param("Bs", 2, true), int_param("Bd", 2, true), int_param("H", 2, true), int_param("L", 8, true),
             int_param("W", 64, true), move_dtype()};
+  }
+  std::uint64_t footprint(const Problem& p) const override {
+    const DType dtype = dtype_from_name(p.word("dtype"));
+    const std::int64_t Bs = p.integer("Bs"), Bd = p.integer("Bd"), H = p.integer("H"), L = p.integer("L"), W = p.integer("W");
+    return Footprint{}.add(dtype, {Bs, H, L, W}).add(DType::u32, {Bd, 4}).add(dtype, {Bd, H, L, W}).bytes();
   }
   Prepared prepare(const Problem& p) const override {
     const std::int64_t Bs = p.integer("Bs"), Bd = p.integer("Bd"), H = p.integer("H"), L = p.integer("L"), W = p.integer("W");
@@ -103,6 +114,17 @@ class KvCopyBlocks final : public OpInfo {
             int_param("Ld", 16, true), int_param("W", 64, true), move_dtype(), int_param("blocks", 3, true),
             int_param("len", 4, true, 0)};
   }
+  std::uint64_t footprint(const Problem& p) const override {
+    const DType dtype = dtype_from_name(p.word("dtype"));
+    const std::int64_t Bs = p.integer("Bs"), Bd = p.integer("Bd"), H = p.integer("H"), W = p.integer("W");
+    // src, dst and its initial content, and the block list invoke() builds (five
+    // integers per block).
+    return Footprint{}
+        .add(dtype, {Bs, H, p.integer("Ls"), W})
+        .add(dtype, {Bd, H, p.integer("Ld"), W, 2})
+        .add(DType::u32, {p.integer("blocks"), 10})
+        .bytes();
+  }
   Prepared prepare(const Problem& p) const override {
     const std::int64_t Bs = p.integer("Bs"), Bd = p.integer("Bd"), H = p.integer("H"), W = p.integer("W");
     Prepared prep;
@@ -124,6 +146,11 @@ class KvRoll final : public OpInfo {
   std::vector<ParamSpec> declared_params() const override {
     return {int_param("B", 2, true), int_param("H", 2, true), int_param("L", 16, true), int_param("W", 64, true),
             move_dtype(), int_param("shift", 3, true, 0)};
+  }
+  std::uint64_t footprint(const Problem& p) const override {
+    const DType dtype = dtype_from_name(p.word("dtype"));
+    const std::int64_t B = p.integer("B"), H = p.integer("H"), L = p.integer("L"), W = p.integer("W");
+    return Footprint{}.add(dtype, {B, H, L, W, 2}).add(DType::u32, {B, 4}).bytes();
   }
   Prepared prepare(const Problem& p) const override {
     const std::int64_t B = p.integer("B"), H = p.integer("H"), L = p.integer("L"), W = p.integer("W");

@@ -47,6 +47,12 @@ class Rope final : public OpInfo {
             int_param("offset", 0, true, 0), int_param("per_row", 0, true, 0)};
   }
 
+  std::uint64_t footprint(const Problem& p) const override {
+    const DType dtype = dtype_from_name(p.word("dtype"));
+    const std::int64_t B = p.integer("B"), H = p.integer("H"), T = p.integer("T"), D = p.integer("D");
+    return Footprint{}.add(dtype, {B, H, T, D}).add(dtype, {B, H, T, D}).add(DType::i32, {B}).bytes();
+  }
+
   Prepared prepare(const Problem& p) const override {
     Prepared prep;
     prep.add_input("x", random_normal(p, "x", dtype_from_name(p.word("dtype")), x_shape(p)));

@@ -85,6 +85,27 @@ void add_mask_and_sinks(const Problem& p, Prepared& prep) {
 
 const DTensor* optional_input(const Bound& in, std::string_view name) { return in.find(name); }
 
+// q, K, V (for quantized K/V: the values before quantization, at most a byte per code
+// plus a padding word per row, two parameters per group, and the f32 dequantization
+// the budget makes), the mask, sinks, the output, and the f32 copies attention_budget
+// makes of q, K and V.
+Footprint attention_footprint(const Problem& p, bool quantized) {
+  const DType dtype = dtype_from_name(p.word("dtype"));
+  const std::int64_t B = p.integer("B"), Hq = p.integer("Hq"), Hkv = p.integer("Hkv");
+  const std::int64_t Lq = p.integer("Lq"), Lk = p.integer("Lk"), Dk = p.integer("Dk"), Dv = p.integer("Dv");
+  Footprint f;
+  f.add(dtype, {B, Hq, Lq, Dk}).add(DType::f32, {B, Hq, Lq, Dk}).add(dtype, {B, Hq, Lq, Dv});
+  for (const std::int64_t D : {Dk, Dv}) {
+    f.add(dtype, {B, Hkv, Lk, D}).add(DType::f32, {B, Hkv, Lk, D});
+    if (quantized) {
+      f.add(DType::u8, {B, Hkv, Lk, D}).add(DType::u32, {B, Hkv, Lk}).add(DType::f32, {B, Hkv, Lk, D});
+      f.add(dtype, {B, Hkv, Lk, D / 16 + 1}).add(dtype, {B, Hkv, Lk, D / 16 + 1});
+    }
+  }
+  if (p.word("mask") == "bool" || p.word("mask") == "additive") f.add(DType::f32, {B, 1, Lq, Lk});
+  return f.add(DType::f32, {Hq});
+}
+
 // Tolerance of sdpa and quantized_sdpa (one object: quantized_sdpa is sdpa over the
 // dequantized K/V, so only the K/V values differ).
 // The oracle accumulates in double and rounds once. A backend with f32 accumulation:
@@ -161,6 +182,8 @@ class Sdpa final : public OpInfo {
   std::string_view summary() const override { return "attention: GQA, masks, sinks, softcap, Dv != Dk"; }
   std::vector<ParamSpec> declared_params() const override { return attention_params(); }
 
+  std::uint64_t footprint(const Problem& p) const override { return attention_footprint(p, false).bytes(); }
+
   Prepared prepare(const Problem& p) const override {
     const DType dtype = dtype_from_name(p.word("dtype"));
     const std::int64_t B = p.integer("B"), Hq = p.integer("Hq"), Hkv = p.integer("Hkv");
@@ -217,6 +240,8 @@ class QuantizedSdpa final : public OpInfo {
     }
     return ps;
   }
+
+  std::uint64_t footprint(const Problem& p) const override { return attention_footprint(p, true).bytes(); }
 
   Prepared prepare(const Problem& p) const override {
     const DType dtype = dtype_from_name(p.word("dtype"));

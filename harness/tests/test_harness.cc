@@ -255,7 +255,8 @@ TEST(Backends, RegistryNamesUnknownBackends) {
 
 TEST(CheckRun, UnavailableBackendMakesEveryCaseUnimplemented) {
   // A backend whose factory reports Error(unsupported) (no Vulkan device, an ISA the CPU
-  // lacks): the check skips every case with the reason and stays green.
+  // lacks): every case is UNIMPLEMENTED with the reason, which the console shows; the run
+  // fails unless allow_unavailable makes it a skip.
   register_backend({"absent", "test", "a factory that finds no device", [](std::string_view) -> std::unique_ptr<Backend> {
                       fail(ErrorKind::unsupported, "no device for the test backend 'absent'");
                     }});
@@ -264,6 +265,10 @@ TEST(CheckRun, UnavailableBackendMakesEveryCaseUnimplemented) {
   o.tier = "smoke";
   o.ops = {"kv_roll"};
   std::ostringstream out;
+  EXPECT_FALSE(run_check(o, out).ok);
+  EXPECT_NE(out.str().find("backend absent is unavailable here: unsupported: no device"), std::string::npos)
+      << out.str();
+  o.allow_unavailable = true;
   const CheckSummary summary = run_check(o, out);
   EXPECT_TRUE(summary.ok) << out.str();
   ASSERT_FALSE(summary.results.empty());

@@ -30,9 +30,13 @@ class Error : public std::runtime_error {
  public:
   Error(ErrorKind kind, const std::string& message);
   ErrorKind kind() const noexcept { return kind_; }
+  // The message without the "kind: " prefix that what() carries (for re-wrapping an
+  // error with more context).
+  const std::string& message() const noexcept { return message_; }
 
  private:
   ErrorKind kind_;
+  std::string message_;
 };
 
 // Concatenates anything streamable; used to build messages that name values.

@@ -70,8 +70,11 @@ std::vector<std::string> simd_targets() {
 std::string simd_current_target() { return hwy::TargetName(HWY_DYNAMIC_DISPATCH(simd::CurrentTarget)()); }
 
 ScopedSimdTarget::ScopedSimdTarget(std::string_view name) : previous_(g_forced_mask) {
-  std::string attainable;
+  std::string attainable, compiled;
+  bool known = false;
   for (const SimdTarget& t : simd_compiled_targets()) {
+    compiled += (compiled.empty() ? "" : ", ") + t.name;
+    known = known || t.name == name;
     if (t.name == name && t.attainable) {
       g_forced_mask = t.bit;
       // Updates Highway's chosen target too, so HWY_DYNAMIC_DISPATCH re-dispatches.
@@ -80,6 +83,9 @@ ScopedSimdTarget::ScopedSimdTarget(std::string_view name) : previous_(g_forced_m
     }
     if (t.attainable) attainable += (attainable.empty() ? "" : ", ") + t.name;
   }
+  // A name that is no compiled target (a typo, the wrong case) is a usage error; a
+  // compiled target this CPU cannot run makes the backend unavailable here.
+  KVLAB_REQUIRE(known, invalid_argument, "unknown SIMD target '", name, "' (compiled targets: ", compiled, ")");
   fail(ErrorKind::unsupported, cat("SIMD target '", name, "' is not attainable here (attainable: ", attainable, ")"));
 }
 

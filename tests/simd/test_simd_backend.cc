@@ -39,9 +39,22 @@ TEST(SimdBackend, ForcingEachTargetRedirectsDispatchAndRestores) {
   EXPECT_EQ(simd_current_target(), best);
 }
 
-TEST(SimdBackend, ForcingAnUnknownTargetIsUnsupported) {
-  testing::expect_error([] { ScopedSimdTarget t("NEON_SVE9"); }, ErrorKind::unsupported, {"NEON_SVE9"});
+// A name that is no compiled target is a usage error (a typo, the wrong case: `kvlab
+// check --backend simd:avx2` exits 2); a compiled target the CPU lacks is unsupported.
+TEST(SimdBackend, ForcingAnUnknownTargetIsAnInvalidArgument) {
+  testing::expect_error([] { ScopedSimdTarget t("NEON_SVE9"); }, ErrorKind::invalid_argument,
+                        {"unknown SIMD target 'NEON_SVE9'", "SCALAR"});
+  testing::expect_error([] { ScopedSimdTarget t("avx2"); }, ErrorKind::invalid_argument, {"'avx2'"});
   EXPECT_EQ(simd_current_target(), simd_targets().front());
+}
+
+TEST(SimdBackend, ForcingACompiledButUnattainableTargetIsUnsupported) {
+  for (const SimdTarget& t : simd_compiled_targets()) {
+    if (t.attainable) continue;
+    testing::expect_error([&] { ScopedSimdTarget s(t.name); }, ErrorKind::unsupported, {"not attainable"});
+    return;
+  }
+  GTEST_SKIP() << "every compiled target is attainable on this CPU";
 }
 
 }  // namespace

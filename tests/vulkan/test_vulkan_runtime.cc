@@ -72,12 +72,12 @@ TEST(VulkanRuntime, SelectorsPickByIndexOrNameAndTheEnvironmentActsAsTheDefault)
   }
   {
     const ScopedEnv env("KVLAB_VK_DEVICE", "7");
-    testing::expect_error([&] { vk::select_physical_device(devices, ""); }, ErrorKind::unsupported,
+    testing::expect_error([&] { vk::select_physical_device(devices, ""); }, ErrorKind::invalid_argument,
                           {"index 7", "KVLAB_VK_DEVICE", "0: llvmpipe [cpu]", "1: NVIDIA H100 [discrete]"});
   }
-  testing::expect_error([&] { vk::select_physical_device(devices, "Radeon"); }, ErrorKind::unsupported,
+  testing::expect_error([&] { vk::select_physical_device(devices, "Radeon"); }, ErrorKind::invalid_argument,
                         {"'Radeon'", "0: llvmpipe [cpu]"});
-  testing::expect_error([&] { vk::select_physical_device(devices, "99999999999999"); }, ErrorKind::unsupported,
+  testing::expect_error([&] { vk::select_physical_device(devices, "99999999999999"); }, ErrorKind::invalid_argument,
                         {"99999999999999", "out of range"});
   testing::expect_error([&] { vk::select_physical_device({}, ""); }, ErrorKind::unsupported, {"no Vulkan device"});
 }
@@ -103,8 +103,8 @@ TEST(VulkanRuntime, RealDevicesAreSelectableByIndexAndName) {
     ASSERT_TRUE(b) << reason;
     EXPECT_EQ(b->device().name, d.name);
   }
-  testing::expect_error([] { VulkanBackend be(VulkanOptions{.device = "no-such-gpu-kvlab"}); }, ErrorKind::unsupported,
-                        {"no-such-gpu-kvlab", devices.front().name});
+  testing::expect_error([] { VulkanBackend be(VulkanOptions{.device = "no-such-gpu-kvlab"}); },
+                        ErrorKind::invalid_argument, {"no-such-gpu-kvlab", devices.front().name});
 }
 
 TEST(VulkanRuntime, FailingCallsBecomeKvlabErrorsNamingTheCallAndResult) {
@@ -164,10 +164,12 @@ TEST(VulkanRuntime, FactoryVariantsPickTheDeviceAndForceTheFallbackPaths) {
             << (p->uses_staging() ? ", staging" : ", mapped memory") << "\n";
 }
 
-TEST(VulkanRuntime, AMissingDeviceIsUnsupportedWithTheReason) {
-  // What `kvlab check --backend vulkan:<device>` gets when the device does not exist; the
-  // harness reports it as every case UNIMPLEMENTED with this message.
-  testing::expect_error([] { make_vulkan_backend("no-such-gpu-kvlab"); }, ErrorKind::unsupported, {"no-such-gpu-kvlab"});
+TEST(VulkanRuntime, AnUnknownDeviceIsAUsageErrorAndNoDeviceIsUnsupported) {
+  // What `kvlab check --backend vulkan:<device>` gets when no device has that name: a
+  // usage error (exit 2) where devices exist; where none does, the backend is unavailable
+  // (unsupported: the reason printed, every case UNIMPLEMENTED).
+  const ErrorKind kind = vulkan_devices().empty() ? ErrorKind::unsupported : ErrorKind::invalid_argument;
+  testing::expect_error([] { make_vulkan_backend("no-such-gpu-kvlab"); }, kind, {"no-such-gpu-kvlab"});
   testing::expect_error([] { make_vulkan_backend("0,bogus"); }, ErrorKind::invalid_argument, {"'bogus'"});
 }
 

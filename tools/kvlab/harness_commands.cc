@@ -1,5 +1,7 @@
 #include "tools/kvlab/harness_commands.h"
 
+#include <charconv>
+#include <cstdint>
 #include <cstdio>
 #include <map>
 #include <ostream>
@@ -23,16 +25,41 @@ std::vector<std::string> split_commas(const std::string& s) {
   return out;
 }
 
+// A whole decimal integer in [0, max]: no sign, no trailing characters.
+std::int64_t whole_number(std::string_view text, std::int64_t max, const std::string& what) {
+  std::int64_t v = -1;
+  const auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  KVLAB_REQUIRE(!text.empty() && ec == std::errc() && ptr == text.data() + text.size() && v >= 0 && v <= max,
+                invalid_argument, what);
+  return v;
+}
+
 void parse_shard(const std::string& s, harness::CheckOptions& o) {
   if (s.empty()) return;
+  const std::string what = cat("--shard ", s, " is not i/n with 0 <= i < n");
   const std::size_t slash = s.find('/');
-  KVLAB_REQUIRE(slash != std::string::npos, invalid_argument, "--shard ", s, " is not i/n");
-  try {
-    o.shard_index = std::stoi(s.substr(0, slash));
-    o.shard_count = std::stoi(s.substr(slash + 1));
-  } catch (const std::exception&) {
-    fail(ErrorKind::invalid_argument, cat("--shard ", s, " is not i/n"));
+  KVLAB_REQUIRE(slash != std::string::npos, invalid_argument, what);
+  o.shard_index = static_cast<int>(whole_number(std::string_view(s).substr(0, slash), 1 << 30, what));
+  o.shard_count = static_cast<int>(whole_number(std::string_view(s).substr(slash + 1), 1 << 30, what));
+  KVLAB_REQUIRE(o.shard_index < o.shard_count, invalid_argument, what);
+}
+
+// "4G", "512M", "64K" or a number of bytes; empty: the default (half the memory).
+std::uint64_t parse_memory(const std::string& s) {
+  if (s.empty()) return harness::default_max_bytes();
+  const std::string what = cat("--max-memory ", s, " is not a size (bytes, or a number with K, M or G)");
+  std::string_view digits = s;
+  int shift = 0;
+  switch (s.back()) {
+    case 'K': shift = 10; break;
+    case 'M': shift = 20; break;
+    case 'G': shift = 30; break;
+    default: break;
   }
+  if (shift != 0) digits.remove_suffix(1);
+  const std::int64_t v = whole_number(digits, (std::int64_t{1} << (62 - shift)), what);
+  KVLAB_REQUIRE(v > 0, invalid_argument, what, " (it must be positive)");
+  return static_cast<std::uint64_t>(v) << shift;
 }
 
 }  // namespace
@@ -49,6 +76,16 @@ void HarnessCommands::add_to(CLI::App& app) {
   check_cmd_->add_option("--shard", shard_, "Run shard i of n (i/n, cases k with k mod n == i)");
   check_cmd_->add_flag("--rerun", check_.run.rerun, "Run the backend twice; outputs must match bitwise");
   check_cmd_->add_flag("!--no-shrink", check_.shrink, "Do not shrink failures");
+  check_cmd_->add_option("--progress", progress_,
+                         "auto (a line on a terminal, else a line every few seconds and per op) | always | never")
+      ->check(CLI::IsMember({"auto", "always", "never"}));
+  check_cmd_->add_flag("--allow-empty", check_.allow_empty, "Selecting no case is not an error");
+  check_cmd_->add_flag("--allow-unavailable", check_.allow_unavailable,
+                       "A backend unavailable here (no device, ISA not supported) is a skip, not a failure");
+  check_cmd_->add_option("--max-memory", max_memory_,
+                         "Skip cases needing more memory than this (bytes, or with K/M/G; default half the RAM)");
+  check_cmd_->add_option("--max-cases", check_.max_cases, "Refuse a selection of more cases than this")
+      ->check(CLI::Range(std::uint64_t{1}, std::uint64_t{1} << 40));
 
   list_cmd_ = app.add_subcommand("list", "List ops (parameters, defaults, case counts per tier) and backends");
 
@@ -57,19 +94,25 @@ void HarnessCommands::add_to(CLI::App& app) {
   repro_cmd_->add_option("--backend", repro_backend_, "Backend under test");
   repro_cmd_->add_flag("--shrink", repro_shrink_, "Shrink a failure to its smallest line");
   repro_cmd_->add_flag("--rerun", repro_rerun_, "Run the backend twice; outputs must match bitwise");
+  repro_cmd_->add_flag("--allow-unavailable", repro_allow_unavailable_,
+                       "A backend unavailable here is a skip, not a failure");
+  repro_cmd_->add_option("--max-memory", repro_max_memory_, "Skip a problem needing more memory than this");
 }
 
 int HarnessCommands::run(std::ostream& out) {
   if (*check_cmd_) {
     check_.ops = split_commas(ops_);
+    KVLAB_REQUIRE(ops_.empty() || !check_.ops.empty(), invalid_argument, "--op '", ops_, "' names no op");
     parse_shard(shard_, check_);
-    check_.progress = true;
+    check_.progress = harness::progress_from_name(progress_);
+    check_.run.max_bytes = parse_memory(max_memory_);
     return harness::run_check(check_, out).ok ? 0 : 1;
   }
   if (*repro_cmd_) {
     harness::RunOptions run;
     run.rerun = repro_rerun_;
-    return harness::run_repro(repro_line_, repro_backend_, repro_shrink_, run, out) ? 0 : 1;
+    run.max_bytes = parse_memory(repro_max_memory_);
+    return harness::run_repro(repro_line_, repro_backend_, repro_shrink_, run, out, repro_allow_unavailable_) ? 0 : 1;
   }
   if (*list_cmd_) {
     out << "ops (parameters with defaults; case counts per tier):\n";

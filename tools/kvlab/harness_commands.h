@@ -18,9 +18,9 @@ class HarnessCommands {
 
  private:
   harness::CheckOptions check_;
-  std::string ops_, shard_;
-  std::string repro_line_, repro_backend_ = "reference";
-  bool repro_shrink_ = false, repro_rerun_ = false;
+  std::string ops_, shard_, progress_ = "auto", max_memory_;
+  std::string repro_line_, repro_backend_ = "reference", repro_max_memory_;
+  bool repro_shrink_ = false, repro_rerun_ = false, repro_allow_unavailable_ = false;
   std::string list_tier_ = "full";
   CLI::App* check_cmd_ = nullptr;
   CLI::App* list_cmd_ = nullptr;

@@ -1,5 +1,6 @@
 // The kvlab command line.
 #include <iostream>
+#include <new>
 
 #include <CLI/CLI.hpp>
 
@@ -19,11 +20,36 @@ int main(int argc, char** argv) {
   kvlab::tools::HarnessCommands harness;
   harness.add_to(app);
 
-  CLI11_PARSE(app, argc, argv);
+  // Exit status: 0 every selected case passed; 1 a case failed or was invalid (or the
+  // backend is unavailable here, without --allow-unavailable); 2 a usage, input or
+  // output error (flags included: CLI11's own codes are not used; --help is 0).
   try {
-    if (*selfcheck) return kvlab::tools::run_selfcheck(self, std::cout) == 0 ? 0 : 1;
-    return harness.run(std::cout);
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    app.exit(e);
+    return 2;
+  }
+  try {
+    const int status = *selfcheck ? (kvlab::tools::run_selfcheck(self, std::cout) == 0 ? 0 : 1)
+                                  : harness.run(std::cout);
+    std::cout.flush();
+    if (!std::cout) {
+      std::cerr << "kvlab: cannot write to standard output\n";
+      return 2;
+    }
+    return status;
   } catch (const kvlab::Error& e) {
+    std::cout << std::flush;
+    std::cerr << "kvlab: " << e.what() << "\n";
+    return 2;
+  } catch (const std::bad_alloc&) {
+    std::cerr << "kvlab: out of memory (std::bad_alloc) outside any case\n";
+    return 2;
+  } catch (const std::exception& e) {
     std::cerr << "kvlab: " << e.what() << "\n";
     return 2;
   }

@@ -73,14 +73,16 @@ PhysicalDeviceInfo select_physical_device(const std::vector<PhysicalDeviceInfo>&
   }
   if (all_digits(chosen)) {
     const unsigned long index = chosen.size() > 9 ? devices.size() : std::stoul(chosen);
-    KVLAB_REQUIRE(index < devices.size(), unsupported, "Vulkan device index ", chosen, " (", source,
+    // A device that does not exist is a usage error (exit 2 in the CLI), not an
+    // unavailable backend: devices exist, the selector names none of them.
+    KVLAB_REQUIRE(index < devices.size(), invalid_argument, "Vulkan device index ", chosen, " (", source,
                   ") is out of range; devices: ", describe_devices(devices));
     return devices[index];
   }
   for (const PhysicalDeviceInfo& d : devices) {
     if (d.name.find(chosen) != std::string::npos) return d;
   }
-  fail(ErrorKind::unsupported, cat("no Vulkan device name contains '", chosen, "' (", source,
+  fail(ErrorKind::invalid_argument, cat("no Vulkan device name contains '", chosen, "' (", source,
                                    "); devices: ", describe_devices(devices)));
 }
 

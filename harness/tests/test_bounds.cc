@@ -1,0 +1,169 @@
+// Bounded before allocated (issue 19): footprints, lazy products, case-file limits, and a
+// spine that turns every exception into an INVALID case.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <new>
+
+#include "harness/backends.h"
+#include "harness/check.h"
+#include "harness/ops/ops.h"
+#include "harness/tests/forwarding_backend.h"
+#include "kvlab/error.h"
+
+namespace kvlab::harness {
+namespace {
+
+std::uint64_t prepared_bytes(const Prepared& prep) {
+  std::uint64_t bytes = 0;
+  for (const Tensor& t : prep.inputs) bytes += t.nbytes();
+  for (const OutputSlot& s : prep.outputs) bytes += shape_nbytes(s.shape, s.dtype);
+  return bytes;
+}
+
+// The footprint decides SKIPPED before prepare() runs: it must bound what prepare()
+// makes (else a case over the cap would allocate) and stay within a bounded factor of it
+// (else the cap would skip cases that fit). The factor is large because a footprint also
+// counts the f32 copies a tolerance object makes, 16 to 32 bytes per element of a K/V
+// packed at 2 or 4 bits. Every case of the ci tier, every op.
+TEST(Footprint, BoundsThePreparedTensorsOfEveryCiCase) {
+  CheckOptions o;
+  o.tier = "ci";
+  std::size_t checked = 0;
+  for (const Problem& p : collect_cases(o)) {
+    const OpInfo& op = find_op(p.op());
+    Prepared prep;
+    try {
+      prep = op.prepare(p);
+    } catch (const Error&) {
+      continue;  // INVALID by design (edge cases)
+    }
+    const std::uint64_t actual = prepared_bytes(prep), footprint = op.footprint(p);
+    EXPECT_GE(footprint, actual) << p.line();
+    EXPECT_LE(footprint, 64 * actual + (64u << 10)) << p.line();
+    ++checked;
+  }
+  EXPECT_GT(checked, 1000u);
+}
+
+// The perf shapes (benchmarks, real GPUs) stay runnable on a 24 GiB machine: the
+// default cap there is 12 GiB.
+TEST(Footprint, NoCaseOfTheFullTierIsOverTwelveGiB) {
+  CheckOptions o;
+  o.tier = "full";
+  for (const Problem& p : collect_cases(o)) {
+    std::uint64_t footprint = 0;
+    try {
+      footprint = find_op(p.op()).footprint(p);
+    } catch (const Error&) {
+      continue;
+    }
+    EXPECT_LE(footprint * kRunCopies, std::uint64_t{12} << 30) << p.line();
+  }
+}
+
+TEST(Footprint, SaturatesInsteadOfOverflowing) {
+  const std::int64_t big = std::numeric_limits<std::int64_t>::max();
+  EXPECT_EQ(Footprint{}.add(DType::f32, {big, big, big}).bytes(), std::uint64_t{1} << 63);
+  EXPECT_EQ(Footprint{}.add(DType::f32, {big}).add(DType::f32, {big}).bytes(), std::uint64_t{1} << 63);
+  EXPECT_EQ(Footprint{}.add(DType::f32, {4, -1}).bytes(), 0u);  // prepare() rejects it
+  EXPECT_EQ(Footprint{}.add(DType::f16, {3, 5}).add_bytes(2).bytes(), 32u);
+}
+
+TEST(Spine, AProblemOverTheMemoryCapIsSkippedBeforeAnythingIsAllocated) {
+  auto ref = make_backend("reference");
+  RunOptions run;
+  run.max_bytes = 1 << 20;
+  const CaseResult r = run_case(parse_problem("rope T=100000000000"), *ref, *ref, run);
+  EXPECT_EQ(r.status, Status::skipped);
+  EXPECT_NE(r.reason.find("memory cap"), std::string::npos) << r.reason;
+  EXPECT_LT(r.seconds, 1.0);  // a guard against filling first, not a speed target
+  EXPECT_EQ(run_case(parse_problem("rope T=4"), *ref, *ref, run).status, Status::passed);
+}
+
+// A kernel that throws something other than kvlab::Error: the case is INVALID, the run
+// goes on (once, std::bad_alloc killed a whole `kvlab check`).
+template <class E>
+class ThrowingRope final : public testing::ForwardingBackend {
+ public:
+  void rope(const DTensor&, const RopeParams&, const Offsets&, const DTensor&) override { throw E("boom"); }
+};
+class BadAllocRope final : public testing::ForwardingBackend {
+ public:
+  void rope(const DTensor&, const RopeParams&, const Offsets&, const DTensor&) override { throw std::bad_alloc(); }
+};
+
+TEST(Spine, EveryExceptionOfABackendBecomesAFailedOrInvalidCase) {
+  auto ref = make_backend("reference");
+  const Problem p = parse_problem("rope T=4");
+  BadAllocRope bad_alloc;
+  ThrowingRope<std::runtime_error> runtime;
+  for (Backend* b : std::initializer_list<Backend*>{&bad_alloc, &runtime}) {
+    const CaseResult r = run_case(p, *b, *ref, {});
+    EXPECT_TRUE(r.status == Status::failed || r.status == Status::invalid) << r.reason;
+    EXPECT_FALSE(r.reason.empty());
+  }
+  // Thrown by the reference side: the case is not PASSED, with the reason.
+  const CaseResult r = run_case(p, *ref, bad_alloc, {});
+  EXPECT_TRUE(r.status == Status::failed || r.status == Status::invalid) << r.reason;
+  EXPECT_NE(r.reason.find("bad_alloc"), std::string::npos) << r.reason;
+}
+
+TEST(LineExpansion, CountsAHugeProductWithoutExpandingIt) {
+  std::string values;
+  for (int i = 1; i <= 1000; ++i) values += (i > 1 ? "," : "") + std::to_string(i);
+  const LineExpansion e("kv_roll B=" + values + " H=" + values + " L=" + values + " W=" + values);
+  EXPECT_EQ(e.size(), 1000000000000u);
+  EXPECT_EQ(e.at(0).integer("W"), 1);
+  EXPECT_EQ(e.at(1).integer("W"), 2);  // the last listed key varies fastest
+  EXPECT_EQ(e.at(999999999999u).integer("B"), 1000);
+  EXPECT_THROW(expand_line("kv_roll B=" + values + " H=" + values), Error);  // 10^6 > the materialize cap
+}
+
+TEST(LineExpansion, SaturatesItsCount) {
+  std::string values;
+  for (int i = 1; i <= 100; ++i) values += (i > 1 ? "," : "") + std::to_string(i);
+  std::string line = "sdpa";
+  for (const char* k : {"B", "Hq", "Hkv", "Lq", "Lk", "Dk", "Dv", "window", "lpad", "rpad", "sinks"}) {
+    line += std::string(" ") + k + "=" + values;
+  }
+  EXPECT_EQ(LineExpansion(line).size(), std::numeric_limits<std::uint64_t>::max());
+}
+
+TEST(CaseSelection, RefusesMoreCasesThanTheCapBeforeRunning) {
+  const auto path = std::filesystem::temp_directory_path() / "kvlab_test_cap_cases";
+  std::ofstream(path) << "kv_roll B=1,2,3 H=1,2,3\nrope T=1,2\n";
+  CheckOptions o;
+  o.case_files = {path.string()};
+  o.max_cases = 11;
+  EXPECT_EQ(CaseSelection(o).size(), 11u);  // 9 + 2
+  o.case_files.push_back(path.string());  // the same lines again: deduplicated, but counted first
+  try {
+    CaseSelection s(o);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("more than 11 cases"), std::string::npos) << e.what();
+  }
+  std::filesystem::remove(path);
+}
+
+TEST(CaseSelection, ShardsAndDeduplicatesLikeTheMaterializedList) {
+  CheckOptions o;
+  o.tier = "ci";
+  o.ops = {"rope", "kv_roll"};
+  const std::vector<Problem> all = collect_cases(o);
+  o.shard_count = 3;
+  std::size_t sum = 0;
+  for (int i = 0; i < 3; ++i) {
+    o.shard_index = i;
+    const std::vector<Problem> shard = collect_cases(o);
+    for (std::size_t k = 0; k < shard.size(); ++k) EXPECT_EQ(shard[k], all[3 * k + static_cast<std::size_t>(i)]);
+    sum += shard.size();
+  }
+  EXPECT_EQ(sum, all.size());
+}
+
+}  // namespace
+}  // namespace kvlab::harness
