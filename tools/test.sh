@@ -4,8 +4,10 @@
 #   ci   — Release -O2 with assertions, warnings as errors: what needs optimized code or
 #          every Highway target — the harness (reference, every SIMD target, Vulkan on
 #          lavapipe with the validation layer), the SIMD unit tests, bench-smoke.
-#   asan — ASan + UBSan: the unit suites (core, reference, caches, SIMD on AVX3+SCALAR,
-#          Vulkan), the property suite (50 cases per property) and the bug zoo.
+#   asan — ASan + UBSan (-fno-sanitize-recover): the unit suites (core, reference, caches,
+#          SIMD on AVX3+SCALAR, Vulkan), the property suite (50 cases per property, at the
+#          fixed seed and at one derived from the commit), the bug zoo, and the kvlab CLI
+#          (label cli: the smoke tier of every op and backend, the bad-input table).
 # The opt-in property-deep label (10x the cases) runs with
 #   cmake --preset asan && cmake --build --preset asan && ctest --preset asan -L '^property-deep$'
 # ctest -L/-LE take regexes, so labels are anchored: '^property$' must not match
@@ -30,5 +32,5 @@ run_config() {
 }
 
 run_config ci "-LE ^property-deep$"
-run_config asan "-L ^(unit|property|zoo)$"
+run_config asan "-L ^(unit|property|zoo|cli)$"
 echo "== all configurations passed in ${SECONDS} s"

@@ -1,0 +1,256 @@
+// Runs the kvlab CLI over a table of command lines and checks each one's exit status and
+// a fragment of its output, its wall time and its peak memory: the bad-input table
+// (tests/cli/bad_input.txt) and the smoke runs, under the sanitizers in the asan
+// configuration.
+//
+//   cli_table <kvlab> <table> <fixtures dir> <scratch dir>
+//
+// Table rows: `EXIT | FRAGMENT | ARGUMENTS`, '#' starts a comment line. ARGUMENTS are
+// split like a shell's words ('single' and "double" quotes group; no escapes), and
+// @F/ and @T/ expand to the fixtures and the scratch directory. FRAGMENT must occur in
+// stdout + stderr (empty: not checked). A row also fails when the command runs longer
+// than the time limit or its peak RSS exceeds the memory limit: "no input runs away".
+// The scratch directory is made afresh with the generated fixtures (files too large or
+// too odd to check in). Prints one line per row and `N passed, M failed` at the end.
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace {
+
+namespace fs = std::filesystem;
+
+// Runaway guards, not speed targets: a correct CLI answers these rows in well under a
+// second natively; ASan+UBSan and a loaded 2-core CI machine take up to ~10x that.
+constexpr double kTimeLimitSeconds = 30;
+constexpr long kRssLimitKiB = 1536 * 1024;
+
+struct Row {
+  int line = 0;
+  int exit = 0;
+  std::string fragment;
+  std::vector<std::string> args;
+};
+
+std::string trim(const std::string& s) {
+  const auto b = s.find_first_not_of(" \t");
+  if (b == std::string::npos) return "";
+  return s.substr(b, s.find_last_not_of(" \t") - b + 1);
+}
+
+std::string replace_all(std::string s, const std::string& from, const std::string& to) {
+  for (std::size_t i = s.find(from); i != std::string::npos; i = s.find(from, i + to.size())) s.replace(i, from.size(), to);
+  return s;
+}
+
+std::vector<std::string> words(const std::string& s, int line) {
+  std::vector<std::string> out;
+  std::string cur;
+  bool in_word = false;
+  char quote = 0;
+  for (const char c : s) {
+    if (quote != 0) {
+      if (c == quote) {
+        quote = 0;
+      } else {
+        cur += c;
+      }
+    } else if (c == '\'' || c == '"') {
+      quote = c;
+      in_word = true;
+    } else if (c == ' ' || c == '\t') {
+      if (in_word) out.push_back(cur);
+      cur.clear();
+      in_word = false;
+    } else {
+      cur += c;
+      in_word = true;
+    }
+  }
+  if (quote != 0) throw std::runtime_error("table line " + std::to_string(line) + ": unclosed quote");
+  if (in_word) out.push_back(cur);
+  return out;
+}
+
+std::vector<Row> read_table(const fs::path& path, const std::string& fixtures, const std::string& scratch) {
+  std::ifstream in(path);
+  if (!in) throw std::runtime_error("cannot read " + path.string());
+  std::vector<Row> rows;
+  std::string text;
+  for (int number = 1; std::getline(in, text); ++number) {
+    if (trim(text).empty() || trim(text)[0] == '#') continue;
+    if (text.size() >= 2 && text.compare(text.size() - 2, 2, " |") == 0) text += " ";  // no arguments
+    const auto a = text.find(" | "), b = a == std::string::npos ? a : text.find(" | ", a + 3);
+    if (b == std::string::npos) throw std::runtime_error("table line " + std::to_string(number) + ": not EXIT | FRAGMENT | ARGS");
+    Row r;
+    r.line = number;
+    r.exit = std::stoi(trim(text.substr(0, a)));
+    r.fragment = trim(text.substr(a + 3, b - a - 3));
+    for (std::string w : words(text.substr(b + 3), number)) {
+      r.args.push_back(replace_all(replace_all(w, "@F/", fixtures + "/"), "@T/", scratch + "/"));
+    }
+    rows.push_back(std::move(r));
+  }
+  return rows;
+}
+
+void write_file(const fs::path& p, const std::string& content) {
+  std::ofstream out(p, std::ios::binary);
+  out << content;
+}
+
+// Fixtures made at run time: too large to check in, or binary.
+void make_scratch(const fs::path& dir) {
+  fs::remove_all(dir);
+  fs::create_directories(dir / "a_directory");
+  write_file(dir / "empty", "");
+  write_file(dir / "comments_only", "# nothing but a comment\n\n   \n");
+  write_file(dir / "long_line", "rope " + std::string(2u << 20, 'x') + "\n");
+  write_file(dir / "nul_byte", std::string("rope T=4\0 D=64\n", 15));
+  write_file(dir / "binary", std::string("\x7f" "ELF\x02\x01\x01\0\0\0\xff\xfe", 12));
+  // ~4·10^7 cases from one line (the run that once reached 9.5 GB in 20 s).
+  std::string values;
+  for (int i = 1; i <= 200; ++i) values += (i > 1 ? "," : "") + std::to_string(i);
+  write_file(dir / "huge_product", "kv_roll B=" + values + " H=" + values + " L=" + values + " shift=" + values.substr(0, 9) + "\n");
+  // Over the case-file size cap without writing 64 MiB: a sparse file.
+  { std::ofstream(dir / "oversized"); }
+  fs::resize_file(dir / "oversized", (64u << 20) + 1);
+  write_file(dir / "bad_op", "rope T=4\nnot_an_op x=1\n");
+  write_file(dir / "unterminated", "rope T=4");
+  write_file(dir / "one_rope", "rope T=4\n");
+  write_file(dir / "big_tensor", "rope T=4\nrope T=100000000000\n");
+  write_file(dir / "crlf", "rope T=4\r\nrope T=5\r\n");
+  fs::permissions(dir, fs::perms::owner_all | fs::perms::group_all | fs::perms::others_all);
+}
+
+// A leading NAME=value word sets the child's environment, as in a shell.
+bool is_assignment(const std::string& w) {
+  const std::size_t eq = w.find('=');
+  if (eq == std::string::npos || eq == 0) return false;
+  for (std::size_t i = 0; i < eq; ++i) {
+    const char c = w[i];
+    if (!((c >= 'A' && c <= 'Z') || c == '_' || (i > 0 && c >= '0' && c <= '9'))) return false;
+  }
+  return true;
+}
+
+struct Outcome {
+  int exit = -1;
+  std::string output;
+  double seconds = 0;
+  long max_rss_kib = 0;
+  bool timed_out = false;
+};
+
+Outcome run(const std::string& kvlab, const std::vector<std::string>& args, const fs::path& log) {
+  Outcome o;
+  const auto start = std::chrono::steady_clock::now();
+  const pid_t pid = fork();
+  if (pid == 0) {
+    const int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    const int null = open("/dev/null", O_RDONLY);
+    dup2(null, 0);
+    dup2(fd, 1);
+    dup2(fd, 2);
+    std::vector<char*> argv{const_cast<char*>(kvlab.c_str())};
+    std::size_t first = 0;
+    for (; first < args.size() && is_assignment(args[first]); ++first) {
+      const std::size_t eq = args[first].find('=');
+      setenv(args[first].substr(0, eq).c_str(), args[first].c_str() + eq + 1, 1);
+    }
+    for (std::size_t i = first; i < args.size(); ++i) argv.push_back(const_cast<char*>(args[i].c_str()));
+    argv.push_back(nullptr);
+    execv(kvlab.c_str(), argv.data());
+    _exit(127);
+  }
+  int status = 0;
+  rusage usage{};
+  while (true) {
+    const pid_t done = wait4(pid, &status, WNOHANG, &usage);
+    if (done == pid) break;
+    if (std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() > kTimeLimitSeconds) {
+      kill(pid, SIGKILL);
+      wait4(pid, &status, 0, &usage);
+      o.timed_out = true;
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  o.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  o.max_rss_kib = usage.ru_maxrss;
+  o.exit = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  std::ifstream in(log, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  o.output = ss.str();
+  return o;
+}
+
+std::string shown(const std::vector<std::string>& args) {
+  std::string s;
+  for (const std::string& a : args) {
+    const std::string w = a.size() > 60 ? a.substr(0, 57) + "..." : a;
+    s += (s.empty() ? "" : " ") + (w.find(' ') != std::string::npos ? "'" + w + "'" : w);
+  }
+  return s;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc != 5) {
+    std::cerr << "usage: cli_table <kvlab> <table> <fixtures dir> <scratch dir>\n";
+    return 2;
+  }
+  const std::string kvlab = fs::absolute(argv[1]).string(), fixtures = fs::absolute(argv[3]).string();
+  const fs::path scratch = fs::absolute(argv[4]);
+  std::vector<Row> rows;
+  try {
+    make_scratch(scratch);
+    rows = read_table(argv[2], fixtures, scratch.string());
+  } catch (const std::exception& e) {
+    std::cerr << "cli_table: " << e.what() << "\n";
+    return 2;
+  }
+  int passed = 0, failed = 0;
+  for (const Row& r : rows) {
+    const Outcome o = run(kvlab, r.args, scratch / "last_output");
+    std::string why;
+    if (o.timed_out) {
+      why = "ran past " + std::to_string(static_cast<int>(kTimeLimitSeconds)) + " s";
+    } else if (o.exit != r.exit) {
+      why = "exit " + std::to_string(o.exit) + ", expected " + std::to_string(r.exit);
+    } else if (!r.fragment.empty() && o.output.find(r.fragment) == std::string::npos) {
+      why = "output lacks \"" + r.fragment + "\"";
+    } else if (o.max_rss_kib > kRssLimitKiB) {
+      why = "peak RSS " + std::to_string(o.max_rss_kib / 1024) + " MiB over the limit";
+    }
+    char head[96];
+    std::snprintf(head, sizeof head, "%-4s line %3d  exit %3d  %6.2f s  %5ld MiB  ", why.empty() ? "ok" : "FAIL", r.line,
+                  o.exit, o.seconds, o.max_rss_kib / 1024);
+    std::cout << head << "kvlab " << shown(r.args) << "\n";
+    if (why.empty()) {
+      ++passed;
+    } else {
+      ++failed;
+      std::string out = o.output.size() > 2000 ? o.output.substr(0, 2000) + "\n[...]" : o.output;
+      std::cout << "     " << why << "; output:\n" << out << "\n";
+    }
+  }
+  std::cout << passed << " passed, " << failed << " failed\n";
+  return failed == 0 && passed > 0 ? 0 : 1;
+}
