@@ -1,5 +1,6 @@
 #include "kvlab/tensor.h"
 
+#include <algorithm>
 #include <cstring>
 #include <limits>
 #include <utility>
@@ -75,8 +76,19 @@ std::int64_t load_integer(Byte* data, DType t, std::int64_t i) {
   }
 }
 
+// The shape of an owning xtensor array. xtensor computes strides (products of trailing
+// extents) in signed arithmetic even when an extent is zero, so those products must fit
+// too: a fuzzed `quantized_sdpa B=0 Hq=82222222222222226` overflowed one (UB). Views
+// never compute them, so an empty view beside huge extents stays valid.
 std::vector<std::size_t> xshape(const Shape& s) {
   shape_numel(s);  // validates
+  std::int64_t stride = 1;
+  for (std::size_t i = s.size(); i > 0; --i) {
+    const std::int64_t d = std::max<std::int64_t>(s[i - 1], 1);
+    KVLAB_REQUIRE(stride <= std::numeric_limits<std::int64_t>::max() / d, invalid_argument, "shape ", shape_str(s),
+                  " overflows int64 strides");
+    stride *= d;
+  }
   return {s.begin(), s.end()};
 }
 

@@ -118,6 +118,10 @@ TEST(TensorShape, NumelOverflowIsAnErrorNotAWrap) {
   error_message([&] { Tensor(DType::u8, {big, big, 2}); }, ErrorKind::invalid_argument);
   EXPECT_EQ(shape_numel({std::numeric_limits<std::int64_t>::max(), 1}), std::numeric_limits<std::int64_t>::max());
   EXPECT_EQ(shape_numel({big, 0, big, big}), 0);  // a zero extent anywhere cannot overflow
+  // ...but an owning tensor's strides are products of trailing extents, zero or not.
+  EXPECT_THAT(error_message([&] { Tensor(DType::u8, {0, big, big}); }, ErrorKind::invalid_argument),
+              HasSubstr("strides"));
+  EXPECT_EQ(Tensor(DType::u8, {big, 0, 4}).numel(), 0);
 }
 
 TEST(TensorShape, NumelIsTheProduct) {
