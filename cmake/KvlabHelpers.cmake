@@ -14,6 +14,11 @@ function(kvlab_target_defaults target)
                            -fno-sanitize-recover=undefined -fno-omit-frame-pointer)
     target_link_options(${target} PRIVATE -fsanitize=address,undefined)
   endif()
+  if(KVLAB_FUZZ)
+    # Coverage feedback for libFuzzer in every kvlab target, without its main(): only
+    # the fuzz executables link the driver (-fsanitize=fuzzer, fuzz/CMakeLists.txt).
+    target_compile_options(${target} PRIVATE -fsanitize=fuzzer-no-link)
+  endif()
   target_include_directories(${target} PUBLIC ${PROJECT_SOURCE_DIR} ${PROJECT_SOURCE_DIR}/include)
 endfunction()
 

@@ -9,6 +9,7 @@ packages=(
   libxtensor-dev xtl-dev libxsimd-dev libhwy-dev nlohmann-json3-dev libcli11-dev
   libvulkan-dev mesa-vulkan-drivers vulkan-validationlayers
   libshaderc-dev glslc glslang-dev spirv-tools
+  clang libclang-rt-14-dev
 )
 
 missing=()

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The test command: installs dependencies, then builds and tests two configurations,
+# The test command: installs dependencies, then builds and tests three configurations,
 # each test compiled once, in the configuration where it earns its keep:
 #   ci   — Release -O2 with assertions, warnings as errors: what needs optimized code or
 #          every Highway target — the harness (reference, every SIMD target, Vulkan on
@@ -8,6 +8,9 @@
 #          SIMD on AVX3+SCALAR, Vulkan), the property suite (50 cases per property, at the
 #          fixed seed and at one derived from the commit), the bug zoo, and the kvlab CLI
 #          (label cli: the smoke tier of every op and backend, the bad-input table).
+#   fuzz — clang, libFuzzer + ASan + UBSan: builds only the fuzz targets, fuzzes each
+#          for a bounded time and replays the regression inputs (fuzz/README.md;
+#          bash tools/fuzz.sh runs them for hours).
 # The opt-in property-deep label (10x the cases) runs with
 #   cmake --preset asan && cmake --build --preset asan && ctest --preset asan -L '^property-deep$'
 # ctest -L/-LE take regexes, so labels are anchored: '^property$' must not match
@@ -33,4 +36,9 @@ run_config() {
 
 run_config ci "-LE ^property-deep$"
 run_config asan "-L ^(unit|property|zoo|cli)$"
+# The fuzz preset's build preset builds the fuzz targets and what they link, nothing else.
+run_config fuzz "-L ^fuzz$"
+# Each target's executions, from libFuzzer's last line ("Done N runs in S second(s)").
+awk '/^[0-9]+\/[0-9]+ Test: /{t=$3} /^Done [0-9]+ runs/{print "== [fuzz] " t ": " $0}' \
+  build/fuzz/Testing/Temporary/LastTest.log
 echo "== all configurations passed in ${SECONDS} s"
