@@ -17,8 +17,14 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   using namespace kvlab::harness;
   const std::string_view line(reinterpret_cast<const char*>(data), size);
   std::vector<Problem> problems;
+  std::uint64_t count = 0;
   try {
-    problems = expand_line(line);
+    // The lazy expansion of any product, however large; the first few and the last of
+    // its problems are checked (all of a product would make one input take seconds).
+    const LineExpansion e(line);
+    count = e.size();
+    for (std::uint64_t k = 0; k < count && k < 16; ++k) problems.push_back(e.at(k));
+    if (count > 16) problems.push_back(e.at(count - 1));
   } catch (const kvlab::Error&) {
     return 0;  // rejected input: the expected outcome
   }
@@ -37,7 +43,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     const std::vector<Problem> expanded = expand_line(printed);
     KVLAB_FUZZ_CHECK(expanded.size() == 1 && expanded.front() == p);
   }
-  if (problems.size() == 1) {
+  if (count == 1) {
     try {
       KVLAB_FUZZ_CHECK(parse_problem(line) == problems.front());
     } catch (const kvlab::Error& e) {

@@ -78,9 +78,11 @@ std::string canonical_value(const ParamSpec& spec, std::string_view value) {
     case ParamKind::word:
       if (spec.choices.empty()) {
         // A free-form word (an op's own grammar, e.g. the cache op's script): one token
-        // without '=' (whitespace, ',' and '#' never reach here); the op validates it.
-        KVLAB_REQUIRE(!value.empty() && value.find('=') == std::string_view::npos, invalid_argument, "parameter ",
-                      spec.key, "=", value, " is not a word");
+        // without '=' or '#' (whitespace and ',' never reach here; a '#' would start a
+        // comment in a case file, so the printed line would not read back); the op
+        // validates the rest.
+        KVLAB_REQUIRE(!value.empty() && value.find_first_of("=#") == std::string_view::npos, invalid_argument,
+                      "parameter ", spec.key, "=", value, " is not a word");
         return std::string(value);
       }
       for (const std::string& c : spec.choices) {
