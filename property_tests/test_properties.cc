@@ -34,6 +34,7 @@ RC_GTEST_PROP(Regression, QuantizedPvValueDims, ()) { quantized_pv_value_dims(ho
 RC_GTEST_PROP(Regression, QuantizePolicyPerLayer, ()) { quantize_policy_per_layer(hooks()); }
 RC_GTEST_PROP(Regression, RestoreRejectsInconsistentOffset, ()) { restore_rejects_inconsistent_offset(hooks()); }
 RC_GTEST_PROP(Regression, StateFileCorruptionIsAnError, ()) { state_file_corruption_is_an_error(hooks()); }
+RC_GTEST_PROP(Regression, TrimmedEmptyRoundTrips, ()) { trimmed_empty_round_trips(hooks()); }
 
 const BatchHooks& batch_hooks() {
   static const BatchHooks h = production_batch_hooks();
