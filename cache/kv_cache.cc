@@ -6,7 +6,11 @@
 
 namespace kvlab {
 
-void validate_kv_update(const DTensor& k, const DTensor& v, const char* cache_name) {
+namespace {
+
+// validate_kv_update without the S >= 1 rule: also the check of a state's stored blocks,
+// which hold no rows when the cache was trimmed to empty.
+void validate_kv_blocks(const DTensor& k, const DTensor& v, const char* cache_name) {
   seq::require_block(k, "update keys");
   seq::require_block(v, "update values");
   KVLAB_REQUIRE(is_float(k.dtype) && k.dtype == v.dtype, dtype_mismatch, cache_name, " update: keys ",
@@ -14,6 +18,12 @@ void validate_kv_update(const DTensor& k, const DTensor& v, const char* cache_na
   KVLAB_REQUIRE(k.shape[0] == v.shape[0] && k.shape[1] == v.shape[1] && k.shape[2] == v.shape[2], shape_mismatch,
                 cache_name, " update: keys ", shape_str(k.shape), " and values ", shape_str(v.shape),
                 " disagree on (B, H, S)");
+}
+
+}  // namespace
+
+void validate_kv_update(const DTensor& k, const DTensor& v, const char* cache_name) {
+  validate_kv_blocks(k, v, cache_name);
   KVLAB_REQUIRE(k.shape[2] >= 1, invalid_argument, cache_name, " update with S = ", k.shape[2], " tokens");
 }
 
@@ -91,7 +101,10 @@ std::size_t KVCache::nbytes() const { return keys_ ? keys_.nbytes() + values_.nb
 
 CacheState KVCache::state() const {
   CacheState s{std::string(class_name()), {}, {{"offset", std::to_string(offset_)}}};
-  if (keys_) {
+  // A cache trimmed back to no tokens saves like one never filled, without tensors (its
+  // zero-row blocks used to fail from_state with "update with S = 0 tokens": issue 19,
+  // found by the deep property run as Decode, Trim(1), SaveLoad).
+  if (keys_ && offset_ > 0) {
     const FetchedKV kv = fetch();
     s.tensors.emplace("keys", backend().download(kv.keys));
     s.tensors.emplace("values", backend().download(kv.values));
@@ -109,9 +122,18 @@ std::unique_ptr<KVCache> KVCache::from_state(Backend& backend, const CacheState&
   KVLAB_REQUIRE(has_keys == has_values, corrupt, "KVCache state has keys but no values or the reverse");
   std::int64_t stored = 0;
   if (has_keys) {
-    const Tensor& k = state.tensors.at("keys");
-    const Tensor& v = state.tensors.at("values");
-    cache = std::make_unique<KVCache>(backend, backend.upload(k), backend.upload(v));
+    DTensor k = backend.upload(state.tensors.at("keys"));
+    DTensor v = backend.upload(state.tensors.at("values"));
+    validate_kv_blocks(k, v, "KVCache");
+    if (seq::length(k) == 0) {
+      // Zero-row blocks: the state of a cache trimmed to empty as kvlab wrote it before
+      // issue 19 (and mlx-lm's keys[..., :0, :]). Adopted as an empty buffer, so their
+      // dtype and (B, H, D) still bind the next update as they bound the saved cache's.
+      cache->keys_ = std::move(k);
+      cache->values_ = std::move(v);
+    } else {
+      cache = std::make_unique<KVCache>(backend, std::move(k), std::move(v));
+    }
     stored = cache->offset_;
   }
   // The offset comes from the metadata and must agree with the stored rows; it is never

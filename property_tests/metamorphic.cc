@@ -227,6 +227,7 @@ const std::vector<NamedProperty>& all_properties() {
       {"R4.QuantizePolicyPerLayer", quantize_policy_per_layer},
       {"R5.RestoreRejectsInconsistentOffset", restore_rejects_inconsistent_offset},
       {"R6.StateFileCorruptionIsAnError", state_file_corruption_is_an_error},
+      {"R7.TrimmedEmptyRoundTrips", trimmed_empty_round_trips},
   };
   return props;
 }

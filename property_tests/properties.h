@@ -58,6 +58,7 @@ void quantized_pv_value_dims(const Hooks& hooks);              // R3 row 56
 void quantize_policy_per_layer(const Hooks& hooks);            // R4 row 9
 void restore_rejects_inconsistent_offset(const Hooks& hooks);  // R5 rows 54 (and B.4)
 void state_file_corruption_is_an_error(const Hooks& hooks);    // R6 row 55
+void trimmed_empty_round_trips(const Hooks& hooks);            // R7 issue 19 (deep run)
 
 // Shared by the metamorphic and regression properties: chunk lengths summing to at most
 // `max_total` (mostly decode-sized); one attend of n tokens through hooks.attend at the

@@ -11,12 +11,16 @@
 //      never inferred from the tensors (maclocal-api#46, Appendix B.4)
 //   R6 a truncated or count-corrupted state file is an Error and the caches in memory
 //      stay as they were (mlx-swift-lm PR #451)
+//   R7 a cache trimmed back to no tokens saves, restores to the same state and continues
+//      like its un-saved twin (issue 19: the deep run's Decode, Trim(1), SaveLoad failed
+//      KVCache with "update with S = 0 tokens")
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <fstream>
 #include <iterator>
+#include <tuple>
 
 #include "cache/batch_quantized_kv_cache.h"
 #include "cache/chunked_kv_cache.h"
@@ -324,9 +328,7 @@ void restore_rejects_inconsistent_offset(const Hooks& hooks) {
       }
       what = "tensors cut short under meta offset " + std::to_string(offset);
     }
-    // Any kvlab::Error rejects it. (cache_from_state promises kind corrupt, and every
-    // kind here gives it except KVCache for zero stored rows: invalid_argument from the
-    // adopting constructor; reported, not pinned here.)
+    // Any kvlab::Error rejects it (cache_from_state promises kind corrupt; not pinned here).
     bool rejected = false;
     try {
       (void)hooks.restore(be, bad);
@@ -462,6 +464,77 @@ void state_file_corruption_is_an_error(const Hooks& hooks) {
     for (std::size_t i = 0; i < n_layers; ++i) {
       if (live[i].get() != identity[i]) RC_FAIL("layer " + std::to_string(i) + " was replaced by a failed load (" + what + ")");
       check_same_state(live[i]->state(), before[i]);
+    }
+  });
+}
+
+// ---- R7 -------------------------------------------------------------------------------
+
+namespace {
+
+// One update of tokens [p0, p0 + n) on both caches through the path their kind requires;
+// what they return must agree bit for bit.
+void update_both(Backend& be, Cache& twin, Cache& restored, const Config& c, std::int64_t p0, std::int64_t n) {
+  const auto tok = [p0](std::int64_t, std::int64_t j) { return p0 + j; };
+  const DTensor k = be.upload(block(Stream::key, c.batch, c.kv_heads, n, c.dk, tok));
+  const DTensor v = be.upload(block(Stream::value, c.batch, c.kv_heads, n, c.dv, tok));
+  const std::string at = " after the restore, update [" + std::to_string(p0) + ", " + std::to_string(p0 + n) + ")";
+  if (twin.is_quantized()) {
+    const FetchedQuantizedKV a = twin.update_quantized(k, v), b = restored.update_quantized(k, v);
+    for (const auto& [x, y, side] : {std::tuple{&a.keys, &b.keys, "keys"}, std::tuple{&a.values, &b.values, "values"}}) {
+      expect_close(be.download(y->wq), be.download(x->wq), 0.0, std::string(side) + ".wq" + at);
+      expect_close(be.download(y->scales), be.download(x->scales), 0.0, std::string(side) + ".scales" + at);
+      if (x->biases) expect_close(be.download(y->biases), be.download(x->biases), 0.0, std::string(side) + ".biases" + at);
+    }
+  } else {
+    const FetchedKV a = twin.update(k, v), b = restored.update(k, v);
+    expect_close(be.download(b.keys), be.download(a.keys), 0.0, "keys" + at);
+    expect_close(be.download(b.values), be.download(a.values), 0.0, "values" + at);
+  }
+  if (restored.offsets() != twin.offsets()) RC_FAIL("offsets differ" + at);
+  check_same_state(restored.state(), twin.state());
+}
+
+}  // namespace
+
+void trimmed_empty_round_trips(const Hooks& hooks) {
+  const Kind kind =
+      *rc::gen::elementOf(std::vector<Kind>{Kind::kv, Kind::rotating, Kind::quantized, Kind::chunked, Kind::turboquant});
+  const auto dim = *rc::gen::elementOf(std::vector<std::int64_t>{32, 64});
+  const Rounding rounding = *rc::gen::elementOf(std::vector<Rounding>{Rounding::mlx_cpu, Rounding::mlx_gpu});
+  const Config cfg = small_config(kind, dim, gen_affine_spec(dim), rounding);
+  // A ring is trimmable only below max_size; the others take up to 48 tokens, past
+  // several chunk sizes (a chunked cache trims its front between chunks, as llama4 does).
+  const std::vector<std::int64_t> fill = gen_chunks(kind == Kind::rotating ? cfg.max_size - 1 : 48);
+  const std::int64_t extra = *rc::gen::inRange<std::int64_t>(0, 3);  // trim past the stored tokens clamps
+  const std::vector<std::int64_t> next = gen_chunks(12);
+  std::vector<std::int64_t> all = fill;
+  all.insert(all.end(), next.begin(), next.end());
+  sized(all, [&] {
+    ReferenceBackend be;
+    const auto build = [&] {
+      std::unique_ptr<Cache> c = hooks.wrap(make_cache(be, cfg));
+      std::int64_t at = 0;
+      for (const std::int64_t n : fill) {
+        if (kind == Kind::chunked) hooks.trim_front(c);
+        feed(be, *c, cfg, at, n);
+        at += n;
+      }
+      const std::int64_t held = c->kv_length();
+      RC_ASSERT(c->is_trimmable());
+      RC_ASSERT(c->trim(held + extra) == held);
+      RC_ASSERT(c->kv_length() == 0);
+      return c;
+    };
+    const std::unique_ptr<Cache> twin = build(), saved = build();
+    const CacheState s = saved->state();
+    const std::unique_ptr<Cache> restored = hooks.wrap(hooks.restore(be, s));
+    check_same_state(restored->state(), s);
+    if (restored->offsets() != twin->offsets()) RC_FAIL("the restored cache has other offsets than its twin");
+    std::int64_t p0 = twin->offsets().at(0);
+    for (const std::int64_t n : next) {
+      update_both(be, *twin, *restored, cfg, p0, n);
+      p0 += n;
     }
   });
 }

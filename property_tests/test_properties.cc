@@ -1,13 +1,31 @@
 // The property suite (labels `property`, `property-deep`): every property of
 // properties.h with the production hooks. RC_PARAMS (seed, max_success) comes from the
-// ctest registration; a failure prints the seed and the shrunk case (config + commands).
+// ctest registration (fixed seed 42, or the commit-derived seed of the `.explore` run);
+// the seed is printed first, and a failure prints the shrunk case (config + commands)
+// and RapidCheck's RC_PARAMS="reproduce=…" line.
 #include <gtest/gtest.h>
 #include <rapidcheck/gtest.h>
+
+#include <iostream>
 
 #include "property_tests/properties.h"
 
 namespace kvlab::prop {
 namespace {
+
+// `[ seed     ] N` like every random test of kvlab (tests/unit/test_util.h), once per run.
+class SeedPrinter final : public ::testing::Environment {
+ public:
+  void SetUp() override {
+    const rc::detail::TestParams& p = rc::detail::configuration().testParams;
+    std::cout << "[ seed     ] " << p.seed << " (RapidCheck; rerun with RC_PARAMS=\"seed=" << p.seed
+              << " max_success=" << p.maxSuccess << "\"" << (real_dims() ? " KVLAB_PROP_DIMS=real" : "") << "), "
+              << p.maxSuccess << " cases per property\n"
+              << std::flush;
+    ::testing::Test::RecordProperty("seed", std::to_string(p.seed));
+  }
+};
+[[maybe_unused]] ::testing::Environment* const seed_printer = ::testing::AddGlobalTestEnvironment(new SeedPrinter);
 
 const Hooks& hooks() {
   static const Hooks h = production_hooks();
@@ -34,6 +52,7 @@ RC_GTEST_PROP(Regression, QuantizedPvValueDims, ()) { quantized_pv_value_dims(ho
 RC_GTEST_PROP(Regression, QuantizePolicyPerLayer, ()) { quantize_policy_per_layer(hooks()); }
 RC_GTEST_PROP(Regression, RestoreRejectsInconsistentOffset, ()) { restore_rejects_inconsistent_offset(hooks()); }
 RC_GTEST_PROP(Regression, StateFileCorruptionIsAnError, ()) { state_file_corruption_is_an_error(hooks()); }
+RC_GTEST_PROP(Regression, TrimmedEmptyRoundTrips, ()) { trimmed_empty_round_trips(hooks()); }
 
 const BatchHooks& batch_hooks() {
   static const BatchHooks h = production_batch_hooks();

@@ -141,6 +141,26 @@ class ConcatenateKVCache final : public Cache {
   std::int64_t offset_ = 0;
 };
 
+// (t19) kvlab itself before issue 19 (found by the deep property run, shrunk to Decode,
+// Trim(1), SaveLoad): KVCache::state() saved rows [0, offset) whenever a buffer existed,
+// so a cache trimmed to no tokens saved zero-row blocks, and from_state adopted them
+// through the KVCache(keys, values) constructor, whose update checks reject S = 0. The
+// fix touched both sides, so the mutant needs both: this wrapper saves the old state and
+// restore_adopts_stored_rows below loads it the old way.
+class ZeroRowEmptyStateCache final : public ForwardingCache {
+ public:
+  using ForwardingCache::ForwardingCache;
+  CacheState state() const override {
+    CacheState s = inner_->state();
+    const auto& kv = dynamic_cast<const KVCache&>(*inner_);
+    if (kv.offset() == 0 && kv.key_buffer()) {
+      s.tensors.emplace("keys", backend().download(seq::slice(backend(), kv.key_buffer(), 0, 0)));
+      s.tensors.emplace("values", backend().download(seq::slice(backend(), kv.value_buffer(), 0, 0)));
+    }
+    return s;
+  }
+};
+
 // ---- mutant restore / policy / extract ---------------------------------------------
 
 // (e) quantized and unquantized states mixed: the restore dequantizes a
@@ -157,6 +177,16 @@ std::unique_ptr<Cache> restore_drops_spec(Backend& be, const CacheState& s) {
                                  s.tensors.at(p + ".wq"), s.tensors.at(p + ".scales"), s.tensors.at(p + ".biases"), spec}));
   }
   return cache_from_state(be, plain);
+}
+
+// (t19) The old KVCache::from_state: stored rows are adopted by the constructor (an
+// update of S = stored rows), so zero stored rows throw instead of loading empty.
+std::unique_ptr<Cache> restore_adopts_stored_rows(Backend& be, const CacheState& s) {
+  if (s.class_name != "KVCache" || s.tensors.count("keys") == 0) return cache_from_state(be, s);
+  auto c = std::make_unique<KVCache>(be, be.upload(s.tensors.at("keys")), be.upload(s.tensors.at("values")));
+  KVLAB_REQUIRE(s.meta.at("offset") == std::to_string(c->offset()), corrupt, "KVCache state offset '",
+                s.meta.at("offset"), "' disagrees with its ", c->offset(), " stored rows");
+  return c;
 }
 
 // (d) mlx-lm maybe_quantize_kv_cache calls to_quantized on every layer, and
@@ -263,6 +293,16 @@ std::vector<Mutant> all_mutants() {
     return std::make_unique<ConcatenateKVCache>(c->backend(), f.keys, f.values);
   };
   out.back().hooks.quantize_policy = unwrapping_policy;
+  out.push_back(mutant("t19.empty-kv-state-zero-rows", "kvlab issue 19 (deep run: Decode, Trim(1), SaveLoad)",
+                       {"R7.TrimmedEmptyRoundTrips"}));
+  out.back().hooks.wrap = [](std::unique_ptr<Cache> c) -> std::unique_ptr<Cache> {
+    if (dynamic_cast<const KVCache*>(c.get()) == nullptr) return c;
+    return std::make_unique<ZeroRowEmptyStateCache>(std::move(c));
+  };
+  out.back().hooks.restore = restore_adopts_stored_rows;
+  out.back().hooks.quantize_policy = unwrapping_policy;
+  out.back().hooks.extract = unwrapping_extract;
+  out.back().hooks.trim_front = unwrapping_trim_front;
   out.push_back(mutant("h.mask-after-update", "spec §0.5 (mask from pre-update state)", ring));
   out.back().hooks.attend = attend_with(AttendFault::mask_after_update);
   for (Mutant& m : attention_mutants()) out.push_back(std::move(m));

@@ -22,7 +22,7 @@ struct Mutant {
   std::vector<std::string> first;
 };
 
-// mutants.cc (a–h), then attention_mutants().
+// mutants.cc (a–h, t19), then attention_mutants().
 std::vector<Mutant> all_mutants();
 // attention_mutants.cc: offsets aliasing, KV-shared layers, quantized attention, RoPE,
 // TurboQuant, restore, quantize policy, kv_length, state files, ChunkedKVCache.

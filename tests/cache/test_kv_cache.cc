@@ -6,6 +6,7 @@
 #include "cache/kv_cache.h"
 #include "reference/reference_backend.h"
 #include "tests/cache/cache_test_util.h"
+#include "tests/unit/test_util.h"
 
 namespace kvlab {
 namespace {
@@ -78,6 +79,40 @@ TEST(KVCache, StateRoundTripsAndContinuesIdentically) {
       restored->update(token_block(be, {range_ids(6, 2)}, 2, 4), token_block(be, {range_ids(6, 2)}, 2, 4));
   EXPECT_EQ(token_ids(be, a.keys), token_ids(be, b.keys));
   EXPECT_EQ(restored->offsets(), cache.offsets());
+}
+
+// Issue 19 (deep property run: Decode, Trim(1), SaveLoad): a cache trimmed to empty saves
+// like a fresh one, and the zero-row blocks that older kvlab states hold for it load as
+// an empty cache whose dtype and shapes still bind the next update.
+TEST(KVCache, TrimmedToEmptySavesNoTensorsAndZeroRowStatesLoad) {
+  ReferenceBackend be;
+  KVCache cache(be);
+  cache.update(token_block(be, {range_ids(1, 1)}, 2, 4), token_block(be, {range_ids(1, 1)}, 2, 4));
+  ASSERT_EQ(cache.trim(1), 1);
+  const CacheState s = cache.state();
+  EXPECT_TRUE(s.tensors.empty());
+  EXPECT_EQ(s.meta.at("offset"), "0");
+
+  CacheState legacy = s;
+  legacy.tensors.emplace("keys", Tensor(DType::f32, {1, 2, 0, 4}));
+  legacy.tensors.emplace("values", Tensor(DType::f32, {1, 2, 0, 4}));
+  auto restored = KVCache::from_state(be, legacy);
+  EXPECT_EQ(restored->offset(), 0);
+  EXPECT_TRUE(restored->state().tensors.empty());
+  EXPECT_KVLAB_ERROR(restored->update(token_block(be, {range_ids(1, 1)}, 2, 4, DType::f16),
+                                      token_block(be, {range_ids(1, 1)}, 2, 4, DType::f16)),
+                     dtype_mismatch, "f16");
+  EXPECT_KVLAB_ERROR(restored->update(token_block(be, {range_ids(1, 1)}, 3, 4), token_block(be, {range_ids(1, 1)}, 3, 4)),
+                     shape_mismatch, "KVCache");
+  const FetchedKV a = cache.update(token_block(be, {range_ids(6, 2)}, 2, 4), token_block(be, {range_ids(6, 2)}, 2, 4));
+  const FetchedKV b =
+      restored->update(token_block(be, {range_ids(6, 2)}, 2, 4), token_block(be, {range_ids(6, 2)}, 2, 4));
+  EXPECT_EQ(token_ids(be, b.keys), range_ids(6, 2));
+  EXPECT_EQ(token_ids(be, a.keys), token_ids(be, b.keys));
+  EXPECT_EQ(restored->offsets(), cache.offsets());
+
+  legacy.meta["offset"] = "1";  // zero rows never stand for a non-zero offset
+  EXPECT_KVLAB_ERROR(KVCache::from_state(be, legacy), corrupt, "offset");
 }
 
 TEST(KVCache, StateWithWrongOffsetIsRejected) {

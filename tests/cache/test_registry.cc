@@ -3,13 +3,19 @@
 
 #include <filesystem>
 #include <fstream>
+#include <functional>
 
 #include <unistd.h>
 
+#include "cache/batch_kv_cache.h"
+#include "cache/batch_quantized_kv_cache.h"
+#include "cache/batch_rotating_kv_cache.h"
+#include "cache/chunked_kv_cache.h"
 #include "cache/kv_cache.h"
 #include "cache/quantized_kv_cache.h"
 #include "cache/registry.h"
 #include "cache/rotating_kv_cache.h"
+#include "cache/turboquant_kv_cache.h"
 #include "reference/reference_backend.h"
 #include "tests/cache/cache_test_util.h"
 #include "tests/unit/test_util.h"
@@ -83,6 +89,232 @@ TEST(Registry, TruncatedFileIsRejectedAndNamesThePath) {
   std::filesystem::resize_file(path, std::filesystem::file_size(path) - 5);
   testing::expect_error([&] { load_caches(path, be); }, ErrorKind::corrupt, {path.string()});
   std::filesystem::remove_all(path.parent_path());
+}
+
+// ---- a cache trimmed back to no tokens round-trips -------------------------------------
+//
+// Issue 19: the deep property run found `Decode, Trim(1), SaveLoad` failing on KVCache
+// (its state kept a zero-row block, and restoring it called update with S = 0). Every
+// kind that can be trimmed to empty is saved there, restored in memory and through a
+// state file, and continued next to an un-saved twin: each step must return the same
+// bits, offsets and state.
+
+void expect_same_state(const CacheState& a, const CacheState& b, const std::string& what) {
+  EXPECT_EQ(a.class_name, b.class_name) << what;
+  EXPECT_EQ(a.meta, b.meta) << what;
+  EXPECT_EQ(a.tensors.size(), b.tensors.size()) << what;
+  for (const auto& [name, t] : a.tensors) {
+    const auto it = b.tensors.find(name);
+    if (it == b.tensors.end()) {
+      ADD_FAILURE() << what << ": no tensor '" << name << "'";
+      continue;
+    }
+    EXPECT_TRUE(testing::bit_equal(t, it->second)) << what << ": tensor '" << name << "'";
+  }
+}
+
+void expect_same_quantized(Backend& be, const QuantizedDTensor& a, const QuantizedDTensor& b, const std::string& what) {
+  EXPECT_TRUE(testing::bit_equal(be.download(a.wq), be.download(b.wq))) << what << " wq";
+  EXPECT_TRUE(testing::bit_equal(be.download(a.scales), be.download(b.scales))) << what << " scales";
+  EXPECT_EQ(static_cast<bool>(a.biases), static_cast<bool>(b.biases)) << what << " biases";
+  if (a.biases && b.biases) {
+    EXPECT_TRUE(testing::bit_equal(be.download(a.biases), be.download(b.biases))) << what << " biases";
+  }
+}
+
+// One update of `rows` (token ids per batch row) on both caches, through the path the
+// kind requires; what they return, their offsets and their states must agree.
+void expect_same_update(Backend& be, Cache& twin, Cache& restored, const std::vector<std::vector<float>>& rows,
+                        std::int64_t heads, std::int64_t dim, const std::string& what) {
+  const DTensor k = token_block(be, rows, heads, dim), v = token_block(be, rows, heads, dim);
+  if (twin.is_quantized()) {
+    const FetchedQuantizedKV a = twin.update_quantized(k, v), b = restored.update_quantized(k, v);
+    expect_same_quantized(be, a.keys, b.keys, what + " keys");
+    expect_same_quantized(be, a.values, b.values, what + " values");
+  } else {
+    const FetchedKV a = twin.update(k, v), b = restored.update(k, v);
+    EXPECT_TRUE(testing::bit_equal(be.download(a.keys), be.download(b.keys))) << what << " keys";
+    EXPECT_TRUE(testing::bit_equal(be.download(a.values), be.download(b.values))) << what << " values";
+  }
+  EXPECT_EQ(twin.offsets(), restored.offsets()) << what;
+  EXPECT_EQ(twin.kv_length(), restored.kv_length()) << what;
+  expect_same_state(twin.state(), restored.state(), what + ": state");
+}
+
+// Token ids first.. of every batch row (row b starts 100·b higher).
+std::vector<std::vector<float>> rows_of(std::int64_t batch, float first, int n) {
+  std::vector<std::vector<float>> rows;
+  for (std::int64_t b = 0; b < batch; ++b) rows.push_back(ids(first + 100.0f * static_cast<float>(b), n));
+  return rows;
+}
+
+// Feeds `n` tokens to every row of `c` through the path its kind requires.
+void feed(Backend& be, Cache& c, std::int64_t batch, std::int64_t heads, std::int64_t dim, float first, int n) {
+  const DTensor k = token_block(be, rows_of(batch, first, n), heads, dim);
+  if (c.is_quantized()) c.update_quantized(k, k);
+  else c.update(k, k);
+}
+
+// `trimmed_empty` builds a cache that a trim left with no tokens (the same one each
+// call). Its state restores, in memory and through a state file, to a cache with that
+// very state, which then continues (prefill, decode, decode) like an un-saved twin.
+void expect_empty_round_trip(Backend& be, const std::function<std::unique_ptr<Cache>()>& trimmed_empty,
+                             std::int64_t batch, std::int64_t heads, std::int64_t dim) {
+  const std::unique_ptr<Cache> saved = trimmed_empty();
+  ASSERT_EQ(saved->kv_length(), 0) << "the setup must trim the cache to empty";
+  const CacheState s = saved->state();
+  std::unique_ptr<Cache> in_memory;
+  ASSERT_NO_THROW(in_memory = cache_from_state(be, s));
+  expect_same_state(in_memory->state(), s, "restored in memory");
+  const auto path = temp_file(std::string(saved->class_name()) + "_trimmed_empty.safetensors");
+  save_caches(path, {saved.get()});
+  LoadedCaches loaded;
+  ASSERT_NO_THROW(loaded = load_caches(path, be));
+  std::filesystem::remove_all(path.parent_path());
+  ASSERT_EQ(loaded.layers.size(), 1u);
+  expect_same_state(loaded.layers[0]->state(), s, "restored from a file");
+  for (Cache* restored : {in_memory.get(), loaded.layers[0].get()}) {
+    const std::string what = restored == in_memory.get() ? "in memory" : "from a file";
+    const std::unique_ptr<Cache> twin = trimmed_empty();
+    EXPECT_EQ(restored->kv_length(), 0) << what;
+    EXPECT_EQ(restored->offsets(), twin->offsets()) << what;
+    expect_same_update(be, *twin, *restored, rows_of(batch, 50, 3), heads, dim, what + ", prefill(3)");
+    expect_same_update(be, *twin, *restored, rows_of(batch, 53, 1), heads, dim, what + ", decode");
+    expect_same_update(be, *twin, *restored, rows_of(batch, 54, 1), heads, dim, what + ", decode");
+  }
+}
+
+constexpr std::int64_t kHeads = 2, kDim = 32;
+
+TEST(TrimmedToEmpty, KVCacheRoundTrips) {
+  ReferenceBackend be;
+  expect_empty_round_trip(
+      be,
+      [&be] {
+        auto c = std::make_unique<KVCache>(be);
+        feed(be, *c, 1, kHeads, kDim, 1, 1);  // the deep run's Decode, Trim(1), SaveLoad
+        EXPECT_EQ(c->trim(1), 1);
+        return c;
+      },
+      1, kHeads, kDim);
+}
+
+TEST(TrimmedToEmpty, KVCacheAfterGrowthRoundTrips) {
+  ReferenceBackend be;
+  expect_empty_round_trip(
+      be,
+      [&be] {
+        auto c = std::make_unique<KVCache>(be);
+        feed(be, *c, 2, kHeads, kDim, 1, 300);  // past one 256-row step
+        EXPECT_EQ(c->trim(305), 300);
+        return c;
+      },
+      2, kHeads, kDim);
+}
+
+TEST(TrimmedToEmpty, RotatingKVCacheRoundTrips) {
+  ReferenceBackend be;
+  for (const std::int64_t keep : {0, 2}) {
+    SCOPED_TRACE(keep);
+    expect_empty_round_trip(
+        be,
+        [&be, keep] {
+          auto c = std::make_unique<RotatingKVCache>(be, 8, keep);
+          feed(be, *c, 1, kHeads, kDim, 1, 3);
+          feed(be, *c, 1, kHeads, kDim, 4, 1);
+          EXPECT_EQ(c->trim(4), 4);
+          return c;
+        },
+        1, kHeads, kDim);
+  }
+}
+
+TEST(TrimmedToEmpty, QuantizedKVCacheRoundTrips) {
+  ReferenceBackend be;
+  expect_empty_round_trip(
+      be,
+      [&be] {
+        auto c = std::make_unique<QuantizedKVCache>(be, QuantSpec{QuantMode::affine, 4, 32}, Rounding::mlx_cpu);
+        feed(be, *c, 1, kHeads, kDim, 1, 5);
+        EXPECT_EQ(c->trim(9), 5);
+        return c;
+      },
+      1, kHeads, kDim);
+}
+
+TEST(TrimmedToEmpty, ChunkedKVCacheRoundTrips) {
+  ReferenceBackend be;
+  // Trimmed to empty before and after a front trim (start_position 0 and 3).
+  for (const bool front : {false, true}) {
+    SCOPED_TRACE(front);
+    expect_empty_round_trip(
+        be,
+        [&be, front] {
+          auto c = std::make_unique<ChunkedKVCache>(be, 4);
+          feed(be, *c, 1, kHeads, kDim, 1, 7);
+          if (front) c->maybe_trim_front();
+          EXPECT_EQ(c->trim(10), front ? 4 : 7);
+          return c;
+        },
+        1, kHeads, kDim);
+  }
+}
+
+TEST(TrimmedToEmpty, TurboQuantKVCacheRoundTrips) {
+  ReferenceBackend be;
+  for (const double bits : {4.0, 2.5}) {
+    SCOPED_TRACE(bits);
+    expect_empty_round_trip(
+        be,
+        [&be, bits] {
+          auto c = std::make_unique<TurboQuantKVCache>(be, bits, 7);
+          feed(be, *c, 1, kHeads, kDim, 1, 3);
+          EXPECT_EQ(c->trim(3), 3);
+          return c;
+        },
+        1, kHeads, kDim);
+  }
+}
+
+TEST(TrimmedToEmpty, BatchKVCacheRoundTrips) {
+  ReferenceBackend be;
+  expect_empty_round_trip(
+      be,
+      [&be] {
+        auto c = std::make_unique<BatchKVCache>(be, std::vector<std::int32_t>{2, 0});
+        feed(be, *c, 2, kHeads, kDim, 1, 4);
+        EXPECT_EQ(c->trim(4), 4);
+        return c;
+      },
+      2, kHeads, kDim);
+}
+
+TEST(TrimmedToEmpty, BatchQuantizedKVCacheRoundTrips) {
+  ReferenceBackend be;
+  expect_empty_round_trip(
+      be,
+      [&be] {
+        auto c = std::make_unique<BatchQuantizedKVCache>(be, std::vector<std::int32_t>{0, 1},
+                                                         QuantSpec{QuantMode::affine, 4, 32}, Rounding::mlx_gpu);
+        feed(be, *c, 2, kHeads, kDim, 1, 3);
+        EXPECT_EQ(c->trim(3), 3);
+        return c;
+      },
+      2, kHeads, kDim);
+}
+
+TEST(TrimmedToEmpty, BatchRotatingKVCacheRoundTrips) {
+  ReferenceBackend be;
+  expect_empty_round_trip(
+      be,
+      [&be] {
+        auto c = std::make_unique<BatchRotatingKVCache>(be, 8, std::vector<std::int32_t>{1, 0});
+        feed(be, *c, 2, kHeads, kDim, 1, 3);
+        feed(be, *c, 2, kHeads, kDim, 4, 1);
+        EXPECT_EQ(c->trim(4), 4);
+        return c;
+      },
+      2, kHeads, kDim);
 }
 
 }  // namespace
