@@ -85,6 +85,12 @@ class OpInfo {
   // upper bound of what prepare() makes and within a small factor of it
   // (tests/test_harness.cc checks both over every case of the full tier).
   virtual std::uint64_t footprint(const Problem& p) const = 0;
+  // The work of a run of `p` in elementary operations, to an order of magnitude, from the
+  // parameters alone: the spine skips a problem over the run's work cap before prepare()
+  // (a small problem can still take minutes: attention is quadratic, a cache script's
+  // trace grows with the square of its length). Default: the footprint, one pass over
+  // every tensor byte; ops with more than linear work override it (saturating).
+  virtual std::uint64_t work(const Problem& p) const { return footprint(p); }
   // create + fill. May throw kvlab::Error for a problem the op cannot express (INVALID).
   virtual Prepared prepare(const Problem& p) const = 0;
   // Calls the backend kernel; `out` are the output slots in Prepared order.

@@ -30,10 +30,9 @@ Placed place(Backend& b, DType dtype, const Shape& shape, const std::byte* conte
   p.image.assign(payload + 2 * kGuard, kSentinel);
   // NaN poison: all-ones is a NaN in every float dtype and an out-of-range code elsewhere.
   // An empty tensor has no payload (and its data pointer may be null).
-  if (payload == 0) {
-  } else if (content != nullptr) {
+  if (payload > 0 && content != nullptr) {
     std::memcpy(p.image.data() + kGuard, content, payload);
-  } else {
+  } else if (payload > 0) {
     std::memset(p.image.data() + kGuard, 0xFF, payload);
   }
   p.buffer = b.allocate(p.image.size());
@@ -122,6 +121,13 @@ CaseResult run_case_timed(const Problem& problem, Backend& backend, Backend& ref
       r.status = Status::skipped;
       r.reason = cat("needs about ", mib(footprint), " MiB of tensors (", kRunCopies,
                      " copies in a run), over the memory cap of ", mib(options.max_bytes), " MiB (--max-memory)");
+      return r;
+    }
+    const std::uint64_t work = op.work(problem);
+    if (work > options.max_work) {
+      r.status = Status::skipped;
+      r.reason = cat("needs about ", static_cast<double>(work), " operations, over the work cap of ",
+                     static_cast<double>(options.max_work), " (--max-work)");
       return r;
     }
     prep = op.prepare(problem);

@@ -29,12 +29,16 @@ std::uint64_t default_max_bytes();
 // outputs read back, and the per-element budget (8 bytes per output element). Eight
 // times the footprint bounds that.
 inline constexpr std::uint64_t kRunCopies = 8;
+inline constexpr std::uint64_t kDefaultMaxWork = 1'000'000'000'000;
 
 struct RunOptions {
   bool rerun = false;  // run the backend twice, outputs must match bitwise
   // A problem whose footprint (OpInfo::footprint) times kRunCopies exceeds this is
   // SKIPPED before anything is allocated.
   std::uint64_t max_bytes = default_max_bytes();
+  // A problem whose work (OpInfo::work) exceeds this is SKIPPED likewise. The default,
+  // 10^12, is hours of the reference's time and above every shape of the full tier.
+  std::uint64_t max_work = kDefaultMaxWork;
 };
 
 struct CaseResult {

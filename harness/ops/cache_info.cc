@@ -420,6 +420,10 @@ class CacheOp final : public OpInfo {
     f.add(DType::f32, {t.max_batch, s.hkv, 256, s.dim, 2});
     return f.bytes();
   }
+  std::uint64_t work(const Problem& p) const override {
+    const cs::PlanTotals t = cs::plan_totals(setup_of(p), cs::parse_script(p.word("script")));
+    return Footprint{}.add_bytes(footprint(p)).add_bytes(static_cast<std::uint64_t>(t.attention_work)).bytes();
+  }
 
   Prepared prepare(const Problem& p) const override {
     const cs::Setup s = setup_of(p);

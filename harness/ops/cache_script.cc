@@ -233,10 +233,20 @@ PlanTotals plan_totals(const Setup& setup, const Script& script) {
   std::int64_t batch = std::min(setup.batch, kSaturated), producer_rows = 0, producer_tokens = 0;
   t.max_batch = batch;
   const std::int64_t entries = is_batch(setup.kind) ? 1 : 0;
+  std::int64_t length = 0;  // tokens of the longest row so far (trims ignored: an upper bound)
   auto add = [&](bool main, std::int64_t rows, std::int64_t tokens, std::int64_t times) {
     const std::int64_t n = sat_mul(sat_mul(rows, tokens), times);
     t.q_rows = sat_add(t.q_rows, sat_mul(n, setup.hq));
     if (main) t.kv_rows = sat_add(t.kv_rows, sat_mul(n, setup.hkv));
+  };
+  // `times` steps of `tokens` queries per row, the keys growing by `tokens` each step
+  // when `grows`: Σ over steps of rows·keys·dim·(2·hq·tokens + hkv).
+  auto attend = [&](std::int64_t rows, std::int64_t tokens, std::int64_t times, bool grows) {
+    const std::int64_t per_key = sat_mul(sat_mul(rows, setup.dim), sat_add(sat_mul(sat_mul(2, setup.hq), tokens), setup.hkv));
+    std::int64_t keys = sat_mul(length, times);  // Σ (length + k·tokens), k = 1..times
+    if (grows) keys = sat_add(keys, sat_mul(tokens, sat_mul(times, sat_add(times, 1)) / 2));
+    t.attention_work = sat_add(t.attention_work, sat_mul(per_key, keys));
+    if (grows) length = sat_add(length, sat_mul(tokens, times));
   };
   auto done = [&](std::int64_t times) {
     t.offset_entries = sat_add(t.offset_entries, sat_mul(entries == 1 ? batch : 1, times));
@@ -247,16 +257,19 @@ PlanTotals plan_totals(const Setup& setup, const Script& script) {
       case Verb::chunk:
       case Verb::right_chunk:
         add(true, batch, c.n, 1);
+        attend(batch, c.n, 1, true);
         producer_rows = batch, producer_tokens = c.n;
         done(1);
         break;
       case Verb::decode:
         add(true, batch, 1, c.n);
+        attend(batch, 1, c.n, true);
         producer_rows = batch, producer_tokens = 1;
         done(c.n);
         break;
       case Verb::shared:
         add(false, producer_rows, producer_tokens, 1);
+        attend(producer_rows, producer_tokens, 1, false);
         done(1);
         break;
       case Verb::filter:
@@ -265,6 +278,9 @@ PlanTotals plan_totals(const Setup& setup, const Script& script) {
         break;
       case Verb::extend:
         add(true, c.rows, c.n, 1);
+        t.attention_work = sat_add(t.attention_work, sat_mul(sat_mul(sat_mul(c.rows, c.n), c.n),
+                                                             sat_mul(setup.dim, sat_add(sat_mul(2, setup.hq), setup.hkv))));
+        length = std::max(length, c.n);
         batch = sat_add(batch, c.rows);
         t.max_batch = std::max(t.max_batch, batch);
         done(1);

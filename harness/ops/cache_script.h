@@ -109,6 +109,10 @@ Plan plan_script(const Setup& setup, const Script& script);
 struct PlanTotals {
   std::int64_t q_rows = 0, kv_rows = 0, offset_entries = 0, commands = 0;
   std::int64_t max_batch = 0;  // the most rows the batch ever has
+  // Operations of the attention steps (each query row against every key so far, scores
+  // and values, plus the trace's copy of the keys it saw): an upper bound that ignores
+  // trims and windows. Quadratic in a script's decode count.
+  std::int64_t attention_work = 0;
 };
 PlanTotals plan_totals(const Setup& setup, const Script& script);
 

@@ -6,6 +6,7 @@
 // (B, 1, Lq, Lk) array hiding ~25% of keys). With causal padding the hidden key slots
 // are filled with NaN poison (quantized: poisoned scales), so a backend that reads a
 // key the mask hides fails loudly instead of being slightly off.
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -106,6 +107,14 @@ Footprint attention_footprint(const Problem& p, bool quantized) {
   return f.add(DType::f32, {Hq});
 }
 
+// Every query row against every key (scores over Dk, values over Dv), twice: the oracle
+// and the tolerance object's bound; plus a pass over the tensors.
+std::uint64_t attention_work(const Problem& p, bool quantized) {
+  const std::int64_t B = p.integer("B"), Hq = p.integer("Hq"), Lq = p.integer("Lq"), Lk = p.integer("Lk");
+  const std::int64_t D = std::max<std::int64_t>(p.integer("Dk"), 0) + std::max<std::int64_t>(p.integer("Dv"), 0);
+  return Footprint{}.add(DType::u8, {B, Hq, Lq, Lk, D, 2}).add_bytes(attention_footprint(p, quantized).bytes()).bytes();
+}
+
 // Tolerance of sdpa and quantized_sdpa (one object: quantized_sdpa is sdpa over the
 // dequantized K/V, so only the K/V values differ).
 // The oracle accumulates in double and rounds once. A backend with f32 accumulation:
@@ -183,6 +192,7 @@ class Sdpa final : public OpInfo {
   std::vector<ParamSpec> declared_params() const override { return attention_params(); }
 
   std::uint64_t footprint(const Problem& p) const override { return attention_footprint(p, false).bytes(); }
+  std::uint64_t work(const Problem& p) const override { return attention_work(p, false); }
 
   Prepared prepare(const Problem& p) const override {
     const DType dtype = dtype_from_name(p.word("dtype"));
@@ -242,6 +252,7 @@ class QuantizedSdpa final : public OpInfo {
   }
 
   std::uint64_t footprint(const Problem& p) const override { return attention_footprint(p, true).bytes(); }
+  std::uint64_t work(const Problem& p) const override { return attention_work(p, true); }
 
   Prepared prepare(const Problem& p) const override {
     const DType dtype = dtype_from_name(p.word("dtype"));

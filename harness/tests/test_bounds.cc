@@ -64,6 +64,40 @@ TEST(Footprint, NoCaseOfTheFullTierIsOverTwelveGiB) {
   }
 }
 
+// Work: at least a pass over the tensors, no full-tier shape over the default cap, and
+// quadratic where the op is (attention over Lk, a cache script's decode count).
+TEST(Work, BoundsEveryFullTierCaseUnderTheDefaultCap) {
+  CheckOptions o;
+  o.tier = "full";
+  for (const Problem& p : collect_cases(o)) {
+    const OpInfo& op = find_op(p.op());
+    try {
+      EXPECT_GE(op.work(p), op.footprint(p)) << p.line();
+      EXPECT_LE(op.work(p), kDefaultMaxWork) << p.line();
+    } catch (const Error&) {
+    }
+  }
+}
+
+TEST(Work, GrowsWithTheSquareOfADecodeScriptAndOfAttentionLength) {
+  const OpInfo& cache = find_op("cache");
+  const auto w = [&](const char* script) {
+    return static_cast<double>(cache.work(parse_problem(std::string("cache script=") + script)));
+  };
+  EXPECT_GT(w("p7.d1280") / w("p7.d640"), 3.0);
+  EXPECT_GT(w("p7.d1282.t4.d"), 1e8);  // the fuzzed script that ran 15 s under ASan
+  const OpInfo& sdpa = find_op("sdpa");
+  const double a = static_cast<double>(sdpa.work(parse_problem("sdpa Lq=1000 Lk=1000")));
+  const double b = static_cast<double>(sdpa.work(parse_problem("sdpa Lq=2000 Lk=2000")));
+  EXPECT_GT(b / a, 3.5);
+  auto ref = make_backend("reference");
+  RunOptions run;
+  run.max_work = 20'000'000;
+  const CaseResult r = run_case(parse_problem("cache kind=turboquant rope=0 script=p7.d1282.t4.d"), *ref, *ref, run);
+  EXPECT_EQ(r.status, Status::skipped);
+  EXPECT_NE(r.reason.find("work cap"), std::string::npos) << r.reason;
+}
+
 TEST(Footprint, SaturatesInsteadOfOverflowing) {
   const std::int64_t big = std::numeric_limits<std::int64_t>::max();
   EXPECT_EQ(Footprint{}.add(DType::f32, {big, big, big}).bytes(), std::uint64_t{1} << 63);

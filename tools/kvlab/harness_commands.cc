@@ -84,6 +84,9 @@ void HarnessCommands::add_to(CLI::App& app) {
                        "A backend unavailable here (no device, ISA not supported) is a skip, not a failure");
   check_cmd_->add_option("--max-memory", max_memory_,
                          "Skip cases needing more memory than this (bytes, or with K/M/G; default half the RAM)");
+  check_cmd_->add_option("--max-work", max_work_,
+                         "Skip cases needing more elementary operations than this (default 1e12)")
+      ->check(CLI::Range(std::uint64_t{1}, std::uint64_t{1} << 62));
   check_cmd_->add_option("--max-cases", check_.max_cases, "Refuse a selection of more cases than this")
       ->check(CLI::Range(std::uint64_t{1}, std::uint64_t{1} << 40));
 
@@ -97,6 +100,8 @@ void HarnessCommands::add_to(CLI::App& app) {
   repro_cmd_->add_flag("--allow-unavailable", repro_allow_unavailable_,
                        "A backend unavailable here is a skip, not a failure");
   repro_cmd_->add_option("--max-memory", repro_max_memory_, "Skip a problem needing more memory than this");
+  repro_cmd_->add_option("--max-work", repro_max_work_, "Skip a problem needing more operations than this")
+      ->check(CLI::Range(std::uint64_t{1}, std::uint64_t{1} << 62));
 }
 
 int HarnessCommands::run(std::ostream& out) {
@@ -106,12 +111,14 @@ int HarnessCommands::run(std::ostream& out) {
     parse_shard(shard_, check_);
     check_.progress = harness::progress_from_name(progress_);
     check_.run.max_bytes = parse_memory(max_memory_);
+    check_.run.max_work = max_work_;
     return harness::run_check(check_, out).ok ? 0 : 1;
   }
   if (*repro_cmd_) {
     harness::RunOptions run;
     run.rerun = repro_rerun_;
     run.max_bytes = parse_memory(repro_max_memory_);
+    run.max_work = repro_max_work_;
     return harness::run_repro(repro_line_, repro_backend_, repro_shrink_, run, out, repro_allow_unavailable_) ? 0 : 1;
   }
   if (*list_cmd_) {
