@@ -220,7 +220,13 @@ std::vector<std::int32_t> Setup::right_padding(std::int64_t rows) const { return
 namespace {
 
 constexpr std::int64_t kSaturated = std::int64_t{1} << 62;
-std::int64_t sat_add(std::int64_t a, std::int64_t b) { return std::min(a + std::min(b, kSaturated), kSaturated); }
+// Both on [0, 2^62]: no sum or product of two saturated values leaves int64 (a fuzzed
+// `cache kind=batch_kv B=3999999999999999999 ...` once overflowed a sum).
+std::int64_t sat_add(std::int64_t a, std::int64_t b) {
+  a = std::clamp<std::int64_t>(a, 0, kSaturated);
+  b = std::clamp<std::int64_t>(b, 0, kSaturated);
+  return b > kSaturated - a ? kSaturated : a + b;
+}
 std::int64_t sat_mul(std::int64_t a, std::int64_t b) {
   if (a <= 0 || b <= 0) return 0;
   return a > kSaturated / b ? kSaturated : std::min(a * b, kSaturated);
