@@ -165,6 +165,9 @@ void affine_quantize(const ConstTensorView& x, const QuantSpec& spec, Rounding r
   const Shape lead = leading_axes(x.shape);
 
   const std::int64_t rows = shape_numel(lead);
+  // No rows, no work: the row scratch below is sized by D alone, which an empty tensor
+  // may still give as 2^31 (fuzzed: quantized_sdpa B=0 Dv=2147483648).
+  if (rows == 0) return;
   const auto gs = static_cast<std::size_t>(spec.group_size);
   std::vector<float> group(gs);
   std::vector<std::uint8_t> row_codes(static_cast<std::size_t>(d));

@@ -222,6 +222,7 @@ void fp_quantize(const ConstTensorView& x, const QuantSpec& spec, Rounding round
   const std::int64_t groups_per_row = scales.dim(-1);
   const auto gs = static_cast<std::size_t>(spec.group_size);
   const std::int64_t rows = x.numel() / d;
+  if (rows == 0) return;  // the row scratch is sized by D alone (see affine_quantize)
   std::vector<float> row(static_cast<std::size_t>(d));
   std::vector<std::uint8_t> codes(static_cast<std::size_t>(d));
   for (std::int64_t r = 0; r < rows; ++r) {
@@ -269,6 +270,7 @@ void fp_dequantize(const ConstTensorView& wq, const ConstTensorView& scales, con
   const float global_factor = global_scale ? *global_scale / kNvfp4Range : 1.0f;
   const std::int64_t rows = d == 0 ? 0 : out.numel() / d;
   const auto gs = static_cast<std::int64_t>(spec.group_size);
+  if (rows == 0) return;  // the row scratch is sized by D alone (see affine_quantize)
   std::vector<std::uint8_t> codes(static_cast<std::size_t>(d));
   for (std::int64_t r = 0; r < rows; ++r) {
     unpack_codes(std::span(wq.as<const std::uint32_t>() + r * words_per_row, static_cast<std::size_t>(words_per_row)),

@@ -41,8 +41,8 @@ Tensor quant_input(const Problem& p) {
   return x;
 }
 
-// x, its codes (at most a byte per element plus a padding word per row) and two
-// parameters per group.
+// x, its codes (at most a byte per element plus a padding word per row), two
+// parameters per group, and row scratch sized by D alone (so also when B·H·T = 0).
 Footprint quant_footprint(const Problem& p) {
   const std::int64_t B = p.integer("B"), H = p.integer("H"), T = p.integer("T"), D = p.integer("D");
   const DType dtype = dtype_from_name(p.word("dtype"));
@@ -50,7 +50,7 @@ Footprint quant_footprint(const Problem& p) {
   Footprint f;
   f.add(dtype, {B, H, T, D}).add(DType::u8, {B, H, T, D}).add(DType::u32, {B, H, T});
   f.add(dtype, {B, H, T, groups}).add(dtype, {B, H, T, groups});
-  return f;
+  return f.add(DType::f32, {D, 2});  // the oracle's row scratch, whatever the row count
 }
 
 Shape with_last(Shape s, std::int64_t last) {

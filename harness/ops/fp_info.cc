@@ -44,7 +44,7 @@ Footprint fp_footprint(const Problem& p, bool with_output) {
   f.add(dtype, {B, H, T, D}).add(DType::u8, {B, H, T, D}).add(DType::u32, {B, H, T});
   f.add(DType::u8, {B, H, T, D / 16 + 1});
   if (with_output) f.add(dtype, {B, H, T, D});
-  return f;
+  return f.add(DType::f32, {D, 2});  // the oracle's row scratch, whatever the row count
 }
 
 Shape with_last(Shape s, std::int64_t last) {

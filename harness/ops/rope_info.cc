@@ -50,7 +50,8 @@ class Rope final : public OpInfo {
   std::uint64_t footprint(const Problem& p) const override {
     const DType dtype = dtype_from_name(p.word("dtype"));
     const std::int64_t B = p.integer("B"), H = p.integer("H"), T = p.integer("T"), D = p.integer("D");
-    return Footprint{}.add(dtype, {B, H, T, D}).add(dtype, {B, H, T, D}).add(DType::i32, {B}).bytes();
+    // x, out, per-row offsets, and the oracle's frequency table (sized by D alone).
+    return Footprint{}.add(dtype, {B, H, T, D}).add(dtype, {B, H, T, D}).add(DType::i32, {B}).add(DType::f32, {D, 2}).bytes();
   }
 
   Prepared prepare(const Problem& p) const override {

@@ -104,6 +104,9 @@ Footprint attention_footprint(const Problem& p, bool quantized) {
     }
   }
   if (p.word("mask") == "bool" || p.word("mask") == "additive") f.add(DType::f32, {B, 1, Lq, Lk});
+  // The oracle's per-row scratch (scores and visibility per key, a row of Dk and Dv),
+  // sized by the lengths alone: counted also when B = 0 (fuzzed: B=0 Dv=2147483648).
+  f.add(DType::f32, {Lk, 3}).add(DType::f32, {Dk, 2}).add(DType::f32, {Dv, 2});
   return f.add(DType::f32, {Hq});
 }
 
