@@ -3,6 +3,9 @@
 // backend that moves values through float registers (which may quieten or canonicalize
 // NaNs) instead of bytes is caught; destinations the kernel must not touch start with
 // random content and are compared too.
+#include <algorithm>
+#include <cstdlib>
+
 #include "harness/ops/ops.h"
 #include "harness/rng.h"
 
@@ -156,8 +159,13 @@ class KvRoll final : public OpInfo {
     const std::int64_t B = p.integer("B"), H = p.integer("H"), L = p.integer("L"), W = p.integer("W");
     Prepared prep;
     prep.add_input("src", block_data(p, "src", {B, H, L, W}));
+    // shift·(1+b) − 3b must stay a 32-bit shift (fuzzed: shift=-5888888888888888888
+    // overflowed the product).
+    const std::int64_t shift = p.integer("shift");
+    KVLAB_REQUIRE(std::abs(shift) <= (std::int64_t{1} << 31) / std::max<std::int64_t>(B, 1) - 3, invalid_argument,
+                  "kv_roll shift=", shift, " times B=", B, " rows does not fit a 32-bit shift");
     std::vector<std::int64_t> shifts;
-    for (std::int64_t b = 0; b < B; ++b) shifts.push_back(p.integer("shift") * (1 + b) - 3 * b);
+    for (std::int64_t b = 0; b < B; ++b) shifts.push_back(shift * (1 + b) - 3 * b);
     prep.add_input("shifts", int_tensor({B}, shifts));
     prep.outputs.push_back({"dst", dtype_from_name(p.word("dtype")), {B, H, L, W}, true, {}});
     return prep;
