@@ -11,7 +11,6 @@
 #pragma once
 
 #include <cstddef>
-#include <initializer_list>
 #include <string>
 #include <vector>
 
@@ -30,34 +29,13 @@ class MemoReference final : public HostMemoryBackend {
   }
   int computed() const { return computed_; }  // oracle calls made (the rest were replays)
 
-  void affine_quantize(const DTensor& x, const QuantSpec& spec, Rounding rounding, const DTensor& wq,
-                       const DTensor& scales, const DTensor& biases) override;
-  void affine_dequantize(const DTensor& wq, const DTensor& scales, const DTensor& biases, const QuantSpec& spec,
-                         const DTensor& out) override;
-  void fp_quantize(const DTensor& x, const QuantSpec& spec, Rounding rounding, std::optional<float> global_scale,
-                   const DTensor& wq, const DTensor& scales) override;
-  void fp_dequantize(const DTensor& wq, const DTensor& scales, const QuantSpec& spec,
-                     std::optional<float> global_scale, const DTensor& out) override;
-  void rope(const DTensor& x, const RopeParams& params, const Offsets& offsets, const DTensor& out) override;
-  void sdpa(const DTensor& q, const DTensor& k, const DTensor& v, const AttentionParams& params,
-            const DTensor* mask_array, const DTensor* sinks, const DTensor& out) override;
-  void quantized_sdpa(const DTensor& q, const QuantizedDTensor& k, const QuantizedDTensor& v,
-                      const AttentionParams& params, const DTensor* mask_array, const DTensor* sinks,
-                      const DTensor& out) override;
-  void turboquant_encode(const DTensor& x, const TurboQuantCodec& codec, const DTensor& norms,
-                         const DTensor& indices) override;
-  void turboquant_decode(const DTensor& norms, const DTensor& indices, const TurboQuantCodec& codec,
-                         const DTensor& out) override;
-  void kv_scatter(const DTensor& src, const DTensor& slots, const DTensor& dst) override;
-  void kv_gather(const DTensor& src, const DTensor& batch_index, const DTensor& dst) override;
-  void kv_copy_blocks(const DTensor& src, std::span<const SeqBlock> blocks, const DTensor& dst) override;
-  void kv_roll(const DTensor& src, const DTensor& shifts, const DTensor& dst) override;
+  KVLAB_OVERRIDE_ALL_OPS
 
  private:
   // Replays the outputs cached for the pending problem, or runs `compute` and caches
   // them. An oracle that throws caches nothing (the next call throws again).
   template <class Compute>
-  void memo(std::initializer_list<const DTensor*> outputs, Compute&& compute);
+  void memo(const std::vector<const DTensor*>& outputs, Compute&& compute);
 
   ReferenceBackend oracle_;
   std::string pending_, cached_key_;

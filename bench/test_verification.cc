@@ -19,9 +19,9 @@ namespace {
 class WrongRope final : public harness::testing::ForwardingBackend {
  public:
   std::string name() const override { return "wrong_rope"; }
-  void rope(const DTensor& x, const RopeParams& p, const Offsets& o, const DTensor& out) override {
-    ref_.rope(x, p, o, out);
-    const TensorView v = host_view(out);
+  void rope(const RopeArgs& a) override {
+    ref_.rope(a);
+    const TensorView v = host_view(a.out);
     v.store(v.numel() - 1, v.load(v.numel() - 1) + 1e-2f);
   }
 };
@@ -30,7 +30,7 @@ class WrongRope final : public harness::testing::ForwardingBackend {
 class UnsupportedRope final : public harness::testing::ForwardingBackend {
  public:
   std::string name() const override { return "unsupported_rope"; }
-  void rope(const DTensor&, const RopeParams&, const Offsets&, const DTensor&) override {
+  void rope(const RopeArgs&) override {
     fail(ErrorKind::unsupported, "unsupported_rope: rope is not implemented");
   }
 };

@@ -118,9 +118,7 @@ void build(TimedCase& tc, const std::string& backend) {
 
 void TimedCase::invoke() {
   if (problem.op() == "fp_quantize") {
-    backend->fp_quantize(in["x"], QuantSpec::make(quant_mode_from_name(problem.word("mode"))),
-                         rounding_from_name(problem.word("rounding")), fp_global_scale, out.tensors[0],
-                         out.tensors[1]);
+    backend->quantize({in["x"], rounding_from_name(problem.word("rounding")), {out.tensors[0], out.tensors[1], {}, QuantSpec::make(quant_mode_from_name(problem.word("mode"))), fp_global_scale}});
   } else {
     op->invoke(*backend, problem, in, out);
   }

@@ -18,7 +18,7 @@ DTensor rope_at(Backend& be, const DTensor& x, const RopeParams& rope, const std
   DTensor offsets = be.allocate(DType::i32, {static_cast<std::int64_t>(positions.size())});
   be.upload(offsets, positions.data());
   DTensor out = be.allocate(x.dtype, x.shape);
-  be.rope(x, rope, Offsets{0, offsets}, out);
+  be.rope({x, rope, Offsets{0, offsets}, out});
   return out;
 }
 
@@ -29,11 +29,11 @@ DTensor attention(Backend& be, const DTensor& q, const AttendResult& r, const At
   if (r.mask.array) mask_array = be.upload(*r.mask.array);
   const DTensor* mask_ptr = mask_array ? &*mask_array : nullptr;
   const DTensor* sinks = options.sinks ? &*options.sinks : nullptr;
-  const std::int64_t dv = r.kv ? r.kv->values.shape.at(3) : r.quantized_kv->values.wq.shape.at(3) * 32 /
-                                                                  r.quantized_kv->values.spec.bits;
+  const std::int64_t dv = r.kv ? r.kv->values.shape.at(3)
+                                : r.quantized_kv->values.spec.unpacked_dim(r.quantized_kv->values.wq.shape.at(3));
   DTensor out = be.allocate(q.dtype, {q.shape.at(0), q.shape.at(1), q.shape.at(2), dv});
-  if (r.kv) be.sdpa(q, r.kv->keys, r.kv->values, params, mask_ptr, sinks, out);
-  else be.quantized_sdpa(q, r.quantized_kv->keys, r.quantized_kv->values, params, mask_ptr, sinks, out);
+  if (r.kv) be.sdpa({q, r.kv->keys, r.kv->values, params, mask_ptr, sinks, out});
+  else be.quantized_sdpa({q, r.quantized_kv->keys, r.quantized_kv->values, params, mask_ptr, sinks, out});
   return out;
 }
 

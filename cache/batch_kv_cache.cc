@@ -205,7 +205,7 @@ void BatchLayout::filter(const std::vector<std::int32_t>& batch_indices) {
     std::vector<SeqBlock> blocks;
     for (std::size_t d = 0; d < batch_indices.size(); ++d)
       blocks.push_back({batch_indices[d], shift, static_cast<std::int64_t>(d), 0, idx_ - shift});
-    backend_->kv_copy_blocks(c, blocks, out);
+    backend_->kv_copy_blocks({c, blocks, out});
     next.push_back(std::move(out));
   }
   for (std::int32_t& l : lp) l -= static_cast<std::int32_t>(shift);
@@ -271,7 +271,7 @@ void BatchLayout::extend(const BatchLayout& other) {
           std::vector<SeqBlock> blocks;
           for (std::int64_t b = 0; b < side->batch_size(); ++b)
             blocks.push_back({b, 0, first_row + b, max_idx - side->idx_, side->idx_});
-          backend_->kv_copy_blocks(side->components_[c], blocks, out);
+          backend_->kv_copy_blocks({side->components_[c], blocks, out});
         }
         first_row += side->batch_size();
       }
@@ -299,7 +299,7 @@ std::vector<DTensor> BatchLayout::extract_row(std::int64_t i) const {
   for (const DTensor& c : components_) {
     DTensor row = backend_->allocate(c.dtype, {1, seq::heads(c), len, seq::width(c)});
     const SeqBlock block{i, begin, 0, 0, len};
-    backend_->kv_copy_blocks(c, {&block, 1}, row);
+    backend_->kv_copy_blocks({c, {&block, 1}, row});
     out.push_back(std::move(row));
   }
   return out;
@@ -342,7 +342,7 @@ BatchLayout BatchLayout::merge(Backend& backend, std::string_view owner, std::ve
       const MergeRow& row = rows[static_cast<std::size_t>(b)];
       if (row.length == 0) continue;
       const SeqBlock block{0, 0, b, longest - row.length, row.length};
-      backend.kv_copy_blocks(row.buffers[c], {&block, 1}, merged);
+      backend.kv_copy_blocks({row.buffers[c], {&block, 1}, merged});
     }
     out.components_.push_back(std::move(merged));
   }

@@ -43,7 +43,7 @@ void append_blocks(std::vector<SeqBlock>& blocks, I64 c, I64 shift, I64 src_b, I
 
 DTensor copy_into_new(Backend& be, const DTensor& src, Shape shape, const std::vector<SeqBlock>& blocks) {
   DTensor out = seq::alloc_poisoned(be, src.dtype, shape);
-  if (!blocks.empty()) be.kv_copy_blocks(src, blocks, out);
+  if (!blocks.empty()) be.kv_copy_blocks({src, blocks, out});
   return out;
 }
 
@@ -422,8 +422,8 @@ void BatchRotatingKVCache::extend(const BatchRotatingKVCache& other) {
     nv = seq::alloc_poisoned(backend(), ref_v->dtype, {row0, seq::heads(*ref_v), max_cap, seq::width(*ref_v)});
     for (int s = 0; s < 2; ++s)
       if (!blocks[s].empty()) {
-        backend().kv_copy_blocks(sides[s]->keys_, blocks[s], nk);
-        backend().kv_copy_blocks(sides[s]->values_, blocks[s], nv);
+        backend().kv_copy_blocks({sides[s]->keys_, blocks[s], nk});
+        backend().kv_copy_blocks({sides[s]->values_, blocks[s], nv});
       }
   }
   const bool rotated = !linearise && rotated_;
@@ -509,8 +509,8 @@ std::unique_ptr<BatchRotatingKVCache> BatchRotatingKVCache::merge(Backend& backe
     if (len[b] == 0) continue;
     const I64 l = rows[b].length();
     const std::vector<SeqBlock> blocks{{0, l - len[b], static_cast<I64>(b), lmax - len[b], len[b]}};
-    backend.kv_copy_blocks(rows[b].keys, blocks, keys);
-    backend.kv_copy_blocks(rows[b].values, blocks, values);
+    backend.kv_copy_blocks({rows[b].keys, blocks, keys});
+    backend.kv_copy_blocks({rows[b].values, blocks, values});
   }
   out->keys_ = std::move(keys);
   out->values_ = std::move(values);

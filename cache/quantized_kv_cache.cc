@@ -211,12 +211,8 @@ QuantizedDTensor quantize_rows(Backend& be, const DTensor& x, const QuantSpec& s
   q.spec = spec;
   q.wq = be.allocate(DType::u32, {b, h, s, spec.packed_words(d)});
   q.scales = be.allocate(spec.scale_dtype(x.dtype), {b, h, s, spec.groups(d)});
-  if (spec.has_biases()) {
-    q.biases = be.allocate(q.scales.dtype, q.scales.shape);
-    be.affine_quantize(x, spec, rounding, q.wq, q.scales, q.biases);
-  } else {
-    be.fp_quantize(x, spec, rounding, std::nullopt, q.wq, q.scales);
-  }
+  if (spec.has_biases()) q.biases = be.allocate(q.scales.dtype, q.scales.shape);
+  be.quantize({x, rounding, q});
   return q;
 }
 

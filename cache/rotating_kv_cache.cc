@@ -74,7 +74,7 @@ DTensor assemble(Backend& be, const DTensor& src, const std::vector<Run>& runs, 
   }
   const Shape shape{seq::batch(src), seq::heads(src), capacity, seq::width(src)};
   DTensor out = at == capacity ? be.allocate(src.dtype, shape) : seq::alloc_poisoned(be, src.dtype, shape);
-  if (!blocks.empty()) be.kv_copy_blocks(src, blocks, out);
+  if (!blocks.empty()) be.kv_copy_blocks({src, blocks, out});
   return out;
 }
 

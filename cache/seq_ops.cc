@@ -6,10 +6,9 @@ namespace kvlab::seq {
 
 namespace {
 
-DTensor upload_i32(Backend& be, const std::vector<std::int32_t>& values, Shape shape) {
-  DTensor t = be.allocate(DType::i32, std::move(shape));
-  be.upload(t, values.data());
-  return t;
+// A host index vector as the kernels take it (it stays on the host, kvlab/op_list.h).
+ConstTensorView index_view(const std::vector<std::int32_t>& values) {
+  return {reinterpret_cast<const std::byte*>(values.data()), DType::i32, {static_cast<std::int64_t>(values.size())}};
 }
 
 std::vector<SeqBlock> whole_rows(std::int64_t batch_size, std::int64_t src_seq, std::int64_t dst_seq,
@@ -43,7 +42,7 @@ DTensor slice(Backend& be, const DTensor& src, std::int64_t begin, std::int64_t 
                 end, ") of a block with ", length(src), " rows");
   DTensor out = be.allocate(src.dtype, {batch(src), heads(src), end - begin, width(src)});
   const auto blocks = whole_rows(batch(src), begin, 0, end - begin);
-  if (end > begin) be.kv_copy_blocks(src, blocks, out);
+  if (end > begin) be.kv_copy_blocks({src, blocks, out});
   return out;
 }
 
@@ -52,7 +51,7 @@ DTensor regrow(Backend& be, const DTensor& src, std::int64_t keep, std::int64_t 
   KVLAB_REQUIRE(0 <= keep && keep <= length(src) && keep <= capacity, invalid_argument, "regrow keeping ", keep,
                 " of ", length(src), " rows into capacity ", capacity);
   DTensor out = alloc_poisoned(be, src.dtype, {batch(src), heads(src), capacity, width(src)});
-  if (keep > 0) be.kv_copy_blocks(src, whole_rows(batch(src), 0, 0, keep), out);
+  if (keep > 0) be.kv_copy_blocks({src, whole_rows(batch(src), 0, 0, keep), out});
   return out;
 }
 
@@ -63,21 +62,21 @@ DTensor concat(Backend& be, const DTensor& a, const DTensor& b) {
                 shape_mismatch, "cannot concatenate ", dtype_name(a.dtype), shape_str(a.shape), " and ",
                 dtype_name(b.dtype), shape_str(b.shape), " along the sequence");
   DTensor out = be.allocate(a.dtype, {batch(a), heads(a), length(a) + length(b), width(a)});
-  if (length(a) > 0) be.kv_copy_blocks(a, whole_rows(batch(a), 0, 0, length(a)), out);
-  if (length(b) > 0) be.kv_copy_blocks(b, whole_rows(batch(b), 0, length(a), length(b)), out);
+  if (length(a) > 0) be.kv_copy_blocks({a, whole_rows(batch(a), 0, 0, length(a)), out});
+  if (length(b) > 0) be.kv_copy_blocks({b, whole_rows(batch(b), 0, length(a), length(b)), out});
   return out;
 }
 
 void write_rows(Backend& be, const DTensor& src, const DTensor& dst, std::int64_t at) {
   require_block(src, "rows to write");
   require_block(dst, "destination block");
-  if (length(src) > 0) be.kv_copy_blocks(src, whole_rows(batch(src), 0, at, length(src)), dst);
+  if (length(src) > 0) be.kv_copy_blocks({src, whole_rows(batch(src), 0, at, length(src)), dst});
 }
 
 DTensor roll(Backend& be, const DTensor& src, const std::vector<std::int32_t>& shifts) {
   require_block(src, "roll source");
   DTensor out = be.allocate(src.dtype, src.shape);
-  be.kv_roll(src, upload_i32(be, shifts, {static_cast<std::int64_t>(shifts.size())}), out);
+  be.kv_roll({src, index_view(shifts), out});
   return out;
 }
 
@@ -85,7 +84,7 @@ DTensor gather(Backend& be, const DTensor& src, const std::vector<std::int32_t>&
   require_block(src, "gather source");
   const auto n = static_cast<std::int64_t>(index.size());
   DTensor out = be.allocate(src.dtype, {n, heads(src), length(src), width(src)});
-  be.kv_gather(src, upload_i32(be, index, {n}), out);
+  be.kv_gather({src, index_view(index), out});
   return out;
 }
 

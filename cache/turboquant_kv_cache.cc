@@ -84,7 +84,7 @@ std::vector<std::pair<DTensor, DTensor>> encode_side(Backend& be, const TurboQua
   for (const TurboQuantPart& p : side.parts) {
     DTensor norms = be.allocate(DType::f16, {x.shape[0], x.shape[1], x.shape[2], 1});
     DTensor indices = be.allocate(DType::u32, {x.shape[0], x.shape[1], x.shape[2], words(p.codec)});
-    be.turboquant_encode(x, p.codec, norms, indices);
+    be.turboquant_encode({x, p.codec, norms, indices});
     out.emplace_back(std::move(norms), std::move(indices));
   }
   return out;
@@ -96,7 +96,7 @@ DTensor decode_side(Backend& be, const TurboQuantSide& side, std::int64_t n, DTy
   const DTensor& first = side.parts.front().norms;
   DTensor out = be.allocate(dtype, {seq::batch(first), seq::heads(first), n, side.dim});
   for (const TurboQuantPart& p : side.parts) {
-    be.turboquant_decode(seq::slice(be, p.norms, 0, n), seq::slice(be, p.indices, 0, n), p.codec, out);
+    be.turboquant_decode({seq::slice(be, p.norms, 0, n), seq::slice(be, p.indices, 0, n), p.codec, out});
   }
   return out;
 }

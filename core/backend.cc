@@ -1,5 +1,7 @@
 #include "kvlab/backend.h"
 
+#include "kvlab/error.h"
+
 namespace kvlab {
 
 DTensor Backend::allocate(DType dtype, Shape shape) {
@@ -19,5 +21,12 @@ Tensor Backend::download(const DTensor& t) {
   download(t, out.data());
   return out;
 }
+
+#define KVLAB_DEFAULT_OP(op, Args, stem)                                                  \
+  void Backend::op(const Args&) {                                                           \
+    fail(ErrorKind::unsupported, cat("backend ", name(), " does not implement the op " #op)); \
+  }
+KVLAB_OPS(KVLAB_DEFAULT_OP)
+#undef KVLAB_DEFAULT_OP
 
 }  // namespace kvlab

@@ -47,6 +47,27 @@ TensorView host_view(const DTensor& t) {
 
 ConstTensorView host_cview(const DTensor& t) { return host_view(t); }
 
+const ConstTensorView* host_cview(const DTensor* t, ConstTensorView& storage) {
+  if (t == nullptr) return nullptr;
+  storage = host_cview(*t);
+  return &storage;
+}
+
+std::optional<ConstTensorView> host_per_row(const Offsets& offsets) {
+  if (!offsets.per_row) return std::nullopt;
+  return host_cview(*offsets.per_row);
+}
+
+QuantizedView host_cview(const QuantizedDTensor& t) {
+  return {host_cview(t.wq), host_cview(t.scales), t.biases ? host_cview(t.biases) : ConstTensorView{}, t.spec,
+          t.global_scale};
+}
+
+QuantizedMutView host_view(const QuantizedDTensor& t) {
+  const bool biases = t.spec.has_biases() || t.biases;
+  return {host_view(t.wq), host_view(t.scales), biases ? host_view(t.biases) : TensorView{}, t.spec, t.global_scale};
+}
+
 BufferPtr HostMemoryBackend::allocate(std::size_t bytes) { return make_host_buffer(bytes); }
 
 void HostMemoryBackend::upload(const DTensor& dst, const void* src) {

@@ -7,23 +7,6 @@
 
 namespace kvlab {
 
-std::string_view quant_mode_name(QuantMode m) {
-  switch (m) {
-    case QuantMode::affine: return "affine";
-    case QuantMode::mxfp4: return "mxfp4";
-    case QuantMode::mxfp8: return "mxfp8";
-    case QuantMode::nvfp4: return "nvfp4";
-  }
-  return "?";
-}
-
-QuantMode quant_mode_from_name(std::string_view name) {
-  for (QuantMode m : {QuantMode::affine, QuantMode::mxfp4, QuantMode::mxfp8, QuantMode::nvfp4}) {
-    if (quant_mode_name(m) == name) return m;
-  }
-  fail(ErrorKind::invalid_argument, cat("unknown quantization mode '", name, "' (expected affine, mxfp4, mxfp8, nvfp4)"));
-}
-
 std::string_view rounding_name(Rounding r) { return r == Rounding::mlx_cpu ? "mlx_cpu" : "mlx_gpu"; }
 
 Rounding rounding_from_name(std::string_view name) {
@@ -34,27 +17,21 @@ Rounding rounding_from_name(std::string_view name) {
 
 namespace {
 
-// Spans over static arrays: an initializer_list member would dangle once table() returns.
-struct ModeTable {
-  std::span<const int> groups;
-  std::span<const int> bits;
-  int default_group, default_bits;
-};
-
 constexpr int kAffineGroups[] = {32, 64, 128};
 constexpr int kAffineBits[] = {2, 3, 4, 5, 6, 8};
 constexpr int kGroup32[] = {32}, kGroup16[] = {16}, kBits4[] = {4}, kBits8[] = {8};
 
-// spec §1.1: MLX's validation table.
-ModeTable table(QuantMode m) {
-  switch (m) {
-    case QuantMode::affine: return {kAffineGroups, kAffineBits, 64, 4};
-    case QuantMode::mxfp4: return {kGroup32, kBits4, 32, 4};
-    case QuantMode::mxfp8: return {kGroup32, kBits8, 32, 8};
-    case QuantMode::nvfp4: return {kGroup16, kBits4, 16, 4};
-  }
-  fail(ErrorKind::invalid_argument, cat("invalid quantization mode ", static_cast<int>(m)));
-}
+// The format table (spec §1.1), in QuantMode order.
+constexpr QuantFormat kFormats[] = {
+    {QuantMode::affine, "affine", QuantEncoder::affine, kAffineBits, kAffineGroups, 4, 64, true,
+     ScaleEncoding::input_dtype, ElementEncoding::unsigned_int, false},
+    {QuantMode::mxfp4, "mxfp4", QuantEncoder::fp, kBits4, kGroup32, 4, 32, false, ScaleEncoding::e8m0,
+     ElementEncoding::e2m1, false},
+    {QuantMode::mxfp8, "mxfp8", QuantEncoder::fp, kBits8, kGroup32, 8, 32, false, ScaleEncoding::e8m0,
+     ElementEncoding::e4m3, false},
+    {QuantMode::nvfp4, "nvfp4", QuantEncoder::fp, kBits4, kGroup16, 4, 16, false, ScaleEncoding::e4m3,
+     ElementEncoding::e2m1, true},
+};
 
 std::string list(std::span<const int> xs) {
   std::string out;
@@ -64,15 +41,47 @@ std::string list(std::span<const int> xs) {
 
 }  // namespace
 
+std::span<const QuantFormat> quant_formats() { return kFormats; }
+
+const QuantFormat& quant_format(QuantMode m) {
+  for (const QuantFormat& f : kFormats) {
+    if (f.mode == m) return f;
+  }
+  fail(ErrorKind::invalid_argument, cat("invalid quantization mode ", static_cast<int>(m)));
+}
+
+std::vector<std::string> quant_mode_names() {
+  std::vector<std::string> out;
+  for (const QuantFormat& f : kFormats) out.emplace_back(f.name);
+  return out;
+}
+
+std::string_view quant_mode_name(QuantMode m) {
+  for (const QuantFormat& f : kFormats) {
+    if (f.mode == m) return f.name;
+  }
+  return "?";
+}
+
+QuantMode quant_mode_from_name(std::string_view name) {
+  std::string names;
+  for (const QuantFormat& f : kFormats) {
+    if (f.name == name) return f.mode;
+    names += (names.empty() ? "" : ", ") + std::string(f.name);
+  }
+  fail(ErrorKind::invalid_argument, cat("unknown quantization mode '", name, "' (expected ", names, ")"));
+}
+
+
 QuantSpec QuantSpec::make(QuantMode mode, std::optional<int> bits, std::optional<int> group_size) {
-  const ModeTable t = table(mode);
+  const QuantFormat& t = quant_format(mode);
   QuantSpec s{mode, bits.value_or(t.default_bits), group_size.value_or(t.default_group)};
   s.validate();
   return s;
 }
 
 void QuantSpec::validate() const {
-  const ModeTable t = table(mode);
+  const QuantFormat& t = quant_format(mode);
   KVLAB_REQUIRE(std::find(t.bits.begin(), t.bits.end(), bits) != t.bits.end(), invalid_argument, "bits ", bits,
                 " is not supported for mode ", quant_mode_name(mode), " (allowed: ", list(t.bits), ")");
   KVLAB_REQUIRE(std::find(t.groups.begin(), t.groups.end(), group_size) != t.groups.end(), invalid_argument,

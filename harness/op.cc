@@ -79,9 +79,9 @@ std::vector<Problem> OpInfo::shrink_candidates(const Problem& p) const {
 }
 
 std::vector<const OpInfo*> all_ops() {
-  return {&ops::affine_quantize(), &ops::affine_dequantize(), &ops::fp_quantize(), &ops::fp_dequantize(),
-          &ops::rope(),            &ops::sdpa(),              &ops::quantized_sdpa(), &ops::kv_scatter(),
-          &ops::kv_gather(),       &ops::kv_copy_blocks(),    &ops::kv_roll(),       &ops::cache()};
+#define KVLAB_HARNESS_OP_ADDRESS(name) &ops::name(),
+  return {KVLAB_HARNESS_OPS(KVLAB_HARNESS_OP_ADDRESS)};
+#undef KVLAB_HARNESS_OP_ADDRESS
 }
 
 const OpInfo& find_op(std::string_view name) {

@@ -166,7 +166,7 @@ Hooks production_hooks() {
     return attend_shared(be, r, q, o);
   };
   h.rope = [](Backend& be, const DTensor& x, const RopeParams& p, const Offsets& o, const DTensor& out) {
-    be.rope(x, p, o, out);
+    be.rope({x, p, o, out});
   };
   h.trim_front = [](std::unique_ptr<Cache>& c) {
     auto* chunked = dynamic_cast<ChunkedKVCache*>(c.get());

@@ -3,6 +3,8 @@
 // run the very same double-precision kernel as sdpa(). Nothing here re-derives
 // attention math; this file only checks the packed layout and wires the dequantizers.
 #include "reference/quantized_sdpa.h"
+
+#include "reference/quantize.h"
 #include "reference/attention_core.h"
 
 #include <cstdint>
@@ -35,7 +37,7 @@ std::int64_t head_dim_from_codes(const QuantizedView& x, const char* operand) {
   const std::int64_t words = x.wq.dim(-1);
   KVLAB_REQUIRE(words > 0 && words * 32 % x.spec.bits == 0, shape_mismatch, operand, " codes have ", words,
                 " words per row, which is not a whole number of ", x.spec.bits, "-bit elements");
-  return words * 32 / x.spec.bits;
+  return x.spec.unpacked_dim(words);
 }
 
 // Checks one packed operand against the head dim D it must hold: codes
@@ -45,6 +47,8 @@ std::int64_t head_dim_from_codes(const QuantizedView& x, const char* operand) {
 // these checks on every decode step.
 void validate_packed(const QuantizedView& x, const char* operand, std::int64_t d) {
   validate_spec(x.spec, operand);
+  KVLAB_REQUIRE(!x.global_scale, invalid_argument, operand, " has a global scale ", x.global_scale.value_or(0.0f),
+                "; quantized attention reads nvfp4 without one");
   const QuantSpec& spec = x.spec;
   KVLAB_REQUIRE(d > 0 && d % spec.group_size == 0, invalid_argument, operand, " head dim D = ", d,
                 " is not a positive multiple of group_size ", spec.group_size, " (", to_string(spec), ")");
@@ -84,8 +88,7 @@ Tensor dequantize_checked(const QuantizedView& x, std::int64_t d) {
   Tensor out(DType::f32, shape);
   // f32 output: the dequantizers compute code·scale (+ bias) in f32 and round once to
   // the output dtype, so f32 keeps exactly the values they compute.
-  if (x.spec.mode == QuantMode::affine) affine_dequantize(x.wq, x.scales, x.biases, x.spec, out.view());
-  else fp_dequantize(x.wq, x.scales, x.spec, std::nullopt, out.view());
+  dequantize(x, out.view());
   return out;
 }
 

@@ -20,15 +20,13 @@
 #pragma once
 
 #include "kvlab/ops.h"
+#include "kvlab/quantized_view.h"
 #include "kvlab/tensor.h"
 #include "reference/affine_quantize.h"
 
 namespace kvlab::ref {
 
-struct QuantizedView {
-  ConstTensorView wq, scales, biases;  // biases.data == nullptr for fp modes
-  QuantSpec spec;
-};
+using kvlab::QuantizedView;
 
 void quantized_sdpa(const ConstTensorView& q, const QuantizedView& k, const QuantizedView& v,
                     const AttentionParams& params, const ConstTensorView* mask_array,

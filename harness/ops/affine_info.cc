@@ -81,8 +81,7 @@ class AffineQuantize final : public OpInfo {
   }
 
   void invoke(Backend& b, const Problem& p, const Bound& in, const Bound& out) const override {
-    b.affine_quantize(in["x"], affine_spec(p), rounding_from_name(p.word("rounding")), out.tensors[0],
-                      out.tensors[1], out.tensors[2]);
+    b.quantize({in["x"], rounding_from_name(p.word("rounding")), {out.tensors[0], out.tensors[1], out.tensors[2], affine_spec(p)}});
   }
 };
 
@@ -117,7 +116,7 @@ class AffineDequantize final : public OpInfo {
   }
 
   void invoke(Backend& b, const Problem& p, const Bound& in, const Bound& out) const override {
-    b.affine_dequantize(in["wq"], in["scales"], in["biases"], affine_spec(p), out.tensors[0]);
+    b.dequantize({{in["wq"], in["scales"], in["biases"], affine_spec(p)}, out.tensors[0]});
   }
 
   Budget budget(const Problem& p, const Prepared& prep, std::size_t, const Tensor& ref) const override {

@@ -315,7 +315,7 @@ class Tracer final : public cs::Observer {
     DTensor offsets = be_.allocate(DType::i32, {static_cast<std::int64_t>(positions.size())});
     be_.upload(offsets, positions.data());
     DTensor out = be_.allocate(q.dtype, q.shape);
-    be_.rope(q, s_.attend_options().rope, Offsets{0, offsets}, out);
+    be_.rope({q, s_.attend_options().rope, Offsets{0, offsets}, out});
     return be_.download(out).to_f32();
   }
 

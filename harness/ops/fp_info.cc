@@ -73,8 +73,7 @@ class FpQuantize final : public OpInfo {
   void invoke(Backend& b, const Problem& p, const Bound& in, const Bound& out) const override {
     // The global scale is derived on the host from the same input bits on both sides.
     const Tensor x = fp_input(p);
-    b.fp_quantize(in["x"], fp_spec(p), rounding_from_name(p.word("rounding")), global_scale(p, x),
-                  out.tensors[0], out.tensors[1]);
+    b.quantize({in["x"], rounding_from_name(p.word("rounding")), {out.tensors[0], out.tensors[1], {}, fp_spec(p), global_scale(p, x)}});
   }
 };
 
@@ -106,7 +105,7 @@ class FpDequantize final : public OpInfo {
   }
 
   void invoke(Backend& b, const Problem& p, const Bound& in, const Bound& out) const override {
-    b.fp_dequantize(in["wq"], in["scales"], fp_spec(p), global_scale(p, fp_input(p)), out.tensors[0]);
+    b.dequantize({{in["wq"], in["scales"], {}, fp_spec(p), global_scale(p, fp_input(p))}, out.tensors[0]});
   }
 
   Budget budget(const Problem& p, const Prepared&, std::size_t, const Tensor& ref) const override {

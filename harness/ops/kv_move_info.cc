@@ -13,6 +13,10 @@ namespace kvlab::harness::ops {
 
 namespace {
 
+// An index input as the kernel takes it: on the host (kvlab/op_list.h). Problems bind
+// every input to the backend, so the index is read back from there.
+Tensor host_index(Backend& b, const DTensor& t) { return b.download(t); }
+
 ParamSpec move_dtype() {
   return {"dtype", ParamKind::word, "f32", {"f32", "f16", "bf16", "u32", "u8"}, false, 1};
 }
@@ -63,7 +67,7 @@ class KvScatter final : public OpInfo {
     return prep;
   }
   void invoke(Backend& b, const Problem&, const Bound& in, const Bound& out) const override {
-    b.kv_scatter(in["src"], in["slots"], out.tensors[0]);
+    b.kv_scatter({in["src"], host_index(b, in["slots"]).view(), out.tensors[0]});
   }
 };
 
@@ -92,7 +96,7 @@ class KvGather final : public OpInfo {
     return prep;
   }
   void invoke(Backend& b, const Problem&, const Bound& in, const Bound& out) const override {
-    b.kv_gather(in["src"], in["batch_index"], out.tensors[0]);
+    b.kv_gather({in["src"], host_index(b, in["batch_index"]).view(), out.tensors[0]});
   }
 };
 
@@ -138,7 +142,7 @@ class KvCopyBlocks final : public OpInfo {
   }
   void invoke(Backend& b, const Problem& p, const Bound& in, const Bound& out) const override {
     const std::vector<SeqBlock> blocks = blocks_of(p);
-    b.kv_copy_blocks(in["src"], blocks, out.tensors[0]);
+    b.kv_copy_blocks({in["src"], blocks, out.tensors[0]});
   }
 };
 
@@ -171,7 +175,7 @@ class KvRoll final : public OpInfo {
     return prep;
   }
   void invoke(Backend& b, const Problem&, const Bound& in, const Bound& out) const override {
-    b.kv_roll(in["src"], in["shifts"], out.tensors[0]);
+    b.kv_roll({in["src"], host_index(b, in["shifts"]).view(), out.tensors[0]});
   }
 };
 

@@ -1,23 +1,31 @@
-// The kernel ops the harness covers, one OpInfo each (harness/ops/<stem>_info.cc), and
-// the cache-level op `cache` (cache_info.cc). Each file carries the op's tolerance object
-// with its derivation.
+// The harness ops, listed once: each is an OpInfo (harness/ops/<stem>_info.cc, with its
+// tolerance object and derivation) over one or more kernel ops of kvlab/op_list.h, plus
+// the cache-level op `cache` (cache_info.cc). The list makes the declarations below and
+// all_ops(); tests/test_op_list.cc checks that every kernel op is driven by one of them
+// and that each has harness/cases/<name>/.
 #pragma once
 
 #include "harness/op.h"
 
+// X(name): the OpInfo accessor kvlab::harness::ops::name().
+#define KVLAB_HARNESS_OPS(X) \
+  X(affine_quantize)         \
+  X(affine_dequantize)       \
+  X(fp_quantize)             \
+  X(fp_dequantize)           \
+  X(rope)                    \
+  X(sdpa)                    \
+  X(quantized_sdpa)          \
+  X(kv_scatter)              \
+  X(kv_gather)               \
+  X(kv_copy_blocks)          \
+  X(kv_roll)                 \
+  X(cache)
+
 namespace kvlab::harness::ops {
 
-const OpInfo& affine_quantize();
-const OpInfo& affine_dequantize();
-const OpInfo& fp_quantize();
-const OpInfo& fp_dequantize();
-const OpInfo& rope();
-const OpInfo& sdpa();
-const OpInfo& quantized_sdpa();
-const OpInfo& kv_scatter();
-const OpInfo& kv_gather();
-const OpInfo& kv_copy_blocks();
-const OpInfo& kv_roll();
-const OpInfo& cache();
+#define KVLAB_DECLARE_HARNESS_OP(name) const OpInfo& name();
+KVLAB_HARNESS_OPS(KVLAB_DECLARE_HARNESS_OP)
+#undef KVLAB_DECLARE_HARNESS_OP
 
 }  // namespace kvlab::harness::ops

@@ -73,7 +73,7 @@ class Rope final : public OpInfo {
     } else {
       o.scalar = row_offset(p, 0);
     }
-    b.rope(in["x"], rope_params(p), o, out.tensors[0]);
+    b.rope({in["x"], rope_params(p), o, out.tensors[0]});
   }
 
   Budget budget(const Problem& p, const Prepared& prep, std::size_t, const Tensor& ref) const override {

@@ -215,8 +215,8 @@ class Sdpa final : public OpInfo {
   }
 
   void invoke(Backend& b, const Problem& p, const Bound& in, const Bound& out) const override {
-    b.sdpa(in["q"], in["k"], in["v"], attention(p), optional_input(in, "mask"), optional_input(in, "sinks"),
-           out.tensors[0]);
+    b.sdpa({in["q"], in["k"], in["v"], attention(p), optional_input(in, "mask"), optional_input(in, "sinks"),
+           out.tensors[0]});
   }
 
   Budget budget(const Problem& p, const Prepared& prep, std::size_t, const Tensor& ref) const override {
@@ -288,8 +288,8 @@ class QuantizedSdpa final : public OpInfo {
       const DTensor* biases = in.find(s + "biases");
       return QuantizedDTensor{in[s + "wq"], in[s + "scales"], biases ? *biases : DTensor{}, side_spec(p, c)};
     };
-    b.quantized_sdpa(in["q"], side('k'), side('v'), attention(p), optional_input(in, "mask"),
-                     optional_input(in, "sinks"), out.tensors[0]);
+    b.quantized_sdpa({in["q"], side('k'), side('v'), attention(p), optional_input(in, "mask"),
+                     optional_input(in, "sinks"), out.tensors[0]});
   }
 
   Budget budget(const Problem& p, const Prepared& prep, std::size_t, const Tensor& ref) const override {

@@ -122,11 +122,11 @@ TEST(Spine, AProblemOverTheMemoryCapIsSkippedBeforeAnythingIsAllocated) {
 template <class E>
 class ThrowingRope final : public testing::ForwardingBackend {
  public:
-  void rope(const DTensor&, const RopeParams&, const Offsets&, const DTensor&) override { throw E("boom"); }
+  void rope(const RopeArgs&) override { throw E("boom"); }
 };
 class BadAllocRope final : public testing::ForwardingBackend {
  public:
-  void rope(const DTensor&, const RopeParams&, const Offsets&, const DTensor&) override { throw std::bad_alloc(); }
+  void rope(const RopeArgs&) override { throw std::bad_alloc(); }
 };
 
 TEST(Spine, EveryExceptionOfABackendBecomesAFailedOrInvalidCase) {

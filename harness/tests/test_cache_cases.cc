@@ -189,20 +189,20 @@ TEST(CacheOp, AttentionOutputIsTheOraclesOverTheInputs) {
 class LateWriteBackend final : public testing::ForwardingBackend {
  public:
   std::string name() const override { return "late_write"; }
-  void kv_copy_blocks(const DTensor& src, std::span<const SeqBlock> blocks, const DTensor& dst) override {
+  void kv_copy_blocks(const KvCopyBlocksArgs& a) override {
+    const auto& [src, blocks, dst] = a;
     std::vector<SeqBlock> late(blocks.begin(), blocks.end());
     for (SeqBlock& b : late) {
       if (b.dst_seq >= 8 && b.dst_seq + b.length < dst.shape[2]) ++b.dst_seq;
     }
-    ref_.kv_copy_blocks(src, late, dst);
+    ref_.kv_copy_blocks({src, late, dst});
   }
 };
 
 class UnsupportedSdpaBackend final : public testing::ForwardingBackend {
  public:
   std::string name() const override { return "no_sdpa"; }
-  void sdpa(const DTensor&, const DTensor&, const DTensor&, const AttentionParams&, const DTensor*, const DTensor*,
-            const DTensor&) override {
+  void sdpa(const SdpaArgs&) override {
     fail(ErrorKind::unsupported, "no_sdpa: sdpa is not implemented");
   }
 };
@@ -242,9 +242,9 @@ TEST(CacheOp, LateWriteIsCaughtAndShrunkToAShortScript) {
 class SlightlyOffSdpaBackend final : public testing::ForwardingBackend {
  public:
   std::string name() const override { return "slightly_off"; }
-  void sdpa(const DTensor& q, const DTensor& k, const DTensor& v, const AttentionParams& p, const DTensor* m,
-            const DTensor* s, const DTensor& out) override {
-    ref_.sdpa(q, k, v, p, m, s, out);
+  void sdpa(const SdpaArgs& a) override {
+    ref_.sdpa(a);
+    const auto& [q, k, v, p, m, s, out] = a;
     if (q.shape[2] == 1 && k.shape[2] > 16) {
       const TensorView o = host_view(out);
       o.store(o.numel() - 1, o.load(o.numel() - 1) + 1e-3f);

@@ -156,32 +156,32 @@ TEST(Compare, BitsReportTheFirstDifference) {
 
 // Misbehaving backends, one defect each.
 class OverrunBackend final : public testing::ForwardingBackend {
-  void kv_gather(const DTensor& src, const DTensor& index, const DTensor& dst) override {
-    ref_.kv_gather(src, index, dst);
+  void kv_gather(const KvGatherArgs& a) override {
+    ref_.kv_gather(a);
+    const DTensor& dst = a.dst;
     dst.buffer->host_data()[dst.offset + dst.nbytes()] = std::byte{0};  // one byte past the end
   }
 };
 class LazyRopeBackend final : public testing::ForwardingBackend {
-  void rope(const DTensor&, const RopeParams&, const Offsets&, const DTensor&) override {}  // writes nothing
+  void rope(const RopeArgs&) override {}  // writes nothing
 };
 class NoQuantBackend final : public testing::ForwardingBackend {
-  void fp_quantize(const DTensor&, const QuantSpec&, Rounding, std::optional<float>, const DTensor&,
-                   const DTensor&) override {
+  void quantize(const QuantizeArgs& a) override {
+    if (a.out.spec.format().encoder == QuantEncoder::affine) return ref_.quantize(a);
     fail(ErrorKind::unsupported, "fp_quantize is not implemented here");
   }
 };
 class FlakyBackend final : public testing::ForwardingBackend {
-  void sdpa(const DTensor& q, const DTensor& k, const DTensor& v, const AttentionParams& p, const DTensor* m,
-            const DTensor* s, const DTensor& out) override {
-    ref_.sdpa(q, k, v, p, m, s, out);
-    host_view(out).as<std::uint32_t>()[0] ^= (calls_++ & 1u);  // one ulp, every other call
+  void sdpa(const SdpaArgs& a) override {
+    ref_.sdpa(a);
+    host_view(a.out).as<std::uint32_t>()[0] ^= (calls_++ & 1u);  // one ulp, every other call
   }
   std::uint32_t calls_ = 0;
 };
 class ScribbleInputBackend final : public testing::ForwardingBackend {
-  void kv_roll(const DTensor& src, const DTensor& shifts, const DTensor& dst) override {
-    ref_.kv_roll(src, shifts, dst);
-    host_view(src).as<std::uint8_t>()[0] ^= 1;
+  void kv_roll(const KvRollArgs& a) override {
+    ref_.kv_roll(a);
+    host_view(a.src).as<std::uint8_t>()[0] ^= 1;
   }
 };
 

@@ -20,16 +20,15 @@ namespace {
 class WrongBackend final : public testing::ForwardingBackend {
  public:
   std::string name() const override { return "wrong"; }
-  void affine_quantize(const DTensor& x, const QuantSpec& s, Rounding r, const DTensor& wq, const DTensor& sc,
-                       const DTensor& b) override {
-    ref_.affine_quantize(x, s, r, wq, sc, b);
-    if (x.shape[2] >= 5) host_view(wq).as<std::uint32_t>()[wq.numel() - 1] ^= 1u;
+  void quantize(const QuantizeArgs& a) override {
+    ref_.quantize(a);
+    const DTensor& wq = a.out.wq;
+    if (a.out.spec.format().encoder == QuantEncoder::affine && a.x.shape[2] >= 5) host_view(wq).as<std::uint32_t>()[wq.numel() - 1] ^= 1u;
   }
-  void sdpa(const DTensor& q, const DTensor& k, const DTensor& v, const AttentionParams& p, const DTensor* m,
-            const DTensor* s, const DTensor& out) override {
-    ref_.sdpa(q, k, v, p, m, s, out);
-    if (k.shape[2] > 17) {
-      const TensorView o = host_view(out);
+  void sdpa(const SdpaArgs& a) override {
+    ref_.sdpa(a);
+    if (a.k.shape[2] > 17) {
+      const TensorView o = host_view(a.out);
       o.store(o.numel() - 1, o.load(o.numel() - 1) + 1e-2f);
     }
   }

@@ -2,7 +2,10 @@
 // checked conversion of a DTensor into raw-pointer views for kernels.
 #pragma once
 
+#include <optional>
+
 #include "kvlab/backend.h"
+#include "kvlab/quantized_view.h"
 
 namespace kvlab {
 
@@ -12,6 +15,17 @@ BufferPtr make_host_buffer(std::size_t bytes);
 // is not host memory, and shape_mismatch when [offset, offset+nbytes) overruns it.
 TensorView host_view(const DTensor& t);
 ConstTensorView host_cview(const DTensor& t);
+
+// The host-kernel adapter: op operands (kvlab/op_list.h) as the views host kernels
+// (reference, SIMD) take, converted in one place.
+// Optional operand (mask, sinks): nullptr stays nullptr, else `storage` holds the view.
+const ConstTensorView* host_cview(const DTensor* t, ConstTensorView& storage);
+std::optional<ConstTensorView> host_per_row(const Offsets& offsets);
+// Absent biases are an empty view on the read side (the kernel names them missing);
+// an output's biases are mapped when the format has them (a missing one is misuse) or
+// when given anyway (the encoder rejects them).
+QuantizedView host_cview(const QuantizedDTensor& t);
+QuantizedMutView host_view(const QuantizedDTensor& t);
 
 // Shared by CPU backends: memory operations on host buffers.
 class HostMemoryBackend : public Backend {

@@ -1,17 +1,23 @@
-// Quantization formats: QuantSpec{mode, bits, group_size} with MLX's validation
-// table (spec §1.1) and the shapes it implies.
+// Quantization formats: one row per format in the format table (core/quant_spec.cc),
+// QuantSpec{mode, bits, group_size} validated against it, and the shapes it implies.
 //
 //   mode    group sizes   bits               outputs
 //   affine  32, 64, 128   2, 3, 4, 5, 6, 8   wq (u32), scales + biases (input dtype)
 //   mxfp4   32            4                  wq (u32), scales (u8, E8M0)
 //   mxfp8   32            8                  wq (u32), scales (u8, E8M0)
 //   nvfp4   16            4                  wq (u32), scales (u8, E4M3)
+//
+// Adding a format: its QuantMode, its row in the table, and its encoder (reference and
+// each backend that implements it); backends dispatch on QuantFormat::encoder in one
+// place each (their quantize/dequantize ops), so no caller switches on the mode.
 #pragma once
 
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "kvlab/dtype.h"
 
@@ -19,6 +25,31 @@ namespace kvlab {
 
 enum class QuantMode : std::uint8_t { affine, mxfp4, mxfp8, nvfp4 };
 
+// Which encoder implements a format: affine (reference/affine_quantize.h) or the
+// microscaling float formats (reference/fp_quantize.h).
+enum class QuantEncoder : std::uint8_t { affine, fp };
+// How a group's scale is stored.
+enum class ScaleEncoding : std::uint8_t { input_dtype, e8m0, e4m3 };
+// How one element's code is interpreted.
+enum class ElementEncoding : std::uint8_t { unsigned_int, e2m1, e4m3 };
+
+// One row of the format table (spec §1.1: MLX's validation table).
+struct QuantFormat {
+  QuantMode mode;
+  std::string_view name;
+  QuantEncoder encoder;
+  std::span<const int> bits;    // accepted bit widths
+  std::span<const int> groups;  // accepted group sizes
+  int default_bits, default_group;
+  bool has_biases;              // affine: a float bias per group beside the scale
+  ScaleEncoding scale;
+  ElementEncoding element;
+  bool takes_global_scale;      // nvfp4: an optional tensor-wide f32 scale
+};
+
+std::span<const QuantFormat> quant_formats();          // every row, in QuantMode order
+const QuantFormat& quant_format(QuantMode m);
+std::vector<std::string> quant_mode_names();          // every format's name, in table order
 std::string_view quant_mode_name(QuantMode m);
 QuantMode quant_mode_from_name(std::string_view name);  // throws Error naming the bad name
 
@@ -42,12 +73,18 @@ struct QuantSpec {
 
   void validate() const;  // throws invalid_argument naming the bad bits / group size
 
-  bool has_biases() const { return mode == QuantMode::affine; }
+  const QuantFormat& format() const { return quant_format(mode); }
+  bool has_biases() const { return format().has_biases; }
   // Validates that the last axis D fits this spec (D > 0, D % group_size == 0).
   void validate_dim(std::int64_t d) const;
   std::int64_t packed_words(std::int64_t d) const;  // D·bits/32 (validates D)
   std::int64_t groups(std::int64_t d) const;        // D/group_size (validates D)
-  DType scale_dtype(DType input) const { return mode == QuantMode::affine ? input : DType::u8; }
+  DType scale_dtype(DType input) const {
+    return format().scale == ScaleEncoding::input_dtype ? input : DType::u8;
+  }
+  // The element count D that `words` packed u32 words hold (words·32/bits): how a
+  // kernel recovers Dv from V's codes.
+  std::int64_t unpacked_dim(std::int64_t words) const { return words * 32 / bits; }
 
   // Storage bits per element including scales (and biases) for a float `input` dtype.
   double bits_per_element(DType input) const;

@@ -72,15 +72,16 @@ using qdecode::DecodePlan;
 
 bool fused_path_takes(const ConstTensorView& q, const ref::QuantizedView& k, const ref::QuantizedView& v) {
   const std::int64_t rows = q.dim(1) / k.wq.dim(1) * q.dim(2);
-  return k.spec.mode == QuantMode::affine && v.spec.mode == QuantMode::affine && rows <= qdecode::kMaxFusedRows;
+  // The fused decode reads affine codes (unsigned integers with a float scale and bias).
+  const auto affine = [](const ref::QuantizedView& x) { return x.spec.format().encoder == QuantEncoder::affine; };
+  return affine(k) && affine(v) && rows <= qdecode::kMaxFusedRows;
 }
 
 // ---------------------------------------------------------------- fallback
 
 Tensor dequantized(const ref::QuantizedView& x, std::int64_t d) {
   Tensor out(DType::f32, {x.wq.dim(0), x.wq.dim(1), x.wq.dim(2), d});
-  if (x.spec.mode == QuantMode::affine) affine_dequantize(x.wq, x.scales, x.biases, x.spec, out.view());
-  else fp_dequantize(x.wq, x.scales, x.spec, std::nullopt, out.view());
+  dequantize(x, out.view());
   return out;
 }
 

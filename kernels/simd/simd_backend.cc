@@ -43,8 +43,6 @@ std::int64_t unmocked_supported() {
   return supported;
 }
 
-ConstTensorView cv(const DTensor& t) { return host_cview(t); }
-
 }  // namespace
 
 std::vector<SimdTarget> simd_compiled_targets() {
@@ -94,85 +92,52 @@ ScopedSimdTarget::~ScopedSimdTarget() {
   hwy::SetSupportedTargetsForTest(previous_);
 }
 
-// ---- implemented kernels ----------------------------------------------------------
+// ---- kernels: the host-kernel adapter (kvlab/host_buffer.h) onto simd:: ------------
 
-void SimdBackend::affine_quantize(const DTensor& x, const QuantSpec& spec, Rounding rounding, const DTensor& wq,
-                                  const DTensor& scales, const DTensor& biases) {
-  simd::affine_quantize(cv(x), spec, rounding, host_view(wq), host_view(scales), host_view(biases));
+void SimdBackend::quantize(const QuantizeArgs& a) { simd::quantize(host_cview(a.x), a.rounding, host_view(a.out)); }
+
+void SimdBackend::dequantize(const DequantizeArgs& a) { simd::dequantize(host_cview(a.in), host_view(a.out)); }
+
+void SimdBackend::rope(const RopeArgs& a) {
+  simd::rope(host_cview(a.x), a.params, a.offsets.scalar, host_per_row(a.offsets), host_view(a.out));
 }
 
-void SimdBackend::affine_dequantize(const DTensor& wq, const DTensor& scales, const DTensor& biases,
-                                    const QuantSpec& spec, const DTensor& out) {
-  simd::affine_dequantize(cv(wq), cv(scales), cv(biases), spec, host_view(out));
+void SimdBackend::sdpa(const SdpaArgs& a) {
+  ConstTensorView m, s;
+  simd::sdpa(host_cview(a.q), host_cview(a.k), host_cview(a.v), a.params, host_cview(a.mask, m),
+             host_cview(a.sinks, s), host_view(a.out));
 }
 
-void SimdBackend::rope(const DTensor& x, const RopeParams& params, const Offsets& offsets, const DTensor& out) {
-  std::optional<ConstTensorView> per_row;
-  if (offsets.per_row) per_row = cv(*offsets.per_row);
-  simd::rope(cv(x), params, offsets.scalar, per_row, host_view(out));
-}
-
-void SimdBackend::kv_scatter(const DTensor& src, const DTensor& slots, const DTensor& dst) {
-  simd::kv_scatter(cv(src), cv(slots), host_view(dst));
-}
-
-void SimdBackend::kv_gather(const DTensor& src, const DTensor& batch_index, const DTensor& dst) {
-  simd::kv_gather(cv(src), cv(batch_index), host_view(dst));
-}
-
-void SimdBackend::kv_copy_blocks(const DTensor& src, std::span<const SeqBlock> blocks, const DTensor& dst) {
-  simd::kv_copy_blocks(cv(src), blocks, host_view(dst));
-}
-
-void SimdBackend::kv_roll(const DTensor& src, const DTensor& shifts, const DTensor& dst) {
-  simd::kv_roll(cv(src), cv(shifts), host_view(dst));
-}
-
-void SimdBackend::fp_quantize(const DTensor& x, const QuantSpec& spec, Rounding rounding,
-                              std::optional<float> global_scale, const DTensor& wq, const DTensor& scales) {
-  simd::fp_quantize(cv(x), spec, rounding, global_scale, host_view(wq), host_view(scales));
-}
-
-void SimdBackend::fp_dequantize(const DTensor& wq, const DTensor& scales, const QuantSpec& spec,
-                                std::optional<float> global_scale, const DTensor& out) {
-  simd::fp_dequantize(cv(wq), cv(scales), spec, global_scale, host_view(out));
-}
-
-namespace {
-const ConstTensorView* opt_cview(const DTensor* t, ConstTensorView& storage) {
-  if (t == nullptr) return nullptr;
-  storage = cv(*t);
-  return &storage;
-}
-ref::QuantizedView quantized_cview(const QuantizedDTensor& t) {
-  return {cv(t.wq), cv(t.scales), t.biases ? cv(t.biases) : ConstTensorView{}, t.spec};
-}
-}  // namespace
-
-void SimdBackend::sdpa(const DTensor& q, const DTensor& k, const DTensor& v, const AttentionParams& params,
-                       const DTensor* mask_array, const DTensor* sinks, const DTensor& out) {
-  ConstTensorView mask_view, sinks_view;
-  simd::sdpa(cv(q), cv(k), cv(v), params, opt_cview(mask_array, mask_view), opt_cview(sinks, sinks_view),
-             host_view(out));
-}
-
-void SimdBackend::quantized_sdpa(const DTensor& q, const QuantizedDTensor& k, const QuantizedDTensor& v,
-                                 const AttentionParams& params, const DTensor* mask_array, const DTensor* sinks,
-                                 const DTensor& out) {
-  ConstTensorView mask_view, sinks_view;
-  simd::quantized_sdpa(cv(q), quantized_cview(k), quantized_cview(v), params, opt_cview(mask_array, mask_view),
-                       opt_cview(sinks, sinks_view), host_view(out));
+void SimdBackend::quantized_sdpa(const QuantizedSdpaArgs& a) {
+  ConstTensorView m, s;
+  simd::quantized_sdpa(host_cview(a.q), host_cview(a.k), host_cview(a.v), a.params, host_cview(a.mask, m),
+                       host_cview(a.sinks, s), host_view(a.out));
 }
 
 // TurboQuant is not vectorized (the SIMD kernel list does not include it): the
 // SIMD backend runs the oracle's codec explicitly, so caches over this backend work.
-void SimdBackend::turboquant_encode(const DTensor& x, const TurboQuantCodec& codec, const DTensor& norms,
-                                    const DTensor& indices) {
-  ref::turboquant_encode(cv(x), codec, host_view(norms), host_view(indices));
+void SimdBackend::turboquant_encode(const TurboQuantEncodeArgs& a) {
+  ref::turboquant_encode(host_cview(a.x), a.codec, host_view(a.norms), host_view(a.indices));
 }
-void SimdBackend::turboquant_decode(const DTensor& norms, const DTensor& indices, const TurboQuantCodec& codec,
-                                    const DTensor& out) {
-  ref::turboquant_decode(cv(norms), cv(indices), codec, host_view(out));
+
+void SimdBackend::turboquant_decode(const TurboQuantDecodeArgs& a) {
+  ref::turboquant_decode(host_cview(a.norms), host_cview(a.indices), a.codec, host_view(a.out));
+}
+
+void SimdBackend::kv_scatter(const KvScatterArgs& a) {
+  simd::kv_scatter(host_cview(a.src), a.slots, host_view(a.dst));
+}
+
+void SimdBackend::kv_gather(const KvGatherArgs& a) {
+  simd::kv_gather(host_cview(a.src), a.batch_index, host_view(a.dst));
+}
+
+void SimdBackend::kv_copy_blocks(const KvCopyBlocksArgs& a) {
+  simd::kv_copy_blocks(host_cview(a.src), a.blocks, host_view(a.dst));
+}
+
+void SimdBackend::kv_roll(const KvRollArgs& a) {
+  simd::kv_roll(host_cview(a.src), a.shifts, host_view(a.dst));
 }
 
 }  // namespace kvlab

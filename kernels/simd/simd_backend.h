@@ -4,9 +4,9 @@
 // same results (bit-exact where the oracle is exact: affine codes/scales/biases,
 // dequantize, kv moves) and the same kvlab::Error for the same invalid input.
 //
-// Kernels not vectorized yet throw Error{unsupported} naming the kernel. They never fall
-// back to the reference silently: a comparison against the oracle would then compare
-// the oracle with itself.
+// An op not vectorized is not overridden, so it throws Error{unsupported} naming the op:
+// it never falls back to the reference silently (a comparison against the oracle would
+// then compare the oracle with itself). TurboQuant is the declared exception.
 #pragma once
 
 #include <cstdint>
@@ -60,28 +60,8 @@ class SimdBackend final : public HostMemoryBackend {
 
   std::string name() const override { return "simd:" + simd_current_target(); }
 
-  void affine_quantize(const DTensor& x, const QuantSpec& spec, Rounding rounding, const DTensor& wq,
-                       const DTensor& scales, const DTensor& biases) override;
-  void affine_dequantize(const DTensor& wq, const DTensor& scales, const DTensor& biases, const QuantSpec& spec,
-                         const DTensor& out) override;
-  void fp_quantize(const DTensor& x, const QuantSpec& spec, Rounding rounding, std::optional<float> global_scale,
-                   const DTensor& wq, const DTensor& scales) override;
-  void fp_dequantize(const DTensor& wq, const DTensor& scales, const QuantSpec& spec,
-                     std::optional<float> global_scale, const DTensor& out) override;
-  void rope(const DTensor& x, const RopeParams& params, const Offsets& offsets, const DTensor& out) override;
-  void sdpa(const DTensor& q, const DTensor& k, const DTensor& v, const AttentionParams& params,
-            const DTensor* mask_array, const DTensor* sinks, const DTensor& out) override;
-  void quantized_sdpa(const DTensor& q, const QuantizedDTensor& k, const QuantizedDTensor& v,
-                      const AttentionParams& params, const DTensor* mask_array, const DTensor* sinks,
-                      const DTensor& out) override;
-  void turboquant_encode(const DTensor& x, const TurboQuantCodec& codec, const DTensor& norms,
-                         const DTensor& indices) override;
-  void turboquant_decode(const DTensor& norms, const DTensor& indices, const TurboQuantCodec& codec,
-                         const DTensor& out) override;
-  void kv_scatter(const DTensor& src, const DTensor& slots, const DTensor& dst) override;
-  void kv_gather(const DTensor& src, const DTensor& batch_index, const DTensor& dst) override;
-  void kv_copy_blocks(const DTensor& src, std::span<const SeqBlock> blocks, const DTensor& dst) override;
-  void kv_roll(const DTensor& src, const DTensor& shifts, const DTensor& dst) override;
+  // Every op; TurboQuant runs the oracle's codec (not vectorized, see simd_backend.cc).
+  KVLAB_OVERRIDE_ALL_OPS
 
  private:
   std::unique_ptr<ScopedSimdTarget> pin_;

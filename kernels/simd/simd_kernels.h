@@ -8,10 +8,16 @@
 
 #include "kvlab/ops.h"
 #include "kvlab/quant_spec.h"
+#include "kvlab/quantized_view.h"
 #include "kvlab/tensor.h"
 #include "reference/quantized_sdpa.h"
 
 namespace kvlab::simd {
+
+// Any format of the table: the one place SIMD dispatches on QuantFormat::encoder
+// (kernels/simd/quantize.cc).
+void quantize(const ConstTensorView& x, Rounding rounding, const QuantizedMutView& out);
+void dequantize(const QuantizedView& in, const TensorView& out);
 
 void affine_quantize(const ConstTensorView& x, const QuantSpec& spec, Rounding rounding, const TensorView& wq,
                      const TensorView& scales, const TensorView& biases);

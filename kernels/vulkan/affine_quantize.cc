@@ -1,10 +1,11 @@
-// Vulkan affine quantize/dequantize (contract: reference/affine_quantize.h), bit-exact
-// with the oracle: shaders/affine_quantize.comp and shaders/affine_dequantize.comp.
+// Vulkan quantize/dequantize, affine format only (contract: reference/affine_quantize.h),
+// bit-exact with the oracle: shaders/affine_quantize.comp and shaders/affine_dequantize.comp.
 #include <cstdint>
 
 #include "kernels/vulkan/context.h"
 #include "kvlab/error.h"
 #include "reference/affine_quantize.h"
+#include "reference/quantize.h"
 
 namespace kvlab {
 
@@ -14,9 +15,14 @@ std::uint32_t u32(std::int64_t v) { return static_cast<std::uint32_t>(v); }  // 
 
 }  // namespace
 
-void VulkanBackend::affine_quantize(const DTensor& x, const QuantSpec& spec, Rounding rounding, const DTensor& wq,
-                                    const DTensor& scales, const DTensor& biases) {
+// The backend's one dispatch on the format table's encoder column.
+void VulkanBackend::quantize(const QuantizeArgs& a) {
+  const auto& [x, rounding, q] = a;
+  const auto& [wq, scales, biases, spec, global_scale] = q;
   Context& c = *context_;
+  ref::validate_format_operands(spec, biases ? c.view(biases) : ConstTensorView{}, global_scale, "quantize");
+  KVLAB_REQUIRE(spec.format().encoder == QuantEncoder::affine, unsupported, "VulkanBackend: quantize in mode ",
+                quant_mode_name(spec.mode), " is not implemented yet");
   ref::validate_affine_quantize(c.view(x), spec, c.view(wq), c.view(scales), c.view(biases));
   const std::int64_t groups = scales.numel();  // rows · D / group_size
   if (groups == 0) return;
@@ -39,9 +45,13 @@ void VulkanBackend::affine_quantize(const DTensor& x, const QuantSpec& spec, Rou
              static_cast<std::uint64_t>(groups));
 }
 
-void VulkanBackend::affine_dequantize(const DTensor& wq, const DTensor& scales, const DTensor& biases,
-                                      const QuantSpec& spec, const DTensor& out) {
+void VulkanBackend::dequantize(const DequantizeArgs& a) {
+  const auto& [q, out] = a;
+  const auto& [wq, scales, biases, spec, global_scale] = q;
   Context& c = *context_;
+  ref::validate_format_operands(spec, biases ? c.view(biases) : ConstTensorView{}, global_scale, "dequantize");
+  KVLAB_REQUIRE(spec.format().encoder == QuantEncoder::affine, unsupported, "VulkanBackend: dequantize in mode ",
+                quant_mode_name(spec.mode), " is not implemented yet");
   ref::validate_affine_dequantize(c.view(wq), c.view(scales), c.view(biases), spec, c.view(out));
   const std::int64_t groups = scales.numel();
   if (groups == 0 || out.numel() == 0) return;

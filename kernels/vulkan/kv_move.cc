@@ -1,7 +1,7 @@
 // Vulkan cache data movement (contract: reference/kv_move.h): shaders/kv_move.comp, one
-// shader for the four kernels. The oracle's validators run first (they read the index
-// tensors, so those are made readable at their validation address); the shader then
-// reads the same indices from the device buffers.
+// shader for the four kernels. The oracle's validators run first on the host index
+// vectors; the shader then reads the same indices from a table copied into the scratch
+// buffer (kv_copy_blocks' block table travels the same way).
 #include <cstdint>
 #include <vector>
 
@@ -39,38 +39,43 @@ void run(VulkanBackend::Context& c, KvMovePush push, const ref::KvMovePlan& plan
 
 }  // namespace
 
-void VulkanBackend::kv_scatter(const DTensor& src, const DTensor& slots, const DTensor& dst) {
+void VulkanBackend::kv_scatter(const KvScatterArgs& a) {
+  const auto& [src, slots, dst] = a;
   Context& c = *context_;
-  const ref::KvMovePlan plan = ref::validate_kv_scatter(c.view(src), c.readable_view(slots), c.view(dst));
+  const ref::KvMovePlan plan = ref::validate_kv_scatter(c.view(src), slots, c.view(dst));
   if (plan.src.bytes == 0) return;
   KvMovePush push;
   push.mode = kScatter;
   push.src_len = u32(plan.src.L);
   push.dst_len = u32(plan.dst.L);
-  run(c, push, plan, src, dst, c.bind(slots, 4), plan.src.B * plan.src.H * plan.src.L);
+  run(c, push, plan, src, dst, c.bind_table(slots.data, slots.nbytes()), plan.src.B * plan.src.H * plan.src.L);
 }
 
-void VulkanBackend::kv_gather(const DTensor& src, const DTensor& batch_index, const DTensor& dst) {
+void VulkanBackend::kv_gather(const KvGatherArgs& a) {
+  const auto& [src, batch_index, dst] = a;
   Context& c = *context_;
-  const ref::KvMovePlan plan = ref::validate_kv_gather(c.view(src), c.readable_view(batch_index), c.view(dst));
+  const ref::KvMovePlan plan = ref::validate_kv_gather(c.view(src), batch_index, c.view(dst));
   if (plan.src.bytes == 0 || plan.dst.bytes == 0) return;
   KvMovePush push;
   push.mode = kGather;
   push.src_len = push.dst_len = u32(plan.src.L);
-  run(c, push, plan, src, dst, c.bind(batch_index, 4), plan.dst.B * plan.src.H * plan.src.L);
+  run(c, push, plan, src, dst, c.bind_table(batch_index.data, batch_index.nbytes()),
+      plan.dst.B * plan.src.H * plan.src.L);
 }
 
-void VulkanBackend::kv_roll(const DTensor& src, const DTensor& shifts, const DTensor& dst) {
+void VulkanBackend::kv_roll(const KvRollArgs& a) {
+  const auto& [src, shifts, dst] = a;
   Context& c = *context_;
-  const ref::KvMovePlan plan = ref::validate_kv_roll(c.view(src), c.readable_view(shifts), c.view(dst));
+  const ref::KvMovePlan plan = ref::validate_kv_roll(c.view(src), shifts, c.view(dst));
   if (plan.src.bytes == 0) return;  // also L == 0, where "mod L" is undefined
   KvMovePush push;
   push.mode = kRoll;
   push.src_len = push.dst_len = u32(plan.src.L);
-  run(c, push, plan, src, dst, c.bind(shifts, 4), plan.src.B * plan.src.H * plan.src.L);
+  run(c, push, plan, src, dst, c.bind_table(shifts.data, shifts.nbytes()), plan.src.B * plan.src.H * plan.src.L);
 }
 
-void VulkanBackend::kv_copy_blocks(const DTensor& src, std::span<const SeqBlock> blocks, const DTensor& dst) {
+void VulkanBackend::kv_copy_blocks(const KvCopyBlocksArgs& a) {
+  const auto& [src, blocks, dst] = a;
   Context& c = *context_;
   const ref::KvMovePlan plan = ref::validate_kv_copy_blocks(c.view(src), blocks, c.view(dst));
   if (plan.src.bytes == 0) return;

@@ -39,9 +39,8 @@ ref::QuantizedView view_of(VulkanBackend::Context& c, const QuantizedDTensor& x)
 
 }  // namespace
 
-void VulkanBackend::quantized_sdpa(const DTensor& q, const QuantizedDTensor& k, const QuantizedDTensor& v,
-                                   const AttentionParams& params, const DTensor* mask_array, const DTensor* sinks,
-                                   const DTensor& out) {
+void VulkanBackend::quantized_sdpa(const QuantizedSdpaArgs& a) {
+  const auto& [q, k, v, params, mask_array, sinks, out] = a;
   namespace va = vulkan_attention;
   Context& c = *context_;
   const ConstTensorView qv = c.view(q), ov = c.view(out);

@@ -9,7 +9,8 @@
 
 namespace kvlab {
 
-void VulkanBackend::rope(const DTensor& x, const RopeParams& params, const Offsets& offsets, const DTensor& out) {
+void VulkanBackend::rope(const RopeArgs& a) {
+  const auto& [x, params, offsets, out] = a;
   Context& c = *context_;
   std::optional<ConstTensorView> per_row;
   if (offsets.per_row) per_row = c.view(*offsets.per_row);

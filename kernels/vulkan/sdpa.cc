@@ -167,8 +167,8 @@ bool VulkanBackend::uses_subgroup_reductions() const {
   return d.enabled().subgroup_arithmetic && size_ok && !context_->options().force_shared_reductions;
 }
 
-void VulkanBackend::sdpa(const DTensor& q, const DTensor& k, const DTensor& v, const AttentionParams& params,
-                         const DTensor* mask_array, const DTensor* sinks, const DTensor& out) {
+void VulkanBackend::sdpa(const SdpaArgs& a) {
+  const auto& [q, k, v, params, mask_array, sinks, out] = a;
   namespace va = vulkan_attention;
   Context& c = *context_;
   ConstTensorView mask_view, sinks_view;

@@ -56,20 +56,8 @@ void VulkanBackend::fill(const DTensor& dst, std::uint32_t element_bits) {
   context_->dispatch(vulkan::ShaderId::fill, {b}, &push, sizeof push, words);
 }
 
-void VulkanBackend::fp_quantize(const DTensor&, const QuantSpec&, Rounding, std::optional<float>, const DTensor&,
-                                const DTensor&) {
-  not_yet("fp_quantize");
-}
-void VulkanBackend::fp_dequantize(const DTensor&, const DTensor&, const QuantSpec&, std::optional<float>,
-                                  const DTensor&) {
-  not_yet("fp_dequantize");
-}
-void VulkanBackend::turboquant_encode(const DTensor&, const TurboQuantCodec&, const DTensor&, const DTensor&) {
-  not_yet("turboquant_encode");
-}
-void VulkanBackend::turboquant_decode(const DTensor&, const DTensor&, const TurboQuantCodec&, const DTensor&) {
-  not_yet("turboquant_decode");
-}
+void VulkanBackend::turboquant_encode(const TurboQuantEncodeArgs&) { not_yet("turboquant_encode"); }
+void VulkanBackend::turboquant_decode(const TurboQuantDecodeArgs&) { not_yet("turboquant_decode"); }
 
 VulkanOptions vulkan_options_from_variant(std::string_view variant) {
   VulkanOptions options;

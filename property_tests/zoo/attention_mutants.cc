@@ -33,10 +33,10 @@ DTensor attention_over(Backend& be, const DTensor& q_rot, const AttendResult& r,
   const DTensor* m = mask_array ? &*mask_array : nullptr;
   const DTensor* sinks = o.sinks ? &*o.sinks : nullptr;
   const std::int64_t dv = r.kv ? r.kv->values.shape.at(3)
-                               : r.quantized_kv->values.wq.shape.at(3) * 32 / r.quantized_kv->values.spec.bits;
+                               : r.quantized_kv->values.spec.unpacked_dim(r.quantized_kv->values.wq.shape.at(3));
   DTensor out = be.allocate(q_rot.dtype, {q_rot.shape.at(0), q_rot.shape.at(1), q_rot.shape.at(2), dv});
-  if (r.kv) be.sdpa(q_rot, r.kv->keys, r.kv->values, params, m, sinks, out);
-  else be.quantized_sdpa(q_rot, r.quantized_kv->keys, r.quantized_kv->values, params, m, sinks, out);
+  if (r.kv) be.sdpa({q_rot, r.kv->keys, r.kv->values, params, m, sinks, out});
+  else be.quantized_sdpa({q_rot, r.quantized_kv->keys, r.quantized_kv->values, params, m, sinks, out});
   return out;
 }
 
@@ -137,8 +137,8 @@ AttendResult gqa_mask_by_kv_head(Cache& cache, const DTensor& q, const DTensor& 
   AttentionParams p = o.attention;
   p.mask = MaskSpec{MaskKind::boolean, 0, {}, {}};
   const DTensor mask = be.upload(per_head);
-  r.out = be.allocate(q.dtype, {batch, hq, n, r.quantized_kv->values.wq.shape.at(3) * 32 / r.quantized_kv->values.spec.bits});
-  be.quantized_sdpa(q_rot, r.quantized_kv->keys, r.quantized_kv->values, p, &mask, nullptr, r.out);
+  r.out = be.allocate(q.dtype, {batch, hq, n, r.quantized_kv->values.spec.unpacked_dim(r.quantized_kv->values.wq.shape.at(3))});
+  be.quantized_sdpa({q_rot, r.quantized_kv->keys, r.quantized_kv->values, p, &mask, nullptr, r.out});
   return r;
 }
 
@@ -186,7 +186,7 @@ class TurboL1DenseBasisCache final : public ForwardingCache {
         const std::string prefix = split ? name + (i == 0 ? ".low" : ".high") : name;
         DTensor norms = be.allocate(DType::f16, {x->shape[0], x->shape[1], 1, 1});
         DTensor indices = be.allocate(DType::u32, {x->shape[0], x->shape[1], 1, ref::packed_word_count(c.dim, c.bits)});
-        be.turboquant_encode(*x, fused, norms, indices);
+        be.turboquant_encode({*x, fused, norms, indices});
         append_row(be, s, prefix + ".norms", norms);
         append_row(be, s, prefix + ".indices", indices);
       }
@@ -361,17 +361,17 @@ std::vector<Mutant> attention_mutants() {
   out.push_back(mutant("l1.rope-row0-offset", "mlx-lm#707 / vlm#1883 (§7 rows 29, 31)", {"R1.RopeVectorOffsetsPerRow"}));
   out.back().hooks.rope = [](Backend& be, const DTensor& x, const RopeParams& p, const Offsets& off,
                              const DTensor& dst) {
-    if (!off.per_row) return be.rope(x, p, off, dst);
+    if (!off.per_row) return be.rope({x, p, off, dst});
     std::vector<std::int32_t> rows(static_cast<std::size_t>(off.per_row->numel()));
     be.download(*off.per_row, rows.data());
-    be.rope(x, p, Offsets{rows.at(0), std::nullopt}, dst);
+    be.rope({x, p, Offsets{rows.at(0), std::nullopt}, dst});
   };
   // Yarn/SuScaled RoPE scaled x[..., :dims] by mscale with a slice assignment, which
   // writes into the caller's array (the rope output itself is right).
   out.push_back(mutant("l2.rope-modifies-input", "mlx-lm#1003 (§7 row 33)", {"R1.RopeVectorOffsetsPerRow"}));
   out.back().hooks.rope = [](Backend& be, const DTensor& x, const RopeParams& p, const Offsets& off,
                              const DTensor& dst) {
-    be.rope(x, p, off, dst);
+    be.rope({x, p, off, dst});
     Tensor in = be.download(x);
     const std::int64_t d = in.dim(-1);
     float* v = in.view().as<float>();

@@ -168,7 +168,7 @@ std::unique_ptr<Cache> merge_dequantizes(Backend& be, std::span<const QuantizedK
       const auto decode = [&](const QuantizedDTensor& x) {
         DTensor out = be.allocate(DType::f32, {seq::batch(x.wq), seq::heads(x.wq), seq::length(x.wq),
                                                seq::width(x.scales) * x.spec.group_size});
-        be.affine_dequantize(x.wq, x.scales, x.biases, x.spec, out);
+        be.dequantize({{x.wq, x.scales, x.biases, x.spec}, out});
         return out;
       };
       plain.push_back(std::make_unique<KVCache>(be, decode(f.keys), decode(f.values)));

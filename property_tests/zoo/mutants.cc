@@ -22,7 +22,7 @@ DTensor rope_at(Backend& be, const DTensor& x, const RopeParams& rope, const std
   DTensor offsets = be.allocate(DType::i32, {static_cast<std::int64_t>(positions.size())});
   be.upload(offsets, positions.data());
   DTensor out = be.allocate(x.dtype, x.shape);
-  be.rope(x, rope, Offsets{0, offsets}, out);
+  be.rope({x, rope, Offsets{0, offsets}, out});
   return out;
 }
 
@@ -57,11 +57,11 @@ AttendResult mutant_attend(AttendFault fault, Cache& cache, const DTensor& q, co
   std::optional<DTensor> mask_array;
   if (r.mask.array) mask_array = be.upload(*r.mask.array);
   const std::int64_t dv = r.kv ? r.kv->values.shape.at(3)
-                               : r.quantized_kv->values.wq.shape.at(3) * 32 / r.quantized_kv->values.spec.bits;
+                               : r.quantized_kv->values.spec.unpacked_dim(r.quantized_kv->values.wq.shape.at(3));
   r.out = be.allocate(q.dtype, {q.shape.at(0), q.shape.at(1), q.shape.at(2), dv});
   const DTensor* m = mask_array ? &*mask_array : nullptr;
-  if (r.kv) be.sdpa(q_rot, r.kv->keys, r.kv->values, params, m, nullptr, r.out);
-  else be.quantized_sdpa(q_rot, r.quantized_kv->keys, r.quantized_kv->values, params, m, nullptr, r.out);
+  if (r.kv) be.sdpa({q_rot, r.kv->keys, r.kv->values, params, m, nullptr, r.out});
+  else be.quantized_sdpa({q_rot, r.quantized_kv->keys, r.quantized_kv->values, params, m, nullptr, r.out});
   return r;
 }
 

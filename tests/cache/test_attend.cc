@@ -75,11 +75,11 @@ TEST(Attend, QueriesAreRopedAtThePreUpdateOffset) {
   auto by_hand = [&](std::int32_t base) {
     DTensor offsets = be.upload(Tensor::from_ints(DType::i32, {1}, std::vector<std::int64_t>{base}));
     DTensor q_rot = be.allocate(DType::f32, {1, 4, 2, 16});
-    be.rope(chunk(be, x.q, 4, 6), o.rope, Offsets{0, offsets}, q_rot);
+    be.rope({chunk(be, x.q, 4, 6), o.rope, Offsets{0, offsets}, q_rot});
     AttentionParams p = o.attention;
     p.mask = r.mask.spec;
     DTensor out = be.allocate(DType::f32, {1, 4, 2, 8});
-    be.sdpa(q_rot, r.kv->keys, r.kv->values, p, nullptr, nullptr, out);
+    be.sdpa({q_rot, r.kv->keys, r.kv->values, p, nullptr, nullptr, out});
     return be.download(out);
   };
   EXPECT_TRUE(testing::bit_equal(be.download(r.out), by_hand(4)));

@@ -363,7 +363,7 @@ TEST(BatchKVCache, BatchedAttentionEqualsPerRowAttention) {
     AttentionParams params;
     params.mask = mask.spec;
     DTensor out = be.allocate(DType::f32, {static_cast<std::int64_t>(rows.size()), kQHeads, n, kDv});
-    be.sdpa(token_block(be, rows, kQHeads, kDk), kv.keys, kv.values, params, nullptr, nullptr, out);
+    be.sdpa({token_block(be, rows, kQHeads, kDk), kv.keys, kv.values, params, nullptr, nullptr, out});
     return be.download(out);
   };
   BatchKVCache batch(be, lp);

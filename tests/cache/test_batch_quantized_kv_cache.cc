@@ -50,7 +50,7 @@ std::unique_ptr<QuantizedKVCache> single(Backend& be, const Ids& ids, QuantSpec 
 Ids ids_of(Backend& be, const QuantizedDTensor& q, std::int64_t b = 0) {
   const std::int64_t d = seq::width(q.scales) * q.spec.group_size;
   DTensor out = be.allocate(DType::f32, {seq::batch(q.wq), seq::heads(q.wq), seq::length(q.wq), d});
-  be.affine_dequantize(q.wq, q.scales, q.biases, q.spec, out);
+  be.dequantize({{q.wq, q.scales, q.biases, q.spec}, out});
   Ids ids = token_ids(be, out, b);
   for (float& x : ids) x = std::round(x);
   return ids;

@@ -91,7 +91,7 @@ TEST(QuantizedKVCacheAdopt, KeepsHandPackedBitsAndDecodesByTheFormula) {
   EXPECT_TRUE(bit_equal(be.download(f.keys.scales), k.scales));
   EXPECT_TRUE(bit_equal(be.download(f.keys.biases), k.biases));
   DTensor out = be.allocate(DType::f32, {1, 1, 3, 32});
-  be.affine_dequantize(f.keys.wq, f.keys.scales, f.keys.biases, spec, out);
+  be.dequantize({{f.keys.wq, f.keys.scales, f.keys.biases, spec}, out});
   const Tensor x = be.download(out);
   for (std::int64_t r = 0; r < 3; ++r)
     for (std::int64_t i = 0; i < 32; ++i)

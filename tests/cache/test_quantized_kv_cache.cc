@@ -182,7 +182,7 @@ TEST(QuantizedKVCache, DequantizedFetchMatchesOracleAndTokens) {
     QuantizedKVCache cache(be, spec, Rounding::mlx_cpu);
     const FetchedQuantizedKV kv = feed(be, cache, k, k, {4, 1, 4});
     const DTensor out = be.allocate(DType::f32, k.shape());
-    be.affine_dequantize(kv.keys.wq, kv.keys.scales, kv.keys.biases, spec, out);
+    be.dequantize({{kv.keys.wq, kv.keys.scales, kv.keys.biases, spec}, out});
     const Tensor got = be.download(out);
     const ref::QuantizedTensor want_q = ref::affine_quantize(k, spec, Rounding::mlx_cpu);
     EXPECT_TRUE(bytes_of(got) == bytes_of(ref::affine_dequantize(want_q))) << "bits " << bits;

@@ -39,14 +39,14 @@ Quantized quantize_on(Backend& be, const Tensor& x, const QuantSpec& spec, Round
   be.fill(wq, 0xDEADBEEFu);
   be.fill(sc, 0x7FC1u);
   be.fill(bi, 0x7FC1u);
-  be.affine_quantize(dx, spec, rounding, wq, sc, bi);
+  be.quantize({dx, rounding, {wq, sc, bi, spec}});
   return {be.download(wq), be.download(sc), be.download(bi)};
 }
 
 Tensor dequantize_on(Backend& be, const Quantized& q, const QuantSpec& spec, DType out_dtype) {
   const DTensor out = be.allocate(out_dtype, with_last(q.wq.shape(), q.scales.dim(-1) * spec.group_size));
   be.fill(out, 0x7FC00001u);
-  be.affine_dequantize(be.upload(q.wq), be.upload(q.scales), be.upload(q.biases), spec, out);
+  be.dequantize({{be.upload(q.wq), be.upload(q.scales), be.upload(q.biases), spec}, out});
   return be.download(out);
 }
 
@@ -433,7 +433,7 @@ TEST_F(SimdAffine, InvalidInputRaisesTheOraclesErrors) {
       const DTensor wq = be.allocate(b.wq_dtype, b.wq_shape);
       const DTensor sc = be.allocate(b.sc_dtype, b.sc_shape);
       const DTensor bi = be.allocate(b.sc_dtype, b.bi_shape);
-      be.affine_quantize(x, b.spec, Rounding::mlx_cpu, wq, sc, bi);
+      be.quantize({x, Rounding::mlx_cpu, {wq, sc, bi, b.spec}});
     };
     testing::expect_same_error([&] { call(ref_); }, [&] { call(simd_); }, b.what);
   }
@@ -458,7 +458,7 @@ TEST_F(SimdAffine, InvalidInputRaisesTheOraclesErrors) {
       const DTensor sc = be.allocate(DType::f32, b.sc_shape);
       const DTensor bi = be.allocate(DType::f32, b.bi_shape);
       const DTensor out = be.allocate(b.out_dtype, b.out_shape);
-      be.affine_dequantize(wq, sc, bi, ok, out);
+      be.dequantize({{wq, sc, bi, ok}, out});
     };
     testing::expect_same_error([&] { call(ref_); }, [&] { call(simd_); }, b.what);
   }

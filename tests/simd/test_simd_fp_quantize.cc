@@ -45,7 +45,7 @@ Quantized quantize_on(Backend& be, const Tensor& x, const QuantSpec& spec, Round
   const DTensor sc = be.allocate(DType::u8, with_last(x.shape(), spec.groups(d)));
   be.fill(wq, 0xDEADBEEFu);  // poisoned, so an unwritten word cannot match by luck
   be.fill(sc, 0xA5u);
-  be.fp_quantize(be.upload(x), spec, rounding, global_scale, wq, sc);
+  be.quantize({be.upload(x), rounding, {wq, sc, {}, spec, global_scale}});
   return {be.download(wq), be.download(sc)};
 }
 
@@ -53,7 +53,7 @@ Tensor dequantize_on(Backend& be, const Quantized& q, const QuantSpec& spec, std
                      DType out_dtype) {
   const DTensor out = be.allocate(out_dtype, with_last(q.wq.shape(), q.wq.dim(-1) * 32 / spec.bits));
   be.fill(out, 0x7FC00001u);
-  be.fp_dequantize(be.upload(q.wq), be.upload(q.scales), spec, global_scale, out);
+  be.dequantize({{be.upload(q.wq), be.upload(q.scales), {}, spec, global_scale}, out});
   return be.download(out);
 }
 
@@ -306,8 +306,7 @@ TEST_F(SimdFp, InvalidInputRaisesTheOraclesErrors) {
   };
   for (const Bad& b : bad) {
     auto call = [&](Backend& be) {
-      be.fp_quantize(be.allocate(b.x_dtype, b.x_shape), b.spec, Rounding::mlx_cpu, b.g,
-                     be.allocate(b.wq_dtype, b.wq_shape), be.allocate(b.sc_dtype, b.sc_shape));
+      be.quantize({be.allocate(b.x_dtype, b.x_shape), Rounding::mlx_cpu, {be.allocate(b.wq_dtype, b.wq_shape), be.allocate(b.sc_dtype, b.sc_shape), {}, b.spec, b.g}});
     };
     testing::expect_same_error([&] { call(ref_); }, [&] { call(simd_); }, b.what);
   }
@@ -336,8 +335,7 @@ TEST_F(SimdFp, InvalidInputRaisesTheOraclesErrors) {
   };
   for (const BadDq& b : bad_dq) {
     auto call = [&](Backend& be) {
-      be.fp_dequantize(be.allocate(b.wq_dtype, b.wq_shape), be.allocate(b.sc_dtype, b.sc_shape), b.spec, b.g,
-                       be.allocate(b.out_dtype, b.out_shape));
+      be.dequantize({{be.allocate(b.wq_dtype, b.wq_shape), be.allocate(b.sc_dtype, b.sc_shape), {}, b.spec, b.g}, be.allocate(b.out_dtype, b.out_shape)});
     };
     testing::expect_same_error([&] { call(ref_); }, [&] { call(simd_); }, b.what);
   }

@@ -68,7 +68,7 @@ TEST(SimdKvMove, ScatterMatchesForRunsWrapsAndPermutations) {
         const Tensor src = random_bytes(rng, dtype, {B, H, S, w}), dst = random_bytes(rng, dtype, {B, H, L, w});
         const Tensor sl = ints({B, S}, slots);
         expect_same(src, dst, [&](Backend& be, const DTensor& s, const DTensor& d) {
-          be.kv_scatter(s, be.upload(sl), d);
+          be.kv_scatter({s, sl.view(), d});
         });
       }
 }
@@ -79,20 +79,20 @@ TEST(SimdKvMove, GatherCopyBlocksAndRollMatch) {
     const Tensor src = random_bytes(rng, DType::bf16, {3, 2, 9, w});
     const Tensor gi = ints({4}, {2, 0, 2, 1});
     expect_same(src, random_bytes(rng, DType::bf16, {4, 2, 9, w}), [&](Backend& be, const DTensor& s, const DTensor& d) {
-      be.kv_gather(s, be.upload(gi), d);
+      be.kv_gather({s, gi.view(), d});
     });
     const std::vector<SeqBlock> blocks = {{0, 0, 1, 3, 4}, {2, 5, 1, 0, 3}, {1, 2, 0, 0, 7}, {0, 8, 0, 7, 0}};
     expect_same(src, random_bytes(rng, DType::bf16, {2, 2, 11, w}), [&](Backend& be, const DTensor& s, const DTensor& d) {
-      be.kv_copy_blocks(s, blocks, d);
+      be.kv_copy_blocks({s, blocks, d});
     });
     const Tensor sh = ints({3}, {3, -2, 2147483647});
     expect_same(src, random_bytes(rng, DType::bf16, {3, 2, 9, w}), [&](Backend& be, const DTensor& s, const DTensor& d) {
-      be.kv_roll(s, be.upload(sh), d);
+      be.kv_roll({s, sh.view(), d});
     });
   }
   // Empty sequence axis: roll is a no-op, scatter of zero rows too.
   expect_same(Tensor(DType::f32, {2, 1, 0, 4}), Tensor(DType::f32, {2, 1, 0, 4}),
-              [&](Backend& be, const DTensor& s, const DTensor& d) { be.kv_roll(s, be.upload(ints({2}, {1, 2})), d); });
+              [&](Backend& be, const DTensor& s, const DTensor& d) { be.kv_roll({s, ints({2}, {1, 2}).view(), d}); });
 }
 
 TEST(SimdKvMove, InvalidInputRaisesTheOraclesErrors) {
@@ -101,35 +101,35 @@ TEST(SimdKvMove, InvalidInputRaisesTheOraclesErrors) {
   using Call = std::function<void(Backend&)>;
   const std::vector<std::pair<const char*, Call>> bad = {
       {"slot out of range", [](Backend& be) {
-         be.kv_scatter(be.allocate(DType::f32, {1, 1, 2, 4}), be.upload(ints({1, 2}, {0, 5})),
-                       be.allocate(DType::f32, {1, 1, 4, 4}));
+         be.kv_scatter({be.allocate(DType::f32, {1, 1, 2, 4}), ints({1, 2}, {0, 5}).view(),
+                       be.allocate(DType::f32, {1, 1, 4, 4})});
        }},
       {"repeated slot", [](Backend& be) {
-         be.kv_scatter(be.allocate(DType::f32, {1, 1, 2, 4}), be.upload(ints({1, 2}, {3, 3})),
-                       be.allocate(DType::f32, {1, 1, 4, 4}));
+         be.kv_scatter({be.allocate(DType::f32, {1, 1, 2, 4}), ints({1, 2}, {3, 3}).view(),
+                       be.allocate(DType::f32, {1, 1, 4, 4})});
        }},
       {"dtype mismatch", [](Backend& be) {
-         be.kv_scatter(be.allocate(DType::f32, {1, 1, 2, 4}), be.upload(ints({1, 2}, {0, 1})),
-                       be.allocate(DType::f16, {1, 1, 4, 4}));
+         be.kv_scatter({be.allocate(DType::f32, {1, 1, 2, 4}), ints({1, 2}, {0, 1}).view(),
+                       be.allocate(DType::f16, {1, 1, 4, 4})});
        }},
       {"width mismatch", [](Backend& be) {
-         be.kv_gather(be.allocate(DType::f32, {2, 1, 4, 4}), be.upload(ints({1}, {0})),
-                      be.allocate(DType::f32, {1, 1, 4, 8}));
+         be.kv_gather({be.allocate(DType::f32, {2, 1, 4, 4}), ints({1}, {0}).view(),
+                      be.allocate(DType::f32, {1, 1, 4, 8})});
        }},
       {"gather index", [](Backend& be) {
-         be.kv_gather(be.allocate(DType::f32, {2, 1, 4, 4}), be.upload(ints({2}, {0, -1})),
-                      be.allocate(DType::f32, {2, 1, 4, 4}));
+         be.kv_gather({be.allocate(DType::f32, {2, 1, 4, 4}), ints({2}, {0, -1}).view(),
+                      be.allocate(DType::f32, {2, 1, 4, 4})});
        }},
       {"in place", [](Backend& be) {
          const DTensor t = be.allocate(DType::f32, {1, 1, 4, 4});
-         be.kv_roll(t, be.upload(ints({1}, {1})), t);
+         be.kv_roll({t, ints({1}, {1}).view(), t});
        }},
       {"roll shifts shape", [](Backend& be) {
-         be.kv_roll(be.allocate(DType::f32, {2, 1, 4, 4}), be.upload(ints({1}, {1})),
-                    be.allocate(DType::f32, {2, 1, 4, 4}));
+         be.kv_roll({be.allocate(DType::f32, {2, 1, 4, 4}), ints({1}, {1}).view(),
+                    be.allocate(DType::f32, {2, 1, 4, 4})});
        }},
       {"rank", [](Backend& be) {
-         be.kv_roll(be.allocate(DType::f32, {2, 4, 4}), be.upload(ints({2}, {1, 1})), be.allocate(DType::f32, {2, 4, 4}));
+         be.kv_roll({be.allocate(DType::f32, {2, 4, 4}), ints({2}, {1, 1}).view(), be.allocate(DType::f32, {2, 4, 4})});
        }},
   };
   for (const auto& [what, call] : bad) {
@@ -143,7 +143,7 @@ TEST(SimdKvMove, InvalidInputRaisesTheOraclesErrors) {
   };
   for (const auto& [what, blocks] : bad_blocks) {
     auto call = [&](Backend& be) {
-      be.kv_copy_blocks(be.allocate(DType::f32, {2, 1, 4, 4}), blocks, be.allocate(DType::f32, {1, 1, 4, 4}));
+      be.kv_copy_blocks({be.allocate(DType::f32, {2, 1, 4, 4}), blocks, be.allocate(DType::f32, {1, 1, 4, 4})});
     };
     testing::expect_same_error([&] { call(ref); }, [&] { call(simd); }, what);
   }

@@ -420,7 +420,7 @@ TEST(SimdQuantizedSdpa, ThroughTheBackendInterface) {
     };
     const DTensor out = be.allocate(DType::bf16, {1, 4, 1, 64});
     be.fill(out, 0x7FC1u);
-    be.quantized_sdpa(be.upload(in.q), side(in.k), side(in.v), in.params, nullptr, nullptr, out);
+    be.quantized_sdpa({be.upload(in.q), side(in.k), side(in.v), in.params, nullptr, nullptr, out});
     EXPECT_TRUE(within_budget(be.download(out), want, budget));
   });
 }

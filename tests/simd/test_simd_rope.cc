@@ -31,7 +31,7 @@ Tensor run_rope(Backend& be, const Tensor& x, const RopeParams& p, const Offsets
   be.fill(out, 0x7FC00001u);
   Offsets off = off_host;
   if (per_row) off.per_row = be.upload(*per_row);
-  be.rope(dx, p, off, out);
+  be.rope({dx, p, off, out});
   return be.download(out);
 }
 
@@ -290,33 +290,33 @@ TEST(SimdRope, InvalidInputRaisesTheOraclesErrors) {
     return p;
   };
   const std::vector<std::pair<const char*, Call>> bad = {
-      {"rank 2", [&](Backend& be) { be.rope(be.allocate(DType::f32, {2, 8}), params(8), {}, be.allocate(DType::f32, {2, 8})); }},
+      {"rank 2", [&](Backend& be) { be.rope({be.allocate(DType::f32, {2, 8}), params(8), {}, be.allocate(DType::f32, {2, 8})}); }},
       {"odd dims", [&](Backend& be) {
-         be.rope(be.allocate(DType::f32, {1, 2, 8}), params(3), {}, be.allocate(DType::f32, {1, 2, 8}));
+         be.rope({be.allocate(DType::f32, {1, 2, 8}), params(3), {}, be.allocate(DType::f32, {1, 2, 8})});
        }},
       {"dims > D", [&](Backend& be) {
-         be.rope(be.allocate(DType::f32, {1, 2, 8}), params(10), {}, be.allocate(DType::f32, {1, 2, 8}));
+         be.rope({be.allocate(DType::f32, {1, 2, 8}), params(10), {}, be.allocate(DType::f32, {1, 2, 8})});
        }},
       {"bad base", [&](Backend& be) {
-         be.rope(be.allocate(DType::f32, {1, 2, 8}), params(8, -1.0f), {}, be.allocate(DType::f32, {1, 2, 8}));
+         be.rope({be.allocate(DType::f32, {1, 2, 8}), params(8, -1.0f), {}, be.allocate(DType::f32, {1, 2, 8})});
        }},
       {"out dtype", [&](Backend& be) {
-         be.rope(be.allocate(DType::f32, {1, 2, 8}), params(8), {}, be.allocate(DType::f16, {1, 2, 8}));
+         be.rope({be.allocate(DType::f32, {1, 2, 8}), params(8), {}, be.allocate(DType::f16, {1, 2, 8})});
        }},
       {"in place", [&](Backend& be) {
          const DTensor t = be.allocate(DType::f32, {1, 2, 8});
-         be.rope(t, params(8), {}, t);
+         be.rope({t, params(8), {}, t});
        }},
       {"both offsets", [&](Backend& be) {
          Offsets o;
          o.scalar = 3;
          o.per_row = be.allocate(DType::i32, {1});
-         be.rope(be.allocate(DType::f32, {1, 2, 8}), params(8), o, be.allocate(DType::f32, {1, 2, 8}));
+         be.rope({be.allocate(DType::f32, {1, 2, 8}), params(8), o, be.allocate(DType::f32, {1, 2, 8})});
        }},
       {"per-row shape", [&](Backend& be) {
          Offsets o;
          o.per_row = be.allocate(DType::i32, {2});
-         be.rope(be.allocate(DType::f32, {1, 2, 8}), params(8), o, be.allocate(DType::f32, {1, 2, 8}));
+         be.rope({be.allocate(DType::f32, {1, 2, 8}), params(8), o, be.allocate(DType::f32, {1, 2, 8})});
        }},
   };
   for (const auto& [what, call] : bad) testing::expect_same_error([&] { call(ref); }, [&] { call(simd); }, what);

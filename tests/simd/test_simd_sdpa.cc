@@ -43,7 +43,7 @@ Tensor run_sdpa(Backend& be, const Inputs& in) {
   if (in.sinks) sinks = be.upload(*in.sinks);
   const DTensor out = be.allocate(in.q.dtype(), {in.q.dim(0), in.q.dim(1), in.q.dim(2), in.v.dim(3)});
   be.fill(out, 0x7FC00001u);  // poisoned, so an unwritten element fails
-  be.sdpa(q, k, v, in.params, mask ? &*mask : nullptr, sinks ? &*sinks : nullptr, out);
+  be.sdpa({q, k, v, in.params, mask ? &*mask : nullptr, sinks ? &*sinks : nullptr, out});
   return be.download(out);
 }
 
@@ -421,8 +421,8 @@ TEST_F(SimdSdpa, InvalidInputRaisesTheOraclesErrors) {
                   DType dtype = DType::f32, DType kv_dtype = DType::f32) {
     const DTensor dm = mask ? f32(be, mask->second, mask->first) : DTensor{};
     const DTensor ds = sinks ? f32(be, sinks->second, sinks->first) : DTensor{};
-    be.sdpa(f32(be, q, dtype), f32(be, k, kv_dtype), f32(be, v, kv_dtype), p, mask ? &dm : nullptr,
-            sinks ? &ds : nullptr, f32(be, out, dtype));
+    be.sdpa({f32(be, q, dtype), f32(be, k, kv_dtype), f32(be, v, kv_dtype), p, mask ? &dm : nullptr,
+            sinks ? &ds : nullptr, f32(be, out, dtype)});
   };
   const Shape q{1, 4, 2, 8}, k{1, 2, 6, 8}, v{1, 2, 6, 8}, out{1, 4, 2, 8};
   auto with = [](auto change) {

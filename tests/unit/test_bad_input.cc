@@ -37,8 +37,7 @@ void quantize(Backend& be, const QuantSpec& spec, std::int64_t d, DType x_dtype 
   // guard the arithmetic so the test itself cannot divide by zero.
   const std::int64_t words = std::max<std::int64_t>(1, d * spec.bits / 32);
   const std::int64_t groups = std::max<std::int64_t>(1, d / std::max(1, spec.group_size));
-  be.affine_quantize(T(be, x_dtype, {2, d}), spec, Rounding::mlx_cpu, T(be, DType::u32, {2, words}),
-                     T(be, x_dtype, {2, groups}), T(be, x_dtype, {2, groups}));
+  be.quantize({T(be, x_dtype, {2, d}), Rounding::mlx_cpu, {T(be, DType::u32, {2, words}), T(be, x_dtype, {2, groups}), T(be, x_dtype, {2, groups}), spec}});
 }
 
 struct Attn {
@@ -50,14 +49,14 @@ struct Attn {
 void attend(Backend& be, const Attn& a, const DTensor* mask = nullptr, const DTensor* sinks = nullptr,
             std::int64_t k_batch = -1) {
   const std::int64_t kb = k_batch < 0 ? a.b : k_batch;
-  be.sdpa(T(be, a.q_dtype, {a.b, a.hq, a.lq, a.dk}), T(be, a.kv_dtype, {kb, a.hkv, a.lk, a.dk}),
-          T(be, a.kv_dtype, {kb, a.hkv, a.lk, a.dv}), a.params, mask, sinks, T(be, a.q_dtype, {a.b, a.hq, a.lq, a.dv}));
+  be.sdpa({T(be, a.q_dtype, {a.b, a.hq, a.lq, a.dk}), T(be, a.kv_dtype, {kb, a.hkv, a.lk, a.dk}),
+          T(be, a.kv_dtype, {kb, a.hkv, a.lk, a.dv}), a.params, mask, sinks, T(be, a.q_dtype, {a.b, a.hq, a.lq, a.dv})});
 }
 
 void rope(Backend& be, Shape shape, RopeParams p, std::optional<DTensor> per_row = {}, DType dt = DType::f32) {
   Offsets off;
   off.per_row = std::move(per_row);
-  be.rope(T(be, dt, shape), p, off, T(be, dt, shape));
+  be.rope({T(be, dt, shape), p, off, T(be, dt, shape)});
 }
 
 RopeParams rope_dims(int dims) {
@@ -78,41 +77,35 @@ std::vector<BadCall> bad_calls() {
   t.push_back({"affine_d_not_multiple_of_group", [](Backend& be) { quantize(be, affine(4, 64), 96); }, "96"});
   t.push_back({"affine_integer_input", [](Backend& be) { quantize(be, affine(4, 64), 128, DType::i32); }, "i32"});
   t.push_back({"affine_scales_wrong_dtype", [](Backend& be) {
-                 be.affine_quantize(T(be, DType::f16, {2, 64}), affine(4, 64), Rounding::mlx_cpu,
-                                    T(be, DType::u32, {2, 8}), T(be, DType::f32, {2, 1}), T(be, DType::f16, {2, 1}));
+                 be.quantize({T(be, DType::f16, {2, 64}), Rounding::mlx_cpu, {T(be, DType::u32, {2, 8}), T(be, DType::f32, {2, 1}), T(be, DType::f16, {2, 1}), affine(4, 64)}});
                }, "f32"});
   t.push_back({"affine_wq_wrong_shape", [](Backend& be) {
-                 be.affine_quantize(T(be, DType::f32, {2, 64}), affine(4, 64), Rounding::mlx_cpu,
-                                    T(be, DType::u32, {2, 7}), T(be, DType::f32, {2, 1}), T(be, DType::f32, {2, 1}));
+                 be.quantize({T(be, DType::f32, {2, 64}), Rounding::mlx_cpu, {T(be, DType::u32, {2, 7}), T(be, DType::f32, {2, 1}), T(be, DType::f32, {2, 1}), affine(4, 64)}});
                }, "(2, 7)"});
   t.push_back({"affine_dequant_words_vs_groups", [](Backend& be) {
-                 be.affine_dequantize(T(be, DType::u32, {2, 16}), T(be, DType::f32, {2, 1}), T(be, DType::f32, {2, 1}),
-                                      affine(4, 64), T(be, DType::f32, {2, 128}));
+                 be.dequantize({{T(be, DType::u32, {2, 16}), T(be, DType::f32, {2, 1}), T(be, DType::f32, {2, 1}), affine(4, 64)}, T(be, DType::f32, {2, 128})});
                }, "16"});
   t.push_back({"mxfp4_group_64", [](Backend& be) {
-                 be.fp_quantize(T(be, DType::f32, {1, 64}), QuantSpec{QuantMode::mxfp4, 4, 64}, Rounding::mlx_gpu, {},
-                                T(be, DType::u32, {1, 8}), T(be, DType::u8, {1, 1}));
+                 be.quantize({T(be, DType::f32, {1, 64}), Rounding::mlx_gpu, {T(be, DType::u32, {1, 8}), T(be, DType::u8, {1, 1}), {}, QuantSpec{QuantMode::mxfp4, 4, 64}, {}}});
                }, "group_size 64"});
   t.push_back({"nvfp4_bits_8", [](Backend& be) {
-                 be.fp_quantize(T(be, DType::f32, {1, 32}), QuantSpec{QuantMode::nvfp4, 8, 16}, Rounding::mlx_gpu, {},
-                                T(be, DType::u32, {1, 8}), T(be, DType::u8, {1, 2}));
+                 be.quantize({T(be, DType::f32, {1, 32}), Rounding::mlx_gpu, {T(be, DType::u32, {1, 8}), T(be, DType::u8, {1, 2}), {}, QuantSpec{QuantMode::nvfp4, 8, 16}, {}}});
                }, "bits 8"});
   t.push_back({"global_scale_on_mxfp8", [](Backend& be) {
-                 be.fp_quantize(T(be, DType::f32, {1, 32}), QuantSpec{QuantMode::mxfp8, 8, 32}, Rounding::mlx_gpu, 2.0f,
-                                T(be, DType::u32, {1, 8}), T(be, DType::u8, {1, 1}));
+                 be.quantize({T(be, DType::f32, {1, 32}), Rounding::mlx_gpu, {T(be, DType::u32, {1, 8}), T(be, DType::u8, {1, 1}), {}, QuantSpec{QuantMode::mxfp8, 8, 32}, 2.0f}});
                }, "global_scale"});
   // --- attention (spec §2.1) ---
   t.push_back({"sdpa_hq_not_multiple_of_hkv", [](Backend& be) { Attn a; a.hq = 6; a.hkv = 4; attend(be, a); }, "6"});
   t.push_back({"sdpa_dk_mismatch", [](Backend& be) {
-                 be.sdpa(T(be, DType::f32, {1, 2, 3, 64}), T(be, DType::f32, {1, 2, 5, 32}), T(be, DType::f32, {1, 2, 5, 32}),
-                         AttentionParams{}, nullptr, nullptr, T(be, DType::f32, {1, 2, 3, 32}));
+                 be.sdpa({T(be, DType::f32, {1, 2, 3, 64}), T(be, DType::f32, {1, 2, 5, 32}), T(be, DType::f32, {1, 2, 5, 32}),
+                         AttentionParams{}, nullptr, nullptr, T(be, DType::f32, {1, 2, 3, 32})});
                }, "32"});
   t.push_back({"sdpa_dtype_mismatch", [](Backend& be) { Attn a; a.kv_dtype = DType::f16; attend(be, a); }, "f16"});
   t.push_back({"sdpa_batch_mismatch", [](Backend& be) { Attn a; a.b = 2; attend(be, a, nullptr, nullptr, 3); }, "3"});
   t.push_back({"sdpa_zero_keys", [](Backend& be) { Attn a; a.lk = 0; attend(be, a); }, "0"});
   t.push_back({"sdpa_rank_3_query", [](Backend& be) {
-                 be.sdpa(T(be, DType::f32, {2, 3, 8}), T(be, DType::f32, {1, 2, 5, 8}), T(be, DType::f32, {1, 2, 5, 8}),
-                         AttentionParams{}, nullptr, nullptr, T(be, DType::f32, {1, 2, 3, 8}));
+                 be.sdpa({T(be, DType::f32, {2, 3, 8}), T(be, DType::f32, {1, 2, 5, 8}), T(be, DType::f32, {1, 2, 5, 8}),
+                         AttentionParams{}, nullptr, nullptr, T(be, DType::f32, {1, 2, 3, 8})});
                }, "rank 3"});
   t.push_back({"sdpa_boolean_mask_without_array", [](Backend& be) {
                  Attn a; a.params.mask.kind = MaskKind::boolean; attend(be, a);
@@ -136,8 +129,8 @@ std::vector<BadCall> bad_calls() {
   t.push_back({"quantized_sdpa_missing_biases", [](Backend& be) {
                  const QuantSpec s = affine(4, 32);
                  QuantizedDTensor k{T(be, DType::u32, {1, 2, 5, 4}), T(be, DType::f32, {1, 2, 5, 1}), DTensor{}, s};
-                 be.quantized_sdpa(T(be, DType::f32, {1, 2, 3, 32}), k, k, AttentionParams{}, nullptr, nullptr,
-                                   T(be, DType::f32, {1, 2, 3, 32}));
+                 be.quantized_sdpa({T(be, DType::f32, {1, 2, 3, 32}), k, k, AttentionParams{}, nullptr, nullptr,
+                                   T(be, DType::f32, {1, 2, 3, 32})});
                }, "bias"});
   // --- RoPE (spec §3.1) ---
   t.push_back({"rope_odd_dims", [](Backend& be) { rope(be, {1, 2, 3, 8}, rope_dims(5)); }, "5"});
@@ -156,22 +149,22 @@ std::vector<BadCall> bad_calls() {
   t.push_back({"rope_integer_input", [](Backend& be) { rope(be, {1, 1, 3, 8}, rope_dims(8), {}, DType::u32); }, "u32"});
   // --- cache data movement ---
   t.push_back({"kv_scatter_slot_out_of_range", [](Backend& be) {
-                 const DTensor slots = be.upload(Tensor::from_ints(DType::i32, {1, 2}, std::vector<std::int64_t>{3, 9}));
-                 be.kv_scatter(T(be, DType::f32, {1, 2, 2, 4}), slots, T(be, DType::f32, {1, 2, 8, 4}));
+                 const Tensor slots = Tensor::from_ints(DType::i32, {1, 2}, std::vector<std::int64_t>{3, 9});
+                 be.kv_scatter({T(be, DType::f32, {1, 2, 2, 4}), slots.view(), T(be, DType::f32, {1, 2, 8, 4})});
                }, "9"});
   t.push_back({"kv_gather_index_out_of_range", [](Backend& be) {
-                 const DTensor idx = be.upload(Tensor::from_ints(DType::i32, {2}, std::vector<std::int64_t>{0, 5}));
-                 be.kv_gather(T(be, DType::f16, {3, 2, 4, 8}), idx, T(be, DType::f16, {2, 2, 4, 8}));
+                 const Tensor idx = Tensor::from_ints(DType::i32, {2}, std::vector<std::int64_t>{0, 5});
+                 be.kv_gather({T(be, DType::f16, {3, 2, 4, 8}), idx.view(), T(be, DType::f16, {2, 2, 4, 8})});
                }, "5"});
   t.push_back({"kv_copy_negative_length", [](Backend& be) {
                  const SeqBlock blk{0, 0, 0, 0, -2};
-                 be.kv_copy_blocks(T(be, DType::u32, {1, 2, 4, 8}), std::span(&blk, 1), T(be, DType::u32, {1, 2, 4, 8}));
+                 be.kv_copy_blocks({T(be, DType::u32, {1, 2, 4, 8}), std::span(&blk, 1), T(be, DType::u32, {1, 2, 4, 8})});
                }, "-2"});
   t.push_back({"kv_roll_shifts_wrong_length", [](Backend& be) {
-                 be.kv_roll(T(be, DType::f32, {2, 2, 4, 8}), T(be, DType::i32, {3}), T(be, DType::f32, {2, 2, 4, 8}));
+                 be.kv_roll({T(be, DType::f32, {2, 2, 4, 8}), Tensor(DType::i32, {3}).view(), T(be, DType::f32, {2, 2, 4, 8})});
                }, "3"});
   t.push_back({"kv_scatter_dtype_mismatch", [](Backend& be) {
-                 be.kv_scatter(T(be, DType::f16, {1, 2, 1, 4}), T(be, DType::i32, {1, 1}), T(be, DType::f32, {1, 2, 8, 4}));
+                 be.kv_scatter({T(be, DType::f16, {1, 2, 1, 4}), Tensor(DType::i32, {1, 1}).view(), T(be, DType::f32, {1, 2, 8, 4})});
                }, "f16"});
   // --- core ---
   t.push_back({"tensor_negative_dimension", [](Backend& be) { (void)be.allocate(DType::f32, {2, -3}); }, "-3"});

@@ -222,28 +222,28 @@ TEST(ReferenceBackendKv, EveryKvKernelMatchesTheOracle) {
     Tensor want = dst0;
     ref::kv_scatter(chunk.view(), slots.view(), want.view());
     DTensor d_dst = arena.put(dst0);
-    be.kv_scatter(arena.put(chunk), arena.put(slots), d_dst);
+    be.kv_scatter({arena.put(chunk), slots.view(), d_dst});
     EXPECT_TRUE(testing::bit_equal(be.download(d_dst), want)) << "kv_scatter";
 
     const Tensor index = i32({4}, {2, 2, 0, 1});
     Tensor gathered = patterned(dt, {4, 2, 5, 4}, 3);
     const DTensor d_gathered = arena.put(gathered);
     ref::kv_gather(src.view(), index.view(), gathered.view());
-    be.kv_gather(d_src, arena.put(index), d_gathered);
+    be.kv_gather({d_src, index.view(), d_gathered});
     EXPECT_TRUE(testing::bit_equal(be.download(d_gathered), gathered)) << "kv_gather";
 
     const std::vector<SeqBlock> blocks = {{2, 1, 0, 0, 3}, {0, 3, 1, 1, 2}, {1, 0, 0, 3, 2}};
     Tensor copied = patterned(dt, {2, 2, 6, 4}, 4);
     const DTensor d_copied = arena.put(copied);
     ref::kv_copy_blocks(src.view(), blocks, copied.view());
-    be.kv_copy_blocks(d_src, blocks, d_copied);
+    be.kv_copy_blocks({d_src, blocks, d_copied});
     EXPECT_TRUE(testing::bit_equal(be.download(d_copied), copied)) << "kv_copy_blocks";
 
     const Tensor shifts = i32({3}, {-7, 2, 1000003});
     Tensor rolled = dst0;
     const DTensor d_rolled = arena.put(rolled);
     ref::kv_roll(src.view(), shifts.view(), rolled.view());
-    be.kv_roll(d_src, arena.put(shifts), d_rolled);
+    be.kv_roll({d_src, shifts.view(), d_rolled});
     EXPECT_TRUE(testing::bit_equal(be.download(d_rolled), rolled)) << "kv_roll";
     EXPECT_TRUE(testing::bit_equal(be.download(d_src), src)) << "the source is read-only";
   }
@@ -255,30 +255,30 @@ TEST(ReferenceBackendKv, InvalidInputRaisesTheOracleError) {
   const DTensor d_src = be.upload(src), d_dst = be.allocate(DType::u32, {2, 1, 4, 3});
   expect_error(
       [&] {
-        be.kv_scatter(d_src, be.upload(i32({2, 2}, {0, 1, 4, 0})), d_dst);
+        be.kv_scatter({d_src, i32({2, 2}, {0, 1, 4, 0}).view(), d_dst});
       },
       ErrorKind::invalid_argument, {"slot 4", "batch row 1"});
   expect_error(
       [&] {
-        be.kv_gather(d_src, be.upload(i32({2}, {0, 2})), be.allocate(DType::u32, {2, 1, 2, 3}));
+        be.kv_gather({d_src, i32({2}, {0, 2}).view(), be.allocate(DType::u32, {2, 1, 2, 3})});
       },
       ErrorKind::invalid_argument, {"batch_index[1] = 2"});
   const std::vector<SeqBlock> negative = {{0, 0, 0, 0, -3}};
-  expect_error([&] { be.kv_copy_blocks(d_src, negative, d_dst); }, ErrorKind::invalid_argument, {"negative length -3"});
+  expect_error([&] { be.kv_copy_blocks({d_src, negative, d_dst}); }, ErrorKind::invalid_argument, {"negative length -3"});
   expect_error(
       [&] {
-        be.kv_roll(d_src, be.upload(i32({3}, {0, 0, 0})), be.allocate(DType::u32, {2, 1, 2, 3}));
+        be.kv_roll({d_src, i32({3}, {0, 0, 0}).view(), be.allocate(DType::u32, {2, 1, 2, 3})});
       },
       ErrorKind::shape_mismatch, {"shifts", "(3,)"});
   // Two DTensors over overlapping bytes of one buffer are aliases; disjoint ones are not.
   const BufferPtr buf = be.allocate(96);
   const DTensor a{buf, 0, DType::u32, {2, 1, 2, 3}}, b{buf, 24, DType::u32, {2, 1, 2, 3}},
       c{buf, 48, DType::u32, {2, 1, 2, 3}};
-  const DTensor zeros = be.upload(i32({2}, {0, 0}));
-  expect_error([&] { be.kv_roll(a, zeros, b); }, ErrorKind::invalid_argument, {"overlaps dst"});
-  be.kv_roll(a, zeros, c);
+  const Tensor zeros = i32({2}, {0, 0});
+  expect_error([&] { be.kv_roll({a, zeros.view(), b}); }, ErrorKind::invalid_argument, {"overlaps dst"});
+  be.kv_roll({a, zeros.view(), c});
   // Memory-layer errors surface before the kernel runs.
-  expect_error([&] { be.kv_roll(DTensor{}, zeros, c); }, ErrorKind::misuse, {"no buffer"});
+  expect_error([&] { be.kv_roll({DTensor{}, zeros.view(), c}); }, ErrorKind::misuse, {"no buffer"});
 }
 
 }  // namespace

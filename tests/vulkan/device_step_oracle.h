@@ -27,9 +27,9 @@ class ReferenceDecodeStep {
     const DTensor offsets = be_.allocate(DType::i32, {static_cast<std::int64_t>(positions.size())});
     be_.upload(offsets, positions.data());
     const DTensor k_rot = be_.allocate(k.dtype(), k.shape()), q_rot = be_.allocate(q.dtype(), q.shape());
-    be_.rope(be_.upload(k), rope_, Offsets{0, offsets}, k_rot);
+    be_.rope({be_.upload(k), rope_, Offsets{0, offsets}, k_rot});
     cache_.update(k_rot, be_.upload(v));
-    be_.rope(be_.upload(q), rope_, Offsets{0, offsets}, q_rot);
+    be_.rope({be_.upload(q), rope_, Offsets{0, offsets}, q_rot});
     return be_.download(q_rot);
   }
   std::vector<std::int32_t> offsets() const { return cache_.offsets(); }

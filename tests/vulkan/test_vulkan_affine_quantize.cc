@@ -35,7 +35,7 @@ Quantized quantize_on(Backend& be, const Tensor& x, const QuantSpec& spec, Round
   const DTensor wq = testing::place(be, DType::u32, with_last(x.shape(), spec.packed_words(d)), lead, nullptr, 0xEE);
   const DTensor sc = testing::place(be, dt, with_last(x.shape(), spec.groups(d)), lead, nullptr, 0xC1);
   const DTensor bi = testing::place(be, dt, with_last(x.shape(), spec.groups(d)), lead, nullptr, 0xC1);
-  be.affine_quantize(dx, spec, rounding, wq, sc, bi);
+  be.quantize({dx, rounding, {wq, sc, bi, spec}});
   for (const DTensor* t : {&dx, &wq, &sc, &bi}) EXPECT_TRUE(testing::guards_intact(be, *t));
   return {be.download(wq), be.download(sc), be.download(bi)};
 }
@@ -46,7 +46,7 @@ Tensor dequantize_on(Backend& be, const Quantized& q, const QuantSpec& spec, DTy
   const DTensor bi = testing::place(be, q.biases.dtype(), q.biases.shape(), lead, q.biases.data());
   const DTensor out =
       testing::place(be, out_dtype, with_last(q.wq.shape(), q.scales.dim(-1) * spec.group_size), lead, nullptr, 0xFF);
-  be.affine_dequantize(wq, sc, bi, spec, out);
+  be.dequantize({{wq, sc, bi, spec}, out});
   EXPECT_TRUE(testing::guards_intact(be, out));
   return be.download(out);
 }
@@ -190,8 +190,7 @@ TEST(VulkanAffine, InvalidInputRaisesTheOraclesErrors) {
   using Call = std::function<void(Backend&)>;
   const QuantSpec q4 = QuantSpec::make(QuantMode::affine, 4, 32);
   auto quantize = [&](Backend& b, DType xd, Shape xs, Shape ws, DType sd, Shape ss, const QuantSpec& spec) {
-    b.affine_quantize(b.allocate(xd, xs), spec, Rounding::mlx_cpu, b.allocate(DType::u32, ws), b.allocate(sd, ss),
-                      b.allocate(sd, ss));
+    b.quantize({b.allocate(xd, xs), Rounding::mlx_cpu, {b.allocate(DType::u32, ws), b.allocate(sd, ss), b.allocate(sd, ss), spec}});
   };
   const std::vector<std::pair<const char*, Call>> bad = {
       {"mode", [&](Backend& b) { quantize(b, DType::f32, {2, 32}, {2, 4}, DType::f32, {2, 1}, QuantSpec::make(QuantMode::mxfp4)); }},
@@ -201,21 +200,17 @@ TEST(VulkanAffine, InvalidInputRaisesTheOraclesErrors) {
       {"scales dtype", [&](Backend& b) { quantize(b, DType::f32, {2, 32}, {2, 4}, DType::f16, {2, 1}, q4); }},
       {"rank 0", [&](Backend& b) { quantize(b, DType::f32, {}, {4}, DType::f32, {1}, q4); }},
       {"dequantize words vs groups", [&](Backend& b) {
-         b.affine_dequantize(b.allocate(DType::u32, {2, 5}), b.allocate(DType::f32, {2, 1}), b.allocate(DType::f32, {2, 1}), q4,
-                             b.allocate(DType::f32, {2, 32}));
+         b.dequantize({{b.allocate(DType::u32, {2, 5}), b.allocate(DType::f32, {2, 1}), b.allocate(DType::f32, {2, 1}), q4}, b.allocate(DType::f32, {2, 32})});
        }},
       {"dequantize biases dtype", [&](Backend& b) {
-         b.affine_dequantize(b.allocate(DType::u32, {2, 4}), b.allocate(DType::f32, {2, 1}), b.allocate(DType::f16, {2, 1}), q4,
-                             b.allocate(DType::f32, {2, 32}));
+         b.dequantize({{b.allocate(DType::u32, {2, 4}), b.allocate(DType::f32, {2, 1}), b.allocate(DType::f16, {2, 1}), q4}, b.allocate(DType::f32, {2, 32})});
        }},
       {"dequantize out shape", [&](Backend& b) {
-         b.affine_dequantize(b.allocate(DType::u32, {2, 4}), b.allocate(DType::f32, {2, 1}), b.allocate(DType::f32, {2, 1}), q4,
-                             b.allocate(DType::f32, {2, 33}));
+         b.dequantize({{b.allocate(DType::u32, {2, 4}), b.allocate(DType::f32, {2, 1}), b.allocate(DType::f32, {2, 1}), q4}, b.allocate(DType::f32, {2, 33})});
        }},
       {"tensor overruns its buffer", [&](Backend& b) {
          const DTensor x{b.allocate(64), 8, DType::f32, {2, 32}};
-         b.affine_quantize(x, q4, Rounding::mlx_cpu, b.allocate(DType::u32, {2, 4}), b.allocate(DType::f32, {2, 1}),
-                           b.allocate(DType::f32, {2, 1}));
+         b.quantize({x, Rounding::mlx_cpu, {b.allocate(DType::u32, {2, 4}), b.allocate(DType::f32, {2, 1}), b.allocate(DType::f32, {2, 1}), q4}});
        }},
   };
   for (const auto& [what, call] : bad) testing::expect_same_error([&] { call(ref); }, [&] { call(*be); }, what);

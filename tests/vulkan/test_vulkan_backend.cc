@@ -126,10 +126,12 @@ TEST(VulkanBackendKernels, LaterPhaseKernelsThrowUnsupportedNamingTheKernel) {
   const DTensor o = be->allocate(DType::f32, {1, 1, 2, 64});
   const QuantSpec fp = QuantSpec::make(QuantMode::mxfp4);
   TurboQuantCodec codec;
-  testing::expect_error([&] { be->fp_quantize(x, fp, Rounding::mlx_cpu, std::nullopt, o, o); }, ErrorKind::unsupported, {"fp_quantize"});
-  testing::expect_error([&] { be->fp_dequantize(x, x, fp, std::nullopt, o); }, ErrorKind::unsupported, {"fp_dequantize"});
-  testing::expect_error([&] { be->turboquant_encode(x, codec, o, o); }, ErrorKind::unsupported, {"turboquant_encode"});
-  testing::expect_error([&] { be->turboquant_decode(x, x, codec, o); }, ErrorKind::unsupported, {"turboquant_decode"});
+  testing::expect_error([&] { be->quantize({x, Rounding::mlx_cpu, {o, o, {}, fp}}); }, ErrorKind::unsupported,
+                        {"quantize in mode mxfp4"});
+  testing::expect_error([&] { be->dequantize({{x, x, {}, fp}, o}); }, ErrorKind::unsupported,
+                        {"dequantize in mode mxfp4"});
+  testing::expect_error([&] { be->turboquant_encode({x, codec, o, o}); }, ErrorKind::unsupported, {"turboquant_encode"});
+  testing::expect_error([&] { be->turboquant_decode({x, x, codec, o}); }, ErrorKind::unsupported, {"turboquant_decode"});
 }
 
 }  // namespace

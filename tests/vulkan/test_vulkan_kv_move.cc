@@ -70,7 +70,7 @@ TEST(VulkanKvMove, ScatterMatchesForRunsWrapsAndPermutations) {
           const Tensor sl = ints({B, S}, slots);
           expect_same(be, random_bytes(rng, dtype, {B, H, S, w}), random_bytes(rng, dtype, {B, H, L, w}),
                       static_cast<std::size_t>(trial), [&](Backend& b, const DTensor& s, const DTensor& d) {
-                        b.kv_scatter(s, testing::place(b, DType::i32, {B, S}, 1, sl.data()), d);
+                        b.kv_scatter({s, sl.view(), d});
                       });
         }
   });
@@ -85,28 +85,28 @@ TEST(VulkanKvMove, GatherCopyBlocksAndRollMatch) {
         const Tensor src = random_bytes(rng, dtype, {3, 2, 9, w});
         const Tensor gi = ints({4}, {2, 0, 2, 1});  // repeats are legal for gather
         expect_same(be, src, random_bytes(rng, dtype, {4, 2, 9, w}), 1, [&](Backend& b, const DTensor& s, const DTensor& d) {
-          b.kv_gather(s, b.upload(gi), d);
+          b.kv_gather({s, gi.view(), d});
         });
         // Several blocks per destination row, overlapping sources, an empty block.
         const std::vector<SeqBlock> blocks = {{0, 0, 1, 3, 4}, {2, 5, 1, 0, 3}, {1, 2, 0, 0, 7}, {0, 8, 0, 7, 0}, {2, 1, 1, 8, 3}};
         expect_same(be, src, random_bytes(rng, dtype, {2, 2, 11, w}), 3, [&](Backend& b, const DTensor& s, const DTensor& d) {
-          b.kv_copy_blocks(s, blocks, d);
+          b.kv_copy_blocks({s, blocks, d});
         });
         // Right and left rolls, beyond L, zero, and the int32 extremes.
         const Tensor sh = ints({3}, {3, -2, 2147483647});
         expect_same(be, src, random_bytes(rng, dtype, {3, 2, 9, w}), 2, [&](Backend& b, const DTensor& s, const DTensor& d) {
-          b.kv_roll(s, b.upload(sh), d);
+          b.kv_roll({s, sh.view(), d});
         });
         const Tensor sh2 = ints({3}, {0, -2147483648LL, 9});
         expect_same(be, src, random_bytes(rng, dtype, {3, 2, 9, w}), 0, [&](Backend& b, const DTensor& s, const DTensor& d) {
-          b.kv_roll(s, b.upload(sh2), d);
+          b.kv_roll({s, sh2.view(), d});
         });
       }
     // Empty sequence axis: roll is a no-op, and so is a scatter of zero rows.
     expect_same(be, Tensor(DType::f32, {2, 1, 0, 4}), Tensor(DType::f32, {2, 1, 0, 4}), 0,
-                [&](Backend& b, const DTensor& s, const DTensor& d) { b.kv_roll(s, b.upload(ints({2}, {1, 2})), d); });
+                [&](Backend& b, const DTensor& s, const DTensor& d) { b.kv_roll({s, ints({2}, {1, 2}).view(), d}); });
     expect_same(be, Tensor(DType::f32, {2, 1, 0, 4}), random_bytes(rng, DType::f32, {2, 1, 5, 4}), 0,
-                [&](Backend& b, const DTensor& s, const DTensor& d) { b.kv_scatter(s, b.upload(Tensor(DType::i32, {2, 0})), d); });
+                [&](Backend& b, const DTensor& s, const DTensor& d) { b.kv_scatter({s, Tensor(DType::i32, {2, 0}).view(), d}); });
   });
 }
 
@@ -116,46 +116,39 @@ TEST(VulkanKvMove, InvalidInputRaisesTheOraclesErrors) {
   using Call = std::function<void(Backend&)>;
   const std::vector<std::pair<const char*, Call>> bad = {
       {"slot out of range", [](Backend& b) {
-         b.kv_scatter(b.allocate(DType::f32, {1, 1, 2, 4}), b.upload(ints({1, 2}, {0, 5})), b.allocate(DType::f32, {1, 1, 4, 4}));
+         b.kv_scatter({b.allocate(DType::f32, {1, 1, 2, 4}), ints({1, 2}, {0, 5}).view(), b.allocate(DType::f32, {1, 1, 4, 4})});
        }},
       {"repeated slot", [](Backend& b) {
-         b.kv_scatter(b.allocate(DType::f32, {1, 1, 2, 4}), b.upload(ints({1, 2}, {3, 3})), b.allocate(DType::f32, {1, 1, 4, 4}));
+         b.kv_scatter({b.allocate(DType::f32, {1, 1, 2, 4}), ints({1, 2}, {3, 3}).view(), b.allocate(DType::f32, {1, 1, 4, 4})});
        }},
       {"dtype mismatch", [](Backend& b) {
-         b.kv_scatter(b.allocate(DType::f32, {1, 1, 2, 4}), b.upload(ints({1, 2}, {0, 1})), b.allocate(DType::f16, {1, 1, 4, 4}));
+         b.kv_scatter({b.allocate(DType::f32, {1, 1, 2, 4}), ints({1, 2}, {0, 1}).view(), b.allocate(DType::f16, {1, 1, 4, 4})});
        }},
       {"slots dtype", [](Backend& b) {
-         b.kv_scatter(b.allocate(DType::f32, {1, 1, 2, 4}), b.allocate(DType::u32, {1, 2}), b.allocate(DType::f32, {1, 1, 4, 4}));
+         b.kv_scatter({b.allocate(DType::f32, {1, 1, 2, 4}), Tensor(DType::u32, {1, 2}).view(), b.allocate(DType::f32, {1, 1, 4, 4})});
        }},
       {"width mismatch", [](Backend& b) {
-         b.kv_gather(b.allocate(DType::f32, {2, 1, 4, 4}), b.upload(ints({1}, {0})), b.allocate(DType::f32, {1, 1, 4, 8}));
+         b.kv_gather({b.allocate(DType::f32, {2, 1, 4, 4}), ints({1}, {0}).view(), b.allocate(DType::f32, {1, 1, 4, 8})});
        }},
       {"gather index", [](Backend& b) {
-         b.kv_gather(b.allocate(DType::f32, {2, 1, 4, 4}), b.upload(ints({2}, {0, -1})), b.allocate(DType::f32, {2, 1, 4, 4}));
+         b.kv_gather({b.allocate(DType::f32, {2, 1, 4, 4}), ints({2}, {0, -1}).view(), b.allocate(DType::f32, {2, 1, 4, 4})});
        }},
       {"in place", [](Backend& b) {
          const DTensor t = b.allocate(DType::f32, {1, 1, 4, 4});
-         b.kv_roll(t, b.upload(ints({1}, {1})), t);
+         b.kv_roll({t, ints({1}, {1}).view(), t});
        }},
       {"dst overlaps src in one buffer", [](Backend& b) {
          const BufferPtr buf = b.allocate(128);
-         b.kv_roll(DTensor{buf, 0, DType::f32, {1, 1, 4, 4}}, b.upload(ints({1}, {1})), DTensor{buf, 32, DType::f32, {1, 1, 4, 4}});
-       }},
-      {"slots overlap dst", [](Backend& b) {
-         const BufferPtr buf = b.allocate(256);
-         const DTensor slots{buf, 0, DType::i32, {1, 2}};
-         const std::int32_t v[] = {0, 1};
-         b.upload(slots, v);
-         b.kv_scatter(b.allocate(DType::f32, {1, 1, 2, 4}), slots, DTensor{buf, 0, DType::f32, {1, 1, 4, 4}});
+         b.kv_roll({DTensor{buf, 0, DType::f32, {1, 1, 4, 4}}, ints({1}, {1}).view(), DTensor{buf, 32, DType::f32, {1, 1, 4, 4}}});
        }},
       {"roll shifts shape", [](Backend& b) {
-         b.kv_roll(b.allocate(DType::f32, {2, 1, 4, 4}), b.upload(ints({1}, {1})), b.allocate(DType::f32, {2, 1, 4, 4}));
+         b.kv_roll({b.allocate(DType::f32, {2, 1, 4, 4}), ints({1}, {1}).view(), b.allocate(DType::f32, {2, 1, 4, 4})});
        }},
       {"rank", [](Backend& b) {
-         b.kv_roll(b.allocate(DType::f32, {2, 4, 4}), b.upload(ints({2}, {1, 1})), b.allocate(DType::f32, {2, 4, 4}));
+         b.kv_roll({b.allocate(DType::f32, {2, 4, 4}), ints({2}, {1, 1}).view(), b.allocate(DType::f32, {2, 4, 4})});
        }},
       {"misaligned tensor", [](Backend& b) {
-         b.kv_roll(DTensor{b.allocate(80), 2, DType::f32, {1, 1, 4, 4}}, b.upload(ints({1}, {1})), b.allocate(DType::f32, {1, 1, 4, 4}));
+         b.kv_roll({DTensor{b.allocate(80), 2, DType::f32, {1, 1, 4, 4}}, ints({1}, {1}).view(), b.allocate(DType::f32, {1, 1, 4, 4})});
        }},
   };
   for (const auto& [what, call] : bad) testing::expect_same_error([&] { call(ref); }, [&] { call(*be); }, what);
@@ -167,7 +160,7 @@ TEST(VulkanKvMove, InvalidInputRaisesTheOraclesErrors) {
   };
   for (const auto& [what, blocks] : bad_blocks) {
     auto call = [&](Backend& b) {
-      b.kv_copy_blocks(b.allocate(DType::f32, {2, 1, 4, 4}), blocks, b.allocate(DType::f32, {1, 1, 4, 4}));
+      b.kv_copy_blocks({b.allocate(DType::f32, {2, 1, 4, 4}), blocks, b.allocate(DType::f32, {1, 1, 4, 4})});
     };
     testing::expect_same_error([&] { call(ref); }, [&] { call(*be); }, what);
   }
@@ -178,7 +171,7 @@ TEST(VulkanKvMove, RejectedCallsLeaveDstUntouched) {
   KVLAB_FOR_EACH_VULKAN_PATH([&](VulkanBackend& be, const testing::VulkanPath&) {
     const Tensor dst0 = Tensor::from_ints(DType::u32, {1, 1, 4, 2}, std::vector<std::int64_t>{1, 2, 3, 4, 5, 6, 7, 8});
     const DTensor d = be.upload(dst0);
-    EXPECT_KVLAB_ERROR(be.kv_scatter(be.upload(Tensor(DType::u32, {1, 1, 2, 2})), be.upload(ints({1, 2}, {1, 4})), d),
+    EXPECT_KVLAB_ERROR(be.kv_scatter({be.upload(Tensor(DType::u32, {1, 1, 2, 2})), ints({1, 2}, {1, 4}).view(), d}),
                        invalid_argument, "slot 4");
     EXPECT_TRUE(testing::bit_equal(be.download(d), dst0));
   });

@@ -58,7 +58,7 @@ Tensor run_on(Backend& be, const Inputs& in) {
   if (in.mask) mask = place(*in.mask);
   if (in.sinks) sinks = place(*in.sinks);
   const DTensor out = testing::place(be, in.q.dtype(), {in.q.dim(0), in.q.dim(1), in.q.dim(2), dv_of(in)}, 1, nullptr, 0xFF);
-  be.quantized_sdpa(q, side(in.k), side(in.v), in.params, mask ? &*mask : nullptr, sinks ? &*sinks : nullptr, out);
+  be.quantized_sdpa({q, side(in.k), side(in.v), in.params, mask ? &*mask : nullptr, sinks ? &*sinks : nullptr, out});
   EXPECT_TRUE(testing::guards_intact(be, out));
   return be.download(out);
 }

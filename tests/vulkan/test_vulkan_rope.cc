@@ -25,7 +25,7 @@ Tensor run_rope(Backend& be, const Tensor& x, const RopeParams& p, const Offsets
   const DTensor out = testing::place(be, x.dtype(), x.shape(), lead + 1, nullptr, 0xFF);
   Offsets off = off_host;
   if (per_row) off.per_row = testing::place(be, DType::i32, per_row->shape(), lead, per_row->data());
-  be.rope(dx, p, off, out);
+  be.rope({dx, p, off, out});
   EXPECT_TRUE(testing::guards_intact(be, out));
   return be.download(out);
 }
@@ -152,37 +152,37 @@ TEST(VulkanRope, InvalidInputRaisesTheOraclesErrors) {
     return p;
   };
   const std::vector<std::pair<const char*, Call>> bad = {
-      {"rank 2", [&](Backend& b) { b.rope(b.allocate(DType::f32, {2, 8}), params(8), {}, b.allocate(DType::f32, {2, 8})); }},
-      {"odd dims", [&](Backend& b) { b.rope(b.allocate(DType::f32, {1, 2, 8}), params(3), {}, b.allocate(DType::f32, {1, 2, 8})); }},
-      {"dims > D", [&](Backend& b) { b.rope(b.allocate(DType::f32, {1, 2, 8}), params(10), {}, b.allocate(DType::f32, {1, 2, 8})); }},
+      {"rank 2", [&](Backend& b) { b.rope({b.allocate(DType::f32, {2, 8}), params(8), {}, b.allocate(DType::f32, {2, 8})}); }},
+      {"odd dims", [&](Backend& b) { b.rope({b.allocate(DType::f32, {1, 2, 8}), params(3), {}, b.allocate(DType::f32, {1, 2, 8})}); }},
+      {"dims > D", [&](Backend& b) { b.rope({b.allocate(DType::f32, {1, 2, 8}), params(10), {}, b.allocate(DType::f32, {1, 2, 8})}); }},
       {"bad base", [&](Backend& b) {
-         b.rope(b.allocate(DType::f32, {1, 2, 8}), params(8, -1.0f), {}, b.allocate(DType::f32, {1, 2, 8}));
+         b.rope({b.allocate(DType::f32, {1, 2, 8}), params(8, -1.0f), {}, b.allocate(DType::f32, {1, 2, 8})});
        }},
-      {"integer x", [&](Backend& b) { b.rope(b.allocate(DType::u32, {1, 2, 8}), params(8), {}, b.allocate(DType::u32, {1, 2, 8})); }},
-      {"out dtype", [&](Backend& b) { b.rope(b.allocate(DType::f32, {1, 2, 8}), params(8), {}, b.allocate(DType::f16, {1, 2, 8})); }},
+      {"integer x", [&](Backend& b) { b.rope({b.allocate(DType::u32, {1, 2, 8}), params(8), {}, b.allocate(DType::u32, {1, 2, 8})}); }},
+      {"out dtype", [&](Backend& b) { b.rope({b.allocate(DType::f32, {1, 2, 8}), params(8), {}, b.allocate(DType::f16, {1, 2, 8})}); }},
       {"in place", [&](Backend& b) {
          const DTensor t = b.allocate(DType::f32, {1, 2, 8});
-         b.rope(t, params(8), {}, t);
+         b.rope({t, params(8), {}, t});
        }},
       {"out overlaps x in one buffer", [&](Backend& b) {
          const BufferPtr buf = b.allocate(256);
-         b.rope(DTensor{buf, 0, DType::f32, {1, 2, 8}}, params(8), {}, DTensor{buf, 32, DType::f32, {1, 2, 8}});
+         b.rope({DTensor{buf, 0, DType::f32, {1, 2, 8}}, params(8), {}, DTensor{buf, 32, DType::f32, {1, 2, 8}}});
        }},
       {"both offsets", [&](Backend& b) {
          Offsets o;
          o.scalar = 3;
          o.per_row = b.allocate(DType::i32, {1});
-         b.rope(b.allocate(DType::f32, {1, 2, 8}), params(8), o, b.allocate(DType::f32, {1, 2, 8}));
+         b.rope({b.allocate(DType::f32, {1, 2, 8}), params(8), o, b.allocate(DType::f32, {1, 2, 8})});
        }},
       {"per-row shape", [&](Backend& b) {
          Offsets o;
          o.per_row = b.allocate(DType::i32, {2});
-         b.rope(b.allocate(DType::f32, {1, 2, 8}), params(8), o, b.allocate(DType::f32, {1, 2, 8}));
+         b.rope({b.allocate(DType::f32, {1, 2, 8}), params(8), o, b.allocate(DType::f32, {1, 2, 8})});
        }},
       {"freqs count", [&](Backend& b) {
          RopeParams p = params(8);
          p.freqs = {1.0f, 2.0f};
-         b.rope(b.allocate(DType::f32, {1, 2, 8}), p, {}, b.allocate(DType::f32, {1, 2, 8}));
+         b.rope({b.allocate(DType::f32, {1, 2, 8}), p, {}, b.allocate(DType::f32, {1, 2, 8})});
        }},
   };
   for (const auto& [what, call] : bad) testing::expect_same_error([&] { call(ref); }, [&] { call(*be); }, what);

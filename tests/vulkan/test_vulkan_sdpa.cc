@@ -47,7 +47,7 @@ Tensor run_sdpa(Backend& be, const Inputs& in) {
   if (in.sinks) sinks = place(*in.sinks);
   const DTensor out =
       testing::place(be, in.q.dtype(), {in.q.dim(0), in.q.dim(1), in.q.dim(2), in.v.dim(3)}, 1, nullptr, 0xFF);
-  be.sdpa(q, k, v, in.params, mask ? &*mask : nullptr, sinks ? &*sinks : nullptr, out);
+  be.sdpa({q, k, v, in.params, mask ? &*mask : nullptr, sinks ? &*sinks : nullptr, out});
   EXPECT_TRUE(testing::guards_intact(be, out));
   return be.download(out);
 }
@@ -421,8 +421,8 @@ TEST(VulkanSdpa, InvalidInputRaisesTheOraclesErrors) {
                   DType dtype = DType::f32, DType kv_dtype = DType::f32) {
     const DTensor dm = mask ? make(be, mask->second, mask->first) : DTensor{};
     const DTensor ds = sinks ? make(be, sinks->second, sinks->first) : DTensor{};
-    be.sdpa(make(be, q, dtype), make(be, k, kv_dtype), make(be, v, kv_dtype), p, mask ? &dm : nullptr,
-            sinks ? &ds : nullptr, make(be, out, dtype));
+    be.sdpa({make(be, q, dtype), make(be, k, kv_dtype), make(be, v, kv_dtype), p, mask ? &dm : nullptr,
+            sinks ? &ds : nullptr, make(be, out, dtype)});
   };
   const Shape q{1, 4, 2, 8}, k{1, 2, 6, 8}, v{1, 2, 6, 8}, out{1, 4, 2, 8};
   auto with = [](auto change) {
