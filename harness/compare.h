@@ -1,9 +1,11 @@
 // Output comparison: bit-exact (codes, data movement) or value-wise against a Budget.
 //
-// Checks, in the order a failure is reported: NaN anywhere in the backend output (always
-// a failure, even where the reference is NaN: the policy is that valid problems have
-// finite results, so a NaN means a read of poison or an uninitialised slot); ±inf must
-// match the reference in sign; |b − r| <= budget point-wise; NMSE <= nmse_max.
+// Checks, in the order a failure is reported: NaN in the backend output (a failure even
+// where the reference is NaN: valid problems have finite results, so a NaN means a read of
+// poison or an uninitialised slot; only a problem whose inputs hold inf/NaN on purpose
+// sets Budget::nan_where_reference_nan, and then NaN must appear exactly where the
+// reference has it); ±inf must match the reference in sign; |b − r| <= budget
+// point-wise; NMSE <= nmse_max (over the finite pairs).
 #pragma once
 
 #include <cstdint>

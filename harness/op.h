@@ -28,6 +28,9 @@ struct Budget {
   // Upper bound on NMSE = Σ(b−r)²/Σr² (a norm check that catches many small errors
   // which each stay under the point-wise bound); negative disables it.
   double nmse_max = -1;
+  // Inputs with inf/NaN on purpose (e.g. sdpa special=q_nan): the reference's NaN
+  // elements are expected, and the backend must have NaN at exactly those elements.
+  bool nan_where_reference_nan = false;
 };
 
 struct OutputSlot {

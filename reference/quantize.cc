@@ -31,4 +31,12 @@ void dequantize(const QuantizedView& in, const TensorView& out) {
   }
 }
 
+QuantizedTensor quantize(const Tensor& x, const QuantSpec& spec, Rounding rounding) {
+  switch (spec.format().encoder) {
+    case QuantEncoder::affine: return affine_quantize(x, spec, rounding);
+    case QuantEncoder::fp: return fp_quantize(x, spec, rounding);
+  }
+  fail(ErrorKind::internal, cat("no encoder for mode ", quant_mode_name(spec.mode)));
+}
+
 }  // namespace kvlab::ref

@@ -7,6 +7,7 @@
 #include <optional>
 
 #include "kvlab/quantized_view.h"
+#include "reference/affine_quantize.h"
 
 namespace kvlab::ref {
 
@@ -20,5 +21,8 @@ void validate_format_operands(const QuantSpec& spec, const ConstTensorView& bias
 void quantize(const ConstTensorView& x, Rounding rounding, const QuantizedMutView& out);
 // in's codes -> out (..., D) float.
 void dequantize(const QuantizedView& in, const TensorView& out);
+
+// Owning convenience: x quantized in spec's format (no global scale).
+QuantizedTensor quantize(const Tensor& x, const QuantSpec& spec, Rounding rounding);
 
 }  // namespace kvlab::ref

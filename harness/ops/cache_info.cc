@@ -52,7 +52,7 @@ std::vector<ParamSpec> cache_params() {
           int_param("max", 16, true),
           int_param("keep", 0, true, 0),
           int_param("chunk", 16, true),
-          word_param("qmode", {"affine", "mxfp4", "mxfp8", "nvfp4"}),
+          word_param("qmode", quant_mode_names()),
           int_param("bits", 4),
           int_param("group", 32),
           int_param("lpad", 0, true, 0),

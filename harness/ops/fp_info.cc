@@ -14,9 +14,18 @@ namespace kvlab::harness::ops {
 
 namespace {
 
+// The formats of the fp encoder, from the format table.
+std::vector<std::string> fp_modes() {
+  std::vector<std::string> out;
+  for (const QuantFormat& f : quant_formats()) {
+    if (f.encoder == QuantEncoder::fp) out.emplace_back(f.name);
+  }
+  return out;
+}
+
 std::vector<ParamSpec> fp_params() {
   return {int_param("B", 1, true), int_param("H", 1, true), int_param("T", 4, true), int_param("D", 64, true, 16),
-          dtype_param(), word_param("mode", {"mxfp4", "mxfp8", "nvfp4"}),
+          dtype_param(), word_param("mode", fp_modes()),
           word_param("rounding", {"mlx_cpu", "mlx_gpu"}),
           // amax: nvfp4's two-level scaling with MLX's global scale = tensor amax.
           word_param("global_scale", {"none", "amax"}, true)};

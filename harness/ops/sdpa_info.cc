@@ -2,17 +2,30 @@
 //
 // q (B, Hq, Lq, Dk), k (B, Hkv, Lk, Dk), v (B, Hkv, Lk, Dv), normal(0,1) in `dtype`.
 // mask: none | causal (with window=W, and lpad/rpad giving batch row b the padding
-// ⌊pad·b/(B−1)⌋, i.e. unequal padding from 0 to pad) | bool / additive (a random
-// (B, 1, Lq, Lk) array hiding ~25% of keys). With causal padding the hidden key slots
-// are filled with NaN poison (quantized: poisoned scales), so a backend that reads a
-// key the mask hides fails loudly instead of being slightly off.
+// ⌊pad·b/(B−1)⌋, i.e. unequal padding from 0 to pad) | bool / additive (a random array
+// of shape (B or 1, Hq or 1, Lq, Lk) by mask_dims, additive in mask_dtype, hiding ~25% of
+// keys, every key j ≡ 2 (mod 5) of the array's batch rows b ≡ 1 (mod 3), and all of query
+// row 0 of its first slice, a fully masked row). fully_masked picks the policy of rows
+// that see no key. Under the zero policy every K/V row that no query of its kv head may
+// see is filled with NaN poison (quantized: poisoned scales), so a backend that reads a
+// key the mask hides fails loudly instead of being slightly off (the mean_of_values
+// policy reads every key, so nothing is poisoned).
+// special (sdpa only) puts inf/NaN into visible inputs at fixed places: v_inf (+inf and
+// −inf in two V elements), k_inf / k_ninf (±inf in element 0 of key 7 of kv head 0, with
+// q[0] = 1 so the score is ±inf), q_nan (one q element), k_nan (one element of key 7);
+// the outputs must then match the oracle's NaN elements exactly (Budget).
+// quantized_sdpa: kdtype / vdtype is the dtype K / V have before quantization, i.e. of
+// their scales and biases (`q`: q's dtype).
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <optional>
 
 #include "harness/ops/ops.h"
 #include "harness/rng.h"
 #include "reference/fp_quantize.h"
+#include "reference/quantize.h"
+#include "reference/mask.h"
 #include "reference/quantized_sdpa.h"
 
 namespace kvlab::harness::ops {
@@ -24,7 +37,10 @@ std::vector<ParamSpec> attention_params() {
           int_param("Lq", 4, true),         int_param("Lk", 16, true),       int_param("Dk", 64, true),
           int_param("Dv", 64, true),        dtype_param(),                   word_param("mask", {"none", "causal", "bool", "additive"}, true),
           int_param("window", 0, true, 0),  int_param("lpad", 0, true, 0),   int_param("rpad", 0, true, 0),
-          int_param("sinks", 0, true, 0),   real_param("softcap", "0"),      real_param("scale", "0")};
+          int_param("sinks", 0, true, 0),   real_param("softcap", "0"),      real_param("scale", "0"),
+          word_param("fully_masked", {"zero", "mean_of_values"}, true),
+          word_param("mask_dims", {"B1", "11", "1H", "BH"}, true),
+          word_param("mask_dtype", {"f32", "f16", "bf16"}, true)};
 }
 
 std::vector<std::int32_t> padding(const Problem& p, std::string_view key) {
@@ -45,43 +61,107 @@ AttentionParams attention(const Problem& p) {
   a.mask.window = p.int32("window");
   a.mask.left_padding = padding(p, "lpad");
   a.mask.right_padding = padding(p, "rpad");
+  a.fully_masked = p.word("fully_masked") == "zero" ? FullyMaskedRow::zero : FullyMaskedRow::mean_of_values;
   return a;
 }
 
-// Whether key slot j of batch row b is hidden from every query by the padding.
-bool padded(const Problem& p, std::int64_t b, std::int64_t j) {
-  const auto l = padding(p, "lpad"), r = padding(p, "rpad");
-  const std::int64_t lk = p.integer("Lk");
-  return (!l.empty() && j < l[static_cast<std::size_t>(b)]) || (!r.empty() && j >= lk - r[static_cast<std::size_t>(b)]);
+// The mask array's leading dims: (B or 1, Hq or 1).
+std::pair<std::int64_t, std::int64_t> mask_dims(const Problem& p) {
+  const std::string& d = p.word("mask_dims");
+  return {d[0] == 'B' ? p.integer("B") : 1, d[1] == 'H' ? p.integer("Hq") : 1};
 }
 
-// Rows (b, h, j) of a (B, H, L, W) tensor hidden by padding get `bits` in every element.
-void poison_rows(const Problem& p, Tensor& t, std::uint32_t bits) {
-  const Shape& s = t.shape();
-  for (std::int64_t i = 0; i < t.numel(); ++i) {
-    const std::int64_t j = (i / s[3]) % s[2], b = i / (s[1] * s[2] * s[3]);
-    if (padded(p, b, j)) store_bits(t, i, bits);
-  }
-}
-
-void add_mask_and_sinks(const Problem& p, Prepared& prep) {
-  const std::int64_t B = p.integer("B"), Lq = p.integer("Lq"), Lk = p.integer("Lk");
-  const std::string& m = p.word("mask");
-  if (m == "bool" || m == "additive") {
-    const CounterRng rng(p.line(), "mask");
-    Tensor mask(m == "bool" ? DType::u8 : DType::f32, {B, 1, Lq, Lk});
-    for (std::int64_t i = 0; i < mask.numel(); ++i) {
-      const bool keep = rng.uniform(static_cast<std::uint64_t>(2 * i)) < 0.75;
-      if (m == "bool") {
-        mask.view().store_int(i, keep ? 1 : 0);
-      } else {
-        const double bias = 0.5 * (rng.uniform(static_cast<std::uint64_t>(2 * i + 1)) - 0.5);
-        mask.view().store(i, keep ? static_cast<float>(bias) : -std::numeric_limits<float>::infinity());
-      }
+// Per (b, kv head, key j), flat: whether no query of that kv head may see key j (the
+// oracle's visibility rule; an invalid mask, which the oracle rejects, hides nothing).
+std::vector<bool> hidden_keys(const Problem& p, const Tensor* mask) {
+  const std::int64_t B = p.integer("B"), Hq = p.integer("Hq"), Hkv = p.integer("Hkv");
+  const std::int64_t Lq = p.integer("Lq"), Lk = p.integer("Lk");
+  std::vector<bool> hidden(static_cast<std::size_t>(std::max<std::int64_t>(B * Hkv * Lk, 0)), false);
+  if (p.word("fully_masked") != "zero" || Hkv <= 0 || Hq % Hkv != 0) return hidden;
+  const AttentionParams a = attention(p);
+  if (a.mask.kind == MaskKind::none) return hidden;
+  if (a.mask.kind == MaskKind::causal) {
+    try {
+      ref::validate_mask_spec(a.mask, B);
+    } catch (const Error&) {
+      return hidden;
     }
-    prep.add_input("mask", std::move(mask));
   }
+  const std::int64_t R = Hq / Hkv;
+  auto visible = [&](std::int64_t b, std::int64_t h, std::int64_t i, std::int64_t j) {
+    if (a.mask.kind == MaskKind::causal) return ref::causal_visible(a.mask, b, i, j, Lq, Lk);
+    const std::int64_t mb = mask->dim(0), mh = mask->dim(1);
+    const std::int64_t at = (((mb == 1 ? 0 : b) * mh + (mh == 1 ? 0 : h)) * Lq + i) * Lk + j;
+    if (a.mask.kind == MaskKind::boolean) return mask->view().load_int(at) != 0;
+    const float x = mask->view().load(at);
+    return !(std::isinf(x) && x < 0);
+  };
+  for (std::int64_t b = 0; b < B; ++b)
+    for (std::int64_t kvh = 0; kvh < Hkv; ++kvh)
+      for (std::int64_t j = 0; j < Lk; ++j) {
+        bool seen = false;
+        for (std::int64_t h = kvh * R; h < (kvh + 1) * R && !seen; ++h)
+          for (std::int64_t i = 0; i < Lq && !seen; ++i) seen = visible(b, h, i, j);
+        hidden[static_cast<std::size_t>((b * Hkv + kvh) * Lk + j)] = !seen;
+      }
+  return hidden;
+}
+
+// Rows (b, h, j) of a (B, Hkv, Lk, W) tensor that are hidden get `bits` in every element.
+void poison_rows(const std::vector<bool>& hidden, Tensor& t, std::uint32_t bits) {
+  const std::int64_t W = t.shape()[3];
+  for (std::int64_t i = 0; i < t.numel(); ++i) {
+    if (hidden[static_cast<std::size_t>(i / W)]) store_bits(t, i, bits);
+  }
+}
+
+// The mask array (bool / additive), or nothing; added to `prep` by add_mask_and_sinks.
+std::optional<Tensor> mask_array(const Problem& p) {
+  const std::int64_t Lq = p.integer("Lq"), Lk = p.integer("Lk");
+  const std::string& m = p.word("mask");
+  if (m != "bool" && m != "additive") return std::nullopt;
+  const auto [mb, mh] = mask_dims(p);
+  const CounterRng rng(p.line(), "mask");
+  Tensor mask(m == "bool" ? DType::u8 : dtype_from_name(p.word("mask_dtype")), {mb, mh, Lq, Lk});
+  for (std::int64_t i = 0; i < mask.numel(); ++i) {
+    const std::int64_t j = i % std::max<std::int64_t>(Lk, 1), b = i / std::max<std::int64_t>(mh * Lq * Lk, 1);
+    bool keep = rng.uniform(static_cast<std::uint64_t>(2 * i)) < 0.75;
+    if ((b % 3 == 1 && j % 5 == 2) || i < Lk) keep = false;
+    if (m == "bool") {
+      mask.view().store_int(i, keep ? 1 : 0);
+    } else {
+      const double bias = 0.5 * (rng.uniform(static_cast<std::uint64_t>(2 * i + 1)) - 0.5);
+      mask.view().store(i, keep ? static_cast<float>(bias) : -std::numeric_limits<float>::infinity());
+    }
+  }
+  return mask;
+}
+
+void add_mask_and_sinks(const Problem& p, Prepared& prep, std::optional<Tensor> mask) {
+  if (mask) prep.add_input("mask", std::move(*mask));
   if (p.flag("sinks")) prep.add_input("sinks", random_normal(p, "sinks", DType::f32, {p.integer("Hq")}));
+}
+
+// sdpa's special=...: inf/NaN at fixed visible places (clamped into the shape).
+void inject_special(const Problem& p, Tensor& q, Tensor& k, Tensor& v) {
+  const std::string& s = p.word("special");
+  const std::int64_t Hkv = p.integer("Hkv"), Lq = p.integer("Lq"), Lk = p.integer("Lk");
+  const std::int64_t Dk = p.integer("Dk"), Dv = p.integer("Dv");
+  if (s == "none" || q.numel() == 0 || k.numel() == 0 || v.numel() == 0) return;
+  constexpr float inf = std::numeric_limits<float>::infinity();
+  const std::int64_t key = std::min<std::int64_t>(7, Lk - 1);
+  if (s == "v_inf") {
+    v.view().store(std::min<std::int64_t>(5, Lk - 1) * Dv + std::min<std::int64_t>(3, Dv - 1), inf);
+    v.view().store(((Hkv - 1) * Lk + std::min<std::int64_t>(9, Lk - 1)) * Dv + std::min<std::int64_t>(4, Dv - 1), -inf);
+  } else if (s == "k_inf" || s == "k_ninf") {
+    k.view().store(key * Dk, s == "k_inf" ? inf : -inf);
+    q.view().store(0, 1.0f);
+  } else if (s == "q_nan") {
+    q.view().store(std::min<std::int64_t>(2, Lq - 1) * Dk + std::min<std::int64_t>(5, Dk - 1),
+                   std::numeric_limits<float>::quiet_NaN());
+  } else if (s == "k_nan") {
+    k.view().store(key * Dk + std::min<std::int64_t>(4, Dk - 1), std::numeric_limits<float>::quiet_NaN());
+  }
 }
 
 const DTensor* optional_input(const Bound& in, std::string_view name) { return in.find(name); }
@@ -100,10 +180,13 @@ Footprint attention_footprint(const Problem& p, bool quantized) {
     f.add(dtype, {B, Hkv, Lk, D}).add(DType::f32, {B, Hkv, Lk, D});
     if (quantized) {
       f.add(DType::u8, {B, Hkv, Lk, D}).add(DType::u32, {B, Hkv, Lk}).add(DType::f32, {B, Hkv, Lk, D});
-      f.add(dtype, {B, Hkv, Lk, D / 16 + 1}).add(dtype, {B, Hkv, Lk, D / 16 + 1});
+      f.add(DType::f32, {B, Hkv, Lk, D / 16 + 1}).add(DType::f32, {B, Hkv, Lk, D / 16 + 1});
     }
   }
-  if (p.word("mask") == "bool" || p.word("mask") == "additive") f.add(DType::f32, {B, 1, Lq, Lk});
+  if (p.word("mask") == "bool" || p.word("mask") == "additive") {
+    const auto [mb, mh] = mask_dims(p);
+    f.add(DType::f32, {mb, mh, Lq, Lk});
+  }
   // The oracle's per-row scratch (scores and visibility per key, a row of Dk and Dv),
   // sized by the lengths alone: counted also when B = 0 (fuzzed: B=0 Dv=2147483648).
   f.add(DType::f32, {Lk, 3}).add(DType::f32, {Dk, 2}).add(DType::f32, {Dv, 2});
@@ -171,9 +254,15 @@ Budget attention_budget(const Problem& p, const Tensor& q, const Tensor& k, cons
   const double delta = (eps + static_cast<double>(Dk + 2) * u) * S + u * max_mask;
   const double gamma = static_cast<double>(Lk + 4) * u;
   const double budget = max_v * (2 * eps + 2 * delta + 2 * gamma) + denorm;
+  // Over the finite reference elements: compare_values leaves inf/NaN out of the NMSE.
   double sum_sq = 0;
-  for (const float x : ref.to_f32()) sum_sq += static_cast<double>(x) * static_cast<double>(x);
-  const double mean_sq = sum_sq / static_cast<double>(std::max<std::int64_t>(ref.numel(), 1));
+  std::int64_t finite = 0;
+  for (const float x : ref.to_f32()) {
+    if (!std::isfinite(x)) continue;
+    sum_sq += static_cast<double>(x) * static_cast<double>(x);
+    ++finite;
+  }
+  const double mean_sq = sum_sq / static_cast<double>(std::max<std::int64_t>(finite, 1));
   return {{budget}, mean_sq > 0 ? budget * budget / (4 * mean_sq) : -1};
 }
 
@@ -192,7 +281,11 @@ class Sdpa final : public OpInfo {
  public:
   std::string_view name() const override { return "sdpa"; }
   std::string_view summary() const override { return "attention: GQA, masks, sinks, softcap, Dv != Dk"; }
-  std::vector<ParamSpec> declared_params() const override { return attention_params(); }
+  std::vector<ParamSpec> declared_params() const override {
+    std::vector<ParamSpec> ps = attention_params();
+    ps.push_back(word_param("special", {"none", "v_inf", "k_inf", "k_ninf", "q_nan", "k_nan"}, true));
+    return ps;
+  }
 
   std::uint64_t footprint(const Problem& p) const override { return attention_footprint(p, false).bytes(); }
   std::uint64_t work(const Problem& p) const override { return attention_work(p, false); }
@@ -202,14 +295,18 @@ class Sdpa final : public OpInfo {
     const std::int64_t B = p.integer("B"), Hq = p.integer("Hq"), Hkv = p.integer("Hkv");
     const std::int64_t Lq = p.integer("Lq"), Lk = p.integer("Lk"), Dk = p.integer("Dk"), Dv = p.integer("Dv");
     Prepared prep;
-    prep.add_input("q", random_normal(p, "q", dtype, {B, Hq, Lq, Dk}));
+    Tensor q = random_normal(p, "q", dtype, {B, Hq, Lq, Dk});
     Tensor k = random_normal(p, "k", dtype, {B, Hkv, Lk, Dk});
     Tensor v = random_normal(p, "v", dtype, {B, Hkv, Lk, Dv});
-    poison_rows(p, k, nan_poison_bits(dtype));
-    poison_rows(p, v, nan_poison_bits(dtype));
+    inject_special(p, q, k, v);
+    std::optional<Tensor> mask = mask_array(p);
+    const std::vector<bool> hidden = hidden_keys(p, mask ? &*mask : nullptr);
+    poison_rows(hidden, k, nan_poison_bits(dtype));
+    poison_rows(hidden, v, nan_poison_bits(dtype));
+    prep.add_input("q", std::move(q));
     prep.add_input("k", std::move(k));
     prep.add_input("v", std::move(v));
-    add_mask_and_sinks(p, prep);
+    add_mask_and_sinks(p, prep, std::move(mask));
     prep.outputs.push_back({"out", dtype, {B, Hq, Lq, Dv}, false, {}});
     return prep;
   }
@@ -224,7 +321,9 @@ class Sdpa final : public OpInfo {
     for (std::size_t i = 0; i < prep.input_names.size(); ++i) {
       if (prep.input_names[i] == "mask") mask = &prep.inputs[i];
     }
-    return attention_budget(p, prep.input("q"), prep.input("k"), prep.input("v"), mask, ref);
+    Budget b = attention_budget(p, prep.input("q"), prep.input("k"), prep.input("v"), mask, ref);
+    b.nan_where_reference_nan = p.word("special") != "none";
+    return b;
   }
 
   std::vector<Problem> shrink_candidates(const Problem& p) const override {
@@ -247,10 +346,11 @@ class QuantizedSdpa final : public OpInfo {
     std::vector<ParamSpec> ps = attention_params();
     for (const char* side : {"k", "v"}) {
       const std::string s(side);
-      ps.push_back(word_param(s + "mode", {"affine", "mxfp4", "mxfp8", "nvfp4"}));
+      ps.push_back(word_param(s + "mode", quant_mode_names()));
       ps.push_back(int_param(s + "bits", 4));
       ps.push_back(int_param(s + "group", 64));
     }
+    for (const char* side : {"k", "v"}) ps.push_back(word_param(std::string(side) + "dtype", {"q", "f32", "f16", "bf16"}, true));
     return ps;
   }
 
@@ -263,21 +363,28 @@ class QuantizedSdpa final : public OpInfo {
     const std::int64_t Lq = p.integer("Lq"), Lk = p.integer("Lk"), Dk = p.integer("Dk"), Dv = p.integer("Dv");
     Prepared prep;
     prep.add_input("q", random_normal(p, "q", dtype, {B, Hq, Lq, Dk}));
+    std::optional<Tensor> mask = mask_array(p);
+    const std::vector<bool> hidden = hidden_keys(p, mask ? &*mask : nullptr);
     for (const char side : {'k', 'v'}) {
       const QuantSpec spec = side_spec(p, side);
-      const Tensor x = random_normal(p, std::string(1, side), dtype, {B, Hkv, Lk, side == 'k' ? Dk : Dv});
-      ref::QuantizedTensor q = spec.mode == QuantMode::affine ? ref::affine_quantize(x, spec, Rounding::mlx_cpu)
-                                                              : ref::fp_quantize(x, spec, Rounding::mlx_cpu);
-      // Poisoned scales for padded rows: NaN (affine) or E8M0 0xFF = +inf (mx), whose
-      // dequantized values are inf/NaN. nvfp4's E4M3 has no NaN code, so it stays clean.
-      if (spec.mode == QuantMode::affine) poison_rows(p, q.scales, nan_poison_bits(dtype));
-      if (spec.mode == QuantMode::mxfp4 || spec.mode == QuantMode::mxfp8) poison_rows(p, q.scales, 0xFF);
+      const std::string& kv_name = p.word(std::string(1, side) + "dtype");
+      const DType kv_dtype = kv_name == "q" ? dtype : dtype_from_name(kv_name);
+      const Tensor x = random_normal(p, std::string(1, side), kv_dtype, {B, Hkv, Lk, side == 'k' ? Dk : Dv});
+      ref::QuantizedTensor q = ref::quantize(x, spec, Rounding::mlx_cpu);
+      // Poisoned scales for hidden rows, whose dequantized values are then inf/NaN: a float
+      // NaN (scales in the input dtype) or E8M0 0xFF = +inf. E4M3 (nvfp4) has no such
+      // code, so those rows stay clean.
+      switch (spec.format().scale) {
+        case ScaleEncoding::input_dtype: poison_rows(hidden, q.scales, nan_poison_bits(kv_dtype)); break;
+        case ScaleEncoding::e8m0: poison_rows(hidden, q.scales, 0xFF); break;
+        case ScaleEncoding::e4m3: break;
+      }
       const std::string s(1, side);
       prep.add_input(s + "wq", std::move(q.wq));
       prep.add_input(s + "scales", std::move(q.scales));
-      if (spec.mode == QuantMode::affine) prep.add_input(s + "biases", std::move(q.biases));
+      if (spec.has_biases()) prep.add_input(s + "biases", std::move(q.biases));
     }
-    add_mask_and_sinks(p, prep);
+    add_mask_and_sinks(p, prep, std::move(mask));
     prep.outputs.push_back({"out", dtype, {B, Hq, Lq, Dv}, false, {}});
     return prep;
   }
@@ -297,7 +404,7 @@ class QuantizedSdpa final : public OpInfo {
       const std::string s(1, c);
       const QuantSpec spec = side_spec(p, c);
       ref::QuantizedView view{prep.input(s + "wq").view(), prep.input(s + "scales").view(),
-                              spec.mode == QuantMode::affine ? prep.input(s + "biases").view() : ConstTensorView{},
+                              spec.has_biases() ? prep.input(s + "biases").view() : ConstTensorView{},
                               spec};
       return ref::dequantize_to_f32(view);
     };
@@ -323,7 +430,8 @@ class QuantizedSdpa final : public OpInfo {
     const std::int64_t Lk = p.integer("Lk"), Dk = p.integer("Dk");
     double budget = base.per_element[0];
     const QuantSpec ks = side_spec(p, 'k');
-    if (ks.mode == QuantMode::affine) {
+    // Biased formats only: the fused decode's terms come from the per-group biases.
+    if (ks.has_biases()) {
       const xt::xarray<float> q = prep.input("q").to_f32(), kb = prep.input("kbiases").to_f32();
       const std::int64_t gs = ks.group_size, groups = Dk / gs;
       const double scale = std::abs(static_cast<double>(attention(p).scale));
@@ -350,7 +458,7 @@ class QuantizedSdpa final : public OpInfo {
       }
       budget += base.per_element[0] * 3 / static_cast<double>(Dk + 2) + 2 * max_v * u * s_b;
     }
-    if (side_spec(p, 'v').mode == QuantMode::affine) {
+    if (side_spec(p, 'v').has_biases()) {
       double max_vb = 0;
       for (const float x : prep.input("vbiases").to_f32()) {
         if (std::isfinite(x)) max_vb = std::max(max_vb, std::abs(static_cast<double>(x)));

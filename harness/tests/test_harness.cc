@@ -21,7 +21,7 @@ TEST(Problem, CanonicalLineNamesEveryParameterAndParsesBack) {
   const Problem p = parse_problem("  sdpa Lk=7   B=02 softcap=30.0 ");
   EXPECT_EQ(p.line(),
             "sdpa B=2 Hq=4 Hkv=4 Lq=4 Lk=7 Dk=64 Dv=64 dtype=f32 mask=none window=0 lpad=0 rpad=0 sinks=0 "
-            "softcap=30 scale=0 seed=1");
+            "softcap=30 scale=0 fully_masked=zero mask_dims=B1 mask_dtype=f32 special=none seed=1");
   EXPECT_EQ(parse_problem(p.line()), p);
   EXPECT_EQ(p.with("Lk", "9").integer("Lk"), 9);
   for (const OpInfo* op : all_ops()) {

@@ -20,9 +20,7 @@
 //           packs clamp, below), the scalar redo of flagged groups, scales/biases
 //           stored with kvlab's RNE conversion (half_convert-inl.h); flags move as
 //           mask bits (AVX3: straight from k-registers; a byte store reloaded as a u32
-//           stalled every block), and only the non-finite groups are visited: 4-bit
-//           60 → 53 µs per 256K elements, one thread (same-process A/B, median ratio
-//           0.86; 0.88 cold on two threads);
+//           stalls every block), and only the non-finite groups are visited;
 //   encode  per vector g → f32 (F16C where it exists, else exact bit manipulation),
 //           (g − bias)·(1/scale), rounding (mlx_cpu: one add of 1.5·2^23, whose bits
 //           are the code), the clamp where needed, and the packing
@@ -30,10 +28,9 @@
 //           and the SCALAR target through a u8 group buffer and pack_codes); a group
 //           with a lane in doubt (below) is encoded again with the true division.
 //           AVX3, mlx_cpu, 2/4/8 bits: four vectors at a time, rint by vcvtps2dq, and
-//           the clamp done by the saturating packs of StoreCodesFour (4-bit 69 → 60 µs,
-//           8-bit 65 → 60 µs per 256K elements, one thread, alternated processes).
-// Dequantize, per group: the stored scale/bias → f32 (a block at a time), codes
-// unpacked (same split), code·scale + bias, the RNE conversion to f16/bf16 in vectors.
+//           the clamp done by the saturating packs of StoreCodesFour.
+// Dequantize: affine_dequantize.cc. Shared with it: affine_common.h (scalar steps, the
+// task split) and affine_block-inl.h (per-target block helpers).
 //
 // Exactness argument:
 // * Every float op on data is a correctly rounded IEEE op (Div, Sub, Mul, Add; Round =
@@ -59,8 +56,7 @@
 //   past n + 0.5 or below −0.5 too and both clamp to the same end), where |Q| < 257 and
 //   |bias/s| <= 513: |q' − q| <= 1028u + 513u + O(u²) < 1542u < 2^-13 = 2048u, the
 //   same doubt test. On data spanning zero |bias/s| = |q0| <= n, so every such group is
-//   fused; the others keep Sub then Mul. One op fewer per vector (8-bit measured
-//   73 → 66 µs per 256K elements, one thread; 4-bit unchanged).
+//   fused; the others keep Sub then Mul. One op fewer per vector.
 // * Min/Max reductions, in any order, give the group's max/min; only which signed zero
 //   wins may differ from the oracle's `>` scan, which never matters (a zero edge gives
 //   q0 = ±0 and bias 0.0f either way). The same holds for the ordered 16-bit keys (f16
@@ -80,114 +76,7 @@
 //   from its other elements).
 // * Packing only moves bits. The task split and the thread count change which thread
 //   computes a group, never how.
-#ifndef KVLAB_SIMD_AFFINE_COMMON
-#define KVLAB_SIMD_AFFINE_COMMON
-#include <algorithm>
-#include <bit>
-#include <cmath>
-#include <cstddef>
-#include <cstdint>
-#include <cstring>
-#include <limits>
-#include <utility>
-
-#include "kernels/simd/parallel.h"
-#include "kernels/simd/simd_kernels.h"
-#include "kvlab/dtype.h"
-#include "kvlab/error.h"
-#include "reference/affine_quantize.h"
-
-namespace kvlab::simd::affine_detail {
-
-constexpr float kScaleFloor = 1e-7f;  // MLX's eps on the group step (as the oracle)
-constexpr int kMaxGroup = 128;        // QuantSpec::validate allows 32, 64, 128
-// 64K elements (128 KiB of f16) per parallel task: each task pays the pipeline's ramp
-// (a block scanned alone, a block encoded alone), the pool's claim and a new input
-// stream, which at 16K cost 2 threads ~5 % (4M f16 elements, same-process A/B: median
-// 0.95 hot, 0.94–0.98 cold); an 8 MiB problem still has 64 tasks for 2–16 threads.
-constexpr std::int64_t kElementsPerTask = 65536;
-
-struct GroupParams {
-  float scale = 0, bias = 0;
-};
-
-// What a block of groups needs (both directions); sizes in elements/bytes per group.
-struct GroupJob {
-  int gs = 0, bits = 0;
-  bool gpu = false;               // Rounding::mlx_gpu
-  DType data_dtype = DType::f32;  // quantize: x; dequantize: out
-  DType param_dtype = DType::f32; // scales/biases
-  const std::byte* in = nullptr;  // quantize: x; dequantize: wq
-  std::byte* out = nullptr;       // quantize: wq; dequantize: out
-  std::byte* scales_out = nullptr;  // quantize
-  std::byte* biases_out = nullptr;
-  const std::byte* scales_in = nullptr;  // dequantize
-  const std::byte* biases_in = nullptr;
-};
-
-inline float largest_code(int bits) { return static_cast<float>((1 << bits) - 1); }
-
-inline float round_to_code(float v, bool gpu) { return gpu ? std::round(v) : std::rint(v); }
-
-// Spec §1.2 from the group's extremes, operation for operation as the oracle.
-inline GroupParams group_params(float alpha, float beta, int bits, bool gpu) {
-  const float s0 = std::max((alpha - beta) / largest_code(bits), kScaleFloor);
-  const bool anchor_on_min = std::abs(beta) > std::abs(alpha);
-  const float s1 = anchor_on_min ? s0 : -s0;
-  const float edge = anchor_on_min ? beta : alpha;
-  const float q0 = round_to_code(edge / s1, gpu);
-  if (q0 != 0.0f) return {edge / q0, edge};
-  return {s1, 0.0f};
-}
-
-// The oracle's affine_code, for the non-finite fallback (NaN → 0; GPU: wrap mod 256).
-inline std::uint8_t scalar_code(float value, const GroupParams& p, int bits, bool gpu) {
-  const float n = largest_code(bits);
-  const float r = round_to_code((value - p.bias) / p.scale, gpu);
-  if (std::isnan(r)) return 0;
-  if (!gpu) return static_cast<std::uint8_t>(std::min(std::max(r, 0.0f), n));
-  const float capped = std::min(r, n);
-  if (capped >= 0.0f) return static_cast<std::uint8_t>(capped);
-  if (!(capped >= -0x1p31f)) return 0;
-  return static_cast<std::uint8_t>(static_cast<std::int64_t>(capped) & 0xFF & ((std::int64_t{1} << bits) - 1));
-}
-
-// One group with the oracle's scalar loop (NaN-skipping `>`/`<` scan).
-inline GroupParams scalar_group(const float* g, int gs, int bits, bool gpu, std::uint8_t* codes) {
-  float alpha = gpu ? 0.0f : -std::numeric_limits<float>::infinity();
-  float beta = std::numeric_limits<float>::infinity();
-  for (int j = 0; j < gs; ++j) {
-    if (g[j] > alpha) alpha = g[j];
-    if (g[j] < beta) beta = g[j];
-  }
-  const GroupParams p = group_params(alpha, beta, bits, gpu);
-  for (int j = 0; j < gs; ++j) codes[j] = scalar_code(g[j], p, bits, gpu);
-  return p;
-}
-
-// Element k of a scales/biases buffer, with kvlab's own conversions (as TensorView).
-inline void store_param(DType t, std::byte* base, std::size_t k, float v) {
-  if (t == DType::f32) {
-    std::memcpy(base + 4 * k, &v, 4);
-    return;
-  }
-  const std::uint16_t bits = t == DType::f16 ? f32_to_f16_bits(v) : f32_to_bf16_bits(v);
-  std::memcpy(base + 2 * k, &bits, 2);
-}
-
-inline float load_param(DType t, const std::byte* base, std::size_t k) {
-  if (t == DType::f32) {
-    float v;
-    std::memcpy(&v, base + 4 * k, 4);
-    return v;
-  }
-  std::uint16_t bits;
-  std::memcpy(&bits, base + 2 * k, 2);
-  return t == DType::f16 ? f16_bits_to_f32(bits) : bf16_bits_to_f32(bits);
-}
-
-}  // namespace kvlab::simd::affine_detail
-#endif  // KVLAB_SIMD_AFFINE_COMMON
+#include "kernels/simd/affine_common.h"
 
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "kernels/simd/affine_quantize.cc"
@@ -195,259 +84,10 @@ inline float load_param(DType t, const std::byte* base, std::size_t k) {
 #include <hwy/cache_control.h>
 #include <hwy/highway.h>
 
-#include "kernels/simd/affine_pack-inl.h"
-#include "kernels/simd/half_convert-inl.h"
+#include "kernels/simd/affine_block-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace kvlab::simd::HWY_NAMESPACE {
-namespace hn = hwy::HWY_NAMESPACE;
-namespace ad = kvlab::simd::affine_detail;
-namespace ap = affine_pack;
-
-using DF = hn::ScalableTag<float>;
-using DI = hn::RebindToSigned<DF>;
-using VF = hn::Vec<DF>;
-using VI = hn::Vec<DI>;
-
-// R of spec §1.2 on every lane: rint (ties to even) for mlx_cpu, round (ties away from
-// zero) for mlx_gpu. round() exactly: q − trunc(q) is exact (Sterbenz for |q| >= 1,
-// trivially below), so |frac| >= 0.5 is the true test; adding 0.5 then truncating would
-// round 0.49999997 up (its sum rounds to 1.0f).
-template <bool kGpu>
-HWY_INLINE VF RoundToCode(VF q) {
-  if constexpr (kGpu) {
-    const DF df;
-    const auto t = hn::Trunc(q);
-    const auto frac = hn::Sub(q, t);
-    return hn::IfThenElse(hn::Ge(hn::Abs(frac), hn::Set(df, 0.5f)), hn::Add(t, hn::CopySign(hn::Set(df, 1.0f), q)), t);
-  } else {
-    return hn::Round(q);
-  }
-}
-
-// The code of each lane of q = (g − bias)/scale in the low 8 bits of the lane (the bits
-// above are not zero; every consumer truncates): rint + clamp [0, n] (mlx_cpu), or
-// round + min(·, n) + the oracle's wrap of negatives (mlx_gpu).
-template <bool kGpu>
-HWY_INLINE VI CodeOf(VF q, VF vn, VI vmask) {
-  const DF df;
-  const DI di;
-  if constexpr (kGpu) {
-    // min(r, n), no lower clamp; negative r (unreachable on finite groups) wraps like
-    // the oracle: two's complement & (2^bits − 1); below −2^31 ConvertTo saturates to
-    // INT32_MIN, whose low bits are 0, the oracle's answer there.
-    return hn::And(hn::ConvertTo(di, hn::Min(RoundToCode<true>(q), vn)), vmask);
-  } else {
-    (void)vmask;
-    // clamp(rint(q), 0, n) = rint(clamp(q, 0, n)): rint is monotone and 0, n are
-    // integers (a −0 from either side becomes +0 below). c + 2^23 for c in [0, 255] lies
-    // in [2^23, 2^24), where the f32 spacing is 1, so the addition itself is the RNE
-    // rint and the sum's bits are 0x4B000000 + code.
-    const auto c = hn::Min(hn::Max(q, hn::Zero(df)), vn);
-    return hn::BitCast(di, hn::Add(c, hn::Set(df, 0x1p23f)));
-  }
-}
-
-// Groups whose parameters are computed together, one group per lane (a multiple of
-// every target's f32 lane count). Batching turns the per-group chain of dependent
-// scalar divisions into a few vector ops and lets the extremes of 32 groups overlap.
-// 32 rather than 16: a Finish (reduction tree, four vector divisions) costs about the
-// same for 16 or 32 groups, and twice the groups per Finish measured 3 % faster (4-bit,
-// one thread, 70 -> 68 us per 256K elements, alternated processes). Its latency is not
-// what costs: issuing it half a block early measured 5 % slower.
-constexpr std::size_t kBlock = 32;
-static_assert(kBlock % HWY_LANES(float) == 0, "a block is whole vectors");
-
-// The encoding's fast path trusts q' = (g − bias)·(1/scale) where it lies farther than
-// this from every half-integer (header: the bound on |q' − q| is 3·2^-15 < 2^-13).
-constexpr float kDoubtfulDistance = 0.5f - 0x1p-13f;
-
-// The fused fast path (mlx_cpu, targets with FMA): q' = fl(g·r − c), c = fl(bias·r), one
-// FMA instead of Sub then Mul, for groups with |c| <= kFusedOffsetLimit (header).
-#if HWY_TARGET <= HWY_AVX2
-constexpr bool kFusedQ = true;
-#else
-constexpr bool kFusedQ = false;  // MulSub is two roundings there
-#endif
-constexpr float kFusedOffsetLimit = 512.0f;
-
-// q' of the fast path, by the form a group is encoded with: (g − bias)·r, or fused
-// g·r − c with c = fl(bias·r). Finish (the in-range test on the extremes) and the
-// encoding both call it, so the two cannot drift apart.
-template <bool kFused>
-HWY_INLINE VF FastQuotient(VF g, VF bias, VF recip, VF bias_recip) {
-  if constexpr (kFused) return hn::MulSub(g, recip, bias_recip);
-  return hn::Mul(hn::Sub(g, bias), recip);
-}
-
-// ad::group_params on kBlock groups at once (alpha/beta in, scale/bias out): the same
-// IEEE ops in the same order, lane by lane; the lanes that q0 = 0 discards may hold
-// inf/NaN from edge/0, which no exception flag or trap observes.
-template <bool kGpu>
-HWY_INLINE void BlockParams(const float* alpha, const float* beta, int bits, float* scale, float* bias) {
-  const DF df;
-  const std::size_t N = hn::Lanes(df);
-  const auto vn = hn::Set(df, ad::largest_code(bits)), floor = hn::Set(df, ad::kScaleFloor);
-  const auto zero = hn::Zero(df);
-  for (std::size_t j = 0; j < kBlock; j += N) {
-    const auto a = hn::LoadU(df, alpha + j), b = hn::LoadU(df, beta + j);
-    const auto s0 = hn::Max(hn::Div(hn::Sub(a, b), vn), floor);
-    const auto anchor_on_min = hn::Gt(hn::Abs(b), hn::Abs(a));
-    const auto s1 = hn::IfThenElse(anchor_on_min, s0, hn::Neg(s0));
-    const auto edge = hn::IfThenElse(anchor_on_min, b, a);
-    const auto q0 = RoundToCode<kGpu>(hn::Div(edge, s1));
-    const auto nonzero = hn::Ne(q0, zero);
-    hn::StoreU(hn::IfThenElse(nonzero, hn::Div(edge, q0), s1), df, scale + j);
-    hn::StoreU(hn::IfThenElseZero(nonzero, edge), df, bias + j);
-  }
-}
-
-// count (<= kBlock) f32 parameters → scales/biases elements [first, first + count);
-// a whole block in vectors, a partial one element by element (no write past the end).
-HWY_INLINE void StoreParams(DType t, const float* v, std::size_t count, std::byte* base, std::size_t first) {
-  const DF df;
-  const std::size_t N = hn::Lanes(df);
-  if (count < kBlock) {
-    for (std::size_t j = 0; j < count; ++j) ad::store_param(t, base, first + j, v[j]);
-  } else if (t == DType::f32) {
-    for (std::size_t j = 0; j < kBlock; j += N) hn::StoreU(hn::LoadU(df, v + j), df, reinterpret_cast<float*>(base) + first + j);
-  } else {
-    const hn::Rebind<std::uint16_t, DF> du16;
-    auto* const out = reinterpret_cast<std::uint16_t*>(base) + first;
-    for (std::size_t j = 0; j < kBlock; j += N) {
-      const VF x = hn::LoadU(df, v + j);
-      hn::StoreU(t == DType::bf16 ? DemoteToBF16(df, x) : DemoteToF16(df, x), du16, out + j);
-    }
-  }
-}
-
-// The extremes of kBlock groups, one lane-wise partial vector per group in v[j], down
-// to one value per group: out[j] = op over the lanes of v[j]. Each level merges two
-// vectors of G groups × P lanes into one of 2G groups × P/2 lanes, in group order, with
-// a shuffle pair that never mixes two groups (vector halves, then u64 lane pairs, then
-// f32 lane pairs): ~3 ops per vector for the whole block instead of a full lane
-// reduction per group. Max/Min are exact; only which signed zero wins can depend on the
-// order, which never matters (file header). v is clobbered.
-#if HWY_TARGET != HWY_SCALAR  // one lane per vector: nothing to reduce
-// One level: kCount vectors of groups × P lanes → kCount/2 vectors of groups × P/2.
-template <std::size_t P, std::size_t kCount, class D, class Op>
-HWY_INLINE void ReduceLevel(D d, hn::Vec<D>* v, Op op) {
-  const hn::Repartition<std::uint64_t, D> du64;
-  for (std::size_t k = 0; k < kCount / 2; ++k) {
-    const hn::Vec<D> lo = v[2 * k], hi = v[2 * k + 1];
-    if constexpr (P == hn::MaxLanes(D())) {
-      v[k] = op(hn::ConcatLowerLower(d, hi, lo), hn::ConcatUpperUpper(d, hi, lo));
-    } else if constexpr (P >= 4) {
-      const auto lo64 = hn::BitCast(du64, lo), hi64 = hn::BitCast(du64, hi);
-      v[k] = op(hn::BitCast(d, hn::ConcatEven(du64, hi64, lo64)), hn::BitCast(d, hn::ConcatOdd(du64, hi64, lo64)));
-    } else {
-      v[k] = op(hn::ConcatEven(d, hi, lo), hn::ConcatOdd(d, hi, lo));
-    }
-  }
-}
-#endif
-
-// D: f32 lanes (the f32 scan's extremes) or i32 lanes (the 16-bit scan's ordered keys).
-template <class D, class Op>
-HWY_INLINE void ReduceBlock(D d, hn::Vec<D>* v, Op op, hn::TFromD<D>* out) {
-  constexpr std::size_t N = hn::MaxLanes(D());  // full vectors: == Lanes(d)
-  static_assert(N <= kBlock && kBlock % N == 0);
-#if HWY_TARGET != HWY_SCALAR
-  if constexpr (N >= 2) ReduceLevel<N, kBlock>(d, v, op);
-  if constexpr (N >= 4) ReduceLevel<N / 2, kBlock / 2>(d, v, op);
-  if constexpr (N >= 8) ReduceLevel<N / 4, kBlock / 4>(d, v, op);
-  if constexpr (N >= 16) ReduceLevel<N / 8, kBlock / 8>(d, v, op);
-  static_assert(N <= 16, "more levels needed");
-#endif
-  (void)op;
-  for (std::size_t k = 0; k < kBlock / N; ++k) hn::StoreU(v[k], d, out + k * N);
-}
-
-// Whether a group holds no NaN/±inf (only asked when its block's sum is not finite).
-HWY_INLINE bool GroupIsFinite(const float* g, std::size_t len) {
-  const DF df;
-  VF probe = hn::Zero(df);
-  for (std::size_t i = 0; i < len; i += hn::Lanes(df)) probe = hn::Add(probe, hn::Mul(hn::LoadU(df, g + i), hn::Zero(df)));
-  return hn::AllTrue(df, hn::IsFinite(probe));  // v·0 is ±0 for every finite v, NaN otherwise
-}
-
-// scales/biases elements [first, first + count) → f32 (exact), vectorized for whole
-// blocks; a partial block is read element by element (no read past the buffer).
-HWY_INLINE void LoadParams(DType t, const std::byte* base, std::size_t first, std::size_t count, float* v) {
-  if (t == DType::f32) {
-    std::memcpy(v, base + 4 * first, 4 * count);
-  } else if (count < kBlock) {
-    for (std::size_t j = 0; j < count; ++j) v[j] = ad::load_param(t, base, first + j);
-  } else {
-    const auto* src = reinterpret_cast<const std::uint16_t*>(base) + first;
-    for (std::size_t j = 0; j < kBlock; j += hn::Lanes(DF()))
-      hn::StoreU(t == DType::bf16 ? LoadBF16(DF(), src + j) : LoadF16(DF(), src + j), DF(), v + j);
-  }
-}
-
-// How a quantizer reads x: f32 as is (also 16-bit inputs on the SCALAR target, converted
-// during the scan), or f16/bf16 scanned as 16-bit patterns and converted while encoding.
-enum class Input { f32, f16, bf16 };
-
-// The 16-bit scan finds a group's extremes without converting it: a sign-magnitude
-// pattern p maps to the ordered key p ^ ((p >> 15) & 0x7FFF) (i16, arithmetic shift),
-// so negatives count down from −1 (−0) and positives up from 0 (+0), and integer Max/Min
-// of keys are the float max/min (f16 → f32 and bf16 → f32 are exact and monotone; only
-// −0 < +0 differs from `>`, which never matters, file header). The key maps back with
-// the same XOR. A NaN/±inf pattern has |p| >= the exponent mask, so a group is finite iff
-// its max key is below kInfKey and its min key above −kInfKey − 1 (−inf's key).
-template <Input kIn>
-constexpr std::int32_t kInfKey = kIn == Input::bf16 ? 0x7F80 : 0x7C00;
-
-#if HWY_TARGET != HWY_SCALAR
-constexpr bool kScanBits = true;
-#else
-constexpr bool kScanBits = false;  // one lane per vector: no i16 pairs to fold
-#endif
-
-// The scan asks for the same group of the block after next's scan (kBlock groups ahead)
-// to be fetched: the scan is where a cold group is first read, and while the encoding of
-// the previous block keeps the core busy the hardware streamers alone left ~40 % of a
-// cold call's time waiting on DRAM (measured 8–15 % faster cold with it, no change hot).
-// An integer address: a prefetch never faults, past the input's end included.
-HWY_INLINE void PrefetchAhead(const void* group, std::size_t group_bytes) {
-  const std::uintptr_t ahead = reinterpret_cast<std::uintptr_t>(group) + kBlock * group_bytes;
-  for (std::size_t line = 0; line < group_bytes; line += 64)
-    hwy::Prefetch(reinterpret_cast<const std::uint8_t*>(ahead + line));
-}
-
-// One block of up to kBlock consecutive groups, from its scan to its encoding.
-struct Block {
-  std::size_t first = 0, count = 0;               // flattened index of its first group; groups
-  alignas(64) float buf[kBlock * ad::kMaxGroup];  // f32 scan of 16-bit groups (SCALAR target)
-  alignas(64) float alpha[kBlock], beta[kBlock], scale[kBlock], bias[kBlock], recip[kBlock];
-  alignas(64) float bias_recip[kBlock];  // fl(bias·(1/scale)), the fused fast path's offset
-  alignas(64) std::int32_t key_pair[kBlock];  // 16-bit scan: max key | ~min key << 16
-  VF maxes[kBlock], mins[kBlock], probes[kBlock];  // f32 scan: per group, lane-wise
-  VI key_pairs[kBlock];                            // 16-bit scan: the same, lane-wise
-  const float* group[kBlock];                      // f32 scan: each group's f32 values
-  const std::uint16_t* group16[kBlock];            // 16-bit scan: each group's patterns
-  // Bit j: group j holds no NaN/±inf; group j's fast-path codes need no clamp; group j
-  // takes the fused fast path (all set in Finish).
-  std::uint32_t finite = 0, in_range = 0, fused = 0;
-  bool Finite(std::size_t j) const { return ((finite >> j) & 1u) != 0; }
-  bool InRange(std::size_t j) const { return ((in_range >> j) & 1u) != 0; }
-  bool Fused(std::size_t j) const { return ((fused >> j) & 1u) != 0; }
-};
-static_assert(kBlock <= 32, "a block's flags are bits of a u32");
-
-// The lanes of `mask` as bits (lane k → bit k), for a vector of lanes [j, j + N).
-template <class D>
-HWY_INLINE std::uint32_t MaskBits(D d, hn::Mask<D> mask, std::size_t j) {
-#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
-  if constexpr (hn::MaxLanes(D()) == 16) return static_cast<std::uint32_t>(mask.raw) << j;  // a k-register
-#endif
-  std::uint8_t bytes[8] = {};
-  hn::StoreMaskBits(d, mask, bytes);
-  std::uint32_t bits = 0;
-  std::memcpy(&bits, bytes, sizeof bits);
-  return (hn::Lanes(d) >= 32 ? bits : bits & ((1u << hn::Lanes(d)) - 1)) << j;
-}
 
 // The three steps of quantizing a block: Scan each group (its extremes and whether it is
 // finite), Finish the block (its parameters, vectorized; the scalar redo of NaN/Inf
@@ -838,61 +478,6 @@ void QuantizeGroups(const ad::GroupJob& job, std::int64_t g0, std::int64_t g1) {
   else QuantizeGroupsFor<false>(job, g0, g1);
 }
 
-// out = code·scale + bias in f32, multiply then add (never fused; see CMakeLists), then
-// one RNE rounding to the output dtype; in blocks of kBlock groups (their parameters
-// converted together).
-template <int kBits>
-void DequantizeGroupsT(const ad::GroupJob& job, std::int64_t g0, std::int64_t g1) {
-  const DF df;
-  const DI di;
-  const hn::Rebind<std::uint8_t, DI> du8;
-  const hn::Rebind<std::uint16_t, DF> du16;
-  const std::size_t N = hn::Lanes(df);
-  const auto len = static_cast<std::size_t>(job.gs);
-  const std::size_t group_bytes = len * static_cast<std::size_t>(job.bits) / 8;
-  alignas(64) std::uint8_t codes[ad::kMaxGroup];
-  alignas(64) float scale[kBlock], bias[kBlock];
-
-  const auto run = [&](auto store) {
-    for (std::int64_t b0 = g0; b0 < g1; b0 += static_cast<std::int64_t>(kBlock)) {
-      const auto first = static_cast<std::size_t>(b0);
-      const std::size_t count = std::min(kBlock, static_cast<std::size_t>(g1 - b0));
-      LoadParams(job.param_dtype, job.scales_in, first, count, scale);
-      LoadParams(job.param_dtype, job.biases_in, first, count, bias);
-      for (std::size_t j = 0; j < count; ++j) {
-        const auto* const in = reinterpret_cast<const std::uint8_t*>(job.in) + (first + j) * group_bytes;
-        const auto vs = hn::Set(df, scale[j]), vb = hn::Set(df, bias[j]);
-        if constexpr (!ap::kInRegisters<kBits>) ad::unpack_codes(in, len, job.bits, codes);
-        for (std::size_t i = 0; i < len; i += N) {
-          VI ci;
-          if constexpr (ap::kInRegisters<kBits>) {
-            ci = ap::LoadCodes<kBits>(di, in + i * kBits / 8);
-          } else {
-            ci = hn::PromoteTo(di, hn::LoadU(du8, codes + i));
-          }
-          store(hn::Add(hn::Mul(hn::ConvertTo(df, ci), vs), vb), (first + j) * len + i);
-        }
-      }
-    }
-  };
-  auto* const out32 = reinterpret_cast<float*>(job.out);
-  auto* const out16 = reinterpret_cast<std::uint16_t*>(job.out);
-  switch (job.data_dtype) {
-    case DType::f16: return run([&](VF v, std::size_t e) { hn::StoreU(DemoteToF16(df, v), du16, out16 + e); });
-    case DType::bf16: return run([&](VF v, std::size_t e) { hn::StoreU(DemoteToBF16(df, v), du16, out16 + e); });
-    default: return run([&](VF v, std::size_t e) { hn::StoreU(v, df, out32 + e); });
-  }
-}
-
-void DequantizeGroups(const ad::GroupJob& job, std::int64_t g0, std::int64_t g1) {
-  switch (job.bits) {
-    case 2: return DequantizeGroupsT<2>(job, g0, g1);
-    case 4: return DequantizeGroupsT<4>(job, g0, g1);
-    case 8: return DequantizeGroupsT<8>(job, g0, g1);
-    default: return DequantizeGroupsT<0>(job, g0, g1);
-  }
-}
-
 }  // namespace kvlab::simd::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();
 
@@ -900,56 +485,17 @@ HWY_AFTER_NAMESPACE();
 namespace kvlab::simd {
 
 HWY_EXPORT(QuantizeGroups);
-HWY_EXPORT(DequantizeGroups);
-
-namespace {
-
-using GroupsFn = void (*)(const affine_detail::GroupJob&, std::int64_t, std::int64_t);
-
-// Runs fn over `groups` groups in tasks of kElementsPerTask/gs groups: a split fixed by
-// the problem, never by the pool size.
-void run_in_tasks(GroupsFn fn, const affine_detail::GroupJob& job, std::int64_t groups) {
-  KVLAB_REQUIRE(job.gs > 0 && job.gs <= affine_detail::kMaxGroup && job.gs % 32 == 0, internal, "group size ",
-                job.gs, " is outside the SIMD kernel's 32..", affine_detail::kMaxGroup);
-  const std::int64_t per_task = std::max<std::int64_t>(1, affine_detail::kElementsPerTask / job.gs);
-  parallel_for((groups + per_task - 1) / per_task,
-               [&](std::int64_t t) { fn(job, t * per_task, std::min(groups, (t + 1) * per_task)); });
-}
-
-// What both directions share: the group shape, the dtypes and the streams (quantize: x →
-// wq; dequantize: wq → out).
-affine_detail::GroupJob job_of(const QuantSpec& spec, DType data, DType params, const std::byte* in, std::byte* out) {
-  affine_detail::GroupJob job;
-  job.gs = spec.group_size;
-  job.bits = spec.bits;
-  job.data_dtype = data;
-  job.param_dtype = params;
-  job.in = in;
-  job.out = out;
-  return job;
-}
-
-}  // namespace
 
 void affine_quantize(const ConstTensorView& x, const QuantSpec& spec, Rounding rounding, const TensorView& wq,
                      const TensorView& scales, const TensorView& biases) {
   ref::validate_affine_quantize(x, spec, wq, scales, biases);  // the oracle's checks and messages
   KVLAB_REQUIRE(rounding == Rounding::mlx_cpu || rounding == Rounding::mlx_gpu, invalid_argument,
                 "unknown rounding ", static_cast<int>(rounding));
-  affine_detail::GroupJob job = job_of(spec, x.dtype, scales.dtype, x.data, wq.data);
+  affine_detail::GroupJob job = affine_detail::job_of(spec, x.dtype, scales.dtype, x.data, wq.data);
   job.gpu = rounding == Rounding::mlx_gpu;
   job.scales_out = scales.data;
   job.biases_out = biases.data;
-  run_in_tasks(&HWY_DYNAMIC_DISPATCH(QuantizeGroups), job, scales.numel());
-}
-
-void affine_dequantize(const ConstTensorView& wq, const ConstTensorView& scales, const ConstTensorView& biases,
-                       const QuantSpec& spec, const TensorView& out) {
-  ref::validate_affine_dequantize(wq, scales, biases, spec, out);  // the oracle's checks and messages
-  affine_detail::GroupJob job = job_of(spec, out.dtype, scales.dtype, wq.data, out.data);
-  job.scales_in = scales.data;
-  job.biases_in = biases.data;
-  run_in_tasks(&HWY_DYNAMIC_DISPATCH(DequantizeGroups), job, scales.numel());
+  affine_detail::run_in_tasks(&HWY_DYNAMIC_DISPATCH(QuantizeGroups), job, scales.numel());
 }
 
 }  // namespace kvlab::simd

@@ -1,0 +1,400 @@
+// Per-target inner blocks of the fused quantized decode kernel, included by
+// quantized_decode.cc only (whose header gives the plan, the arithmetic and its bounds):
+// the code unpacking of 4- and 8-bit rows, the K side (RB query rows × KB keys of
+// dequantized K, scores reduced N keys at a time), the V side (weighted code sums per
+// group) and the dispatch of a row count onto those blocks.
+#if defined(KVLAB_SIMD_QUANTIZED_DECODE_BLOCKS_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef KVLAB_SIMD_QUANTIZED_DECODE_BLOCKS_INL_H_
+#undef KVLAB_SIMD_QUANTIZED_DECODE_BLOCKS_INL_H_
+#else
+#define KVLAB_SIMD_QUANTIZED_DECODE_BLOCKS_INL_H_
+#endif
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+
+#include <hwy/cache_control.h>
+#include <hwy/highway.h>
+
+#include "kernels/simd/quantized_decode.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace kvlab::simd::qdecode::HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+namespace qd = kvlab::simd::qdecode::detail;
+
+using DF = hn::ScalableTag<float>;
+using VF = hn::Vec<DF>;
+
+#if HWY_TARGET <= HWY_AVX3
+constexpr bool kManyRegisters = true;  // 32 vector registers
+#else
+constexpr bool kManyRegisters = false;  // 16 (or scalar)
+#endif
+
+// ---------------------------------------------------------------- code unpacking
+
+// One unit = the codes of N bytes: 8-bit → 1 vector (element order); 4-bit → 2 vectors,
+// low nibbles (even elements) then high nibbles (odd elements).
+template <int kBits>
+constexpr std::size_t kVecsPerUnit = kBits == 4 ? 2 : 1;
+
+#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+// 4-bit codes become floats by a 16-entry table lookup (vpermps), see LookupNibbles.
+constexpr bool kNibbleLookup = true;
+#else
+constexpr bool kNibbleLookup = false;
+#endif
+
+// The lookup table mapping each 4-bit code to itself, 0.0f..15.0f.
+HWY_INLINE VF NibbleCodes(DF df) {
+  alignas(64) static constexpr float kNibbles[16] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+  return hn::Load(df, kNibbles);
+}
+
+using VI = hn::Vec<hn::RebindToSigned<DF>>;
+
+// The N bytes at p, one per lane (int32).
+HWY_INLINE VI LoadBytes(DF, const std::uint8_t* HWY_RESTRICT p) {
+  const hn::RebindToSigned<DF> di;
+  const hn::Rebind<std::uint8_t, DF> d8;
+  return hn::PromoteTo(di, hn::LoadU(d8, p));
+}
+
+// Codes of part t of a unit as floats, `bytes` from LoadBytes: 8-bit the bytes themselves;
+// 4-bit the low (t = 0) or high (t = 1) nibbles.
+template <int kBits>
+HWY_INLINE VF CodesAsFloats(DF df, VI bytes, std::size_t t) {
+  const hn::RebindToSigned<DF> di;
+  if constexpr (kBits == 4) {
+    return hn::ConvertTo(df, t == 0 ? hn::And(bytes, hn::Set(di, 15)) : hn::ShiftRight<4>(bytes));
+  } else {
+    return hn::ConvertTo(df, bytes);
+  }
+}
+
+#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+// table[n] for the nibble n of each lane: vpermps reads only the low 4 bits of each index
+// lane, so the low nibble needs no mask and the high one only a shift. Raw intrinsics:
+// Highway's IndicesFromVec asserts indices < 16 in debug builds. (The masked form with an
+// all-ones mask: GCC 12 warns about the unmasked one's _mm512_undefined_ps pass-through,
+// a false maybe-uninitialized.)
+HWY_INLINE VF LookupNibbles(VI bytes, std::size_t t, VF table) {
+  const VI index = t == 0 ? bytes : hn::ShiftRight<4>(bytes);
+  return VF{_mm512_mask_permutexvar_ps(table.raw, 0xFFFF, index.raw, table.raw)};
+}
+#endif
+
+// V codes of part t of a unit as floats; 4-bit on AVX3 by lookups in NibbleCodes() (a
+// shift and convert for the high nibble measured no faster).
+template <int kBits>
+HWY_INLINE VF ValueCodes(DF df, VI bytes, std::size_t t, [[maybe_unused]] VF nibble_codes) {
+#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+  if constexpr (kBits == 4) return LookupNibbles(bytes, t, nibble_codes);
+#endif
+  return CodesAsFloats<kBits>(df, bytes, t);
+}
+
+// K codes of part t of a unit dequantized, k = c·s + b by one MulAdd. 4-bit on AVX3:
+// `table` holds the key's 16 values c·s + b of this group (the same MulAdd, so the same
+// bits), and one lookup both unpacks and dequantizes.
+template <int kBits>
+HWY_INLINE VF KeyValues(DF df, VI bytes, std::size_t t, [[maybe_unused]] VF table, VF scale, VF bias) {
+#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+  if constexpr (kBits == 4) return LookupNibbles(bytes, t, table);
+#endif
+  return hn::MulAdd(CodesAsFloats<kBits>(df, bytes, t), scale, bias);
+}
+
+// Software prefetch of whole code rows [from, to) (every 64-byte line), kPrefetchKeys
+// keys ahead of the rows being read: each side of a chunk is one sequential stream, but
+// the hardware prefetcher alone leaves DRAM latency exposed at 2 cores. The rows are
+// contiguous: one loop over the lines of the byte range.
+constexpr std::size_t kPrefetchKeys = 32;
+HWY_INLINE void PrefetchRows(const std::uint8_t* codes, std::size_t row_bytes, std::size_t from, std::size_t to) {
+  const std::uint8_t* end = codes + to * row_bytes;
+  for (const std::uint8_t* line = codes + from * row_bytes; line < end; line += 64) hwy::Prefetch(line);
+}
+
+// ---------------------------------------------------------------- K side: scores
+
+#if HWY_TARGET != HWY_SCALAR
+// One round of the transposing reduction: lanes (2k, 2k+1) of v[2i] are summed into the
+// low half of v[i], those of v[2i+1] into its high half; after log2(n) rounds lane i of
+// v[0] holds the full sum of the original v[i] (n = N), or, for n < N, of lanes
+// [i·N/n, (i+1)·N/n) of what a full N-vector tree would sum there. The rounds only ever
+// combine neighbours, so log2(KB) rounds over each block of KB consecutive vectors and
+// then log2(N/KB) rounds over the N/KB results are exactly the full tree.
+template <std::size_t n>
+HWY_INLINE void PairRounds(DF df, VF* v) {
+  if constexpr (n > 1) {
+#pragma GCC unroll 16
+    for (std::size_t i = 0; i < n / 2; ++i) {
+      v[i] = hn::Add(hn::ConcatEven(df, v[2 * i + 1], v[2 * i]), hn::ConcatOdd(df, v[2 * i + 1], v[2 * i]));
+    }
+    PairRounds<n / 2>(df, v);
+  }
+}
+#else
+template <std::size_t n>
+HWY_INLINE void PairRounds(DF, VF*) {
+  static_assert(n == 1, "one lane: nothing to reduce");
+}
+#endif
+
+constexpr std::size_t kMaxLanes = hn::MaxLanes(DF());
+
+// q·k of KB consecutive keys for RB rows. Each key's codes are dequantized once for all
+// RB rows, k = c·s + b in one MulAdd (4-bit on AVX3: in the table lookup itself); then
+// one accumulator per (key, row) over the whole head dim, and the first log2(KB) rounds
+// of the score reduction in registers: out[r] holds the KB keys' partial sums.
+// kUnits/kUnitsPerGroup: the head dim and group in units when fixed at compile time (0:
+// from dk and gs). Fixed, the block is straight-line code: with the common 2 or 4 units
+// per group, loop control, table setup and the reduction otherwise cost as much as the
+// FMAs (measured: half of the K side's time outside its inner loop).
+template <int kBits, std::size_t RB, std::size_t KB, std::size_t kUnits = 0, std::size_t kUnitsPerGroup = 0>
+HWY_INLINE void KeyBlock(DF df, const float* HWY_RESTRICT q, std::size_t dk, const std::uint8_t* HWY_RESTRICT codes,
+                         std::size_t row_bytes, const float* HWY_RESTRICT scales, const float* HWY_RESTRICT biases,
+                         std::size_t groups, std::size_t gs, VF* HWY_RESTRICT out) {
+  constexpr std::size_t kV = kVecsPerUnit<kBits>;
+  const std::size_t N = hn::Lanes(df);
+  const std::size_t units = kUnits != 0 ? kUnits : dk / (kV * N);
+  const std::size_t units_per_group = kUnitsPerGroup != 0 ? kUnitsPerGroup : gs / (kV * N);
+  if constexpr (kUnits != 0) {  // the strides too, so addresses are base + constant
+    dk = kUnits * kV * kMaxLanes;
+    row_bytes = dk * kBits / 8;
+    groups = kUnits / kUnitsPerGroup;
+  }
+  VF acc[KB][RB];
+#pragma GCC unroll 16
+  for (std::size_t k = 0; k < KB; ++k) {
+#pragma GCC unroll 16
+    for (std::size_t r = 0; r < RB; ++r) acc[k][r] = hn::Zero(df);
+  }
+  // 4-bit with lookups: the table of a (key, group) holds its 16 values c·s + b (see
+  // KeyValues); otherwise scale and bias are applied to each unpacked vector.
+  constexpr bool kTable = kBits == 4 && kNibbleLookup;
+  const VF codes_table = NibbleCodes(df);
+#pragma GCC unroll 8
+  for (std::size_t u0 = 0, g = 0; u0 < units; u0 += units_per_group, ++g) {
+    VF table[KB], scale[KB], bias[KB];
+#pragma GCC unroll 16
+    for (std::size_t k = 0; k < KB; ++k) {
+      scale[k] = hn::Set(df, scales[k * groups + g]);
+      bias[k] = hn::Set(df, biases[k * groups + g]);
+      table[k] = kTable ? hn::MulAdd(codes_table, scale[k], bias[k]) : codes_table;
+    }
+#pragma GCC unroll 8
+    for (std::size_t u = u0; u < u0 + units_per_group; ++u) {
+      VF c[KB][kV];
+#pragma GCC unroll 16
+      for (std::size_t k = 0; k < KB; ++k) {
+        const VI bytes = LoadBytes(df, codes + k * row_bytes + u * N);
+#pragma GCC unroll 2
+        for (std::size_t t = 0; t < kV; ++t) c[k][t] = KeyValues<kBits>(df, bytes, t, table[k], scale[k], bias[k]);
+      }
+#pragma GCC unroll 2
+      for (std::size_t t = 0; t < kV; ++t) {
+#pragma GCC unroll 16
+        for (std::size_t r = 0; r < RB; ++r) {
+          const VF qv = hn::LoadU(df, q + r * dk + (u * kV + t) * N);
+#pragma GCC unroll 16
+          for (std::size_t k = 0; k < KB; ++k) acc[k][r] = hn::MulAdd(qv, c[k][t], acc[k][r]);
+        }
+      }
+    }
+  }
+#pragma GCC unroll 16
+  for (std::size_t r = 0; r < RB; ++r) {
+    VF v[KB];
+#pragma GCC unroll 16
+    for (std::size_t k = 0; k < KB; ++k) v[k] = acc[k][r];
+    PairRounds<KB>(df, v);
+    out[r] = v[0];
+  }
+}
+
+// Keys per block: as many as the accumulators (KB·RB) and the codes leave registers for,
+// and never more than a vector has lanes (blocks tile the N keys of a score vector).
+template <std::size_t RB>
+constexpr std::size_t kKeysPerBlock =
+    std::min(kMaxLanes, kManyRegisters ? (RB <= 4 ? std::size_t{4} : std::size_t{2}) : (RB <= 2 ? std::size_t{2} : std::size_t{1}));
+
+// Raw scores q·k of keys [0, nc) for RB rows → scores[r][0, ncp) (keys past nc get 0;
+// they are masked later). scales/biases: the chunk's K scales and biases in f32, as
+// stored: [key][group].
+// Per N keys: N/KB blocks, each reduced by log2(KB) rounds in registers and parked in
+// `tile` ([r][block][N]), then the remaining log2(N/KB) rounds give a vector of N scores.
+template <int kBits, std::size_t RB, std::size_t kUnits = 0, std::size_t kUnitsPerGroup = 0>
+void ScoreRows(const float* HWY_RESTRICT q, std::size_t dk, const std::uint8_t* HWY_RESTRICT codes,
+               std::size_t row_bytes, const float* HWY_RESTRICT scales, const float* HWY_RESTRICT biases,
+               std::size_t groups, std::size_t gs, std::size_t nc, std::size_t ncp, float* HWY_RESTRICT tile,
+               float* HWY_RESTRICT scores) {
+  const DF df;
+  const std::size_t N = hn::Lanes(df);
+  constexpr std::size_t KB = kKeysPerBlock<RB>, kBlocks = kMaxLanes / KB;
+  for (std::size_t t0 = 0; t0 < nc; t0 += N) {
+    const std::size_t in_tile = std::min(N, nc - t0);
+    std::size_t blk = 0;
+    for (; (blk + 1) * KB <= in_tile; ++blk) {
+      const std::size_t key = t0 + blk * KB;
+      // A few rows per block, not N rows per tile: a burst of prefetches fills the line
+      // fill buffers and stalls the loads that follow.
+      PrefetchRows(codes, row_bytes, std::min(nc, key + kPrefetchKeys), std::min(nc, key + kPrefetchKeys + KB));
+      VF red[RB];
+      KeyBlock<kBits, RB, KB, kUnits, kUnitsPerGroup>(df, q, dk, codes + key * row_bytes, row_bytes,
+                                                      scales + key * groups, biases + key * groups, groups, gs, red);
+#pragma GCC unroll 16
+      for (std::size_t r = 0; r < RB; ++r) hn::StoreU(red[r], df, tile + (r * kBlocks + blk) * N);
+    }
+    if (blk < kBlocks) {  // the chunk's last keys: a partial block, then empty ones
+      const std::size_t key = t0 + blk * KB, left = in_tile - blk * KB;
+      VF part[RB][KB];
+      for (std::size_t r = 0; r < RB; ++r) {
+        for (std::size_t k = 0; k < KB; ++k) part[r][k] = hn::Zero(df);
+      }
+      for (std::size_t k = 0; k < left; ++k) {
+        VF one[RB];
+        KeyBlock<kBits, RB, 1>(df, q, dk, codes + (key + k) * row_bytes, row_bytes, scales + (key + k) * groups,
+                               biases + (key + k) * groups, groups, gs, one);
+        for (std::size_t r = 0; r < RB; ++r) part[r][k] = one[r];
+      }
+      for (std::size_t r = 0; r < RB; ++r) {
+        PairRounds<KB>(df, part[r]);
+        hn::StoreU(part[r][0], df, tile + (r * kBlocks + blk) * N);
+        for (std::size_t b = blk + 1; b < kBlocks; ++b) hn::StoreU(hn::Zero(df), df, tile + (r * kBlocks + b) * N);
+      }
+    }
+#pragma GCC unroll 16
+    for (std::size_t r = 0; r < RB; ++r) {
+      VF v[kBlocks];
+#pragma GCC unroll 16
+      for (std::size_t b = 0; b < kBlocks; ++b) v[b] = hn::LoadU(df, tile + (r * kBlocks + b) * N);
+      PairRounds<kBlocks>(df, v);
+      hn::StoreU(v[0], df, scores + r * ncp + t0);
+    }
+  }
+}
+
+// ---------------------------------------------------------------- V side
+
+// out[r][pos] = Σ_{j<nc} w[r][g(pos)][j]·c_j[pos] for RB rows (pos in lane order), DS
+// vectors of positions at a time. A DS·N-position slice lies in one group, or (DS·N =
+// 64, group 32) in two, split at its middle.
+template <int kBits, std::size_t RB, std::size_t DS>
+void AccumulateValues(const float* HWY_RESTRICT w, std::size_t groups, std::size_t ncp,
+                      const std::uint8_t* HWY_RESTRICT codes, std::size_t row_bytes, std::size_t dv, std::size_t gs,
+                      std::size_t nc, float* HWY_RESTRICT out) {
+  const DF df;
+  constexpr std::size_t kV = kVecsPerUnit<kBits>;
+  static_assert(DS % kV == 0, "a slice holds whole units");
+  const std::size_t N = hn::Lanes(df);
+  const std::size_t nvec = dv / N;
+  const VF codes_table = NibbleCodes(df);
+  for (std::size_t vs = 0; vs < nvec; vs += DS) {
+    const std::size_t ga = vs * N / gs, gb = (vs + DS - 1) * N / gs;
+    const std::size_t second = (gb - ga) * ncp;
+    const float* wr[RB];
+    for (std::size_t r = 0; r < RB; ++r) wr[r] = w + (r * groups + ga) * ncp;
+    VF o[RB][DS];
+#pragma GCC unroll 16
+    for (std::size_t r = 0; r < RB; ++r) {
+#pragma GCC unroll 16
+      for (std::size_t s = 0; s < DS; ++s) o[r][s] = hn::Zero(df);
+    }
+    const std::uint8_t* row = codes + (vs / kV) * N;
+    for (std::size_t j = 0; j < nc; ++j, row += row_bytes) {
+      if (vs == 0 && j + kPrefetchKeys < nc) PrefetchRows(codes, row_bytes, j + kPrefetchKeys, j + kPrefetchKeys + 1);
+      VF c[DS];
+#pragma GCC unroll 16
+      for (std::size_t uu = 0; uu < DS / kV; ++uu) {
+        const VI bytes = LoadBytes(df, row + uu * N);
+#pragma GCC unroll 2
+        for (std::size_t t = 0; t < kV; ++t) c[uu * kV + t] = ValueCodes<kBits>(df, bytes, t, codes_table);
+      }
+#pragma GCC unroll 16
+      for (std::size_t r = 0; r < RB; ++r) {
+        const VF wa = hn::Set(df, wr[r][j]), wb = hn::Set(df, wr[r][j + second]);
+#pragma GCC unroll 16
+        for (std::size_t s = 0; s < DS; ++s) o[r][s] = hn::MulAdd(s < DS / 2 ? wa : wb, c[s], o[r][s]);
+      }
+    }
+#pragma GCC unroll 16
+    for (std::size_t r = 0; r < RB; ++r) {
+#pragma GCC unroll 16
+      for (std::size_t s = 0; s < DS; ++s) hn::StoreU(o[r][s], df, out + r * dv + (vs + s) * N);
+    }
+  }
+}
+
+// ---------------------------------------------------------------- dispatch on rows
+
+// RB rows with the head dim and group fixed at compile time where they are the common
+// ones (AVX3, Dk = 128, group 64 or 128); any other shape takes the loops.
+template <int kBits, std::size_t RB>
+void ScoreRowsAnyShape(const float* q, std::size_t dk, const std::uint8_t* codes, std::size_t row_bytes,
+                       const float* scales, const float* biases, std::size_t groups, std::size_t gs, std::size_t nc,
+                       std::size_t ncp, float* tile, float* scores) {
+  if constexpr (kManyRegisters && (RB == 4 || RB == 8)) {
+    constexpr std::size_t kUnitDims = kVecsPerUnit<kBits> * kMaxLanes, kUnits = 128 / kUnitDims;
+    if (dk == 128 && gs == 64) {
+      return ScoreRows<kBits, RB, kUnits, 64 / kUnitDims>(q, dk, codes, row_bytes, scales, biases, groups, gs, nc,
+                                                         ncp, tile, scores);
+    }
+    if (dk == 128 && gs == 128) {
+      return ScoreRows<kBits, RB, kUnits, kUnits>(q, dk, codes, row_bytes, scales, biases, groups, gs, nc, ncp, tile,
+                                                  scores);
+    }
+  }
+  ScoreRows<kBits, RB>(q, dk, codes, row_bytes, scales, biases, groups, gs, nc, ncp, tile, scores);
+}
+
+template <int kBits>
+void ScoreBlock(std::size_t rb, const float* q, std::size_t dk, const std::uint8_t* codes, std::size_t row_bytes,
+                const float* scales, const float* biases, std::size_t groups, std::size_t gs, std::size_t nc,
+                std::size_t ncp, float* tile, float* scores) {
+  switch (rb) {
+    case 1: return ScoreRows<kBits, 1>(q, dk, codes, row_bytes, scales, biases, groups, gs, nc, ncp, tile, scores);
+    case 2: return ScoreRows<kBits, 2>(q, dk, codes, row_bytes, scales, biases, groups, gs, nc, ncp, tile, scores);
+    case 3: return ScoreRows<kBits, 3>(q, dk, codes, row_bytes, scales, biases, groups, gs, nc, ncp, tile, scores);
+    case 4:
+      return ScoreRowsAnyShape<kBits, 4>(q, dk, codes, row_bytes, scales, biases, groups, gs, nc, ncp, tile, scores);
+  }
+  if constexpr (kManyRegisters) {
+    ScoreRowsAnyShape<kBits, 8>(q, dk, codes, row_bytes, scales, biases, groups, gs, nc, ncp, tile, scores);
+  }
+}
+
+template <int kBits, std::size_t RB>
+void ValueRowsAnyWidth(const float* w, std::size_t groups, std::size_t ncp, const std::uint8_t* codes,
+                       std::size_t row_bytes, std::size_t dv, std::size_t gs, std::size_t nc, float* out) {
+  const std::size_t nvec = dv / hn::Lanes(DF());
+  // Four vectors per slice where the accumulators (RB·4) still fit the registers.
+  const bool wide = nvec % 4 == 0 && (kManyRegisters ? RB <= 4 : RB <= 2);
+  if (wide) return AccumulateValues<kBits, RB, 4>(w, groups, ncp, codes, row_bytes, dv, gs, nc, out);
+  return AccumulateValues<kBits, RB, 2>(w, groups, ncp, codes, row_bytes, dv, gs, nc, out);
+}
+
+template <int kBits>
+void ValueBlock(std::size_t rb, const float* w, std::size_t groups, std::size_t ncp, const std::uint8_t* codes,
+                std::size_t row_bytes, std::size_t dv, std::size_t gs, std::size_t nc, float* out) {
+  switch (rb) {
+    case 1: return ValueRowsAnyWidth<kBits, 1>(w, groups, ncp, codes, row_bytes, dv, gs, nc, out);
+    case 2: return ValueRowsAnyWidth<kBits, 2>(w, groups, ncp, codes, row_bytes, dv, gs, nc, out);
+    case 3: return ValueRowsAnyWidth<kBits, 3>(w, groups, ncp, codes, row_bytes, dv, gs, nc, out);
+    case 4: return ValueRowsAnyWidth<kBits, 4>(w, groups, ncp, codes, row_bytes, dv, gs, nc, out);
+  }
+  if constexpr (kManyRegisters) ValueRowsAnyWidth<kBits, 8>(w, groups, ncp, codes, row_bytes, dv, gs, nc, out);
+}
+
+// Rows per block: 8 where 32 registers hold 8 rows' accumulators, else 4; a remainder
+// below 4 runs as is (1, 2 or 3 rows).
+std::size_t RowBlock(std::size_t remaining) {
+  if (kManyRegisters && remaining >= 8) return 8;
+  return std::min<std::size_t>(4, remaining);
+}
+}  // namespace kvlab::simd::qdecode::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#endif  // KVLAB_SIMD_QUANTIZED_DECODE_BLOCKS_INL_H_
