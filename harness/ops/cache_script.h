@@ -35,6 +35,7 @@
 
 #include "cache/attend.h"
 #include "cache/cache.h"
+#include "cache/catalogue.h"
 #include "kvlab/backend.h"
 
 namespace kvlab::harness::cache_script {
@@ -61,12 +62,10 @@ std::vector<std::string> simpler_scripts(std::string_view text);
 
 // ---- running a script ----------------------------------------------------------------
 
-enum class Kind : std::uint8_t {
-  kv, rotating, quantized, chunked, batch_kv, batch_rotating, batch_quantized, turboquant
-};
-const std::vector<std::string>& kind_names();  // in enum order; kv first (the simplest)
+using Kind = CacheKind;  // the kinds of cache/catalogue.h; `kind=` takes their names
+const std::vector<std::string>& kind_names();  // in catalogue order; kv first (the simplest)
 bool is_batch(Kind k);
-bool is_packed(Kind k);  // quantized, batch_quantized, turboquant: K/V stored as codes
+bool is_packed(Kind k);  // K/V stored as codes
 
 struct Setup {
   Kind kind = Kind::kv;
@@ -81,6 +80,7 @@ struct Setup {
   std::uint64_t seed = 1;
 
   AttendOptions attend_options() const;
+  CacheSetup cache_setup(std::int64_t rows) const;  // the catalogue's setup for `rows` rows
   std::vector<std::int32_t> left_padding(std::int64_t rows) const;   // the lpad rule
   std::vector<std::int32_t> right_padding(std::int64_t rows) const;  // the rpad rule
 };
