@@ -279,6 +279,9 @@ class Tracer final : public cs::Observer {
     trace_.key_rope_abs = key_rope_abs_;
   }
   void after_command(const Cache&) override {}
+  // Update-only rows (uN) are read by later attentions: their norms bound TurboQuant's
+  // decode error too. They are stored unrotated, so they add no RoPE slack.
+  void stored(const cs::Step& step) override { note_stored_rows(step, {}); }
 
  private:
   // max |c| of the TurboQuant codebook (the same levels for keys and values: one width).
@@ -306,7 +309,7 @@ class Tracer final : public cs::Observer {
       }
       max_norm_ = std::max({max_norm_, std::sqrt(kk), std::sqrt(vv)});
     }
-    if (!s_.rope) return;
+    if (!s_.rope || step.kind == cs::StepKind::update) return;
     const xt::xarray<double> slack = rope_abs_slack(chunk, positions, s_.attend_options().rope, s_.dtype);
     for (std::size_t i = 0; i < slack.size(); ++i) key_rope_abs_[i % D] = std::max(key_rope_abs_[i % D], slack.flat(i));
   }

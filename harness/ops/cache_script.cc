@@ -38,7 +38,7 @@ std::optional<std::int64_t> number(std::string_view s) {
 Command parse_command(std::string_view word, std::string_view text) {
   auto bad = [&](std::string_view why) -> Command {
     fail(ErrorKind::invalid_argument, cat("script '", text, "': command '", word, "' ", why,
-                                          " (commands: pN, d, dN, tN, a, s, rN, f, kI_J_..., xRpN)"));
+                                          " (commands: pN, d, dN, uN, tN, a, s, rN, f, kI_J_..., xRpN)"));
   };
   if (word.empty()) return bad("is empty");
   const char head = word[0];
@@ -52,6 +52,7 @@ Command parse_command(std::string_view word, std::string_view text) {
     case 'p': return {Verb::chunk, count(1), 0, {}};
     case 'd': return {Verb::decode, rest.empty() ? 1 : count(1), 0, {}};
     case 't': return {Verb::trim, count(1), 0, {}};
+    case 'u': return {Verb::update, count(1), 0, {}};
     case 'r': return {Verb::right_chunk, count(1), 0, {}};
     case 'a':
     case 's':
@@ -82,6 +83,7 @@ std::string command_str(const Command& c) {
   switch (c.verb) {
     case Verb::chunk: return c.n == 1 ? "d" : cat("p", c.n);
     case Verb::decode: return c.n == 1 ? "d" : cat("d", c.n);
+    case Verb::update: return cat("u", c.n);
     case Verb::trim: return cat("t", c.n);
     case Verb::shared: return "a";
     case Verb::reload: return "s";
@@ -147,7 +149,8 @@ std::vector<std::string> simpler_scripts(std::string_view text) {
   for (const int pass : {0, 1, 2}) {
     for (std::size_t i = 0; i < script.size(); ++i) {
       const Command& c = script[i];
-      const bool counted = c.verb == Verb::chunk || c.verb == Verb::decode || c.verb == Verb::trim ||
+      const bool counted = c.verb == Verb::chunk || c.verb == Verb::decode || c.verb == Verb::update ||
+                           c.verb == Verb::trim ||
                            c.verb == Verb::right_chunk || c.verb == Verb::extend;
       if (!counted || c.n <= 1) continue;
       Script s = script;
@@ -248,9 +251,9 @@ PlanTotals plan_totals(const Setup& setup, const Script& script) {
   t.max_batch = batch;
   const std::int64_t entries = is_batch(setup.kind) ? 1 : 0;
   std::int64_t length = 0;  // tokens of the longest row so far (trims ignored: an upper bound)
-  auto add = [&](bool main, std::int64_t rows, std::int64_t tokens, std::int64_t times) {
+  auto add = [&](bool main, std::int64_t rows, std::int64_t tokens, std::int64_t times, bool queries = true) {
     const std::int64_t n = sat_mul(sat_mul(rows, tokens), times);
-    t.q_rows = sat_add(t.q_rows, sat_mul(n, setup.hq));
+    if (queries) t.q_rows = sat_add(t.q_rows, sat_mul(n, setup.hq));
     if (main) t.kv_rows = sat_add(t.kv_rows, sat_mul(n, setup.hkv));
   };
   // `times` steps of `tokens` queries per row, the keys growing by `tokens` each step
@@ -280,6 +283,11 @@ PlanTotals plan_totals(const Setup& setup, const Script& script) {
         attend(batch, 1, c.n, true);
         producer_rows = batch, producer_tokens = 1;
         done(c.n);
+        break;
+      case Verb::update:
+        add(true, batch, c.n, 1, false);
+        length = sat_add(length, c.n);
+        done(1);
         break;
       case Verb::shared:
         add(false, producer_rows, producer_tokens, 1);
@@ -313,7 +321,7 @@ Plan plan_script(const Setup& setup, const Script& script) {
   std::optional<Step> producer;  // the last attention of the main cache
   auto add = [&](StepKind kind, std::int64_t rows, std::int64_t tokens) {
     plan.steps.push_back({kind, rows, tokens, plan.q_rows, kind == StepKind::shared ? 0 : plan.kv_rows});
-    plan.q_rows += rows * setup.hq * tokens;
+    if (kind != StepKind::update) plan.q_rows += rows * setup.hq * tokens;
     if (kind != StepKind::shared) plan.kv_rows += rows * setup.hkv * tokens;
   };
   auto done = [&] {
@@ -339,6 +347,10 @@ Plan plan_script(const Setup& setup, const Script& script) {
           producer = plan.steps.back();
           done();
         }
+        break;
+      case Verb::update:
+        add(StepKind::update, batch, c.n);
+        done();
         break;
       case Verb::shared:
         KVLAB_REQUIRE(producer.has_value(), invalid_argument,
@@ -415,6 +427,19 @@ std::unique_ptr<Cache> run_script(Backend& be, const Setup& setup, const Script&
         }
         producer = attend_step(*cache);
         break;
+      case Verb::update: {
+        const Step& st = plan.steps.at(next++);
+        trim_front_if_chunked(*cache);  // as before an attention
+        const DTensor ks = rows_of(k, st.kv_row, {st.batch, setup.hkv, st.tokens, setup.dim});
+        const DTensor vs = rows_of(v, st.kv_row, {st.batch, setup.hkv, st.tokens, setup.dim});
+        if (cache->is_quantized()) {
+          cache->update_quantized(ks, vs);
+        } else {
+          cache->update(ks, vs);
+        }
+        observer.stored(st);
+        break;
+      }
       case Verb::trim:
         if (cache->is_trimmable()) cache->trim(c.n);
         break;
