@@ -11,6 +11,7 @@
 
 #include "cache/registry.h"
 #include "cache/rotating_kv_cache.h"
+#include "property_tests/repro_line.h"
 #include "reference/affine_quantize.h"
 #include "reference/rope.h"
 
@@ -187,7 +188,10 @@ std::unique_ptr<Cache> make_cache(Backend& be, const Config& c) {
   return kvlab::make_cache(be, c.kind, s);
 }
 
-Sut::Sut(const Config& c, const Hooks& h) : cfg(c), hooks(h) { replace(make_cache(be, c)); }
+Sut::Sut(const Config& c, const Hooks& h)
+    : owned_backend(make_prop_backend()), be(*owned_backend), cfg(c), hooks(h) {
+  replace(make_cache(be, c));
+}
 
 AttendOptions attend_options(const Config& cfg) {
   AttendOptions o;

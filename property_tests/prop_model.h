@@ -135,10 +135,13 @@ std::unique_ptr<Cache> make_cache(Backend& be, const Config& cfg);
 std::unique_ptr<Cache> extract_rotating(Backend& be, const Cache& cache);  // the correct snapshot
 
 // The system under test: a backend, the cache, the hooks and a memo of expected rows.
+// The backend is the one KVLAB_PROP_BACKEND names (repro_line.h), reference by default;
+// the oracle side (expected rows, reference kernels) always runs on the host.
 class Sut {
  public:
   Sut(const Config& cfg, const Hooks& hooks);
-  ReferenceBackend be;
+  std::unique_ptr<Backend> owned_backend;  // before `be`, which refers to it
+  Backend& be;
   Config cfg;
   const Hooks& hooks;
   std::unique_ptr<Cache> cache;
