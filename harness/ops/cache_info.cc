@@ -248,7 +248,11 @@ class Tracer final : public cs::Observer {
  public:
   Tracer(Backend& be, const cs::Setup& s, const Tensor& k, const Tensor& v, Trace& trace)
       : be_(be), s_(s), k_(k.to_f32()), v_(v.to_f32()), trace_(trace),
-        key_rope_abs_(static_cast<std::size_t>(s.dim), 0.0) {}
+        key_rope_abs_(static_cast<std::size_t>(s.dim), 0.0) {
+    // A script of updates alone (uN) has no attention to publish this: its keys were
+    // stored unrotated, so no slack, but the keys budget still reads one per feature.
+    trace_.key_rope_abs = key_rope_abs_;
+  }
 
   void attention(const cs::Step& step, const DTensor& q, const AttendResult& source, const DTensor&) override {
     if (step.kind != cs::StepKind::shared) note_stored_rows(step, source.positions);

@@ -138,6 +138,9 @@ TEST(CacheOp, UpdateStoresWithoutAttending) {
   for (const auto& [content_row, input_row] : {std::pair{0, 0}, {1, 1}, {2, 2}, {4, 3}, {5, 4}, {6, 5}})
     EXPECT_TRUE(same_row(keys, content_row, k, input_row)) << "content row " << content_row;
   EXPECT_FALSE(same_row(keys, 3, k, 6));  // the decode's key is stored roped
+  // Updates alone: no attention output at all, and still a clean case.
+  ReferenceBackend a, b;
+  EXPECT_EQ(run_case(parse_problem("cache kind=kv D=8 rope=1 script=u2.t1"), a, b, {}).status, Status::passed);
   EXPECT_EQ(cs::simpler_scripts("u4"), (std::vector<std::string>{"u1", "u2", "u3"}));
 }
 
