@@ -497,4 +497,22 @@ std::unique_ptr<BatchKVCache> BatchKVCache::from_state(Backend& backend, const C
   return std::unique_ptr<BatchKVCache>(new BatchKVCache(backend, std::move(layout)));
 }
 
+std::vector<SequenceContent> BatchKVCache::content(ContentForm form) const {
+  // Each row through extract(): its real tokens, left padding dropped; a pending right
+  // padding is refused there, as mlx-lm PR #1746 requires.
+  std::vector<SequenceContent> out;
+  const std::vector<std::int32_t> offs = offsets();
+  for (std::int64_t i = 0; i < batch_size(); ++i) {
+    const std::unique_ptr<KVCache> row = extract(i);
+    out.push_back(newest_content(offs[static_cast<std::size_t>(i)], row->kv_length(),
+                                 std::move(row->content(form).at(0).parts)));
+  }
+  return out;
+}
+
+std::vector<BackingBuffer> BatchKVCache::buffers() const {
+  if (empty()) return {};
+  return {{"keys", key_buffer(), idx()}, {"values", value_buffer(), idx()}};
+}
+
 }  // namespace kvlab

@@ -36,6 +36,8 @@ class BatchKVCache final : public Cache {
   std::int64_t trim(std::int64_t n) override { return layout_.trim(n); }
   bool empty() const override { return layout_.empty(); }
   std::size_t nbytes() const override { return layout_.nbytes(); }
+  std::vector<SequenceContent> content(ContentForm form = ContentForm::stored) const override;
+  std::vector<BackingBuffer> buffers() const override;
   CacheState state() const override;
   static std::unique_ptr<BatchKVCache> from_state(Backend& backend, const CacheState& state);
 

@@ -200,4 +200,23 @@ std::unique_ptr<BatchQuantizedKVCache> BatchQuantizedKVCache::from_state(Backend
   return std::unique_ptr<BatchQuantizedKVCache>(new BatchQuantizedKVCache(backend, std::move(layout), spec, rounding));
 }
 
+std::vector<SequenceContent> BatchQuantizedKVCache::content(ContentForm form) const {
+  std::vector<SequenceContent> out;
+  const std::vector<std::int32_t> offs = offsets();
+  for (std::int64_t i = 0; i < batch_size(); ++i) {
+    const std::unique_ptr<QuantizedKVCache> row = extract(i);
+    out.push_back(newest_content(offs[static_cast<std::size_t>(i)], row->kv_length(),
+                                 std::move(row->content(form).at(0).parts)));
+    out.back().spec = spec_;
+  }
+  return out;
+}
+
+std::vector<BackingBuffer> BatchQuantizedKVCache::buffers() const {
+  if (empty()) return {};
+  std::vector<BackingBuffer> out;
+  for (ContentPart& p : packed_parts({key_buffer(), value_buffer()})) out.push_back({std::move(p.name), std::move(p.rows), idx()});
+  return out;
+}
+
 }  // namespace kvlab

@@ -55,6 +55,8 @@ class BatchQuantizedKVCache final : public Cache {
   std::int64_t trim(std::int64_t n) override { return layout_.trim(n); }
   bool empty() const override { return layout_.empty(); }
   std::size_t nbytes() const override { return layout_.nbytes(); }
+  std::vector<SequenceContent> content(ContentForm form = ContentForm::stored) const override;
+  std::vector<BackingBuffer> buffers() const override;
   // Components sliced to [0, _idx), left_padding, offset, right_padding (pending only),
   // meta idx, bits, group_size, mode, rounding.
   CacheState state() const override;

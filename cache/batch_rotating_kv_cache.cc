@@ -1,6 +1,5 @@
 #include "cache/batch_rotating_kv_cache.h"
 
-#include <charconv>
 #include <limits>
 
 #include "cache/kv_cache.h"
@@ -516,108 +515,6 @@ std::unique_ptr<BatchRotatingKVCache> BatchRotatingKVCache::merge(Backend& backe
   out->values_ = std::move(values);
   out->idx_ = out->columns_ = lmax;  // offsets stay the true ones (beyond the window)
   return out;
-}
-
-// ---- state ---------------------------------------------------------------------------------
-
-CacheState BatchRotatingKVCache::state() const {
-  CacheState s{std::string(class_name()), {}, {}};
-  s.meta = {{"max_size", std::to_string(max_size_)},
-            {"_offset", std::to_string(columns_)},
-            {"_idx", std::to_string(idx_)},
-            // Appendix B.5: mlx-lm writes str(rotated) and reads bool("False") == True.
-            {"rotated", rotated_ ? "true" : "false"}};
-  const auto ints = [](const Rows& v) { return Tensor::from_ints(DType::i32, {static_cast<I64>(v.size())}, v); };
-  s.tensors.emplace("offset", ints(offset_));
-  s.tensors.emplace("left_padding", ints(left_padding_));
-  if (lengths_) s.tensors.emplace("lengths", ints(*lengths_));  // Appendix B.6: mlx-lm drops it
-  // A cache trimmed back to no columns saves none, like an empty one (from_state rejects
-  // zero-length blocks; found by the lifecycle property: decode, trim(1), save → load).
-  if (keys_ && temporal_length() > 0) {
-    // The data columns in physical order, like mlx-lm; _idx and rotated restore the ring.
-    s.tensors.emplace("keys", backend().download(seq::slice(backend(), keys_, 0, temporal_length())));
-    s.tensors.emplace("values", backend().download(seq::slice(backend(), values_, 0, temporal_length())));
-  }
-  return s;
-}
-
-namespace {
-
-I64 meta_int(const CacheState& s, const char* field) {
-  const auto it = s.meta.find(field);
-  KVLAB_REQUIRE(it != s.meta.end(), corrupt, "BatchRotatingKVCache state has no '", field, "'");
-  I64 v = 0;
-  const std::string& text = it->second;
-  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
-  KVLAB_REQUIRE(ec == std::errc() && end == text.data() + text.size() && v >= 0, corrupt,
-                "BatchRotatingKVCache state field '", field, "' is '", text, "', expected an integer >= 0");
-  return v;
-}
-
-Rows state_rows(const CacheState& s, const char* field) {
-  const Tensor& t = s.tensors.at(field);
-  KVLAB_REQUIRE(t.dtype() == DType::i32 && t.rank() == 1, corrupt, "BatchRotatingKVCache state field '", field,
-                "' is ", dtype_name(t.dtype()), shape_str(t.shape()), ", expected i32 (B,)");
-  return t.to_ints();
-}
-
-}  // namespace
-
-std::unique_ptr<BatchRotatingKVCache> BatchRotatingKVCache::from_state(Backend& backend, const CacheState& s) {
-  KVLAB_REQUIRE(s.class_name == "BatchRotatingKVCache", corrupt, "state of class '", s.class_name,
-                "' cannot be loaded as a BatchRotatingKVCache");
-  const I64 max_size = meta_int(s, "max_size"), columns = meta_int(s, "_offset"), idx = meta_int(s, "_idx");
-  KVLAB_REQUIRE(max_size >= 1, corrupt, "BatchRotatingKVCache state field 'max_size' is ", max_size);
-  const auto rot = s.meta.find("rotated");
-  KVLAB_REQUIRE(rot != s.meta.end(), corrupt, "BatchRotatingKVCache state has no 'rotated'");
-  // Exact spellings only; mlx-lm's bool("False") turned every saved flag into True.
-  const std::string& r = rot->second;
-  KVLAB_REQUIRE(r == "true" || r == "false" || r == "True" || r == "False", corrupt,
-                "BatchRotatingKVCache state field 'rotated' is '", r, "', expected true or false");
-  const bool rotated = r == "true" || r == "True";
-  for (const char* f : {"offset", "left_padding"})
-    KVLAB_REQUIRE(s.tensors.count(f) != 0, corrupt, "BatchRotatingKVCache state has no '", f, "'");
-  Rows off = state_rows(s, "offset"), lp = state_rows(s, "left_padding");
-  const auto batch = static_cast<I64>(off.size());
-  KVLAB_REQUIRE(batch >= 1 && static_cast<I64>(lp.size()) == batch, corrupt, "BatchRotatingKVCache state field "
-                "'left_padding' has ", lp.size(), " rows, 'offset' has ", batch);
-  std::optional<Rows> lengths;
-  if (s.tensors.count("lengths") != 0) {
-    lengths = state_rows(s, "lengths");
-    KVLAB_REQUIRE(static_cast<I64>(lengths->size()) == batch, corrupt, "BatchRotatingKVCache state field 'lengths'"
-                  " has ", lengths->size(), " rows, 'offset' has ", batch);
-  }
-  const bool has_k = s.tensors.count("keys") != 0, has_v = s.tensors.count("values") != 0;
-  KVLAB_REQUIRE(has_k == has_v, corrupt, "BatchRotatingKVCache state has ", has_k ? "keys but no values"
-                                                                               : "values but no keys");
-  std::unique_ptr<BatchRotatingKVCache> c(new BatchRotatingKVCache(backend, max_size, std::move(lp), std::move(off)));
-  if (!has_k) {
-    KVLAB_REQUIRE(idx == 0 && columns == 0 && !rotated, corrupt, "BatchRotatingKVCache state without keys has "
-                  "'_idx' ", idx, ", '_offset' ", columns, ", 'rotated' ", r);
-  } else {
-    const Tensor &k = s.tensors.at("keys"), &v = s.tensors.at("values");
-    KVLAB_REQUIRE(k.rank() == 4 && v.rank() == 4 && is_float(k.dtype()) && k.dtype() == v.dtype() &&
-                      k.dim(0) == batch && v.dim(0) == batch && k.dim(1) == v.dim(1) && k.dim(2) == v.dim(2) &&
-                      k.dim(2) >= 1,
-                  corrupt, "BatchRotatingKVCache state fields 'keys' ", dtype_name(k.dtype()), shape_str(k.shape()),
-                  " and 'values' ", dtype_name(v.dtype()), shape_str(v.shape()), " do not form (", batch,
-                  ", H, L, D) float blocks");
-    const I64 len = k.dim(2);
-    // The ring invariants the update paths rely on: a wrapped ring is exactly max_size
-    // columns with the cursor inside it; otherwise the cursor is the stored length, and
-    // below max_size every column ever written is still stored.
-    KVLAB_REQUIRE(rotated ? (len == max_size && idx >= 1 && idx <= max_size && columns >= max_size)
-                          : (idx == len && columns >= len && (len >= max_size || columns == len)),
-                  corrupt, "BatchRotatingKVCache state fields '_idx' ", idx, ", '_offset' ", columns, ", 'rotated' ",
-                  r, " do not fit ", len, " stored columns with max_size ", max_size);
-    c->keys_ = backend.upload(k);
-    c->values_ = backend.upload(v);
-  }
-  c->idx_ = idx;
-  c->columns_ = columns;
-  c->rotated_ = rotated;
-  c->lengths_ = std::move(lengths);
-  return c;
 }
 
 }  // namespace kvlab

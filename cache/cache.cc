@@ -14,6 +14,34 @@ FetchedQuantizedKV Cache::update_quantized(const DTensor&, const DTensor&) {
                               ", which stores plain data; use update()"));
 }
 
+const DTensor& SequenceContent::part(std::string_view name) const {
+  std::string names;
+  for (const ContentPart& p : parts) {
+    if (p.name == name) return p.rows;
+    names += cat(names.empty() ? "" : ", ", p.name);
+  }
+  fail(ErrorKind::invalid_argument, cat("content has no part '", name, "' (parts: ", names, ")"));
+}
+
+SequenceContent newest_content(std::int64_t offset, std::int64_t length, std::vector<ContentPart> parts) {
+  SequenceContent c;
+  for (std::int64_t p = offset - length; p < offset; ++p) c.positions.push_back(static_cast<std::int32_t>(p));
+  c.parts = std::move(parts);
+  return c;
+}
+
+std::vector<ContentPart> plain_parts(const FetchedKV& kv) { return {{"keys", kv.keys}, {"values", kv.values}}; }
+
+std::vector<ContentPart> packed_parts(const FetchedQuantizedKV& kv) {
+  std::vector<ContentPart> out;
+  for (const auto& [side, q] : {std::pair{"keys", &kv.keys}, std::pair{"values", &kv.values}}) {
+    out.push_back({cat(side, ".wq"), q->wq});
+    out.push_back({cat(side, ".scales"), q->scales});
+    if (q->spec.has_biases()) out.push_back({cat(side, ".biases"), q->biases});
+  }
+  return out;
+}
+
 std::uint32_t nan_poison_bits(DType dtype) {
   switch (dtype) {
     case DType::f32: return 0x7fc00000u;

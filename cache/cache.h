@@ -55,6 +55,46 @@ struct CacheState {
   std::map<std::string, std::string> meta;
 };
 
+// ---- observables (DESIGN.md "Observables" 2) ---------------------------------------------
+// What a cache holds, read without knowing its type: harness scripts, properties and the
+// zoo compare these with a model, so no consumer rebuilds them through a cast.
+
+// One named block of a sequence's content: (b, H, L, W), its L tokens oldest first.
+struct ContentPart {
+  std::string name;
+  DTensor rows;  // empty (no buffer) when the sequence holds no token
+};
+
+// One sequence's logical content: the tokens attention may see, in temporal order, with
+// the absolute position of each. A single-sequence cache has one (its b is the batch
+// dimension B, all rows sharing one offset); a batch cache has one per row (b = 1).
+// Part names: plain "keys", "values"; affine / fp "keys.wq", "keys.scales",
+// ["keys.biases"], then the same for values; TurboQuant "keys.norms", "keys.indices"
+// (split bits: "keys.low.*", "keys.high.*"), then values. These are the names of the
+// serialized state's tensors, so content and state describe the same thing.
+struct SequenceContent {
+  std::vector<std::int32_t> positions;
+  std::vector<ContentPart> parts;
+  std::optional<QuantSpec> spec;  // affine / fp caches: how the parts are packed
+  // The part named `name`; throws invalid_argument naming the parts present.
+  const DTensor& part(std::string_view name) const;
+};
+
+// stored: the parts as the cache keeps them (codes for packed caches). decoded: the float
+// rows attention reads, "keys" and "values" — the same as stored except for TurboQuant,
+// whose attention reads its decoded codes (quantized attention reads codes directly, so
+// affine / fp caches stay packed). Decoding costs a full pass over the content.
+enum class ContentForm : std::uint8_t { stored, decoded };
+
+// One buffer of the cache's own storage (not a copy), (B, H, capacity, W): rows
+// [0, used) along axis 2 may hold data, the rest must be poison. For poison and guard
+// checks; what attention sees is content().
+struct BackingBuffer {
+  std::string name;  // as the content part it backs ("keys", "values.scales", ...)
+  DTensor buffer;
+  std::int64_t used = 0;
+};
+
 class Cache {
  public:
   explicit Cache(Backend& backend) : backend_(&backend) {}
@@ -91,9 +131,22 @@ class Cache {
 
   virtual CacheState state() const = 0;
 
+  // The logical content, one entry per offsets() entry (see SequenceContent).
+  virtual std::vector<SequenceContent> content(ContentForm form = ContentForm::stored) const = 0;
+  // The backing buffers; none while the cache has allocated nothing.
+  virtual std::vector<BackingBuffer> buffers() const = 0;
+
  protected:
   Backend* backend_;
 };
+
+// The content of a single-sequence cache whose `length` tokens are the newest ones,
+// ending at `offset`, as the named (B, H, length, W) parts.
+SequenceContent newest_content(std::int64_t offset, std::int64_t length, std::vector<ContentPart> parts);
+// Plain parts "keys", "values" of fetched K/V.
+std::vector<ContentPart> plain_parts(const FetchedKV& kv);
+// Packed parts "keys.wq", ... of fetched codes (biases only where the spec has them).
+std::vector<ContentPart> packed_parts(const FetchedQuantizedKV& kv);
 
 // NaN bit pattern of a float dtype, used to poison unused slots.
 std::uint32_t nan_poison_bits(DType dtype);

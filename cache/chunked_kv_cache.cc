@@ -64,6 +64,15 @@ FetchedKV ChunkedKVCache::update(const DTensor& k, const DTensor& v) {
   return fetch();
 }
 
+std::vector<SequenceContent> ChunkedKVCache::content(ContentForm) const {
+  return {newest_content(offset_, offset_ - start_position_, plain_parts(fetch()))};
+}
+
+std::vector<BackingBuffer> ChunkedKVCache::buffers() const {
+  if (!keys_) return {};
+  return {{"keys", keys_, offset_ - start_position_}, {"values", values_, offset_ - start_position_}};
+}
+
 FetchedKV ChunkedKVCache::fetch() const {
   if (!keys_) return {};
   const std::int64_t valid = offset_ - start_position_;

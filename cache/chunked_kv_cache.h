@@ -59,6 +59,8 @@ class ChunkedKVCache final : public Cache {
   std::int64_t trim(std::int64_t n) override;
   bool empty() const override { return !keys_; }
   std::size_t nbytes() const override;
+  std::vector<SequenceContent> content(ContentForm form = ContentForm::stored) const override;
+  std::vector<BackingBuffer> buffers() const override;
 
   // tensors "keys"/"values": the valid rows (absent while empty); meta "chunk_size",
   // "start_position", "offset" as decimals.

@@ -68,6 +68,15 @@ FetchedKV KVCache::update(const DTensor& k, const DTensor& v) {
   return fetch();
 }
 
+std::vector<SequenceContent> KVCache::content(ContentForm) const {
+  return {newest_content(offset_, offset_, plain_parts(fetch()))};
+}
+
+std::vector<BackingBuffer> KVCache::buffers() const {
+  if (!keys_) return {};
+  return {{"keys", keys_, offset_}, {"values", values_, offset_}};
+}
+
 FetchedKV KVCache::fetch() const {
   if (!keys_) return {};
   return {seq::slice(backend(), keys_, 0, offset_), seq::slice(backend(), values_, 0, offset_)};

@@ -32,6 +32,8 @@ class KVCache final : public Cache {
   std::int64_t trim(std::int64_t n) override;
   bool empty() const override { return !keys_; }
   std::size_t nbytes() const override;
+  std::vector<SequenceContent> content(ContentForm form = ContentForm::stored) const override;
+  std::vector<BackingBuffer> buffers() const override;
   CacheState state() const override;
   static std::unique_ptr<KVCache> from_state(Backend& backend, const CacheState& state);
 

@@ -253,6 +253,21 @@ FetchedQuantizedKV QuantizedKVCache::update_quantized(const DTensor& k, const DT
   return fetch();
 }
 
+std::vector<SequenceContent> QuantizedKVCache::content(ContentForm) const {
+  FetchedQuantizedKV kv = fetch();
+  kv.keys.spec = kv.values.spec = spec_;  // an empty fetch still names the packing
+  SequenceContent c = newest_content(offset_, offset_, packed_parts(kv));
+  c.spec = spec_;
+  return {std::move(c)};
+}
+
+std::vector<BackingBuffer> QuantizedKVCache::buffers() const {
+  if (!keys_.wq) return {};
+  std::vector<BackingBuffer> out;
+  for (ContentPart& p : packed_parts({keys_, values_})) out.push_back({std::move(p.name), std::move(p.rows), offset_});
+  return out;
+}
+
 FetchedQuantizedKV QuantizedKVCache::fetch() const {
   if (!keys_.wq) return {};
   const auto live = [&](const DTensor& t) { return seq::slice(backend(), t, 0, offset_); };

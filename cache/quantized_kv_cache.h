@@ -71,6 +71,8 @@ class QuantizedKVCache final : public Cache {
   // Codes + scales + biases of the whole allocated capacity; nothing else is held (no
   // float shadow copy: kvquant-anchors §6.B.15).
   std::size_t nbytes() const override;
+  std::vector<SequenceContent> content(ContentForm form = ContentForm::stored) const override;
+  std::vector<BackingBuffer> buffers() const override;
   // Tensors keys.{wq,scales,biases}, values.{wq,scales,biases} sliced to [:offset]
   // (biases only for affine; none when offset is 0) and meta offset, bits, group_size,
   // mode, rounding.

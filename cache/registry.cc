@@ -1,50 +1,18 @@
 #include "cache/registry.h"
 
-#include <functional>
 #include <map>
 #include <string>
 
-#include "cache/batch_kv_cache.h"
-#include "cache/batch_quantized_kv_cache.h"
-#include "cache/batch_rotating_kv_cache.h"
-#include "cache/chunked_kv_cache.h"
-#include "cache/kv_cache.h"
-#include "cache/quantized_kv_cache.h"
-#include "cache/rotating_kv_cache.h"
+#include "cache/catalogue.h"
 #include "cache/state_file.h"
 #include "cache/turboquant_kv_cache.h"
 
 namespace kvlab {
 
-namespace {
-
-using Factory = std::function<std::unique_ptr<Cache>(Backend&, const CacheState&)>;
-
-template <class T>
-Factory factory() {
-  return [](Backend& be, const CacheState& s) -> std::unique_ptr<Cache> { return T::from_state(be, s); };
-}
-
-const std::map<std::string, Factory>& factories() {
-  static const std::map<std::string, Factory> table{
-      {"KVCache", factory<KVCache>()},
-      {"RotatingKVCache", factory<RotatingKVCache>()},
-      {"QuantizedKVCache", factory<QuantizedKVCache>()},
-      {"ChunkedKVCache", factory<ChunkedKVCache>()},
-      {"BatchRotatingKVCache", factory<BatchRotatingKVCache>()},
-      {"BatchKVCache", factory<BatchKVCache>()},
-      {"BatchQuantizedKVCache", factory<BatchQuantizedKVCache>()},
-      {"TurboQuantKVCache", factory<TurboQuantKVCache>()},
-  };
-  return table;
-}
-
-}  // namespace
-
 std::unique_ptr<Cache> cache_from_state(Backend& backend, const CacheState& state) {
-  const auto it = factories().find(state.class_name);
-  KVLAB_REQUIRE(it != factories().end(), corrupt, "unknown cache class '", state.class_name, "' in a cache state");
-  return it->second(backend, state);
+  const CacheKindInfo* kind = find_cache_class(state.class_name);
+  KVLAB_REQUIRE(kind != nullptr, corrupt, "unknown cache class '", state.class_name, "' in a cache state");
+  return kind->from_state(backend, state);
 }
 
 std::unique_ptr<Cache> clone_cache(const Cache& cache) { return cache_from_state(cache.backend(), cache.state()); }

@@ -345,4 +345,21 @@ std::unique_ptr<RotatingKVCache> RotatingKVCache::from_state(Backend& backend, c
   return cache;
 }
 
+std::vector<SequenceContent> RotatingKVCache::content(ContentForm) const {
+  const FetchedKV rows = temporal();
+  const std::int64_t live = rows.length();
+  if (live >= offset_) return {newest_content(offset_, live, plain_parts(rows))};
+  // A ring that evicted: the sinks [0, keep) stay, the other rows are the newest run.
+  SequenceContent c = newest_content(offset_, live - keep_, plain_parts(rows));
+  std::vector<std::int32_t> sinks;
+  for (std::int64_t p = 0; p < keep_; ++p) sinks.push_back(static_cast<std::int32_t>(p));
+  c.positions.insert(c.positions.begin(), sinks.begin(), sinks.end());
+  return {std::move(c)};
+}
+
+std::vector<BackingBuffer> RotatingKVCache::buffers() const {
+  if (!keys_) return {};
+  return {{"keys", keys_, stored_}, {"values", values_, stored_}};
+}
+
 }  // namespace kvlab

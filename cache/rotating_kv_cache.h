@@ -41,6 +41,8 @@ class RotatingKVCache final : public Cache {
   std::int64_t trim(std::int64_t n) override;
   bool empty() const override { return !keys_; }
   std::size_t nbytes() const override;
+  std::vector<SequenceContent> content(ContentForm form = ContentForm::stored) const override;
+  std::vector<BackingBuffer> buffers() const override;
   CacheState state() const override;
   static std::unique_ptr<RotatingKVCache> from_state(Backend& backend, const CacheState& state);
 

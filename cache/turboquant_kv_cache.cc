@@ -471,4 +471,26 @@ std::unique_ptr<TurboQuantKVCache> TurboQuantKVCache::from_state(Backend& backen
   return cache;
 }
 
+std::vector<SequenceContent> TurboQuantKVCache::content(ContentForm form) const {
+  if (form == ContentForm::decoded) return {newest_content(offset_, offset_, plain_parts(fetch()))};
+  std::vector<ContentPart> parts;
+  for (const BackingBuffer& b : buffers()) {
+    parts.push_back({b.name, offset_ > 0 ? seq::slice(backend(), b.buffer, 0, offset_) : DTensor{}});
+  }
+  return {newest_content(offset_, offset_, std::move(parts))};
+}
+
+std::vector<BackingBuffer> TurboQuantKVCache::buffers() const {
+  std::vector<BackingBuffer> out;
+  if (!has_rows()) return out;
+  for (const auto& [side, name] : {std::pair{&keys_, "keys"}, std::pair{&values_, "values"}}) {
+    const auto prefixes = part_prefixes(*side, name);
+    for (std::size_t p = 0; p < side->parts.size(); ++p) {
+      out.push_back({prefixes[p] + ".norms", side->parts[p].norms, offset_});
+      out.push_back({prefixes[p] + ".indices", side->parts[p].indices, offset_});
+    }
+  }
+  return out;
+}
+
 }  // namespace kvlab

@@ -99,6 +99,8 @@ class TurboQuantKVCache final : public Cache {
   bool empty() const override { return !has_rows(); }
   // Norms + packed indices of the whole capacity, both sides; nothing else is held.
   std::size_t nbytes() const override;
+  std::vector<SequenceContent> content(ContentForm form = ContentForm::stored) const override;
+  std::vector<BackingBuffer> buffers() const override;
   // Meta: offset, bits, key_bits, value_bits, seed, meaning and, once codecs exist,
   // key_dim, value_dim, dtype and keys.high_channels / values.high_channels for split
   // sides (comma-separated). Tensors, when offset > 0: {keys,values}.{norms,indices} for

@@ -84,8 +84,10 @@ struct PlainOps {
       ptrs.push_back(quantized.back().get());
     }
     const std::unique_ptr<Cache> merged = hooks->quantized_merge(be, ptrs);
-    const auto* q = dynamic_cast<const BatchQuantizedKVCache*>(merged.get());
-    if (q == nullptr) RC_FAIL("merge of quantized rows returned a " + std::string(merged->class_name()));
+    if (merged->class_name() != cache_kind_info(CacheKind::batch_quantized).class_name)
+      RC_FAIL("merge of quantized rows returned a " + std::string(merged->class_name()));
+    // The hooks return real caches (no wrappers), so the class name names the type.
+    const auto* q = static_cast<const BatchQuantizedKVCache*>(merged.get());
     for (std::size_t b = 0; b < rows.size(); ++b) {
       const std::int64_t n = std::max<std::int64_t>(rows[b].count, 0);
       QuantizedKVCache alone(be, spec, Rounding::mlx_cpu);
@@ -155,8 +157,9 @@ struct QuantOps {
   // changes the spec, is as wrong as one that misplaces packed rows.
   std::unique_ptr<Batch> merge(Backend& be, std::span<const Single* const> rows) const {
     std::unique_ptr<Cache> merged = hooks->quantized_merge(be, rows);
-    auto* q = dynamic_cast<Batch*>(merged.get());
-    if (q == nullptr) RC_FAIL("merge of quantized caches returned a " + std::string(merged->class_name()));
+    if (merged->class_name() != cache_kind_info(CacheKind::batch_quantized).class_name)
+      RC_FAIL("merge of quantized caches returned a " + std::string(merged->class_name()));
+    auto* q = static_cast<Batch*>(merged.get());  // real caches only, as above
     if (!(q->spec() == spec) || q->rounding() != rounding)
       RC_FAIL("merge of " + to_string(spec) + " caches returned a " + to_string(q->spec()) + " cache");
     merged.release();

@@ -299,12 +299,10 @@ struct PrefixRig {
         check_same_state(c.state(), alone.state());
         continue;
       }
-      FetchedKV f;
+      const SequenceContent held = c.content().at(0);
+      const FetchedKV f{held.part("keys"), held.part("values")};
       std::int64_t m = n;
-      if (kinds[l] == LayerKind::kv) {
-        f = dynamic_cast<const KVCache&>(c).fetch();
-      } else {
-        f = dynamic_cast<const RotatingKVCache&>(c).temporal();
+      if (kinds[l] != LayerKind::kv) {
         m = std::min(n, max_size);
         if (f.length() < m)
           RC_FAIL(at + ": the ring holds " + std::to_string(f.length()) + " of its newest " + std::to_string(m));

@@ -115,41 +115,6 @@ Tensor turbo_roundtrip(const std::vector<TurboQuantCodec>& parts, const Tensor& 
 
 // ---- observables ------------------------------------------------------------------------
 
-bool check_chunked_or_turbo(Sut& sut, const Model& m, const Cache& c, bool content) {
-  const std::vector<std::int64_t> held = m.held_positions();
-  if (const auto* ch = dynamic_cast<const ChunkedKVCache*>(&c)) {
-    RC_ASSERT(m.cfg.kind == Kind::chunked);
-    RC_ASSERT(ch->chunk_size() == m.cfg.chunk_size);
-    if (ch->start_position() != m.start)
-      RC_FAIL("ChunkedKVCache start_position " + std::to_string(ch->start_position()) + ", the model says " +
-              std::to_string(m.start));
-    if (!ch->empty()) {
-      check_poison(sut.be, ch->key_buffer(), m.offset - m.start, "ChunkedKVCache keys");
-      check_poison(sut.be, ch->value_buffer(), m.offset - m.start, "ChunkedKVCache values");
-    }
-    if (held.empty()) return true;
-    const FetchedKV f = ch->fetch();
-    expect_same(sut.be.download(f.keys), sut.expected(Stream::key, held, m), "ChunkedKVCache content keys");
-    expect_same(sut.be.download(f.values), sut.expected(Stream::value, held, m), "ChunkedKVCache content values");
-    return true;
-  }
-  if (const auto* tq = dynamic_cast<const TurboQuantKVCache*>(&c)) {
-    RC_ASSERT(m.cfg.kind == Kind::turboquant);
-    for (const TurboQuantSide* side : {&tq->key_side(), &tq->value_side()})
-      for (const TurboQuantPart& p : side->parts)
-        if (p.norms) {
-          check_poison(sut.be, p.norms, m.offset, "TurboQuantKVCache norms");
-          check_poison(sut.be, p.indices, m.offset, "TurboQuantKVCache codes");
-        }
-    if (m.offset == 0 || !content) return true;
-    const FetchedKV f = tq->fetch();
-    expect_same(sut.be.download(f.keys), sut.expected(Stream::key, held, m), "TurboQuantKVCache decoded keys");
-    expect_same(sut.be.download(f.values), sut.expected(Stream::value, held, m), "TurboQuantKVCache decoded values");
-    return true;
-  }
-  return false;
-}
-
 // ---- generators -------------------------------------------------------------------------
 
 void gen_chunked_options(Config& c) {

@@ -9,15 +9,15 @@
 #include <limits>
 #include <sstream>
 
-#include "cache/chunked_kv_cache.h"
-#include "cache/kv_cache.h"
 #include "cache/registry.h"
 #include "cache/rotating_kv_cache.h"
+#include "property_tests/repro_line.h"
 #include "reference/affine_quantize.h"
 #include "reference/rope.h"
 
 namespace kvlab {
 void showValue(const QuantSpec& s, std::ostream& os) { os << to_string(s); }
+void showValue(CacheKind k, std::ostream& os) { os << cache_kind_info(k).class_name; }
 }  // namespace kvlab
 
 namespace kvlab::prop {
@@ -47,18 +47,7 @@ float content(Stream s, std::int64_t b, std::int64_t pos, std::int64_t head, std
   return static_cast<float>(static_cast<double>(h >> 40) / 16777216.0 * 2.0 - 1.0);
 }
 
-const char* kind_name(Kind k) {
-  switch (k) {
-    case Kind::kv: return "KVCache";
-    case Kind::rotating: return "RotatingKVCache";
-    case Kind::quantized: return "QuantizedKVCache";
-    case Kind::chunked: return "ChunkedKVCache";
-    case Kind::turboquant: return "TurboQuantKVCache";
-  }
-  return "?";
-}
-
-void showValue(Kind k, std::ostream& os) { os << kind_name(k); }
+const char* kind_name(Kind k) { return cache_kind_info(k).class_name.data(); }
 
 float Config::scale() const { return static_cast<float>(1.0 / std::sqrt(static_cast<double>(dk))); }
 
@@ -144,13 +133,17 @@ void Model::trim_front() {
 // ---- hooks -------------------------------------------------------------------------
 
 std::unique_ptr<Cache> extract_rotating(Backend& be, const Cache& cache) {
-  const auto* r = dynamic_cast<const RotatingKVCache*>(&cache);
-  KVLAB_REQUIRE(r != nullptr, misuse, "extract needs a RotatingKVCache, got ", cache.class_name());
-  const FetchedKV t = r->temporal();
-  const std::int64_t len = t.length(), keep_rows = std::min(r->offset(), r->max_size());
+  KVLAB_REQUIRE(cache.class_name() == cache_kind_info(Kind::rotating).class_name, misuse,
+                "extract needs a RotatingKVCache, got ", cache.class_name());
+  // The temporal rows from content(), the window from the state's metadata.
+  const SequenceContent held = cache.content().at(0);
+  const CacheState state = cache.state();
+  const std::int64_t max_size = std::stoll(state.meta.at("max_size")), offset = cache.offsets().at(0);
+  const FetchedKV t{held.part("keys"), held.part("values")};
+  const std::int64_t len = t.length(), keep_rows = std::min(offset, max_size);
   const Tensor k = be.download(t.keys), v = be.download(t.values);
-  return std::make_unique<RotatingKVCache>(be, r->max_size(), be.upload(k.slice(2, len - keep_rows, len)),
-                                           be.upload(v.slice(2, len - keep_rows, len)), r->offset());
+  return std::make_unique<RotatingKVCache>(be, max_size, be.upload(k.slice(2, len - keep_rows, len)),
+                                           be.upload(v.slice(2, len - keep_rows, len)), offset);
 }
 
 Hooks production_hooks() {
@@ -169,9 +162,7 @@ Hooks production_hooks() {
     be.rope({x, p, o, out});
   };
   h.trim_front = [](std::unique_ptr<Cache>& c) {
-    auto* chunked = dynamic_cast<ChunkedKVCache*>(c.get());
-    KVLAB_REQUIRE(chunked != nullptr, misuse, "maybe_trim_front needs a ChunkedKVCache, got ", c->class_name());
-    chunked->maybe_trim_front();
+    KVLAB_REQUIRE(trim_front_if_chunked(*c), misuse, "maybe_trim_front needs a ChunkedKVCache, got ", c->class_name());
   };
   h.load_into = [](const std::filesystem::path& path, Backend& be, std::vector<std::unique_ptr<Cache>>& layers) {
     LoadedCaches loaded = load_caches(path, be);  // builds new objects; throws before anything is replaced
@@ -183,19 +174,24 @@ Hooks production_hooks() {
 // ---- Sut ---------------------------------------------------------------------------
 
 std::unique_ptr<Cache> make_cache(Backend& be, const Config& c) {
-  switch (c.kind) {
-    case Kind::kv: return std::make_unique<KVCache>(be);
-    case Kind::rotating: return std::make_unique<RotatingKVCache>(be, c.max_size, c.keep);
-    case Kind::quantized: return std::make_unique<QuantizedKVCache>(be, c.spec, c.rounding);
-    case Kind::chunked: return std::make_unique<ChunkedKVCache>(be, c.chunk_size);
-    case Kind::turboquant:
-      return std::make_unique<TurboQuantKVCache>(be, c.tq_bits, c.tq_seed, c.tq_key_bits, c.tq_value_bits,
-                                                 c.tq_meaning);
-  }
-  fail(ErrorKind::internal, "unknown property Kind");
+  CacheSetup s;
+  s.max_size = c.max_size;
+  s.keep = c.keep;
+  s.spec = c.spec;
+  s.rounding = c.rounding;
+  s.chunk = c.chunk_size;
+  s.tq_bits = c.tq_bits;
+  s.seed = c.tq_seed;
+  s.tq_key_bits = c.tq_key_bits;
+  s.tq_value_bits = c.tq_value_bits;
+  s.tq_meaning = c.tq_meaning;
+  return kvlab::make_cache(be, c.kind, s);
 }
 
-Sut::Sut(const Config& c, const Hooks& h) : cfg(c), hooks(h) { replace(make_cache(be, c)); }
+Sut::Sut(const Config& c, const Hooks& h)
+    : owned_backend(make_prop_backend()), be(*owned_backend), cfg(c), hooks(h) {
+  replace(make_cache(be, c));
+}
 
 AttendOptions attend_options(const Config& cfg) {
   AttendOptions o;
@@ -372,53 +368,44 @@ void check_observables(Sut& sut, const Model& m, bool content) {
   if (c->kv_length() != kv_len)  // mlx-vlm#1481: one accessor, right for every kind
     RC_FAIL("kv_length() " + std::to_string(c->kv_length()) + ", the model says " + std::to_string(kv_len));
   RC_ASSERT(c->is_trimmable() == m.trimmable());
-  // Wrappers (zoo) are observed through their serialized state, restored by the real
-  // registry: what a later session would load is what the cache holds.
-  std::unique_ptr<Cache> restored;
-  if (dynamic_cast<const KVCache*>(c) == nullptr && dynamic_cast<const RotatingKVCache*>(c) == nullptr &&
-      dynamic_cast<const QuantizedKVCache*>(c) == nullptr && dynamic_cast<const ChunkedKVCache*>(c) == nullptr &&
-      dynamic_cast<const TurboQuantKVCache*>(c) == nullptr) {
-    restored = cache_from_state(sut.be, c->state());
-    c = restored.get();
+  // The class the model expects: to_quantized turns a KVCache into a QuantizedKVCache.
+  // Wrappers (zoo) report their content and buffers through their serialized state.
+  const CacheKindInfo& want = cache_kind_info(m.quantized ? Kind::quantized : m.cfg.kind);
+  const std::string cls(want.class_name);
+  if (c->class_name() != want.class_name)
+    RC_FAIL("cache class " + std::string(c->class_name()) + ", the model says " + cls);
+  if (want.kind == Kind::chunked) {
+    const CacheState st = c->state();
+    const auto it = st.meta.find("chunk_size");
+    RC_ASSERT(it != st.meta.end() && it->second == std::to_string(m.cfg.chunk_size));
   }
+  // Rows past those in use are poison; a ring that wrapped has none.
+  const std::int64_t used = m.cfg.kind == Kind::rotating  ? m.stored
+                            : m.cfg.kind == Kind::chunked ? m.offset - m.start
+                                                          : m.offset;
+  const std::vector<BackingBuffer> buffers = c->buffers();
+  if (want.kind == Kind::kv && buffers.empty()) RC_ASSERT(m.offset == 0);
+  for (const BackingBuffer& b : buffers) check_poison(sut.be, b.buffer, used, cls + " " + b.name);
+
   const std::vector<std::int64_t> held = m.held_positions();
-  if (const auto* kv = dynamic_cast<const KVCache*>(c)) {
-    RC_ASSERT(!m.quantized && m.cfg.kind == Kind::kv);
-    if (kv->empty()) RC_ASSERT(m.offset == 0);
-    else {
-      check_poison(sut.be, kv->key_buffer(), m.offset, "KVCache keys");
-      check_poison(sut.be, kv->value_buffer(), m.offset, "KVCache values");
-    }
-    if (m.offset == 0) return;
-    const FetchedKV f = kv->fetch();
-    expect_same(sut.be.download(f.keys), sut.expected(Stream::key, held, m), "KVCache content keys");
-    expect_same(sut.be.download(f.values), sut.expected(Stream::value, held, m), "KVCache content values");
-  } else if (const auto* rot = dynamic_cast<const RotatingKVCache*>(c)) {
-    RC_ASSERT(m.cfg.kind == Kind::rotating);
-    RC_ASSERT(rot->stored() == m.stored);
-    if (!rot->empty()) {  // linear layout: rows past the live ones are poison; a ring has none
-      check_poison(sut.be, rot->key_buffer(), m.stored, "RotatingKVCache keys");
-      check_poison(sut.be, rot->value_buffer(), m.stored, "RotatingKVCache values");
-    }
-    if (m.stored == 0) return;
-    const FetchedKV f = rot->temporal();
-    expect_same(sut.be.download(f.keys), sut.expected(Stream::key, held, m), "rotating temporal keys");
-    expect_same(sut.be.download(f.values), sut.expected(Stream::value, held, m), "rotating temporal values");
-  } else if (const auto* q = dynamic_cast<const QuantizedKVCache*>(c)) {
-    RC_ASSERT(m.quantized);
-    RC_ASSERT(q->spec() == sut.cfg.spec);
-    if (!q->empty()) {
-      for (const auto& [part, t] : {std::pair{"keys", &q->key_buffer()}, std::pair{"values", &q->value_buffer()}}) {
-        check_poison(sut.be, t->wq, m.offset, std::string("QuantizedKVCache ") + part + " codes");
-        check_poison(sut.be, t->scales, m.offset, std::string("QuantizedKVCache ") + part + " scales");
-        if (t->spec.has_biases()) check_poison(sut.be, t->biases, m.offset, std::string("QuantizedKVCache ") + part + " biases");
-      }
-    }
-    if (m.offset == 0) return;
-    expect_quantized(sut, m, q->fetch(), held, "QuantizedKVCache content");
-  } else if (!check_chunked_or_turbo(sut, m, *c, content)) {
-    RC_FAIL("unknown cache class " + std::string(c->class_name()));
+  const std::vector<SequenceContent> stored = c->content();
+  RC_ASSERT(stored.size() == 1u);
+  if (want.quantized) RC_ASSERT(stored[0].spec == std::optional<QuantSpec>(sut.cfg.spec));
+  if (std::vector<std::int64_t>(stored[0].positions.begin(), stored[0].positions.end()) != held)
+    RC_FAIL(cls + " holds " + std::to_string(stored[0].positions.size()) + " positions, not the model's " +
+            std::to_string(held.size()));
+  if (held.empty()) return;
+  if (want.quantized) {
+    const SequenceContent& q = stored[0];
+    const FetchedQuantizedKV f{{q.part("keys.wq"), q.part("keys.scales"), q.part("keys.biases"), sut.cfg.spec},
+                               {q.part("values.wq"), q.part("values.scales"), q.part("values.biases"), sut.cfg.spec}};
+    expect_quantized(sut, m, f, held, cls + " content");
+    return;
   }
+  if (want.packed && !content) return;  // TurboQuant: decoding is a full pass
+  const SequenceContent plain = want.packed ? c->content(ContentForm::decoded).at(0) : stored[0];
+  expect_same(sut.be.download(plain.part("keys")), sut.expected(Stream::key, held, m), cls + " content keys");
+  expect_same(sut.be.download(plain.part("values")), sut.expected(Stream::value, held, m), cls + " content values");
 }
 
 void check_fetched(Sut& sut, const Model& after, const std::vector<std::int64_t>& positions, const FetchedKV* kv,

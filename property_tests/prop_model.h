@@ -25,12 +25,14 @@
 
 #include "cache/attend.h"
 #include "cache/cache.h"
+#include "cache/catalogue.h"
 #include "cache/quantized_kv_cache.h"
 #include "cache/turboquant_kv_cache.h"
 #include "reference/reference_backend.h"
 
 namespace kvlab {
 void showValue(const QuantSpec& s, std::ostream& os);  // RapidCheck counterexamples
+void showValue(CacheKind k, std::ostream& os);         // its class name
 }  // namespace kvlab
 
 namespace kvlab::prop {
@@ -41,9 +43,10 @@ enum class Stream : std::uint32_t { key = 1, value = 2, query = 3 };
 // token sequence feeds a cache identical inputs.
 float content(Stream s, std::int64_t b, std::int64_t pos, std::int64_t head, std::int64_t d);
 
-enum class Kind : std::uint8_t { kv, rotating, quantized, chunked, turboquant };
-const char* kind_name(Kind k);
-void showValue(Kind k, std::ostream& os);
+// The single-sequence kinds of the catalogue (kv, rotating, quantized, chunked,
+// turboquant); the batch kinds have their own rigs (properties.h).
+using Kind = CacheKind;
+const char* kind_name(Kind k);  // the class name, as counterexamples print it
 
 // One property case's cache geometry and options; printed in every counterexample.
 struct Config {
@@ -132,10 +135,13 @@ std::unique_ptr<Cache> make_cache(Backend& be, const Config& cfg);
 std::unique_ptr<Cache> extract_rotating(Backend& be, const Cache& cache);  // the correct snapshot
 
 // The system under test: a backend, the cache, the hooks and a memo of expected rows.
+// The backend is the one KVLAB_PROP_BACKEND names (repro_line.h), reference by default;
+// the oracle side (expected rows, reference kernels) always runs on the host.
 class Sut {
  public:
   Sut(const Config& cfg, const Hooks& hooks);
-  ReferenceBackend be;
+  std::unique_ptr<Backend> owned_backend;  // before `be`, which refers to it
+  Backend& be;
   Config cfg;
   const Hooks& hooks;
   std::unique_ptr<Cache> cache;
@@ -177,9 +183,6 @@ AttendOptions attend_options(const Config& cfg);
 // poison of unused rows. `content` false skips the logical content of a TurboQuant cache
 // (a full decode) right after an update whose result, that same decode, was checked.
 void check_observables(Sut& sut, const Model& m, bool content = true);
-// The ChunkedKVCache / TurboQuantKVCache part of check_observables (chunked_turboquant.cc):
-// false when `c` is neither.
-bool check_chunked_or_turbo(Sut& sut, const Model& m, const Cache& c, bool content);
 // Every element of rows [begin, capacity) of a (B, H, capacity, W) block is poison: NaN
 // for float dtypes, all-ones for integer codes (spec: unused and evicted slots).
 void check_poison(Backend& be, const DTensor& buffer, std::int64_t begin, const std::string& what);

@@ -13,6 +13,7 @@
 #include <numeric>
 
 #include "property_tests/properties.h"
+#include "property_tests/repro_line.h"
 
 namespace kvlab::prop {
 
@@ -23,6 +24,9 @@ using CmdPtr = std::shared_ptr<const Cmd>;
 
 struct CacheCmd : Cmd {
   virtual std::int64_t tokens() const { return 0; }
+  // This command in the cache op's script language (repro_line.h), given the model
+  // before it runs: a token, or a note when the language has no such command.
+  virtual void script(ReproScript& r, const Model& before) const = 0;
 };
 
 // Chunk lengths 1..300: mostly short (CI time), sometimes long enough to cross the
@@ -63,7 +67,9 @@ struct Update : CacheCmd {
   void show(std::ostream& os) const override {
     if (n == 1) os << "Decode";
     else os << "Prefill(" << n << ")";
+    os << " [u" << n << "]";
   }
+  void script(ReproScript& r, const Model&) const override { r.tokens.push_back("u" + std::to_string(n)); }
 };
 
 // The attention step through hooks.attend: q/k/v pre-RoPE at positions offset + t.
@@ -90,7 +96,9 @@ struct Attend : CacheCmd {
                   m.cfg.kind == Kind::rotating && n == 1);
     check_observables(sut, after, m.cfg.kind != Kind::turboquant);
   }
-  void show(std::ostream& os) const override { os << "Attend(" << n << ")"; }
+  void show(std::ostream& os) const override { os << "Attend(" << n << ") [" << token() << "]"; }
+  std::string token() const { return n == 1 ? "d" : "p" + std::to_string(n); }
+  void script(ReproScript& r, const Model&) const override { r.tokens.push_back(token()); }
 };
 
 struct Trim : CacheCmd {
@@ -104,7 +112,14 @@ struct Trim : CacheCmd {
     after.trim(n);
     check_observables(sut, after);
   }
-  void show(std::ostream& os) const override { os << "Trim(" << n << ")"; }
+  void show(std::ostream& os) const override {
+    os << "Trim(" << n << ")";
+    if (n > 0) os << " [t" << n << "]";
+  }
+  // Trim(0) changes nothing: the script has no t0 and needs none.
+  void script(ReproScript& r, const Model&) const override {
+    if (n > 0) r.tokens.push_back("t" + std::to_string(n));
+  }
 };
 
 // state() → hooks.restore (cache_from_state): the restored cache has the same state and
@@ -119,7 +134,8 @@ struct SaveLoad : CacheCmd {
     sut.replace(std::move(restored));
     check_observables(sut, m);
   }
-  void show(std::ostream& os) const override { os << "SaveLoad"; }
+  void show(std::ostream& os) const override { os << "SaveLoad [s]"; }
+  void script(ReproScript& r, const Model&) const override { r.tokens.push_back("s"); }
 };
 
 // maybe_quantize_kv_caches over this one layer mid-sequence (mlx-lm#495: per layer,
@@ -157,7 +173,12 @@ struct QuantizePolicy : CacheCmd {
     apply(after);
     check_observables(sut, after);
   }
-  void show(std::ostream& os) const override { os << "QuantizePolicy(start=" << start << ")"; }
+  void show(std::ostream& os) const override { os << "QuantizePolicy(start=" << start << ") [no verb]"; }
+  // A policy that converts has no verb (the line's cache stays plain from then on); one
+  // that leaves the layer as it is changes nothing the line would replay.
+  void script(ReproScript& r, const Model& before) const override {
+    if (converts(before, start)) r.note("QuantizePolicy (to_quantized mid-sequence)");
+  }
 };
 
 // Prefix-cache snapshot of a ring (keep 0, B 1): the last min(offset, max) tokens,
@@ -176,7 +197,8 @@ struct Extract : CacheCmd {
     apply(after);
     check_observables(sut, after);
   }
-  void show(std::ostream& os) const override { os << "Extract"; }
+  void show(std::ostream& os) const override { os << "Extract [no verb]"; }
+  void script(ReproScript& r, const Model&) const override { r.note("Extract (prefix snapshot of the ring)"); }
 };
 
 // llama4 calls maybe_trim_front() before each chunked layer's update; here it is its own
@@ -191,7 +213,13 @@ struct TrimFront : CacheCmd {
     after.trim_front();
     check_observables(sut, after);
   }
-  void show(std::ostream& os) const override { os << "TrimFront"; }
+  void show(std::ostream& os) const override { os << "TrimFront [implicit]"; }
+  // The cache op trims a chunked cache's front before every update and attention
+  // (llama4's order), so an explicit TrimFront is there already; only a case that relies
+  // on updating an untrimmed cache replays differently, hence the note.
+  void script(ReproScript& r, const Model&) const override {
+    r.note("TrimFront placement (the script trims before every update/attention)");
+  }
 };
 
 template <class C>
@@ -289,14 +317,26 @@ void stateful_case(Kind kind, const Hooks& hooks) {
   // whose updates decode the whole cache and whose restores rebuild codebooks.
   const auto cmds =
       *rc::gen::scale(kind == Kind::turboquant ? 0.2 : 0.4, rc::state::gen::commands(m0, &gen_command));
+  // The case as one `cache` problem line, logged with every counterexample (RapidCheck
+  // prints the log of the final, shrunk case only). gen_command makes every command,
+  // and each is a CacheCmd.
+  ReproScript script;
+  Model walk = m0;
+  for (const auto& c : cmds) {
+    c->checkPreconditions(walk);  // a shrunk list may hold invalid steps: runAll discards it too
+    static_cast<const CacheCmd&>(*c).script(script, walk);
+    c->apply(walk);
+  }
+  const std::string repro = repro_line(m0.cfg, script).text(prop_backend_name());
+  RC_LOG() << repro << "\n";
   Sut sut(m0.cfg, hooks);
   try {
     rc::state::runAll(cmds, m0, sut);
   } catch (...) {
     CaseSize& s = last_failure_size();
     s = {static_cast<std::int64_t>(cmds.size()), 0};
-    for (const auto& c : cmds)
-      if (const auto* cc = dynamic_cast<const CacheCmd*>(c.get())) s.tokens += cc->tokens();
+    for (const auto& c : cmds) s.tokens += static_cast<const CacheCmd&>(*c).tokens();
+    last_failure_repro() = repro;
     throw;
   }
 }

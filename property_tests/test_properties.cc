@@ -2,13 +2,15 @@
 // properties.h with the production hooks. RC_PARAMS (seed, max_success) comes from the
 // ctest registration (fixed seed 42, or the commit-derived seed of the `.explore` run);
 // the seed is printed first, and a failure prints the shrunk case (config + commands)
-// and RapidCheck's RC_PARAMS="reproduce=…" line.
+// and RapidCheck's RC_PARAMS="reproduce=…" line; a stateful failure also logs its case
+// as a `kvlab repro` line (repro_line.h).
 #include <gtest/gtest.h>
 #include <rapidcheck/gtest.h>
 
 #include <iostream>
 
 #include "property_tests/properties.h"
+#include "property_tests/repro_line.h"
 
 namespace kvlab::prop {
 namespace {
@@ -20,7 +22,8 @@ class SeedPrinter final : public ::testing::Environment {
     const rc::detail::TestParams& p = rc::detail::configuration().testParams;
     std::cout << "[ seed     ] " << p.seed << " (RapidCheck; rerun with RC_PARAMS=\"seed=" << p.seed
               << " max_success=" << p.maxSuccess << "\"" << (real_dims() ? " KVLAB_PROP_DIMS=real" : "") << "), "
-              << p.maxSuccess << " cases per property\n"
+              << p.maxSuccess << " cases per property, backend " << prop_backend_name()
+              << " (KVLAB_PROP_BACKEND)\n"
               << std::flush;
     ::testing::Test::RecordProperty("seed", std::to_string(p.seed));
   }

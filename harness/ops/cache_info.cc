@@ -248,7 +248,11 @@ class Tracer final : public cs::Observer {
  public:
   Tracer(Backend& be, const cs::Setup& s, const Tensor& k, const Tensor& v, Trace& trace)
       : be_(be), s_(s), k_(k.to_f32()), v_(v.to_f32()), trace_(trace),
-        key_rope_abs_(static_cast<std::size_t>(s.dim), 0.0) {}
+        key_rope_abs_(static_cast<std::size_t>(s.dim), 0.0) {
+    // A script of updates alone (uN) has no attention to publish this: its keys were
+    // stored unrotated, so no slack, but the keys budget still reads one per feature.
+    trace_.key_rope_abs = key_rope_abs_;
+  }
 
   void attention(const cs::Step& step, const DTensor& q, const AttendResult& source, const DTensor&) override {
     if (step.kind != cs::StepKind::shared) note_stored_rows(step, source.positions);
@@ -279,6 +283,9 @@ class Tracer final : public cs::Observer {
     trace_.key_rope_abs = key_rope_abs_;
   }
   void after_command(const Cache&) override {}
+  // Update-only rows (uN) are read by later attentions: their norms bound TurboQuant's
+  // decode error too. They are stored unrotated, so they add no RoPE slack.
+  void stored(const cs::Step& step) override { note_stored_rows(step, {}); }
 
  private:
   // max |c| of the TurboQuant codebook (the same levels for keys and values: one width).
@@ -306,7 +313,7 @@ class Tracer final : public cs::Observer {
       }
       max_norm_ = std::max({max_norm_, std::sqrt(kk), std::sqrt(vv)});
     }
-    if (!s_.rope) return;
+    if (!s_.rope || step.kind == cs::StepKind::update) return;
     const xt::xarray<double> slack = rope_abs_slack(chunk, positions, s_.attend_options().rope, s_.dtype);
     for (std::size_t i = 0; i < slack.size(); ++i) key_rope_abs_[i % D] = std::max(key_rope_abs_[i % D], slack.flat(i));
   }

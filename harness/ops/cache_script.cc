@@ -6,15 +6,7 @@
 #include <cstring>
 #include <optional>
 
-#include "cache/batch_kv_cache.h"
-#include "cache/batch_quantized_kv_cache.h"
-#include "cache/batch_rotating_kv_cache.h"
-#include "cache/chunked_kv_cache.h"
-#include "cache/kv_cache.h"
-#include "cache/quantized_kv_cache.h"
 #include "cache/registry.h"
-#include "cache/rotating_kv_cache.h"
-#include "cache/turboquant_kv_cache.h"
 #include "kvlab/error.h"
 
 namespace kvlab::harness::cache_script {
@@ -46,7 +38,7 @@ std::optional<std::int64_t> number(std::string_view s) {
 Command parse_command(std::string_view word, std::string_view text) {
   auto bad = [&](std::string_view why) -> Command {
     fail(ErrorKind::invalid_argument, cat("script '", text, "': command '", word, "' ", why,
-                                          " (commands: pN, d, dN, tN, a, s, rN, f, kI_J_..., xRpN)"));
+                                          " (commands: pN, d, dN, uN, tN, a, s, rN, f, kI_J_..., xRpN)"));
   };
   if (word.empty()) return bad("is empty");
   const char head = word[0];
@@ -60,6 +52,7 @@ Command parse_command(std::string_view word, std::string_view text) {
     case 'p': return {Verb::chunk, count(1), 0, {}};
     case 'd': return {Verb::decode, rest.empty() ? 1 : count(1), 0, {}};
     case 't': return {Verb::trim, count(1), 0, {}};
+    case 'u': return {Verb::update, count(1), 0, {}};
     case 'r': return {Verb::right_chunk, count(1), 0, {}};
     case 'a':
     case 's':
@@ -90,6 +83,7 @@ std::string command_str(const Command& c) {
   switch (c.verb) {
     case Verb::chunk: return c.n == 1 ? "d" : cat("p", c.n);
     case Verb::decode: return c.n == 1 ? "d" : cat("d", c.n);
+    case Verb::update: return cat("u", c.n);
     case Verb::trim: return cat("t", c.n);
     case Verb::shared: return "a";
     case Verb::reload: return "s";
@@ -155,7 +149,8 @@ std::vector<std::string> simpler_scripts(std::string_view text) {
   for (const int pass : {0, 1, 2}) {
     for (std::size_t i = 0; i < script.size(); ++i) {
       const Command& c = script[i];
-      const bool counted = c.verb == Verb::chunk || c.verb == Verb::decode || c.verb == Verb::trim ||
+      const bool counted = c.verb == Verb::chunk || c.verb == Verb::decode || c.verb == Verb::update ||
+                           c.verb == Verb::trim ||
                            c.verb == Verb::right_chunk || c.verb == Verb::extend;
       if (!counted || c.n <= 1) continue;
       Script s = script;
@@ -184,13 +179,29 @@ std::vector<std::string> simpler_scripts(std::string_view text) {
 // ---- set-up -------------------------------------------------------------------------------
 
 const std::vector<std::string>& kind_names() {
-  static const std::vector<std::string> names{"kv",       "rotating",       "quantized",       "chunked",
-                                              "batch_kv", "batch_rotating", "batch_quantized", "turboquant"};
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> out;
+    for (const CacheKindInfo& k : cache_catalogue()) out.emplace_back(k.name);
+    return out;
+  }();
   return names;
 }
 
-bool is_batch(Kind k) { return k == Kind::batch_kv || k == Kind::batch_rotating || k == Kind::batch_quantized; }
-bool is_packed(Kind k) { return k == Kind::quantized || k == Kind::batch_quantized || k == Kind::turboquant; }
+bool is_batch(Kind k) { return cache_kind_info(k).batch; }
+bool is_packed(Kind k) { return cache_kind_info(k).packed; }
+
+CacheSetup Setup::cache_setup(std::int64_t rows) const {
+  CacheSetup c;
+  c.left_padding = left_padding(rows);
+  c.max_size = max_size;
+  c.keep = keep;
+  c.chunk = chunk;
+  c.spec = spec;
+  c.rounding = Rounding::mlx_cpu;
+  c.tq_bits = static_cast<double>(tq_bits);
+  c.seed = seed;
+  return c;
+}
 
 AttendOptions Setup::attend_options() const {
   AttendOptions o;
@@ -240,9 +251,9 @@ PlanTotals plan_totals(const Setup& setup, const Script& script) {
   t.max_batch = batch;
   const std::int64_t entries = is_batch(setup.kind) ? 1 : 0;
   std::int64_t length = 0;  // tokens of the longest row so far (trims ignored: an upper bound)
-  auto add = [&](bool main, std::int64_t rows, std::int64_t tokens, std::int64_t times) {
+  auto add = [&](bool main, std::int64_t rows, std::int64_t tokens, std::int64_t times, bool queries = true) {
     const std::int64_t n = sat_mul(sat_mul(rows, tokens), times);
-    t.q_rows = sat_add(t.q_rows, sat_mul(n, setup.hq));
+    if (queries) t.q_rows = sat_add(t.q_rows, sat_mul(n, setup.hq));
     if (main) t.kv_rows = sat_add(t.kv_rows, sat_mul(n, setup.hkv));
   };
   // `times` steps of `tokens` queries per row, the keys growing by `tokens` each step
@@ -272,6 +283,11 @@ PlanTotals plan_totals(const Setup& setup, const Script& script) {
         attend(batch, 1, c.n, true);
         producer_rows = batch, producer_tokens = 1;
         done(c.n);
+        break;
+      case Verb::update:
+        add(true, batch, c.n, 1, false);
+        length = sat_add(length, c.n);
+        done(1);
         break;
       case Verb::shared:
         add(false, producer_rows, producer_tokens, 1);
@@ -305,7 +321,7 @@ Plan plan_script(const Setup& setup, const Script& script) {
   std::optional<Step> producer;  // the last attention of the main cache
   auto add = [&](StepKind kind, std::int64_t rows, std::int64_t tokens) {
     plan.steps.push_back({kind, rows, tokens, plan.q_rows, kind == StepKind::shared ? 0 : plan.kv_rows});
-    plan.q_rows += rows * setup.hq * tokens;
+    if (kind != StepKind::update) plan.q_rows += rows * setup.hq * tokens;
     if (kind != StepKind::shared) plan.kv_rows += rows * setup.hkv * tokens;
   };
   auto done = [&] {
@@ -331,6 +347,10 @@ Plan plan_script(const Setup& setup, const Script& script) {
           producer = plan.steps.back();
           done();
         }
+        break;
+      case Verb::update:
+        add(StepKind::update, batch, c.n);
+        done();
         break;
       case Verb::shared:
         KVLAB_REQUIRE(producer.has_value(), invalid_argument,
@@ -365,54 +385,13 @@ Plan plan_script(const Setup& setup, const Script& script) {
 namespace {
 
 std::unique_ptr<Cache> make_cache(Backend& be, const Setup& s, std::int64_t rows) {
-  switch (s.kind) {
-    case Kind::kv: return std::make_unique<KVCache>(be);
-    case Kind::rotating: return std::make_unique<RotatingKVCache>(be, s.max_size, s.keep);
-    case Kind::quantized: return std::make_unique<QuantizedKVCache>(be, s.spec, Rounding::mlx_cpu);
-    case Kind::chunked: return std::make_unique<ChunkedKVCache>(be, s.chunk);
-    case Kind::batch_kv: return std::make_unique<BatchKVCache>(be, s.left_padding(rows));
-    case Kind::batch_rotating: return std::make_unique<BatchRotatingKVCache>(be, s.max_size, s.left_padding(rows));
-    case Kind::batch_quantized:
-      return std::make_unique<BatchQuantizedKVCache>(be, s.left_padding(rows), s.spec, Rounding::mlx_cpu);
-    case Kind::turboquant: return std::make_unique<TurboQuantKVCache>(be, static_cast<double>(s.tq_bits), s.seed);
-  }
-  fail(ErrorKind::internal, "unknown cache kind");
+  return kvlab::make_cache(be, s.kind, s.cache_setup(rows));
 }
 
 // Rows [row, row + numel/D) of a flat (rows, D) tensor, seen as `shape`.
 DTensor rows_of(const DTensor& flat, std::int64_t row, Shape shape) {
   const std::size_t row_bytes = static_cast<std::size_t>(flat.shape.at(1)) * dtype_size(flat.dtype);
   return DTensor{flat.buffer, flat.offset + static_cast<std::size_t>(row) * row_bytes, flat.dtype, std::move(shape)};
-}
-
-void prepare_right(Cache& cache, const Setup& s, std::int64_t tokens) {
-  const std::vector<std::int32_t> pads = s.right_padding(static_cast<std::int64_t>(cache.offsets().size()));
-  if (auto* c = dynamic_cast<BatchKVCache*>(&cache)) return c->prepare(std::nullopt, pads);
-  if (auto* c = dynamic_cast<BatchQuantizedKVCache*>(&cache)) return c->prepare(std::nullopt, pads);
-  auto& c = dynamic_cast<BatchRotatingKVCache&>(cache);
-  std::vector<std::int32_t> lengths;
-  for (const std::int32_t pad : pads) lengths.push_back(static_cast<std::int32_t>(tokens - pad));
-  c.prepare({}, lengths, pads);
-}
-
-void finalize(Cache& cache) {
-  if (auto* c = dynamic_cast<BatchKVCache*>(&cache)) return c->finalize();
-  if (auto* c = dynamic_cast<BatchQuantizedKVCache*>(&cache)) return c->finalize();
-  dynamic_cast<BatchRotatingKVCache&>(cache).finalize();
-}
-
-void filter(Cache& cache, const std::vector<std::int32_t>& keep) {
-  if (auto* c = dynamic_cast<BatchKVCache*>(&cache)) return c->filter(keep);
-  if (auto* c = dynamic_cast<BatchQuantizedKVCache*>(&cache)) return c->filter(keep);
-  dynamic_cast<BatchRotatingKVCache&>(cache).filter(keep);
-}
-
-void extend(Cache& cache, const Cache& other) {
-  if (auto* c = dynamic_cast<BatchKVCache*>(&cache)) return c->extend(dynamic_cast<const BatchKVCache&>(other));
-  if (auto* c = dynamic_cast<BatchQuantizedKVCache*>(&cache)) {
-    return c->extend(dynamic_cast<const BatchQuantizedKVCache&>(other));
-  }
-  dynamic_cast<BatchRotatingKVCache&>(cache).extend(dynamic_cast<const BatchRotatingKVCache&>(other));
 }
 
 }  // namespace
@@ -430,7 +409,7 @@ std::unique_ptr<Cache> run_script(Backend& be, const Setup& setup, const Script&
   std::optional<AttendResult> producer;
   auto attend_step = [&](Cache& target) {
     const Step& st = plan.steps.at(next++);
-    if (auto* chunked = dynamic_cast<ChunkedKVCache*>(&target)) chunked->maybe_trim_front();  // llama4's order
+    trim_front_if_chunked(target);  // llama4's order
     const DTensor qs = rows_of(q, st.q_row, {st.batch, setup.hq, st.tokens, setup.dim});
     const DTensor ks = rows_of(k, st.kv_row, {st.batch, setup.hkv, st.tokens, setup.dim});
     const DTensor vs = rows_of(v, st.kv_row, {st.batch, setup.hkv, st.tokens, setup.dim});
@@ -448,6 +427,19 @@ std::unique_ptr<Cache> run_script(Backend& be, const Setup& setup, const Script&
         }
         producer = attend_step(*cache);
         break;
+      case Verb::update: {
+        const Step& st = plan.steps.at(next++);
+        trim_front_if_chunked(*cache);  // as before an attention
+        const DTensor ks = rows_of(k, st.kv_row, {st.batch, setup.hkv, st.tokens, setup.dim});
+        const DTensor vs = rows_of(v, st.kv_row, {st.batch, setup.hkv, st.tokens, setup.dim});
+        if (cache->is_quantized()) {
+          cache->update_quantized(ks, vs);
+        } else {
+          cache->update(ks, vs);
+        }
+        observer.stored(st);
+        break;
+      }
       case Verb::trim:
         if (cache->is_trimmable()) cache->trim(c.n);
         break;
@@ -459,16 +451,16 @@ std::unique_ptr<Cache> run_script(Backend& be, const Setup& setup, const Script&
         break;
       }
       case Verb::right_chunk:
-        prepare_right(*cache, setup, c.n);
+        batch_prepare_right(*cache, setup.right_padding(static_cast<std::int64_t>(cache->offsets().size())), c.n);
         producer = attend_step(*cache);
         break;
       case Verb::reload: cache = cache_from_state(be, cache->state()); break;
-      case Verb::finalize: finalize(*cache); break;
-      case Verb::filter: filter(*cache, c.keep); break;
+      case Verb::finalize: batch_finalize(*cache); break;
+      case Verb::filter: batch_filter(*cache, c.keep); break;
       case Verb::extend: {
         std::unique_ptr<Cache> other = make_cache(be, setup, c.rows);
         attend_step(*other);
-        extend(*cache, *other);
+        batch_extend(*cache, *other);
         break;
       }
     }
@@ -523,63 +515,22 @@ std::vector<Rows> packed_rows(const Setup& s) {
   return out;
 }
 
-void add_packed(Backend& be, std::vector<Rows>& rows, const FetchedQuantizedKV& kv) {
-  std::size_t i = 0;
-  for (const QuantizedDTensor* side : {&kv.keys, &kv.values}) {
-    rows[i++].add(be, side->wq);
-    rows[i++].add(be, side->scales);
-    if (side->spec.has_biases()) rows[i++].add(be, side->biases);
-  }
-}
-
 }  // namespace
 
 std::vector<Component> cache_content(const Cache& cache, const Setup& s) {
   Backend& be = cache.backend();
+  // The components come from the setup, so an empty cache still has every (0, W) one.
   std::vector<Rows> rows;
   if (is_packed(s.kind)) {
     rows = packed_rows(s);
   } else {
     rows = {Rows("keys", s.dtype, s.dim), Rows("values", s.dtype, s.dim)};
   }
-  auto add_plain = [&](const FetchedKV& kv) {
-    rows[0].add(be, kv.keys);
-    rows[1].add(be, kv.values);
-  };
   if (!cache.empty()) {
-    switch (s.kind) {
-      case Kind::kv: add_plain(dynamic_cast<const KVCache&>(cache).fetch()); break;
-      case Kind::rotating: add_plain(dynamic_cast<const RotatingKVCache&>(cache).temporal()); break;
-      case Kind::chunked: add_plain(dynamic_cast<const ChunkedKVCache&>(cache).fetch()); break;
-      case Kind::quantized: add_packed(be, rows, dynamic_cast<const QuantizedKVCache&>(cache).fetch()); break;
-      case Kind::batch_kv: {
-        const auto& c = dynamic_cast<const BatchKVCache&>(cache);
-        for (std::int64_t i = 0; i < c.batch_size(); ++i) {
-          const std::unique_ptr<KVCache> row = c.extract(i);
-          if (!row->empty()) add_plain(row->fetch());
-        }
-        break;
-      }
-      case Kind::batch_rotating: {
-        const auto& c = dynamic_cast<const BatchRotatingKVCache&>(cache);
-        for (std::int64_t i = 0; i < c.batch_size(); ++i) add_plain(c.extract_rows(i));
-        break;
-      }
-      case Kind::batch_quantized: {
-        const auto& c = dynamic_cast<const BatchQuantizedKVCache&>(cache);
-        for (std::int64_t i = 0; i < c.batch_size(); ++i) {
-          const std::unique_ptr<QuantizedKVCache> row = c.extract(i);
-          if (!row->empty()) add_packed(be, rows, row->fetch());
-        }
-        break;
-      }
-      case Kind::turboquant: {
-        const CacheState state = cache.state();
-        for (Rows& r : rows) {
-          const auto it = state.tensors.find(r.name());
-          if (it != state.tensors.end()) r.add(it->second);
-        }
-        break;
+    for (const SequenceContent& seq : cache.content()) {
+      for (const ContentPart& part : seq.parts) {
+        for (Rows& r : rows)
+          if (r.name() == part.name) r.add(be, part.rows);
       }
     }
   }

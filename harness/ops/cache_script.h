@@ -4,6 +4,9 @@
 // Grammar: commands joined by '.'; N, R, I are decimal integers without leading zeros.
 //   pN       a chunk of N >= 2 tokens through attend() (prefill, chunked prefill)
 //   d, dN    one, or N >= 2, single-token decode steps, each through attend()
+//   uN       N >= 1 tokens stored through update() alone (update_quantized() on a
+//            quantized cache): no RoPE, no attention, no output. Never merged: u2.u3
+//            and u5 differ (a rotating cache writes one token in place, several by concat)
 //   tN       trim the N >= 1 newest tokens if the cache is_trimmable() (mlx-lm's
 //            trim_prompt_cache rule: a wrapped ring is left as it is)
 //   a        a KV-shared layer (attend_shared) attends over the K/V, positions and mask
@@ -23,7 +26,7 @@
 // problem has exactly one line (the line is also the key of the random fill).
 // A batch script must finalize (f) a right-padded chunk before it ends: the content is
 // read through extract(), which refuses a pending pad (mlx-lm PR #1746).
-// The chunked kind calls maybe_trim_front() before every attention, as llama4 does; a
+// The chunked kind calls maybe_trim_front() before every attention and update, as llama4 does; a
 // turboquant cache is seeded with the problem's seed.
 #pragma once
 
@@ -35,15 +38,16 @@
 
 #include "cache/attend.h"
 #include "cache/cache.h"
+#include "cache/catalogue.h"
 #include "kvlab/backend.h"
 
 namespace kvlab::harness::cache_script {
 
-enum class Verb : std::uint8_t { chunk, decode, trim, shared, reload, right_chunk, finalize, filter, extend };
+enum class Verb : std::uint8_t { chunk, decode, update, trim, shared, reload, right_chunk, finalize, filter, extend };
 
 struct Command {
   Verb verb = Verb::decode;
-  std::int64_t n = 1;               // tokens (chunk, decode count, right_chunk, extend) or trim count
+  std::int64_t n = 1;               // tokens (chunk, decode count, update, right_chunk, extend) or trim count
   std::int64_t rows = 0;            // extend: rows of the new cache
   std::vector<std::int32_t> keep;   // filter: the rows kept
   friend bool operator==(const Command&, const Command&) = default;
@@ -61,12 +65,10 @@ std::vector<std::string> simpler_scripts(std::string_view text);
 
 // ---- running a script ----------------------------------------------------------------
 
-enum class Kind : std::uint8_t {
-  kv, rotating, quantized, chunked, batch_kv, batch_rotating, batch_quantized, turboquant
-};
-const std::vector<std::string>& kind_names();  // in enum order; kv first (the simplest)
+using Kind = CacheKind;  // the kinds of cache/catalogue.h; `kind=` takes their names
+const std::vector<std::string>& kind_names();  // in catalogue order; kv first (the simplest)
 bool is_batch(Kind k);
-bool is_packed(Kind k);  // quantized, batch_quantized, turboquant: K/V stored as codes
+bool is_packed(Kind k);  // K/V stored as codes
 
 struct Setup {
   Kind kind = Kind::kv;
@@ -81,13 +83,16 @@ struct Setup {
   std::uint64_t seed = 1;
 
   AttendOptions attend_options() const;
+  CacheSetup cache_setup(std::int64_t rows) const;  // the catalogue's setup for `rows` rows
   std::vector<std::int32_t> left_padding(std::int64_t rows) const;   // the lpad rule
   std::vector<std::int32_t> right_padding(std::int64_t rows) const;  // the rpad rule
 };
 
 // One attention of the script, in order: where its inputs sit in the flat (rows, D)
 // input tensors and its output in the flat output. Known before anything runs.
-enum class StepKind : std::uint8_t { main, shared, extend };
+// An update step (uN) stores K/V without attending: no queries (q_row is where the next
+// attention's start), no attention() call, only Observer::stored().
+enum class StepKind : std::uint8_t { main, shared, extend, update };
 struct Step {
   StepKind kind = StepKind::main;
   std::int64_t batch = 0, tokens = 0;
@@ -125,6 +130,8 @@ class Observer {
   virtual void attention(const Step& step, const DTensor& q, const AttendResult& source, const DTensor& out) = 0;
   // After every command (each decode of dN counts): the main cache.
   virtual void after_command(const Cache& cache) = 0;
+  // Every update step (uN), after the update: its K/V rows went into the cache unrotated.
+  virtual void stored(const Step&) {}
 };
 
 // Inputs: q (plan.q_rows, D), k and v (plan.kv_rows, D) in setup.dtype on `backend`.

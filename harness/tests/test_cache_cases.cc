@@ -30,7 +30,7 @@ std::string invalid_reason(const std::string& line) {
 }
 
 TEST(CacheScript, CanonicalWordsRoundTripAndOthersAreNamed) {
-  for (const char* word : {"p37.d2.t3.a.d", "d", "d9", "r6.s.f.d3", "p9.d2.k3_1_0.d.x2p6.d2", "k0.k0_0"}) {
+  for (const char* word : {"p37.d2.t3.a.d", "d", "d9", "u1", "u3.u2.d", "r6.s.f.d3", "p9.d2.k3_1_0.d.x2p6.d2", "k0.k0_0"}) {
     EXPECT_EQ(cs::script_str(cs::parse_script(word)), word);
   }
   const cs::Script s = cs::parse_script("p37.d2.t3.a.x2p5");
@@ -41,6 +41,7 @@ TEST(CacheScript, CanonicalWordsRoundTripAndOthersAreNamed) {
   EXPECT_EQ(s[3].verb, cs::Verb::shared);
   EXPECT_EQ(s[4], (cs::Command{cs::Verb::extend, 5, 2, {}}));
   EXPECT_EQ(cs::parse_script("s").front().verb, cs::Verb::reload);
+  EXPECT_EQ(cs::parse_script("u7").front(), (cs::Command{cs::Verb::update, 7, 0, {}}));
   EXPECT_EQ(cs::parse_script("k2_0").front().keep, (std::vector<std::int32_t>{2, 0}));
   auto message = [](const char* word) {
     try {
@@ -58,6 +59,8 @@ TEST(CacheScript, CanonicalWordsRoundTripAndOthersAreNamed) {
   EXPECT_NE(message("p8..d").find("is empty"), std::string::npos);
   EXPECT_NE(message("p8.q3").find("'q3' is unknown"), std::string::npos);
   EXPECT_NE(message("x2").find("xRpN"), std::string::npos);
+  EXPECT_NE(message("u").find("needs a count"), std::string::npos);  // u has no one-token shorthand
+  EXPECT_NE(message("u0").find("needs a count"), std::string::npos);
   EXPECT_NE(message("t0").find("'t0'"), std::string::npos);
   EXPECT_NE(message("a3").find("takes no argument"), std::string::npos);
   EXPECT_NE(message("k1__2").find("row indices"), std::string::npos);
@@ -121,6 +124,24 @@ bool same_row(const Tensor& a, std::int64_t r, const Tensor& b, std::int64_t s) 
   const std::size_t bytes = a.nbytes() / static_cast<std::size_t>(a.dim(0));
   return std::memcmp(a.data() + static_cast<std::size_t>(r) * bytes, b.data() + static_cast<std::size_t>(s) * bytes,
                      bytes) == 0;
+}
+
+// uN stores its K/V through update() alone: no attention rows, keys kept unrotated, and
+// the next attention reads them.
+TEST(CacheOp, UpdateStoresWithoutAttending) {
+  Prepared prep;
+  const auto out = outputs_of(parse_problem("cache kind=kv B=1 Hq=2 Hkv=2 D=8 rope=1 script=u3.d"), &prep);
+  EXPECT_EQ(out.at("attn").dim(0), 2);  // the decode's B·Hq rows only
+  EXPECT_EQ(ints(out.at("offsets")), (std::vector<std::int64_t>{3, 4}));
+  const Tensor& k = prep.input("k");  // rows (h, t): u3 first (6 rows), then the decode's 2
+  const Tensor& keys = out.at("keys");  // content rows (h, t) over 4 tokens
+  for (const auto& [content_row, input_row] : {std::pair{0, 0}, {1, 1}, {2, 2}, {4, 3}, {5, 4}, {6, 5}})
+    EXPECT_TRUE(same_row(keys, content_row, k, input_row)) << "content row " << content_row;
+  EXPECT_FALSE(same_row(keys, 3, k, 6));  // the decode's key is stored roped
+  // Updates alone: no attention output at all, and still a clean case.
+  ReferenceBackend a, b;
+  EXPECT_EQ(run_case(parse_problem("cache kind=kv D=8 rope=1 script=u2.t1"), a, b, {}).status, Status::passed);
+  EXPECT_EQ(cs::simpler_scripts("u4"), (std::vector<std::string>{"u1", "u2", "u3"}));
 }
 
 TEST(CacheOp, RotatingWrapKeepsTheLastWindowInTemporalOrder) {

@@ -135,6 +135,10 @@ class ConcatenateKVCache final : public Cache {
     }
     return s;
   }
+  std::vector<SequenceContent> content(ContentForm form) const override {
+    return cache_from_state(backend(), state())->content(form);  // as BasicForwardingCache
+  }
+  std::vector<BackingBuffer> buffers() const override { return cache_from_state(backend(), state())->buffers(); }
 
  private:
   DTensor keys_, values_;

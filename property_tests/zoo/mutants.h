@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "cache/registry.h"
 #include "property_tests/prop_model.h"
 
 namespace kvlab::prop::zoo {
@@ -52,6 +53,12 @@ class BasicForwardingCache : public Cache {
   bool empty() const override { return inner_->empty(); }
   std::size_t nbytes() const override { return inner_->nbytes(); }
   CacheState state() const override { return inner_->state(); }
+  // Observed through the serialized state, restored by the real catalogue: what a later
+  // session would load is what the wrapper holds, whatever its mutated members do.
+  std::vector<SequenceContent> content(ContentForm form) const override {
+    return cache_from_state(backend(), state())->content(form);
+  }
+  std::vector<BackingBuffer> buffers() const override { return cache_from_state(backend(), state())->buffers(); }
 
  protected:
   Handle inner_;

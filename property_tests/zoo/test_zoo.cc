@@ -16,7 +16,10 @@
 #include <utility>
 #include <vector>
 
+#include "harness/check.h"
+#include "harness/problem.h"
 #include "property_tests/properties.h"
+#include "property_tests/repro_line.h"
 #include "property_tests/zoo/batch_mutants.h"
 #include "property_tests/zoo/mutants.h"
 #ifdef KVLAB_ZOO_WITH_VULKAN
@@ -25,6 +28,21 @@
 
 namespace kvlab::prop::zoo {
 namespace {
+
+// A stateful killer's counterexample as a `cache` line must be one `kvlab repro` takes
+// verbatim: it parses, and it runs clean on the reference (the line replays the plain
+// cache, not the mutant, so a clean run is the expected outcome).
+void check_repro_line(const std::string& mutant, const std::string& repro) {
+  const std::string open = "kvlab repro '";
+  const std::size_t at = repro.find(open);
+  if (at == std::string::npos) return;  // "repro: none (...)": nothing maps, said in the text
+  const std::size_t begin = at + open.size(), end = repro.find('\'', begin);
+  ASSERT_NE(end, std::string::npos) << repro;
+  const std::string line = repro.substr(begin, end - begin);
+  EXPECT_NO_THROW(harness::parse_problem(line)) << mutant << ": " << line;
+  std::ostringstream log;
+  EXPECT_TRUE(harness::run_repro(line, "reference", false, {}, log)) << mutant << ": " << line << "\n" << log.str();
+}
 
 struct Row {
   std::string mutant, upstream, killer = "SURVIVED";
@@ -126,6 +144,7 @@ TEST(Zoo, EveryMutantIsKilled) {
     }
     for (const auto& [name, body] : props) {
       last_failure_size() = {};
+      last_failure_repro().clear();
       rc::detail::TestMetadata meta;
       meta.id = m.id + "/" + name;
       meta.description = meta.id;
@@ -141,6 +160,10 @@ TEST(Zoo, EveryMutantIsKilled) {
         row.size = last_failure_size();
         std::cout << "[zoo] " << m.id << " killed by " << name << ": " << failure.description << "\n"
                   << excerpt(failure, 14);
+        if (const std::string& repro = last_failure_repro(); !repro.empty()) {
+          std::cout << "      " << repro << "\n";
+          check_repro_line(m.id, repro);
+        }
         break;
       }
       rc::detail::Error error;

@@ -451,6 +451,8 @@ class FakeArraysCache final : public Cache {
   bool empty() const override { return true; }
   std::size_t nbytes() const override { return 0; }
   CacheState state() const override { return {"ArraysCache", {}, {}}; }
+  std::vector<SequenceContent> content(ContentForm) const override { return {SequenceContent{}}; }  // no K/V
+  std::vector<BackingBuffer> buffers() const override { return {}; }
 };
 
 TEST(PrefixCache, MisuseErrorsNameTheValueAndLoseNothing) {

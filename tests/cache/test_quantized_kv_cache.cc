@@ -449,6 +449,8 @@ class StateSpaceStub final : public Cache {
   bool empty() const override { return true; }
   std::size_t nbytes() const override { return 0; }
   CacheState state() const override { return {"ArraysCache", {}, {}}; }
+  std::vector<SequenceContent> content(ContentForm) const override { return {SequenceContent{}}; }  // no K/V
+  std::vector<BackingBuffer> buffers() const override { return {}; }
 };
 
 std::unique_ptr<Cache> kv_with(ReferenceBackend& be, std::int64_t tokens, std::int64_t dim = 64) {

@@ -1,0 +1,143 @@
+#include "cache/catalogue.h"
+
+#include "cache/batch_kv_cache.h"
+#include "cache/batch_quantized_kv_cache.h"
+#include "cache/batch_rotating_kv_cache.h"
+#include "cache/chunked_kv_cache.h"
+#include "cache/kv_cache.h"
+#include "cache/quantized_kv_cache.h"
+#include "cache/rotating_kv_cache.h"
+
+namespace kvlab {
+
+namespace {
+
+template <class T>
+std::unique_ptr<Cache> restore(Backend& be, const CacheState& s) {
+  return T::from_state(be, s);
+}
+
+std::unique_ptr<Cache> make_kv(Backend& be, const CacheSetup&) { return std::make_unique<KVCache>(be); }
+std::unique_ptr<Cache> make_rotating(Backend& be, const CacheSetup& s) {
+  return std::make_unique<RotatingKVCache>(be, s.max_size, s.keep);
+}
+std::unique_ptr<Cache> make_quantized(Backend& be, const CacheSetup& s) {
+  return std::make_unique<QuantizedKVCache>(be, s.spec, s.rounding);
+}
+std::unique_ptr<Cache> make_chunked(Backend& be, const CacheSetup& s) {
+  return std::make_unique<ChunkedKVCache>(be, s.chunk);
+}
+std::unique_ptr<Cache> make_batch_kv(Backend& be, const CacheSetup& s) {
+  return std::make_unique<BatchKVCache>(be, s.left_padding);
+}
+std::unique_ptr<Cache> make_batch_rotating(Backend& be, const CacheSetup& s) {
+  return std::make_unique<BatchRotatingKVCache>(be, s.max_size, s.left_padding);
+}
+std::unique_ptr<Cache> make_batch_quantized(Backend& be, const CacheSetup& s) {
+  return std::make_unique<BatchQuantizedKVCache>(be, s.left_padding, s.spec, s.rounding);
+}
+std::unique_ptr<Cache> make_turboquant(Backend& be, const CacheSetup& s) {
+  return std::make_unique<TurboQuantKVCache>(be, s.tq_bits, s.seed, s.tq_key_bits, s.tq_value_bits, s.tq_meaning);
+}
+
+// The verbs below need the concrete class. A checked cast keeps a wrong kind (or a
+// wrapper) a named misuse instead of undefined behaviour.
+template <class T>
+T* as(Cache& c) {
+  return dynamic_cast<T*>(&c);
+}
+template <class T>
+const T& same_kind(const Cache& cache, const Cache& other) {
+  const auto* o = dynamic_cast<const T*>(&other);
+  KVLAB_REQUIRE(o != nullptr, misuse, "extend() of a ", cache.class_name(), " with a ", other.class_name());
+  return *o;
+}
+[[noreturn]] void no_verb(const Cache& c, const char* verb) {
+  fail(ErrorKind::misuse, cat(verb, "() needs a batch cache (BatchKVCache, BatchRotatingKVCache, "
+                                    "BatchQuantizedKVCache), got ",
+                              c.class_name()));
+}
+
+}  // namespace
+
+const std::vector<CacheKindInfo>& cache_catalogue() {
+  // name, class, batch, packed, quantized
+  static const std::vector<CacheKindInfo> table{
+      {CacheKind::kv, "kv", "KVCache", false, false, false, make_kv, restore<KVCache>},
+      {CacheKind::rotating, "rotating", "RotatingKVCache", false, false, false, make_rotating,
+       restore<RotatingKVCache>},
+      {CacheKind::quantized, "quantized", "QuantizedKVCache", false, true, true, make_quantized,
+       restore<QuantizedKVCache>},
+      {CacheKind::chunked, "chunked", "ChunkedKVCache", false, false, false, make_chunked, restore<ChunkedKVCache>},
+      {CacheKind::batch_kv, "batch_kv", "BatchKVCache", true, false, false, make_batch_kv, restore<BatchKVCache>},
+      {CacheKind::batch_rotating, "batch_rotating", "BatchRotatingKVCache", true, false, false, make_batch_rotating,
+       restore<BatchRotatingKVCache>},
+      {CacheKind::batch_quantized, "batch_quantized", "BatchQuantizedKVCache", true, true, true,
+       make_batch_quantized, restore<BatchQuantizedKVCache>},
+      {CacheKind::turboquant, "turboquant", "TurboQuantKVCache", false, true, false, make_turboquant,
+       restore<TurboQuantKVCache>},
+  };
+  return table;
+}
+
+const CacheKindInfo& cache_kind_info(CacheKind kind) {
+  const auto i = static_cast<std::size_t>(kind);
+  KVLAB_REQUIRE(i < cache_catalogue().size(), internal, "cache kind ", i, " is not in the catalogue");
+  return cache_catalogue()[i];
+}
+
+const CacheKindInfo* find_cache_kind(std::string_view name) {
+  for (const CacheKindInfo& k : cache_catalogue())
+    if (k.name == name) return &k;
+  return nullptr;
+}
+
+const CacheKindInfo* find_cache_class(std::string_view class_name) {
+  for (const CacheKindInfo& k : cache_catalogue())
+    if (k.class_name == class_name) return &k;
+  return nullptr;
+}
+
+std::unique_ptr<Cache> make_cache(Backend& backend, CacheKind kind, const CacheSetup& setup) {
+  return cache_kind_info(kind).make(backend, setup);
+}
+
+void batch_prepare_right(Cache& cache, const std::vector<std::int32_t>& right_padding, std::int64_t tokens) {
+  if (auto* c = as<BatchKVCache>(cache)) return c->prepare(std::nullopt, right_padding);
+  if (auto* c = as<BatchQuantizedKVCache>(cache)) return c->prepare(std::nullopt, right_padding);
+  if (auto* c = as<BatchRotatingKVCache>(cache)) {
+    std::vector<std::int32_t> lengths;
+    for (const std::int32_t pad : right_padding) lengths.push_back(static_cast<std::int32_t>(tokens - pad));
+    return c->prepare({}, lengths, right_padding);
+  }
+  no_verb(cache, "prepare");
+}
+
+void batch_finalize(Cache& cache) {
+  if (auto* c = as<BatchKVCache>(cache)) return c->finalize();
+  if (auto* c = as<BatchQuantizedKVCache>(cache)) return c->finalize();
+  if (auto* c = as<BatchRotatingKVCache>(cache)) return c->finalize();
+  no_verb(cache, "finalize");
+}
+
+void batch_filter(Cache& cache, const std::vector<std::int32_t>& keep) {
+  if (auto* c = as<BatchKVCache>(cache)) return c->filter(keep);
+  if (auto* c = as<BatchQuantizedKVCache>(cache)) return c->filter(keep);
+  if (auto* c = as<BatchRotatingKVCache>(cache)) return c->filter(keep);
+  no_verb(cache, "filter");
+}
+
+void batch_extend(Cache& cache, const Cache& other) {
+  if (auto* c = as<BatchKVCache>(cache)) return c->extend(same_kind<BatchKVCache>(cache, other));
+  if (auto* c = as<BatchQuantizedKVCache>(cache)) return c->extend(same_kind<BatchQuantizedKVCache>(cache, other));
+  if (auto* c = as<BatchRotatingKVCache>(cache)) return c->extend(same_kind<BatchRotatingKVCache>(cache, other));
+  no_verb(cache, "extend");
+}
+
+bool trim_front_if_chunked(Cache& cache) {
+  auto* c = as<ChunkedKVCache>(cache);
+  if (c != nullptr) c->maybe_trim_front();
+  return c != nullptr;
+}
+
+}  // namespace kvlab

@@ -1,0 +1,68 @@
+// The one list of cache kinds: for each, its name in problem lines, its state class name,
+// what it is (traits), how to build an empty one and how to rebuild one from its state.
+// The harness cache op, the property suite and the state-file loader all read it, so a
+// new cache type is added here once.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string_view>
+#include <vector>
+
+#include "cache/cache.h"
+#include "cache/turboquant_kv_cache.h"
+
+namespace kvlab {
+
+// In catalogue order: simplest first (the harness lists and shrinks kinds in this order).
+enum class CacheKind : std::uint8_t {
+  kv, rotating, quantized, chunked, batch_kv, batch_rotating, batch_quantized, turboquant
+};
+
+// Everything a kind's constructor may need; each kind reads its own fields.
+struct CacheSetup {
+  std::vector<std::int32_t> left_padding{0};  // batch kinds: one entry per row
+  std::int64_t max_size = 16, keep = 0;       // rotating kinds (the batch ring has no keep)
+  std::int64_t chunk = 16;                    // chunked
+  QuantSpec spec;                             // quantized kinds
+  Rounding rounding = Rounding::mlx_cpu;
+  double tq_bits = 4;  // turboquant: TurboQuantKVCache(tq_bits, seed, key, value bits, meaning)
+  std::uint64_t seed = 0;
+  std::optional<double> tq_key_bits, tq_value_bits;
+  FractionalBits tq_meaning = FractionalBits::split_channels;
+};
+
+struct CacheKindInfo {
+  CacheKind kind;
+  std::string_view name;        // in problem lines: "kv", "batch_rotating", ...
+  std::string_view class_name;  // CacheState::class_name and Cache::class_name()
+  bool batch;     // one sequence per row: prepare / finalize / filter / extend below
+  bool packed;    // K/V stored as codes (content() parts are codes, not float rows)
+  bool quantized; // written through update_quantized() (Cache::is_quantized())
+  std::unique_ptr<Cache> (*make)(Backend&, const CacheSetup&);
+  std::unique_ptr<Cache> (*from_state)(Backend&, const CacheState&);
+};
+
+const std::vector<CacheKindInfo>& cache_catalogue();  // in CacheKind order
+const CacheKindInfo& cache_kind_info(CacheKind kind);
+// By problem-line name or by class name; nullptr when unknown.
+const CacheKindInfo* find_cache_kind(std::string_view name);
+const CacheKindInfo* find_cache_class(std::string_view class_name);
+// An empty cache of `kind`.
+std::unique_ptr<Cache> make_cache(Backend& backend, CacheKind kind, const CacheSetup& setup);
+
+// ---- the verbs of one kind, for drivers holding a Cache& ---------------------------------
+// Each throws misuse naming the class when `cache` is not of a kind that has the verb.
+
+// Batch kinds: a chunk of `tokens` per row whose last right_padding[b] are padding
+// (prepare(right_padding); the batch ring also needs the real lengths).
+void batch_prepare_right(Cache& cache, const std::vector<std::int32_t>& right_padding, std::int64_t tokens);
+void batch_finalize(Cache& cache);
+void batch_filter(Cache& cache, const std::vector<std::int32_t>& keep);
+void batch_extend(Cache& cache, const Cache& other);  // `other` of the same kind
+// ChunkedKVCache::maybe_trim_front, which llama4 calls before every attention; other
+// kinds have no front to trim and are left as they are. True when `cache` is chunked.
+bool trim_front_if_chunked(Cache& cache);
+
+}  // namespace kvlab
