@@ -60,17 +60,29 @@ std::uint8_t e2m1_encode_cpu(float x) {
   return best;
 }
 
-bool is_mx(QuantMode mode) { return mode == QuantMode::mxfp4 || mode == QuantMode::mxfp8; }
+// The encoder reads each format's encodings from its table row (kvlab/quant_spec.h), so a
+// new microscaling format with known encodings is a table row, not an edit here.
+// Power-of-two (E8M0) group scales: the MX formats.
+bool e8m0_scales(const QuantSpec& spec) { return spec.format().scale == ScaleEncoding::e8m0; }
+
+std::string fp_mode_names() {
+  std::string out;
+  for (const QuantFormat& f : quant_formats()) {
+    if (f.encoder == QuantEncoder::fp) out += (out.empty() ? "" : ", ") + std::string(f.name);
+  }
+  return out;
+}
 
 void require_fp_spec(const QuantSpec& spec, const char* who) {
-  KVLAB_REQUIRE(spec.mode != QuantMode::affine, invalid_argument, who, ": mode ", quant_mode_name(spec.mode),
-                " is not an fp mode (expected mxfp4, mxfp8 or nvfp4; affine has its own kernel)");
+  KVLAB_REQUIRE(spec.format().encoder == QuantEncoder::fp, invalid_argument, who, ": mode ",
+                quant_mode_name(spec.mode), " is not an fp mode (expected ", fp_mode_names(),
+                "; affine has its own kernel)");
   spec.validate();
 }
 
 void require_global_scale(const QuantSpec& spec, std::optional<float> global_scale, const char* who) {
   if (!global_scale) return;
-  KVLAB_REQUIRE(spec.mode == QuantMode::nvfp4, invalid_argument, who, ": global_scale ", *global_scale,
+  KVLAB_REQUIRE(spec.format().takes_global_scale, invalid_argument, who, ": global_scale ", *global_scale,
                 " is only allowed for nvfp4, not for mode ", quant_mode_name(spec.mode));
   // MLX accepts any float32 here; a NaN/inf global scale can only produce NaN garbage,
   // so the oracle rejects it rather than define a meaningless result. Zero stays
@@ -99,13 +111,17 @@ QuantizeShapes quantize_shapes(const ConstTensorView& x, const QuantSpec& spec) 
   return {d, with_last(x.shape, spec.packed_words(d)), with_last(x.shape, spec.groups(d))};
 }
 
-// The element encoder of a mode, applied to a value already divided by its scale.
-std::uint8_t encode_element(float y, QuantMode mode, Rounding rounding) {
-  return mode == QuantMode::mxfp8 ? e4m3_encode(y) : e2m1_encode(y, rounding);
+// The element encoder of a format, applied to a value already divided by its scale.
+std::uint8_t encode_element(float y, const QuantSpec& spec, Rounding rounding) {
+  return spec.format().element == ElementEncoding::e4m3 ? e4m3_encode(y) : e2m1_encode(y, rounding);
 }
 
-float decode_element(std::uint8_t code, QuantMode mode) {
-  return mode == QuantMode::mxfp8 ? e4m3_decode(code) : e2m1_decode(code);
+float decode_element(std::uint8_t code, const QuantSpec& spec) {
+  return spec.format().element == ElementEncoding::e4m3 ? e4m3_decode(code) : e2m1_decode(code);
+}
+
+float element_max(const QuantSpec& spec) {
+  return spec.format().element == ElementEncoding::e4m3 ? kE4M3Max : kE2M1Max;
 }
 
 // Quantizes one group: writes its element codes and returns its scale code.
@@ -115,18 +131,17 @@ std::uint8_t quantize_group(std::span<const float> group, const QuantSpec& spec,
   float amax = 0.0f;
   for (float w : group) amax = std::fmax(amax, std::fabs(w));
 
-  if (is_mx(spec.mode)) {
-    const float element_max = spec.mode == QuantMode::mxfp8 ? kE4M3Max : kE2M1Max;
-    const std::uint8_t scale_code = e8m0_encode(amax / element_max, rounding);
+  if (e8m0_scales(spec)) {
+    const std::uint8_t scale_code = e8m0_encode(amax / element_max(spec), rounding);
     // decode(scale_code) is a power of two (or +inf for a non-finite amax), so the
     // division is exact barring f32 underflow; the rounded exponent puts |w|/scale
     // anywhere up to max·√2, and the element encoders saturate what lands above the max.
     const float scale = e8m0_decode(scale_code);
-    for (std::size_t i = 0; i < group.size(); ++i) codes[i] = encode_element(group[i] / scale, spec.mode, rounding);
+    for (std::size_t i = 0; i < group.size(); ++i) codes[i] = encode_element(group[i] / scale, spec, rounding);
     return scale_code;
   }
 
-  // nvfp4. Operation order as in spec §1.7: (amax/6)·enc, then (w·enc)/s.
+  // E4M3 group scales (nvfp4). Operation order as in spec §1.7: (amax/6)·enc, then (w·enc)/s.
   const float enc = global_scale ? kNvfp4Range / *global_scale : 1.0f;
   const std::uint8_t scale_code = e4m3_encode(amax / kE2M1Max * enc);
   const float scale = e4m3_decode(scale_code);
@@ -277,9 +292,9 @@ void fp_dequantize(const ConstTensorView& wq, const ConstTensorView& scales, con
                  spec.bits, codes);
     for (std::int64_t i = 0; i < d; ++i) {
       const auto scale_code = static_cast<std::uint8_t>(scales.load_int(r * groups_per_row + i / gs));
-      const float element = decode_element(codes[static_cast<std::size_t>(i)], spec.mode);
+      const float element = decode_element(codes[static_cast<std::size_t>(i)], spec);
       float value = 0.0f;
-      if (is_mx(spec.mode)) {
+      if (e8m0_scales(spec)) {
         value = element * e8m0_decode(scale_code);  // exact (power of two) unless it overflows
       } else {
         value = element * e4m3_decode(scale_code);  // exact: at most 2 + 4 significant bits

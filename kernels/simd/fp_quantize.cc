@@ -46,11 +46,11 @@ constexpr float kE2M1Max = 6.0f;
 constexpr float kE4M3Max = 448.0f;
 constexpr float kNvfp4Range = kE4M3Max * kE2M1Max;  // 2688, as the oracle
 
-inline bool is_mx(QuantMode mode) { return mode == QuantMode::mxfp4 || mode == QuantMode::mxfp8; }
-
-// What a row's kernel needs besides the data.
+// What a row's kernel needs besides the data. The format's encodings come from its row of
+// the format table (kvlab/quant_spec.h), not from its name.
 struct RowJob {
-  QuantMode mode = QuantMode::mxfp4;
+  bool e8m0_scales = true;   // power-of-two group scales (MX formats); else E4M3 (nvfp4)
+  bool e4m3_elements = false;  // E4M3 element codes (mxfp8); else E2M1
   bool gpu = false;          // Rounding::mlx_gpu (anything else is mlx_cpu, as the oracle)
   int group_size = 32;
   std::int64_t groups = 0;   // per row
@@ -173,23 +173,23 @@ void FpQuantizeRow(const fd::RowJob& job, const float* HWY_RESTRICT x, std::uint
     const float amax = fi::GroupAmax(w, gs);
     std::uint8_t scale_code = 0;
     float scale = 0.0f;
-    if (fd::is_mx(job.mode)) {
-      scale_code = ref::e8m0_encode(amax / (job.mode == QuantMode::mxfp8 ? fd::kE4M3Max : fd::kE2M1Max), rounding);
+    if (job.e8m0_scales) {
+      scale_code = ref::e8m0_encode(amax / (job.e4m3_elements ? fd::kE4M3Max : fd::kE2M1Max), rounding);
       scale = ref::e8m0_decode(scale_code);  // a power of two, or +inf
     } else {
       scale_code = ref::e4m3_encode(amax / fd::kE2M1Max * job.enc);
       scale = ref::e4m3_decode(scale_code);
     }
     scale_codes[g] = scale_code;
-    if (job.mode == QuantMode::nvfp4 && scale == 0.0f) {  // the oracle's zero-scale rule
+    if (!job.e8m0_scales && scale == 0.0f) {  // the oracle's zero-scale rule
       std::memset(out, 0, gs);
       continue;
     }
     const auto vscale = hn::Set(df, scale), venc = hn::Set(df, job.enc);
     for (std::size_t i = 0; i < gs; i += N) {
       const auto v = hn::LoadU(df, w + i);
-      const auto y = job.mode == QuantMode::nvfp4 ? hn::Div(hn::Mul(v, venc), vscale) : hn::Div(v, vscale);
-      const auto code = job.mode == QuantMode::mxfp8 ? fi::E4M3(y) : job.gpu ? fi::E2M1Gpu(y) : fi::E2M1Cpu(y);
+      const auto y = !job.e8m0_scales ? hn::Div(hn::Mul(v, venc), vscale) : hn::Div(v, vscale);
+      const auto code = job.e4m3_elements ? fi::E4M3(y) : job.gpu ? fi::E2M1Gpu(y) : fi::E2M1Cpu(y);
       hn::StoreU(hn::DemoteTo(du8, code), du8, out + i);
     }
   }
@@ -220,12 +220,12 @@ void FpDequantizeRow(const fd::RowJob& job, const std::uint8_t* HWY_RESTRICT cod
   const auto vglobal = hn::Set(df, job.global_factor);
   for (std::int64_t g = 0; g < job.groups; ++g) {
     const std::uint8_t sc = scale_codes[g];
-    const auto vscale = hn::Set(df, fd::is_mx(job.mode) ? ref::e8m0_decode(sc) : ref::e4m3_decode(sc));
+    const auto vscale = hn::Set(df, job.e8m0_scales ? ref::e8m0_decode(sc) : ref::e4m3_decode(sc));
     const std::size_t base = static_cast<std::size_t>(g) * gs;
     for (std::size_t i = 0; i < gs; i += N) {
       const auto c = hn::PromoteTo(di, hn::LoadU(du8, codes + base + i));
       fi::VF element;
-      if (job.mode == QuantMode::mxfp8) {
+      if (job.e4m3_elements) {
         // E4M3 magnitude bits << 7 read as an f16, ·2^112 (f16 → f32) ·2^8 (the oracle's ×256).
         const auto half = hn::ShiftLeft<20>(hn::And(c, hn::Set(di, 0x7F)));  // (<< 7) << 13
         const auto mag = hn::Mul(hn::BitCast(df, half), hn::Set(df, 0x1p120f));
@@ -266,7 +266,8 @@ constexpr std::int64_t kRowsPerTask = 64;
 
 RowJob make_job(const QuantSpec& spec, Rounding rounding, std::optional<float> global_scale, std::int64_t d) {
   RowJob job;
-  job.mode = spec.mode;
+  job.e8m0_scales = spec.format().scale == ScaleEncoding::e8m0;
+  job.e4m3_elements = spec.format().element == ElementEncoding::e4m3;
   job.gpu = rounding == Rounding::mlx_gpu;
   job.group_size = spec.group_size;
   job.groups = d / spec.group_size;
