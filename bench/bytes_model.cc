@@ -27,7 +27,7 @@ std::int64_t x_numel(const Problem& p) {
 //   biases n/group · es (affine only).
 std::int64_t packed_bytes(const QuantSpec& spec, std::int64_t n, std::int64_t es) {
   const std::int64_t groups = n / spec.group_size;
-  const std::int64_t scale_size = spec.mode == QuantMode::affine ? es : 1;
+  const std::int64_t scale_size = spec.format().scale == ScaleEncoding::input_dtype ? es : 1;
   return n * spec.bits / 8 + groups * scale_size * (spec.has_biases() ? 2 : 1);
 }
 

@@ -71,7 +71,7 @@ Shape with_last(Shape lead, std::int64_t last) {
 }
 
 void require_affine(const QuantSpec& spec, const char* who) {
-  KVLAB_REQUIRE(spec.mode == QuantMode::affine, invalid_argument, who, ": mode ", quant_mode_name(spec.mode),
+  KVLAB_REQUIRE(spec.format().encoder == QuantEncoder::affine, invalid_argument, who, ": mode ", quant_mode_name(spec.mode),
                 " is not affine (use fp_quantize for mxfp4/mxfp8/nvfp4)");
   spec.validate();
 }

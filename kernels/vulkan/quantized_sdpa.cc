@@ -52,7 +52,7 @@ void VulkanBackend::quantized_sdpa(const QuantizedSdpaArgs& a) {
   ref::validate_quantized_sdpa(qv, kq, vq, params, mask_array ? &mask_view : nullptr, sinks ? &sinks_view : nullptr,
                                out_view);
   for (const QuantizedDTensor* x : {&k, &v}) {
-    KVLAB_REQUIRE(x->spec.mode == QuantMode::affine, unsupported, "VulkanBackend: quantized_sdpa supports affine K/V only; ",
+    KVLAB_REQUIRE(x->spec.format().encoder == QuantEncoder::affine, unsupported, "VulkanBackend: quantized_sdpa supports affine K/V only; ",
                   x == &k ? "K" : "V", " uses ", to_string(x->spec));
   }
 

@@ -133,8 +133,9 @@ Outcome relative_mse_anchors(std::mt19937_64& rng) {
 Outcome fp_formats(std::mt19937_64& rng) {
   const Tensor x = normal(rng, DType::f32, {64, 64});
   double worst = 0;
-  for (const QuantSpec spec : {QuantSpec::make(QuantMode::mxfp4), QuantSpec::make(QuantMode::mxfp8),
-                               QuantSpec::make(QuantMode::nvfp4)}) {
+  for (const QuantFormat& f : quant_formats()) {
+    if (f.encoder != QuantEncoder::fp) continue;
+    const QuantSpec spec = QuantSpec::make(f.mode);
     const auto q = ref::fp_quantize(x, spec, Rounding::mlx_gpu);
     worst = std::max(worst, max_abs_diff(ref::fp_dequantize(q, {}, DType::f32), x));
   }
