@@ -4,6 +4,7 @@
 #include "cache/batch_quantized_kv_cache.h"
 #include "cache/batch_rotating_kv_cache.h"
 #include "cache/chunked_kv_cache.h"
+#include "cache/device_batch_kv_cache.h"
 #include "cache/kv_cache.h"
 #include "cache/quantized_kv_cache.h"
 #include "cache/rotating_kv_cache.h"
@@ -35,6 +36,9 @@ std::unique_ptr<Cache> make_batch_rotating(Backend& be, const CacheSetup& s) {
 }
 std::unique_ptr<Cache> make_batch_quantized(Backend& be, const CacheSetup& s) {
   return std::make_unique<BatchQuantizedKVCache>(be, s.left_padding, s.spec, s.rounding);
+}
+std::unique_ptr<Cache> make_device_batch_kv(Backend& be, const CacheSetup& s) {
+  return std::make_unique<DeviceBatchKVCache>(be, s.left_padding);
 }
 std::unique_ptr<Cache> make_turboquant(Backend& be, const CacheSetup& s) {
   return std::make_unique<TurboQuantKVCache>(be, s.tq_bits, s.seed, s.tq_key_bits, s.tq_value_bits, s.tq_meaning);
@@ -76,6 +80,9 @@ const std::vector<CacheKindInfo>& cache_catalogue() {
        make_batch_quantized, restore<BatchQuantizedKVCache>},
       {CacheKind::turboquant, "turboquant", "TurboQuantKVCache", false, true, false, make_turboquant,
        restore<TurboQuantKVCache>},
+      // Batch rows whose offsets live in backend memory; it has none of the batch verbs.
+      {CacheKind::device_batch_kv, "device_batch_kv", "DeviceBatchKVCache", true, false, false,
+       make_device_batch_kv, restore<DeviceBatchKVCache>},
   };
   return table;
 }

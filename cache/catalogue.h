@@ -17,7 +17,7 @@ namespace kvlab {
 
 // In catalogue order: simplest first (the harness lists and shrinks kinds in this order).
 enum class CacheKind : std::uint8_t {
-  kv, rotating, quantized, chunked, batch_kv, batch_rotating, batch_quantized, turboquant
+  kv, rotating, quantized, chunked, batch_kv, batch_rotating, batch_quantized, turboquant, device_batch_kv
 };
 
 // Everything a kind's constructor may need; each kind reads its own fields.

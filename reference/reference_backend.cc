@@ -1,5 +1,6 @@
 #include "reference/reference_backend.h"
 
+#include "reference/kv_append.h"
 #include "reference/kv_move.h"
 #include "reference/quantize.h"
 #include "reference/quantized_sdpa.h"
@@ -52,5 +53,12 @@ void ReferenceBackend::kv_copy_blocks(const KvCopyBlocksArgs& a) {
 void ReferenceBackend::kv_roll(const KvRollArgs& a) {
   ref::kv_roll(host_cview(a.src), a.shifts, host_view(a.dst));
 }
+
+void ReferenceBackend::kv_append_advance(const KvAppendAdvanceArgs& a) {
+  ref::kv_append_advance(host_cview(a.k), host_cview(a.v), a.left_padding, host_view(a.offsets), host_view(a.k_cache),
+                         host_view(a.v_cache));
+}
+
+void ReferenceBackend::kv_snapshot(const KvSnapshotArgs& a) { ref::kv_snapshot(host_cview(a.src), host_view(a.dst)); }
 
 }  // namespace kvlab

@@ -20,6 +20,8 @@
   X(kv_gather)               \
   X(kv_copy_blocks)          \
   X(kv_roll)                 \
+  X(kv_append_advance)       \
+  X(kv_snapshot)             \
   X(cache)
 
 namespace kvlab::harness::ops {

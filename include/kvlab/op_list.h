@@ -115,6 +115,23 @@ struct KvRollArgs {
   std::vector<const DTensor*> outputs() const { return {&dst}; }
 };
 
+// Device-resident offsets (reference/kv_append.h): the append reads and advances an int32
+// (B,) offsets tensor in backend memory, so a device cache never round-trips its offsets
+// through the host; left_padding is host bookkeeping and stays a host view.
+struct KvAppendAdvanceArgs {
+  const DTensor &k, &v;
+  ConstTensorView left_padding;
+  const DTensor& offsets;  // read, then advanced by S in place
+  const DTensor &k_cache, &v_cache;
+  std::vector<const DTensor*> outputs() const { return {&k_cache, &v_cache, &offsets}; }
+};
+// dst = src, byte for byte: the offset snapshot taken before an append.
+struct KvSnapshotArgs {
+  const DTensor& src;
+  const DTensor& dst;
+  std::vector<const DTensor*> outputs() const { return {&dst}; }
+};
+
 // X(op, ArgumentStruct, reference stem)
 #define KVLAB_OPS(X)                                       \
   X(quantize, QuantizeArgs, "quantize")                    \
@@ -127,7 +144,9 @@ struct KvRollArgs {
   X(kv_scatter, KvScatterArgs, "kv_move")                  \
   X(kv_gather, KvGatherArgs, "kv_move")                    \
   X(kv_copy_blocks, KvCopyBlocksArgs, "kv_move")           \
-  X(kv_roll, KvRollArgs, "kv_move")
+  X(kv_roll, KvRollArgs, "kv_move")                        \
+  X(kv_append_advance, KvAppendAdvanceArgs, "kv_append")   \
+  X(kv_snapshot, KvSnapshotArgs, "kv_append")
 
 // Declares `void op(const Args&) override;` for every listed op (a backend that
 // implements them all, e.g. the reference).

@@ -17,6 +17,7 @@ HWY_AFTER_NAMESPACE();
 #include "kernels/simd/simd_backend.h"
 #include "kernels/simd/simd_kernels.h"
 #include "kvlab/error.h"
+#include "reference/kv_append.h"
 #include "reference/turboquant.h"
 
 namespace kvlab {
@@ -123,6 +124,15 @@ void SimdBackend::turboquant_encode(const TurboQuantEncodeArgs& a) {
 void SimdBackend::turboquant_decode(const TurboQuantDecodeArgs& a) {
   ref::turboquant_decode(host_cview(a.norms), host_cview(a.indices), a.codec, host_view(a.out));
 }
+
+// The device-offset ops are a few row memcpys and B integer adds, which vector code
+// would not speed up: the SIMD backend runs the oracle's host code explicitly.
+void SimdBackend::kv_append_advance(const KvAppendAdvanceArgs& a) {
+  ref::kv_append_advance(host_cview(a.k), host_cview(a.v), a.left_padding, host_view(a.offsets), host_view(a.k_cache),
+                         host_view(a.v_cache));
+}
+
+void SimdBackend::kv_snapshot(const KvSnapshotArgs& a) { ref::kv_snapshot(host_cview(a.src), host_view(a.dst)); }
 
 void SimdBackend::kv_scatter(const KvScatterArgs& a) {
   simd::kv_scatter(host_cview(a.src), a.slots, host_view(a.dst));

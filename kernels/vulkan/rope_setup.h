@@ -1,4 +1,4 @@
-// What every RoPE dispatch of the Vulkan backend shares (rope.cc, device_decode_step.cc):
+// What every RoPE dispatch of the Vulkan backend shares (rope.cc):
 // the push-constant block of shaders/rope.comp and the inverse frequencies.
 #pragma once
 

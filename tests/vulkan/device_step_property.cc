@@ -9,7 +9,7 @@
 #include <sstream>
 #include <string>
 
-#include "kernels/vulkan/device_decode_step.h"
+#include "cache/device_batch_kv_cache.h"
 #include "tests/vulkan/device_step_oracle.h"
 
 namespace kvlab::testing {
@@ -49,20 +49,11 @@ void require_within(const Tensor& got, const Tensor& want, std::int64_t ulps, co
   }
 }
 
-void run_case(VulkanBackend& be, const DeviceStepPropertyOptions& options, const std::vector<std::int32_t>& pads,
+void run_case(Backend& be, const std::vector<std::int32_t>& pads,
               std::int64_t heads, std::int64_t q_heads, const HeadShape& head, DType dtype, const RopeParams& rope,
-              const std::vector<std::int64_t>& chunks, std::int64_t slack, std::uint64_t seed) {
+              const std::vector<std::int64_t>& chunks, std::uint64_t seed) {
   const auto batch = static_cast<std::int64_t>(pads.size());
-  const std::int64_t total = std::accumulate(chunks.begin(), chunks.end(), std::int64_t{0});
-  DeviceDecodeStepOptions o;
-  o.left_padding = pads;
-  o.kv_heads = heads;
-  o.k_dim = head.dim;
-  o.capacity = std::max<std::int64_t>(total + slack, *std::max_element(pads.begin(), pads.end()));
-  o.dtype = dtype;
-  o.rope = rope;
-  o.rope_q_reads_live_offsets = options.rope_q_reads_live_offsets;
-  DeviceDecodeStep device(be, o);
+  DeviceBatchKVCache device(be, pads);
   ReferenceDecodeStep oracle(pads, rope);
   std::mt19937_64 rng(seed);
   for (std::size_t c = 0; c < chunks.size(); ++c) {
@@ -71,22 +62,23 @@ void run_case(VulkanBackend& be, const DeviceStepPropertyOptions& options, const
     const Tensor k = normal_tensor(rng, dtype, {batch, heads, s, head.dim});
     const Tensor v = normal_tensor(rng, dtype, {batch, heads, s, head.dim});
     const Tensor q_want = oracle.step(q, k, v);
-    const Tensor q_got = be.download(device.step(be.upload(q), be.upload(k), be.upload(v)));
+    const DeviceBatchKVCache::AttentionInputs step = device.rope_and_update(be.upload(q), be.upload(k), be.upload(v), rope);
+    const Tensor q_got = be.download(step.queries);
     const std::vector<std::int32_t> got = device.offsets(), want = oracle.offsets();
     RC_ASSERT(device.idx() == std::accumulate(chunks.begin(), chunks.begin() + static_cast<std::ptrdiff_t>(c + 1),
                                               std::int64_t{0}));
     if (got != want) {
       RC_FAIL("offsets after chunk " + std::to_string(c) + ": " + str(got) + ", the oracle's " + str(want));
     }
-    require_within(device.values(), oracle.values(), 0, "cached V", c);
-    require_within(device.keys(), oracle.keys(), 1, "cached K (roped)", c);
+    require_within(be.download(step.kv.values), oracle.values(), 0, "cached V", c);
+    require_within(be.download(step.kv.keys), oracle.keys(), 1, "cached K (roped)", c);
     require_within(q_got, q_want, 1, "roped Q", c);
   }
 }
 
 }  // namespace
 
-void device_step_matches_reference(VulkanBackend& be, const DeviceStepPropertyOptions& options) {
+void device_step_matches_reference(Backend& be, const DeviceStepPropertyOptions& options) {
   const auto batch = *rc::gen::inRange<std::int64_t>(1, 4);
   const auto pads = *rc::gen::container<std::vector<std::int32_t>>(static_cast<std::size_t>(batch),
                                                                    rc::gen::inRange<std::int32_t>(0, 4));
@@ -100,10 +92,9 @@ void device_step_matches_reference(VulkanBackend& be, const DeviceStepPropertyOp
   rope.base = *rc::gen::element(10000.0f, 500000.0f);
   const auto chunks = *rc::gen::resize(
       5, rc::gen::nonEmpty(rc::gen::container<std::vector<std::int64_t>>(rc::gen::inRange<std::int64_t>(1, 7))));
-  const auto slack = *rc::gen::inRange<std::int64_t>(0, 3);
   const auto seed = *rc::gen::arbitrary<std::uint32_t>();
   try {
-    run_case(be, options, pads, heads, heads * group, head, element.dtype, rope, chunks, slack, seed);
+    run_case(be, pads, heads, heads * group, head, element.dtype, rope, chunks, seed);
   } catch (...) {
     if (options.on_failure) options.on_failure(chunks);
     throw;

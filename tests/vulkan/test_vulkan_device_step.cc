@@ -1,16 +1,15 @@
-// DeviceDecodeStep (kernels/vulkan/device_decode_step.h): device-resident offsets, the
-// pre-append snapshot, one submission per step.
+// DeviceBatchKVCache (cache/device_batch_kv_cache.h) on the Vulkan backend: offsets that
+// live on the device, the pre-append snapshot of its attention step.
 //  - Seeded random prefill + decode sequences on every storage/memory path against
 //    BatchKVCache over the reference with host RoPE at the pre-update offsets
 //    (device_step_oracle.h): offsets exact, V bit for bit, K and Q within one ulp.
 //  - Hand-derived positions: with D = 2, rope dims 2 and wavelength 1, RoPE maps (1, 0)
-//    to (cos p, sin p), so every position the kernels used can be checked by formula; the
-//    bug-zoo switch gives exactly p + S for the queries.
-//  - The RapidCheck property (device_step_property.h) passes on the step and fails on the
-//    mutant.
+//    to (cos p, sin p), so every position the kernels used can be checked by formula.
+//  - The RapidCheck property (device_step_property.h) passes on Vulkan and on the
+//    reference (the bug zoo shows it fails on a backend whose RoPE reads the live offsets).
 //  - The Context batch: several commands, one submission, barriers in order; transfers
 //    that need their own submission are refused inside it.
-//  - Invalid input is a kvlab::Error naming the values, raised before anything runs.
+//  - Invalid input is a kvlab::Error naming the values, raised before the cache changes.
 #include <gtest/gtest.h>
 #include <rapidcheck.h>
 
@@ -21,7 +20,7 @@
 #include <vector>
 
 #include "kernels/vulkan/context.h"
-#include "kernels/vulkan/device_decode_step.h"
+#include "cache/device_batch_kv_cache.h"
 #include "reference/reference_backend.h"
 #include "tests/unit/test_util.h"
 #include "tests/vulkan/device_step_oracle.h"
@@ -68,17 +67,9 @@ TEST(VulkanDeviceStep, MatchesBatchKVCacheOverTheReferenceOnEveryPath) {
         RopeParams rope;
         rope.dims = head.rope_dims;
         rope.traditional = rng.integer(0, 1) == 1;
-        DeviceDecodeStepOptions o;
-        o.left_padding = pads;
-        o.kv_heads = heads;
-        o.k_dim = head.dim;
-        o.capacity = std::accumulate(chunks.begin(), chunks.end(), std::int64_t{0}) + rng.integer(0, 4);
-        o.dtype = dtype;
-        o.rope = rope;
         SCOPED_TRACE(::testing::Message() << dtype_name(dtype) << " B " << batch << " H " << heads << " Hq " << q_heads
-                                          << " D " << head.dim << " dims " << head.rope_dims << " capacity "
-                                          << o.capacity);
-        DeviceDecodeStep device(be, o);
+                                          << " D " << head.dim << " dims " << head.rope_dims);
+        DeviceBatchKVCache device(be, pads);
         ReferenceDecodeStep oracle(pads, rope);
         for (const std::int64_t s : chunks) {
           SCOPED_TRACE(::testing::Message() << "chunk of " << s << " at column " << device.idx());
@@ -86,10 +77,11 @@ TEST(VulkanDeviceStep, MatchesBatchKVCacheOverTheReferenceOnEveryPath) {
           const Tensor k = random_tensor(rng, dtype, {batch, heads, s, head.dim});
           const Tensor v = random_tensor(rng, dtype, {batch, heads, s, head.dim});
           const Tensor q_want = oracle.step(q, k, v);
-          const Tensor q_got = be.download(device.step(be.upload(q), be.upload(k), be.upload(v)));
+          const auto step = device.rope_and_update(be.upload(q), be.upload(k), be.upload(v), rope);
+          const Tensor q_got = be.download(step.queries);
           ASSERT_EQ(device.offsets(), oracle.offsets());
-          EXPECT_TRUE(testing::bit_equal(device.values(), oracle.values()));
-          const testing::UlpDistance dk = testing::ulp_distance(device.keys(), oracle.keys());
+          EXPECT_TRUE(testing::bit_equal(be.download(step.kv.values), oracle.values()));
+          const testing::UlpDistance dk = testing::ulp_distance(be.download(step.kv.keys), oracle.keys());
           const testing::UlpDistance dq = testing::ulp_distance(q_got, q_want);
           EXPECT_TRUE(dk.worst == 0 || dk.worst == 1) << "cached K: " << dk.worst << " ulp at " << dk.worst_at;
           EXPECT_TRUE(dq.worst == 0 || dq.worst == 1) << "roped Q: " << dq.worst << " ulp at " << dq.worst_at;
@@ -103,16 +95,11 @@ TEST(VulkanDeviceStep, MatchesBatchKVCacheOverTheReferenceOnEveryPath) {
 }
 
 // D = 2, rope dims 2, wavelength 1: θ = position, and (1, 0) ropes to (cos p, sin p).
-DeviceDecodeStepOptions unit_circle(std::vector<std::int32_t> pads, std::int64_t capacity) {
-  DeviceDecodeStepOptions o;
-  o.left_padding = std::move(pads);
-  o.kv_heads = 1;
-  o.k_dim = 2;
-  o.capacity = capacity;
-  o.dtype = DType::f32;
-  o.rope.dims = 2;
-  o.rope.freqs = {1.0f};
-  return o;
+RopeParams unit_circle() {
+  RopeParams rope;
+  rope.dims = 2;
+  rope.freqs = {1.0f};
+  return rope;
 }
 
 Tensor ones_then_zeros(std::int64_t batch, std::int64_t seq) {
@@ -136,61 +123,37 @@ void expect_positions(const Tensor& x, const std::vector<std::int64_t>& first, c
 
 TEST(VulkanDeviceStep, KeysAndQueriesAreRopedAtThePreAppendOffsets) {
   KVLAB_FOR_EACH_VULKAN_PATH([&](VulkanBackend& be, const testing::VulkanPath&) {
-    DeviceDecodeStep step(be, unit_circle({0, 3}, 8));
-    EXPECT_EQ(step.offsets(), (std::vector<std::int32_t>{0, -3}));
+    DeviceBatchKVCache cache(be, {0, 3});
+    const RopeParams rope = unit_circle();
+    auto step = [&](std::int64_t s) {
+      const DTensor x = be.upload(ones_then_zeros(2, s));
+      return cache.rope_and_update(x, x, x, rope);
+    };
+    EXPECT_EQ(cache.offsets(), (std::vector<std::int32_t>{0, -3}));
     // Prefill of 4 (row 1: three padding tokens at positions -3..-1, then position 0).
-    const Tensor q1 = be.download(step.step(be.upload(ones_then_zeros(2, 4)), be.upload(ones_then_zeros(2, 4)),
-                                            be.upload(ones_then_zeros(2, 4))));
-    expect_positions(q1, {0, -3}, "prefill Q");
-    EXPECT_EQ(step.offsets(), (std::vector<std::int32_t>{4, 1}));
+    expect_positions(be.download(step(4).queries), {0, -3}, "prefill Q");
+    EXPECT_EQ(cache.offsets(), (std::vector<std::int32_t>{4, 1}));
     // A decode step: positions 4 and 1.
-    const Tensor q2 = be.download(step.step(be.upload(ones_then_zeros(2, 1)), be.upload(ones_then_zeros(2, 1)),
-                                            be.upload(ones_then_zeros(2, 1))));
-    expect_positions(q2, {4, 1}, "decode Q");
-    EXPECT_EQ(step.offsets(), (std::vector<std::int32_t>{5, 2}));
+    const DeviceBatchKVCache::AttentionInputs decode = step(1);
+    expect_positions(be.download(decode.queries), {4, 1}, "decode Q");
+    EXPECT_EQ(cache.offsets(), (std::vector<std::int32_t>{5, 2}));
     // Column c of row b holds K roped at c − pad[b]: rows as (B, 1, 5, 2), first −pad[b].
-    expect_positions(step.keys(), {0, -3}, "cached K");
-    EXPECT_TRUE(testing::bit_equal(step.values(), ones_then_zeros(2, 5)));
-  });
-}
-
-TEST(VulkanDeviceStep, TheZooSwitchRopesQueriesAtTheAdvancedOffsets) {
-  // The mutant of the bug zoo reads the live buffer after the append: Q positions are S
-  // too far (mlx-lm#1097 / #1806, vlm#966); K, V and the offsets stay correct.
-  KVLAB_VULKAN_OR_SKIP(be, VulkanOptions{});
-  DeviceDecodeStepOptions o = unit_circle({0, 3}, 8);
-  o.rope_q_reads_live_offsets = true;
-  DeviceDecodeStep step(*be, o);
-  const Tensor q = be->download(step.step(be->upload(ones_then_zeros(2, 4)), be->upload(ones_then_zeros(2, 4)),
-                                          be->upload(ones_then_zeros(2, 4))));
-  expect_positions(q, {0 + 4, -3 + 4}, "mutant Q");
-  expect_positions(step.keys(), {0, -3}, "cached K");
-  EXPECT_EQ(step.offsets(), (std::vector<std::int32_t>{4, 1}));
-}
-
-TEST(VulkanDeviceStep, OneSubmissionPerStep) {
-  KVLAB_FOR_EACH_VULKAN_PATH([&](VulkanBackend& be, const testing::VulkanPath&) {
-    DeviceDecodeStep step(be, unit_circle({1, 0, 2}, 16));
-    const DTensor q = be.upload(ones_then_zeros(3, 3)), k = be.upload(ones_then_zeros(3, 3)),
-                  v = be.upload(ones_then_zeros(3, 3));
-    const std::uint64_t before = be.context().submissions();
-    (void)step.step(q, k, v);
-    EXPECT_EQ(be.context().submissions() - before, 1u);
+    expect_positions(be.download(decode.kv.keys), {0, -3}, "cached K");
+    EXPECT_TRUE(testing::bit_equal(be.download(decode.kv.values), ones_then_zeros(2, 5)));
   });
 }
 
 // ---- the RapidCheck property ---------------------------------------------------------
 
 // Runs the property with a fixed seed; returns the failure description, empty on success.
-std::string run_property(VulkanBackend& be, bool mutant, int cases) {
+std::string run_property(Backend& be, int cases) {
   rc::detail::TestParams params;
   params.seed = 5102;
   params.maxSuccess = cases;
   std::cout << "[ seed     ] " << params.seed << " (RapidCheck), " << cases << " cases\n";
   rc::detail::TestMetadata meta;
-  meta.id = meta.description = mutant ? "device step, rope_q_reads_live_offsets" : "device step";
-  testing::DeviceStepPropertyOptions options;
-  options.rope_q_reads_live_offsets = mutant;
+  meta.id = meta.description = "device step on " + be.name();
+  const testing::DeviceStepPropertyOptions options;
   const rc::detail::TestResult result =
       rc::detail::checkTestable([&] { testing::device_step_matches_reference(be, options); }, meta, params);
   rc::detail::FailureResult failure;
@@ -202,16 +165,15 @@ std::string run_property(VulkanBackend& be, bool mutant, int cases) {
 
 TEST(VulkanDeviceStepProperty, MatchesTheReference) {
   KVLAB_VULKAN_OR_SKIP(be, VulkanOptions{});
-  const std::string failure = run_property(*be, false, 100);
+  const std::string failure = run_property(*be, 100);
   EXPECT_TRUE(failure.empty()) << failure;
 }
 
-TEST(VulkanDeviceStepProperty, FailsOnTheLiveOffsetsMutant) {
-  KVLAB_VULKAN_OR_SKIP(be, VulkanOptions{});
-  const std::string failure = run_property(*be, true, 100);
-  ASSERT_FALSE(failure.empty()) << "the property did not notice Q roped at the live offsets";
-  std::cout << "[ mutant   ] killed: " << failure << "\n";
-  EXPECT_NE(failure.find("roped Q"), std::string::npos) << failure;
+// The cache is written once over Backend&: the same property over the oracle itself.
+TEST(DeviceBatchKVCacheProperty, MatchesTheReferenceOnTheReferenceBackend) {
+  ReferenceBackend be;
+  const std::string failure = run_property(be, 50);
+  EXPECT_TRUE(failure.empty()) << failure;
 }
 
 // ---- the Context batch ---------------------------------------------------------------
@@ -261,55 +223,42 @@ TEST(VulkanContextBatch, TransfersNeedingTheirOwnSubmissionAreRefusedInside) {
 
 TEST(VulkanDeviceStep, InvalidInputIsAnErrorNamingTheValues) {
   KVLAB_VULKAN_OR_SKIP(be, VulkanOptions{});
-  auto options = [] {
-    DeviceDecodeStepOptions o;
-    o.left_padding = {0, 1};
-    o.kv_heads = 2;
-    o.k_dim = 8;
-    o.capacity = 6;
-    o.dtype = DType::f16;
-    o.rope.dims = 8;
-    return o;
-  };
-  // Construction.
-  auto construct = [&](auto change) {
-    DeviceDecodeStepOptions o = options();
-    change(o);
-    (void)DeviceDecodeStep(*be, o);
-  };
-  EXPECT_KVLAB_ERROR(construct([](auto& o) { o.left_padding.clear(); }), invalid_argument, "left_padding");
-  EXPECT_KVLAB_ERROR(construct([](auto& o) { o.left_padding = {0, -2}; }), invalid_argument, "left_padding[1] = -2");
-  EXPECT_KVLAB_ERROR(construct([](auto& o) { o.capacity = 0; }), invalid_argument, "capacity 0");
-  EXPECT_KVLAB_ERROR(construct([](auto& o) { o.kv_heads = 0; }), invalid_argument, "kv_heads 0");
-  EXPECT_KVLAB_ERROR(construct([](auto& o) { o.dtype = DType::u32; }), dtype_mismatch, "u32");
-  EXPECT_KVLAB_ERROR(construct([](auto& o) { o.rope.dims = 10; }), invalid_argument, "rope dims 10");
+  EXPECT_KVLAB_ERROR(DeviceBatchKVCache(*be, {}), invalid_argument, "left_padding is empty");
+  EXPECT_KVLAB_ERROR(DeviceBatchKVCache(*be, {0, -2}), invalid_argument, "left_padding[1] = -2");
 
-  DeviceDecodeStep step(*be, options());
+  DeviceBatchKVCache cache(*be, {0, 1});
+  RopeParams rope;
+  rope.dims = 8;
   auto f16 = [&](Shape s) { return be->allocate(DType::f16, std::move(s)); };
   const DTensor q = f16({2, 4, 3, 8}), k = f16({2, 2, 3, 8}), v = f16({2, 2, 3, 8});
-  EXPECT_KVLAB_ERROR(step.step(q, f16({2, 3, 3, 8}), v), shape_mismatch, "k (2, 3, 3, 8)");
-  EXPECT_KVLAB_ERROR(step.step(q, k, f16({2, 2, 3, 6})), shape_mismatch, "v (2, 2, 3, 6)");
-  EXPECT_KVLAB_ERROR(step.step(q, k, f16({2, 2, 2, 8})), shape_mismatch, "v (2, 2, 2, 8)");
-  EXPECT_KVLAB_ERROR(step.step(f16({2, 4, 1, 8}), k, v), shape_mismatch, "q (2, 4, 1, 8)");
-  EXPECT_KVLAB_ERROR(step.step(f16({1, 4, 3, 8}), k, v), shape_mismatch, "q (1, 4, 3, 8)");
-  EXPECT_KVLAB_ERROR(step.step(q, f16({2, 2, 3}), v), shape_mismatch, "k (2, 2, 3)");
-  EXPECT_KVLAB_ERROR(step.step(q, be->allocate(DType::f32, {2, 2, 3, 8}), v), dtype_mismatch, "k is f32");
-  EXPECT_KVLAB_ERROR(step.step(f16({2, 4, 0, 8}), f16({2, 2, 0, 8}), f16({2, 2, 0, 8})), invalid_argument, "S = 0");
+  for (const DTensor& t : {q, k, v}) be->fill(t, 0);
+  EXPECT_KVLAB_ERROR(cache.rope_and_update(q, f16({2, 3, 3, 8}), v, rope), shape_mismatch, "(2, 3, 3, 8)");
+  EXPECT_KVLAB_ERROR(cache.rope_and_update(q, k, f16({2, 2, 2, 8}), rope), shape_mismatch, "(2, 2, 2, 8)");
+  EXPECT_KVLAB_ERROR(cache.rope_and_update(f16({2, 4, 1, 8}), k, v, rope), shape_mismatch, "q (2, 4, 1, 8)");
+  EXPECT_KVLAB_ERROR(cache.rope_and_update(f16({1, 4, 3, 8}), k, v, rope), shape_mismatch, "q (1, 4, 3, 8)");
+  EXPECT_KVLAB_ERROR(cache.rope_and_update(q, be->allocate(DType::f32, {2, 2, 3, 8}), v, rope), dtype_mismatch,
+                     "f32");
+  RopeParams too_wide = rope;
+  too_wide.dims = 10;
+  EXPECT_KVLAB_ERROR(cache.rope_and_update(q, k, v, too_wide), invalid_argument, "10");
   ReferenceBackend ref;
-  EXPECT_KVLAB_ERROR(step.step(q, ref.allocate(DType::f16, {2, 2, 3, 8}), v), misuse, "not allocated by this Vulkan");
+  EXPECT_KVLAB_ERROR(cache.rope_and_update(q, ref.allocate(DType::f16, {2, 2, 3, 8}), v, rope), misuse,
+                     "not allocated by this Vulkan");
+  // Nothing above changed the cache.
+  EXPECT_TRUE(cache.empty());
+  EXPECT_EQ(cache.offsets(), (std::vector<std::int32_t>{0, -1}));
+  (void)cache.rope_and_update(q, k, v, rope);
+  EXPECT_EQ(cache.offsets(), (std::vector<std::int32_t>{3, 2}));
 
-  // Capacity: 3 + 3 fits 6; one more token does not. The failed step changes nothing.
-  const std::uint64_t before = be->context().submissions();
-  (void)step.step(q, k, v);
-  (void)step.step(q, k, v);
-  EXPECT_EQ(be->context().submissions() - before, 2u);
-  EXPECT_EQ(step.offsets(), (std::vector<std::int32_t>{6, 5}));
-  const Tensor keys = step.keys();
-  EXPECT_KVLAB_ERROR(step.step(f16({2, 4, 1, 8}), f16({2, 2, 1, 8}), f16({2, 2, 1, 8})), invalid_argument,
-                     "S = 1 tokens at column 6 overflows the capacity of 6");
-  EXPECT_EQ(step.offsets(), (std::vector<std::int32_t>{6, 5}));
-  EXPECT_EQ(step.idx(), 6);
-  EXPECT_TRUE(testing::bit_equal(step.keys(), keys));
+  // The kernel's own check reads the offsets on the device: a column range past the
+  // capacity is refused before anything is written.
+  const DTensor offsets = be->upload(Tensor::from_ints(DType::i32, {2}, std::vector<std::int64_t>{14, 0}));
+  const std::vector<std::int32_t> pads{1, 0};
+  const ConstTensorView pad_view{reinterpret_cast<const std::byte*>(pads.data()), DType::i32, {2}};
+  const DTensor kc = f16({2, 2, 16, 8}), vc = f16({2, 2, 16, 8});
+  EXPECT_KVLAB_ERROR(be->kv_append_advance({k, v, pad_view, offsets, kc, vc}), invalid_argument,
+                     "row 0 appends S = 3 tokens at column 15");
+  EXPECT_EQ(be->download(offsets).to_ints(), (std::vector<std::int64_t>{14, 0}));
 }
 
 }  // namespace

@@ -1,12 +1,12 @@
 #version 450
-// The append of DeviceDecodeStep (kernels/vulkan/device_decode_step.h): writes a chunk of
-// S roped K rows and V rows of every (b, h) into the caches (B, H, capacity, D) at the
-// columns given by the row's pre-append offset, and advances the row's live offset.
+// kv_append_advance (kernels/vulkan/kv_append.cc, contract reference/kv_append.h): writes
+// a chunk of S K rows and V rows of every (b, h) into the caches (B, H, capacity, D) at the
+// columns given by the row's offset, and advances the row's offset.
 //
 // Offsets: `snapshot` holds the offsets copied from `live` before this dispatch (an
 // earlier command of the same submission). Token s of row b goes to column
 // snapshot[b] + pad[b] + s (pad: the row's left padding, so the offset of the first real
-// token is 0); then live[b] = snapshot[b] + S. Positions are read from the snapshot only:
+// token is 0); then live[b] = snapshot[b] + S. Columns are read from the snapshot only:
 // the live buffer is written by this very dispatch, and reading it would race.
 //
 // One invocation copies one element (16- or 32-bit); the u32-word build stores 16-bit
@@ -45,7 +45,7 @@ void main() {
   for (uint item = gl_GlobalInvocationID.x; item < items; item += kvlab_stride()) {
     const uint f = item % width, row = item / width;  // row over (B, H, S)
     const uint s = row % pc.seq, bh = row / pc.seq, b = bh / pc.heads;
-    // The host checked snapshot + pad + S <= capacity before recording.
+    // The host validated snapshot + pad + S <= capacity before recording.
     const uint column = uint(snapshot_w[pc.snapshot_offset + b] + pad_w[pc.pad_offset + b]) + s;
     const uint slot = bh * pc.capacity + column;
     if (f < pc.k_dim) {

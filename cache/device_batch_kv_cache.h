@@ -1,0 +1,79 @@
+// DeviceBatchKVCache(left_padding): BatchKVCache's layout (B rows right-aligned at one
+// shared column cursor, per-row left padding) with the per-row offsets held in a backend
+// tensor, as an engine keeps them on its device (spec §5, the offset-aliasing hazard).
+//
+// Writes go through kv_append_advance, which reads each row's offset where it lives and
+// advances it there (reference/kv_append.h). The host keeps only the shared cursor, to
+// size the buffers and check capacity before anything is recorded; offsets() downloads
+// the device tensor, so what the observables report is what the kernels produced.
+//
+// rope_and_update() is the attention step and the one place the offset-snapshot rule
+// is written: it snapshots the live offsets (kv_snapshot) before the append advances
+// them, and ropes both K (before the append) and Q (after it, as an engine that attends
+// after updating its cache does) at positions read from the snapshot. Reading the live
+// tensor for Q would give positions S too far (mlx-lm#1097 / #1806, vlm#966).
+//
+// Not a full BatchKVCache: no prepare/finalize/filter/extend and no trim (the offsets
+// would need device-side rewinds that no engine step performs); those verbs are a
+// misuse naming the class.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "cache/cache.h"
+
+namespace kvlab {
+
+class DeviceBatchKVCache final : public Cache {
+ public:
+  static constexpr std::int64_t kStep = 256;
+
+  // left_padding: one entry >= 0 per row (B >= 1); row b's offset starts at −left_padding[b].
+  DeviceBatchKVCache(Backend& backend, std::vector<std::int32_t> left_padding);
+
+  std::string_view class_name() const override { return "DeviceBatchKVCache"; }
+  // Appends k (B, H, S, Dk) and v (B, H, S, Dv) at each row's device offset and advances it.
+  FetchedKV update(const DTensor& k, const DTensor& v) override;
+
+  // What attention reads after one step: Q roped at the pre-append positions, and the
+  // cached K (roped at the same positions) and V.
+  struct AttentionInputs {
+    DTensor queries;
+    FetchedKV kv;
+  };
+  // q (B, Hq, S, Dk), k (B, H, S, Dk), v (B, H, S, Dv), one float dtype. Shape and dtype
+  // errors (and rope's own, raised by the K rope) come before the cache changes.
+  AttentionInputs rope_and_update(const DTensor& q, const DTensor& k, const DTensor& v, const RopeParams& rope);
+
+  std::int64_t kv_length() const override { return idx_; }
+  std::vector<std::int32_t> offsets() const override;  // downloaded from the device tensor
+  CacheMask make_mask(std::int64_t n, int window) const override;
+  bool is_trimmable() const override { return false; }
+  std::int64_t trim(std::int64_t) override { return 0; }
+  bool empty() const override { return keys_.buffer == nullptr; }
+  std::size_t nbytes() const override;
+  std::vector<SequenceContent> content(ContentForm form = ContentForm::stored) const override;
+  std::vector<BackingBuffer> buffers() const override;
+  CacheState state() const override;
+  static std::unique_ptr<DeviceBatchKVCache> from_state(Backend& backend, const CacheState& state);
+
+  std::int64_t batch_size() const { return static_cast<std::int64_t>(left_padding_.size()); }
+  std::int64_t idx() const { return idx_; }
+  std::int64_t capacity() const { return empty() ? 0 : keys_.shape[2]; }
+  const std::vector<std::int32_t>& left_padding() const { return left_padding_; }
+  // Columns [0, idx) of the buffers, (B, H, idx, D) each.
+  FetchedKV fetch() const;
+
+ private:
+  void check_chunk(const DTensor& k, const DTensor& v) const;
+
+  std::vector<std::int32_t> left_padding_;
+  std::int64_t idx_ = 0;  // columns written, shared by every row
+  DTensor keys_, values_;
+  DTensor live_;      // i32 (B,): the offsets the kernels read and advance
+  DTensor snapshot_;  // i32 (B,): live_ as it was before the current step's append
+};
+
+}  // namespace kvlab
