@@ -134,6 +134,20 @@ Traffic kv_roll(const Problem& p) {
   return {moved + p.integer("B") * 4, moved, 0};
 }
 
+// kv_append_advance (the device-offset cache append): the B·H·S new K and V rows are read
+// and written into the caches; B offsets are read and written, B left paddings read.
+Traffic kv_append_advance(const Problem& p) {
+  const std::int64_t rows = p.integer("B") * p.integer("H") * p.integer("S");
+  const std::int64_t moved = rows * (p.integer("Dk") + p.integer("Dv")) * size_of(p);
+  return {moved + p.integer("B") * 8, moved + p.integer("B") * 4, 0};
+}
+
+// kv_snapshot: N elements read and written.
+Traffic kv_snapshot(const Problem& p) {
+  const std::int64_t moved = p.integer("N") * size_of(p);
+  return {moved, moved, 0};
+}
+
 using Model = Traffic (*)(const Problem&);
 
 Model model_of(const std::string& op) {
@@ -148,6 +162,8 @@ Model model_of(const std::string& op) {
   if (op == "kv_gather") return kv_gather;
   if (op == "kv_copy_blocks") return kv_copy_blocks;
   if (op == "kv_roll") return kv_roll;
+  if (op == "kv_append_advance") return kv_append_advance;
+  if (op == "kv_snapshot") return kv_snapshot;
   return nullptr;
 }
 
