@@ -22,6 +22,7 @@
 #include "cache/quantized_kv_cache.h"
 #include "cache/state_file.h"
 #include "property_tests/batch_util.h"
+#include "property_tests/repro_line.h"
 #include "property_tests/properties.h"
 
 namespace kvlab::prop {
@@ -304,6 +305,25 @@ void rows_match_logs(const Ops& ops) {
   auto cache = fresh_batch(ops, be, 8, next_id, rows);
   Pending pending;
   RC_LOG() << "fresh rows " << rows_str(rows) << "\n";
+  // The case as a `cache` line (repro_line.h), logged if a check below fails.
+  BatchCase line_case;
+  line_case.batch = static_cast<std::int64_t>(rows.size());
+  line_case.heads = ops.heads;
+  line_case.dim = ops.dim;
+  if constexpr (requires { ops.spec; }) {
+    line_case.kind = Kind::batch_quantized;
+    line_case.spec = ops.spec;
+    line_case.rounding = ops.rounding;
+  }
+  ReproScript line;
+  const ReproOnFailure log_line(line_case, line);
+  {
+    std::int64_t hi = 0, lo = 0;
+    for (const RowLog& r : rows) hi = std::max(hi, r.count), lo = std::min(lo, r.count);
+    line_case.lpad = -lo;
+    if (hi - lo > 0) line.tokens.push_back("u" + std::to_string(hi - lo));
+    line.note("the property's K/V go through update(), not attend()");
+  }
   check_rows(ops, be, *cache, rows, false, "prefill");
   const auto script = *rc::gen::container<std::vector<Op>>(
       static_cast<std::size_t>(*rc::gen::inRange(1, 13)),
@@ -325,14 +345,19 @@ void rows_match_logs(const Ops& ops) {
     if (op == Op::decode || op == Op::chunk) {
       if (pending && pending.left == 0) {
         finish_prompt();
+        line.tokens.push_back("f");
       } else {
         const std::int64_t n = op == Op::decode ? 1 : gen_chunk(pending ? pending.left : 300);
+        if (!pending) line.tokens.push_back("u" + std::to_string(n));
         write_chunk(ops, be, *cache, rows, n, pending.on);
         if (pending) pending.left -= n;
         size.tokens += n;
       }
     } else if (op == Op::prompt) {
       pending = {true, start_prompt<Ops>(*cache, rows)};
+      // The whole right-padded prompt is one rN here; the property writes it in pieces.
+      line.tokens.push_back("r" + std::to_string(pending.left));
+      for (const RowLog& r : rows) line_case.rpad = std::max(line_case.rpad, r.pad_left);
     } else if (op == Op::trim) {
       std::int64_t most = 0;
       for (const RowLog& r : rows) most = std::max(most, r.count);
@@ -340,16 +365,21 @@ void rows_match_logs(const Ops& ops) {
       if (pending) {
         expect_rejected([&] { cache->trim(n); }, ErrorKind::misuse, "trim while a right pad is pending");
       } else {
+        if (n > 0) line.tokens.push_back("t" + std::to_string(n));
         const std::int64_t removed = cache->trim(n);
         if (removed != n) RC_FAIL("trim(" + std::to_string(n) + ") removed " + std::to_string(removed));
         for (RowLog& r : rows) r.count -= n;
       }
     } else if (op == Op::filter) {
       const std::vector<std::int32_t> idx = gen_keep(rows.size());
+      std::string k = "k";
+      for (std::size_t i = 0; i < idx.size(); ++i) k += (i ? "_" : "") + std::to_string(idx[i]);
+      line.tokens.push_back(k);
       ops.filter(cache, idx);
       rows = pick(rows, idx);
     } else if (op == Op::bad_filter) {
       const std::vector<std::int32_t> idx = gen_bad_keep(rows.size());
+      line.note("a rejected filter");
       expect_rejected([&] { ops.filter(cache, idx); }, ErrorKind::invalid_argument,
                       "filter(" + list_str(idx) + ") of " + std::to_string(rows.size()) + " rows");
     } else if (op == Op::extend) {
@@ -357,6 +387,7 @@ void rows_match_logs(const Ops& ops) {
       const int kind = *rc::gen::inRange(0, 4);
       if (kind == 3 && rows.size() * 2 <= 8) {  // with itself
         joined = rows;
+        line.note("extend by itself");
         ops.extend(cache, *cache);
       } else {
         auto other = fresh_batch(ops, be, 8 - static_cast<std::int64_t>(rows.size()), next_id, joined);
@@ -364,17 +395,23 @@ void rows_match_logs(const Ops& ops) {
         if (kind == 1 && std::all_of(joined.begin(), joined.end(), [](const RowLog& r) { return r.count >= 0; }))
           other = merged_copy(ops, be, *other, joined.size());
         if (kind == 2) other = ops.restore(be, other->state());
+        std::int64_t longest = 1;
+        for (const RowLog& r : joined) longest = std::max(longest, r.count);
+        line.tokens.push_back("x" + std::to_string(joined.size()) + "p" + std::to_string(longest));
         ops.extend(cache, *other);
         for (RowLog& r : joined)
           if (pending) r.real_left = pending.left, r.pad_left = 0, r.pads = 0;  // real tokens to the prompt's end
       }
       rows.insert(rows.end(), joined.begin(), joined.end());
     } else if (op == Op::to_quantized) {
+      line.note("to_quantized");
       ops.check_to_quantized(be, *cache, rows);
     } else if (op == Op::merge) {  // merge of the extracted rows, then extract, is the identity
+      line.note("merge of the extracted rows");
       cache = merged_copy(ops, be, *cache, rows.size());
       for (RowLog& r : rows) r.count = std::max<std::int64_t>(r.count, 0);
     } else if (op == Op::state) {
+      line.tokens.push_back("s");
       cache = ops.restore(be, round_trip(cache->state()));
     }
     RC_LOG() << op_name(op) << " -> rows " << rows_str(rows)
@@ -384,6 +421,7 @@ void rows_match_logs(const Ops& ops) {
   if (pending) {  // the rest of a pending prompt, then finalize
     if (pending.left > 0) write_chunk(ops, be, *cache, rows, pending.left, true);
     finish_prompt();
+    line.tokens.push_back("f");
     check_rows(ops, be, *cache, rows, false, "finalize");
   }
 }

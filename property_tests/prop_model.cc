@@ -11,6 +11,7 @@
 
 #include "cache/registry.h"
 #include "cache/rotating_kv_cache.h"
+#include "harness/ops/ops.h"
 #include "property_tests/repro_line.h"
 #include "reference/affine_quantize.h"
 #include "reference/rope.h"
@@ -213,6 +214,47 @@ Tensor Sut::raw(Stream s, std::int64_t p0, std::int64_t n) {
   return t;
 }
 
+bool Sut::reference_backend() const { return prop_backend_name() == "reference"; }
+
+Tensor Sut::backend_rope(const Tensor& x, std::int64_t p0) {
+  const RopeParams rope = attend_options(cfg).rope;
+  const std::vector<std::int32_t> offsets(idx(x.dim(0)), static_cast<std::int32_t>(p0));
+  DTensor per_row = be.allocate(DType::i32, {x.dim(0)});
+  be.upload(per_row, offsets.data());
+  const DTensor in = be.upload(x);
+  const DTensor out = be.allocate(x.dtype(), x.shape());
+  be.rope({in, rope, Offsets{0, per_row}, out});
+  Tensor got = be.download(out);
+  const Tensor want = ref::rope(x, rope, static_cast<std::int32_t>(p0));
+  const std::vector<double> budget = harness::ops::rope_budget(x, rope, offsets, want);
+  const float *g = got.view().as<const float>(), *w = want.view().as<const float>();
+  for (std::int64_t i = 0; i < got.numel(); ++i) {
+    const double d = std::abs(static_cast<double>(g[i]) - static_cast<double>(w[i]));
+    if (!(d <= budget[idx(i)]))
+      RC_FAIL("backend RoPE at " + std::to_string(p0) + ": element " + std::to_string(i) + " of " +
+              shape_str(x.shape()) + " is " + std::to_string(g[i]) + ", ref::rope " + std::to_string(w[i]) +
+              ", beyond the rope op's budget " + std::to_string(budget[idx(i)]));
+  }
+  return got;
+}
+
+void Sut::attended_keys(std::int64_t p0, std::int64_t n, const Model& m) {
+  if (cfg.rope_dims == 0 || reference_backend() || n == 0) return;
+  const Tensor got = backend_rope(raw(Stream::key, p0, n), p0);
+  row(1, p0 + n - 1, m);  // the memo reaches past p0 + n
+  const std::int64_t dim = cfg.dk;
+  const auto put = [&](std::vector<std::vector<float>>& memo, const Tensor& rows) {
+    const float* src = rows.view().as<const float>();
+    for (std::int64_t i = 0; i < n && p0 + i < static_cast<std::int64_t>(memo.size()); ++i)
+      for (std::int64_t bh = 0; bh < cfg.batch * cfg.kv_heads; ++bh)
+        std::copy_n(src + (bh * n + i) * dim, dim, memo[idx(p0 + i)].data() + bh * dim);
+  };
+  put(memo_[1], got);
+  // TurboQuant: rows already round-tripped through the codecs were made from ref::rope's
+  // rows; redo them from the backend's (the round trip stays the reference codec's).
+  if (static_cast<std::int64_t>(memo_[4].size()) > p0 && turbo_[0]) put(memo_[4], turbo_roundtrip(*turbo_[0], got));
+}
+
 const float* Sut::row(int which, std::int64_t pos, const Model& m) {
   std::vector<std::vector<float>>& memo = memo_[which];
   const auto have = static_cast<std::int64_t>(memo.size());
@@ -221,8 +263,20 @@ const float* Sut::row(int which, std::int64_t pos, const Model& m) {
     // `have`, which is exactly attend's position have + t.
     const std::int64_t n = pos + 64 - have;
     const Stream s = which % 3 == 2 ? Stream::value : Stream::key;
-    Tensor t = raw(s, have, n);
-    if (which % 3 == 1) t = ref::rope(t, attend_options(cfg).rope, static_cast<std::int32_t>(have));
+    Tensor t;
+    if (which < 3) {
+      t = raw(s, have, n);
+      if (which == 1) t = ref::rope(t, attend_options(cfg).rope, static_cast<std::int32_t>(have));
+    } else {
+      // From the plain rows (which may hold a backend's own RoPE, attended_keys).
+      row(which - 3, have + n - 1, m);
+      const std::int64_t dim = s == Stream::value ? cfg.dv : cfg.dk;
+      t = Tensor(DType::f32, {cfg.batch, cfg.kv_heads, n, dim});
+      float* dst = t.view().as<float>();
+      for (std::int64_t bh = 0; bh < cfg.batch * cfg.kv_heads; ++bh)
+        for (std::int64_t i = 0; i < n; ++i)
+          std::copy_n(memo_[which - 3][idx(have + i)].data() + bh * dim, dim, dst + (bh * n + i) * dim);
+    }
     if (which >= 3) {
       // The codecs come from the first update's tensor; encoding is per token row, so
       // each row's round trip does not depend on the rows around it.

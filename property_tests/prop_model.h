@@ -153,6 +153,21 @@ class Sut {
   // Raw (un-roped) inputs for positions [p0, p0 + n): (B, heads, n, D).
   Tensor raw(Stream s, std::int64_t p0, std::int64_t n);
 
+  // True when the backend under test is the reference, whose kernels are the oracle's.
+  bool reference_backend() const;
+  // x (B, H, n, D) rotated by the backend under test as attend() does it (per-row offsets,
+  // every row at p0), after checking it against ref::rope within the rope op's tolerance
+  // (harness/ops/rope_info.cc): the numerics are checked here, once per attend.
+  Tensor backend_rope(const Tensor& x, std::int64_t p0);
+  // An attend() stored keys of positions [p0, p0 + n): on a backend other than the
+  // reference, the model's roped rows of those positions become that backend's own
+  // rotation of them (backend_rope). Why: what the cache holds, returns and serializes is
+  // bookkeeping (which rows, in which order, quantized how), and the backend's RoPE is
+  // within a tolerance of the oracle's, not equal, so rows from ref::rope would differ in
+  // the last bits (and, once quantized, in scales and codes). With the kernel's own rows
+  // the content checks stay bit for bit. On the reference the memo keeps ref::rope's rows.
+  void attended_keys(std::int64_t p0, std::int64_t n, const Model& m);
+
  private:
   // Memo of rows per position, (B, H, D) each: [0] raw keys, [1] roped keys, [2] values;
   // TurboQuant: [3..5] their codec round trips. Content is a pure function of the config

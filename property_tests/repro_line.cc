@@ -1,6 +1,9 @@
 #include "property_tests/repro_line.h"
 
+#include <rapidcheck.h>
+
 #include <cmath>
+#include <exception>
 #include <cstdlib>
 #include <sstream>
 
@@ -72,6 +75,44 @@ ReproLine repro_line(const Config& c, const ReproScript& script) {
     out.notes = "the line '" + os.str() + "' does not parse: " + e.what();
   }
   return out;
+}
+
+ReproLine batch_repro_line(const BatchCase& c, const ReproScript& script) {
+  ReproScript r = script;
+  std::ostringstream os;
+  os << "cache kind=" << cache_kind_info(c.kind).name << " B=" << c.batch << " Hq=" << c.heads << " Hkv=" << c.heads
+     << " D=" << c.dim << " rope=0 window=0";
+  if (c.kind == Kind::batch_rotating) os << " max=" << c.max_size;
+  if (c.spec) {
+    os << " qmode=" << quant_mode_name(c.spec->mode) << " bits=" << c.spec->bits << " group=" << c.spec->group_size;
+    if (c.rounding != Rounding::mlx_cpu) r.note("rounding=" + std::string(rounding_name(c.rounding)));
+  }
+  os << " lpad=" << c.lpad << " rpad=" << c.rpad;
+  if (c.lpad > 0 || c.rpad > 0) r.note("per-row paddings (the line spreads the largest by its rule)");
+  ReproLine out;
+  for (std::size_t i = 0; i < r.notes.size(); ++i) out.notes += (i ? "; " : "") + r.notes[i];
+  if (r.tokens.empty()) {
+    out.notes = "no command of the case has a script verb" + (out.notes.empty() ? "" : "; " + out.notes);
+    return out;
+  }
+  try {
+    cs::Script s;
+    for (const std::string& t : r.tokens)
+      for (cs::Command& cmd : cs::parse_script(t)) s.push_back(std::move(cmd));
+    os << " script=" << cs::script_str(s) << " seed=1";
+    out.line = harness::parse_problem(os.str()).line();
+  } catch (const Error& e) {
+    out.line.clear();
+    out.notes = "the line '" + os.str() + "' does not parse: " + e.what();
+  }
+  return out;
+}
+
+ReproOnFailure::ReproOnFailure(const BatchCase& c, const ReproScript& s)
+    : case_(c), script_(s), exceptions_(std::uncaught_exceptions()) {}
+
+ReproOnFailure::~ReproOnFailure() {
+  if (std::uncaught_exceptions() > exceptions_) RC_LOG() << batch_repro_line(case_, script_).text(prop_backend_name()) << "\n";
 }
 
 const std::string& prop_backend_name() {

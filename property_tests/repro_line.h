@@ -11,6 +11,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -37,6 +38,36 @@ struct ReproLine {
   std::string text(const std::string& backend) const;
 };
 ReproLine repro_line(const Config& cfg, const ReproScript& script);
+
+// A batch property case (batch_*.cc) as a `cache kind=batch_… B=… script=…` line: the
+// rows it started with, its head layout and quantization, and the largest left and right
+// padding it used (the line's lpad/rpad rule spreads them over the rows; the property's
+// own per-row paddings are random, a difference named in the notes).
+struct BatchCase {
+  Kind kind = Kind::batch_kv;
+  std::int64_t batch = 1, heads = 1, dim = 32;
+  std::optional<QuantSpec> spec;  // batch_quantized
+  Rounding rounding = Rounding::mlx_cpu;
+  std::int64_t max_size = 16;     // batch_rotating
+  std::int64_t lpad = 0, rpad = 0;
+};
+ReproLine batch_repro_line(const BatchCase& c, const ReproScript& script);
+
+// Logs `text()` of the line (RC_LOG) when the scope it guards ends by an exception, i.e.
+// when the case fails: a batch case draws its commands as it runs, so its line is only
+// known at the step that fails.
+class ReproOnFailure {
+ public:
+  ReproOnFailure(const BatchCase& c, const ReproScript& s);
+  ~ReproOnFailure();
+  ReproOnFailure(const ReproOnFailure&) = delete;
+  ReproOnFailure& operator=(const ReproOnFailure&) = delete;
+
+ private:
+  const BatchCase& case_;
+  const ReproScript& script_;
+  int exceptions_;
+};
 
 // The backend of the property runs: KVLAB_PROP_BACKEND, default "reference".
 const std::string& prop_backend_name();

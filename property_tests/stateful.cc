@@ -86,6 +86,7 @@ struct Attend : CacheCmd {
     const std::vector<std::int64_t> pos = m.returned_positions(n);
     Model after = m;
     after.append(n, m.cfg.rope_dims > 0);
+    sut.attended_keys(m.offset, n, after);
     const DTensor q = sut.be.upload(sut.raw(Stream::query, m.offset, n));
     const DTensor k = sut.be.upload(sut.raw(Stream::key, m.offset, n));
     const DTensor v = sut.be.upload(sut.raw(Stream::value, m.offset, n));

@@ -30,4 +30,10 @@ namespace kvlab::harness::ops {
 KVLAB_HARNESS_OPS(KVLAB_DECLARE_HARNESS_OP)
 #undef KVLAB_DECLARE_HARNESS_OP
 
+// The rope op's tolerance (its derivation is in rope_info.cc), per element of
+// ref = rope(x) with batch row b at positions t + row_offsets[b]; for checks outside the
+// harness that compare a backend's RoPE with the oracle's (the property suite).
+std::vector<double> rope_budget(const Tensor& x, const RopeParams& rope, const std::vector<std::int32_t>& row_offsets,
+                                const Tensor& ref);
+
 }  // namespace kvlab::harness::ops

@@ -77,31 +77,41 @@ class Rope final : public OpInfo {
   }
 
   Budget budget(const Problem& p, const Prepared& prep, std::size_t, const Tensor& ref) const override {
-    constexpr double u = 0x1p-24;
-    const RopeParams rp = rope_params(p);
-    const Shape s = x_shape(p);
-    const std::int64_t T = s[2], D = s[3], half = rp.dims / 2;
-    const double eps = dtype_epsilon(ref.dtype());
-    const double denorm = ref.dtype() == DType::f32 ? 0x1p-149 : (ref.dtype() == DType::f16 ? 0x1p-24 : 0x1p-133);
-    const ConstTensorView x = prep.input("x").view(), r = ref.view();
+    std::vector<std::int32_t> offsets;
+    for (std::int64_t b = 0; b < p.integer("B"); ++b) offsets.push_back(row_offset(p, b));
     Budget b;
-    b.per_element.assign(static_cast<std::size_t>(ref.numel()), 0.0);
-    for (std::int64_t i = 0; i < ref.numel(); ++i) {
-      const std::int64_t d = i % D, t = (i / D) % T, batch = i / (D * T * s[1]);
-      if (d >= rp.dims) continue;  // passthrough: bit copy
-      const std::int64_t pair = rp.traditional ? d / 2 : d % half;
-      const std::int64_t partner = rp.traditional ? (d ^ 1) : (d < half ? d + half : d - half);
-      const double inv = std::pow(static_cast<double>(rp.base), -2.0 * static_cast<double>(pair) / rp.dims);
-      const double theta = std::abs(static_cast<double>(rp.scale) * static_cast<double>(t + row_offset(p, batch)) * inv);
-      const double mag = std::abs(static_cast<double>(x.load(i))) + std::abs(static_cast<double>(x.load(i - d + partner)));
-      b.per_element[static_cast<std::size_t>(i)] =
-          mag * (theta * 5 * u + 4 * u) + eps * std::abs(static_cast<double>(r.load(i))) + denorm;
-    }
+    b.per_element = rope_budget(prep.input("x"), rope_params(p), offsets, ref);
     return b;
   }
 };
 
 }  // namespace
+
+std::vector<double> rope_budget(const Tensor& x_in, const RopeParams& rp, const std::vector<std::int32_t>& row_offsets,
+                                const Tensor& ref) {
+  constexpr double u = 0x1p-24;
+  const Shape& s = ref.shape();
+  KVLAB_REQUIRE(s.size() == 4 && x_in.shape() == s && static_cast<std::int64_t>(row_offsets.size()) == s[0],
+                shape_mismatch, "rope_budget: x ", shape_str(x_in.shape()), ", result ", shape_str(s), ", ",
+                row_offsets.size(), " row offsets");
+  const std::int64_t T = s[2], D = s[3], half = rp.dims / 2;
+  const double eps = dtype_epsilon(ref.dtype());
+  const double denorm = ref.dtype() == DType::f32 ? 0x1p-149 : (ref.dtype() == DType::f16 ? 0x1p-24 : 0x1p-133);
+  const ConstTensorView x = x_in.view(), r = ref.view();
+  std::vector<double> out(static_cast<std::size_t>(ref.numel()), 0.0);
+  for (std::int64_t i = 0; i < ref.numel(); ++i) {
+    const std::int64_t d = i % D, t = (i / D) % T, batch = i / (D * T * s[1]);
+    if (d >= rp.dims) continue;  // passthrough: bit copy
+    const std::int64_t pair = rp.traditional ? d / 2 : d % half;
+    const std::int64_t partner = rp.traditional ? (d ^ 1) : (d < half ? d + half : d - half);
+    const double inv = std::pow(static_cast<double>(rp.base), -2.0 * static_cast<double>(pair) / rp.dims);
+    const double theta =
+        std::abs(static_cast<double>(rp.scale) * static_cast<double>(t + row_offsets[static_cast<std::size_t>(batch)]) * inv);
+    const double mag = std::abs(static_cast<double>(x.load(i))) + std::abs(static_cast<double>(x.load(i - d + partner)));
+    out[static_cast<std::size_t>(i)] = mag * (theta * 5 * u + 4 * u) + eps * std::abs(static_cast<double>(r.load(i))) + denorm;
+  }
+  return out;
+}
 
 const OpInfo& rope() {
   static const Rope op;
