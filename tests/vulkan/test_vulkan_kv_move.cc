@@ -4,7 +4,7 @@
 // oracle (rows of 1, 3, 5 u8 elements straddling 32-bit words, permuted and ring slots,
 // int32-extreme shifts, empty axes, tensors at odd element offsets with guard bands) are
 // lines of harness/cases/kv_*/ci, run on lavapipe by harness.check_lavapipe_vulkan and on
-// the words+staging path by harness.check_lavapipe_vulkan_words_staging.
+// the words+staging path by harness.check_lavapipe_vulkan_paths_moves (harness/cases/<op>/paths).
 #include <gtest/gtest.h>
 
 #include <functional>

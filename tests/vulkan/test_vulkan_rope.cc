@@ -4,7 +4,7 @@
 // angles past the exact reduction, NaN/inf, copied tails bit for bit, odd element
 // offsets) are lines of harness/cases/rope/ci under rope's one tolerance object
 // (harness/ops/rope_info.cc), run on lavapipe by harness.check_lavapipe_vulkan and on the
-// words+staging path by harness.check_lavapipe_vulkan_words_staging.
+// words+staging path by harness.check_lavapipe_vulkan_paths_moves (harness/cases/<op>/paths).
 #include <gtest/gtest.h>
 
 #include <functional>
