@@ -88,14 +88,19 @@ Comparison compare_values(const Tensor& backend, const Tensor& reference, const 
   const ConstTensorView vb = backend.view(), vr = reference.view();
   double ref_inf_norm = 0, sum_sq_err = 0, sum_sq_ref = 0;
   double worst_ratio = -1;
-  std::int64_t nans = 0, inf_mismatch = 0;
+  std::int64_t nans = 0, inf_mismatch = 0, copy_mismatch = 0;
   for (std::int64_t i = 0; i < backend.numel(); ++i) {
     const double b = vb.load(i), r = vr.load(i);
     const double allowed = budget.per_element.size() == 1 ? budget.per_element[0]
                                                           : budget.per_element[static_cast<std::size_t>(i)];
     double ratio = 0;
     bool bad = false;
-    if (budget.nan_where_reference_nan && std::isnan(r) && std::isnan(b)) {
+    if (budget.bits_where_zero && allowed == 0) {
+      const std::size_t size = dtype_size(backend.dtype()), at = static_cast<std::size_t>(i) * size;
+      bad = std::memcmp(backend.data() + at, reference.data() + at, size) != 0;
+      copy_mismatch += bad;
+      ratio = bad ? std::numeric_limits<double>::infinity() : 0;
+    } else if (budget.nan_where_reference_nan && std::isnan(r) && std::isnan(b)) {
       ratio = 0;
     } else if (std::isnan(b) || std::isnan(r)) {
       ++nans;
@@ -127,7 +132,9 @@ Comparison compare_values(const Tensor& backend, const Tensor& reference, const 
     c.backend_value = show(backend, c.worst_index);
     c.reference_value = show(reference, c.worst_index);
   }
-  if (nans > 0) {
+  if (copy_mismatch > 0) {
+    c.reason = cat(copy_mismatch, " copied element(s) differ from the reference's bytes");
+  } else if (nans > 0) {
     c.reason = budget.nan_where_reference_nan ? cat(nans, " element(s) NaN in one output only")
                                               : cat(nans, " NaN element(s)");
   } else if (inf_mismatch > 0) {

@@ -49,6 +49,12 @@ Footprint& Footprint::add_bytes(std::uint64_t bytes) {
 const std::vector<ParamSpec>& OpInfo::params() const {
   if (params_.empty()) {
     params_ = declared_params();
+    // Where the spine places every input and output inside its buffer (harness/spine.cc):
+    // `aligned` at a 64-byte boundary, `odd` one element later, an odd element offset
+    // that no vector load, binding offset or workgroup stride may assume away.
+    ParamSpec place = word_param("place", {"aligned", "odd"});
+    place.quiet_default = true;
+    params_.push_back(std::move(place));
     params_.push_back(int_param("seed", 1));
   }
   return params_;

@@ -31,6 +31,9 @@ struct Budget {
   // Inputs with inf/NaN on purpose (e.g. sdpa special=q_nan): the reference's NaN
   // elements are expected, and the backend must have NaN at exactly those elements.
   bool nan_where_reference_nan = false;
+  // Elements whose budget is exactly zero are copies (e.g. rope's passthrough features):
+  // their bytes must equal the reference's, NaN payloads included.
+  bool bits_where_zero = false;
 };
 
 struct OutputSlot {

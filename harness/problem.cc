@@ -141,8 +141,20 @@ Problem Problem::with(std::string_view key, std::string_view value) const {
 }
 
 std::string Problem::line() const {
+  const std::vector<ParamSpec>* specs = nullptr;
+  for (const OpInfo* op : all_ops()) {
+    if (op->name() == op_) specs = &op->params();
+  }
   std::string out = op_;
-  for (const auto& [k, v] : params_) out += cat(" ", k, "=", v);
+  for (const auto& [k, v] : params_) {
+    bool quiet = false;
+    if (specs != nullptr) {
+      for (const ParamSpec& s : *specs) {
+        if (s.key == k && s.quiet_default) quiet = v == canonical_value(s, s.default_value);
+      }
+    }
+    if (!quiet) out += cat(" ", k, "=", v);
+  }
   return out;
 }
 

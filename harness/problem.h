@@ -31,6 +31,10 @@ struct ParamSpec {
   // shrink to choices[0]. shrink = false keeps the parameter (dtype, seed, ...).
   bool shrink = false;
   std::int64_t shrink_min = 1;
+  // A key added after case files and repro lines were written: the canonical line names it
+  // only when its value differs from the default, so every older line (and the random fill
+  // keyed by it) stays exactly what it was.
+  bool quiet_default = false;
 };
 
 class Problem {
@@ -53,7 +57,8 @@ class Problem {
   // Returns a copy with one parameter replaced (value canonicalized).
   Problem with(std::string_view key, std::string_view value) const;
 
-  // The canonical one-line form: `op k1=v1 k2=v2 ... seed=N` in declared order.
+  // The canonical one-line form: `op k1=v1 k2=v2 ... seed=N` in declared order; a
+  // quiet_default key at its default is left out.
   std::string line() const;
   friend bool operator==(const Problem& a, const Problem& b) = default;
 

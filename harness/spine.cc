@@ -13,8 +13,9 @@ namespace kvlab::harness {
 
 namespace {
 
-// 64 bytes keep the payload 64-byte aligned (host buffers are) and catch the usual
-// off-by-one-vector overruns of a SIMD tail or a shader's last workgroup.
+// 64 bytes keep the payload 64-byte aligned (host buffers are; place=odd shifts it on
+// purpose) and catch the usual off-by-one-vector overruns of a SIMD tail or a shader's
+// last workgroup.
 constexpr std::size_t kGuard = 64;
 constexpr std::byte kSentinel{0xA5};
 
@@ -22,22 +23,32 @@ struct Placed {
   BufferPtr buffer;
   DTensor tensor;
   std::vector<std::byte> image;  // what was uploaded: guards + payload
+  std::size_t lead = kGuard;     // bytes before the payload: the front guard band
 };
 
-Placed place(Backend& b, DType dtype, const Shape& shape, const std::byte* content) {
+// place=odd moves every tensor one element further into its buffer: element offset
+// 64/size + 1, odd for every element size up to 32 bytes, and a byte offset that is not
+// a multiple of 8 (nor of 4 or 2 for narrower elements). The front guard band grows by
+// that element, so it still covers at least kGuard bytes.
+std::size_t lead_bytes(const Problem& p, DType dtype) {
+  return p.word("place") == "odd" ? kGuard + dtype_size(dtype) : kGuard;
+}
+
+Placed place(Backend& b, DType dtype, const Shape& shape, const std::byte* content, std::size_t lead) {
   Placed p;
+  p.lead = lead;
   const std::size_t payload = shape_nbytes(shape, dtype);
-  p.image.assign(payload + 2 * kGuard, kSentinel);
+  p.image.assign(lead + payload + kGuard, kSentinel);
   // NaN poison: all-ones is a NaN in every float dtype and an out-of-range code elsewhere.
   // An empty tensor has no payload (and its data pointer may be null).
   if (payload > 0 && content != nullptr) {
-    std::memcpy(p.image.data() + kGuard, content, payload);
+    std::memcpy(p.image.data() + lead, content, payload);
   } else if (payload > 0) {
-    std::memset(p.image.data() + kGuard, 0xFF, payload);
+    std::memset(p.image.data() + lead, 0xFF, payload);
   }
   p.buffer = b.allocate(p.image.size());
   b.upload(DTensor{p.buffer, 0, DType::u8, {static_cast<std::int64_t>(p.image.size())}}, p.image.data());
-  p.tensor = DTensor{p.buffer, kGuard, dtype, shape};
+  p.tensor = DTensor{p.buffer, lead, dtype, shape};
   return p;
 }
 
@@ -56,9 +67,12 @@ struct Run {
 
 Run execute(const OpInfo& op, const Problem& p, const Prepared& prep, Backend& b) {
   Run r;
-  for (const Tensor& t : prep.inputs) r.inputs.push_back(place(b, t.dtype(), t.shape(), t.data()));
+  for (const Tensor& t : prep.inputs) {
+    r.inputs.push_back(place(b, t.dtype(), t.shape(), t.data(), lead_bytes(p, t.dtype())));
+  }
   for (const OutputSlot& s : prep.outputs) {
-    r.outputs.push_back(place(b, s.dtype, s.shape, s.initial ? s.initial->data() : nullptr));
+    r.outputs.push_back(
+        place(b, s.dtype, s.shape, s.initial ? s.initial->data() : nullptr, lead_bytes(p, s.dtype)));
   }
   r.in.names = &prep.input_names;
   for (const Placed& pl : r.inputs) r.in.tensors.push_back(pl.tensor);
@@ -75,16 +89,16 @@ Run execute(const OpInfo& op, const Problem& p, const Prepared& prep, Backend& b
   return r;
 }
 
-Tensor payload(const std::vector<std::byte>& image, DType dtype, const Shape& shape) {
+Tensor payload(const std::vector<std::byte>& image, std::size_t lead, DType dtype, const Shape& shape) {
   Tensor t(dtype, shape);
-  if (t.nbytes() > 0) std::memcpy(t.data(), image.data() + kGuard, t.nbytes());
+  if (t.nbytes() > 0) std::memcpy(t.data(), image.data() + lead, t.nbytes());
   return t;
 }
 
 // Names the first byte outside the payload that changed, or "" when the guards hold.
-std::string guard_violation(const std::vector<std::byte>& image) {
-  for (std::size_t i = 0; i < kGuard; ++i) {
-    if (image[i] != kSentinel) return cat("guard band before the output overwritten at byte -", kGuard - i);
+std::string guard_violation(const std::vector<std::byte>& image, std::size_t lead) {
+  for (std::size_t i = 0; i < lead; ++i) {
+    if (image[i] != kSentinel) return cat("guard band before the output overwritten at byte -", lead - i);
   }
   for (std::size_t i = image.size() - kGuard; i < image.size(); ++i) {
     if (image[i] != kSentinel) return cat("guard band after the output overwritten at byte +", i - (image.size() - kGuard));
@@ -164,9 +178,11 @@ CaseResult run_case_timed(const Problem& problem, Backend& backend, Backend& ref
     const OutputSlot& slot = prep.outputs[o];
     got_images.push_back(read_back(backend, got.outputs[o]));
     const std::vector<std::byte> want_image = read_back(reference, want.outputs[o]);
-    const Tensor b = payload(got_images.back(), slot.dtype, slot.shape);
-    const Tensor ref = payload(want_image, slot.dtype, slot.shape);
-    if (const std::string g = guard_violation(got_images.back()); !g.empty()) set_failed(r, cat(slot.name, ": ", g));
+    const Tensor b = payload(got_images.back(), got.outputs[o].lead, slot.dtype, slot.shape);
+    const Tensor ref = payload(want_image, want.outputs[o].lead, slot.dtype, slot.shape);
+    if (const std::string g = guard_violation(got_images.back(), got.outputs[o].lead); !g.empty()) {
+      set_failed(r, cat(slot.name, ": ", g));
+    }
     const Comparison c = slot.bit_exact ? compare_bits(b, ref) : compare_values(b, ref, op.budget(problem, prep, o, ref));
     // Report the failing output, else the one with the largest relative error.
     const double rank = c.ok ? c.rel_err : 1e300 + static_cast<double>(c.mismatches);

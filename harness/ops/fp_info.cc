@@ -23,18 +23,28 @@ std::vector<std::string> fp_modes() {
   return out;
 }
 
+// The spread of the normal fill: 10^-3 and 10^3 put the group scales far from 1 (E8M0
+// and E4M3 scale codes at both ends). A quiet key: lines without it keep their fills.
+ParamSpec stddev_param() {
+  ParamSpec s = real_param("stddev", "1");
+  s.quiet_default = true;
+  return s;
+}
+
 std::vector<ParamSpec> fp_params() {
   return {int_param("B", 1, true), int_param("H", 1, true), int_param("T", 4, true), int_param("D", 64, true, 16),
           dtype_param(), word_param("mode", fp_modes()),
           word_param("rounding", {"mlx_cpu", "mlx_gpu"}),
           // amax: nvfp4's two-level scaling with MLX's global scale = tensor amax.
-          word_param("global_scale", {"none", "amax"}, true)};
+          word_param("global_scale", {"none", "amax"}, true), stddev_param()};
 }
 
 Shape x_shape(const Problem& p) { return {p.integer("B"), p.integer("H"), p.integer("T"), p.integer("D")}; }
 QuantSpec fp_spec(const Problem& p) { return QuantSpec::make(quant_mode_from_name(p.word("mode"))); }
 
-Tensor fp_input(const Problem& p) { return random_normal(p, "x", dtype_from_name(p.word("dtype")), x_shape(p)); }
+Tensor fp_input(const Problem& p) {
+  return random_normal(p, "x", dtype_from_name(p.word("dtype")), x_shape(p), p.real("stddev"));
+}
 
 std::optional<float> global_scale(const Problem& p, const Tensor& x) {
   if (p.word("global_scale") == "none") return std::nullopt;

@@ -4,6 +4,7 @@
 // NaNs) instead of bytes is caught; destinations the kernel must not touch start with
 // random content and are compared too.
 #include <algorithm>
+#include <cstdint>
 #include <cstdlib>
 
 #include "harness/ops/ops.h"
@@ -40,13 +41,22 @@ Tensor int_tensor(Shape shape, const std::vector<std::int64_t>& values) {
   return Tensor::from_ints(DType::i32, std::move(shape), values);
 }
 
+// Keys added after the case files were written: left out of a line at their default.
+ParamSpec quiet(ParamSpec s) {
+  s.quiet_default = true;
+  return s;
+}
+
 class KvScatter final : public OpInfo {
  public:
   std::string_view name() const override { return "kv_scatter"; }
-  std::string_view summary() const override { return "write S rows at slots (start + 3b + s) mod L"; }
+  std::string_view summary() const override {
+    return "write S rows at slots (start + 3b + s) mod L, or (order=perm) at a random permutation's first S";
+  }
   std::vector<ParamSpec> declared_params() const override {
     return {int_param("B", 1, true), int_param("H", 2, true), int_param("S", 4, true), int_param("L", 16, true),
-            int_param("W", 64, true), move_dtype(), int_param("start", 0, true, 0)};
+            int_param("W", 64, true), move_dtype(), int_param("start", 0, true, 0),
+            quiet(word_param("order", {"ring", "perm"}, true))};
   }
   std::uint64_t footprint(const Problem& p) const override {
     const DType dtype = dtype_from_name(p.word("dtype"));
@@ -59,7 +69,22 @@ class KvScatter final : public OpInfo {
     Prepared prep;
     prep.add_input("src", block_data(p, "src", {B, H, S, W}));
     std::vector<std::int64_t> slots;
+    const bool perm = p.word("order") == "perm";
+    const CounterRng rng(p.line(), "slots");
     for (std::int64_t b = 0; b < B; ++b) {
+      if (perm && L > 0) {
+        // Fisher-Yates over the L slots of this row; its first S are distinct.
+        std::vector<std::int64_t> row(static_cast<std::size_t>(L));
+        for (std::int64_t i = 0; i < L; ++i) row[static_cast<std::size_t>(i)] = i;
+        for (std::int64_t i = L - 1; i > 0; --i) {
+          const auto j = static_cast<std::int64_t>(rng.bits(static_cast<std::uint64_t>(b * L + i)) %
+                                                   static_cast<std::uint64_t>(i + 1));
+          std::swap(row[static_cast<std::size_t>(i)], row[static_cast<std::size_t>(j)]);
+        }
+        slots.insert(slots.end(), row.begin(), row.begin() + std::min(S, L));
+        for (std::int64_t s = L; s < S; ++s) slots.push_back(0);  // S > L: the kernel must reject it
+        continue;
+      }
       for (std::int64_t s = 0; s < S; ++s) slots.push_back(L > 0 ? (p.integer("start") + 3 * b + s) % L : 0);
     }
     prep.add_input("slots", int_tensor({B, S}, slots));
@@ -149,10 +174,12 @@ class KvCopyBlocks final : public OpInfo {
 class KvRoll final : public OpInfo {
  public:
   std::string_view name() const override { return "kv_roll"; }
-  std::string_view summary() const override { return "per-row roll by shift·(1+b) − 3b (any sign, beyond L)"; }
+  std::string_view summary() const override {
+    return "per-row roll by shift·(1+b) − 3b (any sign, beyond L); shifts=extreme cycles 3, −2, 2^31−1, 0, −2^31, 9";
+  }
   std::vector<ParamSpec> declared_params() const override {
     return {int_param("B", 2, true), int_param("H", 2, true), int_param("L", 16, true), int_param("W", 64, true),
-            move_dtype(), int_param("shift", 3, true, 0)};
+            move_dtype(), int_param("shift", 3, true, 0), quiet(word_param("shifts", {"linear", "extreme"}, true))};
   }
   std::uint64_t footprint(const Problem& p) const override {
     const DType dtype = dtype_from_name(p.word("dtype"));
@@ -166,6 +193,14 @@ class KvRoll final : public OpInfo {
     // shift·(1+b) − 3b must stay a 32-bit shift (fuzzed: shift=-5888888888888888888
     // overflowed the product).
     const std::int64_t shift = p.integer("shift");
+    if (p.word("shifts") == "extreme") {
+      constexpr std::int64_t cycle[] = {3, -2, INT32_MAX, 0, INT32_MIN, 9};
+      std::vector<std::int64_t> shifts;
+      for (std::int64_t b = 0; b < B; ++b) shifts.push_back(cycle[b % 6]);
+      prep.add_input("shifts", int_tensor({B}, shifts));
+      prep.outputs.push_back({"dst", dtype_from_name(p.word("dtype")), {B, H, L, W}, true, {}});
+      return prep;
+    }
     KVLAB_REQUIRE(std::abs(shift) <= (std::int64_t{1} << 31) / std::max<std::int64_t>(B, 1) - 3, invalid_argument,
                   "kv_roll shift=", shift, " times B=", B, " rows does not fit a 32-bit shift");
     std::vector<std::int64_t> shifts;

@@ -1,6 +1,15 @@
 // rope (reference/rope.h). x (B, H, T, D); positions scale·(t + offset_b), with
-// per_row=1 giving every batch row its own offset (offset + 7·b − 3·(b odd)), the
-// batched-decode layout where rows sit at different positions.
+// per_row=1 giving every batch row its own offset (offset + row_step·b − 3·(b odd),
+// row_step 7 unless given), the batched-decode layout where rows sit at different
+// positions. rank=3 drops the head axis (B, T, D; H must be 1), rank=5 splits it
+// (B, H, 1, T, D). freqs=ramp gives explicit wavelengths 1 + 37·i, freqs=tiny cycles
+// 1, 0.5, 0.1, 0.001 (angles far past a table or an exact reduction with large offsets).
+// special=nonfinite puts NaN and ±inf among the rotated features of every 7th row and
+// a signalling-NaN pattern in the middle of the passthrough features of every row.
+#include <algorithm>
+#include <array>
+#include <cstdint>
+#include <vector>
 #include <cmath>
 
 #include "harness/ops/ops.h"
@@ -10,12 +19,25 @@ namespace kvlab::harness::ops {
 
 namespace {
 
-Shape x_shape(const Problem& p) { return {p.integer("B"), p.integer("H"), p.integer("T"), p.integer("D")}; }
-
-std::int32_t row_offset(const Problem& p, std::int64_t b) {
-  const std::int64_t base = p.integer("offset");
-  return static_cast<std::int32_t>(p.flag("per_row") ? base + 7 * b - 3 * (b % 2) : base);
+Shape x_shape(const Problem& p) {
+  const std::int64_t B = p.integer("B"), H = p.integer("H"), T = p.integer("T"), D = p.integer("D");
+  switch (p.integer("rank")) {
+    case 3:
+      KVLAB_REQUIRE(H == 1, invalid_argument, "rope rank=3 has no head axis: H must be 1, not ", H);
+      return {B, T, D};
+    case 4: return {B, H, T, D};
+    case 5: return {B, H, 1, T, D};
+    default: fail(ErrorKind::invalid_argument, cat("rope rank=", p.integer("rank"), " is not 3, 4 or 5"));
+  }
 }
+
+// The offset of batch row b, as a 64-bit value (prepare() checks it fits 32 bits).
+std::int64_t wide_offset(const Problem& p, std::int64_t b) {
+  const std::int64_t base = p.integer("offset");
+  return p.flag("per_row") ? base + p.integer("row_step") * b - 3 * (b % 2) : base;
+}
+
+std::int32_t row_offset(const Problem& p, std::int64_t b) { return static_cast<std::int32_t>(wide_offset(p, b)); }
 
 RopeParams rope_params(const Problem& p) {
   RopeParams r;
@@ -23,7 +45,17 @@ RopeParams rope_params(const Problem& p) {
   r.traditional = p.flag("traditional");
   r.base = static_cast<float>(p.real("base"));
   r.scale = static_cast<float>(p.real("scale"));
+  const std::string& freqs = p.word("freqs");
+  for (int i = 0; freqs != "none" && i < r.dims / 2; ++i) {
+    constexpr std::array<float, 4> tiny = {1.0f, 0.5f, 0.1f, 1e-3f};
+    r.freqs.push_back(freqs == "ramp" ? static_cast<float>(1 + 37 * i) : tiny[static_cast<std::size_t>(i % 4)]);
+  }
   return r;
+}
+
+ParamSpec quiet(ParamSpec s) {
+  s.quiet_default = true;
+  return s;
 }
 
 // Tolerance of rope.
@@ -44,7 +76,10 @@ class Rope final : public OpInfo {
     return {int_param("B", 1, true),  int_param("H", 4, true),         int_param("T", 8, true),
             int_param("D", 64, true, 2), dtype_param(),                 int_param("dims", 64, true, 2),
             int_param("traditional", 0), real_param("base", "10000"),  real_param("scale", "1"),
-            int_param("offset", 0, true, 0), int_param("per_row", 0, true, 0)};
+            int_param("offset", 0, true, 0), int_param("per_row", 0, true, 0),
+            quiet(int_param("row_step", 7)),  quiet(int_param("rank", 4)),
+            quiet(word_param("freqs", {"none", "ramp", "tiny"}, true)),
+            quiet(word_param("special", {"none", "nonfinite"}, true))};
   }
 
   std::uint64_t footprint(const Problem& p) const override {
@@ -56,8 +91,29 @@ class Rope final : public OpInfo {
 
   Prepared prepare(const Problem& p) const override {
     Prepared prep;
-    prep.add_input("x", random_normal(p, "x", dtype_from_name(p.word("dtype")), x_shape(p)));
+    const DType dtype = dtype_from_name(p.word("dtype"));
+    Tensor x = random_normal(p, "x", dtype, x_shape(p));
+    const std::int64_t D = p.integer("D"), dims = p.integer("dims");
+    if (p.word("special") == "nonfinite" && D > 0 && dims > 0) {
+      const std::uint32_t nan = dtype == DType::f32 ? 0x7FC00000u : (dtype == DType::f16 ? 0x7E00u : 0x7FC0u);
+      const std::uint32_t inf = dtype == DType::f32 ? 0x7F800000u : (dtype == DType::f16 ? 0x7C00u : 0x7F80u);
+      const std::uint32_t sign = dtype == DType::f32 ? 0x80000000u : 0x8000u;
+      const std::uint32_t snan = dtype == DType::f32 ? 0x7F800001u : (dtype == DType::f16 ? 0x7C01u : 0x7F81u);
+      for (std::int64_t r = 0; r < x.numel() / D; ++r) {
+        if (r % 7 == 0) {
+          store_bits(x, r * D + 3 % dims, nan);
+          store_bits(x, r * D + 11 % dims, inf | (r % 2 ? 0 : sign));
+        }
+        if (D > dims) store_bits(x, r * D + dims + (D - dims) / 2, snan);
+      }
+    }
+    prep.add_input("x", std::move(x));
     if (p.flag("per_row")) {
+      for (std::int64_t b = 0; b < p.integer("B"); ++b) {
+        const std::int64_t o = wide_offset(p, b);
+        KVLAB_REQUIRE(o >= INT32_MIN && o <= INT32_MAX, invalid_argument, "rope offset of batch row ", b, " (", o,
+                      ") does not fit 32 bits");
+      }
       Tensor off(DType::i32, {p.integer("B")});
       for (std::int64_t b = 0; b < p.integer("B"); ++b) off.view().store_int(b, row_offset(p, b));
       prep.add_input("offsets", std::move(off));
@@ -81,6 +137,8 @@ class Rope final : public OpInfo {
     for (std::int64_t b = 0; b < p.integer("B"); ++b) offsets.push_back(row_offset(p, b));
     Budget b;
     b.per_element = rope_budget(prep.input("x"), rope_params(p), offsets, ref);
+    b.nan_where_reference_nan = true;  // NaN only from special=nonfinite or a NaN/inf scale
+    b.bits_where_zero = true;          // passthrough features are copies
     return b;
   }
 };
@@ -90,21 +148,33 @@ class Rope final : public OpInfo {
 std::vector<double> rope_budget(const Tensor& x_in, const RopeParams& rp, const std::vector<std::int32_t>& row_offsets,
                                 const Tensor& ref) {
   constexpr double u = 0x1p-24;
+  if (ref.numel() == 0) return {};
   const Shape& s = ref.shape();
-  KVLAB_REQUIRE(s.size() == 4 && x_in.shape() == s && static_cast<std::int64_t>(row_offsets.size()) == s[0],
+  // Any rank >= 2 with batch rows on axis 0 and positions on axis -2 (rope accepts 3-D and
+  // 5-D x as well as (B, H, T, D)).
+  KVLAB_REQUIRE(s.size() >= 2 && x_in.shape() == s && !row_offsets.empty() &&
+                    static_cast<std::int64_t>(row_offsets.size()) == s[0],
                 shape_mismatch, "rope_budget: x ", shape_str(x_in.shape()), ", result ", shape_str(s), ", ",
                 row_offsets.size(), " row offsets");
-  const std::int64_t T = s[2], D = s[3], half = rp.dims / 2;
+  const std::int64_t T = s[s.size() - 2], D = s.back(), half = rp.dims / 2;
+  const std::int64_t per_batch = ref.numel() / static_cast<std::int64_t>(row_offsets.size());
   const double eps = dtype_epsilon(ref.dtype());
   const double denorm = ref.dtype() == DType::f32 ? 0x1p-149 : (ref.dtype() == DType::f16 ? 0x1p-24 : 0x1p-133);
   const ConstTensorView x = x_in.view(), r = ref.view();
+  // inv_i depends on the pair alone: one pow per pair, not per element.
+  std::vector<double> inv_of(static_cast<std::size_t>(std::max<std::int64_t>(half, 0)));
+  for (std::int64_t i = 0; i < half; ++i) {
+    inv_of[static_cast<std::size_t>(i)] =
+        rp.freqs.empty() ? std::pow(static_cast<double>(rp.base), -2.0 * static_cast<double>(i) / rp.dims)
+                         : 1.0 / static_cast<double>(rp.freqs[static_cast<std::size_t>(i)]);
+  }
   std::vector<double> out(static_cast<std::size_t>(ref.numel()), 0.0);
   for (std::int64_t i = 0; i < ref.numel(); ++i) {
-    const std::int64_t d = i % D, t = (i / D) % T, batch = i / (D * T * s[1]);
+    const std::int64_t d = i % D, t = (i / D) % T, batch = i / per_batch;
     if (d >= rp.dims) continue;  // passthrough: bit copy
     const std::int64_t pair = rp.traditional ? d / 2 : d % half;
     const std::int64_t partner = rp.traditional ? (d ^ 1) : (d < half ? d + half : d - half);
-    const double inv = std::pow(static_cast<double>(rp.base), -2.0 * static_cast<double>(pair) / rp.dims);
+    const double inv = inv_of[static_cast<std::size_t>(pair)];
     const double theta =
         std::abs(static_cast<double>(rp.scale) * static_cast<double>(t + row_offsets[static_cast<std::size_t>(batch)]) * inv);
     const double mag = std::abs(static_cast<double>(x.load(i))) + std::abs(static_cast<double>(x.load(i - d + partner)));

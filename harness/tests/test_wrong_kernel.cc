@@ -135,5 +135,34 @@ TEST_F(WrongKernel, CheckReportsFailureWithShrunkReproInEveryReporter) {
   std::filesystem::remove_all(dir);
 }
 
+// A kernel that assumes its tensors start on a 64-byte boundary (it reads src from the
+// offset rounded down, as an aligned vector load or an unadjusted binding would): every
+// aligned case passes, place=odd must catch it.
+class AlignedOnlyBackend final : public testing::ForwardingBackend {
+ public:
+  std::string name() const override { return "aligned-only"; }
+  void kv_roll(const KvRollArgs& a) override {
+    DTensor src = a.src;
+    src.offset -= src.offset % 64;
+    ref_.kv_roll({src, a.shifts, a.dst});
+  }
+};
+
+TEST(Placement, OddPlacementCatchesAKernelThatAssumesAlignment) {
+  AlignedOnlyBackend wrong;
+  std::unique_ptr<Backend> reference = make_backend("reference");
+  const Problem aligned = parse_problem("kv_roll B=2 H=2 L=5 W=3 dtype=u8 seed=4");
+  EXPECT_EQ(run_case(aligned, wrong, *reference, {}).status, Status::passed);
+  const Problem odd = aligned.with("place", "odd");
+  const CaseResult r = run_case(odd, wrong, *reference, {});
+  EXPECT_EQ(r.status, Status::failed) << describe(r);
+  // place is a quiet key: named only when it is not the default, so lines written
+  // before it existed (and the fills keyed by them) are unchanged.
+  EXPECT_EQ(aligned.line(), "kv_roll B=2 H=2 L=5 W=3 dtype=u8 shift=3 seed=4");
+  EXPECT_EQ(odd.line(), "kv_roll B=2 H=2 L=5 W=3 dtype=u8 shift=3 place=odd seed=4");
+  EXPECT_EQ(parse_problem(odd.line()), odd);
+  EXPECT_EQ(parse_problem(aligned.line()), aligned);
+}
+
 }  // namespace
 }  // namespace kvlab::harness
