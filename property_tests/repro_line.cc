@@ -3,6 +3,7 @@
 #include <rapidcheck.h>
 
 #include <cmath>
+#include <cstdint>
 #include <exception>
 #include <cstdlib>
 #include <sstream>
@@ -22,6 +23,34 @@ std::string ReproLine::text(const std::string& backend) const {
   if (!notes.empty()) out += "  # not in the line: " + notes;
   return out;
 }
+
+namespace {
+
+// The problem line from its parameters (`head`, up to the script) and the case's
+// commands: token by token, then canonical (consecutive decodes merge, d.d is d2).
+ReproLine finish_line(const ReproScript& r, const std::string& head, std::uint64_t seed) {
+  ReproLine out;
+  for (std::size_t i = 0; i < r.notes.size(); ++i) out.notes += (i ? "; " : "") + r.notes[i];
+  if (r.tokens.empty()) {
+    out.notes = "no command of the case has a script verb" + (out.notes.empty() ? "" : "; " + out.notes);
+    return out;
+  }
+  std::string text = head;
+  try {
+    cs::Script s;
+    for (const std::string& t : r.tokens)
+      for (cs::Command& cmd : cs::parse_script(t)) s.push_back(std::move(cmd));
+    text += " script=" + cs::script_str(s) + " seed=" + std::to_string(seed);
+    out.line = harness::parse_problem(text).line();
+  } catch (const Error& e) {
+    // A bug of this mapping, not of the cache: say so rather than print a line that fails.
+    out.line.clear();
+    out.notes = "the line '" + text + "' does not parse: " + e.what();
+  }
+  return out;
+}
+
+}  // namespace
 
 ReproLine repro_line(const Config& c, const ReproScript& script) {
   ReproScript r = script;
@@ -56,25 +85,7 @@ ReproLine repro_line(const Config& c, const ReproScript& script) {
     if (c.tq_key_bits) r.note("key bits " + std::to_string(*c.tq_key_bits).substr(0, 3));
     if (c.tq_value_bits) r.note("value bits " + std::to_string(*c.tq_value_bits).substr(0, 3));
   }
-  ReproLine out;
-  for (std::size_t i = 0; i < r.notes.size(); ++i) out.notes += (i ? "; " : "") + r.notes[i];
-  if (r.tokens.empty()) {
-    out.notes = "no command of the case has a script verb" + (out.notes.empty() ? "" : "; " + out.notes);
-    return out;
-  }
-  try {
-    // Token by token, then canonical: consecutive decodes merge (d.d is d2).
-    cs::Script s;
-    for (const std::string& t : r.tokens)
-      for (cs::Command& cmd : cs::parse_script(t)) s.push_back(std::move(cmd));
-    os << " script=" << cs::script_str(s) << " seed=" << seed;
-    out.line = harness::parse_problem(os.str()).line();
-  } catch (const Error& e) {
-    // A bug of this mapping, not of the cache: say so rather than print a line that fails.
-    out.line.clear();
-    out.notes = "the line '" + os.str() + "' does not parse: " + e.what();
-  }
-  return out;
+  return finish_line(r, os.str(), seed);
 }
 
 ReproLine batch_repro_line(const BatchCase& c, const ReproScript& script) {
@@ -89,23 +100,7 @@ ReproLine batch_repro_line(const BatchCase& c, const ReproScript& script) {
   }
   os << " lpad=" << c.lpad << " rpad=" << c.rpad;
   if (c.lpad > 0 || c.rpad > 0) r.note("per-row paddings (the line spreads the largest by its rule)");
-  ReproLine out;
-  for (std::size_t i = 0; i < r.notes.size(); ++i) out.notes += (i ? "; " : "") + r.notes[i];
-  if (r.tokens.empty()) {
-    out.notes = "no command of the case has a script verb" + (out.notes.empty() ? "" : "; " + out.notes);
-    return out;
-  }
-  try {
-    cs::Script s;
-    for (const std::string& t : r.tokens)
-      for (cs::Command& cmd : cs::parse_script(t)) s.push_back(std::move(cmd));
-    os << " script=" << cs::script_str(s) << " seed=1";
-    out.line = harness::parse_problem(os.str()).line();
-  } catch (const Error& e) {
-    out.line.clear();
-    out.notes = "the line '" + os.str() + "' does not parse: " + e.what();
-  }
-  return out;
+  return finish_line(r, os.str(), 1);
 }
 
 ReproOnFailure::ReproOnFailure(const BatchCase& c, const ReproScript& s)
