@@ -161,8 +161,13 @@ void BatchLayout::finalize() {
 }
 
 CacheMask BatchLayout::make_mask(std::int64_t n, int window) const {
-  KVLAB_REQUIRE(n >= 1, invalid_argument, owner_, " make_mask for N = ", n, " tokens");
-  KVLAB_REQUIRE(window >= 0, invalid_argument, owner_, " make_mask window ", window, " is negative");
+  return batch_causal_mask(owner_, n, window, left_padding_);
+}
+
+CacheMask batch_causal_mask(std::string_view owner, std::int64_t n, int window,
+                            const std::vector<std::int32_t>& left_padding) {
+  KVLAB_REQUIRE(n >= 1, invalid_argument, owner, " make_mask for N = ", n, " tokens");
+  KVLAB_REQUIRE(window >= 0, invalid_argument, owner, " make_mask window ", window, " is negative");
   // create_causal_mask(N, offset=_idx, left_padding) (spec §4.9): the structured causal
   // mask is lower-right aligned (offset = Lk − Lq = _idx), so the two are identical. It
   // is always a mask, even for N == 1, because padded columns must stay hidden. Using
@@ -170,7 +175,7 @@ CacheMask BatchLayout::make_mask(std::int64_t n, int window) const {
   CacheMask mask;
   mask.spec.kind = MaskKind::causal;
   mask.spec.window = window;
-  mask.spec.left_padding = left_padding_;
+  mask.spec.left_padding = left_padding;
   return mask;
 }
 

@@ -99,4 +99,9 @@ class BatchLayout {
   std::optional<std::vector<std::int32_t>> right_padding_;  // set while a right pad is pending
 };
 
+// The mask of a batch whose rows share one column cursor (BatchKVCache and its
+// device-offset sibling): see BatchLayout::make_mask. `owner` names the cache in errors.
+CacheMask batch_causal_mask(std::string_view owner, std::int64_t n, int window,
+                            const std::vector<std::int32_t>& left_padding);
+
 }  // namespace kvlab

@@ -5,6 +5,7 @@
 #include <string>
 #include <utility>
 
+#include "cache/batch_layout.h"
 #include "cache/seq_ops.h"
 #include "kvlab/error.h"
 
@@ -119,14 +120,8 @@ std::vector<std::int32_t> DeviceBatchKVCache::offsets() const {
 }
 
 CacheMask DeviceBatchKVCache::make_mask(std::int64_t n, int window) const {
-  KVLAB_REQUIRE(n >= 1, invalid_argument, kOwner, " make_mask for N = ", n, " tokens");
-  KVLAB_REQUIRE(window >= 0, invalid_argument, kOwner, " make_mask window ", window, " is negative");
   // BatchKVCache's mask: causal over the shared cursor, padded columns hidden per row.
-  CacheMask mask;
-  mask.spec.kind = MaskKind::causal;
-  mask.spec.window = window;
-  mask.spec.left_padding = left_padding_;
-  return mask;
+  return batch_causal_mask(kOwner, n, window, left_padding_);
 }
 
 std::size_t DeviceBatchKVCache::nbytes() const {
