@@ -10,6 +10,9 @@
 #ifdef KVLAB_HAVE_VULKAN
 #include "kernels/vulkan/vulkan_backend.h"
 #endif
+#ifdef KVLAB_HAVE_MLX
+#include "kernels/mlx/mlx_backend.h"
+#endif
 
 namespace kvlab::harness {
 
@@ -44,6 +47,23 @@ std::vector<BackendEntry>& registry() {
        // as every case UNIMPLEMENTED (check.cc) and `kvlab list` prints.
        [](std::string_view variant) { return make_vulkan_backend(variant); }},
 #endif
+      // Always listed: a build without the venv's MLX names why, and `kvlab check
+      // --backend mlx` reports every case UNIMPLEMENTED with that reason.
+      {"mlx",
+#ifdef KVLAB_HAVE_MLX
+       cat("MLX ", mlx_version(), " CPU (the pinned wheel of build/venv)"),
+#else
+       "MLX (not built)",
+#endif
+       "kernels/mlx: the real MLX library's kernels (quantize, RoPE, attention, moves) as a backend",
+       [](std::string_view variant) -> std::unique_ptr<Backend> {
+#ifdef KVLAB_HAVE_MLX
+         return make_mlx_backend(variant);
+#else
+         (void)variant;
+         fail(ErrorKind::unsupported, cat("backend 'mlx' is not built here: ", KVLAB_MLX_ABSENT_REASON));
+#endif
+       }},
   };
   return entries;
 }

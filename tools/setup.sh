@@ -10,6 +10,7 @@ packages=(
   libvulkan-dev mesa-vulkan-drivers vulkan-validationlayers
   libshaderc-dev glslc glslang-dev spirv-tools
   clang libclang-rt-14-dev
+  python3 python3-venv
 )
 
 missing=()
@@ -20,12 +21,14 @@ done
 
 if ((${#missing[@]} == 0)); then
   echo "kvlab setup: all ${#packages[@]} packages present"
-  exit 0
+else
+  sudo=""
+  if [[ $(id -u) -ne 0 ]]; then sudo="sudo"; fi
+  echo "kvlab setup: installing ${missing[*]}"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  echo "kvlab setup: done"
 fi
 
-sudo=""
-if [[ $(id -u) -ne 0 ]]; then sudo="sudo"; fi
-echo "kvlab setup: installing ${missing[*]}"
-$sudo apt-get update -qq
-DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-echo "kvlab setup: done"
+# The pinned Python venv of the real-engine replays (never fails: absence is a skip).
+bash "$(dirname "$0")/setup_venv.sh"
