@@ -7,18 +7,28 @@
 
 namespace kvlab {
 
-std::string_view rounding_name(Rounding r) { return r == Rounding::mlx_cpu ? "mlx_cpu" : "mlx_gpu"; }
+std::string_view rounding_name(Rounding r) {
+  switch (r) {
+    case Rounding::mlx_cpu: return "mlx_cpu";
+    case Rounding::mlx_gpu: return "mlx_gpu";
+    case Rounding::mlx: return "mlx";
+  }
+  return "?";
+}
 
 Rounding rounding_from_name(std::string_view name) {
   if (name == "mlx_cpu") return Rounding::mlx_cpu;
   if (name == "mlx_gpu") return Rounding::mlx_gpu;
-  fail(ErrorKind::invalid_argument, cat("unknown rounding '", name, "' (expected mlx_cpu or mlx_gpu)"));
+  if (name == "mlx") return Rounding::mlx;
+  fail(ErrorKind::invalid_argument, cat("unknown rounding '", name, "' (expected mlx_cpu, mlx_gpu or mlx)"));
 }
 
 namespace {
 
 constexpr int kAffineGroups[] = {32, 64, 128};
-constexpr int kAffineBits[] = {2, 3, 4, 5, 6, 8};
+// MLX 0.32.4 accepts 1-bit affine (measured with mx.quantize; the spec's source snapshot
+// listed 2..8): the real library wins.
+constexpr int kAffineBits[] = {1, 2, 3, 4, 5, 6, 8};
 constexpr int kGroup32[] = {32}, kGroup16[] = {16}, kBits4[] = {4}, kBits8[] = {8};
 
 // The format table (spec §1.1), in QuantMode order.

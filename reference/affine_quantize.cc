@@ -32,7 +32,8 @@ float largest_code(int bits) { return static_cast<float>((1 << bits) - 1); }
 // default (to nearest, ties to even), which is what MLX's CPU kernel relies on too.
 float round_to_code(float v, Rounding rounding) {
   switch (rounding) {
-    case Rounding::mlx_cpu: return std::rint(v);   // std::rint in mlx/backend/cpu/quantized.cpp
+    case Rounding::mlx_cpu:
+    case Rounding::mlx: return std::rint(v);       // std::rint in mlx/backend/cpu/quantized.cpp
     case Rounding::mlx_gpu: return std::round(v);  // Metal/CUDA round(): ties away from zero
   }
   fail(ErrorKind::invalid_argument, cat("unknown rounding ", static_cast<int>(rounding)));
@@ -56,9 +57,10 @@ std::uint8_t gpu_wrapped_code(float r, int bits) {
 // (-ffp-contract would otherwise change bits with the build flags). The double result
 // of two floats, rounded to float, is the correctly rounded f32 result because
 // 53 ≥ 2·24 + 2 (double rounding is innocuous; Figueroa 1995). Mul then add is what
-// MLX's CPU dequantize graph does for f32 data, so f32 outputs match it bit for bit;
-// for f16/bf16 metadata code·scale is exact in f32 and the only rounding that MLX does
-// differently is its extra one in T after the multiply (spec §1.3: within 1 ulp of T).
+// MLX's CPU dequantize graph does for f32 data, so f32 outputs match it bit for bit.
+// For f16/bf16 metadata MLX 0.32.4 computes in T: code·scale rounded to T, then + bias
+// rounded to T (Rounding::mlx). That is not within 1 ulp of the single rounding (as spec
+// §1.3 says): with cancellation against the bias, measured up to 6 ulps of f16.
 float f32_mul(float a, float b) { return static_cast<float>(double{a} * double{b}); }
 float f32_add(float a, float b) { return static_cast<float>(double{a} + double{b}); }
 
@@ -111,6 +113,10 @@ AffineGroupParams affine_group_params(std::span<const float> group, int bits, Ro
   }
 
   const float s0 = std::max((alpha - beta) / n, kScaleFloor);
+  // 1 bit (accepted since MLX 0.32.4): min and range, no anchoring — scale = max(max −
+  // min, 1e-7) > 0, bias = min, so a value decodes to min or max (measured against MLX's
+  // CPU; Metal's 1-bit arithmetic is not measured here, the rule is shared).
+  if (bits == 1) return {s0, beta};
   // Anchor on the larger-magnitude extreme; strict '>' so a tie picks alpha (spec §1.2).
   const bool anchor_on_min = std::abs(beta) > std::abs(alpha);
   const float s1 = anchor_on_min ? s0 : -s0;
@@ -129,7 +135,8 @@ std::uint8_t affine_code(float value, const AffineGroupParams& p, int bits, Roun
   // conversion below UB, so the oracle pins it to code 0.
   if (std::isnan(r)) return 0;
   switch (rounding) {
-    case Rounding::mlx_cpu: return static_cast<std::uint8_t>(std::min(std::max(r, 0.0f), n));
+    case Rounding::mlx_cpu:
+    case Rounding::mlx: return static_cast<std::uint8_t>(std::min(std::max(r, 0.0f), n));
     case Rounding::mlx_gpu: {
       const float capped = std::min(r, n);  // no lower clamp on the GPU (spec §1.8)
       if (capped >= 0.0f) return static_cast<std::uint8_t>(capped);
@@ -207,13 +214,16 @@ void validate_affine_dequantize(const ConstTensorView& wq, const ConstTensorView
 }
 
 void affine_dequantize(const ConstTensorView& wq, const ConstTensorView& scales, const ConstTensorView& biases,
-                       const QuantSpec& spec, const TensorView& out) {
+                       const QuantSpec& spec, const TensorView& out, Rounding flavour) {
   validate_affine_dequantize(wq, scales, biases, spec, out);
   const Shape lead = leading_axes(wq.shape);
   const std::int64_t d = out.dim(-1);
 
   const std::int64_t rows = shape_numel(lead);
   const std::int64_t words_per_row = wq.dim(-1), groups_per_row = scales.dim(-1);
+  // The metadata dtype T of MLX's arithmetic under Rounding::mlx (a no-op for f32).
+  const DType t = scales.dtype;
+  const bool in_t = flavour == Rounding::mlx && t != DType::f32;
   for (std::int64_t r = 0; r < rows; ++r) {
     const std::span<const std::uint32_t> row_words(wq.as<const std::uint32_t>() + r * words_per_row,
                                                    static_cast<std::size_t>(words_per_row));
@@ -223,8 +233,11 @@ void affine_dequantize(const ConstTensorView& wq, const ConstTensorView& scales,
       for (std::int64_t j = 0; j < spec.group_size; ++j) {
         const std::int64_t i = g * spec.group_size + j;
         const auto code = static_cast<float>(code_at(row_words, spec.bits, i));
-        // f32 multiply, f32 add, then one storage rounding to out.dtype (spec §1.3).
-        out.store(r * d + i, f32_add(f32_mul(code, scale), bias));
+        // f32 multiply, f32 add, then one storage rounding to out.dtype (spec §1.3); the
+        // mlx flavour rounds the product and the sum to T, as MLX computes in T.
+        const float value = in_t ? round_to_dtype(f32_add(round_to_dtype(f32_mul(code, scale), t), bias), t)
+                                 : f32_add(f32_mul(code, scale), bias);
+        out.store(r * d + i, value);
       }
     }
   }

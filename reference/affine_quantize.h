@@ -13,6 +13,7 @@
 //   q0 != 0: scale = edge/q0, bias = edge; else scale = s1, bias = 0
 //   code = clamp(R((g − bias)/scale), 0, n)   (mlx_gpu: min(R, n), no lower clamp)
 //   R = rint (ties to even) for mlx_cpu, round (ties away from zero) for mlx_gpu.
+//   bits = 1 (MLX 0.32.4): scale = s0 > 0, bias = beta, no anchoring on the edge.
 //   Codes use the f32 scale/bias; the stored scale/bias are rounded (RNE) to x.dtype.
 // Consequences the tests pin: code 0 decodes to edge (the larger-magnitude extreme);
 // bias is a group element or 0, so storing it in x.dtype is exact; zero maps to code
@@ -34,8 +35,10 @@
 //
 // dequantize: out[i] = code_i·scale_g + bias_g computed in f32 (multiply, then add,
 //   never fused) from the stored scale/bias and rounded once to out.dtype. For f32 data
-//   that is MLX's CPU graph bit for bit; otherwise it is spec §1.3's recommendation,
-//   within 1 ulp of T of either MLX backend. out dtype: any float dtype.
+//   that is MLX's CPU graph bit for bit; otherwise it is spec §1.3's recommendation.
+//   The mlx flavour is MLX 0.32.4's CPU for f16/bf16 metadata T: T(T(code·scale) + bias),
+//   then out.dtype; it can differ from the single rounding by several ulps of T where
+//   code·scale and bias cancel (measured: 6 ulps of f16). out dtype: any float dtype.
 // Invalid (kvlab::Error naming the value): spec not affine or failing
 // QuantSpec::validate; non-float x; rank-0 x; D not a positive multiple of group_size;
 // any output of the wrong shape or dtype; for dequantize: wq not u32, scales not float,
@@ -63,8 +66,11 @@ std::uint8_t affine_code(float value, const AffineGroupParams& p, int bits, Roun
 
 void affine_quantize(const ConstTensorView& x, const QuantSpec& spec, Rounding rounding,
                      const TensorView& wq, const TensorView& scales, const TensorView& biases);
+// flavour: Rounding::mlx computes in the metadata dtype T as MLX 0.32.4 does (two
+// roundings for f16/bf16, see the header comment); the others round once.
 void affine_dequantize(const ConstTensorView& wq, const ConstTensorView& scales,
-                       const ConstTensorView& biases, const QuantSpec& spec, const TensorView& out);
+                       const ConstTensorView& biases, const QuantSpec& spec, const TensorView& out,
+                       Rounding flavour = Rounding::mlx_cpu);
 
 // The checks of affine_quantize / affine_dequantize, in order. Every backend calls these
 // before touching memory, so all backends reject the same calls with the same message.

@@ -60,6 +60,21 @@ std::uint8_t e2m1_encode_cpu(float x) {
   return best;
 }
 
+// Rounding::mlx's E2M1: the CPU graph's argmin, its distances |y − lut| computed in the
+// input dtype t (y is already in t), so two entries can tie in t where f32 would not.
+std::uint8_t e2m1_encode_mlx(float y, DType t) {
+  std::uint8_t best = 0;
+  float best_distance = round_to_dtype(std::fabs(y - kE2M1Lut[0]), t);
+  for (std::size_t i = 1; i < kE2M1Lut.size(); ++i) {
+    const float distance = round_to_dtype(std::fabs(y - kE2M1Lut[i]), t);
+    if (distance < best_distance) {
+      best_distance = distance;
+      best = static_cast<std::uint8_t>(i);
+    }
+  }
+  return best;
+}
+
 // The encoder reads each format's encodings from its table row (kvlab/quant_spec.h), so a
 // new microscaling format with known encodings is a table row, not an edit here.
 // Power-of-two (E8M0) group scales: the MX formats.
@@ -124,13 +139,38 @@ float element_max(const QuantSpec& spec) {
   return spec.format().element == ElementEncoding::e4m3 ? kE4M3Max : kE2M1Max;
 }
 
+// An mx group in Rounding::mlx (MLX 0.32.4's CPU, measured): s = amax/max rounded to the
+// input dtype t; exponent e = ceil(log2 s) (0 when s is 0), stored as (e + 127) mod 256 —
+// no clamp, so a scale below 2^-127 wraps (f32 amax 1e-38 for mxfp4 stores 255); the
+// elements are w / 2^e rounded to t (2^e itself taken in t), then encoded. The exponent
+// is rounded up, so |w|/2^e never exceeds the element max and no element saturates.
+// Non-finite amax is undefined in MLX (a float-to-int conversion of ±inf); the oracle
+// keeps mlx_cpu's 0xFF scale there.
+std::uint8_t quantize_group_mx_mlx(std::span<const float> group, const QuantSpec& spec, DType t, float amax,
+                                   std::span<std::uint8_t> codes) {
+  if (!std::isfinite(amax)) {
+    const std::uint8_t scale_code = e8m0_encode(amax, Rounding::mlx_cpu);
+    for (std::size_t i = 0; i < group.size(); ++i) codes[i] = encode_element(group[i] / INFINITY, spec, Rounding::mlx_cpu);
+    return scale_code;
+  }
+  const float s = round_to_dtype(amax / element_max(spec), t);
+  const int e = s == 0.0f ? 0 : static_cast<int>(std::ceil(std::log2(s)));
+  const float step = round_to_dtype(std::ldexp(1.0f, e), t);
+  for (std::size_t i = 0; i < group.size(); ++i) {
+    const float y = round_to_dtype(group[i] / step, t);
+    codes[i] = spec.format().element == ElementEncoding::e4m3 ? e4m3_encode(y) : e2m1_encode_mlx(y, t);
+  }
+  return static_cast<std::uint8_t>((e + 127) & 0xFF);
+}
+
 // Quantizes one group: writes its element codes and returns its scale code.
-std::uint8_t quantize_group(std::span<const float> group, const QuantSpec& spec, Rounding rounding,
+std::uint8_t quantize_group(std::span<const float> group, const QuantSpec& spec, Rounding rounding, DType t,
                             std::optional<float> global_scale, std::span<std::uint8_t> codes) {
   // fmax ignores NaN, so a NaN element poisons only itself (MLX leaves this unspecified).
   float amax = 0.0f;
   for (float w : group) amax = std::fmax(amax, std::fabs(w));
 
+  if (e8m0_scales(spec) && rounding == Rounding::mlx) return quantize_group_mx_mlx(group, spec, t, amax, codes);
   if (e8m0_scales(spec)) {
     const std::uint8_t scale_code = e8m0_encode(amax / element_max(spec), rounding);
     // decode(scale_code) is a power of two (or +inf for a non-finite amax), so the
@@ -154,6 +194,7 @@ std::uint8_t quantize_group(std::span<const float> group, const QuantSpec& spec,
 }  // namespace
 
 std::uint8_t e2m1_encode(float x, Rounding rounding) {
+  // mlx (f32 distances) is mlx_cpu's argmin; quantize_group_mx_mlx rounds them to t itself.
   return rounding == Rounding::mlx_gpu ? e2m1_encode_gpu(x) : e2m1_encode_cpu(x);
 }
 
@@ -204,7 +245,7 @@ std::uint8_t e8m0_encode(float x, Rounding rounding) {
   if (x < 0.0f) return 0x00;
   // The CPU graph replaces a zero scale (an all-zero group) by exponent 0 before taking
   // log2; Metal takes log2(0) = −inf, whose integer conversion clamps to −127 (code 0).
-  if (x == 0.0f && rounding == Rounding::mlx_cpu) return 127;
+  if (x == 0.0f && rounding != Rounding::mlx_gpu) return 127;
   const float log2_x = std::log2(x);  // −inf for ±0; finite otherwise (x is finite, >= 0)
   // mlx_gpu: Metal's round (half away from zero); mlx_cpu: mx.round, which is rint.
   const float exponent = rounding == Rounding::mlx_gpu ? std::round(log2_x) : std::rint(log2_x);
@@ -244,7 +285,7 @@ void fp_quantize(const ConstTensorView& x, const QuantSpec& spec, Rounding round
     for (std::int64_t i = 0; i < d; ++i) row[static_cast<std::size_t>(i)] = x.load(r * d + i);
     for (std::int64_t g = 0; g < groups_per_row; ++g) {
       const std::size_t begin = static_cast<std::size_t>(g) * gs;
-      const std::uint8_t scale_code = quantize_group(std::span(row).subspan(begin, gs), spec, rounding, global_scale,
+      const std::uint8_t scale_code = quantize_group(std::span(row).subspan(begin, gs), spec, rounding, x.dtype, global_scale,
                                                      std::span(codes).subspan(begin, gs));
       scales.store_int(r * groups_per_row + g, scale_code);
     }

@@ -20,6 +20,12 @@
 //   ties to the lower LUT index (0.75 → 0.5, −0.1 → +0; NaN, ±inf and |x| > 2^27 give
 //   code 0, since every f32 distance is then NaN, inf or |x| and the first index wins),
 //   E8M0 exponent = rint, an all-zero group stores scale code 127.
+// Rounding::mlx is the pinned MLX 0.32.4 CPU, measured bit for bit: nvfp4 as mlx_cpu;
+//   mx modes (changed since the spec's source snapshot, which rounded the log): E8M0
+//   exponent e = ceil(log2 s) of s = amax/max rounded to the input dtype T (e = 0 when
+//   s is 0), stored as (e + 127) mod 256 without a clamp; elements w/2^e rounded to T;
+//   E2M1 by the argmin with distances rounded to T. Non-finite amax is undefined in MLX
+//   (it converts ±inf to int); the oracle keeps mlx_cpu's result there.
 // E4M3 encode (both): RNE with denormals; |x| >= 448, ±inf and NaN saturate to ±448 (0x7E).
 // E8M0 encode (both): non-finite → 0xFF, negative → 0, else clamp(R(log2 x), −127, 127)+127.
 //

@@ -23,12 +23,32 @@ void quantize(const ConstTensorView& x, Rounding rounding, const QuantizedMutVie
   }
 }
 
-void dequantize(const QuantizedView& in, const TensorView& out) {
+void dequantize(const QuantizedView& in, const TensorView& out, Rounding flavour) {
   validate_format_operands(in.spec, in.biases, in.global_scale, "dequantize");
   switch (in.spec.format().encoder) {
-    case QuantEncoder::affine: affine_dequantize(in.wq, in.scales, in.biases, in.spec, out); return;
+    case QuantEncoder::affine: affine_dequantize(in.wq, in.scales, in.biases, in.spec, out, flavour); return;
+    // lut·2^e is exact, so the fp formats' one rounding is every flavour's.
     case QuantEncoder::fp: fp_dequantize(in.wq, in.scales, in.spec, in.global_scale, out); return;
   }
+}
+
+std::optional<Rounding> host_quantize_flavour(const QuantSpec& spec, Rounding rounding) {
+  // The 1-bit rule (reference/affine_quantize.h) exists only in the oracle so far.
+  if (spec.format().encoder == QuantEncoder::affine && spec.bits == 1) return std::nullopt;
+  if (rounding != Rounding::mlx) return rounding;
+  if (spec.format().scale == ScaleEncoding::e8m0) return std::nullopt;
+  return Rounding::mlx_cpu;
+}
+
+std::optional<Rounding> host_dequantize_flavour(const QuantSpec& spec, DType scales_dtype, Rounding flavour) {
+  if (flavour != Rounding::mlx) return flavour;
+  if (spec.format().encoder == QuantEncoder::affine && scales_dtype != DType::f32) return std::nullopt;
+  return Rounding::mlx_cpu;
+}
+
+std::string unsupported_flavour(const char* backend, const char* op, const QuantSpec& spec, Rounding rounding) {
+  return cat(backend, ": ", op, " of ", to_string(spec), " in the ", rounding_name(rounding),
+             " flavour is computed by the oracle only (its arithmetic is not vectorized here)");
 }
 
 QuantizedTensor quantize(const Tensor& x, const QuantSpec& spec, Rounding rounding) {

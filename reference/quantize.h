@@ -5,6 +5,9 @@
 #pragma once
 
 #include <optional>
+#include <string>
+
+#include <optional>
 
 #include "kvlab/quantized_view.h"
 #include "reference/affine_quantize.h"
@@ -17,10 +20,19 @@ namespace kvlab::ref {
 void validate_format_operands(const QuantSpec& spec, const ConstTensorView& biases,
                               std::optional<float> global_scale, const char* who);
 
+// For backends that implement the mlx_cpu / mlx_gpu arithmetic only: the flavour their
+// kernels should compute for a call, or nullopt when `rounding` asks for arithmetic they
+// do not have (then they throw Error{unsupported} with unsupported_flavour()). Rounding::mlx
+// is mlx_cpu's arithmetic except for mx-format quantize, affine dequantize with f16/bf16
+// metadata, and 1-bit affine quantize (kvlab/quant_spec.h).
+std::optional<Rounding> host_quantize_flavour(const QuantSpec& spec, Rounding rounding);
+std::optional<Rounding> host_dequantize_flavour(const QuantSpec& spec, DType scales_dtype, Rounding flavour);
+std::string unsupported_flavour(const char* backend, const char* op, const QuantSpec& spec, Rounding rounding);
+
 // x (..., D) float -> out's codes, scales (and biases) in out.spec's format.
 void quantize(const ConstTensorView& x, Rounding rounding, const QuantizedMutView& out);
-// in's codes -> out (..., D) float.
-void dequantize(const QuantizedView& in, const TensorView& out);
+// in's codes -> out (..., D) float; flavour: see kvlab/quant_spec.h (Rounding).
+void dequantize(const QuantizedView& in, const TensorView& out, Rounding flavour = Rounding::mlx_cpu);
 
 // Owning convenience: x quantized in spec's format (no global scale).
 QuantizedTensor quantize(const Tensor& x, const QuantSpec& spec, Rounding rounding);

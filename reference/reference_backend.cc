@@ -12,7 +12,7 @@ namespace kvlab {
 
 void ReferenceBackend::quantize(const QuantizeArgs& a) { ref::quantize(host_cview(a.x), a.rounding, host_view(a.out)); }
 
-void ReferenceBackend::dequantize(const DequantizeArgs& a) { ref::dequantize(host_cview(a.in), host_view(a.out)); }
+void ReferenceBackend::dequantize(const DequantizeArgs& a) { ref::dequantize(host_cview(a.in), host_view(a.out), a.flavour); }
 
 void ReferenceBackend::rope(const RopeArgs& a) {
   ref::rope(host_cview(a.x), a.params, a.offsets.scalar, host_per_row(a.offsets), host_view(a.out));

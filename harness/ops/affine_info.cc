@@ -1,13 +1,14 @@
 // affine_quantize / affine_dequantize (reference/affine_quantize.h).
 //
-// Inputs are x (B, H, T, D) in `dtype`: normal(0,1) values, or with dist=grid values
-// k/4 (k in [-16, 16]) so that group extremes and codes land on exact rounding ties —
-// where mlx_cpu (rint) and mlx_gpu (round) differ and a backend's division is most
-// likely to disagree with the oracle.
+// Inputs are x (B, H, T, D) in `dtype`, from a value family (harness/value_families.h):
+// normal(0,1) by default; dist=grid gives k/4 (k in [-16, 16]) so that group extremes
+// and codes land on exact rounding ties — where mlx_cpu (rint) and mlx_gpu (round)
+// differ and a backend's division is most likely to disagree with the oracle; the other
+// families are the conformance grid against real MLX (rounding=mlx).
 #include <cmath>
 
 #include "harness/ops/ops.h"
-#include "harness/rng.h"
+#include "harness/value_families.h"
 #include "reference/affine_quantize.h"
 
 namespace kvlab::harness::ops {
@@ -17,7 +18,7 @@ namespace {
 std::vector<ParamSpec> quant_params() {
   return {int_param("B", 1, true), int_param("H", 1, true), int_param("T", 4, true),
           int_param("D", 64, true, 32), dtype_param(), int_param("bits", 4), int_param("group", 64),
-          word_param("rounding", {"mlx_cpu", "mlx_gpu"}), word_param("dist", {"normal", "grid"}, true)};
+          word_param("rounding", {"mlx_cpu", "mlx_gpu", "mlx"}), word_param("dist", value_family_names(), true)};
 }
 
 Shape x_shape(const Problem& p) { return {p.integer("B"), p.integer("H"), p.integer("T"), p.integer("D")}; }
@@ -29,16 +30,7 @@ QuantSpec affine_spec(const Problem& p) {
 }
 
 Tensor quant_input(const Problem& p) {
-  const DType dtype = dtype_from_name(p.word("dtype"));
-  if (p.word("dist") == "normal") return random_normal(p, "x", dtype, x_shape(p));
-  Tensor x(dtype, x_shape(p));
-  const CounterRng rng(p.line(), "x");
-  const TensorView v = x.view();
-  for (std::int64_t i = 0; i < x.numel(); ++i) {
-    const auto k = static_cast<std::int64_t>(rng.bits(static_cast<std::uint64_t>(i)) % 33) - 16;
-    v.store(i, static_cast<float>(k) / 4.0f);
-  }
-  return x;
+  return value_family_fill(p, "x", dtype_from_name(p.word("dtype")), x_shape(p), p.word("dist"));
 }
 
 // x, its codes (at most a byte per element plus a padding word per row), two
@@ -111,12 +103,15 @@ class AffineDequantize final : public OpInfo {
     prep.add_input("wq", std::move(q.wq));
     prep.add_input("scales", std::move(q.scales));
     prep.add_input("biases", std::move(q.biases));
-    prep.outputs.push_back({"out", dtype_from_name(p.word("dtype")), x_shape(p), false, {}});
+    // rounding=mlx is the pinned MLX's arithmetic, which defines every bit: compared
+    // bit for bit; the other flavours are a contract with an fma-tolerant budget.
+    const bool exact = rounding_from_name(p.word("rounding")) == Rounding::mlx;
+    prep.outputs.push_back({"out", dtype_from_name(p.word("dtype")), x_shape(p), exact, {}});
     return prep;
   }
 
   void invoke(Backend& b, const Problem& p, const Bound& in, const Bound& out) const override {
-    b.dequantize({{in["wq"], in["scales"], in["biases"], affine_spec(p)}, out.tensors[0]});
+    b.dequantize({{in["wq"], in["scales"], in["biases"], affine_spec(p)}, out.tensors[0], rounding_from_name(p.word("rounding"))});
   }
 
   Budget budget(const Problem& p, const Prepared& prep, std::size_t, const Tensor& ref) const override {

@@ -8,6 +8,7 @@
 #include <cmath>
 
 #include "harness/ops/ops.h"
+#include "harness/value_families.h"
 #include "reference/fp_quantize.h"
 
 namespace kvlab::harness::ops {
@@ -31,19 +32,26 @@ ParamSpec stddev_param() {
   return s;
 }
 
+// The value family of x (harness/value_families.h); quiet, so older lines keep their fills.
+ParamSpec dist_param() {
+  ParamSpec s = word_param("dist", value_family_names(), true);
+  s.quiet_default = true;
+  return s;
+}
+
 std::vector<ParamSpec> fp_params() {
   return {int_param("B", 1, true), int_param("H", 1, true), int_param("T", 4, true), int_param("D", 64, true, 16),
           dtype_param(), word_param("mode", fp_modes()),
-          word_param("rounding", {"mlx_cpu", "mlx_gpu"}),
+          word_param("rounding", {"mlx_cpu", "mlx_gpu", "mlx"}),
           // amax: nvfp4's two-level scaling with MLX's global scale = tensor amax.
-          word_param("global_scale", {"none", "amax"}, true), stddev_param()};
+          word_param("global_scale", {"none", "amax"}, true), stddev_param(), dist_param()};
 }
 
 Shape x_shape(const Problem& p) { return {p.integer("B"), p.integer("H"), p.integer("T"), p.integer("D")}; }
 QuantSpec fp_spec(const Problem& p) { return QuantSpec::make(quant_mode_from_name(p.word("mode"))); }
 
 Tensor fp_input(const Problem& p) {
-  return random_normal(p, "x", dtype_from_name(p.word("dtype")), x_shape(p), p.real("stddev"));
+  return value_family_fill(p, "x", dtype_from_name(p.word("dtype")), x_shape(p), p.word("dist"), p.real("stddev"));
 }
 
 std::optional<float> global_scale(const Problem& p, const Tensor& x) {

@@ -30,10 +30,12 @@ struct QuantizeArgs {
   std::vector<const DTensor*> outputs() const { return {&out.wq, &out.scales, &out.biases}; }
 };
 
-// in's codes -> out (..., D) float.
+// in's codes -> out (..., D) float, in the arithmetic of `flavour` (kvlab/quant_spec.h:
+// only Rounding::mlx differs, for affine f16/bf16).
 struct DequantizeArgs {
   const QuantizedDTensor& in;
   const DTensor& out;
+  Rounding flavour = Rounding::mlx_cpu;
   std::vector<const DTensor*> outputs() const { return {&out}; }
 };
 

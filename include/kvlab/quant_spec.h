@@ -2,7 +2,7 @@
 // QuantSpec{mode, bits, group_size} validated against it, and the shapes it implies.
 //
 //   mode    group sizes   bits               outputs
-//   affine  32, 64, 128   2, 3, 4, 5, 6, 8   wq (u32), scales + biases (input dtype)
+//   affine  32, 64, 128   1, 2, 3, 4, 5, 6, 8 wq (u32), scales + biases (input dtype)
 //   mxfp4   32            4                  wq (u32), scales (u8, E8M0)
 //   mxfp8   32            8                  wq (u32), scales (u8, E8M0)
 //   nvfp4   16            4                  wq (u32), scales (u8, E4M3)
@@ -53,12 +53,23 @@ std::vector<std::string> quant_mode_names();          // every format's name, in
 std::string_view quant_mode_name(QuantMode m);
 QuantMode quant_mode_from_name(std::string_view name);  // throws Error naming the bad name
 
-// Which MLX backend's arithmetic a quantizer reproduces (spec §1.2, §1.7, §1.8).
-//   mlx_cpu: running max from the data, rint (ties to even), lower clamp;
-//            fp modes: argmin LUT tie-break, E8M0 via rint, zero group -> 127.
-//   mlx_gpu: running max starts at 0, round (ties away from zero);
+// Which arithmetic a quantizer (and affine dequantize) reproduces: three flavours.
+//   mlx_cpu: the single-rounding contract written from MLX's CPU sources (spec §1.2,
+//            §1.7): running max from the data, rint (ties to even), lower clamp; fp
+//            modes in f32 whatever the input dtype: argmin LUT tie-break, E8M0 via rint,
+//            zero group -> 127; affine dequantize rounds code·scale + bias once to T.
+//   mlx_gpu: Metal's arithmetic: running max starts at 0, round (ties away from zero);
 //            fp modes: RNE thresholds, E8M0 half-away, zero group -> 0.
-enum class Rounding : std::uint8_t { mlx_cpu, mlx_gpu };
+//   mlx:     the pinned MLX (0.32.4, CPU backend) bit for bit, measured against the
+//            real library over the conformance grid. Affine quantize and nvfp4 are
+//            mlx_cpu's arithmetic. It differs from mlx_cpu in two places (changed since
+//            the source snapshot of the spec): mx modes take the E8M0 exponent as
+//            ceil(log2(amax/max)) of amax/max rounded to the input dtype, the element
+//            division and the E2M1 argmin distances also rounded to it
+//            (reference/fp_quantize.h); affine dequantize to f16/bf16 rounds code·scale
+//            to T and then adds the bias in T — two roundings
+//            (reference/affine_quantize.h).
+enum class Rounding : std::uint8_t { mlx_cpu, mlx_gpu, mlx };
 std::string_view rounding_name(Rounding r);
 Rounding rounding_from_name(std::string_view name);
 

@@ -97,7 +97,7 @@ ScopedSimdTarget::~ScopedSimdTarget() {
 
 void SimdBackend::quantize(const QuantizeArgs& a) { simd::quantize(host_cview(a.x), a.rounding, host_view(a.out)); }
 
-void SimdBackend::dequantize(const DequantizeArgs& a) { simd::dequantize(host_cview(a.in), host_view(a.out)); }
+void SimdBackend::dequantize(const DequantizeArgs& a) { simd::dequantize(host_cview(a.in), host_view(a.out), a.flavour); }
 
 void SimdBackend::rope(const RopeArgs& a) {
   simd::rope(host_cview(a.x), a.params, a.offsets.scalar, host_per_row(a.offsets), host_view(a.out));

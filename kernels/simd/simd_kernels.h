@@ -17,7 +17,7 @@ namespace kvlab::simd {
 // Any format of the table: the one place SIMD dispatches on QuantFormat::encoder
 // (kernels/simd/quantize.cc).
 void quantize(const ConstTensorView& x, Rounding rounding, const QuantizedMutView& out);
-void dequantize(const QuantizedView& in, const TensorView& out);
+void dequantize(const QuantizedView& in, const TensorView& out, Rounding flavour = Rounding::mlx_cpu);
 
 void affine_quantize(const ConstTensorView& x, const QuantSpec& spec, Rounding rounding, const TensorView& wq,
                      const TensorView& scales, const TensorView& biases);

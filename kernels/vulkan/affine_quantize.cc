@@ -24,6 +24,8 @@ void VulkanBackend::quantize(const QuantizeArgs& a) {
   KVLAB_REQUIRE(spec.format().encoder == QuantEncoder::affine, unsupported, "VulkanBackend: quantize in mode ",
                 quant_mode_name(spec.mode), " is not implemented yet");
   ref::validate_affine_quantize(c.view(x), spec, c.view(wq), c.view(scales), c.view(biases));
+  KVLAB_REQUIRE(ref::host_quantize_flavour(spec, rounding).has_value(), unsupported,
+                ref::unsupported_flavour("VulkanBackend", "quantize", spec, rounding));
   const std::int64_t groups = scales.numel();  // rows · D / group_size
   if (groups == 0) return;
   const std::size_t es = dtype_size(x.dtype);
@@ -46,13 +48,15 @@ void VulkanBackend::quantize(const QuantizeArgs& a) {
 }
 
 void VulkanBackend::dequantize(const DequantizeArgs& a) {
-  const auto& [q, out] = a;
+  const auto& [q, out, flavour] = a;
   const auto& [wq, scales, biases, spec, global_scale] = q;
   Context& c = *context_;
   ref::validate_format_operands(spec, biases ? c.view(biases) : ConstTensorView{}, global_scale, "dequantize");
   KVLAB_REQUIRE(spec.format().encoder == QuantEncoder::affine, unsupported, "VulkanBackend: dequantize in mode ",
                 quant_mode_name(spec.mode), " is not implemented yet");
   ref::validate_affine_dequantize(c.view(wq), c.view(scales), c.view(biases), spec, c.view(out));
+  KVLAB_REQUIRE(ref::host_dequantize_flavour(spec, scales.dtype, flavour).has_value(), unsupported,
+                ref::unsupported_flavour("VulkanBackend", "dequantize", spec, flavour));
   const std::int64_t groups = scales.numel();
   if (groups == 0 || out.numel() == 0) return;
   const std::size_t ss = dtype_size(scales.dtype), os = dtype_size(out.dtype);
