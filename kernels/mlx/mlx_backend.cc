@@ -2,6 +2,7 @@
 
 #include <mlx/mlx.h>
 
+#include "kernels/mlx/mlx_ops.h"
 #include "kvlab/error.h"
 #include "kvlab/host_buffer.h"
 
@@ -9,9 +10,14 @@ namespace kvlab {
 
 namespace {
 
+// Overrides only the ops MLX has an equivalent for; TurboQuant (not in MLX) stays
+// UNIMPLEMENTED through Backend's default.
 class MlxBackend final : public HostMemoryBackend {
  public:
   std::string name() const override { return "mlx"; }
+
+  void quantize(const QuantizeArgs& a) override { mlxk::quantize(a); }
+  void dequantize(const DequantizeArgs& a) override { mlxk::dequantize(a); }
 };
 
 }  // namespace
