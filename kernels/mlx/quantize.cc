@@ -84,7 +84,12 @@ void dequantize(const DequantizeArgs& a) {
     const mx::array r = mx::dequantize(flat(in.wq), flat(in.scales), biases, in.spec.group_size, in.spec.bits,
                                        mode_name(in.spec), global_scale_array(in.global_scale), to_mx(out.dtype),
                                        cpu());
-    copy_out(mx::reshape(r, to_mx_shape(out.shape), cpu()), out, "dequantize");
+    // MLX 0.32.4 ignores the requested dtype when a global scale is given (the f32
+    // scale promotes its result to float32). Casting that f32 result is the single
+    // rounding to T that the contract asks for, not a correction of MLX's values.
+    mx::array result = r;
+    if (in.global_scale && result.dtype() == mx::float32) result = mx::astype(result, to_mx(out.dtype), cpu());
+    copy_out(mx::reshape(result, to_mx_shape(out.shape), cpu()), out, "dequantize");
   });
 }
 
