@@ -18,6 +18,7 @@ class MlxBackend final : public HostMemoryBackend {
 
   void quantize(const QuantizeArgs& a) override { mlxk::quantize(a); }
   void dequantize(const DequantizeArgs& a) override { mlxk::dequantize(a); }
+  void rope(const RopeArgs& a) override { mlxk::rope(a); }
 };
 
 }  // namespace
