@@ -19,6 +19,8 @@ class MlxBackend final : public HostMemoryBackend {
   void quantize(const QuantizeArgs& a) override { mlxk::quantize(a); }
   void dequantize(const DequantizeArgs& a) override { mlxk::dequantize(a); }
   void rope(const RopeArgs& a) override { mlxk::rope(a); }
+  void sdpa(const SdpaArgs& a) override { mlxk::sdpa(a); }
+  void quantized_sdpa(const QuantizedSdpaArgs& a) override { mlxk::quantized_sdpa(a); }
 };
 
 }  // namespace
