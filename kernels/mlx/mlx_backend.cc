@@ -21,6 +21,12 @@ class MlxBackend final : public HostMemoryBackend {
   void rope(const RopeArgs& a) override { mlxk::rope(a); }
   void sdpa(const SdpaArgs& a) override { mlxk::sdpa(a); }
   void quantized_sdpa(const QuantizedSdpaArgs& a) override { mlxk::quantized_sdpa(a); }
+  void kv_scatter(const KvScatterArgs& a) override { mlxk::kv_scatter(a); }
+  void kv_gather(const KvGatherArgs& a) override { mlxk::kv_gather(a); }
+  void kv_copy_blocks(const KvCopyBlocksArgs& a) override { mlxk::kv_copy_blocks(a); }
+  void kv_roll(const KvRollArgs& a) override { mlxk::kv_roll(a); }
+  void kv_append_advance(const KvAppendAdvanceArgs& a) override { mlxk::kv_append_advance(a); }
+  void kv_snapshot(const KvSnapshotArgs& a) override { mlxk::kv_snapshot(a); }
 };
 
 }  // namespace
