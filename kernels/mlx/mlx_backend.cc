@@ -2,6 +2,7 @@
 
 #include <mlx/mlx.h>
 
+#include "kernels/mlx/mlx_ops.h"
 #include "kvlab/error.h"
 #include "kvlab/host_buffer.h"
 
@@ -9,9 +10,23 @@ namespace kvlab {
 
 namespace {
 
+// Overrides only the ops MLX has an equivalent for; TurboQuant (not in MLX) stays
+// UNIMPLEMENTED through Backend's default.
 class MlxBackend final : public HostMemoryBackend {
  public:
   std::string name() const override { return "mlx"; }
+
+  void quantize(const QuantizeArgs& a) override { mlxk::quantize(a); }
+  void dequantize(const DequantizeArgs& a) override { mlxk::dequantize(a); }
+  void rope(const RopeArgs& a) override { mlxk::rope(a); }
+  void sdpa(const SdpaArgs& a) override { mlxk::sdpa(a); }
+  void quantized_sdpa(const QuantizedSdpaArgs& a) override { mlxk::quantized_sdpa(a); }
+  void kv_scatter(const KvScatterArgs& a) override { mlxk::kv_scatter(a); }
+  void kv_gather(const KvGatherArgs& a) override { mlxk::kv_gather(a); }
+  void kv_copy_blocks(const KvCopyBlocksArgs& a) override { mlxk::kv_copy_blocks(a); }
+  void kv_roll(const KvRollArgs& a) override { mlxk::kv_roll(a); }
+  void kv_append_advance(const KvAppendAdvanceArgs& a) override { mlxk::kv_append_advance(a); }
+  void kv_snapshot(const KvSnapshotArgs& a) override { mlxk::kv_snapshot(a); }
 };
 
 }  // namespace
