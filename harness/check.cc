@@ -1,5 +1,7 @@
 #include "harness/check.h"
 
+#include "harness/known_divergences.h"
+
 #include <chrono>
 #include <cstdio>
 #include <ostream>
@@ -22,8 +24,8 @@ std::filesystem::path default_cases_dir() { return KVLAB_CASES_DIR; }
 
 std::vector<std::string> tier_roles(std::string_view tier) {
   if (tier == "smoke") return {"smoke"};
-  if (tier == "ci" || tier == "lavapipe") return {"smoke", "ci", "shapes_edges", "shapes_llama_decode"};
-  if (tier == "full") return {"smoke", "ci", "shapes_edges", "shapes_llama_decode", "perf"};
+  if (tier == "ci" || tier == "lavapipe") return {"smoke", "ci", "shapes_edges", "shapes_llama_decode", "conformance"};
+  if (tier == "full") return {"smoke", "ci", "shapes_edges", "shapes_llama_decode", "conformance", "perf"};
   fail(ErrorKind::invalid_argument, cat("unknown tier '", tier, "' (smoke, ci, lavapipe, full)"));
 }
 
@@ -150,8 +152,17 @@ CheckSummary run_check(const CheckOptions& o, std::ostream& out) {
                                                                                : ProgressLine::Mode::log,
                         cases.size());
   std::size_t failed = 0;
+  KnownDivergences known(std::vector<std::filesystem::path>(o.known_files.begin(), o.known_files.end()));
   cases.for_each([&](const Problem& p) {
     CaseResult r = backend ? run_case(p, *backend, *reference, o.run) : unavailable(p, o.backend, summary.unavailable);
+    if (KnownDivergence* d = backend ? known.match(p, o.backend) : nullptr) {
+      ++d->matched;
+      if (r.status == Status::failed) {
+        ++d->failed;
+        r.status = Status::skipped;
+        r.reason = cat("known divergence (", d->klass, ", ", d->where, "): ", d->note, " [was: ", r.reason, "]");
+      }
+    }
     if (r.status == Status::failed && o.shrink) {
       const ShrinkResult s = shrink(p, *backend, *reference, o.run);
       if (s.smallest.line() != r.line) r.shrunk_line = s.smallest.line();
@@ -170,6 +181,10 @@ CheckSummary run_check(const CheckOptions& o, std::ostream& out) {
   progress.finish();
   summary.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   print_summary(out, info, summary.results, summary.seconds);
+  if (!known.empty()) {
+    known.summarize(out);
+    if (!known.stale().empty()) summary.ok = false;
+  }
   jsonl.commit();
   if (!o.junit_path.empty()) write_junit(o.junit_path, info, summary.results, summary.seconds);
   return summary;

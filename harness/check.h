@@ -2,7 +2,7 @@
 // the harness tests call them directly).
 //
 // Tiers select case files by role: smoke = {smoke}; ci = {smoke, ci, shapes_edges,
-// shapes_llama_decode}; full = ci + {perf}. Cases are deduplicated by canonical line,
+// shapes_llama_decode, conformance}; full = ci + {perf}. Cases are deduplicated by canonical line,
 // ordered by op then file then line, and sharded as case k → shard k mod n.
 #pragma once
 
@@ -37,6 +37,9 @@ struct CheckOptions {
   std::vector<std::string> ops;         // empty: every op
   std::string tier = "ci";
   std::vector<std::string> case_files;  // when given, replace the tier's files
+  // Known-divergence files (harness/known_divergences.h): a failure they explain is
+  // SKIPPED with the reason; an entry that no longer reproduces fails the run.
+  std::vector<std::string> known_files;
   std::filesystem::path cases_dir = default_cases_dir();
   std::string json_path, junit_path;
   int shard_index = 0, shard_count = 1;

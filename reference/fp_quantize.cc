@@ -181,8 +181,18 @@ std::uint8_t quantize_group(std::span<const float> group, const QuantSpec& spec,
     return scale_code;
   }
 
-  // E4M3 group scales (nvfp4). Operation order as in spec §1.7: (amax/6)·enc, then (w·enc)/s.
   const float enc = global_scale ? kNvfp4Range / *global_scale : 1.0f;
+  if (rounding == Rounding::mlx) {
+    // MLX 0.32.4's CPU graph: amax/6 and w/s in the input dtype t, the f32 factor enc
+    // applied after each (promoting to f32), the argmin in f32.
+    const std::uint8_t scale_code = e4m3_encode(round_to_dtype(amax / kE2M1Max, t) * enc);
+    const float scale = round_to_dtype(e4m3_decode(scale_code), t);
+    for (std::size_t i = 0; i < group.size(); ++i) {
+      codes[i] = scale == 0.0f ? std::uint8_t{0} : e2m1_encode(round_to_dtype(group[i] / scale, t) * enc, rounding);
+    }
+    return scale_code;
+  }
+  // E4M3 group scales (nvfp4). Operation order as in spec §1.7: (amax/6)·enc, then (w·enc)/s.
   const std::uint8_t scale_code = e4m3_encode(amax / kE2M1Max * enc);
   const float scale = e4m3_decode(scale_code);
   for (std::size_t i = 0; i < group.size(); ++i) {

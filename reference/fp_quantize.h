@@ -20,7 +20,9 @@
 //   ties to the lower LUT index (0.75 → 0.5, −0.1 → +0; NaN, ±inf and |x| > 2^27 give
 //   code 0, since every f32 distance is then NaN, inf or |x| and the first index wins),
 //   E8M0 exponent = rint, an all-zero group stores scale code 127.
-// Rounding::mlx is the pinned MLX 0.32.4 CPU, measured bit for bit: nvfp4 as mlx_cpu;
+// Rounding::mlx is the pinned MLX 0.32.4 CPU, measured bit for bit: nvfp4 takes amax/6,
+//   the decoded scale and w/s in the input dtype T, multiplying by the f32 factor enc
+//   after each (so the spec's (w·enc)/s becomes T(w/s)·enc), argmin in f32;
 //   mx modes (changed since the spec's source snapshot, which rounded the log): E8M0
 //   exponent e = ceil(log2 s) of s = amax/max rounded to the input dtype T (e = 0 when
 //   s is 0), stored as (e + 127) mod 256 without a clamp; elements w/2^e rounded to T;

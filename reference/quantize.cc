@@ -36,7 +36,8 @@ std::optional<Rounding> host_quantize_flavour(const QuantSpec& spec, Rounding ro
   // The 1-bit rule (reference/affine_quantize.h) exists only in the oracle so far.
   if (spec.format().encoder == QuantEncoder::affine && spec.bits == 1) return std::nullopt;
   if (rounding != Rounding::mlx) return rounding;
-  if (spec.format().scale == ScaleEncoding::e8m0) return std::nullopt;
+  // The fp formats' mlx arithmetic rounds to the input dtype at steps of its own.
+  if (spec.format().encoder == QuantEncoder::fp) return std::nullopt;
   return Rounding::mlx_cpu;
 }
 

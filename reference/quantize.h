@@ -23,7 +23,7 @@ void validate_format_operands(const QuantSpec& spec, const ConstTensorView& bias
 // For backends that implement the mlx_cpu / mlx_gpu arithmetic only: the flavour their
 // kernels should compute for a call, or nullopt when `rounding` asks for arithmetic they
 // do not have (then they throw Error{unsupported} with unsupported_flavour()). Rounding::mlx
-// is mlx_cpu's arithmetic except for mx-format quantize, affine dequantize with f16/bf16
+// is mlx_cpu's arithmetic except for fp-format quantize, affine dequantize with f16/bf16
 // metadata, and 1-bit affine quantize (kvlab/quant_spec.h).
 std::optional<Rounding> host_quantize_flavour(const QuantSpec& spec, Rounding rounding);
 std::optional<Rounding> host_dequantize_flavour(const QuantSpec& spec, DType scales_dtype, Rounding flavour);

@@ -13,7 +13,10 @@
 
 namespace kvlab::mlxk {
 
-bool mlx_computes(Rounding r) { return r == Rounding::mlx_cpu; }
+// MLX computes its own arithmetic: kvlab's mlx flavour, which the oracle matches bit for
+// bit (reference/*_quantize.h). Cases asking for mlx_cpu or mlx_gpu are another
+// contract, so they are UNIMPLEMENTED here rather than failures of MLX.
+bool mlx_computes(Rounding r) { return r == Rounding::mlx; }
 
 namespace {
 
@@ -50,8 +53,8 @@ void quantize(const QuantizeArgs& a) {
   const QuantizedMutView out = host_view(a.out);
   validate_quantize(x, out);
   KVLAB_REQUIRE(mlx_computes(a.rounding), unsupported,
-                "MLX's CPU backend computes the mlx_cpu rounding only, not ", rounding_name(a.rounding),
-                " (that flavour is MLX's Metal arithmetic, absent from this CPU-only wheel)");
+                "MLX's CPU backend computes the mlx flavour (rounding=mlx), not ", rounding_name(a.rounding),
+                " (a contract of kvlab's; mlx_gpu is Metal's arithmetic, absent from this CPU-only wheel)");
   if (x.numel() == 0) return;  // nothing to encode; MLX is not asked about empty rows
   guarded("quantize", [&] {
     // MLX quantizes along the last axis of a matrix: rows are independent, so the
@@ -73,6 +76,12 @@ void dequantize(const DequantizeArgs& a) {
   const QuantizedView in = host_cview(a.in);
   const TensorView out = host_view(a.out);
   validate_dequantize(in, out);
+  // Another flavour is answered only where its arithmetic is MLX's (fp formats, f32 data).
+  KVLAB_REQUIRE(mlx_computes(a.flavour) || ref::host_dequantize_flavour(in.spec, in.scales.dtype, Rounding::mlx) ==
+                                              ref::host_dequantize_flavour(in.spec, in.scales.dtype, a.flavour),
+                unsupported, "MLX's dequantize computes the mlx flavour, which differs from ",
+                rounding_name(a.flavour), " for ", to_string(in.spec), " with ", dtype_name(in.scales.dtype),
+                " scales");
   if (out.numel() == 0) return;
   guarded("dequantize", [&] {
     const std::int64_t rows = out.numel() / out.shape.back();

@@ -3,6 +3,7 @@
 #include <charconv>
 #include <cstdint>
 #include <cstdio>
+#include <filesystem>
 #include <map>
 #include <ostream>
 #include <sstream>
@@ -71,6 +72,10 @@ void HarnessCommands::add_to(CLI::App& app) {
   check_cmd_->add_option("--tier", check_.tier, "smoke | ci | lavapipe | full")
       ->check(CLI::IsMember({"smoke", "ci", "lavapipe", "full"}));
   check_cmd_->add_option("--cases", check_.case_files, "Case file(s) to run instead of the tier's");
+  check_cmd_->add_option("--known", check_.known_files,
+                         "Known-divergence file(s) (harness/known_divergences.h); by default the backend's own "
+                         "register, harness/known/<backend>, when it exists");
+  check_cmd_->add_flag("--no-known", no_known_, "Do not apply the backend's register of known divergences");
   check_cmd_->add_option("--json", check_.json_path, "Write JSON Lines (one record per case) to this file");
   check_cmd_->add_option("--junit", check_.junit_path, "Write JUnit XML to this file");
   check_cmd_->add_option("--shard", shard_, "Run shard i of n (i/n, cases k with k mod n == i)");
@@ -107,6 +112,10 @@ void HarnessCommands::add_to(CLI::App& app) {
 int HarnessCommands::run(std::ostream& out) {
   if (*check_cmd_) {
     check_.ops = split_commas(ops_);
+    // The backend's register beside the case files (harness/known/mlx for `--backend mlx`).
+    const std::filesystem::path own = check_.cases_dir.parent_path() / "known" /
+                                      check_.backend.substr(0, check_.backend.find(':'));
+    if (!no_known_ && std::filesystem::is_regular_file(own)) check_.known_files.push_back(own.string());
     KVLAB_REQUIRE(ops_.empty() || !check_.ops.empty(), invalid_argument, "--op '", ops_, "' names no op");
     parse_shard(shard_, check_);
     check_.progress = harness::progress_from_name(progress_);

@@ -21,6 +21,7 @@ class HarnessCommands {
   std::string ops_, shard_, progress_ = "auto", max_memory_;
   std::uint64_t max_work_ = harness::kDefaultMaxWork, repro_max_work_ = harness::kDefaultMaxWork;
   std::string repro_line_, repro_backend_ = "reference", repro_max_memory_;
+  bool no_known_ = false;
   bool repro_shrink_ = false, repro_rerun_ = false, repro_allow_unavailable_ = false;
   std::string list_tier_ = "full";
   CLI::App* check_cmd_ = nullptr;

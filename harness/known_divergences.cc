@@ -1,0 +1,121 @@
+#include "harness/known_divergences.h"
+
+#include <algorithm>
+#include <fstream>
+#include <ostream>
+#include <sstream>
+
+#include "harness/op.h"
+#include "kvlab/error.h"
+
+namespace kvlab::harness {
+
+namespace {
+
+std::string trim(std::string_view s) {
+  const auto b = s.find_first_not_of(" \t\r");
+  if (b == std::string_view::npos) return {};
+  const auto e = s.find_last_not_of(" \t\r");
+  return std::string(s.substr(b, e - b + 1));
+}
+
+std::vector<std::string> split(std::string_view s, char sep) {
+  std::vector<std::string> out;
+  std::size_t start = 0;
+  for (std::size_t i = 0; i <= s.size(); ++i) {
+    if (i == s.size() || s[i] == sep) {
+      out.push_back(trim(s.substr(start, i - start)));
+      start = i + 1;
+    }
+  }
+  return out;
+}
+
+constexpr std::string_view kClasses[] = {"upstream-bug", "representation", "kvlab-bug"};
+
+KnownDivergence parse_entry(const std::string& line, const std::string& where) {
+  const std::vector<std::string> fields = split(line, '|');
+  KVLAB_REQUIRE(fields.size() == 4, invalid_argument, where, ": a known divergence has 4 fields "
+                "'backend | op key=value... | class | note', got ", fields.size());
+  KnownDivergence d;
+  d.where = where;
+  d.backend = fields[0];
+  d.klass = fields[2];
+  d.note = fields[3];
+  KVLAB_REQUIRE(std::find(std::begin(kClasses), std::end(kClasses), d.klass) != std::end(kClasses), invalid_argument,
+                where, ": unknown class '", d.klass, "' (upstream-bug, representation, kvlab-bug)");
+  KVLAB_REQUIRE(!d.note.empty(), invalid_argument, where, ": a known divergence needs a note saying why");
+  std::istringstream words(fields[1]);
+  words >> d.op;
+  const OpInfo* op = nullptr;
+  try {
+    op = &find_op(d.op);
+  } catch (const Error& e) {
+    fail(ErrorKind::invalid_argument, cat(where, ": ", e.what()));
+  }
+  const std::vector<ParamSpec>& params = op->params();
+  for (std::string w; words >> w;) {
+    const auto eq = w.find('=');
+    KVLAB_REQUIRE(eq != std::string::npos && eq > 0, invalid_argument, where, ": '", w, "' is not key=value");
+    std::string key = w.substr(0, eq);
+    KVLAB_REQUIRE(std::any_of(params.begin(), params.end(), [&](const ParamSpec& s) { return s.key == key; }),
+                  invalid_argument, where, ": op ", d.op, " has no parameter '", key, "'");
+    d.match.emplace_back(std::move(key), split(w.substr(eq + 1), ','));
+  }
+  return d;
+}
+
+}  // namespace
+
+KnownDivergences::KnownDivergences(const std::vector<std::filesystem::path>& files) {
+  for (const std::filesystem::path& f : files) {
+    std::ifstream in(f);
+    KVLAB_REQUIRE(in.good(), io, "cannot read known-divergence file ", f.string());
+    std::string line;
+    for (int n = 1; std::getline(in, line); ++n) {
+      KVLAB_REQUIRE(line.size() <= 4096, invalid_argument, f.string(), ":", n, ": line longer than 4096 bytes");
+      const std::string text = trim(line.substr(0, line.find('#')));
+      if (!text.empty()) entries_.push_back(parse_entry(text, cat(f.string(), ":", n)));
+    }
+  }
+}
+
+KnownDivergence* KnownDivergences::match(const Problem& p, std::string_view backend) {
+  const std::string_view base = backend.substr(0, backend.find(':'));
+  for (KnownDivergence& d : entries_) {
+    if (d.backend != base || d.op != p.op()) continue;
+    const bool all = std::all_of(d.match.begin(), d.match.end(), [&](const auto& kv) {
+      const std::string& value = p.word(kv.first);
+      return std::find(kv.second.begin(), kv.second.end(), value) != kv.second.end();
+    });
+    if (all) return &d;
+  }
+  return nullptr;
+}
+
+std::vector<const KnownDivergence*> KnownDivergences::stale() const {
+  std::vector<const KnownDivergence*> out;
+  for (const KnownDivergence& d : entries_) {
+    if (d.matched > 0 && d.failed == 0) out.push_back(&d);
+  }
+  return out;
+}
+
+void KnownDivergences::summarize(std::ostream& out) const {
+  std::uint64_t failed = 0, used = 0;
+  for (const KnownDivergence& d : entries_) {
+    failed += d.failed;
+    used += d.failed > 0;
+  }
+  out << "known divergences: " << failed << " failing cases explained by " << used << " of " << entries_.size()
+      << " entries\n";
+  for (const KnownDivergence& d : entries_) {
+    if (d.failed > 0) out << "  " << d.failed << "/" << d.matched << " cases  " << d.klass << "  " << d.where << "\n";
+  }
+  for (const KnownDivergence* d : stale()) {
+    out << "  STALE " << d->where << ": matched " << d->matched << " cases and none failed (" << d->backend << " | "
+        << d->op << "): the divergence no longer reproduces; remove or narrow the entry\n";
+  }
+}
+
+}  // namespace kvlab::harness
