@@ -1,0 +1,126 @@
+"""Recompute a kvlab vectors file with MLX: kvlab's inputs in, MLX's outputs out.
+
+The output file holds only the problems MLX computed, renumbered from 0, each with
+kvlab's inputs unchanged and MLX's outputs under kvlab's slot names. The slots' dtypes
+and shapes are those of kvlab's expected outputs in the input file.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+from collections import Counter
+from dataclasses import dataclass, field
+
+import mlx.core as mx
+
+from . import ops as mlx_ops
+from .problem import Problem
+from .vectors import Problem as VProblem
+from .vectors import Vectors, from_mlx, mlx_tag, to_mlx
+
+WRITER = "adapters/mlx kvlab_mlx 1"
+
+
+@dataclass
+class Report:
+    computed: Counter = field(default_factory=Counter)   # op -> count
+    skipped: Counter = field(default_factory=Counter)    # (op, reason) -> count: MLX cannot express it
+    rejected: Counter = field(default_factory=Counter)   # (op, message) -> count: MLX raised on the problem
+    failed: Counter = field(default_factory=Counter)     # (op, reason) -> count: an error, not a limitation
+    casts: Counter = field(default_factory=Counter)      # (op, slot, mlx dtype, slot dtype) -> count
+    filtered: int = 0                                     # left out by --ops
+    failed_lines: list = field(default_factory=list)     # (line, reason), the first few
+
+    def lines(self):
+        out = [f"computed {sum(self.computed.values())}, skipped {sum(self.skipped.values())}, "
+               f"rejected by MLX {sum(self.rejected.values())}, failed {sum(self.failed.values())}" + (f", not selected {self.filtered}" if self.filtered else "")]
+        for op, n in sorted(self.computed.items()):
+            out.append(f"  computed {op}: {n}")
+        for title, counter in (("skipped", self.skipped), ("MLX raised", self.rejected), ("FAILED", self.failed)):
+            for (op, reason), n in sorted(counter.items()):
+                out.append(f"  {title} {op} ({n}): {reason}")
+        for (op, slot, got, want), n in sorted(self.casts.items()):
+            out.append(f"  CAST {op}.{slot} ({n}): MLX returned {got}, kvlab's slot is {want}; written as {want} "
+                       "(a cast can hide a divergence)")
+        for line, reason in self.failed_lines:
+            out.append(f"  failed: {line}\n    {reason}")
+        return out
+
+
+def _outputs(op, vp, result, report):
+    """MLX's result as vectors tensors shaped and typed like kvlab's slots."""
+    slots = vp.outputs
+    if not slots:
+        raise ValueError("the file has no kvlab output slots for this problem")
+    if set(result) != set(slots):
+        raise ValueError(f"MLX outputs {sorted(result)} are not kvlab's slots {sorted(slots)}")
+    out = {}
+    for name, slot in slots.items():
+        arr = result[name]
+        if tuple(arr.shape) != slot.array.shape:
+            raise ValueError(f"MLX's {name} has shape {tuple(arr.shape)}, kvlab's slot {slot.array.shape}")
+        t = from_mlx(arr) if mlx_tag(arr) == slot.dtype else None
+        if t is None:
+            report.casts[(op, name, str(arr.dtype).removeprefix("mlx.core."), slot.dtype)] += 1
+            t = from_mlx(arr.astype(_MX[slot.dtype]))
+        out[name] = t
+    return out
+
+
+_MX = {"F32": mx.float32, "F16": mx.float16, "BF16": mx.bfloat16, "U32": mx.uint32, "I32": mx.int32, "U8": mx.uint8}
+
+
+def recompute(vectors: Vectors, only_ops=None, max_failed_lines=5):
+    report = Report()
+    done, routes = [], set()
+    for vp in vectors.problems:
+        op = vp.line.split(maxsplit=1)[0] if vp.line.strip() else "?"
+        if only_ops and op not in only_ops:
+            report.filtered += 1
+            continue
+        try:
+            p = Problem(vp.line)
+            if p.op not in mlx_ops.OPS:
+                raise mlx_ops.Unsupported("no MLX route for this op in kvlab_mlx")
+            fn, route = mlx_ops.OPS[p.op]
+            inputs = {name: to_mlx(t) for name, t in vp.inputs.items()}
+            with mx.stream(mlx_ops.DEVICE):
+                result = fn(p, inputs)
+                mx.eval(list(result.values()))
+            outputs = _outputs(op, vp, result, report)
+        except mlx_ops.Unsupported as e:
+            report.skipped[(op, str(e))] += 1
+            continue
+        except (ValueError, RuntimeError) as e:
+            # MLX's C++ errors read "[op] message": MLX refused a problem kvlab calls valid
+            # (e.g. an empty tensor). A finding about MLX, not the adapter's failure.
+            if str(e).startswith("["):
+                report.rejected[(op, str(e).splitlines()[0])] += 1
+                continue
+            report.failed[(op, f"{type(e).__name__}: {e}".splitlines()[0])] += 1
+            if len(report.failed_lines) < max_failed_lines:
+                report.failed_lines.append((vp.line, f"{type(e).__name__}: {e}"))
+            continue
+        except Exception as e:  # anything else is the adapter's problem: report, go on
+            reason = f"{type(e).__name__}: {e}"
+            report.failed[(op, reason.splitlines()[0])] += 1
+            if len(report.failed_lines) < max_failed_lines:
+                report.failed_lines.append((vp.line, reason))
+            continue
+        report.computed[op] += 1
+        routes.add(route)
+        done.append(VProblem(vp.line, dict(vp.inputs), outputs))
+    meta = {
+        "kvlab.vectors": "1",
+        "engine": "mlx",
+        "engine_version": mx.__version__,
+        "flavour": flavour(routes),
+        "writer": f"{WRITER} (mlx-lm {importlib.metadata.version('mlx-lm')})",
+    }
+    return Vectors(meta, done), report
+
+
+def flavour(routes):
+    """mlx_cpu for MLX core ops, mlx_lm_cpu for mlx-lm's functions, both joined by '+'."""
+    names = sorted({"mlx_lm_cpu" if r.startswith("mlx_lm") else "mlx_cpu" for r in routes}) or ["mlx_cpu"]
+    return "+".join(names)
