@@ -23,10 +23,11 @@ class Unsupported(Exception):
     """The problem has a parameter MLX (as routed here) has no equivalent for."""
 
 
-# The only MLX device this adapter runs; quantizers of kvlab's other rounding flavours
-# (mlx_gpu: Metal's arithmetic) are not something the CPU backend computes.
+# The only MLX device this adapter runs. MLX computes its own arithmetic, which kvlab
+# names the `mlx` flavour (rounding=mlx, bit-exact in the oracle); mlx_cpu is kvlab's
+# single-rounding contract and mlx_gpu Metal's arithmetic, neither computed here.
 DEVICE = mx.cpu
-FLAVOUR = "mlx_cpu"
+FLAVOUR = "mlx"
 
 # MLX's defaults per fp mode (kvlab's QuantSpec::make): (bits, group).
 FP_SPECS = {"mxfp4": (4, 32), "mxfp8": (8, 32), "nvfp4": (4, 16)}
@@ -34,10 +35,8 @@ FP_SPECS = {"mxfp4": (4, 32), "mxfp8": (8, 32), "nvfp4": (4, 16)}
 
 def _require_cpu_rounding(p: Problem):
     r = p.word("rounding")
-    if "gpu" in r:
-        raise Unsupported(f"rounding={r}: MLX's CPU backend computes only the mlx_cpu flavour")
     if r != FLAVOUR:
-        raise Unsupported(f"rounding={r}: unknown rounding flavour")
+        raise Unsupported(f"rounding={r}: MLX computes the mlx flavour (rounding=mlx), not kvlab's {r}")
 
 
 def vtag(arr) -> str:
@@ -57,8 +56,10 @@ def affine_quantize(p: Problem, inp):
 
 
 def affine_dequantize(p: Problem, inp):
-    # The rounding flavour made kvlab's codes; dequantizing them involves no rounding
-    # choice, so every flavour's codes are a fair input for MLX's CPU dequantize.
+    # MLX computes in the metadata dtype T (two roundings for f16/bf16): only the mlx
+    # flavour asks for that; for f32 every flavour is the same arithmetic.
+    if p.word("dtype") != "f32":
+        _require_cpu_rounding(p)
     out = mx.dequantize(inp["wq"], inp["scales"], inp["biases"], group_size=p.int("group"), bits=p.int("bits"),
                         mode="affine")
     return {"out": out}

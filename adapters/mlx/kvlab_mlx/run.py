@@ -121,6 +121,6 @@ def recompute(vectors: Vectors, only_ops=None, max_failed_lines=5):
 
 
 def flavour(routes):
-    """mlx_cpu for MLX core ops, mlx_lm_cpu for mlx-lm's functions, both joined by '+'."""
-    names = sorted({"mlx_lm_cpu" if r.startswith("mlx_lm") else "mlx_cpu" for r in routes}) or ["mlx_cpu"]
+    """mlx for MLX core ops (kvlab's rounding=mlx flavour), mlx_lm for mlx-lm's functions, joined by '+'."""
+    names = sorted({"mlx_lm" if r.startswith("mlx_lm") else "mlx" for r in routes}) or ["mlx"]
     return "+".join(names)

@@ -25,8 +25,8 @@ from kvlab_mlx.problem import Problem  # noqa: E402
 
 # `kvlab list` defaults (quiet keys and `place` left out).
 DEFAULTS = {
-    "affine_quantize": "B=1 H=1 T=4 D=64 dtype=f32 bits=4 group=64 rounding=mlx_cpu dist=normal seed=1",
-    "fp_quantize": "B=1 H=1 T=4 D=64 dtype=f32 mode=mxfp4 rounding=mlx_cpu global_scale=none seed=1",
+    "affine_quantize": "B=1 H=1 T=4 D=64 dtype=f32 bits=4 group=64 rounding=mlx dist=normal seed=1",
+    "fp_quantize": "B=1 H=1 T=4 D=64 dtype=f32 mode=mxfp4 rounding=mlx global_scale=none seed=1",
     "rope": "B=1 H=4 T=8 D=64 dtype=f32 dims=64 traditional=0 base=10000 scale=1 offset=0 per_row=0 seed=1",
     "sdpa": "B=1 Hq=4 Hkv=4 Lq=4 Lk=16 Dk=64 Dv=64 dtype=f32 mask=none window=0 lpad=0 rpad=0 sinks=0 softcap=0 "
             "scale=0 fully_masked=zero mask_dims=B1 mask_dtype=f32 special=none seed=1",

@@ -102,7 +102,7 @@ class Quantize(unittest.TestCase):
         g = (np.array([(i * 7) % 26 - 10 for i in range(32)], dtype=np.float32)) / 4
         g[3], g[9] = 3.75, -2.5
         codes, scale, bias = affine_group_numpy(g, 8)
-        p = Problem("affine_quantize B=1 H=1 T=1 D=32 dtype=f32 bits=8 group=32 rounding=mlx_cpu dist=grid seed=1")
+        p = Problem("affine_quantize B=1 H=1 T=1 D=32 dtype=f32 bits=8 group=32 rounding=mlx dist=grid seed=1")
         out = ops.affine_quantize(p, {"x": mx.array(g.reshape(1, 1, 1, 32))})
         self.assertLess(scale, 0)
         self.assertEqual(np.array(out["wq"]).tolist(), pack(codes, 8).reshape(1, 1, 1, 8).tolist())
@@ -112,7 +112,7 @@ class Quantize(unittest.TestCase):
     def test_affine_4bit_packing_and_dequantize(self):
         rng = np.random.default_rng(3)
         x = rng.standard_normal((1, 2, 3, 64)).astype(np.float32)
-        p = Problem("affine_quantize B=1 H=2 T=3 D=64 dtype=f32 bits=4 group=32 rounding=mlx_cpu dist=normal seed=1")
+        p = Problem("affine_quantize B=1 H=2 T=3 D=64 dtype=f32 bits=4 group=32 rounding=mlx dist=normal seed=1")
         out = ops.affine_quantize(p, {"x": mx.array(x)})
         self.assertEqual(out["wq"].shape, (1, 2, 3, 8))
         codes = unpack(np.array(out["wq"]), 4, 64)
@@ -144,7 +144,7 @@ class Quantize(unittest.TestCase):
         x = np.where(sign, -1, 1) * np.array([lut[i] for i in idx], dtype=np.float32)
         # mlx_cpu encodes by argmin over the 16-entry LUT, ties to the lower index: -0 -> +0.
         codes = np.where(idx == 0, 0, idx + 8 * sign)
-        p = Problem("fp_quantize B=1 H=1 T=1 D=32 dtype=f32 mode=mxfp4 rounding=mlx_cpu global_scale=none seed=1")
+        p = Problem("fp_quantize B=1 H=1 T=1 D=32 dtype=f32 mode=mxfp4 rounding=mlx global_scale=none seed=1")
         out = ops.fp_quantize(p, {"x": mx.array(x.reshape(1, 1, 1, 32).astype(np.float32))})
         self.assertEqual(np.array(out["scales"]).tolist(), [[[[127]]]])
         self.assertEqual(out["scales"].dtype, mx.uint8)
@@ -155,7 +155,7 @@ class Quantize(unittest.TestCase):
 
     def test_nvfp4_global_scale(self):
         x = mx.array(np.random.default_rng(1).standard_normal((1, 1, 2, 32)).astype(np.float32))
-        line = "fp_quantize B=1 H=1 T=2 D=32 dtype=f32 mode=nvfp4 rounding=mlx_cpu global_scale=amax seed=1"
+        line = "fp_quantize B=1 H=1 T=2 D=32 dtype=f32 mode=nvfp4 rounding=mlx global_scale=amax seed=1"
         out = ops.fp_quantize(Problem(line), {"x": x})
         amax = mx.max(mx.abs(x))
         plain = mx.quantize(x, group_size=16, bits=4, mode="nvfp4")
@@ -304,15 +304,15 @@ class Runner(unittest.TestCase):
         x = np.random.default_rng(4).standard_normal((1, 1, 2, 32)).astype(np.float32)
         zeros = lambda tag, shape: V.Tensor(tag, np.zeros(shape, dtype=V.DTYPES[tag]))  # noqa: E731
         quant = "B=1 H=1 T=2 D=32 dtype=f32 bits=4 group=32 rounding={} dist=normal seed=1"
-        good = V.Problem("affine_quantize " + quant.format("mlx_cpu"), {"x": V.Tensor("F32", x)},
+        good = V.Problem("affine_quantize " + quant.format("mlx"), {"x": V.Tensor("F32", x)},
                          {"wq": zeros("U32", (1, 1, 2, 4)), "scales": zeros("F32", (1, 1, 2, 1)),
                           "biases": zeros("F32", (1, 1, 2, 1))})
         gpu = V.Problem("affine_quantize " + quant.format("mlx_gpu"), good.inputs, good.outputs)
         other = V.Problem("kv_roll B=2 seed=1", {}, {})
-        wrong = V.Problem("affine_quantize " + quant.format("mlx_cpu"), good.inputs,
+        wrong = V.Problem("affine_quantize " + quant.format("mlx"), good.inputs,
                           {**good.outputs, "wq": zeros("U32", (1, 1, 2, 5))})
         # an f16 slot where MLX gives f32 scales: written as f16 and reported as a cast
-        cast = V.Problem("affine_quantize " + quant.format("mlx_cpu"), good.inputs,
+        cast = V.Problem("affine_quantize " + quant.format("mlx"), good.inputs,
                          {**good.outputs, "scales": zeros("F16", (1, 1, 2, 1))})
         src = V.Vectors(dict(self.META), [gpu, good, other, wrong, cast])
         out, report = recompute(V.parse(V.serialize(src)))
@@ -321,7 +321,7 @@ class Runner(unittest.TestCase):
         self.assertEqual(sum(report.failed.values()), 1)
         self.assertEqual(list(report.casts), [("affine_quantize", "scales", "float32", "F16")])
         self.assertEqual((out.metadata["engine"], out.metadata["engine_version"], out.metadata["flavour"]),
-                         ("mlx", mx.__version__, "mlx_cpu"))
+                         ("mlx", mx.__version__, "mlx"))
         back = V.parse(V.serialize(out))
         self.assertEqual(back.metadata["problem.0"], good.line)
         self.assertEqual(back.problems[0].inputs["x"].array.tobytes(), x.tobytes())  # kvlab's inputs kept
