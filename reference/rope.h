@@ -14,6 +14,12 @@
 // Positions, angles and products are computed in double and each output is rounded
 // once (RNE) to the dtype. (MLX's Metal kernel works in float32, so it differs by
 // more than rounding at large positions; backends are judged by rope's tolerance.)
+// params.mlx_arithmetic: MLX 0.32.4's CPU arithmetic instead (measured against the real
+// library: the distance drops to a few ulps): p = (f32(t) + f32(offset))·scale,
+// inv_i = exp(−i·f32(ln(base)/(dims/2))) or 1/freqs[i], θ = p·inv_i, all in f32 (so the
+// angle's error grows with the position); cos θ, sin θ in f32 rounded to T; each product
+// and the difference/sum rounded to T. f32 libm cos/sin/exp stand in for MLX's own
+// approximations, so f32 results may differ in the last bits.
 // Invalid (kvlab::Error naming the value): rank < 3; non-float x; dims not positive,
 // odd or > D; freqs given with a size other than dims/2, or holding a value that is
 // not positive and finite; without freqs, a base that is not positive and finite;

@@ -17,6 +17,8 @@
 
 namespace kvlab::harness::ops {
 
+std::vector<double> rope_budget_mlx(const Tensor& x_in, const RopeParams& rp, const Tensor& ref);
+
 namespace {
 
 Shape x_shape(const Problem& p) {
@@ -45,6 +47,7 @@ RopeParams rope_params(const Problem& p) {
   r.traditional = p.flag("traditional");
   r.base = static_cast<float>(p.real("base"));
   r.scale = static_cast<float>(p.real("scale"));
+  r.mlx_arithmetic = p.word("flavour") == "mlx";
   const std::string& freqs = p.word("freqs");
   for (int i = 0; freqs != "none" && i < r.dims / 2; ++i) {
     constexpr std::array<float, 4> tiny = {1.0f, 0.5f, 0.1f, 1e-3f};
@@ -79,7 +82,9 @@ class Rope final : public OpInfo {
             int_param("offset", 0, true, 0), int_param("per_row", 0, true, 0),
             quiet(int_param("row_step", 7)),  quiet(int_param("rank", 4)),
             quiet(word_param("freqs", {"none", "ramp", "tiny"}, true)),
-            quiet(word_param("special", {"none", "nonfinite"}, true))};
+            quiet(word_param("special", {"none", "nonfinite"}, true)),
+            // mlx: MLX 0.32.4's CPU arithmetic (reference/rope.h), judged in ulps of T.
+            quiet(word_param("flavour", {"contract", "mlx"}, true))};
   }
 
   std::uint64_t footprint(const Problem& p) const override {
@@ -136,7 +141,8 @@ class Rope final : public OpInfo {
     std::vector<std::int32_t> offsets;
     for (std::int64_t b = 0; b < p.integer("B"); ++b) offsets.push_back(row_offset(p, b));
     Budget b;
-    b.per_element = rope_budget(prep.input("x"), rope_params(p), offsets, ref);
+    b.per_element = rope_params(p).mlx_arithmetic ? rope_budget_mlx(prep.input("x"), rope_params(p), ref)
+                                                  : rope_budget(prep.input("x"), rope_params(p), offsets, ref);
     b.nan_where_reference_nan = true;  // NaN only from special=nonfinite or a NaN/inf scale
     b.bits_where_zero = true;          // passthrough features are copies
     return b;
@@ -179,6 +185,29 @@ std::vector<double> rope_budget(const Tensor& x_in, const RopeParams& rp, const 
         std::abs(static_cast<double>(rp.scale) * static_cast<double>(t + row_offsets[static_cast<std::size_t>(batch)]) * inv);
     const double mag = std::abs(static_cast<double>(x.load(i))) + std::abs(static_cast<double>(x.load(i - d + partner)));
     out[static_cast<std::size_t>(i)] = mag * (theta * 5 * u + 4 * u) + eps * std::abs(static_cast<double>(r.load(i))) + denorm;
+  }
+  return out;
+}
+
+// Tolerance of rope with flavour=mlx: the oracle repeats MLX's f32/T operation sequence,
+// with libm's cos/sin/exp where MLX has its own approximations (a few f32 ulps apart).
+// That can flip the T rounding of either product, one ulp of T each (eps_T·|x1|,
+// eps_T·|x2| bound them as |cos|, |sin| ≤ 1), and then of the sum: per element
+// eps_T·(|x1| + |x2| + |ref|) plus T's subnormal spacing — a few ulps, where the
+// contract's budget grows with the position.
+std::vector<double> rope_budget_mlx(const Tensor& x_in, const RopeParams& rp, const Tensor& ref) {
+  const Shape& s = ref.shape();
+  const std::int64_t D = s.back(), half = rp.dims / 2;
+  const double eps = dtype_epsilon(ref.dtype());
+  const double denorm = ref.dtype() == DType::f32 ? 0x1p-149 : (ref.dtype() == DType::f16 ? 0x1p-24 : 0x1p-133);
+  const ConstTensorView x = x_in.view(), r = ref.view();
+  std::vector<double> out(static_cast<std::size_t>(ref.numel()), 0.0);
+  for (std::int64_t i = 0; i < ref.numel(); ++i) {
+    const std::int64_t d = i % D;
+    if (d >= rp.dims) continue;  // passthrough: bit copy
+    const std::int64_t partner = rp.traditional ? (d ^ 1) : (d < half ? d + half : d - half);
+    const double mag = std::abs(static_cast<double>(x.load(i))) + std::abs(static_cast<double>(x.load(i - d + partner)));
+    out[static_cast<std::size_t>(i)] = eps * (mag + std::abs(static_cast<double>(r.load(i)))) + denorm;
   }
   return out;
 }

@@ -15,6 +15,10 @@ struct RopeParams {
   float base = 10000.0f;    // used when freqs is empty
   float scale = 1.0f;
   std::vector<float> freqs; // optional explicit wavelengths, dims/2 of them (θ = pos / freqs[i])
+  // false: the contract (double, one rounding). true: MLX 0.32.4's CPU arithmetic
+  // (reference/rope.h), so a comparison with the real library measures ulps, not the
+  // precision MLX chose.
+  bool mlx_arithmetic = false;
 };
 
 // What SDPA returns for a query row whose every key is masked (spec §2.1: backend

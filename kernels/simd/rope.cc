@@ -380,6 +380,8 @@ void fill_block(const Geometry& g, std::int64_t b, std::int64_t t_begin, std::in
 void rope(const ConstTensorView& x, const RopeParams& params, std::int32_t offset,
           const std::optional<ConstTensorView>& per_row_offsets, const TensorView& out) {
   ref::validate_rope(x, params, offset, per_row_offsets, out);
+  KVLAB_REQUIRE(!params.mlx_arithmetic, unsupported,
+                "SimdBackend: rope in MLX's arithmetic (flavour=mlx) is computed by the oracle only");
   Geometry g;
   g.batch = x.dim(0);
   g.seq = x.dim(-2);

@@ -15,6 +15,8 @@ void VulkanBackend::rope(const RopeArgs& a) {
   std::optional<ConstTensorView> per_row;
   if (offsets.per_row) per_row = c.view(*offsets.per_row);
   ref::validate_rope(c.view(x), params, offsets.scalar, per_row, c.view(out));
+  KVLAB_REQUIRE(!params.mlx_arithmetic, unsupported,
+                "VulkanBackend: rope in MLX's arithmetic (flavour=mlx) is computed by the oracle only");
   if (x.numel() == 0) return;
   KVLAB_REQUIRE(c.device().enabled().float64, unsupported, "VulkanBackend: rope needs shaderFloat64, which device '",
                 c.device().info().name, "' lacks");
