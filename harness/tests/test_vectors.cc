@@ -26,7 +26,7 @@ namespace fs = std::filesystem;
 using ::testing::HasSubstr;
 using json = nlohmann::ordered_json;
 
-class Vectors : public ::testing::Test {
+class File : public ::testing::Test {
  protected:
   void SetUp() override {
     dir_ = fs::temp_directory_path() /
@@ -97,7 +97,7 @@ class Vectors : public ::testing::Test {
   fs::path dir_;
 };
 
-TEST_F(Vectors, KvlabsOwnExportPassesForEveryKindOfOp) {
+TEST_F(File, KvlabsOwnExportPassesForEveryKindOfOp) {
   for (const char* op : {"affine_quantize", "rope", "sdpa", "kv_scatter"}) {
     const std::string path = export_smoke(op);
     const VectorsFile file(path);
@@ -114,7 +114,7 @@ TEST_F(Vectors, KvlabsOwnExportPassesForEveryKindOfOp) {
   }
 }
 
-TEST_F(Vectors, RoundTripKeepsEveryTensorBitForBit) {
+TEST_F(File, RoundTripKeepsEveryTensorBitForBit) {
   const std::string path = export_smoke("sdpa");
   const VectorsFile first(path);
   std::vector<VectorsCase> cases;
@@ -125,7 +125,7 @@ TEST_F(Vectors, RoundTripKeepsEveryTensorBitForBit) {
   EXPECT_EQ(std::string(std::istreambuf_iterator<char>(a), {}), std::string(std::istreambuf_iterator<char>(b), {}));
 }
 
-TEST_F(Vectors, AnOutputPerturbedBeyondItsBudgetFailsAndNamesTheElement) {
+TEST_F(File, AnOutputPerturbedBeyondItsBudgetFailsAndNamesTheElement) {
   const std::string path = export_smoke("rope");
   const VectorsFile file(path);
   VectorsCase c = file.load(0);
@@ -144,7 +144,7 @@ TEST_F(Vectors, AnOutputPerturbedBeyondItsBudgetFailsAndNamesTheElement) {
   EXPECT_THAT(report, HasSubstr(cat("repro:    kvlab check --vectors ", bad, " --vectors-problem 0")));
 }
 
-TEST_F(Vectors, ABitExactOutputWithOneBitFlippedFails) {
+TEST_F(File, ABitExactOutputWithOneBitFlippedFails) {
   const std::string path = export_smoke("affine_quantize");
   const VectorsFile file(path);
   VectorsCase c = file.load(0);
@@ -163,7 +163,7 @@ TEST_F(Vectors, ABitExactOutputWithOneBitFlippedFails) {
   EXPECT_THAT(s.results[0].reason, HasSubstr(c.output_names[codes]));
 }
 
-TEST_F(Vectors, TheReaderNamesTheCulpritOfEveryMalformation) {
+TEST_F(File, TheReaderNamesTheCulpritOfEveryMalformation) {
   const std::string good = export_smoke("rope");
   std::ifstream in(good, std::ios::binary);
   const std::string bytes{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
