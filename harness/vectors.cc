@@ -275,15 +275,15 @@ std::string_view safetensors_dtype_name(DType dtype) {
 }
 
 VectorsFile::VectorsFile(std::filesystem::path path) : path_(std::move(path)) {
-  fd_ = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd_ < 0) io_error(path_, "open", errno);
+  file_.fd = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
+  if (file_.fd < 0) io_error(path_, "open", errno);
   struct stat st {};
-  if (::fstat(fd_, &st) != 0) io_error(path_, "fstat", errno);
+  if (::fstat(file_.fd, &st) != 0) io_error(path_, "fstat", errno);
   if (!S_ISREG(st.st_mode)) fail(ErrorKind::io, cat("vectors file '", path_.string(), "' is not a regular file"));
   const auto file_size = static_cast<std::uint64_t>(st.st_size);
   if (file_size < 8) bad(path_, cat("the file has ", file_size, " bytes, fewer than the 8-byte header length"));
   std::uint8_t length[8];
-  read_at(fd_, path_, 0, length, sizeof length);
+  read_at(file_.fd, path_, 0, length, sizeof length);
   std::uint64_t header_size = 0;
   for (int i = 0; i < 8; ++i) header_size |= static_cast<std::uint64_t>(length[i]) << (8 * i);
   if (header_size > file_size - 8)
@@ -292,7 +292,7 @@ VectorsFile::VectorsFile(std::filesystem::path path) : path_(std::move(path)) {
   if (header_size > kMaxHeaderBytes)
     bad(path_, cat("the header length ", header_size, " exceeds the limit of ", kMaxHeaderBytes, " bytes"));
   std::string text(static_cast<std::size_t>(header_size), '\0');
-  read_at(fd_, path_, 8, text.data(), text.size());
+  read_at(file_.fd, path_, 8, text.data(), text.size());
   const json header = parse_header(path_, text);
   text = std::string();
 
@@ -354,8 +354,8 @@ VectorsFile::VectorsFile(std::filesystem::path path) : path_(std::move(path)) {
   }
 }
 
-VectorsFile::~VectorsFile() {
-  if (fd_ >= 0) ::close(fd_);
+VectorsFile::Descriptor::~Descriptor() {
+  if (fd >= 0) ::close(fd);
 }
 
 VectorsCase VectorsFile::load(std::size_t k) const {
@@ -364,7 +364,7 @@ VectorsCase VectorsFile::load(std::size_t k) const {
   for (const auto& [entries, tensors] : {std::pair{&pe.inputs, &c.inputs}, std::pair{&pe.outputs, &c.outputs}}) {
     for (const Entry& e : *entries) {
       Tensor t(e.dtype, e.shape);
-      if (e.end > e.begin) read_at(fd_, path_, data_start_ + e.begin, t.data(), static_cast<std::size_t>(e.end - e.begin));
+      if (e.end > e.begin) read_at(file_.fd, path_, data_start_ + e.begin, t.data(), static_cast<std::size_t>(e.end - e.begin));
       tensors->push_back(std::move(t));
     }
   }

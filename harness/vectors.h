@@ -54,7 +54,6 @@ class VectorsFile {
   explicit VectorsFile(std::filesystem::path path);
   VectorsFile(const VectorsFile&) = delete;
   VectorsFile& operator=(const VectorsFile&) = delete;
-  ~VectorsFile();
 
   const std::filesystem::path& path() const { return path_; }
   const VectorsInfo& info() const { return info_; }
@@ -73,8 +72,16 @@ class VectorsFile {
     std::vector<std::string> input_names, output_names;
     std::vector<Entry> inputs, outputs;
   };
+  // Closes the file however construction ends (a rejected file throws mid-way).
+  struct Descriptor {
+    int fd = -1;
+    Descriptor() = default;
+    Descriptor(const Descriptor&) = delete;
+    Descriptor& operator=(const Descriptor&) = delete;
+    ~Descriptor();
+  };
   std::filesystem::path path_;
-  int fd_ = -1;
+  Descriptor file_;
   std::uint64_t data_start_ = 0;
   VectorsInfo info_;
   std::vector<ProblemEntries> problems_;
