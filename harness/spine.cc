@@ -321,8 +321,10 @@ CaseResult run_recorded_case_timed(const Problem& problem, Recorded recorded, co
   got.outputs = std::move(recorded.outputs);
   got.guard_faults.assign(got.outputs.size(), "");
   const SideRun want = run_side(op, problem, *prep, judge, false);
+  // A judge without the kernel cannot say anything about the recorded outputs (a skip,
+  // as for a backend in kvlab check); any other rejection makes the problem INVALID.
   if (!want.error.empty()) {
-    r.status = Status::invalid;
+    r.status = want.kind == ErrorKind::unsupported ? Status::unimplemented : Status::invalid;
     r.reason = cat("the judge (", judge.name(), ") rejects the problem: ", want.error);
     return r;
   }

@@ -83,7 +83,8 @@ struct Recorded {
 // the generated ones (same names, dtypes and shapes, else INVALID), the judge run on them
 // with guard bands, and the recorded outputs compared with the judge's under the op's
 // policy, as a backend's would be. `engine` names the side under test in the result.
-// A judge that rejects the problem makes it INVALID. Never throws, like run_case.
+// A judge that rejects the problem makes it INVALID (UNIMPLEMENTED when it lacks the
+// kernel: Error unsupported). Never throws, like run_case.
 CaseResult run_recorded_case(const Problem& problem, Recorded recorded, const std::string& engine, Backend& judge,
                              const RunOptions& options);
 
