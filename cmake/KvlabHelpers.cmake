@@ -47,10 +47,11 @@ function(kvlab_add_executable name)
   target_link_libraries(${name} PRIVATE ${ARG_LIBS})
 endfunction()
 
-# kvlab_add_test(name SOURCES ... LIBS ... LABELS ... [ENV ...] [TIMEOUT s])
-# One gtest executable; each TEST becomes a CTest test carrying LABELS.
+# kvlab_add_test(name SOURCES ... LIBS ... LABELS label [ENV ...] [TIMEOUT s] [PREFIX p])
+# One gtest executable; each TEST becomes a CTest test carrying the label (one: the
+# property list cannot carry a list), named PREFIX + Suite.Test.
 function(kvlab_add_test name)
-  cmake_parse_arguments(ARG "" "TIMEOUT" "SOURCES;LIBS;LABELS;ENV" ${ARGN})
+  cmake_parse_arguments(ARG "" "TIMEOUT;PREFIX" "SOURCES;LIBS;LABELS;ENV" ${ARGN})
   if(NOT ARG_TIMEOUT)
     set(ARG_TIMEOUT 300)
   endif()
@@ -58,5 +59,6 @@ function(kvlab_add_test name)
   kvlab_test_code(${name})
   gtest_discover_tests(${name}
     DISCOVERY_MODE PRE_TEST
+    TEST_PREFIX "${ARG_PREFIX}"
     PROPERTIES LABELS "${ARG_LABELS}" TIMEOUT ${ARG_TIMEOUT} ENVIRONMENT "${ARG_ENV}")
 endfunction()

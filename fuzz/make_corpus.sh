@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # Regenerates the checked-in seed corpora (fuzz/corpus/<target>/) from the harness's
-# case files and the state-file seed writer. Run from the repository root after
-# building the fuzz preset's fuzz_gen_state_seeds target:
+# case files, the state-file seed writer and `kvlab vectors write`. Run from the
+# repository root after building the fuzz preset's fuzz_gen_state_seeds target and a
+# kvlab binary (KVLAB, default build/ci/tools/kvlab):
 #   cmake --build --preset fuzz --target fuzz_gen_state_seeds && bash fuzz/make_corpus.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=fuzz/corpus
-rm -rf "$out" && mkdir -p "$out"/{problem_line,case_file,run_reference,state_file}
+rm -rf "$out" && mkdir -p "$out"/{problem_line,case_file,run_reference,state_file,vectors_file}
 
 # problem_line: every line of the smoke and ci case files (product syntax included),
 # one file each, comments dropped.
@@ -45,4 +46,21 @@ PY
 
 # state_file: one small file per cache class, all of them as one model, no layers.
 build/fuzz/fuzz/fuzz_gen_state_seeds "$out/state_file"
+
+# vectors_file: kvlab's own vectors of tiny problems (a few hundred bytes of tensors
+# each), one op per file and one file mixing ops and dtypes.
+kvlab=${KVLAB:-build/ci/tools/kvlab}
+cases=$(mktemp)
+trap 'rm -f "$cases"' EXIT
+vectors_seed() {  # name, then problem lines
+  local name=$1
+  shift
+  printf '%s\n' "$@" >"$cases"
+  "$kvlab" vectors write --cases "$cases" -o "$out/vectors_file/$name" >/dev/null
+}
+vectors_seed rope 'rope B=1 H=1 T=2 D=4 dims=4'
+vectors_seed sdpa 'sdpa B=1 Hq=1 Hkv=1 Lq=1 Lk=2 Dk=4 Dv=4'
+vectors_seed affine_quantize 'affine_quantize B=1 H=1 T=1 D=32 group=32'
+vectors_seed kv_scatter 'kv_scatter B=1 H=1 S=1 L=2 W=4'
+vectors_seed mixed 'rope B=1 H=1 T=2 D=4 dims=4 dtype=f16' 'kv_scatter B=1 H=1 S=1 L=2 W=4 dtype=bf16'
 du -sb "$out"/*

@@ -27,6 +27,35 @@ std::string show(const Tensor& t, std::int64_t i) {
   return cat(val, " (", hex, ")");
 }
 
+// A float's bits as a position on the number line: consecutive representable values
+// are consecutive integers, and +0 and -0 are the same point.
+std::int64_t ordinal(std::uint32_t bits, DType dtype) {
+  const std::uint32_t sign = 1u << (8 * dtype_size(dtype) - 1);
+  const auto magnitude = static_cast<std::int64_t>(bits & (sign - 1));
+  return (bits & sign) != 0 ? -magnitude : magnitude;
+}
+
+bool finite_bits(std::uint32_t bits, DType dtype) {
+  switch (dtype) {
+    case DType::f32: return (bits & 0x7F800000u) != 0x7F800000u;
+    case DType::f16: return (bits & 0x7C00u) != 0x7C00u;
+    case DType::bf16: return (bits & 0x7F80u) != 0x7F80u;
+    default: return false;
+  }
+}
+
+std::uint64_t max_ulp_distance(const Tensor& b, const Tensor& r) {
+  if (!is_float(b.dtype())) return 0;
+  std::uint64_t worst = 0;
+  for (std::int64_t i = 0; i < b.numel(); ++i) {
+    const std::uint32_t x = element_bits(b, i), y = element_bits(r, i);
+    if (!finite_bits(x, b.dtype()) || !finite_bits(y, b.dtype())) continue;
+    const std::int64_t d = ordinal(x, b.dtype()) - ordinal(y, b.dtype());
+    worst = std::max(worst, static_cast<std::uint64_t>(d < 0 ? -d : d));
+  }
+  return worst;
+}
+
 void zero_fractions(const Tensor& b, const Tensor& r, Comparison& c) {
   std::int64_t zb = 0, zr = 0;
   for (std::int64_t i = 0; i < b.numel(); ++i) {
@@ -65,6 +94,7 @@ Comparison compare_bits(const Tensor& backend, const Tensor& reference) {
   require_same_layout(backend, reference);
   Comparison c;
   zero_fractions(backend, reference, c);
+  c.max_ulps = max_ulp_distance(backend, reference);
   for (std::int64_t i = 0; i < backend.numel(); ++i) {
     if (element_bits(backend, i) == element_bits(reference, i)) continue;
     if (c.mismatches++ == 0) c.worst_index = i;  // bit-exact: the first difference
@@ -85,6 +115,7 @@ Comparison compare_values(const Tensor& backend, const Tensor& reference, const 
                 internal, "budget has ", budget.per_element.size(), " entries for ", backend.numel(), " elements");
   Comparison c;
   zero_fractions(backend, reference, c);
+  c.max_ulps = max_ulp_distance(backend, reference);
   const ConstTensorView vb = backend.view(), vr = reference.view();
   double ref_inf_norm = 0, sum_sq_err = 0, sum_sq_ref = 0;
   double worst_ratio = -1;

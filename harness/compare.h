@@ -24,6 +24,10 @@ struct Comparison {
   double max_abs_err = 0;         // max |b − r| over finite pairs
   double rel_err = 0;             // max |b − r| / ‖r‖∞
   double nmse = 0;                // Σ(b − r)² / Σ r²
+  // Largest distance in units in the last place of the output dtype (f32/f16/bf16) over
+  // the pairs where both values are finite: how many representable values lie between
+  // them, the measure an engine developer tunes against. 0 for integer dtypes.
+  std::uint64_t max_ulps = 0;
   double budget = 0;              // the budget at the worst element
   std::string backend_value, reference_value;  // at the worst element, printable
   double zero_fraction_backend = 0, zero_fraction_reference = 0;

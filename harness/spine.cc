@@ -6,6 +6,7 @@
 #include <new>
 #include <unistd.h>
 #include <exception>
+#include <optional>
 
 #include "kvlab/error.h"
 
@@ -119,15 +120,20 @@ void set_failed(CaseResult& r, std::string reason) {
   }
 }
 
-CaseResult run_case_timed(const Problem& problem, Backend& backend, Backend& reference, const RunOptions& options) {
+CaseResult new_result(const Problem& problem, std::string side) {
   CaseResult r;
   r.line = problem.line();
   r.op = problem.op();
-  r.backend = backend.name();
-  const OpInfo& op = find_op(problem.op());
-  Prepared prep;
+  r.backend = std::move(side);
+  return r;
+}
+
+// The caps, then prepare(): nullopt, with r's status and reason set, when the problem is
+// SKIPPED (bounded before anything is allocated: footprint and work come from the
+// parameters alone) or INVALID (the op cannot express it).
+std::optional<Prepared> bounded_prepare(const OpInfo& op, const Problem& problem, const RunOptions& options,
+                                        CaseResult& r) {
   try {
-    // Bounded before allocated: the footprint comes from the parameters alone.
     const std::uint64_t footprint = op.footprint(problem);
     const std::uint64_t need = footprint > options.max_bytes / kRunCopies ? options.max_bytes + 1
                                                                           : footprint * kRunCopies;
@@ -135,24 +141,108 @@ CaseResult run_case_timed(const Problem& problem, Backend& backend, Backend& ref
       r.status = Status::skipped;
       r.reason = cat("needs about ", mib(footprint), " MiB of tensors (", kRunCopies,
                      " copies in a run), over the memory cap of ", mib(options.max_bytes), " MiB (--max-memory)");
-      return r;
+      return std::nullopt;
     }
     const std::uint64_t work = op.work(problem);
     if (work > options.max_work) {
       r.status = Status::skipped;
       r.reason = cat("needs about ", static_cast<double>(work), " operations, over the work cap of ",
                      static_cast<double>(options.max_work), " (--max-work)");
-      return r;
+      return std::nullopt;
     }
-    prep = op.prepare(problem);
+    return op.prepare(problem);
   } catch (const Error& e) {
     r.status = Status::invalid;
     r.reason = e.what();
-    return r;
+    return std::nullopt;
   }
+}
 
-  Run got = execute(op, problem, prep, backend);
-  Run want = execute(op, problem, prep, reference);
+// One side of a comparison after its run, read back: the outputs, or the error its
+// kernel threw, and every byte it wrote where it must not. The device buffers are gone
+// by then, so a case holds no more than two sides' outputs at once.
+struct SideRun {
+  std::string error;  // non-empty when the kernel threw
+  std::optional<ErrorKind> kind;
+  std::vector<Tensor> outputs;
+  std::vector<std::vector<std::byte>> images;  // outputs with guard bands (kept for a rerun)
+  std::vector<std::string> guard_faults;       // per output; "" when its guards hold
+  std::vector<std::string> input_faults;
+};
+
+SideRun run_side(const OpInfo& op, const Problem& p, const Prepared& prep, Backend& b, bool keep_images) {
+  const Run run = execute(op, p, prep, b);
+  SideRun s;
+  s.error = run.error;
+  s.kind = run.kind;
+  if (!s.error.empty()) return s;
+  for (std::size_t o = 0; o < prep.outputs.size(); ++o) {
+    const OutputSlot& slot = prep.outputs[o];
+    std::vector<std::byte> image = read_back(b, run.outputs[o]);
+    s.outputs.push_back(payload(image, run.outputs[o].lead, slot.dtype, slot.shape));
+    s.guard_faults.push_back(guard_violation(image, run.outputs[o].lead));
+    if (keep_images) s.images.push_back(std::move(image));
+  }
+  for (std::size_t i = 0; i < run.inputs.size(); ++i) {
+    if (read_back(b, run.inputs[i]) != run.inputs[i].image) {
+      s.input_faults.push_back(cat("input '", prep.input_names[i], "' (or its guard band) was modified"));
+    }
+  }
+  return s;
+}
+
+// Both sides ran: compare every output with the op's policy, then what either side broke.
+// `judge` names the trusted side in reasons ("reference", "judge").
+void compare_sides(CaseResult& r, const OpInfo& op, const Problem& problem, const Prepared& prep, const SideRun& got,
+                   const SideRun& want, std::string_view judge) {
+  double worst_rank = -1;
+  for (std::size_t o = 0; o < prep.outputs.size(); ++o) {
+    const OutputSlot& slot = prep.outputs[o];
+    const Tensor& b = got.outputs[o];
+    const Tensor& ref = want.outputs[o];
+    if (!got.guard_faults[o].empty()) set_failed(r, cat(slot.name, ": ", got.guard_faults[o]));
+    const Comparison c = slot.bit_exact ? compare_bits(b, ref) : compare_values(b, ref, op.budget(problem, prep, o, ref));
+    r.outputs.push_back({slot.name, slot.bit_exact, c});
+    // Report the failing output, else the one with the largest relative error.
+    const double rank = c.ok ? c.rel_err : 1e300 + static_cast<double>(c.mismatches);
+    if (rank > worst_rank || (!c.ok && r.status != Status::failed)) {
+      worst_rank = rank;
+      r.output = slot.name;
+      r.output_shape = slot.shape;
+      r.cmp = c;
+      r.worst_coords = c.worst_index >= 0 ? coords(slot.shape, c.worst_index) : "";
+    }
+    if (!c.ok) set_failed(r, cat(slot.name, ": ", c.reason));
+    // Zero-trust: an output that is mostly zeros proves little when the reference is
+    // too (a weak case), and is a defect when the reference is not (a kernel that
+    // skipped its work can still pass a loose tolerance).
+    if (b.numel() >= 16) {
+      if (c.zero_fraction_backend >= 0.5 && c.zero_fraction_reference < 0.1) {
+        set_failed(r, cat(slot.name, ": zero-trust: ", c.zero_fraction_backend * 100, "% zeros, ", judge, " ",
+                          c.zero_fraction_reference * 100, "%"));
+      } else if (c.zero_fraction_reference >= 0.9) {
+        r.notes.push_back(cat(slot.name, ": zero-trust: ", judge, " output is ", c.zero_fraction_reference * 100,
+                              "% zeros; the case proves little"));
+      }
+    }
+  }
+  for (const std::string& f : got.input_faults) set_failed(r, cat(f, " by the backend"));
+  // The trusted side is checked too: a verdict against a judge that wrote out of bounds
+  // means nothing.
+  for (std::size_t o = 0; o < want.guard_faults.size(); ++o) {
+    if (!want.guard_faults[o].empty()) set_failed(r, cat(judge, " ", prep.outputs[o].name, ": ", want.guard_faults[o]));
+  }
+  for (const std::string& f : want.input_faults) set_failed(r, cat(f, " by the ", judge));
+}
+
+CaseResult run_case_timed(const Problem& problem, Backend& backend, Backend& reference, const RunOptions& options) {
+  CaseResult r = new_result(problem, backend.name());
+  const OpInfo& op = find_op(problem.op());
+  const std::optional<Prepared> prep = bounded_prepare(op, problem, options, r);
+  if (!prep) return r;
+
+  const SideRun got = run_side(op, problem, *prep, backend, options.rerun);
+  const SideRun want = run_side(op, problem, *prep, reference, false);
   if (!want.error.empty()) {
     if (!got.error.empty()) {
       r.status = Status::invalid;
@@ -171,52 +261,12 @@ CaseResult run_case_timed(const Problem& problem, Backend& backend, Backend& ref
     }
     return r;
   }
-
-  std::vector<std::vector<std::byte>> got_images;
-  double worst_rank = -1;
-  for (std::size_t o = 0; o < prep.outputs.size(); ++o) {
-    const OutputSlot& slot = prep.outputs[o];
-    got_images.push_back(read_back(backend, got.outputs[o]));
-    const std::vector<std::byte> want_image = read_back(reference, want.outputs[o]);
-    const Tensor b = payload(got_images.back(), got.outputs[o].lead, slot.dtype, slot.shape);
-    const Tensor ref = payload(want_image, want.outputs[o].lead, slot.dtype, slot.shape);
-    if (const std::string g = guard_violation(got_images.back(), got.outputs[o].lead); !g.empty()) {
-      set_failed(r, cat(slot.name, ": ", g));
-    }
-    const Comparison c = slot.bit_exact ? compare_bits(b, ref) : compare_values(b, ref, op.budget(problem, prep, o, ref));
-    // Report the failing output, else the one with the largest relative error.
-    const double rank = c.ok ? c.rel_err : 1e300 + static_cast<double>(c.mismatches);
-    if (rank > worst_rank || (!c.ok && r.status != Status::failed)) {
-      worst_rank = rank;
-      r.output = slot.name;
-      r.output_shape = slot.shape;
-      r.cmp = c;
-      r.worst_coords = c.worst_index >= 0 ? coords(slot.shape, c.worst_index) : "";
-    }
-    if (!c.ok) set_failed(r, cat(slot.name, ": ", c.reason));
-    // Zero-trust: an output that is mostly zeros proves little when the reference is
-    // too (a weak case), and is a defect when the reference is not (a kernel that
-    // skipped its work can still pass a loose tolerance).
-    if (b.numel() >= 16) {
-      if (c.zero_fraction_backend >= 0.5 && c.zero_fraction_reference < 0.1) {
-        set_failed(r, cat(slot.name, ": zero-trust: ", c.zero_fraction_backend * 100, "% zeros, reference ",
-                          c.zero_fraction_reference * 100, "%"));
-      } else if (c.zero_fraction_reference >= 0.9) {
-        r.notes.push_back(cat(slot.name, ": zero-trust: reference output is ", c.zero_fraction_reference * 100,
-                              "% zeros; the case proves little"));
-      }
-    }
-  }
-  for (std::size_t i = 0; i < got.inputs.size(); ++i) {
-    if (read_back(backend, got.inputs[i]) != got.inputs[i].image) {
-      set_failed(r, cat("input '", prep.input_names[i], "' (or its guard band) was modified by the backend"));
-    }
-  }
+  compare_sides(r, op, problem, *prep, got, want, "reference");
   if (options.rerun && r.status == Status::passed) {
-    Run again = execute(op, problem, prep, backend);
-    for (std::size_t o = 0; o < prep.outputs.size() && again.error.empty(); ++o) {
-      if (read_back(backend, again.outputs[o]) != got_images[o]) {
-        set_failed(r, cat(prep.outputs[o].name, ": bitwise rerun differs (the backend is not deterministic)"));
+    const SideRun again = run_side(op, problem, *prep, backend, true);
+    for (std::size_t o = 0; o < prep->outputs.size() && again.error.empty(); ++o) {
+      if (again.images[o] != got.images[o]) {
+        set_failed(r, cat(prep->outputs[o].name, ": bitwise rerun differs (the backend is not deterministic)"));
       }
     }
     if (!again.error.empty()) set_failed(r, cat("rerun threw: ", again.error));
@@ -224,13 +274,108 @@ CaseResult run_case_timed(const Problem& problem, Backend& backend, Backend& ref
   return r;
 }
 
-CaseResult invalid_case(const Problem& problem, const Backend& backend, std::string reason) {
-  CaseResult r;
-  r.line = problem.line();
-  r.op = problem.op();
-  r.backend = backend.name();
+// The recorded tensors must be exactly what prepare() makes for the line: a file that
+// does not match its own problem line is not evidence of anything.
+void require_same_layouts(const std::vector<Tensor>& recorded, const std::vector<std::string>& names,
+                          const std::vector<DType>& dtypes, const std::vector<Shape>& shapes, std::string_view what) {
+  KVLAB_REQUIRE(recorded.size() == names.size(), invalid_argument, "recorded ", recorded.size(), " ", what,
+                "s, the problem has ", names.size());
+  for (std::size_t i = 0; i < names.size(); ++i) {
+    KVLAB_REQUIRE(recorded[i].dtype() == dtypes[i] && recorded[i].shape() == shapes[i], invalid_argument, what,
+                  " '", names[i], "' is recorded as ", dtype_name(recorded[i].dtype()), shape_str(recorded[i].shape()),
+                  ", the problem has ", dtype_name(dtypes[i]), shape_str(shapes[i]));
+  }
+}
+
+CaseResult run_recorded_case_timed(const Problem& problem, Recorded recorded, const std::string& engine,
+                                   Backend& judge, const RunOptions& options) {
+  CaseResult r = new_result(problem, engine);
+  const OpInfo& op = find_op(problem.op());
+  std::optional<Prepared> prep = bounded_prepare(op, problem, options, r);
+  if (!prep) return r;
+  try {
+    std::vector<DType> dtypes;
+    std::vector<Shape> shapes;
+    for (const Tensor& t : prep->inputs) {
+      dtypes.push_back(t.dtype());
+      shapes.push_back(t.shape());
+    }
+    require_same_layouts(recorded.inputs, prep->input_names, dtypes, shapes, "input");
+    std::vector<std::string> names;
+    dtypes.clear();
+    shapes.clear();
+    for (const OutputSlot& s : prep->outputs) {
+      names.push_back(s.name);
+      dtypes.push_back(s.dtype);
+      shapes.push_back(s.shape);
+    }
+    require_same_layouts(recorded.outputs, names, dtypes, shapes, "output");
+  } catch (const Error& e) {
+    r.status = Status::invalid;
+    r.reason = e.what();
+    return r;
+  }
+  prep->inputs = std::move(recorded.inputs);
+
+  SideRun got;
+  got.outputs = std::move(recorded.outputs);
+  got.guard_faults.assign(got.outputs.size(), "");
+  const SideRun want = run_side(op, problem, *prep, judge, false);
+  // A judge without the kernel cannot say anything about the recorded outputs (a skip,
+  // as for a backend in kvlab check); any other rejection makes the problem INVALID.
+  if (!want.error.empty()) {
+    r.status = want.kind == ErrorKind::unsupported ? Status::unimplemented : Status::invalid;
+    r.reason = cat("the judge (", judge.name(), ") rejects the problem: ", want.error);
+    return r;
+  }
+  compare_sides(r, op, problem, *prep, got, want, "judge");
+  return r;
+}
+
+Produced produce_case_timed(const Problem& problem, Backend& backend, const RunOptions& options) {
+  Produced p{new_result(problem, backend.name()), {}, {}};
+  CaseResult& r = p.result;
+  const OpInfo& op = find_op(problem.op());
+  std::optional<Prepared> prep = bounded_prepare(op, problem, options, r);
+  if (!prep) return p;
+  SideRun run = run_side(op, problem, *prep, backend, false);
+  if (!run.error.empty()) {
+    r.status = run.kind == ErrorKind::unsupported ? Status::unimplemented : Status::invalid;
+    r.reason = run.error;
+    return p;
+  }
+  for (std::size_t o = 0; o < run.guard_faults.size(); ++o) {
+    if (!run.guard_faults[o].empty()) set_failed(r, cat(prep->outputs[o].name, ": ", run.guard_faults[o]));
+  }
+  for (const std::string& f : run.input_faults) set_failed(r, cat(f, " by the backend"));
+  p.prep = std::move(*prep);
+  p.outputs = std::move(run.outputs);
+  return p;
+}
+
+CaseResult invalid_case(const Problem& problem, const std::string& side, std::string reason) {
+  CaseResult r = new_result(problem, side);
   r.status = Status::invalid;
   r.reason = std::move(reason);
+  return r;
+}
+
+// Runs `body` and times it; whatever escapes (std::bad_alloc included) makes the case
+// INVALID with the reason, so no case can end a run.
+template <class Body>
+CaseResult guarded(const Problem& problem, const std::string& side, Body body) {
+  const auto start = std::chrono::steady_clock::now();
+  CaseResult r;
+  try {
+    r = body();
+  } catch (const std::bad_alloc&) {
+    r = invalid_case(problem, side, "out of memory (std::bad_alloc) while running the case");
+  } catch (const std::exception& e) {
+    r = invalid_case(problem, side, cat("exception while running the case: ", e.what()));
+  } catch (...) {
+    r = invalid_case(problem, side, "unknown exception while running the case");
+  }
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return r;
 }
 
@@ -254,19 +399,27 @@ std::uint64_t default_max_bytes() {
 }
 
 CaseResult run_case(const Problem& problem, Backend& backend, Backend& reference, const RunOptions& options) {
-  const auto start = std::chrono::steady_clock::now();
-  CaseResult r;
-  try {
-    r = run_case_timed(problem, backend, reference, options);
-  } catch (const std::bad_alloc&) {
-    r = invalid_case(problem, backend, "out of memory (std::bad_alloc) while running the case");
-  } catch (const std::exception& e) {
-    r = invalid_case(problem, backend, cat("exception while running the case: ", e.what()));
-  } catch (...) {
-    r = invalid_case(problem, backend, "unknown exception while running the case");
+  return guarded(problem, backend.name(), [&] { return run_case_timed(problem, backend, reference, options); });
+}
+
+CaseResult run_recorded_case(const Problem& problem, Recorded recorded, const std::string& engine, Backend& judge,
+                             const RunOptions& options) {
+  return guarded(problem, engine, [&] {
+    return run_recorded_case_timed(problem, std::move(recorded), engine, judge, options);
+  });
+}
+
+Produced produce_case(const Problem& problem, Backend& backend, const RunOptions& options) {
+  Produced p;
+  p.result = guarded(problem, backend.name(), [&] {
+    p = produce_case_timed(problem, backend, options);
+    return p.result;
+  });
+  if (p.result.status != Status::passed) {
+    p.prep = {};
+    p.outputs.clear();
   }
-  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  return r;
+  return p;
 }
 
 ShrinkResult shrink(const Problem& failing, Backend& backend, Backend& reference, const RunOptions& options,
@@ -303,10 +456,12 @@ std::string describe(const CaseResult& r) {
     out += cat("  worst:    ", r.output, shape_str(r.output_shape), " at ", r.worst_coords, ": backend ",
                r.cmp.backend_value, ", reference ", r.cmp.reference_value, ", budget ", r.cmp.budget, "\n");
     out += cat("  metrics:  mismatches ", r.cmp.mismatches, ", max|err| ", r.cmp.max_abs_err, ", max|err|/|ref|inf ",
-               r.cmp.rel_err, ", NMSE ", r.cmp.nmse, "\n");
+               r.cmp.rel_err, ", NMSE ", r.cmp.nmse, ", max ulps ", r.cmp.max_ulps, "\n");
   }
   for (const std::string& n : r.notes) out += cat("  note:     ", n, "\n");
-  if (r.status == Status::failed) {
+  if (r.status == Status::failed && !r.repro.empty()) {
+    out += cat("  repro:    ", r.repro, "\n");
+  } else if (r.status == Status::failed) {
     out += cat("  repro:    kvlab repro --backend ", r.backend, " '", r.line, "'\n");
     if (!r.shrunk_line.empty()) {
       out += cat("  shrunk:   kvlab repro --backend ", r.backend, " '", r.shrunk_line, "'  (", r.shrink_trials,

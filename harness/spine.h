@@ -41,6 +41,13 @@ struct RunOptions {
   std::uint64_t max_work = kDefaultMaxWork;
 };
 
+// The comparison of one output slot (every slot of a case, in Prepared order).
+struct OutputComparison {
+  std::string name;
+  bool bit_exact = true;
+  Comparison cmp;
+};
+
 struct CaseResult {
   std::string line;      // canonical problem line
   std::string op;
@@ -55,11 +62,41 @@ struct CaseResult {
   double seconds = 0;
   std::string shrunk_line;  // FAILED + shrinking: the smallest failing line
   int shrink_trials = 0;
+  std::vector<OutputComparison> outputs;  // every output compared (empty when none was)
+  // The command that reruns this case when it is not `kvlab repro --backend B 'line'`
+  // (a problem of a vectors file); describe() prints it instead.
+  std::string repro;
 };
 
 // Never throws: an exception escaping the op, a backend or the comparison (std::bad_alloc
 // included) makes the case INVALID with the reason.
 CaseResult run_case(const Problem& problem, Backend& backend, Backend& reference, const RunOptions& options);
+
+// What an engine recorded for a problem (a vectors file, harness/vectors.h): the inputs
+// it ran on and the outputs it produced, both in Prepared order.
+struct Recorded {
+  std::vector<Tensor> inputs;
+  std::vector<Tensor> outputs;
+};
+
+// Judges recorded outputs: prepare() as run_case does, the recorded inputs in place of
+// the generated ones (same names, dtypes and shapes, else INVALID), the judge run on them
+// with guard bands, and the recorded outputs compared with the judge's under the op's
+// policy, as a backend's would be. `engine` names the side under test in the result.
+// A judge that rejects the problem makes it INVALID (UNIMPLEMENTED when it lacks the
+// kernel: Error unsupported). Never throws, like run_case.
+CaseResult run_recorded_case(const Problem& problem, Recorded recorded, const std::string& engine, Backend& judge,
+                             const RunOptions& options);
+
+// One backend's run alone, for exporting vectors: PASSED with the prepared inputs and the
+// outputs read back, or the status and reason why not (SKIPPED over a cap, INVALID or
+// UNIMPLEMENTED when rejected, FAILED when it wrote outside an output). Never throws.
+struct Produced {
+  CaseResult result;
+  Prepared prep;
+  std::vector<Tensor> outputs;
+};
+Produced produce_case(const Problem& problem, Backend& backend, const RunOptions& options);
 
 struct ShrinkResult {
   Problem smallest;

@@ -134,6 +134,9 @@ void make_scratch(const fs::path& dir) {
   write_file(dir / "one_rope", "rope T=4\n");
   write_file(dir / "big_tensor", "rope T=4\nrope T=100000000000\n");
   write_file(dir / "crlf", "rope T=4\r\nrope T=5\r\n");
+  // Vectors files that are not: a header that is not JSON, a header length past the end.
+  write_file(dir / "garbage_vectors", std::string("\x05\0\0\0\0\0\0\0hello", 13));
+  write_file(dir / "vectors_past_eof", std::string("\xe8\x03\0\0\0\0\0\0{}", 10));
   fs::permissions(dir, fs::perms::owner_all | fs::perms::group_all | fs::perms::others_all);
 }
 

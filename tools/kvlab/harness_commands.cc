@@ -94,6 +94,30 @@ void HarnessCommands::add_to(CLI::App& app) {
       ->check(CLI::Range(std::uint64_t{1}, std::uint64_t{1} << 62));
   check_cmd_->add_option("--max-cases", check_.max_cases, "Refuse a selection of more cases than this")
       ->check(CLI::Range(std::uint64_t{1}, std::uint64_t{1} << 40));
+  // --vectors judges an engine's recorded outputs instead of running a backend: the
+  // selection flags have nothing to select then.
+  vectors_opt_ = check_cmd_->add_option("--vectors", vectors_check_.files,
+                                        "Judge the outputs recorded in these vectors files (safetensors) against "
+                                        "the reference, or --backend");
+  for (const char* flag : {"--op", "--tier", "--cases", "--shard", "--rerun", "--no-shrink"})
+    vectors_opt_->excludes(check_cmd_->get_option(flag));
+  check_cmd_->add_option("--vectors-problem", vectors_problem_, "Only problem K of each --vectors file")
+      ->needs(vectors_opt_)
+      ->check(CLI::Range(std::int64_t{0}, std::int64_t{1} << 40));
+
+  CLI::App* vectors_cmd = app.add_subcommand("vectors", "Engine-neutral vectors files (safetensors)");
+  vectors_cmd->require_subcommand(1);
+  vectors_write_cmd_ =
+      vectors_cmd->add_subcommand("write", "Write the inputs and outputs of selected cases to a vectors file");
+  vectors_write_cmd_->add_option("--tier", vectors_write_.tier, "smoke | ci | lavapipe | full")
+      ->check(CLI::IsMember({"smoke", "ci", "lavapipe", "full"}));
+  vectors_write_cmd_->add_option("--op", vectors_ops_, "Only these ops (comma separated)");
+  vectors_write_cmd_->add_option("--cases", vectors_write_.case_files, "Case file(s) to use instead of the tier's");
+  vectors_write_cmd_->add_option("--backend", vectors_write_.backend,
+                                 "Backend whose outputs are written (default: the reference oracle)");
+  vectors_write_cmd_->add_option("-o,--output", vectors_out_, "The vectors file to write")->required();
+  vectors_write_cmd_->add_option("--max-memory", vectors_max_memory_,
+                                 "Leave out cases needing more memory than this (bytes, or with K/M/G)");
 
   list_cmd_ = app.add_subcommand("list", "List ops (parameters, defaults, case counts per tier) and backends");
 
@@ -110,6 +134,23 @@ void HarnessCommands::add_to(CLI::App& app) {
 }
 
 int HarnessCommands::run(std::ostream& out) {
+  if (*check_cmd_ && vectors_opt_->count() > 0) {
+    vectors_check_.judge = check_.backend;
+    if (vectors_problem_ >= 0) vectors_check_.problem = static_cast<std::size_t>(vectors_problem_);
+    vectors_check_.json_path = check_.json_path;
+    vectors_check_.junit_path = check_.junit_path;
+    vectors_check_.run.max_bytes = parse_memory(max_memory_);
+    vectors_check_.run.max_work = max_work_;
+    return harness::run_vectors_check(vectors_check_, out).ok ? 0 : 1;
+  }
+  if (*vectors_write_cmd_) {
+    vectors_write_.ops = split_commas(vectors_ops_);
+    KVLAB_REQUIRE(vectors_ops_.empty() || !vectors_write_.ops.empty(), invalid_argument, "--op '", vectors_ops_,
+                  "' names no op");
+    vectors_write_.run.max_bytes = parse_memory(vectors_max_memory_);
+    harness::run_vectors_write(vectors_write_, vectors_out_, out);
+    return 0;
+  }
   if (*check_cmd_) {
     check_.ops = split_commas(ops_);
     // The backend's register beside the case files (harness/known/mlx for `--backend mlx`).

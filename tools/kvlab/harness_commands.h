@@ -1,4 +1,5 @@
-// `kvlab check`, `kvlab list` and `kvlab repro`: the CLI face of harness/.
+// `kvlab check` (with --vectors), `kvlab list`, `kvlab repro` and `kvlab vectors write`:
+// the CLI face of harness/.
 #pragma once
 
 #include <iosfwd>
@@ -7,13 +8,14 @@
 #include <CLI/CLI.hpp>
 
 #include "harness/check.h"
+#include "harness/vectors_check.h"
 
 namespace kvlab::tools {
 
 class HarnessCommands {
  public:
   void add_to(CLI::App& app);
-  // Runs whichever of the three subcommands was parsed; 0 when none was.
+  // Runs whichever subcommand was parsed; 0 when none was.
   int run(std::ostream& out);
 
  private:
@@ -27,6 +29,13 @@ class HarnessCommands {
   CLI::App* check_cmd_ = nullptr;
   CLI::App* list_cmd_ = nullptr;
   CLI::App* repro_cmd_ = nullptr;
+
+  harness::VectorsCheckOptions vectors_check_;
+  std::int64_t vectors_problem_ = -1;
+  CLI::Option* vectors_opt_ = nullptr;
+  harness::CheckOptions vectors_write_;
+  std::string vectors_ops_, vectors_out_, vectors_max_memory_;
+  CLI::App* vectors_write_cmd_ = nullptr;
 };
 
 }  // namespace kvlab::tools
