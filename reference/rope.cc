@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "kvlab/error.h"
+#include "reference/mlx_math.h"
 
 namespace kvlab::ref {
 
@@ -36,21 +37,22 @@ bool bytes_overlap(const std::byte* a, std::size_t a_len, const std::byte* b, st
   return lt(a, b + b_len) && lt(b, a + a_len);
 }
 
-// MLX 0.32.4's CPU graph (mlx/fast.cpp's fallback): positions (t + offset)·scale, the
-// inverse frequencies exp(−i·ln(base)/half) (or 1/freqs) and the angles in f32; cos and
-// sin in f32 rounded to T; each product and the sum or difference rounded to T.
+// MLX 0.32.4's CPU graph (mlx/fast.cpp's fallback): positions f32(t) + f32(offset), times
+// scale; inverse frequencies MLX's exp(−i · (logf(base)/half)) (or 1/freqs); angles, all
+// in f32; MLX's cos and sin rounded to T; each product and the sum or difference
+// rounded to T (reference/mlx_math.h).
 void rope_row_mlx(const ConstTensorView& x, const RopeParams& params, std::int64_t offset, std::int64_t t,
                   std::int64_t base_index, const TensorView& out) {
   const DType dt = x.dtype;
   const int half = params.dims / 2;
   const float pos = (static_cast<float>(t) + static_cast<float>(offset)) * params.scale;
-  const auto ln_step = static_cast<float>(std::log(static_cast<double>(params.base)) / half);
+  const float ln_step = std::log(params.base) / static_cast<float>(half);
   const auto in_t = [dt](float v) { return round_to_dtype(v, dt); };
   for (int i = 0; i < half; ++i) {
-    const float inv = params.freqs.empty() ? std::exp(static_cast<float>(-i) * ln_step)
+    const float inv = params.freqs.empty() ? mlx_exp(static_cast<float>(-i) * ln_step)
                                            : 1.0f / params.freqs[static_cast<std::size_t>(i)];
     const float theta = pos * inv;
-    const float c = in_t(std::cos(theta)), s = in_t(std::sin(theta));
+    const float c = in_t(mlx_cos(theta)), s = in_t(mlx_sin(theta));
     const std::int64_t i1 = params.traditional ? 2 * i : i;
     const std::int64_t i2 = params.traditional ? 2 * i + 1 : i + half;
     const float x1 = x.load(base_index + i1), x2 = x.load(base_index + i2);

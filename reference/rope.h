@@ -18,8 +18,8 @@
 // library: the distance drops to a few ulps): p = (f32(t) + f32(offset))·scale,
 // inv_i = exp(−i·f32(ln(base)/(dims/2))) or 1/freqs[i], θ = p·inv_i, all in f32 (so the
 // angle's error grows with the position); cos θ, sin θ in f32 rounded to T; each product
-// and the difference/sum rounded to T. f32 libm cos/sin/exp stand in for MLX's own
-// approximations, so f32 results may differ in the last bits.
+// and the difference/sum rounded to T; exp, cos and sin are MLX's own approximations
+// (reference/mlx_math.h), so the bits are MLX's.
 // Invalid (kvlab::Error naming the value): rank < 3; non-float x; dims not positive,
 // odd or > D; freqs given with a size other than dims/2, or holding a value that is
 // not positive and finite; without freqs, a base that is not positive and finite;
