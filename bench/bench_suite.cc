@@ -320,7 +320,7 @@ void run_kernel(benchmark::State& state, const BenchCase& c, const std::string& 
   state.counters["flops"] = benchmark::Counter(static_cast<double>(t.flops), benchmark::Counter::kIsIterationInvariantRate);
   state.counters["bytes_per_iter"] = static_cast<double>(t.bytes());
   if (!device) state.counters["workers"] = simd::worker_count();
-  state.SetLabel(c.problem.line());
+  state.SetLabel(tc.known.empty() ? c.problem.line() : cat(c.problem.line(), " [", tc.known, "]"));
 }
 
 }  // namespace

@@ -36,6 +36,9 @@ struct TimedCase {
   std::optional<float> fp_global_scale;
   std::string skip;     // not timed, and why (unsupported kernel, unattainable target)
   std::string failure;  // not timed because wrong: FAILED/INVALID verification, a throw
+  // Timed although it differs from the oracle: a divergence the backend's register
+  // (harness/known/<backend>) explains, e.g. real MLX's f16 RoPE; shown in the label.
+  std::string known;
   // Vulkan backends (made with timestamps on): device time and device cache flush,
   // made by the benchmark on its first run; null for host backends.
   std::unique_ptr<DeviceClock> clock;

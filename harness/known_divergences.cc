@@ -101,7 +101,7 @@ std::vector<const KnownDivergence*> KnownDivergences::stale() const {
   return out;
 }
 
-void KnownDivergences::summarize(std::ostream& out) const {
+void KnownDivergences::summarize(std::ostream& out, bool judged) const {
   std::uint64_t failed = 0, used = 0;
   for (const KnownDivergence& d : entries_) {
     failed += d.failed;
@@ -113,6 +113,11 @@ void KnownDivergences::summarize(std::ostream& out) const {
     if (d.failed > 0) out << "  " << d.failed << "/" << d.matched << " cases  " << d.klass << "  " << d.where << "\n";
   }
   for (const KnownDivergence* d : stale()) {
+    if (!judged) {
+      out << "  (not judged on a partial selection) " << d->where << ": matched " << d->matched
+          << " cases, none failed\n";
+      continue;
+    }
     out << "  STALE " << d->where << ": matched " << d->matched << " cases and none failed (" << d->backend << " | "
         << d->op << "): the divergence no longer reproduces; remove or narrow the entry\n";
   }

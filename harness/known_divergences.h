@@ -14,7 +14,7 @@
 //   kvlab-bug         kvlab is wrong and is being fixed (should not stay long)
 // A FAILED case of that backend matching an entry becomes SKIPPED with the reason
 // "known divergence (<class>, file:line): <note>"; an entry that matched cases in a run
-// but none of them failed is stale, and the run fails naming it.
+// over a whole tier but none of them failed is stale, and the run fails naming it.
 #pragma once
 
 #include <cstdint>
@@ -46,8 +46,9 @@ class KnownDivergences {
   KnownDivergence* match(const Problem& p, std::string_view backend);
   // Entries that matched cases of this run without a single failure.
   std::vector<const KnownDivergence*> stale() const;
-  // "N known divergences over M entries (...); stale: ..." lines.
-  void summarize(std::ostream& out) const;
+  // "N known divergences over M entries (...); stale: ..." lines. judged: whether stale
+  // entries fail this run (a whole tier) or are only noted (a partial selection).
+  void summarize(std::ostream& out, bool judged = true) const;
 
  private:
   std::vector<KnownDivergence> entries_;

@@ -46,9 +46,10 @@ std::string format(const char* fmt, double v) {
 void print_rows(std::ostream& out, std::size_t k, const CaseResult& r) {
   char buf[256];
   if (r.outputs.empty()) {
-    std::snprintf(buf, sizeof buf, "%6zu  %-7s  %-14s  %s\n", k, std::string(status_name(r.status)).c_str(), "-",
-                  r.line.c_str());
-    out << buf;
+    // The problem line goes to the stream, not the fixed buffer: a long line would be
+    // cut there, newline and all.
+    std::snprintf(buf, sizeof buf, "%6zu  %-7s  %-14s  ", k, std::string(status_name(r.status)).c_str(), "-");
+    out << buf << r.line << "\n";
     return;
   }
   for (std::size_t o = 0; o < r.outputs.size(); ++o) {
@@ -56,10 +57,10 @@ void print_rows(std::ostream& out, std::size_t k, const CaseResult& r) {
     const std::string rel = oc.bit_exact ? (oc.cmp.ok ? "bit-exact" : cat(oc.cmp.mismatches, " differ"))
                                          : format("%.3g", oc.cmp.rel_err);
     const std::string nmse = oc.bit_exact ? "-" : format("%.3g", oc.cmp.nmse);
-    std::snprintf(buf, sizeof buf, "%6s  %-7s  %-14s %11s %11s %9llu  %s\n", o == 0 ? std::to_string(k).c_str() : "",
+    std::snprintf(buf, sizeof buf, "%6s  %-7s  %-14s %11s %11s %9llu  ", o == 0 ? std::to_string(k).c_str() : "",
                   o == 0 ? std::string(status_name(r.status)).c_str() : "", oc.name.c_str(), rel.c_str(), nmse.c_str(),
-                  static_cast<unsigned long long>(oc.cmp.max_ulps), o == 0 ? r.line.c_str() : "");
-    out << buf;
+                  static_cast<unsigned long long>(oc.cmp.max_ulps));
+    out << buf << (o == 0 ? r.line : std::string()) << "\n";
   }
 }
 

@@ -37,7 +37,9 @@ class KnownDivergencesTest : public ::testing::Test {
                       [](std::string_view) -> std::unique_ptr<Backend> { return std::make_unique<CorruptSdpa>(); }});
     dir_ = std::filesystem::temp_directory_path() / ("kvlab_known_" + std::to_string(::getpid()));
     std::filesystem::create_directories(dir_);
-    cases_ = write("cases", "sdpa B=1 Hq=2 Hkv=1 Lq=2 Lk=8,32 Dk=16 Dv=16 dtype=f32 mask=none seed=1\n");
+    // A one-op case tree: staleness is judged over a whole tier, not over --cases files.
+    std::filesystem::create_directories(dir_ / "tree" / "sdpa");
+    cases_ = write("tree/sdpa/smoke", "sdpa B=1 Hq=2 Hkv=1 Lq=2 Lk=8,32 Dk=16 Dv=16 dtype=f32 mask=none seed=1\n");
   }
   void TearDown() override { std::filesystem::remove_all(dir_); }
   std::string write(const std::string& name, const std::string& text) {
@@ -48,7 +50,8 @@ class KnownDivergencesTest : public ::testing::Test {
   CheckSummary check(const std::string& known) {
     CheckOptions o;
     o.backend = "corrupt_sdpa";
-    o.case_files = {cases_};
+    o.cases_dir = dir_ / "tree";
+    o.tier = "smoke";
     o.shrink = false;
     if (!known.empty()) o.known_files = {write("known", known)};
     out_.str("");
@@ -80,6 +83,17 @@ TEST_F(KnownDivergencesTest, AnEntryThatNoLongerReproducesFailsTheRun) {
   const CheckSummary t = check("corrupt_sdpa | sdpa Lk=32 | upstream-bug | x\ncorrupt_sdpa | sdpa Lk=8 | representation | y\n");
   EXPECT_FALSE(t.ok);
   EXPECT_NE(out_.str().find("STALE"), std::string::npos) << out_.str();
+}
+
+TEST_F(KnownDivergencesTest, APartialSelectionDoesNotJudgeStaleness) {
+  CheckOptions o;
+  o.backend = "corrupt_sdpa";
+  o.case_files = {cases_};
+  o.shrink = false;
+  o.known_files = {write("known", "corrupt_sdpa | sdpa Lk=32 | upstream-bug | x\ncorrupt_sdpa | sdpa Lk=8 | representation | y\n")};
+  std::ostringstream out;
+  EXPECT_TRUE(run_check(o, out).ok) << out.str();
+  EXPECT_NE(out.str().find("not judged on a partial selection"), std::string::npos) << out.str();
 }
 
 TEST_F(KnownDivergencesTest, MalformedEntriesNameTheirLine) {
