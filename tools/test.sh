@@ -3,7 +3,9 @@
 # each test compiled once, in the configuration where it earns its keep:
 #   ci   — Release -O2 with assertions, warnings as errors: what needs optimized code or
 #          every Highway target — the harness (reference, every SIMD target, Vulkan on
-#          lavapipe with the validation layer), the SIMD unit tests, bench-smoke.
+#          lavapipe with the validation layer), the SIMD unit tests, bench-smoke, and the
+#          conformance label (real MLX from build/venv judged over the ci tier; skips
+#          with the reason when tools/setup_venv.sh could not build the venv).
 #   asan — ASan + UBSan (-fno-sanitize-recover): the unit suites (core, reference, caches,
 #          SIMD on AVX3+SCALAR, Vulkan), the property suite (50 cases per property, at the
 #          fixed seed and at one derived from the commit), the bug zoo, and the kvlab CLI
