@@ -25,7 +25,7 @@ else()
     get_filename_component(KVLAB_MLX_SITE "${kvlab_mlx_config_dir}/../../../.." ABSOLUTE)
     message(STATUS "kvlab: MLX backend against ${KVLAB_MLX_SITE}/mlx (MLX ${MLX_VERSION})")
   else()
-    set(kvlab_unavailable "${PROJECT_SOURCE_DIR}/build/venv.unavailable")
+    set(kvlab_unavailable "${KVLAB_MLX_VENV}.unavailable")  # tools/setup_venv.sh writes why
     if(EXISTS "${kvlab_unavailable}")
       file(READ "${kvlab_unavailable}" kvlab_why)
       string(STRIP "${kvlab_why}" kvlab_why)
