@@ -4,56 +4,26 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <atomic>
-#include <bit>
 #include <cerrno>
 #include <cstring>
-#include <limits>
 #include <optional>
-#include <set>
 #include <string_view>
-#include <tuple>
 #include <utility>
 
 #include <nlohmann/json.hpp>
+
+#include "core/safetensors.h"
 
 namespace kvlab {
 namespace {
 
 using json = nlohmann::json;
 
-// Tensor bytes are copied verbatim between memory and the file, and safetensors data is
-// little-endian; a big-endian port would need a byte swap here.
-static_assert(std::endian::native == std::endian::little, "state_file assumes a little-endian host");
-
-// The reference safetensors reader refuses headers above 100 MB; a header that large
-// from this writer would mean millions of tensors, so a bigger claim is corruption.
-constexpr std::uint64_t kMaxHeaderBytes = 100ull << 20;
-constexpr std::string_view kMetadataKey = "__metadata__";
+using safetensors::kMetadataKey;
 constexpr std::string_view kFormatKey = "kvlab.format";
 constexpr std::string_view kLayersKey = "kvlab.layers";
 constexpr std::string_view kUserPrefix = "user.";
-// The deepest valid structure is root → tensor entry → shape array (depth 3).
-constexpr int kMaxJsonDepth = 3;
-
-std::string_view safetensors_dtype(DType t) {
-  switch (t) {
-    case DType::f32: return "F32";
-    case DType::f16: return "F16";
-    case DType::bf16: return "BF16";
-    case DType::u32: return "U32";
-    case DType::i32: return "I32";
-    case DType::u8: return "U8";
-  }
-  fail(ErrorKind::internal, "unknown DType in state_file");
-}
-
-std::optional<DType> dtype_from_safetensors(std::string_view s) {
-  for (DType t : {DType::f32, DType::f16, DType::bf16, DType::u32, DType::i32, DType::u8})
-    if (safetensors_dtype(t) == s) return t;
-  return std::nullopt;
-}
 
 std::string errno_text(int err) { return std::strerror(err); }
 
@@ -102,7 +72,7 @@ std::string build_header(const std::vector<CacheState>& layers, const std::map<s
       const std::uint64_t bytes = tensor.nbytes();
       json shape = json::array();
       for (std::int64_t d : tensor.shape()) shape.push_back(d);
-      header[prefix + name] = {{"dtype", safetensors_dtype(tensor.dtype())},
+      header[prefix + name] = {{"dtype", safetensors::dtype_code(tensor.dtype())},
                                {"shape", std::move(shape)},
                                {"data_offsets", {cursor, cursor + bytes}}};
       planned.push_back({&tensor, cursor, cursor + bytes});
@@ -116,9 +86,7 @@ std::string build_header(const std::vector<CacheState>& layers, const std::map<s
   }
   header[std::string(kMetadataKey)] = std::move(meta);
   std::string text = header.dump();
-  // Pad with spaces (valid JSON whitespace) so the data region starts 8-byte aligned,
-  // as the reference safetensors writer does.
-  text.append((8 - text.size() % 8) % 8, ' ');
+  safetensors::pad_header(text);
   return text;
 }
 
@@ -188,8 +156,13 @@ class TempFile {
 // ---------------------------------------------------------------------------------
 // Reader
 
+safetensors::FileErrors corrupt_errors(const std::filesystem::path& path) {
+  return {ErrorKind::corrupt, cat("cache state file '", path.string(), "' is corrupt: "),
+          "data region", ')', "gap", "trailing bytes", "has unknown dtype ", ""};
+}
+
 [[noreturn]] void corrupt(const std::filesystem::path& path, const std::string& what) {
-  fail(ErrorKind::corrupt, cat("cache state file '", path.string(), "' is corrupt: ", what));
+  corrupt_errors(path).raise(what);
 }
 
 class InputFile {
@@ -211,16 +184,10 @@ class InputFile {
 
   // Reads exactly `size` bytes at `offset`; the caller has checked the range.
   void read(std::uint64_t offset, void* dst, std::size_t size) const {
-    auto* p = static_cast<char*>(dst);
-    while (size > 0) {
-      const ssize_t n = ::pread(fd_, p, size, static_cast<off_t>(offset));
-      if (n < 0 && errno == EINTR) continue;
-      if (n < 0) fail_io(errno);
-      if (n == 0) corrupt(path_, cat("file ended at byte ", offset, " (it shrank while being read)"));
-      p += n;
-      offset += static_cast<std::uint64_t>(n);
-      size -= static_cast<std::size_t>(n);
-    }
+    const auto result = safetensors::read_exact_at(fd_, offset, dst, size);
+    if (result.error != 0) fail_io(result.error);
+    if (result.ended_at)
+      corrupt(path_, cat("file ended at byte ", *result.ended_at, " (it shrank while being read)"));
   }
 
  private:
@@ -233,65 +200,21 @@ class InputFile {
   std::uint64_t size_ = 0;
 };
 
-// A canonical decimal index: digits only, no leading zero except "0", at most 9 digits.
-std::optional<std::size_t> parse_index(std::string_view s) {
-  if (s.empty() || s.size() > 9 || (s.size() > 1 && s[0] == '0')) return std::nullopt;
-  std::size_t v = 0;
-  for (char c : s) {
-    if (c < '0' || c > '9') return std::nullopt;
-    v = v * 10 + static_cast<std::size_t>(c - '0');
-  }
-  return v;
-}
-
 // Splits "L.<index>.<rest>" into (index, rest); nullopt unless it has that form with a
 // non-empty rest.
 std::optional<std::pair<std::size_t, std::string>> split_layer_key(const std::string& key) {
   if (key.rfind("L.", 0) != 0) return std::nullopt;
   const std::size_t dot = key.find('.', 2);
   if (dot == std::string::npos || dot + 1 >= key.size()) return std::nullopt;
-  const auto index = parse_index(std::string_view(key).substr(2, dot - 2));
+  const auto index = safetensors::parse_index(std::string_view(key).substr(2, dot - 2));
   if (!index) return std::nullopt;
   return std::make_pair(*index, key.substr(dot + 1));
 }
 
-// Parses the header, rejecting duplicate keys (nlohmann would keep the last silently, so
-// two readers could disagree on the content) and nesting deeper than any valid header.
-json parse_header(const std::filesystem::path& path, const std::string& text) {
-  if (text.empty() || text[0] != '{') corrupt(path, "the header does not start with '{'");
-  std::vector<std::set<std::string>> keys;
-  std::string problem;
-  const json::parser_callback_t callback = [&](int depth, json::parse_event_t event, json& parsed) {
-    if (depth > kMaxJsonDepth + 1 && problem.empty()) problem = cat("the header nests deeper than ", kMaxJsonDepth);
-    if (event == json::parse_event_t::object_start) keys.emplace_back();
-    if (event == json::parse_event_t::object_end && !keys.empty()) keys.pop_back();
-    if (event == json::parse_event_t::key && !keys.empty() && !keys.back().insert(parsed.get<std::string>()).second &&
-        problem.empty())
-      problem = cat("duplicate header key \"", parsed.get<std::string>(), "\"");
-    return problem.empty();  // stop building the tree once something is wrong
-  };
-  json header;
-  try {
-    header = json::parse(text, callback);
-  } catch (const json::exception& e) {
-    corrupt(path, cat("the header is not valid JSON: ", e.what()));
-  }
-  if (!problem.empty()) corrupt(path, problem);
-  if (!header.is_object()) corrupt(path, "the header is not a JSON object");
-  return header;
-}
-
-std::uint64_t json_u64(const std::filesystem::path& path, const json& v, const std::string& what) {
-  if (!v.is_number_unsigned()) corrupt(path, cat(what, " is ", v.dump(), ", not a non-negative integer"));
-  return v.get<std::uint64_t>();
-}
-
-struct TensorEntry {
+// A parsed entry and the layer and in-layer name its key "L.<layer>.<name>" gives it.
+struct TensorEntry : safetensors::Entry {
   std::size_t layer;
-  std::string name, key;
-  DType dtype;
-  Shape shape;
-  std::uint64_t begin, end;
+  std::string name;
 };
 
 TensorEntry parse_tensor_entry(const std::filesystem::path& path, const std::string& key, const json& entry,
@@ -300,56 +223,12 @@ TensorEntry parse_tensor_entry(const std::filesystem::path& path, const std::str
   if (!split) corrupt(path, cat("header key \"", key, "\" is neither __metadata__ nor L.<layer>.<tensor>"));
   if (split->first >= layer_count)
     corrupt(path, cat("tensor \"", key, "\" names layer ", split->first, " but the file has ", layer_count, " layers"));
-  if (!entry.is_object() || entry.size() != 3 || !entry.contains("dtype") || !entry.contains("shape") ||
-      !entry.contains("data_offsets"))
-    corrupt(path, cat("tensor \"", key, "\" must be an object with exactly dtype, shape and data_offsets"));
-  TensorEntry t{split->first, split->second, key, DType::f32, {}, 0, 0};
-
-  const json& dtype = entry.at("dtype");
-  const auto parsed_dtype = dtype.is_string() ? dtype_from_safetensors(dtype.get<std::string>()) : std::nullopt;
-  if (!parsed_dtype) corrupt(path, cat("tensor \"", key, "\" has unknown dtype ", dtype.dump()));
-  t.dtype = *parsed_dtype;
-
-  const json& shape = entry.at("shape");
-  if (!shape.is_array()) corrupt(path, cat("tensor \"", key, "\" shape ", shape.dump(), " is not a list"));
-  // Bytes of the tensor, and the product of the non-zero dims: both must fit in int64,
-  // so no later stride or size computation can overflow even for zero-element tensors.
-  std::uint64_t elements = 1, nonzero_product = 1;
-  constexpr auto kMax = static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max());
-  for (const json& d : shape) {
-    const std::uint64_t dim = json_u64(path, d, cat("a dimension of tensor \"", key, "\""));
-    if (dim > kMax || (dim > 0 && nonzero_product > kMax / dim))
-      corrupt(path, cat("tensor \"", key, "\" shape ", shape.dump(), " overflows int64"));
-    nonzero_product *= std::max<std::uint64_t>(dim, 1);
-    elements *= dim;
-    t.shape.push_back(static_cast<std::int64_t>(dim));
-  }
-  const std::uint64_t esize = dtype_size(t.dtype);
-  if (elements > kMax / esize) corrupt(path, cat("tensor \"", key, "\" shape ", shape.dump(), " overflows int64"));
-  const std::uint64_t bytes = elements * esize;
-
-  const json& offsets = entry.at("data_offsets");
-  if (!offsets.is_array() || offsets.size() != 2)
-    corrupt(path, cat("tensor \"", key, "\" data_offsets ", offsets.dump(), " is not a pair"));
-  t.begin = json_u64(path, offsets[0], cat("data_offsets[0] of tensor \"", key, "\""));
-  t.end = json_u64(path, offsets[1], cat("data_offsets[1] of tensor \"", key, "\""));
-  if (t.begin > t.end || t.end > data_size)
-    corrupt(path, cat("tensor \"", key, "\" data_offsets [", t.begin, ", ", t.end,
-                      ") lie outside the data region of ", data_size, " bytes"));
-  if (t.end - t.begin != bytes)
-    corrupt(path, cat("tensor \"", key, "\" data_offsets [", t.begin, ", ", t.end, ") hold ", t.end - t.begin,
-                      " bytes but shape ", shape.dump(), " of ", safetensors_dtype(t.dtype), " needs ", bytes));
-  return t;
+  return {safetensors::parse_entry(key, entry, data_size, corrupt_errors(path)), split->first, split->second};
 }
 
 // Reads __metadata__ into layer classes/meta and user metadata; returns the layer count.
 std::size_t parse_metadata(const std::filesystem::path& path, const json& header, LoadedStates& out) {
-  const auto it = header.find(kMetadataKey);
-  if (it == header.end()) corrupt(path, "the header has no __metadata__");
-  const json& meta = *it;
-  if (!meta.is_object()) corrupt(path, "__metadata__ is not an object");
-  for (const auto& [key, value] : meta.items())
-    if (!value.is_string()) corrupt(path, cat("metadata \"", key, "\" is ", value.dump(), ", not a string"));
+  const json& meta = safetensors::metadata(header, "the header has no __metadata__", corrupt_errors(path));
 
   const auto format = meta.find(kFormatKey);
   if (format == meta.end()) corrupt(path, cat("metadata has no ", kFormatKey, " (not a kvlab cache state file)"));
@@ -358,7 +237,7 @@ std::size_t parse_metadata(const std::filesystem::path& path, const json& header
             cat("format is \"", format->get<std::string>(), "\", this reader accepts \"", kStateFileFormat, "\""));
   const auto layers = meta.find(kLayersKey);
   if (layers == meta.end()) corrupt(path, cat("metadata has no ", kLayersKey));
-  const auto count = parse_index(layers->get<std::string>());
+  const auto count = safetensors::parse_index(layers->get<std::string>());
   // Every layer needs its own "L.<i>.class" entry, so a count above the number of
   // entries is a lie; checking it first bounds the allocation below by the header size.
   if (!count || *count > meta.size())
@@ -397,8 +276,8 @@ void save_cache_states(const std::filesystem::path& path, const std::vector<Cach
   // Everything that can be rejected is rejected before the file system is touched.
   std::vector<PlannedTensor> planned;
   const std::string header = build_header(layers, user_metadata, planned);
-  std::uint8_t length[8];
-  for (int i = 0; i < 8; ++i) length[i] = static_cast<std::uint8_t>(header.size() >> (8 * i));
+  unsigned char length[8];
+  safetensors::encode_length(header.size(), length);
 
   TempFile tmp(path);
   tmp.write(length, sizeof length);
@@ -411,17 +290,17 @@ void save_cache_states(const std::filesystem::path& path, const std::vector<Cach
 LoadedStates load_cache_states(const std::filesystem::path& path) {
   const InputFile file(path);
   if (file.size() < 8) corrupt(path, cat("the file has ", file.size(), " bytes, fewer than the 8-byte header length"));
-  std::uint8_t length[8];
+  unsigned char length[8];
   file.read(0, length, sizeof length);
-  std::uint64_t header_size = 0;
-  for (int i = 0; i < 8; ++i) header_size |= static_cast<std::uint64_t>(length[i]) << (8 * i);
+  const std::uint64_t header_size = safetensors::decode_length(length);
   if (header_size > file.size() - 8)
     corrupt(path, cat("the header length ", header_size, " exceeds the ", file.size() - 8, " bytes after it"));
-  if (header_size > kMaxHeaderBytes)
-    corrupt(path, cat("the header length ", header_size, " exceeds the limit of ", kMaxHeaderBytes, " bytes"));
+  if (header_size > safetensors::kMaxHeaderBytes)
+    corrupt(path, cat("the header length ", header_size, " exceeds the limit of ", safetensors::kMaxHeaderBytes,
+                      " bytes"));
   std::string text(static_cast<std::size_t>(header_size), '\0');
   file.read(8, text.data(), text.size());
-  const json header = parse_header(path, text);
+  const json header = safetensors::parse_header(text, corrupt_errors(path));
 
   LoadedStates out;
   const std::size_t layer_count = parse_metadata(path, header, out);
@@ -431,28 +310,9 @@ LoadedStates load_cache_states(const std::filesystem::path& path) {
   for (const auto& [key, entry] : header.items())
     if (key != kMetadataKey) entries.push_back(parse_tensor_entry(path, key, entry, layer_count, data_size));
 
-  // The data region must be exactly the tensors back to back: an overlap means two
-  // tensors share bytes, a gap or a tail means bytes no entry accounts for (a truncated
-  // header or an appended payload); all are rejected rather than guessed about.
-  std::vector<const TensorEntry*> order;
-  for (const TensorEntry& t : entries) order.push_back(&t);
-  std::sort(order.begin(), order.end(), [](const TensorEntry* a, const TensorEntry* b) {
-    return std::tie(a->begin, a->end) < std::tie(b->begin, b->end);
-  });
-  std::uint64_t cursor = 0;
-  const TensorEntry* previous = nullptr;
-  for (const TensorEntry* t : order) {
-    if (t->begin < cursor)
-      corrupt(path, cat("tensor \"", t->key, "\" [", t->begin, ", ", t->end, ") overlaps tensor \"", previous->key,
-                        "\" [", previous->begin, ", ", previous->end, ")"));
-    if (t->begin > cursor)
-      corrupt(path, cat("the data region has a gap [", cursor, ", ", t->begin, ") before tensor \"", t->key, "\""));
-    cursor = t->end;
-    previous = t;
-  }
-  if (cursor != data_size)
-    corrupt(path, cat("the data region has ", data_size - cursor, " trailing bytes after the last tensor (at ", cursor,
-                      " of ", data_size, ")"));
+  std::vector<const safetensors::Entry*> ranges;
+  for (const TensorEntry& t : entries) ranges.push_back(&t);
+  safetensors::require_tiling(std::move(ranges), data_size, corrupt_errors(path));
 
   for (const TensorEntry& t : entries) {
     Tensor tensor(t.dtype, t.shape);

@@ -5,19 +5,17 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <bit>
 #include <cerrno>
-#include <charconv>
 #include <cstring>
 #include <limits>
 #include <map>
 #include <optional>
-#include <set>
 #include <string_view>
 #include <tuple>
 
 #include <nlohmann/json.hpp>
 
+#include "core/safetensors.h"
 #include "harness/report.h"
 #include "kvlab/error.h"
 
@@ -27,14 +25,8 @@ namespace {
 
 using json = nlohmann::json;
 
-// Tensor bytes go verbatim between memory and the file, and safetensors is little-endian.
-static_assert(std::endian::native == std::endian::little, "vectors files assume a little-endian host");
-
-// The reference safetensors reader refuses headers above 100 MB.
-constexpr std::uint64_t kMaxHeaderBytes = 100ull << 20;
-// Root → tensor entry → shape array: nothing valid nests deeper.
-constexpr int kMaxJsonDepth = 3;
-constexpr std::string_view kMetadataKey = "__metadata__";
+using safetensors::kMetadataKey;
+using safetensors::parse_index;
 constexpr std::string_view kVersionKey = "kvlab.vectors";
 constexpr std::string_view kProblemsKey = "problems";
 constexpr std::string_view kProblemPrefix = "problem.";
@@ -46,17 +38,12 @@ constexpr std::string_view kInfoKeys[] = {"engine", "engine_version", "flavour",
 constexpr std::uint64_t kFootprintFactor = 64;
 constexpr std::uint64_t kFootprintSlack = 1u << 20;
 
-constexpr DType kDTypes[] = {DType::f32, DType::f16, DType::bf16, DType::u32, DType::i32, DType::u8};
-
-std::optional<DType> dtype_from_safetensors(std::string_view name) {
-  for (const DType t : kDTypes)
-    if (safetensors_dtype_name(t) == name) return t;
-  return std::nullopt;
+safetensors::FileErrors bad_errors(const std::filesystem::path& path) {
+  return {ErrorKind::invalid_argument, cat("vectors file '", path.string(), "': "), "data buffer", ']', "hole",
+          "bytes", "has dtype ", ", not one of F32 F16 BF16 U32 I32 U8"};
 }
 
-[[noreturn]] void bad(const std::filesystem::path& path, const std::string& what) {
-  fail(ErrorKind::invalid_argument, cat("vectors file '", path.string(), "': ", what));
-}
+[[noreturn]] void bad(const std::filesystem::path& path, const std::string& what) { bad_errors(path).raise(what); }
 
 [[noreturn]] void io_error(const std::filesystem::path& path, const std::string& step, int err) {
   fail(ErrorKind::io, cat("cannot read vectors file '", path.string(), "': ", step, ": ", std::strerror(err)));
@@ -64,145 +51,30 @@ std::optional<DType> dtype_from_safetensors(std::string_view name) {
 
 // Exactly `size` bytes at `offset`; a file that shrank since it was opened is an error.
 void read_at(int fd, const std::filesystem::path& path, std::uint64_t offset, void* dst, std::size_t size) {
-  auto* p = static_cast<char*>(dst);
-  while (size > 0) {
-    const ssize_t n = ::pread(fd, p, size, static_cast<off_t>(offset));
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) io_error(path, "pread", errno);
-    if (n == 0) bad(path, cat("the file ended at byte ", offset, " (it shrank while being read)"));
-    p += n;
-    offset += static_cast<std::uint64_t>(n);
-    size -= static_cast<std::size_t>(n);
-  }
+  const auto result = safetensors::read_exact_at(fd, offset, dst, size);
+  if (result.error != 0) io_error(path, "pread", result.error);
+  if (result.ended_at) bad(path, cat("the file ended at byte ", *result.ended_at, " (it shrank while being read)"));
 }
 
-// A canonical decimal index: digits only, no leading zero but "0", at most 9 digits.
-std::optional<std::size_t> parse_index(std::string_view s) {
-  if (s.empty() || s.size() > 9 || (s.size() > 1 && s[0] == '0')) return std::nullopt;
-  std::size_t v = 0;
-  const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
-  if (ec != std::errc() || end != s.data() + s.size()) return std::nullopt;
-  return v;
-}
-
-// Rejects duplicate keys (nlohmann keeps the last one silently, so two readers could see
-// different files) and nesting deeper than any valid header (bounded recursion).
-json parse_header(const std::filesystem::path& path, const std::string& text) {
-  if (text.empty() || text[0] != '{') bad(path, "the header does not start with '{'");
-  std::vector<std::set<std::string>> keys;
-  std::string problem;
-  const json::parser_callback_t callback = [&](int depth, json::parse_event_t event, json& parsed) {
-    if (depth > kMaxJsonDepth + 1 && problem.empty()) problem = cat("the header nests deeper than ", kMaxJsonDepth);
-    if (event == json::parse_event_t::object_start) keys.emplace_back();
-    if (event == json::parse_event_t::object_end && !keys.empty()) keys.pop_back();
-    if (event == json::parse_event_t::key && !keys.empty() && !keys.back().insert(parsed.get<std::string>()).second &&
-        problem.empty())
-      problem = cat("duplicate header key \"", parsed.get<std::string>(), "\"");
-    return problem.empty();
-  };
-  json header;
-  try {
-    header = json::parse(text, callback);
-  } catch (const json::exception& e) {
-    bad(path, cat("the header is not valid JSON: ", e.what()));
-  }
-  if (!problem.empty()) bad(path, problem);
-  if (!header.is_object()) bad(path, "the header is not a JSON object");
-  return header;
-}
-
-std::uint64_t json_u64(const std::filesystem::path& path, const json& v, const std::string& what) {
-  if (!v.is_number_unsigned()) bad(path, cat(what, " is ", v.dump(), ", not a non-negative integer"));
-  return v.get<std::uint64_t>();
-}
-
-struct RawEntry {
-  std::string key;
+// A parsed entry and where its key "<problem>.in.<name>" or "<problem>.out.<name>" puts it.
+struct RawEntry : safetensors::Entry {
   std::size_t problem = 0;
   bool input = true;
   std::string name;
-  DType dtype = DType::f32;
-  Shape shape;
-  std::uint64_t begin = 0, end = 0;
 };
 
 RawEntry parse_entry(const std::filesystem::path& path, const std::string& key, const json& entry,
                      std::size_t problems, std::uint64_t buffer_size) {
-  RawEntry t;
-  t.key = key;
   const std::size_t dot = key.find('.');
   const auto index = dot == std::string::npos ? std::nullopt : parse_index(std::string_view(key).substr(0, dot));
   const std::string_view rest = dot == std::string::npos ? std::string_view() : std::string_view(key).substr(dot + 1);
-  t.input = rest.starts_with("in.");
-  if (!index || !(t.input || rest.starts_with("out.")) || rest.size() <= (t.input ? 3u : 4u))
+  const bool input = rest.starts_with("in.");
+  if (!index || !(input || rest.starts_with("out.")) || rest.size() <= (input ? 3u : 4u))
     bad(path, cat("tensor \"", key, "\" is not named <problem>.in.<input> or <problem>.out.<output>"));
   if (*index >= problems)
     bad(path, cat("tensor \"", key, "\" belongs to problem ", *index, " but the file has ", problems, " problems"));
-  t.problem = *index;
-  t.name = std::string(rest.substr(t.input ? 3 : 4));
-
-  if (!entry.is_object() || entry.size() != 3 || !entry.contains("dtype") || !entry.contains("shape") ||
-      !entry.contains("data_offsets"))
-    bad(path, cat("tensor \"", key, "\" must be an object with exactly dtype, shape and data_offsets"));
-  const json& dtype = entry.at("dtype");
-  const auto parsed = dtype.is_string() ? dtype_from_safetensors(dtype.get<std::string>()) : std::nullopt;
-  if (!parsed) bad(path, cat("tensor \"", key, "\" has dtype ", dtype.dump(), ", not one of F32 F16 BF16 U32 I32 U8"));
-  t.dtype = *parsed;
-
-  const json& shape = entry.at("shape");
-  if (!shape.is_array()) bad(path, cat("tensor \"", key, "\" shape ", shape.dump(), " is not a list"));
-  // The element count and the product of the non-zero dims both fit in int64, so no
-  // stride or size computed later can overflow, even for an empty tensor.
-  constexpr auto kMax = static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max());
-  std::uint64_t elements = 1, nonzero = 1;
-  for (const json& d : shape) {
-    const std::uint64_t dim = json_u64(path, d, cat("a dimension of tensor \"", key, "\""));
-    if (dim > kMax || (dim > 0 && nonzero > kMax / dim))
-      bad(path, cat("tensor \"", key, "\" shape ", shape.dump(), " overflows int64"));
-    nonzero *= std::max<std::uint64_t>(dim, 1);
-    elements *= dim;
-    t.shape.push_back(static_cast<std::int64_t>(dim));
-  }
-  const std::uint64_t esize = dtype_size(t.dtype);
-  if (elements > kMax / esize) bad(path, cat("tensor \"", key, "\" shape ", shape.dump(), " overflows int64"));
-
-  const json& offsets = entry.at("data_offsets");
-  if (!offsets.is_array() || offsets.size() != 2)
-    bad(path, cat("tensor \"", key, "\" data_offsets ", offsets.dump(), " is not a pair"));
-  t.begin = json_u64(path, offsets[0], cat("data_offsets[0] of tensor \"", key, "\""));
-  t.end = json_u64(path, offsets[1], cat("data_offsets[1] of tensor \"", key, "\""));
-  if (t.begin > t.end || t.end > buffer_size)
-    bad(path, cat("tensor \"", key, "\" data_offsets [", t.begin, ", ", t.end, "] lie outside the data buffer of ",
-                  buffer_size, " bytes"));
-  if (t.end - t.begin != elements * esize)
-    bad(path, cat("tensor \"", key, "\" data_offsets [", t.begin, ", ", t.end, "] hold ", t.end - t.begin,
-                  " bytes but shape ", shape.dump(), " of ", safetensors_dtype_name(t.dtype), " needs ",
-                  elements * esize));
-  return t;
-}
-
-// safetensors' own rule: the ranges tile the buffer, no overlap, no hole, no tail.
-void require_tiling(const std::filesystem::path& path, const std::vector<RawEntry>& entries,
-                    std::uint64_t buffer_size) {
-  std::vector<const RawEntry*> order;
-  for (const RawEntry& e : entries) order.push_back(&e);
-  std::sort(order.begin(), order.end(), [](const RawEntry* a, const RawEntry* b) {
-    return std::tie(a->begin, a->end) < std::tie(b->begin, b->end);
-  });
-  std::uint64_t cursor = 0;
-  const RawEntry* previous = nullptr;
-  for (const RawEntry* e : order) {
-    if (e->begin < cursor)
-      bad(path, cat("tensor \"", e->key, "\" [", e->begin, ", ", e->end, "] overlaps tensor \"", previous->key, "\" [",
-                    previous->begin, ", ", previous->end, "]"));
-    if (e->begin > cursor)
-      bad(path, cat("the data buffer has a hole [", cursor, ", ", e->begin, ") before tensor \"", e->key, "\""));
-    cursor = e->end;
-    previous = e;
-  }
-  if (cursor != buffer_size)
-    bad(path, cat("the data buffer has ", buffer_size - cursor, " bytes after the last tensor (at ", cursor, " of ",
-                  buffer_size, ")"));
+  return {safetensors::parse_entry(key, entry, buffer_size, bad_errors(path)), *index, input,
+          std::string(rest.substr(input ? 3 : 4))};
 }
 
 const std::string& meta_string(const std::filesystem::path& path, const json& meta, std::string_view key) {
@@ -213,12 +85,8 @@ const std::string& meta_string(const std::filesystem::path& path, const json& me
 
 // The metadata's info and problem lines (parsed and canonical); unknown keys are errors.
 std::vector<Problem> parse_metadata(const std::filesystem::path& path, const json& header, VectorsInfo& info) {
-  const auto it = header.find(kMetadataKey);
-  if (it == header.end()) bad(path, "the header has no __metadata__ (not a kvlab vectors file)");
-  const json& meta = *it;
-  if (!meta.is_object()) bad(path, "__metadata__ is not an object");
-  for (const auto& [key, value] : meta.items())
-    if (!value.is_string()) bad(path, cat("metadata \"", key, "\" is ", value.dump(), ", not a string"));
+  const json& meta =
+      safetensors::metadata(header, "the header has no __metadata__ (not a kvlab vectors file)", bad_errors(path));
   if (!meta.contains(kVersionKey)) bad(path, cat("metadata has no \"", kVersionKey, "\" (not a kvlab vectors file)"));
   const std::string& version = meta_string(path, meta, kVersionKey);
   if (version != kVectorsVersion)
@@ -262,17 +130,7 @@ std::vector<Problem> parse_metadata(const std::filesystem::path& path, const jso
 
 }  // namespace
 
-std::string_view safetensors_dtype_name(DType dtype) {
-  switch (dtype) {
-    case DType::f32: return "F32";
-    case DType::f16: return "F16";
-    case DType::bf16: return "BF16";
-    case DType::u32: return "U32";
-    case DType::i32: return "I32";
-    case DType::u8: return "U8";
-  }
-  fail(ErrorKind::internal, "unknown DType in a vectors file");
-}
+std::string_view safetensors_dtype_name(DType dtype) { return safetensors::dtype_code(dtype); }
 
 VectorsFile::VectorsFile(std::filesystem::path path) : path_(std::move(path)) {
   file_.fd = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
@@ -282,18 +140,18 @@ VectorsFile::VectorsFile(std::filesystem::path path) : path_(std::move(path)) {
   if (!S_ISREG(st.st_mode)) fail(ErrorKind::io, cat("vectors file '", path_.string(), "' is not a regular file"));
   const auto file_size = static_cast<std::uint64_t>(st.st_size);
   if (file_size < 8) bad(path_, cat("the file has ", file_size, " bytes, fewer than the 8-byte header length"));
-  std::uint8_t length[8];
+  unsigned char length[8];
   read_at(file_.fd, path_, 0, length, sizeof length);
-  std::uint64_t header_size = 0;
-  for (int i = 0; i < 8; ++i) header_size |= static_cast<std::uint64_t>(length[i]) << (8 * i);
+  const std::uint64_t header_size = safetensors::decode_length(length);
   if (header_size > file_size - 8)
     bad(path_, cat("the header length ", header_size, " runs past the end of the file (", file_size - 8,
                    " bytes after the length)"));
-  if (header_size > kMaxHeaderBytes)
-    bad(path_, cat("the header length ", header_size, " exceeds the limit of ", kMaxHeaderBytes, " bytes"));
+  if (header_size > safetensors::kMaxHeaderBytes)
+    bad(path_, cat("the header length ", header_size, " exceeds the limit of ", safetensors::kMaxHeaderBytes,
+                   " bytes"));
   std::string text(static_cast<std::size_t>(header_size), '\0');
   read_at(file_.fd, path_, 8, text.data(), text.size());
-  const json header = parse_header(path_, text);
+  const json header = safetensors::parse_header(text, bad_errors(path_));
   text = std::string();
 
   std::vector<Problem> problems = parse_metadata(path_, header, info_);
@@ -302,7 +160,9 @@ VectorsFile::VectorsFile(std::filesystem::path path) : path_(std::move(path)) {
   std::vector<RawEntry> entries;
   for (const auto& [key, entry] : header.items())
     if (key != kMetadataKey) entries.push_back(parse_entry(path_, key, entry, problems.size(), buffer_size));
-  require_tiling(path_, entries, buffer_size);
+  std::vector<const safetensors::Entry*> ranges;
+  for (const RawEntry& e : entries) ranges.push_back(&e);
+  safetensors::require_tiling(std::move(ranges), buffer_size, bad_errors(path_));
 
   // Each problem's entries by name, then matched against what prepare() makes.
   std::vector<std::map<std::string, const RawEntry*>> ins(problems.size()), outs(problems.size());
@@ -421,14 +281,13 @@ void write_vectors(const std::filesystem::path& path, const VectorsInfo& info, c
   } catch (const nlohmann::ordered_json::exception& e) {
     fail(ErrorKind::invalid_argument, cat("a vectors header cannot be written: ", e.what()));
   }
-  // Spaces (JSON whitespace) so the buffer starts 8-byte aligned, as safetensors does.
-  text.append((8 - text.size() % 8) % 8, ' ');
-  char length[8];
-  for (int i = 0; i < 8; ++i) length[i] = static_cast<char>((text.size() >> (8 * i)) & 0xFF);
+  safetensors::pad_header(text);
+  unsigned char length[8];
+  safetensors::encode_length(text.size(), length);
 
   OutputFile file(path.string());
   std::ostream& out = file.stream();
-  out.write(length, sizeof length);
+  out.write(reinterpret_cast<const char*>(length), sizeof length);
   out.write(text.data(), static_cast<std::streamsize>(text.size()));
   for (const Tensor* t : order) {
     if (t->nbytes() > 0) out.write(reinterpret_cast<const char*>(t->data()), static_cast<std::streamsize>(t->nbytes()));
