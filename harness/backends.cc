@@ -2,6 +2,7 @@
 
 #include <mutex>
 
+#include "harness/plugin_backend.h"
 #include "kvlab/error.h"
 #include "reference/reference_backend.h"
 #ifdef KVLAB_HAVE_SIMD
@@ -64,6 +65,10 @@ std::vector<BackendEntry>& registry() {
          fail(ErrorKind::unsupported, cat("backend 'mlx' is not built here: ", KVLAB_MLX_ABSENT_REASON));
 #endif
        }},
+      // Bring-your-own-kernel: a shared library speaking the C ABI of kvlab/plugin.h.
+      {"plugin", "C plugin (kvlab/plugin.h ABI v1)",
+       "harness/plugin_backend.h; 'plugin:/path/to/lib.so' loads a shared library exporting kvlab_plugin_entry",
+       [](std::string_view variant) { return make_plugin_backend(variant); }},
   };
   return entries;
 }

@@ -1,0 +1,329 @@
+#include "harness/plugin_backend.h"
+
+#include <dlfcn.h>
+
+#include <array>
+#include <cstring>
+
+#include "kvlab/error.h"
+#include "kvlab/plugin.h"
+#include "reference/affine_quantize.h"
+#include "reference/fp_quantize.h"
+#include "reference/kv_append.h"
+#include "reference/kv_move.h"
+#include "reference/quantize.h"
+#include "reference/quantized_sdpa.h"
+#include "reference/rope.h"
+#include "reference/sdpa.h"
+#include "reference/turboquant.h"
+
+namespace kvlab {
+
+namespace {
+
+// ---- marshalling: kvlab views -> the C structs of kvlab/plugin.h --------------------
+
+kvlab_tensor c_tensor(const ConstTensorView& v) {
+  KVLAB_REQUIRE(v.rank() <= KVLAB_PLUGIN_MAX_RANK, unsupported, "the plugin ABI carries tensors of rank <= ",
+                KVLAB_PLUGIN_MAX_RANK, ", got shape ", shape_str(v.shape));
+  kvlab_tensor t{};
+  t.data = const_cast<std::byte*>(v.data);  // inputs are documented read-only
+  t.dtype = static_cast<std::int32_t>(v.dtype);
+  t.rank = v.rank();
+  for (std::size_t i = 0; i < v.shape.size(); ++i) t.shape[i] = v.shape[i];
+  return t;
+}
+
+template <class View>
+kvlab_quantized c_quantized(const View& q) {
+  kvlab_quantized c{};
+  c.wq = c_tensor(q.wq);
+  c.scales = c_tensor(q.scales);
+  c.biases = c_tensor(q.biases);  // data == nullptr when the format has none
+  c.mode = static_cast<std::int32_t>(q.spec.mode);
+  c.bits = q.spec.bits;
+  c.group_size = q.spec.group_size;
+  c.has_global_scale = q.global_scale.has_value() ? 1 : 0;
+  c.global_scale = q.global_scale.value_or(0.0f);
+  return c;
+}
+
+kvlab_attention_params c_attention(const AttentionParams& p) {
+  kvlab_attention_params c{};
+  c.scale = p.scale;
+  c.softcap = p.softcap;
+  c.mask_kind = static_cast<std::int32_t>(p.mask.kind);
+  c.window = p.mask.window;
+  c.left_padding = p.mask.left_padding.empty() ? nullptr : p.mask.left_padding.data();
+  c.left_padding_count = static_cast<std::int64_t>(p.mask.left_padding.size());
+  c.right_padding = p.mask.right_padding.empty() ? nullptr : p.mask.right_padding.data();
+  c.right_padding_count = static_cast<std::int64_t>(p.mask.right_padding.size());
+  c.fully_masked = static_cast<std::int32_t>(p.fully_masked);
+  return c;
+}
+
+kvlab_turboquant_codec c_codec(const TurboQuantCodec& codec) {
+  kvlab_turboquant_codec c{};
+  c.dim = codec.dim;
+  c.bits = codec.bits;
+  c.signs = codec.signs.empty() ? nullptr : codec.signs.data();
+  c.signs_count = static_cast<std::int64_t>(codec.signs.size());
+  c.rotation = codec.rotation.empty() ? nullptr : codec.rotation.data();
+  c.rotation_count = static_cast<std::int64_t>(codec.rotation.size());
+  c.codebook = codec.codebook.empty() ? nullptr : codec.codebook.data();
+  c.codebook_count = static_cast<std::int64_t>(codec.codebook.size());
+  c.channels = codec.channels.empty() ? nullptr : codec.channels.data();
+  c.channels_count = static_cast<std::int64_t>(codec.channels.size());
+  return c;
+}
+
+// An optional operand: nullptr stays nullptr, else `storage` holds the C tensor.
+const kvlab_tensor* c_optional(const ConstTensorView* v, kvlab_tensor& storage) {
+  if (v == nullptr) return nullptr;
+  storage = c_tensor(*v);
+  return &storage;
+}
+
+// ---- calling ------------------------------------------------------------------------
+
+template <class Fn>
+void require_slot(Fn fn, const std::string& plugin, const char* op) {
+  KVLAB_REQUIRE(fn != nullptr, unsupported, "plugin ", plugin, " does not implement the op ", op);
+}
+
+template <class Fn, class Args>
+void call(Fn fn, const Args& args, const std::string& plugin, const char* op) {
+  std::array<char, 1024> msg{};
+  const std::int32_t status = fn(&args, msg.data(), msg.size());
+  if (status == KVLAB_PLUGIN_OK) return;
+  msg.back() = '\0';
+  const std::string text = msg[0] != '\0' ? cat(": ", msg.data()) : std::string(" (no message)");
+  switch (status) {
+    case KVLAB_PLUGIN_UNSUPPORTED: fail(ErrorKind::unsupported, cat("plugin ", plugin, " op ", op, " unsupported", text));
+    case KVLAB_PLUGIN_INVALID: fail(ErrorKind::invalid_argument, cat("plugin ", plugin, " op ", op, " rejected the input", text));
+    default: fail(ErrorKind::internal, cat("plugin ", plugin, " op ", op, " failed with status ", status, text));
+  }
+}
+
+std::string dl_reason() {
+  const char* e = dlerror();
+  return e != nullptr ? std::string(e) : std::string("unknown dlerror");
+}
+
+}  // namespace
+
+PluginBackend::PluginBackend(std::string_view path) : path_(path) {
+  KVLAB_REQUIRE(!path_.empty(), invalid_argument,
+                "backend 'plugin' needs the path of a shared library: --backend plugin:/path/to/libkernels.so");
+  dlerror();
+  handle_ = dlopen(path_.c_str(), RTLD_NOW | RTLD_LOCAL);
+  KVLAB_REQUIRE(handle_ != nullptr, invalid_argument, "cannot load plugin ", path_, ": ", dl_reason());
+  try {
+    dlerror();
+    void* sym = dlsym(handle_, KVLAB_PLUGIN_ENTRY_SYMBOL);
+    KVLAB_REQUIRE(sym != nullptr, invalid_argument, "plugin ", path_, " has no entry point ",
+                  KVLAB_PLUGIN_ENTRY_SYMBOL, " (not a kvlab plugin?): ", dl_reason());
+    kvlab_plugin_entry_fn entry = nullptr;
+    static_assert(sizeof entry == sizeof sym);
+    std::memcpy(&entry, &sym, sizeof entry);  // object pointer -> function pointer, as POSIX allows
+    table_ = entry();
+    KVLAB_REQUIRE(table_ != nullptr, invalid_argument, "plugin ", path_, ": ", KVLAB_PLUGIN_ENTRY_SYMBOL,
+                  "() returned a null table");
+    KVLAB_REQUIRE(table_->abi_version == KVLAB_PLUGIN_ABI_VERSION, invalid_argument, "plugin ", path_,
+                  " was built for plugin ABI version ", table_->abi_version, ", this kvlab speaks version ",
+                  KVLAB_PLUGIN_ABI_VERSION, " (rebuild it against include/kvlab/plugin.h)");
+    plugin_name_ = table_->name != nullptr && table_->name[0] != '\0' ? table_->name : path_;
+  } catch (...) {
+    dlclose(handle_);
+    throw;
+  }
+}
+
+PluginBackend::~PluginBackend() {
+  if (handle_ != nullptr) dlclose(handle_);
+}
+
+void PluginBackend::quantize(const QuantizeArgs& a) {
+  require_slot(table_->quantize, plugin_name_, "quantize");
+  const ConstTensorView x = host_cview(a.x);
+  const QuantizedMutView out = host_view(a.out);
+  ref::validate_format_operands(out.spec, out.biases, out.global_scale, "quantize");
+  switch (out.spec.format().encoder) {
+    case QuantEncoder::affine: ref::validate_affine_quantize(x, out.spec, out.wq, out.scales, out.biases); break;
+    case QuantEncoder::fp: ref::validate_fp_quantize(x, out.spec, out.global_scale, out.wq, out.scales); break;
+  }
+  const kvlab_tensor cx = c_tensor(x);
+  const kvlab_quantized cout = c_quantized(out);
+  const kvlab_quantize_args args{&cx, static_cast<std::int32_t>(a.rounding), &cout};
+  call(table_->quantize, args, plugin_name_, "quantize");
+}
+
+void PluginBackend::dequantize(const DequantizeArgs& a) {
+  require_slot(table_->dequantize, plugin_name_, "dequantize");
+  const QuantizedView in = host_cview(a.in);
+  const TensorView out = host_view(a.out);
+  ref::validate_format_operands(in.spec, in.biases, in.global_scale, "dequantize");
+  switch (in.spec.format().encoder) {
+    case QuantEncoder::affine: ref::validate_affine_dequantize(in.wq, in.scales, in.biases, in.spec, out); break;
+    case QuantEncoder::fp: ref::validate_fp_dequantize(in.wq, in.scales, in.spec, in.global_scale, out); break;
+  }
+  const kvlab_quantized cin = c_quantized(in);
+  const kvlab_tensor cout = c_tensor(out);
+  const kvlab_dequantize_args args{&cin, &cout, static_cast<std::int32_t>(a.flavour)};
+  call(table_->dequantize, args, plugin_name_, "dequantize");
+}
+
+void PluginBackend::rope(const RopeArgs& a) {
+  require_slot(table_->rope, plugin_name_, "rope");
+  const ConstTensorView x = host_cview(a.x);
+  const std::optional<ConstTensorView> per_row = host_per_row(a.offsets);
+  const TensorView out = host_view(a.out);
+  ref::validate_rope(x, a.params, a.offsets.scalar, per_row, out);
+  const kvlab_tensor cx = c_tensor(x), cout = c_tensor(out);
+  kvlab_tensor cper_row{};
+  kvlab_rope_args args{};
+  args.x = &cx;
+  args.dims = a.params.dims;
+  args.traditional = a.params.traditional ? 1 : 0;
+  args.base = a.params.base;
+  args.scale = a.params.scale;
+  args.freqs = a.params.freqs.empty() ? nullptr : a.params.freqs.data();
+  args.freqs_count = static_cast<std::int64_t>(a.params.freqs.size());
+  args.mlx_arithmetic = a.params.mlx_arithmetic ? 1 : 0;
+  args.offset = a.offsets.scalar;
+  args.per_row_offsets = c_optional(per_row ? &*per_row : nullptr, cper_row);
+  args.out = &cout;
+  call(table_->rope, args, plugin_name_, "rope");
+}
+
+void PluginBackend::sdpa(const SdpaArgs& a) {
+  require_slot(table_->sdpa, plugin_name_, "sdpa");
+  ConstTensorView m, s;
+  const ConstTensorView q = host_cview(a.q), k = host_cview(a.k), v = host_cview(a.v);
+  const ConstTensorView* mask = host_cview(a.mask, m);
+  const ConstTensorView* sinks = host_cview(a.sinks, s);
+  const TensorView out = host_view(a.out);
+  ref::validate_sdpa(q, k, v, a.params, mask, sinks, out);
+  const kvlab_tensor cq = c_tensor(q), ck = c_tensor(k), cv = c_tensor(v), cout = c_tensor(out);
+  kvlab_tensor cm{}, cs{};
+  const kvlab_attention_params params = c_attention(a.params);
+  const kvlab_sdpa_args args{&cq, &ck, &cv, &params, c_optional(mask, cm), c_optional(sinks, cs), &cout};
+  call(table_->sdpa, args, plugin_name_, "sdpa");
+}
+
+void PluginBackend::quantized_sdpa(const QuantizedSdpaArgs& a) {
+  require_slot(table_->quantized_sdpa, plugin_name_, "quantized_sdpa");
+  ConstTensorView m, s;
+  const ConstTensorView q = host_cview(a.q);
+  const QuantizedView k = host_cview(a.k), v = host_cview(a.v);
+  const ConstTensorView* mask = host_cview(a.mask, m);
+  const ConstTensorView* sinks = host_cview(a.sinks, s);
+  const TensorView out = host_view(a.out);
+  ref::validate_quantized_sdpa(q, k, v, a.params, mask, sinks, out);
+  const kvlab_tensor cq = c_tensor(q), cout = c_tensor(out);
+  const kvlab_quantized ck = c_quantized(k), cv = c_quantized(v);
+  kvlab_tensor cm{}, cs{};
+  const kvlab_attention_params params = c_attention(a.params);
+  const kvlab_quantized_sdpa_args args{&cq, &ck, &cv, &params, c_optional(mask, cm), c_optional(sinks, cs), &cout};
+  call(table_->quantized_sdpa, args, plugin_name_, "quantized_sdpa");
+}
+
+// TurboQuant has no separate validator in the oracle beyond the codec's; the dtypes are
+// checked here, the shapes are left to the plugin (it may return KVLAB_PLUGIN_INVALID).
+void PluginBackend::turboquant_encode(const TurboQuantEncodeArgs& a) {
+  require_slot(table_->turboquant_encode, plugin_name_, "turboquant_encode");
+  const ConstTensorView x = host_cview(a.x);
+  const TensorView norms = host_view(a.norms), indices = host_view(a.indices);
+  require_float(x, "turboquant_encode x");
+  require_dtype(norms, DType::f16, "turboquant_encode norms");
+  require_dtype(indices, DType::u32, "turboquant_encode indices");
+  ref::validate_turboquant_codec(a.codec, x.dim(-1));
+  const kvlab_tensor cx = c_tensor(x), cn = c_tensor(norms), ci = c_tensor(indices);
+  const kvlab_turboquant_codec codec = c_codec(a.codec);
+  const kvlab_turboquant_encode_args args{&cx, &codec, &cn, &ci};
+  call(table_->turboquant_encode, args, plugin_name_, "turboquant_encode");
+}
+
+void PluginBackend::turboquant_decode(const TurboQuantDecodeArgs& a) {
+  require_slot(table_->turboquant_decode, plugin_name_, "turboquant_decode");
+  const ConstTensorView norms = host_cview(a.norms), indices = host_cview(a.indices);
+  const TensorView out = host_view(a.out);
+  require_dtype(norms, DType::f16, "turboquant_decode norms");
+  require_dtype(indices, DType::u32, "turboquant_decode indices");
+  require_float(out, "turboquant_decode out");
+  ref::validate_turboquant_codec(a.codec, out.dim(-1));
+  const kvlab_tensor cn = c_tensor(norms), ci = c_tensor(indices), cout = c_tensor(out);
+  const kvlab_turboquant_codec codec = c_codec(a.codec);
+  const kvlab_turboquant_decode_args args{&cn, &ci, &codec, &cout};
+  call(table_->turboquant_decode, args, plugin_name_, "turboquant_decode");
+}
+
+void PluginBackend::kv_scatter(const KvScatterArgs& a) {
+  require_slot(table_->kv_scatter, plugin_name_, "kv_scatter");
+  const ConstTensorView src = host_cview(a.src);
+  const TensorView dst = host_view(a.dst);
+  ref::validate_kv_scatter(src, a.slots, dst);
+  const kvlab_tensor cs = c_tensor(src), ci = c_tensor(a.slots), cd = c_tensor(dst);
+  const kvlab_kv_scatter_args args{&cs, &ci, &cd};
+  call(table_->kv_scatter, args, plugin_name_, "kv_scatter");
+}
+
+void PluginBackend::kv_gather(const KvGatherArgs& a) {
+  require_slot(table_->kv_gather, plugin_name_, "kv_gather");
+  const ConstTensorView src = host_cview(a.src);
+  const TensorView dst = host_view(a.dst);
+  ref::validate_kv_gather(src, a.batch_index, dst);
+  const kvlab_tensor cs = c_tensor(src), ci = c_tensor(a.batch_index), cd = c_tensor(dst);
+  const kvlab_kv_gather_args args{&cs, &ci, &cd};
+  call(table_->kv_gather, args, plugin_name_, "kv_gather");
+}
+
+void PluginBackend::kv_copy_blocks(const KvCopyBlocksArgs& a) {
+  require_slot(table_->kv_copy_blocks, plugin_name_, "kv_copy_blocks");
+  const ConstTensorView src = host_cview(a.src);
+  const TensorView dst = host_view(a.dst);
+  ref::validate_kv_copy_blocks(src, a.blocks, dst);
+  static_assert(sizeof(kvlab_seq_block) == sizeof(SeqBlock));
+  std::vector<kvlab_seq_block> blocks;
+  blocks.reserve(a.blocks.size());
+  for (const SeqBlock& b : a.blocks) blocks.push_back({b.src_batch, b.src_seq, b.dst_batch, b.dst_seq, b.length});
+  const kvlab_tensor cs = c_tensor(src), cd = c_tensor(dst);
+  const kvlab_kv_copy_blocks_args args{&cs, blocks.empty() ? nullptr : blocks.data(),
+                                       static_cast<std::int64_t>(blocks.size()), &cd};
+  call(table_->kv_copy_blocks, args, plugin_name_, "kv_copy_blocks");
+}
+
+void PluginBackend::kv_roll(const KvRollArgs& a) {
+  require_slot(table_->kv_roll, plugin_name_, "kv_roll");
+  const ConstTensorView src = host_cview(a.src);
+  const TensorView dst = host_view(a.dst);
+  ref::validate_kv_roll(src, a.shifts, dst);
+  const kvlab_tensor cs = c_tensor(src), ci = c_tensor(a.shifts), cd = c_tensor(dst);
+  const kvlab_kv_roll_args args{&cs, &ci, &cd};
+  call(table_->kv_roll, args, plugin_name_, "kv_roll");
+}
+
+void PluginBackend::kv_append_advance(const KvAppendAdvanceArgs& a) {
+  require_slot(table_->kv_append_advance, plugin_name_, "kv_append_advance");
+  const ConstTensorView k = host_cview(a.k), v = host_cview(a.v);
+  const TensorView offsets = host_view(a.offsets), k_cache = host_view(a.k_cache), v_cache = host_view(a.v_cache);
+  ref::validate_kv_append_advance(k, v, a.left_padding, offsets, k_cache, v_cache);
+  const kvlab_tensor ck = c_tensor(k), cv = c_tensor(v), cl = c_tensor(a.left_padding), co = c_tensor(offsets),
+                     ckc = c_tensor(k_cache), cvc = c_tensor(v_cache);
+  const kvlab_kv_append_advance_args args{&ck, &cv, &cl, &co, &ckc, &cvc};
+  call(table_->kv_append_advance, args, plugin_name_, "kv_append_advance");
+}
+
+void PluginBackend::kv_snapshot(const KvSnapshotArgs& a) {
+  require_slot(table_->kv_snapshot, plugin_name_, "kv_snapshot");
+  const ConstTensorView src = host_cview(a.src);
+  const TensorView dst = host_view(a.dst);
+  ref::validate_kv_snapshot(src, dst);
+  const kvlab_tensor cs = c_tensor(src), cd = c_tensor(dst);
+  const kvlab_kv_snapshot_args args{&cs, &cd};
+  call(table_->kv_snapshot, args, plugin_name_, "kv_snapshot");
+}
+
+std::unique_ptr<Backend> make_plugin_backend(std::string_view path) { return std::make_unique<PluginBackend>(path); }
+
+}  // namespace kvlab
