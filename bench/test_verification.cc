@@ -9,14 +9,14 @@
 #include "bench/timed_case.h"
 #include "harness/backends.h"
 #include "harness/check.h"
-#include "harness/tests/forwarding_backend.h"
+#include "harness/forwarding_backend.h"
 #include "kvlab/error.h"
 
 namespace kvlab::bench {
 namespace {
 
 // rope off by 1e-2 in the last element of the output: far outside rope's budget.
-class WrongRope final : public harness::testing::ForwardingBackend {
+class WrongRope final : public harness::ForwardingBackend {
  public:
   std::string name() const override { return "wrong_rope"; }
   void rope(const RopeArgs& a) override {
@@ -27,7 +27,7 @@ class WrongRope final : public harness::testing::ForwardingBackend {
 };
 
 // rope not written yet, like the SIMD kernels other helpers are still writing.
-class UnsupportedRope final : public harness::testing::ForwardingBackend {
+class UnsupportedRope final : public harness::ForwardingBackend {
  public:
   std::string name() const override { return "unsupported_rope"; }
   void rope(const RopeArgs&) override {
@@ -43,7 +43,7 @@ void register_test_backends() {
                              }});
   harness::register_backend({"forwarding", "test", "the reference behind a wrapper",
                              [](std::string_view) -> std::unique_ptr<Backend> {
-                               return std::make_unique<harness::testing::ForwardingBackend>();
+                               return std::make_unique<harness::ForwardingBackend>();
                              }});
 }
 

@@ -22,7 +22,10 @@ function(kvlab_target_defaults target)
     # the fuzz executables link the driver (-fsanitize=fuzzer, fuzz/CMakeLists.txt).
     target_compile_options(${target} PRIVATE -fsanitize=fuzzer-no-link)
   endif()
-  target_include_directories(${target} PUBLIC ${PROJECT_SOURCE_DIR} ${PROJECT_SOURCE_DIR}/include)
+  # Installed, both roots are <prefix>/include (cmake/KvlabInstall.cmake keeps the layout:
+  # include/kvlab/*.h, include/harness/*.h, include/reference/*.h, include/cache/*.h).
+  target_include_directories(${target} PUBLIC $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}>
+                             $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}/include> $<INSTALL_INTERFACE:include>)
 endfunction()
 
 # Marks a target as test code: it gets KVLAB_TEST_CXX_FLAGS (see the top CMakeLists).

@@ -4,6 +4,8 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
+#include <system_error>
 #include <ostream>
 #include <iostream>
 #include <set>
@@ -20,7 +22,19 @@
 
 namespace kvlab::harness {
 
-std::filesystem::path default_cases_dir() { return KVLAB_CASES_DIR; }
+// KVLAB_CASES_DIR in the environment; else the installed layout beside the running
+// binary (<prefix>/bin/kvlab -> <prefix>/share/kvlab/cases); else the source tree's
+// harness/cases compiled in, so build-tree binaries need no setup.
+std::filesystem::path default_cases_dir() {
+  if (const char* env = std::getenv("KVLAB_CASES_DIR"); env != nullptr && *env != '\0') return env;
+  std::error_code ec;
+  const std::filesystem::path exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (!ec) {
+    const std::filesystem::path installed = exe.parent_path().parent_path() / "share" / "kvlab" / "cases";
+    if (std::filesystem::is_directory(installed, ec)) return installed;
+  }
+  return KVLAB_CASES_DIR;
+}
 
 std::vector<std::string> tier_roles(std::string_view tier) {
   if (tier == "smoke") return {"smoke"};

@@ -18,7 +18,9 @@
 
 namespace kvlab::harness {
 
-std::filesystem::path default_cases_dir();  // the source tree's harness/cases
+// $KVLAB_CASES_DIR if set; else <dir of the running binary>/../share/kvlab/cases if it
+// exists (an installed kvlab); else the source tree's harness/cases.
+std::filesystem::path default_cases_dir();
 std::vector<std::string> tier_roles(std::string_view tier);  // throws for an unknown tier
 // The case files of one op directory in a tier (the lavapipe tier: its `lavapipe` file
 // in place of the ci roles where the op has one).

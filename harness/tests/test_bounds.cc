@@ -10,7 +10,7 @@
 #include "harness/backends.h"
 #include "harness/check.h"
 #include "harness/ops/ops.h"
-#include "harness/tests/forwarding_backend.h"
+#include "harness/forwarding_backend.h"
 #include "kvlab/error.h"
 
 namespace kvlab::harness {
@@ -120,11 +120,11 @@ TEST(Spine, AProblemOverTheMemoryCapIsSkippedBeforeAnythingIsAllocated) {
 // A kernel that throws something other than kvlab::Error: the case is INVALID, the run
 // goes on (once, std::bad_alloc killed a whole `kvlab check`).
 template <class E>
-class ThrowingRope final : public testing::ForwardingBackend {
+class ThrowingRope final : public ForwardingBackend {
  public:
   void rope(const RopeArgs&) override { throw E("boom"); }
 };
-class BadAllocRope final : public testing::ForwardingBackend {
+class BadAllocRope final : public ForwardingBackend {
  public:
   void rope(const RopeArgs&) override { throw std::bad_alloc(); }
 };

@@ -13,7 +13,7 @@
 #include "harness/backends.h"
 #include "harness/check.h"
 #include "harness/ops/cache_script.h"
-#include "harness/tests/forwarding_backend.h"
+#include "harness/forwarding_backend.h"
 #include "reference/reference_backend.h"
 #include "reference/sdpa.h"
 
@@ -207,7 +207,7 @@ TEST(CacheOp, AttentionOutputIsTheOraclesOverTheInputs) {
 // Block copies into a destination row >= 8 land one row late (when there is room): the
 // write of new tokens at the cursor of a cache past 8 tokens skips a slot, which keeps
 // its NaN poison. Below row 8 everything is right, so shrinking has a floor to find.
-class LateWriteBackend final : public testing::ForwardingBackend {
+class LateWriteBackend final : public ForwardingBackend {
  public:
   std::string name() const override { return "late_write"; }
   void kv_copy_blocks(const KvCopyBlocksArgs& a) override {
@@ -220,7 +220,7 @@ class LateWriteBackend final : public testing::ForwardingBackend {
   }
 };
 
-class UnsupportedSdpaBackend final : public testing::ForwardingBackend {
+class UnsupportedSdpaBackend final : public ForwardingBackend {
  public:
   std::string name() const override { return "no_sdpa"; }
   void sdpa(const SdpaArgs&) override {
@@ -260,7 +260,7 @@ TEST(CacheOp, LateWriteIsCaughtAndShrunkToAShortScript) {
 }
 
 // sdpa off by 1e-3 in the last output element of a decode (one query) over more than 16 keys.
-class SlightlyOffSdpaBackend final : public testing::ForwardingBackend {
+class SlightlyOffSdpaBackend final : public ForwardingBackend {
  public:
   std::string name() const override { return "slightly_off"; }
   void sdpa(const SdpaArgs& a) override {

@@ -11,7 +11,7 @@
 #include "harness/backends.h"
 #include "harness/check.h"
 #include "harness/rng.h"
-#include "harness/tests/forwarding_backend.h"
+#include "harness/forwarding_backend.h"
 #include "kvlab/error.h"
 
 namespace kvlab::harness {
@@ -155,30 +155,30 @@ TEST(Compare, BitsReportTheFirstDifference) {
 }
 
 // Misbehaving backends, one defect each.
-class OverrunBackend final : public testing::ForwardingBackend {
+class OverrunBackend final : public ForwardingBackend {
   void kv_gather(const KvGatherArgs& a) override {
     ref_.kv_gather(a);
     const DTensor& dst = a.dst;
     dst.buffer->host_data()[dst.offset + dst.nbytes()] = std::byte{0};  // one byte past the end
   }
 };
-class LazyRopeBackend final : public testing::ForwardingBackend {
+class LazyRopeBackend final : public ForwardingBackend {
   void rope(const RopeArgs&) override {}  // writes nothing
 };
-class NoQuantBackend final : public testing::ForwardingBackend {
+class NoQuantBackend final : public ForwardingBackend {
   void quantize(const QuantizeArgs& a) override {
     if (a.out.spec.format().encoder == QuantEncoder::affine) return ref_.quantize(a);
     fail(ErrorKind::unsupported, "fp_quantize is not implemented here");
   }
 };
-class FlakyBackend final : public testing::ForwardingBackend {
+class FlakyBackend final : public ForwardingBackend {
   void sdpa(const SdpaArgs& a) override {
     ref_.sdpa(a);
     host_view(a.out).as<std::uint32_t>()[0] ^= (calls_++ & 1u);  // one ulp, every other call
   }
   std::uint32_t calls_ = 0;
 };
-class ScribbleInputBackend final : public testing::ForwardingBackend {
+class ScribbleInputBackend final : public ForwardingBackend {
   void kv_roll(const KvRollArgs& a) override {
     ref_.kv_roll(a);
     host_view(a.src).as<std::uint8_t>()[0] ^= 1;

@@ -11,14 +11,14 @@
 #include "harness/backends.h"
 #include "harness/check.h"
 #include "harness/known_divergences.h"
-#include "harness/tests/forwarding_backend.h"
+#include "harness/forwarding_backend.h"
 #include "kvlab/error.h"
 #include "kvlab/host_buffer.h"
 
 namespace kvlab::harness {
 namespace {
 
-class CorruptSdpa final : public testing::ForwardingBackend {
+class CorruptSdpa final : public ForwardingBackend {
  public:
   std::string name() const override { return "corrupt_sdpa"; }
   void sdpa(const SdpaArgs& a) override {

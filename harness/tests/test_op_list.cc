@@ -12,7 +12,7 @@
 #include "harness/check.h"
 #include "harness/op.h"
 #include "harness/spine.h"
-#include "harness/tests/forwarding_backend.h"
+#include "harness/forwarding_backend.h"
 #include "reference/reference_backend.h"
 
 namespace kvlab::harness {
@@ -31,7 +31,7 @@ constexpr ListedOp kListed[] = {
 };
 
 // Records which ops a run calls, then forwards them to the reference.
-class RecordingBackend final : public testing::ForwardingBackend {
+class RecordingBackend final : public ForwardingBackend {
  public:
   std::string name() const override { return "recording"; }
 #define KVLAB_RECORD(op, Args, stem)   \

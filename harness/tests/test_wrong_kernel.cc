@@ -9,7 +9,7 @@
 
 #include "harness/backends.h"
 #include "harness/check.h"
-#include "harness/tests/forwarding_backend.h"
+#include "harness/forwarding_backend.h"
 
 namespace kvlab::harness {
 namespace {
@@ -17,7 +17,7 @@ namespace {
 // Wrong in two kernels, only on problems above a size threshold, so shrinking has a
 // floor to find: affine_quantize flips code bit 0 of the last word when T >= 5, and
 // sdpa adds 1e-2 to the last output element when Lk > 17.
-class WrongBackend final : public testing::ForwardingBackend {
+class WrongBackend final : public ForwardingBackend {
  public:
   std::string name() const override { return "wrong"; }
   void quantize(const QuantizeArgs& a) override {
@@ -138,7 +138,7 @@ TEST_F(WrongKernel, CheckReportsFailureWithShrunkReproInEveryReporter) {
 // A kernel that assumes its tensors start on a 64-byte boundary (it reads src from the
 // offset rounded down, as an aligned vector load or an unadjusted binding would): every
 // aligned case passes, place=odd must catch it.
-class AlignedOnlyBackend final : public testing::ForwardingBackend {
+class AlignedOnlyBackend final : public ForwardingBackend {
  public:
   std::string name() const override { return "aligned-only"; }
   void kv_roll(const KvRollArgs& a) override {
