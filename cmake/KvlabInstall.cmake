@@ -59,8 +59,17 @@ if(KVLAB_WITH_HARNESS)
   if(TARGET kvlab_bench)
     list(APPEND kvlab_install_programs kvlab_bench)
   endif()
-  # Installed binaries keep the run path of libraries outside the build tree (the venv's
-  # libmlx when the MLX backend is built); system libraries need none.
-  set_target_properties(${kvlab_install_programs} PROPERTIES INSTALL_RPATH_USE_LINK_PATH ON)
+  # Installed binaries keep the run path of the venv's libmlx when the MLX backend is
+  # built (system libraries need none). Named explicitly: INSTALL_RPATH_USE_LINK_PATH
+  # leaves out directories inside the source tree, which is where tools/setup_venv.sh
+  # puts the venv (build/venv).
+  if(TARGET kvlab_mlx)
+    get_target_property(kvlab_mlx_lib mlx IMPORTED_LOCATION_RELEASE)
+    if(NOT kvlab_mlx_lib)
+      get_target_property(kvlab_mlx_lib mlx IMPORTED_LOCATION)
+    endif()
+    get_filename_component(kvlab_mlx_lib_dir "${kvlab_mlx_lib}" DIRECTORY)
+    set_target_properties(${kvlab_install_programs} PROPERTIES INSTALL_RPATH "${kvlab_mlx_lib_dir}")
+  endif()
   install(TARGETS ${kvlab_install_programs} RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 endif()
