@@ -105,6 +105,20 @@ void call(Fn fn, const Args& args, const std::string& plugin, const char* op) {
   }
 }
 
+// The moves that take (src, a host index vector, dst) — scatter, gather, roll — differ
+// only in their validator and argument struct.
+template <class CArgs, class Fn, class Validate>
+void call_move(Fn fn, const std::string& plugin, const char* op, const DTensor& src_t, const ConstTensorView& index,
+               const DTensor& dst_t, Validate validate) {
+  require_slot(fn, plugin, op);
+  const ConstTensorView src = host_cview(src_t);
+  const TensorView dst = host_view(dst_t);
+  validate(src, index, dst);
+  const kvlab_tensor cs = c_tensor(src), ci = c_tensor(index), cd = c_tensor(dst);
+  const CArgs args{&cs, &ci, &cd};
+  call(fn, args, plugin, op);
+}
+
 std::string dl_reason() {
   const char* e = dlerror();
   return e != nullptr ? std::string(e) : std::string("unknown dlerror");
@@ -259,23 +273,13 @@ void PluginBackend::turboquant_decode(const TurboQuantDecodeArgs& a) {
 }
 
 void PluginBackend::kv_scatter(const KvScatterArgs& a) {
-  require_slot(table_->kv_scatter, plugin_name_, "kv_scatter");
-  const ConstTensorView src = host_cview(a.src);
-  const TensorView dst = host_view(a.dst);
-  ref::validate_kv_scatter(src, a.slots, dst);
-  const kvlab_tensor cs = c_tensor(src), ci = c_tensor(a.slots), cd = c_tensor(dst);
-  const kvlab_kv_scatter_args args{&cs, &ci, &cd};
-  call(table_->kv_scatter, args, plugin_name_, "kv_scatter");
+  call_move<kvlab_kv_scatter_args>(table_->kv_scatter, plugin_name_, "kv_scatter", a.src, a.slots, a.dst,
+                                   ref::validate_kv_scatter);
 }
 
 void PluginBackend::kv_gather(const KvGatherArgs& a) {
-  require_slot(table_->kv_gather, plugin_name_, "kv_gather");
-  const ConstTensorView src = host_cview(a.src);
-  const TensorView dst = host_view(a.dst);
-  ref::validate_kv_gather(src, a.batch_index, dst);
-  const kvlab_tensor cs = c_tensor(src), ci = c_tensor(a.batch_index), cd = c_tensor(dst);
-  const kvlab_kv_gather_args args{&cs, &ci, &cd};
-  call(table_->kv_gather, args, plugin_name_, "kv_gather");
+  call_move<kvlab_kv_gather_args>(table_->kv_gather, plugin_name_, "kv_gather", a.src, a.batch_index, a.dst,
+                                  ref::validate_kv_gather);
 }
 
 void PluginBackend::kv_copy_blocks(const KvCopyBlocksArgs& a) {
@@ -294,13 +298,8 @@ void PluginBackend::kv_copy_blocks(const KvCopyBlocksArgs& a) {
 }
 
 void PluginBackend::kv_roll(const KvRollArgs& a) {
-  require_slot(table_->kv_roll, plugin_name_, "kv_roll");
-  const ConstTensorView src = host_cview(a.src);
-  const TensorView dst = host_view(a.dst);
-  ref::validate_kv_roll(src, a.shifts, dst);
-  const kvlab_tensor cs = c_tensor(src), ci = c_tensor(a.shifts), cd = c_tensor(dst);
-  const kvlab_kv_roll_args args{&cs, &ci, &cd};
-  call(table_->kv_roll, args, plugin_name_, "kv_roll");
+  call_move<kvlab_kv_roll_args>(table_->kv_roll, plugin_name_, "kv_roll", a.src, a.shifts, a.dst,
+                                ref::validate_kv_roll);
 }
 
 void PluginBackend::kv_append_advance(const KvAppendAdvanceArgs& a) {
