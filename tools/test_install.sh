@@ -39,6 +39,9 @@ cd "$work/elsewhere"
 grep -F "case files in $moved/share/kvlab/cases" list.txt \
   || { echo "the installed kvlab does not read its own case files:"; tail -3 list.txt; exit 1; }
 "$moved/bin/kvlab" check --tier smoke --op rope
+# A plugin built against the install tree, judged by the relocated CLI: every op's smoke
+# tier through the 13 slots of the ABI.
+"$moved/bin/kvlab" check --tier smoke --backend "plugin:$work/downstream/libdownstream_plugin.so"
 if [[ -x $moved/bin/kvlab_bench ]]; then
   "$moved/bin/kvlab_bench" --kvlab_tier=smoke --benchmark_list_tests=true | tail -1
 fi
