@@ -118,7 +118,6 @@ std::vector<Problem> parse_metadata(const std::filesystem::path& path, const jso
     } catch (const Error& e) {
       bad(path, cat(key, " \"", value.get<std::string>(), "\" is not a problem line: ", e.message()));
     }
-    if (problems[*index]->op() == "cache") bad(path, cat(key, ": op cache has no vectors form"));
   }
   std::vector<Problem> out;
   for (std::size_t k = 0; k < problems.size(); ++k) {

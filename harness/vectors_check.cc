@@ -4,11 +4,13 @@
 #include <cctype>
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <map>
 #include <memory>
 #include <ostream>
 
 #include "harness/backends.h"
+#include "harness/known_divergences.h"
 #include "harness/report.h"
 #include "kvlab/error.h"
 
@@ -112,6 +114,7 @@ CheckSummary run_vectors_check(const VectorsCheckOptions& o, std::ostream& out) 
   const RunInfo combined{commit_id(), engines, cat("judged by ", judge->name()), "vectors"};
   JsonlWriter jsonl(o.json_path, combined);
   CheckSummary summary;
+  KnownDivergences known(std::vector<std::filesystem::path>(o.known_files.begin(), o.known_files.end()));
   for (std::size_t f = 0; f < files.size(); ++f) {
     const VectorsFile& v = *files[f];
     const std::string engine = engine_label(v.info());
@@ -128,6 +131,14 @@ CheckSummary run_vectors_check(const VectorsCheckOptions& o, std::ostream& out) 
       CaseResult r = run_recorded_case(c.problem, Recorded{std::move(c.inputs), std::move(c.outputs)}, engine, *judge,
                                        o.run);
       r.repro = repro_command(o.files[f], k, o.judge);
+      if (KnownDivergence* d = known.match(c.problem, v.info().engine)) {
+        ++d->matched;
+        if (r.status == Status::failed) {
+          ++d->failed;
+          r.status = Status::skipped;
+          r.reason = cat("known divergence (", d->klass, ", ", d->where, "): ", d->note, " [was: ", r.reason, "]");
+        }
+      }
       print_rows(out, k, r);
       if (r.status == Status::failed || r.status == Status::invalid) {
         summary.ok = false;
@@ -143,25 +154,23 @@ CheckSummary run_vectors_check(const VectorsCheckOptions& o, std::ostream& out) 
     for (CaseResult& r : results) summary.results.push_back(std::move(r));
   }
   summary.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (!known.empty()) {
+    // Staleness is judged when every problem of the files ran (not one --vectors-problem).
+    known.summarize(out, !o.problem);
+    if (!o.problem && !known.stale().empty()) summary.ok = false;
+  }
   jsonl.commit();
   if (!o.junit_path.empty()) write_junit(o.junit_path, combined, summary.results, summary.seconds);
   return summary;
 }
 
 void run_vectors_write(const CheckOptions& o, const std::string& path, std::ostream& out) {
-  KVLAB_REQUIRE(std::find(o.ops.begin(), o.ops.end(), "cache") == o.ops.end(), invalid_argument,
-                "op cache has no vectors form (its outputs come from a script of cache calls, not one kernel)");
   const CaseSelection cases(o);
   std::unique_ptr<Backend> backend = make_backend(o.backend);
   std::vector<VectorsCase> written;
   std::map<Status, std::size_t> left_out;
-  std::size_t cache_cases = 0;
   std::uint64_t bytes = 0;
   cases.for_each([&](const Problem& p) {
-    if (p.op() == "cache") {
-      ++cache_cases;
-      return;
-    }
     Produced made = produce_case(p, *backend, o.run);
     if (made.result.status != Status::passed) {
       ++left_out[made.result.status];
@@ -180,7 +189,7 @@ void run_vectors_write(const CheckOptions& o, const std::string& path, std::ostr
     written.push_back(std::move(c));
   });
   KVLAB_REQUIRE(!written.empty(), invalid_argument, "no problem to write: the selection has ", cases.size(),
-                " cases and none ran (", cache_cases, " cache cases have no vectors form)");
+                " cases and none ran");
   const std::string flavour = o.backend == "reference" ? "oracle" : backend->name();
   const VectorsInfo info{"kvlab", KVLAB_VERSION, flavour, cat("kvlab vectors write (commit ", commit_id(), ")")};
   write_vectors(path, info, written);
@@ -188,7 +197,6 @@ void run_vectors_write(const CheckOptions& o, const std::string& path, std::ostr
       << backend->name() << " to " << path;
   std::string skipped;
   for (const auto& [status, n] : left_out) skipped += cat(skipped.empty() ? "" : ", ", n, " ", status_name(status));
-  if (cache_cases > 0) skipped += cat(skipped.empty() ? "" : ", ", cache_cases, " cache (no vectors form)");
   out << (skipped.empty() ? "" : cat("; left out ", skipped)) << "\n";
 }
 

@@ -21,6 +21,9 @@ struct VectorsCheckOptions {
   std::optional<std::size_t> problem;    // only this problem of each file
   std::string json_path, junit_path;
   RunOptions run;
+  // Registers of known divergences (harness/known_divergences.h), matched against each
+  // file's engine name; stale entries fail the run when every problem of the files ran.
+  std::vector<std::string> known_files;
 };
 
 // Opens (and so validates) every file first, then judges each problem, printing one line

@@ -230,10 +230,6 @@ TEST_F(File, TheReaderNamesTheCulpritOfEveryMalformation) {
               HasSubstr("problems is \"0\""));
   EXPECT_THAT(rejection(mangle(good, "no_engine", [](json& h, std::string&) { h["__metadata__"].erase("engine"); })),
               HasSubstr("metadata has no \"engine\""));
-  EXPECT_THAT(rejection(mangle(good, "cache", [](json& h, std::string&) {
-                h["__metadata__"]["problem.0"] = "cache";
-              })),
-              HasSubstr("op cache has no vectors form"));
   EXPECT_THAT(rejection(mangle(good, "huge_line", [](json& h, std::string&) {
                 h["__metadata__"]["problem.0"] = "rope T=100000000000";
               })),

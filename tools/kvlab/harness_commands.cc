@@ -139,6 +139,7 @@ int HarnessCommands::run(std::ostream& out) {
     if (vectors_problem_ >= 0) vectors_check_.problem = static_cast<std::size_t>(vectors_problem_);
     vectors_check_.json_path = check_.json_path;
     vectors_check_.junit_path = check_.junit_path;
+    vectors_check_.known_files = check_.known_files;  // explicit --known only: a file names its engine, not a register
     vectors_check_.run.max_bytes = parse_memory(max_memory_);
     vectors_check_.run.max_work = max_work_;
     return harness::run_vectors_check(vectors_check_, out).ok ? 0 : 1;

@@ -279,3 +279,13 @@ OPS = {
     "sdpa": (sdpa, "mlx.core.fast.scaled_dot_product_attention"),
     "quantized_sdpa": (quantized_sdpa, "mlx_lm.models.base.quantized_scaled_dot_product_attention"),
 }
+
+# The cache op: kvlab's command scripts replayed through mlx-lm's cache classes
+# (cache_replay.py imports Unsupported from here, so it is loaded at the first call).
+def cache(p: Problem, inp):
+    from .cache_replay import replay
+
+    return replay(p, inp)
+
+
+OPS["cache"] = (cache, "mlx_lm.models.cache")

@@ -38,7 +38,7 @@ REQUIRED_METADATA = ("kvlab.vectors", "engine", "engine_version", "flavour", "wr
 # corrupted length field from turning into a multi-gigabyte allocation.
 MAX_HEADER_BYTES = 256 << 20
 
-_NAME = re.compile(r"^(0|[1-9][0-9]*)\.(in|out)\.([A-Za-z0-9_]+)$")
+_NAME = re.compile(r"^(0|[1-9][0-9]*)\.(in|out)\.([A-Za-z0-9_][A-Za-z0-9_.]*)$")  # cache content: "keys.wq"
 
 
 @dataclass

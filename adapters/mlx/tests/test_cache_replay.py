@@ -1,0 +1,59 @@
+"""The cache replay's script parser and observables, on scripts whose results follow from
+the cache semantics alone (offsets and lengths counted by hand)."""
+
+import unittest
+
+import mlx.core as mx
+
+from kvlab_mlx import cache_replay
+from kvlab_mlx.ops import Unsupported
+from kvlab_mlx.problem import Problem
+
+
+def replay(line):
+    p = Problem(line)
+    s = cache_replay.Setup(p)
+    script = cache_replay.parse_script(p.word("script"))
+    tokens = sum(n * (rows or 1) for verb, n, rows, _ in script if verb in ("p", "d", "u", "r", "x"))
+    rows = lambda h: s.batch * h * tokens
+    mx.random.seed(1)
+    inputs = {"q": mx.random.normal((rows(s.hq) * 2, s.dim)), "k": mx.random.normal((rows(s.hkv), s.dim)),
+              "v": mx.random.normal((rows(s.hkv), s.dim))}
+    return cache_replay.replay(p, inputs)
+
+
+class ParseScript(unittest.TestCase):
+    def test_commands(self):
+        self.assertEqual(cache_replay.parse_script("p37.d2.s.t3.a.d"),
+                         [("p", 37, 0, None), ("d", 2, 0, None), ("s", 0, 0, None), ("t", 3, 0, None),
+                          ("a", 0, 0, None), ("d", 1, 0, None)])
+        self.assertEqual(cache_replay.parse_script("k3_1_0.x2p6"), [("k", 0, 0, [3, 1, 0]), ("x", 6, 2, None)])
+
+    def test_bad_word(self):
+        with self.assertRaisesRegex(ValueError, "'q3' is not a command"):
+            cache_replay.parse_script("p3.q3")
+
+
+class Observables(unittest.TestCase):
+    def test_kv_offsets_and_lengths(self):
+        r = replay("cache kind=kv D=64 script=p3.d2.t1.d")
+        self.assertEqual(r["offsets"].tolist(), [3, 4, 5, 4, 5])
+        self.assertEqual(r["kv_length"].tolist(), [3, 4, 5, 4, 5])
+        self.assertEqual(r["keys"].shape, (1 * 2 * 5, 64))  # B·Hkv·tokens rows
+        self.assertEqual(r["attn"].shape, (1 * 4 * (3 + 3), 64))
+
+    def test_rotating_ring_holds_max_tokens(self):
+        r = replay("cache kind=rotating max=4 rope=0 D=32 script=p3.d5")
+        self.assertEqual(r["offsets"].tolist(), [3, 4, 5, 6, 7, 8])
+        self.assertEqual(r["kv_length"].tolist(), [3, 4, 4, 4, 4, 4])
+        self.assertEqual(r["values"].shape, (2 * 4, 32))
+
+    def test_unsupported_kinds_say_why(self):
+        with self.assertRaisesRegex(Unsupported, "kind=turboquant"):
+            replay("cache kind=turboquant rope=0 script=p3")
+        with self.assertRaisesRegex(Unsupported, "affine only"):
+            replay("cache kind=quantized rope=0 qmode=mxfp4 script=p3")
+
+
+if __name__ == "__main__":
+    unittest.main()
