@@ -58,9 +58,19 @@ KnownDivergence parse_entry(const std::string& line, const std::string& where) {
     const auto eq = w.find('=');
     KVLAB_REQUIRE(eq != std::string::npos && eq > 0, invalid_argument, where, ": '", w, "' is not key=value");
     std::string key = w.substr(0, eq);
+    const bool pattern = key.back() == '~';
+    if (pattern) key.pop_back();
     KVLAB_REQUIRE(std::any_of(params.begin(), params.end(), [&](const ParamSpec& s) { return s.key == key; }),
                   invalid_argument, where, ": op ", d.op, " has no parameter '", key, "'");
-    d.match.emplace_back(std::move(key), split(w.substr(eq + 1), ','));
+    if (!pattern) {
+      d.match.emplace_back(std::move(key), split(w.substr(eq + 1), ','));
+      continue;
+    }
+    try {
+      d.patterns.emplace_back(std::move(key), std::regex(w.substr(eq + 1)));
+    } catch (const std::regex_error& e) {
+      fail(ErrorKind::invalid_argument, cat(where, ": '", w, "' is not a valid regex: ", e.what()));
+    }
   }
   return d;
 }
@@ -88,7 +98,10 @@ KnownDivergence* KnownDivergences::match(const Problem& p, std::string_view back
       const std::string& value = p.word(kv.first);
       return std::find(kv.second.begin(), kv.second.end(), value) != kv.second.end();
     });
-    if (all) return &d;
+    const bool found = std::all_of(d.patterns.begin(), d.patterns.end(), [&](const auto& kv) {
+      return std::regex_search(p.word(kv.first), kv.second);
+    });
+    if (all && found) return &d;
   }
   return nullptr;
 }

@@ -6,7 +6,9 @@
 // One entry per line (`#` comments):
 //   <backend> | <op> key=value[,value...] ... | <class> | <note>
 // A problem matches when its op is <op> and, for each listed key, its canonical value is
-// one of the listed values (keys not listed match anything). <class> is one of
+// one of the listed values (keys not listed match anything); `key~=REGEX` instead matches
+// when the regex (ECMAScript, no spaces, no '|') is found in the value, e.g.
+// `script~=\bs\b` for every cache script with a save-reload. <class> is one of
 //   upstream-bug      the engine is wrong (a crash, a non-finite result for finite input,
 //                     a read of memory the contract says is never read)
 //   representation    both are right under their own contract (arithmetic in T where
@@ -20,6 +22,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <iosfwd>
+#include <regex>
 #include <string>
 #include <utility>
 #include <vector>
@@ -32,6 +35,7 @@ struct KnownDivergence {
   std::string where;  // file:line
   std::string backend, op, klass, note;
   std::vector<std::pair<std::string, std::vector<std::string>>> match;
+  std::vector<std::pair<std::string, std::regex>> patterns;  // key~=REGEX
   std::uint64_t matched = 0, failed = 0;  // counts of the current run
 };
 

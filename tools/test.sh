@@ -15,6 +15,8 @@
 #          bash tools/fuzz.sh runs them for hours).
 # The opt-in property-deep label (10x the cases) runs with
 #   cmake --preset asan && cmake --build --preset asan && ctest --preset asan -L '^property-deep$'
+# and the opt-in conformance-deep label (the mlx-lm cache replay over the full tier and
+# 3000 random scripts per kind) with  ctest --preset ci -L '^conformance-deep$'
 # ctest -L/-LE take regexes, so labels are anchored: '^property$' must not match
 # 'property-deep'.
 # JUnit reports land in build/<preset>/junit.xml.
@@ -36,7 +38,7 @@ run_config() {
   echo "== [$preset] passed in $((SECONDS - start)) s"
 }
 
-run_config ci "-LE ^property-deep$"
+run_config ci "-LE ^(property-deep|conformance-deep)$"
 run_config asan "-L ^(unit|property|zoo|cli)$"
 # The fuzz preset's build preset builds the fuzz targets and what they link, nothing else.
 run_config fuzz "-L ^fuzz$"

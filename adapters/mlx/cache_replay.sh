@@ -1,19 +1,36 @@
 #!/usr/bin/env bash
 # mlx-lm's own cache classes against kvlab's cache oracle (CTest conformance.cache_replay_mlx_lm):
-#   kvlab vectors write (the cache op's scripts: flat q/k/v in, kvlab's observables out)
-#   → kvlab_mlx run (kvlab_mlx/cache_replay.py drives KVCache, RotatingKVCache,
-#     QuantizedKVCache, ChunkedKVCache as a model layer does) → kvlab check --vectors,
-#   judged by the oracle under the cache op's policy, with the register of known
-#   divergences harness/known/mlx-lm-caches: an unlisted divergence fails, and so does an
-#   entry that no longer reproduces.
-# usage: cache_replay.sh KVLAB PYTHON WORKDIR [TIER]
+#   1. the problems: the cache op's tier (default ci) and COUNT seeded random scripts per
+#      kind mlx-lm has (python -m kvlab_mlx scripts);
+#   2. kvlab vectors write: flat q/k/v in, kvlab's observables out (reference backend);
+#   3. kvlab_mlx run: kvlab_mlx/cache_replay.py drives KVCache, RotatingKVCache,
+#      QuantizedKVCache, ChunkedKVCache, BatchKVCache and BatchRotatingKVCache as a model
+#      layer does; where mlx-lm raises (or its content differs in length) the finding is
+#      judged against harness/known/mlx-lm-caches.adapter;
+#   4. kvlab check --vectors: every output judged by the oracle under the cache op's
+#      policy, with the register harness/known/mlx-lm-caches;
+#   5. tools/cache_replay_table.py: per kind, scripts replayed and divergences by class.
+# An unlisted divergence fails, and so does a register entry that no longer reproduces.
+# usage: cache_replay.sh KVLAB PYTHON WORKDIR [TIER] [COUNT] [SEED]
 set -euo pipefail
-kvlab=$1 py=$2 work=$3 tier=${4:-ci}
+kvlab=$1 py=$2 work=$3 tier=${4:-ci} count=${5:-320} seed=${6:-1}
 root=$(cd "$(dirname "$0")/../.." && pwd)
+export PYTHONPATH="$root/adapters/mlx"
 mkdir -p "$work"
-"$kvlab" vectors write --tier "$tier" --op cache -o "$work/kvlab_caches.safetensors"
-PYTHONPATH="$root/adapters/mlx" "$py" -m kvlab_mlx run "$work/kvlab_caches.safetensors" \
-  -o "$work/mlx_lm_caches.safetensors" | tee "$work/replay.txt"
-"$kvlab" check --vectors "$work/mlx_lm_caches.safetensors" --known "$root/harness/known/mlx-lm-caches" \
-  > "$work/judged.txt" || { cat "$work/judged.txt"; exit 1; }
-tail -n 5 "$work/judged.txt"
+"$py" -m kvlab_mlx scripts --count "$count" --seed "$seed" -o "$work/random.cases"
+"$kvlab" vectors write --tier "$tier" --op cache -o "$work/tier.kvlab.safetensors"
+"$kvlab" vectors write --cases "$work/random.cases" -o "$work/random.kvlab.safetensors"
+reports=() outputs=()
+for part in tier random; do
+  "$py" -m kvlab_mlx run "$work/$part.kvlab.safetensors" -o "$work/$part.mlx_lm.safetensors" \
+    --report-json "$work/$part.replay.json" > "$work/$part.replay.txt" || { cat "$work/$part.replay.txt"; exit 1; }
+  grep -v -e '^  skipped' -e '^  MLX raised' "$work/$part.replay.txt"
+  reports+=("$work/$part.replay.json") outputs+=("$work/$part.mlx_lm.safetensors")
+done
+"$py" -m kvlab_mlx findings "${reports[@]}" --known-findings "$root/harness/known/mlx-lm-caches.adapter" \
+  > "$work/findings.txt" || { cat "$work/findings.txt"; exit 1; }
+cat "$work/findings.txt"
+"$kvlab" check --vectors "${outputs[@]}" --known "$root/harness/known/mlx-lm-caches" \
+  --json "$work/judged.jsonl" > "$work/judged.txt" || { cat "$work/judged.txt"; exit 1; }
+tail -n 6 "$work/judged.txt"
+"$py" "$root/tools/cache_replay_table.py" "${reports[@]}" "$work/judged.jsonl"

@@ -77,6 +77,15 @@ TEST_F(KnownDivergencesTest, AListedDivergenceIsSkippedWithItsReason) {
   EXPECT_NE(out_.str().find("1 failing cases explained by 1 of 1 entries"), std::string::npos) << out_.str();
 }
 
+TEST_F(KnownDivergencesTest, ARegexFilterMatchesWithinAValue) {
+  // Lk=32 holds a '3'; Lk=8 none: the entry covers exactly the failing case.
+  const CheckSummary s = check("corrupt_sdpa | sdpa Lk~=^3 | upstream-bug | corrupts the last element\n");
+  EXPECT_TRUE(s.ok) << out_.str();
+  EXPECT_EQ(s.results[1].status, Status::skipped);
+  const CheckSummary t = check("corrupt_sdpa | sdpa Lk~=^8$ | upstream-bug | never fails\n");
+  EXPECT_FALSE(t.ok);  // Lk=32 unlisted, and the entry is stale
+}
+
 TEST_F(KnownDivergencesTest, AnEntryThatNoLongerReproducesFailsTheRun) {
   const CheckSummary s = check("corrupt_sdpa | sdpa Lk=8 | upstream-bug | was wrong once\n");
   EXPECT_FALSE(s.ok);  // Lk=8 passes (stale entry) and Lk=32 fails unlisted
@@ -99,7 +108,8 @@ TEST_F(KnownDivergencesTest, APartialSelectionDoesNotJudgeStaleness) {
 TEST_F(KnownDivergencesTest, MalformedEntriesNameTheirLine) {
   for (const char* bad : {"mlx | sdpa Lk=32 | upstream-bug\n", "mlx | sdpa Lk=32 | typo | note\n",
                           "mlx | sdpa nokey=1 | representation | note\n", "mlx | noop | representation | note\n",
-                          "mlx | sdpa Lk | representation | note\n", "mlx | sdpa | representation | \n"}) {
+                          "mlx | sdpa Lk | representation | note\n", "mlx | sdpa | representation | \n",
+                          "mlx | sdpa Lk~=(3 | representation | note\n"}) {
     try {
       KnownDivergences k({write("bad", bad)});
       ADD_FAILURE() << "accepted: " << bad;

@@ -21,8 +21,70 @@ def _cmd_run(args):
         print(line)
     print(f"wrote {args.output}: {len(out.problems)} problems, engine=mlx {out.metadata['engine_version']}, "
           f"flavour={out.metadata['flavour']}")
+    status = 0
+    if args.known_findings:  # every raise listed, every entry still raised (kvlab_mlx/known.py)
+        from . import known
+
+        entries = known.read(args.known_findings)
+        lines, ok = known.judge(entries, report.raised)
+        print(f"findings against {args.known_findings}:")
+        for line in lines:
+            print(line)
+        status = 0 if ok else 1
+    elif report.raised and not args.report_json:
+        status = 1  # unexplained; with --report-json they are judged later (`findings`)
+    if args.report_json:  # per problem: computed, skipped (why), finding (which entry)
+        import json
+
+        listed = {line: (e.where, e.klass) for e in (entries if args.known_findings else []) for line in e.hits}
+        rows = [{"line": line, "outcome": "computed"} for line in report.computed_lines]
+        rows += [{"line": line, "outcome": "skipped", "reason": why} for line, why in report.skipped_lines]
+        rows += [{"line": line, "outcome": "finding", "message": msg, "entry": listed.get(line, (None, None))[0],
+                  "class": listed.get(line, (None, "unlisted"))[1]} for line, msg in report.raised]
+        with open(args.report_json, "w", encoding="utf-8") as f:
+            json.dump(rows, f, indent=0)
     # Skips are MLX's limits and expected; a failure is an error somebody must look at.
-    return 1 if report.failed else 0
+    return 1 if report.failed else status
+
+
+def _cmd_scripts(args):
+    from . import scripts
+
+    kinds = [k for part in args.kinds for k in part.split(",") if k] if args.kinds else scripts.KINDS
+    text = "\n".join(scripts.lines(args.count, args.seed, kinds)) + "\n"
+    if args.output == "-":
+        sys.stdout.write(text)
+    else:
+        with open(args.output, "w", encoding="utf-8") as f:
+            f.write(f"# python -m kvlab_mlx scripts --count {args.count} --seed {args.seed}\n" + text)
+    return 0
+
+
+def _cmd_findings(args):
+    """Judge the findings of several `run --report-json` files against one register."""
+    import json
+
+    from . import known
+
+    raised = []
+    for path in args.reports:
+        with open(path, encoding="utf-8") as f:
+            raised += [(r["line"], r["message"]) for r in json.load(f) if r["outcome"] == "finding"]
+    entries = known.read(args.known_findings)
+    lines, ok = known.judge(entries, raised)
+    print(f"{len(raised)} findings against {args.known_findings}:")
+    for line in lines:
+        print(line)
+    listed = {line: (e.where, e.klass) for e in entries for line in e.hits}
+    for path in args.reports:  # the classes go back into the reports, for the table
+        with open(path, encoding="utf-8") as f:
+            rows = json.load(f)
+        for r in rows:
+            if r["outcome"] == "finding":
+                r["entry"], r["class"] = listed.get(r["line"], (None, "unlisted"))
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump(rows, f, indent=0)
+    return 0 if ok else 1
 
 
 def _cmd_info(args):
@@ -47,7 +109,22 @@ def main(argv=None):
     r.add_argument("input", metavar="IN")
     r.add_argument("-o", "--output", required=True, metavar="OUT")
     r.add_argument("--ops", nargs="+", metavar="OP", help="only these ops (space or comma separated)")
+    r.add_argument("--report-json", metavar="FILE", help="write every problem's outcome as JSON")
+    r.add_argument("--known-findings", metavar="FILE",
+                   help="register of findings the adapter judges itself: the engine raised, or a cache's "
+                        "content differs in length (harness/known format, kvlab_mlx/known.py); an "
+                        "unlisted finding or a stale entry fails the run")
     r.set_defaults(fn=_cmd_run)
+    g = sub.add_parser("scripts", help="write seeded random cache problems (a kvlab case file)")
+    g.add_argument("--count", type=int, default=300, help="problems per kind")
+    g.add_argument("--seed", type=int, default=1)
+    g.add_argument("--kinds", nargs="+", metavar="KIND", help="cache kinds (default: every kind mlx-lm has)")
+    g.add_argument("-o", "--output", default="-", metavar="FILE")
+    g.set_defaults(fn=_cmd_scripts)
+    j = sub.add_parser("findings", help="judge the findings of run --report-json files against a register")
+    j.add_argument("reports", nargs="+", metavar="REPORT_JSON")
+    j.add_argument("--known-findings", required=True, metavar="FILE")
+    j.set_defaults(fn=_cmd_findings)
     i = sub.add_parser("info", help="print a vectors file's metadata and problems")
     i.add_argument("file", metavar="FILE")
     i.add_argument("-t", "--tensors", action="store_true", help="also list each problem's tensors")

@@ -29,7 +29,7 @@ import mlx.core as mx
 from mlx_lm.models import cache as lm_cache
 from mlx_lm.models.base import create_attention_mask, scaled_dot_product_attention
 
-from .ops import Unsupported
+from .ops import EngineRaised, Unsupported
 from .problem import Problem
 
 
@@ -64,6 +64,14 @@ def parse_script(text: str):
 
 _DTYPES = {"f32": mx.float32, "f16": mx.float16, "bf16": mx.bfloat16}
 _SINGLE = ("kv", "rotating", "quantized", "chunked")
+# device_batch_kv is kvlab's BatchKVCache with offsets kept on the device: the same
+# semantics, so mlx-lm's BatchKVCache is its counterpart too.
+_BATCH = ("batch_kv", "batch_rotating", "device_batch_kv")
+
+
+def spread(pad: int, rows: int):
+    """kvlab's padding rule (cache_script.h): row b gets floor(pad·b/(rows−1)), pad when rows = 1."""
+    return [pad] if rows == 1 else [pad * b // (rows - 1) for b in range(rows)]
 
 
 class Setup:
@@ -76,14 +84,23 @@ class Setup:
         self.window = p.int("window", 0)
         self.max_size, self.keep, self.chunk = p.int("max", 16), p.int("keep", 0), p.int("chunk", 16)
         self.qmode, self.bits, self.group = p.word("qmode", "affine"), p.int("bits", 4), p.int("group", 32)
-        if self.kind not in _SINGLE:
-            raise Unsupported(f"kind={self.kind}: the replay covers the single-sequence kinds {', '.join(_SINGLE)} "
-                              "so far (batch kinds: not yet; turboquant: no mlx-lm class)")
+        self.lpad, self.rpad = p.int("lpad", 0), p.int("rpad", 0)
+        if self.kind == "turboquant":
+            raise Unsupported("kind=turboquant: mlx-lm 0.32.2 has no TurboQuant cache")
+        if self.kind == "batch_quantized":
+            raise Unsupported("kind=batch_quantized: mlx-lm 0.32.2 has no batched quantized cache")
+        if self.kind not in _SINGLE + _BATCH:
+            raise Unsupported(f"kind={self.kind}: no mlx-lm counterpart known to the replay")
+        self.is_batch = self.kind in _BATCH
         if self.kind == "quantized" and self.qmode != "affine":
             raise Unsupported(f"qmode={self.qmode}: mlx-lm 0.32.2's QuantizedKVCache is affine only")
         self.scale = 1.0 / math.sqrt(self.dim)
 
-    def new_cache(self):
+    def new_cache(self, rows=None):
+        if self.kind == "batch_rotating":
+            return lm_cache.BatchRotatingKVCache(self.max_size, spread(self.lpad, rows))
+        if self.is_batch:
+            return lm_cache.BatchKVCache(spread(self.lpad, rows))
         if self.kind == "kv":
             return lm_cache.KVCache()
         if self.kind == "rotating":
@@ -99,6 +116,11 @@ class Setup:
 
 
 # ---- observables ----------------------------------------------------------------------
+
+def offsets(cache):
+    """Per-row offsets: the batch caches' offset array, a single cache's int."""
+    return cache.offset.tolist() if isinstance(cache.offset, mx.array) else [cache.offset]
+
 
 def kv_length(cache) -> int:
     """Key rows the cache holds for attention: size() where the class defines it."""
@@ -118,12 +140,30 @@ def _live(cache, buf):
     return buf[..., : cache.offset, :]
 
 
+def _newest(rows, setup: Setup):
+    """A row extract()ed from a batch cache: its real tokens in temporal order. After a
+    multi-token step BatchRotatingKVCache.extract() still holds that step's max_size+S−1
+    tokens, of which a later step reads at most the newest max_size (C4 in
+    adapters/mlx/DIVERGENCES.md); kvlab's content is those, so the replay compares them."""
+    if setup.kind == "batch_rotating" and rows.shape[2] > setup.max_size:
+        return rows[:, :, -setup.max_size:, :]
+    return rows
+
+
 def content(cache, setup: Setup):
     """Each component as (rows, W) in (row, head, temporal) order; (0, W) when empty."""
     def rows(buf, w, dtype):
         return mx.zeros((0, w), dtype) if buf is None else _live(cache, buf).reshape(-1, w)
 
     d = setup.dim
+    if setup.is_batch:
+        # Each row through the engine's own extract(): its real tokens, padding dropped.
+        rows_of = [cache.extract(b) for b in range(len(offsets(cache)))] if cache.keys is not None else []
+        out = {}
+        for side in ("keys", "values"):
+            parts = [_newest(getattr(c, side), setup).reshape(-1, d) for c in rows_of]
+            out[side] = mx.concatenate(parts) if parts else mx.zeros((0, d), setup.dtype)
+        return out
     if setup.kind == "quantized":
         widths = {"wq": (d * setup.bits // 32, mx.uint32), "scales": (d // setup.group, setup.dtype),
                   "biases": (d // setup.group, setup.dtype)}
@@ -167,40 +207,83 @@ def _mask(cache, s: Setup, n: int):
     return create_attention_mask(mx.zeros((s.batch, n, 1)), cache, window_size=s.window or None)
 
 
+def _zero_unseeing_rows(out, mask):
+    """Query rows that mlx-lm's own mask leaves without a visible key (left-padding
+    queries of a batch) have no defined output: mlx-lm's attention averages V there and
+    the model discards them. kvlab's contract writes 0 (FullyMaskedRow::zero), so those
+    rows, and only those, are written as 0: a mask that wrongly showed a padding key would
+    leave its row visible and compared."""
+    if mask is None or isinstance(mask, str) or mask.dtype != mx.bool_:
+        return out
+    sees = mx.any(mask, axis=-1, keepdims=True)  # (..., N, 1) broadcast over heads and D
+    return mx.where(sees, out, mx.zeros_like(out))
+
+
+def _engine_frame(tb):
+    """The innermost traceback frame of mlx-lm's own code, or None: the error is the
+    adapter's (MLX's C++ errors surface in the mlx-lm frame that called the op)."""
+    found = None
+    while tb is not None:
+        module = tb.tb_frame.f_globals.get("__name__", "")
+        if module == "mlx_lm" or module.startswith("mlx_lm."):
+            found = tb
+        tb = tb.tb_next
+    return found
+
+
 def replay(p: Problem, inputs):
+    try:
+        return _replay(p, inputs)
+    except (Unsupported, EngineRaised):
+        raise
+    except Exception as e:
+        frame = _engine_frame(e.__traceback__)
+        if frame is None:
+            raise
+        code = frame.tb_frame.f_code
+        where = f"{code.co_name} ({os.path.basename(code.co_filename)}:{frame.tb_lineno})"
+        raise EngineRaised(f"{type(e).__name__}: {e} in {where}") from e
+
+
+def _replay(p: Problem, inputs):
     s = Setup(p)
     script = parse_script(p.word("script"))
     q, k, v = (_Rows(inputs[name]) for name in ("q", "k", "v"))
-    cache = s.new_cache()
-    outs, offsets, lengths = [], [], []
-    producer = None  # (roped-at offset, fetched K, V, mask, tokens) of the last attention
+    rows = s.batch
+    cache = s.new_cache(rows)
+    outs, offs, lengths = [], [], []
+    producer = None  # (roped-at offsets, fetched K, V, mask, rows, tokens) of the last attention
 
     def observe():
-        offsets.append(cache.offset)
+        offs.extend(offsets(cache))
         lengths.append(kv_length(cache))
 
-    def attend(n):
+    def attend(target, b, n):
+        """One model-layer step on `target` for b rows of n new tokens; a step of the main
+        cache becomes the producer a shared step (`a`) reads."""
         nonlocal producer
-        if isinstance(cache, lm_cache.ChunkedKVCache):
-            cache.maybe_trim_front()  # llama4's order, as kvlab's chunked kind
-        qs = q.take(s.batch, s.hq, n, s.dim)
-        ks, vs = k.take(s.batch, s.hkv, n, s.dim), v.take(s.batch, s.hkv, n, s.dim)
-        offset = cache.offset
-        mask = _mask(cache, s, n)
+        if isinstance(target, lm_cache.ChunkedKVCache):
+            target.maybe_trim_front()  # llama4's order, as kvlab's chunked kind
+        qs = q.take(b, s.hq, n, s.dim)
+        ks, vs = k.take(b, s.hkv, n, s.dim), v.take(b, s.hkv, n, s.dim)
+        offset = target.offset
+        mask = _mask(target, s, n)
         qr, kr = s.roped(qs, offset), s.roped(ks, offset)
-        fk, fv = cache.update_and_fetch(kr, vs)
-        outs.append(scaled_dot_product_attention(qr, fk, fv, cache=cache, scale=s.scale, mask=mask))
-        producer = (offset, fk, fv, mask, n)
+        fk, fv = target.update_and_fetch(kr, vs)
+        out = scaled_dot_product_attention(qr, fk, fv, cache=target, scale=s.scale, mask=mask)
+        outs.append(_zero_unseeing_rows(out, mask))
+        if target is cache:
+            producer = (offset, fk, fv, mask, b, n)
 
-    for verb, n, _rows, _keep in script:
+    for verb, n, new_rows, keep in script:
         if verb in ("p", "d"):
             for _ in range(n if verb == "d" else 1):
-                attend(n if verb == "p" else 1)
+                attend(cache, rows, n if verb == "p" else 1)
                 observe()
         elif verb == "u":
             if isinstance(cache, lm_cache.ChunkedKVCache):
                 cache.maybe_trim_front()
-            cache.update_and_fetch(k.take(s.batch, s.hkv, n, s.dim), v.take(s.batch, s.hkv, n, s.dim))
+            cache.update_and_fetch(k.take(rows, s.hkv, n, s.dim), v.take(rows, s.hkv, n, s.dim))
             observe()
         elif verb == "t":
             if cache.is_trimmable():
@@ -209,23 +292,47 @@ def replay(p: Problem, inputs):
         elif verb == "a":
             if producer is None:
                 raise ValueError("`a` before any attention")
-            offset, fk, fv, mask, tokens = producer
-            qs = s.roped(q.take(s.batch, s.hq, tokens, s.dim), offset)
-            outs.append(scaled_dot_product_attention(qs, fk, fv, cache=cache, scale=s.scale, mask=mask))
+            offset, fk, fv, mask, b, tokens = producer
+            qs = s.roped(q.take(b, s.hq, tokens, s.dim), offset)
+            out = scaled_dot_product_attention(qs, fk, fv, cache=cache, scale=s.scale, mask=mask)
+            outs.append(_zero_unseeing_rows(out, mask))
             observe()
         elif verb == "s":
             cache = _save_load(cache)
             observe()
-        else:
-            raise Unsupported(f"command {verb!r}: a batch command, not replayed for kind={s.kind}")
+        elif not s.is_batch:
+            raise ValueError(f"command {verb!r} is a batch command; kind={s.kind} is a single-sequence cache")
+        elif verb == "r":
+            # BatchGenerator's right-padded chunk: prepare(), then the step; row b's last
+            # spread(rpad) tokens are padding.
+            right = spread(s.rpad, rows)
+            if isinstance(cache, lm_cache.BatchRotatingKVCache):
+                cache.prepare(right_padding=right, lengths=[n - r for r in right])
+            else:
+                cache.prepare(right_padding=right)
+            attend(cache, rows, n)
+            observe()
+        elif verb == "f":
+            cache.finalize()
+            observe()
+        elif verb == "k":
+            cache.filter(mx.array(keep))
+            rows = len(keep)
+            observe()
+        elif verb == "x":
+            other = s.new_cache(new_rows)
+            attend(other, new_rows, n)
+            cache.extend(other)
+            rows += new_rows
+            observe()
 
     result = {
         "attn": mx.concatenate([o.reshape(-1, s.dim) for o in outs]) if outs else mx.zeros((0, s.dim), s.dtype),
-        "offsets": mx.array(offsets, dtype=mx.int32),
+        "offsets": mx.array(offs, dtype=mx.int32),
         "kv_length": mx.array(lengths, dtype=mx.int32),
     }
-    for name, rows in content(cache, s).items():
-        result[name] = rows
+    for name, content_rows in content(cache, s).items():
+        result[name] = content_rows
     return result
 
 

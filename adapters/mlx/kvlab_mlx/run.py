@@ -30,6 +30,9 @@ class Report:
     casts: Counter = field(default_factory=Counter)      # (op, slot, mlx dtype, slot dtype) -> count
     filtered: int = 0                                     # left out by --ops
     failed_lines: list = field(default_factory=list)     # (line, reason), the first few
+    raised: list = field(default_factory=list)           # (line, message): findings (cache replay)
+    skipped_lines: list = field(default_factory=list)    # (line, reason)
+    computed_lines: list = field(default_factory=list)
 
     def lines(self):
         out = [f"computed {sum(self.computed.values())}, skipped {sum(self.skipped.values())}, "
@@ -57,6 +60,11 @@ def _outputs(op, vp, result, report):
     out = {}
     for name, slot in slots.items():
         arr = result[name]
+        if tuple(arr.shape) != slot.array.shape and op == "cache":
+            # A cache whose content differs in length is a finding about the engine, not an
+            # adapter error: say where the bookkeeping first parted.
+            raise mlx_ops.EngineRaised(f"content {name}: mlx-lm holds {arr.shape[0]} rows, kvlab "
+                                       f"{slot.array.shape[0]}; {_first_bookkeeping_difference(result, slots)}")
         if tuple(arr.shape) != slot.array.shape:
             raise ValueError(f"MLX's {name} has shape {tuple(arr.shape)}, kvlab's slot {slot.array.shape}")
         t = from_mlx(arr) if mlx_tag(arr) == slot.dtype else None
@@ -65,6 +73,16 @@ def _outputs(op, vp, result, report):
             t = from_mlx(arr.astype(_MX[slot.dtype]))
         out[name] = t
     return out
+
+
+def _first_bookkeeping_difference(result, slots):
+    """The first command after which offsets or kv_length differ (kvlab's outputs are the file's)."""
+    for name in ("kv_length", "offsets"):
+        mine, theirs = result[name].tolist(), slots[name].array.tolist()
+        for i, (a, b) in enumerate(zip(mine, theirs)):
+            if a != b:
+                return f"first difference: {name}[{i}] mlx-lm {a}, kvlab {b}"
+    return "offsets and kv_length agree"
 
 
 _MX = {"F32": mx.float32, "F16": mx.float16, "BF16": mx.bfloat16, "U32": mx.uint32, "I32": mx.int32, "U8": mx.uint8}
@@ -90,6 +108,11 @@ def recompute(vectors: Vectors, only_ops=None, max_failed_lines=5):
             outputs = _outputs(op, vp, result, report)
         except mlx_ops.Unsupported as e:
             report.skipped[(op, str(e))] += 1
+            report.skipped_lines.append((vp.line, str(e)))
+            continue
+        except mlx_ops.EngineRaised as e:  # mlx-lm raised on a valid problem: a finding
+            report.rejected[(op, str(e).splitlines()[0])] += 1
+            report.raised.append((vp.line, str(e).splitlines()[0]))
             continue
         except (ValueError, RuntimeError) as e:
             # MLX's C++ errors read "[op] message": MLX refused a problem kvlab calls valid
@@ -108,6 +131,7 @@ def recompute(vectors: Vectors, only_ops=None, max_failed_lines=5):
                 report.failed_lines.append((vp.line, reason))
             continue
         report.computed[op] += 1
+        report.computed_lines.append(vp.line)
         routes.add(route)
         done.append(VProblem(vp.line, dict(vp.inputs), outputs))
     meta = {
