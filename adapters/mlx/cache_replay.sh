@@ -10,11 +10,21 @@
 #   4. kvlab check --vectors: every output judged by the oracle under the cache op's
 #      policy, with the register harness/known/mlx-lm-caches;
 #   5. tools/cache_replay_table.py: per kind, scripts replayed and divergences by class.
-# An unlisted divergence fails, and so does a register entry that no longer reproduces.
+# An unlisted divergence fails, and so does a register entry that no longer reproduces
+# (KVLAB_REPLAY_REPORT_ONLY=1: both are printed and the table still comes, for another
+# mlx-lm release than the registers describe: tools/conformance.sh --mlx-lm VERSION).
 # usage: cache_replay.sh KVLAB PYTHON WORKDIR [TIER] [COUNT] [SEED]
 set -euo pipefail
 kvlab=$1 py=$2 work=$3 tier=${4:-ci} count=${5:-320} seed=${6:-1}
 root=$(cd "$(dirname "$0")/../.." && pwd)
+status=0
+verdict() {  # a failed judgement: stop, or (report-only) note it and go on
+  { grep -E -A1 'UNLISTED' "$1"
+    grep -E '^(FAILED|INVALID) |^  (reason|repro):|STALE|known divergences|^kvlab check|^computed|FAILED cache' "$1"
+  } | head -n 400 || true
+  [[ ${KVLAB_REPLAY_REPORT_ONLY:-0} == 1 ]] || exit 1
+  status=1
+}
 export PYTHONPATH="$root/adapters/mlx"
 mkdir -p "$work"
 "$py" -m kvlab_mlx scripts --count "$count" --seed "$seed" -o "$work/random.cases"
@@ -23,14 +33,15 @@ mkdir -p "$work"
 reports=() outputs=()
 for part in tier random; do
   "$py" -m kvlab_mlx run "$work/$part.kvlab.safetensors" -o "$work/$part.mlx_lm.safetensors" \
-    --report-json "$work/$part.replay.json" > "$work/$part.replay.txt" || { cat "$work/$part.replay.txt"; exit 1; }
+    --report-json "$work/$part.replay.json" > "$work/$part.replay.txt" || verdict "$work/$part.replay.txt"
   grep -v -e '^  skipped' -e '^  MLX raised' "$work/$part.replay.txt"
   reports+=("$work/$part.replay.json") outputs+=("$work/$part.mlx_lm.safetensors")
 done
 "$py" -m kvlab_mlx findings "${reports[@]}" --known-findings "$root/harness/known/mlx-lm-caches.adapter" \
-  > "$work/findings.txt" || { cat "$work/findings.txt"; exit 1; }
-cat "$work/findings.txt"
+  > "$work/findings.txt" && cat "$work/findings.txt" || verdict "$work/findings.txt"
 "$kvlab" check --vectors "${outputs[@]}" --known "$root/harness/known/mlx-lm-caches" \
-  --json "$work/judged.jsonl" > "$work/judged.txt" || { cat "$work/judged.txt"; exit 1; }
-tail -n 6 "$work/judged.txt"
+  --json "$work/judged.jsonl" > "$work/judged.txt" && tail -n 6 "$work/judged.txt" || verdict "$work/judged.txt"
 "$py" "$root/tools/cache_replay_table.py" "${reports[@]}" "$work/judged.jsonl"
+if [[ $status != 0 ]]; then
+  echo "cache_replay: report only: the run above differs from the registers (they describe the pinned mlx-lm)"
+fi

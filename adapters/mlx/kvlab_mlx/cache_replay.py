@@ -69,6 +69,11 @@ _SINGLE = ("kv", "rotating", "quantized", "chunked")
 _BATCH = ("batch_kv", "batch_rotating", "device_batch_kv")
 
 
+_CLASSES = {"kv": "KVCache", "rotating": "RotatingKVCache", "quantized": "QuantizedKVCache",
+            "chunked": "ChunkedKVCache", "batch_kv": "BatchKVCache", "device_batch_kv": "BatchKVCache",
+            "batch_rotating": "BatchRotatingKVCache"}
+
+
 def spread(pad: int, rows: int):
     """kvlab's padding rule (cache_script.h): row b gets floor(pad·b/(rows−1)), pad when rows = 1."""
     return [pad] if rows == 1 else [pad * b // (rows - 1) for b in range(rows)]
@@ -92,6 +97,9 @@ class Setup:
         if self.kind not in _SINGLE + _BATCH:
             raise Unsupported(f"kind={self.kind}: no mlx-lm counterpart known to the replay")
         self.is_batch = self.kind in _BATCH
+        cls = _CLASSES[self.kind]
+        if not hasattr(lm_cache, cls):  # an older mlx-lm (tools/conformance.sh --mlx-lm)
+            raise Unsupported(f"kind={self.kind}: this mlx-lm has no {cls}")
         if self.kind == "quantized" and self.qmode != "affine":
             raise Unsupported(f"qmode={self.qmode}: mlx-lm 0.32.2's QuantizedKVCache is affine only")
         self.scale = 1.0 / math.sqrt(self.dim)

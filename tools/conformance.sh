@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# kvlab's verdict on the real engines in one report:
+#   1. the registers of known divergences (tools/registers.py);
+#   2. per kernel: the mlx backend (MLX's C++ library) over the ci tier
+#      (tools/conformance_table.py), when it is built;
+#   3. per cache kind: kvlab's cache scripts replayed through mlx-lm's cache classes
+#      (adapters/mlx/cache_replay.sh, tools/cache_replay_table.py).
+# usage: tools/conformance.sh [--build DIR] [--work DIR] [--count N] [--mlx-lm VERSION]
+# --mlx-lm VERSION replays the caches through another mlx-lm release, installed from PyPI
+# into its own venv (build/venv-mlx-lm-VERSION, beside MLX 0.32.4); the registers describe
+# the pinned 0.32.2, so there the run reports instead of failing: an entry that no longer
+# reproduces is a divergence that release does not have, an unlisted one is new. Not in CI.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+build=$root/build/ci work=$root/build/conformance count=320 version=""
+while [[ $# -gt 0 ]]; do
+  case $1 in
+    --build) build=$2; shift 2 ;;
+    --work) work=$2; shift 2 ;;
+    --count) count=$2; shift 2 ;;
+    --mlx-lm) version=$2; shift 2 ;;
+    *) echo "conformance.sh: unknown option $1" >&2; exit 2 ;;
+  esac
+done
+kvlab=$build/tools/kvlab
+[[ -x $kvlab ]] || { echo "conformance.sh: no kvlab at $kvlab (build the ci preset, or --build DIR)" >&2; exit 2; }
+py=$root/build/venv/bin/python
+[[ -x $py ]] || { echo "conformance.sh: no venv ($(cat "$root/build/venv.unavailable" 2>/dev/null || echo 'run tools/setup_venv.sh'))" >&2; exit 2; }
+mkdir -p "$work"
+
+echo "== registers of known divergences"
+"$py" "$root/tools/registers.py"
+
+if [[ -z $version ]]; then
+  echo "== per kernel: the mlx backend over the ci tier"
+  if "$kvlab" list | grep -q '^    here: mlx'; then
+    "$kvlab" check --backend mlx --tier ci --progress never --json "$work/mlx.jsonl" > "$work/mlx.txt" || true
+    tail -n 2 "$work/mlx.txt"
+    "$py" "$root/tools/conformance_table.py" "$work/mlx.jsonl"
+  else
+    echo "(the mlx backend is not built here: $("$kvlab" list | grep -A1 '^  mlx' | tail -1 | sed 's/^ *//'))"
+  fi
+  echo "== per cache kind: mlx-lm $("$py" -c 'import importlib.metadata as m; print(m.version("mlx-lm"))')"
+  bash "$root/adapters/mlx/cache_replay.sh" "$kvlab" "$py" "$work/caches" ci "$count" 1
+  exit $?
+fi
+
+venv=$root/build/venv-mlx-lm-$version
+if [[ ! -x $venv/bin/python ]] || ! "$venv/bin/python" -c "import mlx_lm" 2>/dev/null; then
+  echo "== installing mlx-lm $version into $venv (PyPI)"
+  python3 -m venv "$venv"
+  "$venv/bin/pip" install --quiet --disable-pip-version-check "mlx[cpu]==0.32.4" "mlx-lm==$version" numpy safetensors \
+    || { echo "conformance.sh: cannot install mlx-lm $version (network or version)" >&2; exit 2; }
+fi
+echo "== per cache kind: mlx-lm $version (registers describe 0.32.2: reported, not failed)"
+KVLAB_REPLAY_REPORT_ONLY=1 bash "$root/adapters/mlx/cache_replay.sh" "$kvlab" "$venv/bin/python" "$work/caches-$version" ci "$count" 1
