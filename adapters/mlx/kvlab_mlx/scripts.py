@@ -33,6 +33,8 @@ def _kind_params(rng: random.Random, kind: str):
         p["max"] = rng.randint(4, 16)
     if kind == "rotating":
         p["keep"] = rng.choice([0, 0, rng.randint(1, min(4, p["max"] - 1))])
+    if kind in ("rotating", "batch_rotating") and rng.random() < 0.3:
+        p["window"] = rng.randint(2, p["max"])  # a sliding layer narrower than its ring
     if kind == "chunked":
         p["chunk"] = rng.randint(3, 12)
     if kind == "quantized":
