@@ -2,6 +2,7 @@
 
 #include <ostream>
 
+#include "cache/catalogue.h"
 #include "cache/mlx_prompt_cache.h"
 #include "cache/registry.h"
 #include "core/safetensors_file.h"
@@ -144,6 +145,9 @@ int continue_from(const std::string& in, const std::string& steps_path, const st
     for (const auto& [step, kv] : by_step) {
       const DTensor k = backend->upload(kv.first), v = backend->upload(kv.second);
       try {
+        // llama4 trims a chunked cache's front before every attention; the Python side
+        // (prompt_cache.py) puts a "front" step before each update of a chunked case.
+        (void)trim_front_if_chunked(cache);
         if (cache.is_quantized())
           (void)cache.update_quantized(k, v);
         else
