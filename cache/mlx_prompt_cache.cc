@@ -10,7 +10,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "cache/registry.h"
 #include "core/safetensors_file.h"
+#include "reference/reference_backend.h"
 
 namespace kvlab {
 namespace {
@@ -42,6 +44,19 @@ Tensor take_rows(const Tensor& t, std::int64_t rows) {
       std::memcpy(out.data() + static_cast<std::size_t>(i * rows) * row_bytes,
                   t.data() + static_cast<std::size_t>(i * len) * row_bytes, static_cast<std::size_t>(rows) * row_bytes);
   return out;
+}
+
+// Whether kvlab's own cache accepts the state (its from_state checks every shape against
+// the meta: ranks, dtypes, head dims against bits and group size, offsets against rows),
+// on the host reference backend; the error, when not, in kvlab's words.
+std::optional<std::string> rejected_by_kvlab(const CacheState& state) {
+  ReferenceBackend backend;
+  try {
+    (void)cache_from_state(backend, state);
+  } catch (const Error& e) {
+    return std::string(e.what());
+  }
+  return std::nullopt;
 }
 
 // ---------------------------------------------------------------------------------
@@ -406,6 +421,10 @@ LoadedStates load_mlx_prompt_cache(const std::filesystem::path& path) {
     LayerReader reader(errors, i, meta.classes[i], slots[i]);
     out.layers.push_back(converter->second(reader));
     reader.finish();
+    // What the mapping itself cannot see (a wq width that does not fit bits, per-row
+    // offsets that disagree with _idx − left_padding, ...) kvlab's from_state does.
+    if (const auto why = rejected_by_kvlab(out.layers.back()))
+      errors.raise(cat("layer ", i, " (", meta.classes[i], ") is not a valid cache: ", *why));
   }
   return out;
 }
@@ -612,6 +631,10 @@ void save_mlx_prompt_cache(const std::filesystem::path& path, const std::vector<
     const auto writer = writers().find(layers[i].class_name);
     KVLAB_REQUIRE(writer != writers().end(), invalid_argument, "cannot save layer ", i, " (", layers[i].class_name,
                   ") for mlx-lm: ", kMlxPromptCacheVersion, " has no such class (it has ", kClasses, ")");
+    // A state kvlab's own cache would refuse would load into mlx-lm as nonsense.
+    if (const auto why = rejected_by_kvlab(layers[i]))
+      fail(ErrorKind::invalid_argument, cat("cannot save layer ", i, " (", layers[i].class_name,
+                                            ") for mlx-lm: it is not a valid cache state: ", *why));
     StateReader reader(layers[i], i);
     writer->second(files, reader, i);
     reader.finish();

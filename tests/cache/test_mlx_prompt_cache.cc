@@ -138,10 +138,10 @@ struct File {
   json header;
   std::string data;
 
-  static File valid() {
+  static File valid(std::size_t built = 0) {
     ReferenceBackend be;
     const fs::path p = scratch("valid.safetensors");
-    save_mlx_prompt_cache(p, {build(be, built_caches()[0])}, {{"model", "m"}});
+    save_mlx_prompt_cache(p, {build(be, built_caches()[built])}, {{"model", "m"}});
     const std::string bytes = read_bytes(p);
     std::uint64_t n = 0;
     std::memcpy(&n, bytes.data(), 8);
@@ -189,6 +189,11 @@ const std::vector<Malformed>& malformed_files() {
       {"bool where an int belongs",
        [](File& f) { f.header["0.2"]["dtype"] = "BOOL"; f.header["0.2"]["shape"] = {4}; return f.bytes(); }, {"\"0.2\""}},
       {"unknown dtype", [](File& f) { f.header["0.2"]["dtype"] = "I64"; return f.bytes(); }, {"I64"}},
+      // Consistency only kvlab's from_state sees, on other classes' files.
+      {"batch offset disagreeing with _idx - left_padding",
+       [](File& f) { f = File::valid(7); f.put_i32("0.2", 40); return f.bytes(); }, {"BatchKVCache", "'offset'[0] = 40"}},
+      {"quantized bits not fitting the codes",
+       [](File& f) { f = File::valid(4); f.put_i32("0.4", 8); return f.bytes(); }, {"QuantizedKVCache", "not a valid cache"}},
   };
   return table;
 }
@@ -239,6 +244,9 @@ TEST(MlxPromptCache, UnrepresentableStatesAreRefusedBeforeWriting) {
   CacheState extra = plain;
   extra.meta["colour"] = "blue";
   refused(extra, {}, {"colour"});
+  CacheState lying = plain;
+  lying.meta["offset"] = "9";
+  refused(lying, {}, {"not a valid cache state", "'9'"});
   fs::remove_all(path.parent_path());
 }
 
