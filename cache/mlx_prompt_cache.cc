@@ -159,9 +159,10 @@ class LayerReader {
 };
 
 // Checks a keys/values pair and returns its first `rows` rows as kvlab's "keys"/"values";
-// nothing when the cache holds no rows.
+// nothing when the cache holds no rows, unless `keep_empty` (kvlab's ChunkedKVCache
+// saves zero-row blocks once allocated, and needs them when start_position > 0).
 void put_kv(LayerReader& r, CacheState& s, const std::optional<Tensor>& k, const std::optional<Tensor>& v,
-            std::int64_t rows, const char* rows_what) {
+            std::int64_t rows, const char* rows_what, bool keep_empty = false) {
   if (k.has_value() != v.has_value()) r.inconsistent(k ? "keys are set but values are None" : "values are set but keys are None");
   if (!k) {
     if (rows != 0) r.inconsistent(cat(rows_what, " is ", rows, " but keys and values are None"));
@@ -171,7 +172,7 @@ void put_kv(LayerReader& r, CacheState& s, const std::optional<Tensor>& k, const
     r.inconsistent(cat("keys ", shape_str(k->shape()), " and values ", shape_str(v->shape()), " disagree on B or L"));
   if (rows < 0 || rows > k->dim(2))
     r.inconsistent(cat(rows_what, " is ", rows, " but keys hold ", k->dim(2), " rows"));
-  if (rows == 0) return;
+  if (rows == 0 && !keep_empty) return;
   s.tensors.emplace("keys", take_rows(*k, rows));
   s.tensors.emplace("values", take_rows(*v, rows));
 }
@@ -212,7 +213,7 @@ CacheState read_quantized(LayerReader& r) {
             {"group_size", count(r, r.integer("3", "group_size"), "group_size")},
             {"bits", count(r, r.integer("4", "bits"), "bits")},
             {"mode", "affine"},       // the only mode mlx-lm 0.32.2's QuantizedKVCache uses
-            {"rounding", "mlx_cpu"}};  // not recorded by mlx-lm; see the header
+            {"rounding", "mlx"}};  // not recorded by mlx-lm; see the header
   if (k.has_value() != v.has_value()) r.inconsistent("one of keys and values is None");
   if (!k) {
     if (offset != 0) r.inconsistent(cat("offset is ", offset, " but keys and values are None"));
@@ -237,7 +238,7 @@ CacheState read_chunked(LayerReader& r) {
             {"start_position", count(r, start, "start_position")}};
   if (start > offset) r.inconsistent(cat("start_position ", start, " is past offset ", offset));
   // The buffer starts at start_position; its live rows are offset − start_position.
-  put_kv(r, s, k, v, offset - start, "offset - start_position");
+  put_kv(r, s, k, v, offset - start, "offset - start_position", true);
   return s;
 }
 

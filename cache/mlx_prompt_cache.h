@@ -31,10 +31,14 @@
 //   it is the whole ring). Writing stores kvlab's live rows; mlx-lm grows the buffer on
 //   its next update, and what update_and_fetch returns is the same.
 // * An empty cache (keys None) is a state without tensors in kvlab, and the reverse; a
-//   state with zero live rows (trimmed to nothing) reads as one without tensors.
+//   state with zero live rows (trimmed to nothing) reads as one without tensors, as
+//   kvlab's caches save it, except ChunkedKVCache, which kvlab saves with zero-row
+//   blocks once allocated (its start_position may be > 0 then).
 // * QuantizedKVCache: mlx-lm 0.32.2 quantizes affine only and records no rounding; read
-//   states get mode "affine" and rounding "mlx_cpu" (what mlx does on the CPU, which is
-//   where the conformance tests run it). Writing refuses any other mode (mxfp4, ...).
+//   states get mode "affine" and rounding "mlx" (the flavour bit-exact with the pinned
+//   MLX on the CPU, include/kvlab/quant_spec.h; a file from Metal would want mlx_gpu,
+//   which the file cannot say). So a kvlab state's rounding does not survive the trip:
+//   it comes back as "mlx". Writing refuses any mode but affine (mxfp4, ...).
 // * Lossy in mlx-lm, refused by the writer rather than silently dropped: a BatchKVCache
 //   between prepare(right_padding) and finalize (its _right_padding is not in `state`),
 //   a BatchRotatingKVCache with pending _lengths (same), user metadata keys that

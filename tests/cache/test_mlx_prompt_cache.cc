@@ -40,6 +40,7 @@ struct Built {
   std::function<void(CacheSetup&)> setup;
   std::int64_t prefill, decodes;
   bool trim_front = false;
+  std::int64_t trim = 0;  // trim(n) last
 };
 
 const std::vector<Built>& built_caches() {
@@ -48,9 +49,10 @@ const std::vector<Built>& built_caches() {
       {"kv_empty", CacheKind::kv, [](CacheSetup&) {}, 0, 0},
       {"rotating_keep0_wrapped", CacheKind::rotating, [](CacheSetup& s) { s.max_size = 8, s.keep = 0; }, 6, 5},
       {"rotating_keep2_concat", CacheKind::rotating, [](CacheSetup& s) { s.max_size = 8, s.keep = 2; }, 10, 3},
-      {"quantized", CacheKind::quantized, [](CacheSetup& s) { s.spec = QuantSpec{QuantMode::affine, 4, 32}; }, 5, 1},
-      {"quantized_empty", CacheKind::quantized, [](CacheSetup& s) { s.spec = QuantSpec{QuantMode::affine, 8, 64}; }, 0, 0},
+      {"quantized", CacheKind::quantized, [](CacheSetup& s) { s.spec = QuantSpec{QuantMode::affine, 4, 32}, s.rounding = Rounding::mlx; }, 5, 1},
+      {"quantized_empty", CacheKind::quantized, [](CacheSetup& s) { s.spec = QuantSpec{QuantMode::affine, 8, 64}, s.rounding = Rounding::mlx; }, 0, 0},
       {"chunked_trimmed_front", CacheKind::chunked, [](CacheSetup& s) { s.chunk = 4; }, 6, 2, true},
+      {"chunked_trimmed_to_nothing", CacheKind::chunked, [](CacheSetup& s) { s.chunk = 4; }, 6, 0, true, 4},
       {"batch_kv", CacheKind::batch_kv, [](CacheSetup& s) { s.left_padding = {2, 0}; }, 5, 2},
       {"batch_rotating_wrapped", CacheKind::batch_rotating,
        [](CacheSetup& s) { s.max_size = 8, s.left_padding = {1, 0}; }, 6, 5},
@@ -80,6 +82,7 @@ CacheState build(Backend& be, const Built& b) {
   if (b.prefill > 0) feed(be, *cache, batch, 1, b.prefill);
   if (b.trim_front) trim_front_if_chunked(*cache);
   for (std::int64_t i = 0; i < b.decodes; ++i) feed(be, *cache, batch, 100 + static_cast<float>(i), 1);
+  if (b.trim > 0) (void)cache->trim(b.trim);
   return cache->state();
 }
 
@@ -91,6 +94,18 @@ void expect_same_state(const CacheState& a, const CacheState& b) {
     ASSERT_EQ(b.tensors.count(name), 1u) << name;
     EXPECT_TRUE(testing::bit_equal(t, b.tensors.at(name))) << name;
   }
+}
+
+// mlx-lm's file records no rounding; a quantized state reads back with the pinned MLX's.
+TEST(MlxPromptCache, QuantizedRoundingComesBackAsThePinnedMlx) {
+  ReferenceBackend be;
+  CacheSetup setup;
+  setup.spec = QuantSpec{QuantMode::affine, 4, 32};
+  setup.rounding = Rounding::mlx_gpu;
+  const fs::path path = scratch("rounding.safetensors");
+  save_mlx_prompt_cache(path, {make_cache(be, CacheKind::quantized, setup)->state()}, {});
+  EXPECT_EQ(load_mlx_prompt_cache(path).layers.at(0).meta.at("rounding"), "mlx");
+  fs::remove_all(path.parent_path());
 }
 
 TEST(MlxPromptCache, EveryClassRoundTripsThroughAnMlxFile) {
@@ -191,7 +206,7 @@ const std::vector<Malformed>& malformed_files() {
       {"unknown dtype", [](File& f) { f.header["0.2"]["dtype"] = "I64"; return f.bytes(); }, {"I64"}},
       // Consistency only kvlab's from_state sees, on other classes' files.
       {"batch offset disagreeing with _idx - left_padding",
-       [](File& f) { f = File::valid(7); f.put_i32("0.2", 40); return f.bytes(); }, {"BatchKVCache", "'offset'[0] = 40"}},
+       [](File& f) { f = File::valid(8); f.put_i32("0.2", 40); return f.bytes(); }, {"BatchKVCache", "'offset'[0] = 40"}},
       {"quantized bits not fitting the codes",
        [](File& f) { f = File::valid(4); f.put_i32("0.4", 8); return f.bytes(); }, {"QuantizedKVCache", "not a valid cache"}},
   };

@@ -8,7 +8,9 @@ with save_prompt_cache, and
      for bit;
   2. continue it with kvlab's own caches (`kvlab cache continue`, the same new K/V) and
      compare the resulting state with mlx-lm's own continuation (saved, converted to
-     kvlab's format by kvlab): every tensor bit for bit and every meta value.
+     kvlab's format by kvlab): every tensor bit for bit and every meta value;
+  3. load that kvlab continuation, written by kvlab in mlx-lm's format, with
+     load_prompt_cache and continue it beside mlx-lm's own continuation, bit for bit.
 Exit status 0 when every case is bit-exact, 1 otherwise, 2 on a usage error.
 """
 
@@ -192,6 +194,14 @@ def run_case(case: dict, kvlab: str, work: Path, seed: int) -> list[str]:
     problem = _kvlab_files_equal(by_kvlab, by_mlx_kvlab)
     lines.append(f"{'FAIL' if problem else 'ok'} {name} ({cls}): kvlab continues the mlx-lm file "
                  f"{len(post_blocks)} update(s){': ' + problem if problem else ', state bit-exact'}")
+
+    # mlx-lm continues what kvlab's caches wrote in its format, like its own continuation.
+    by_kvlab_mlx = work / f"{name}.continued-by-kvlab.mlx.safetensors"
+    _kvlab(kvlab, "cache", "continue", str(orig), "--steps", str(steps), "-o", str(by_kvlab_mlx), "--to", "mlx-lm")
+    more = ["d2"]
+    problem = _continued_equal(ref, _load(by_kvlab_mlx, notes)[0][0], [src.block(1) for _ in range(2)], more)
+    lines.append(f"{'FAIL' if problem else 'ok'} {name} ({cls}): mlx-lm continues kvlab's continuation "
+                 f"2 update(s){': ' + problem if problem else ', bit-exact'}")
     return lines + [f"note {name}: {n}" for n in sorted(notes)]
 
 
