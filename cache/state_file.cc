@@ -1,19 +1,12 @@
 #include "cache/state_file.h"
 
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
-#include <atomic>
-#include <cerrno>
-#include <cstring>
 #include <optional>
 #include <string_view>
 #include <utility>
 
 #include <nlohmann/json.hpp>
 
-#include "core/safetensors.h"
+#include "core/safetensors_file.h"
 
 namespace kvlab {
 namespace {
@@ -24,8 +17,6 @@ using safetensors::kMetadataKey;
 constexpr std::string_view kFormatKey = "kvlab.format";
 constexpr std::string_view kLayersKey = "kvlab.layers";
 constexpr std::string_view kUserPrefix = "user.";
-
-std::string errno_text(int err) { return std::strerror(err); }
 
 std::string layer_prefix(std::size_t layer) { return "L." + std::to_string(layer) + "."; }
 
@@ -90,69 +81,6 @@ std::string build_header(const std::vector<CacheState>& layers, const std::map<s
   return text;
 }
 
-// A temporary file next to the target; removed on destruction unless committed.
-class TempFile {
- public:
-  explicit TempFile(const std::filesystem::path& target) : target_(target) {
-    static std::atomic<unsigned> counter{0};
-    const std::filesystem::path dir = target.has_parent_path() ? target.parent_path() : std::filesystem::path(".");
-    int err = EEXIST;
-    for (int attempt = 0; attempt < 100 && err == EEXIST; ++attempt) {
-      // The name is cut so the temporary stays within NAME_MAX for any valid target name.
-      path_ = dir / cat(".", target.filename().string().substr(0, 200), ".tmp-", ::getpid(), "-", counter.fetch_add(1));
-      fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-      if (fd_ >= 0) return;
-      err = errno;
-    }
-    fail(ErrorKind::io, cat("cannot write cache state file '", target.string(), "': creating temporary '",
-                            path_.string(), "' failed: ", errno_text(err)));
-  }
-  TempFile(const TempFile&) = delete;
-  TempFile& operator=(const TempFile&) = delete;
-  ~TempFile() {
-    if (fd_ >= 0) ::close(fd_);
-    if (!committed_) ::unlink(path_.c_str());
-  }
-
-  void write(const void* data, std::size_t size) {
-    const auto* p = static_cast<const char*>(data);
-    while (size > 0) {
-      const ssize_t n = ::write(fd_, p, size);
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) fail_io("writing", n < 0 ? errno : EIO);
-      p += n;
-      size -= static_cast<std::size_t>(n);
-    }
-  }
-
-  // fsync, close and rename over the target: the only step that changes the target.
-  void commit() {
-    if (::fsync(fd_) != 0) fail_io("fsync of the temporary", errno);
-    const int fd = std::exchange(fd_, -1);
-    if (::close(fd) != 0) fail_io("closing the temporary", errno);
-    if (::rename(path_.c_str(), target_.c_str()) != 0) fail_io("renaming the temporary over it", errno);
-    committed_ = true;
-    // Make the rename itself durable. Best effort: the new file is already in place and
-    // complete, and some file systems do not support fsync on a directory.
-    const std::filesystem::path dir = target_.has_parent_path() ? target_.parent_path() : std::filesystem::path(".");
-    const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (dfd >= 0) {
-      (void)::fsync(dfd);
-      ::close(dfd);
-    }
-  }
-
- private:
-  [[noreturn]] void fail_io(const char* step, int err) const {
-    fail(ErrorKind::io, cat("cannot write cache state file '", target_.string(), "': ", step, " failed: ",
-                            errno_text(err)));
-  }
-
-  std::filesystem::path target_, path_;
-  int fd_ = -1;
-  bool committed_ = false;
-};
-
 // ---------------------------------------------------------------------------------
 // Reader
 
@@ -165,40 +93,7 @@ safetensors::FileErrors corrupt_errors(const std::filesystem::path& path) {
   corrupt_errors(path).raise(what);
 }
 
-class InputFile {
- public:
-  explicit InputFile(const std::filesystem::path& path) : path_(path) {
-    fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd_ < 0) fail(ErrorKind::io, cat("cannot open cache state file '", path.string(), "': ", errno_text(errno)));
-    struct stat st {};
-    if (::fstat(fd_, &st) != 0) fail_io(errno);
-    if (!S_ISREG(st.st_mode))
-      fail(ErrorKind::io, cat("cache state file '", path.string(), "' is not a regular file"));
-    size_ = static_cast<std::uint64_t>(st.st_size);
-  }
-  InputFile(const InputFile&) = delete;
-  InputFile& operator=(const InputFile&) = delete;
-  ~InputFile() { ::close(fd_); }
-
-  std::uint64_t size() const { return size_; }
-
-  // Reads exactly `size` bytes at `offset`; the caller has checked the range.
-  void read(std::uint64_t offset, void* dst, std::size_t size) const {
-    const auto result = safetensors::read_exact_at(fd_, offset, dst, size);
-    if (result.error != 0) fail_io(result.error);
-    if (result.ended_at)
-      corrupt(path_, cat("file ended at byte ", *result.ended_at, " (it shrank while being read)"));
-  }
-
- private:
-  [[noreturn]] void fail_io(int err) const {
-    fail(ErrorKind::io, cat("cannot read cache state file '", path_.string(), "': ", errno_text(err)));
-  }
-
-  std::filesystem::path path_;
-  int fd_ = -1;
-  std::uint64_t size_ = 0;
-};
+constexpr const char* kNoun = "cache state file";
 
 // Splits "L.<index>.<rest>" into (index, rest); nullopt unless it has that form with a
 // non-empty rest.
@@ -279,7 +174,7 @@ void save_cache_states(const std::filesystem::path& path, const std::vector<Cach
   unsigned char length[8];
   safetensors::encode_length(header.size(), length);
 
-  TempFile tmp(path);
+  safetensors::TempFile tmp(path, kNoun);
   tmp.write(length, sizeof length);
   tmp.write(header.data(), header.size());
   for (const PlannedTensor& t : planned)
@@ -288,23 +183,13 @@ void save_cache_states(const std::filesystem::path& path, const std::vector<Cach
 }
 
 LoadedStates load_cache_states(const std::filesystem::path& path) {
-  const InputFile file(path);
-  if (file.size() < 8) corrupt(path, cat("the file has ", file.size(), " bytes, fewer than the 8-byte header length"));
-  unsigned char length[8];
-  file.read(0, length, sizeof length);
-  const std::uint64_t header_size = safetensors::decode_length(length);
-  if (header_size > file.size() - 8)
-    corrupt(path, cat("the header length ", header_size, " exceeds the ", file.size() - 8, " bytes after it"));
-  if (header_size > safetensors::kMaxHeaderBytes)
-    corrupt(path, cat("the header length ", header_size, " exceeds the limit of ", safetensors::kMaxHeaderBytes,
-                      " bytes"));
-  std::string text(static_cast<std::size_t>(header_size), '\0');
-  file.read(8, text.data(), text.size());
-  const json header = safetensors::parse_header(text, corrupt_errors(path));
+  const safetensors::InputFile file(path, kNoun, corrupt_errors(path));
+  const safetensors::Header parsed = safetensors::read_header(file, corrupt_errors(path));
+  const json& header = parsed.json;
+  const std::uint64_t data_start = parsed.data_start, data_size = parsed.data_size;
 
   LoadedStates out;
   const std::size_t layer_count = parse_metadata(path, header, out);
-  const std::uint64_t data_start = 8 + header_size, data_size = file.size() - data_start;
 
   std::vector<TensorEntry> entries;
   for (const auto& [key, entry] : header.items())

@@ -137,6 +137,21 @@ void make_scratch(const fs::path& dir) {
   // Vectors files that are not: a header that is not JSON, a header length past the end.
   write_file(dir / "garbage_vectors", std::string("\x05\0\0\0\0\0\0\0hello", 13));
   write_file(dir / "vectors_past_eof", std::string("\xe8\x03\0\0\0\0\0\0{}", 10));
+  // mlx-lm prompt-cache files (save_prompt_cache's layout, cache/mlx_prompt_cache.h): an
+  // empty KVCache (keys and values None, offset 0), a class mlx-lm has but kvlab cannot
+  // read, and a KVCache whose offset tensor lies past the end of the truncated data.
+  const auto prompt_cache = [](const std::string& cls, std::size_t data_bytes) {
+    const std::string header =
+        R"({"0.0":{"dtype":"F32","shape":[0],"data_offsets":[0,0]},"0.1":{"dtype":"F32","shape":[0],"data_offsets":[0,0]},)"
+        R"("0.2":{"dtype":"I32","shape":[],"data_offsets":[0,4]},"__metadata__":{"1.0":")" + cls +
+        R"(","2.0":"","2.1.0":"0.0","2.1.1":"none","2.2.0":"0.1","2.2.1":"none","2.3.0":"0.2","2.3.1":"scalar"}})";
+    std::string length(8, '\0');
+    for (std::size_t i = 0; i < 8; ++i) length[i] = static_cast<char>((header.size() >> (8 * i)) & 0xffu);
+    return length + header + std::string(data_bytes, '\0');
+  };
+  write_file(dir / "empty_kv.safetensors", prompt_cache("KVCache", 4));
+  write_file(dir / "unknown_class.safetensors", prompt_cache("MambaCache", 4));
+  write_file(dir / "truncated_cache.safetensors", prompt_cache("KVCache", 2));
   fs::permissions(dir, fs::perms::owner_all | fs::perms::group_all | fs::perms::others_all);
 }
 

@@ -5,6 +5,7 @@
 #include <CLI/CLI.hpp>
 
 #include "kvlab/error.h"
+#include "tools/kvlab/cache_commands.h"
 #include "tools/kvlab/harness_commands.h"
 #include "tools/kvlab/selfcheck.h"
 
@@ -19,6 +20,8 @@ int main(int argc, char** argv) {
 
   kvlab::tools::HarnessCommands harness;
   harness.add_to(app);
+  kvlab::tools::CacheCommands cache;
+  cache.add_to(app);
 
   // Exit status: 0 every selected case passed; 1 a case failed or was invalid (or the
   // backend is unavailable here, without --allow-unavailable); 2 a usage, input or
@@ -34,8 +37,9 @@ int main(int argc, char** argv) {
     return 2;
   }
   try {
-    const int status = *selfcheck ? (kvlab::tools::run_selfcheck(self, std::cout) == 0 ? 0 : 1)
-                                  : harness.run(std::cout);
+    const int status = *selfcheck      ? (kvlab::tools::run_selfcheck(self, std::cout) == 0 ? 0 : 1)
+                       : cache.parsed() ? cache.run(std::cout)
+                                        : harness.run(std::cout);
     std::cout.flush();
     if (!std::cout) {
       std::cerr << "kvlab: cannot write to standard output\n";

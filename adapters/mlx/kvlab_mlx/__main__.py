@@ -1,4 +1,4 @@
-"""python -m kvlab_mlx run IN -o OUT [--ops a,b] | info FILE"""
+"""python -m kvlab_mlx run IN -o OUT [--ops a,b] | info FILE | prompt-cache --kvlab KVLAB --work DIR"""
 
 from __future__ import annotations
 
@@ -101,6 +101,12 @@ def _cmd_info(args):
     return 0
 
 
+def _cmd_prompt_cache(args):
+    from .prompt_cache import main as prompt_cache  # imports MLX and mlx-lm
+
+    return prompt_cache(args.kvlab, args.work, args.case, args.seed)
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(prog="python -m kvlab_mlx",
                                  description="Recompute kvlab vectors files with real MLX / mlx-lm.")
@@ -129,6 +135,12 @@ def main(argv=None):
     i.add_argument("file", metavar="FILE")
     i.add_argument("-t", "--tensors", action="store_true", help="also list each problem's tensors")
     i.set_defaults(fn=_cmd_info)
+    p = sub.add_parser("prompt-cache", help="prompt-cache files both ways between mlx-lm and kvlab, bit for bit")
+    p.add_argument("--kvlab", required=True, help="the kvlab executable")
+    p.add_argument("--work", required=True, metavar="DIR", help="scratch directory for the files")
+    p.add_argument("--case", nargs="+", help="only these cases of prompt_cache_cases.json")
+    p.add_argument("--seed", type=int, default=0)
+    p.set_defaults(fn=_cmd_prompt_cache)
     args = ap.parse_args(argv)
     try:
         return args.fn(args)

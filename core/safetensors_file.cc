@@ -1,0 +1,120 @@
+#include "core/safetensors_file.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <utility>
+
+namespace kvlab::safetensors {
+namespace {
+
+std::string errno_text(int err) { return std::strerror(err); }
+
+std::filesystem::path directory_of(const std::filesystem::path& p) {
+  return p.has_parent_path() ? p.parent_path() : std::filesystem::path(".");
+}
+
+}  // namespace
+
+TempFile::TempFile(const std::filesystem::path& target, std::string noun) : target_(target), noun_(std::move(noun)) {
+  static std::atomic<unsigned> counter{0};
+  int err = EEXIST;
+  for (int attempt = 0; attempt < 100 && err == EEXIST; ++attempt) {
+    // The name is cut so the temporary stays within NAME_MAX for any valid target name.
+    path_ = directory_of(target) /
+            cat(".", target.filename().string().substr(0, 200), ".tmp-", ::getpid(), "-", counter.fetch_add(1));
+    fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+    if (fd_ >= 0) return;
+    err = errno;
+  }
+  fail(ErrorKind::io, cat("cannot write ", noun_, " '", target.string(), "': creating temporary '", path_.string(),
+                          "' failed: ", errno_text(err)));
+}
+
+TempFile::~TempFile() {
+  if (fd_ >= 0) ::close(fd_);
+  if (!committed_) ::unlink(path_.c_str());
+}
+
+void TempFile::write(const void* data, std::size_t size) {
+  const auto* p = static_cast<const char*>(data);
+  while (size > 0) {
+    const ssize_t n = ::write(fd_, p, size);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) fail_io("writing", n < 0 ? errno : EIO);
+    p += n;
+    size -= static_cast<std::size_t>(n);
+  }
+}
+
+void TempFile::commit() {
+  if (::fsync(fd_) != 0) fail_io("fsync of the temporary", errno);
+  const int fd = std::exchange(fd_, -1);
+  if (::close(fd) != 0) fail_io("closing the temporary", errno);
+  if (::rename(path_.c_str(), target_.c_str()) != 0) fail_io("renaming the temporary over it", errno);
+  committed_ = true;
+  // Make the rename itself durable. Best effort: the new file is already in place and
+  // complete, and some file systems do not support fsync on a directory.
+  const int dfd = ::open(directory_of(target_).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd >= 0) {
+    (void)::fsync(dfd);
+    ::close(dfd);
+  }
+}
+
+void TempFile::fail_io(const char* step, int err) const {
+  fail(ErrorKind::io, cat("cannot write ", noun_, " '", target_.string(), "': ", step, " failed: ", errno_text(err)));
+}
+
+InputFile::InputFile(const std::filesystem::path& path, std::string noun, FileErrors errors)
+    : path_(path), noun_(std::move(noun)), errors_(std::move(errors)) {
+  fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd_ < 0) fail(ErrorKind::io, cat("cannot open ", noun_, " '", path.string(), "': ", errno_text(errno)));
+  struct stat st {};
+  if (::fstat(fd_, &st) != 0) {
+    const int err = errno;
+    ::close(fd_);
+    fail(ErrorKind::io, cat("cannot read ", noun_, " '", path_.string(), "': ", errno_text(err)));
+  }
+  if (!S_ISREG(st.st_mode)) {
+    ::close(fd_);
+    fail(ErrorKind::io, cat(noun_, " '", path.string(), "' is not a regular file"));
+  }
+  size_ = static_cast<std::uint64_t>(st.st_size);
+}
+
+InputFile::~InputFile() { ::close(fd_); }
+
+void InputFile::read(std::uint64_t offset, void* dst, std::size_t size) const {
+  const auto result = read_exact_at(fd_, offset, dst, size);
+  if (result.error != 0) fail_io(result.error);
+  if (result.ended_at) errors_.raise(cat("file ended at byte ", *result.ended_at, " (it shrank while being read)"));
+}
+
+void InputFile::fail_io(int err) const {
+  fail(ErrorKind::io, cat("cannot read ", noun_, " '", path_.string(), "': ", errno_text(err)));
+}
+
+Header read_header(const InputFile& file, const FileErrors& errors) {
+  if (file.size() < 8) errors.raise(cat("the file has ", file.size(), " bytes, fewer than the 8-byte header length"));
+  unsigned char length[8];
+  file.read(0, length, sizeof length);
+  const std::uint64_t header_size = decode_length(length);
+  if (header_size > file.size() - 8)
+    errors.raise(cat("the header length ", header_size, " exceeds the ", file.size() - 8, " bytes after it"));
+  if (header_size > kMaxHeaderBytes)
+    errors.raise(cat("the header length ", header_size, " exceeds the limit of ", kMaxHeaderBytes, " bytes"));
+  std::string text(static_cast<std::size_t>(header_size), '\0');
+  file.read(8, text.data(), text.size());
+  Header out;
+  out.json = parse_header(text, errors);
+  out.data_start = 8 + header_size;
+  out.data_size = file.size() - out.data_start;
+  return out;
+}
+
+}  // namespace kvlab::safetensors

@@ -1,0 +1,73 @@
+#pragma once
+
+// File I/O around the safetensors container (core/safetensors.h): the atomic writer and
+// the bounded reader every kvlab file format shares. Cache state files
+// (cache/state_file.cc) and mlx-lm prompt-cache files (cache/mlx_prompt_cache.cc) differ
+// in their naming and metadata, not in how bytes reach the disk, so that part is here.
+// `noun` names the kind of file in every message ("cache state file").
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "core/safetensors.h"
+
+namespace kvlab::safetensors {
+
+// A temporary next to the target, renamed over it by commit(): a reader sees the old
+// file or the new one, never a mixture. Removed on destruction unless committed. Every
+// failure is Error{io} naming the target.
+class TempFile {
+ public:
+  TempFile(const std::filesystem::path& target, std::string noun);
+  TempFile(const TempFile&) = delete;
+  TempFile& operator=(const TempFile&) = delete;
+  ~TempFile();
+
+  void write(const void* data, std::size_t size);
+  void commit();  // fsync, close, rename over the target
+
+ private:
+  [[noreturn]] void fail_io(const char* step, int err) const;
+
+  std::filesystem::path target_, path_;
+  std::string noun_;
+  int fd_ = -1;
+  bool committed_ = false;
+};
+
+// A regular file opened for bounded reads; Error{io} when it cannot be opened or read,
+// `errors` (kind corrupt) when it shrinks while being read.
+class InputFile {
+ public:
+  InputFile(const std::filesystem::path& path, std::string noun, FileErrors errors);
+  InputFile(const InputFile&) = delete;
+  InputFile& operator=(const InputFile&) = delete;
+  ~InputFile();
+
+  std::uint64_t size() const { return size_; }
+  // Reads exactly `size` bytes at `offset`; the caller has checked the range.
+  void read(std::uint64_t offset, void* dst, std::size_t size) const;
+
+ private:
+  [[noreturn]] void fail_io(int err) const;
+
+  std::filesystem::path path_;
+  std::string noun_;
+  FileErrors errors_;
+  int fd_ = -1;
+  std::uint64_t size_ = 0;
+};
+
+// The length field and the JSON header of `file`, every size checked against the file
+// before anything is allocated: fewer than 8 bytes, a header length past the end or over
+// kMaxHeaderBytes are `errors`. data_start/data_size locate the data buffer.
+struct Header {
+  nlohmann::json json;
+  std::uint64_t data_start = 0, data_size = 0;
+};
+Header read_header(const InputFile& file, const FileErrors& errors);
+
+}  // namespace kvlab::safetensors
