@@ -45,10 +45,12 @@ install(FILES ${PROJECT_BINARY_DIR}/kvlabConfig.cmake ${PROJECT_BINARY_DIR}/kvla
 
 # Headers: every header of include/kvlab, harness (with harness/ops), reference and
 # cache; together they include nothing else of kvlab (only xtensor, from kvlab/tensor.h).
+# A *_internal.h header is shared by a library's own sources only and stays behind.
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/include/kvlab DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}
         FILES_MATCHING PATTERN "*.h")
 foreach(dir IN ITEMS harness harness/ops reference cache)
   file(GLOB kvlab_headers CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/${dir}/*.h)
+  list(FILTER kvlab_headers EXCLUDE REGEX "_internal\\.h$")
   install(FILES ${kvlab_headers} DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/${dir})
 endforeach()
 
