@@ -219,9 +219,11 @@ std::uint64_t attention_work(const Problem& p, bool quantized) {
 //   below the worst case, so many elements each just under budget means a bug.
 //
 // Precision ceiling (Budget::precision_nmse_max, f16/bf16 outputs): the budget above
-// follows the output dtype and a worst case over Lk, so a kernel whose running softmax
-// sum and P·V accumulator are half precision passes it on long sequences (its NMSE ~1e-5
-// for f16 at Lk 4096 against a budget NMSE ~1e-2). The kernels declare f32 accumulation
+// follows the output dtype and a worst case over Lk, and its norm bound is relative to
+// mean(ref²) ~ e/Lk (long softmax averages are small), so a kernel whose running softmax
+// sum and P·V accumulator are half precision passes it on long sequences: at Lk 4096 its
+// NMSE is ~0.02 (f16) / ~2 (bf16, the sum stagnates) against budget bounds of ~3 / ~200
+// (harness/tests/test_precision_ceiling.cc). The kernels declare f32 accumulation
 // (Backend::accumulation); what that allows, as NMSE against the oracle's once-rounded
 // output, u = unit roundoff of T (2^-11 f16, 2^-8 bf16), from independent roundings whose
 // relative errors are uniform in ±u (mean square u²/3), each term taken at 3x its mean
@@ -237,11 +239,12 @@ std::uint64_t attention_work(const Problem& p, bool quantized) {
 //    (2.5e-4 at Lk 4096; as a random walk √Lk·2^-24 ≈ 4e-6), → γ²;
 //  * subnormal outputs: an absolute denorm_T per element → denorm_T² / mean(ref²).
 //   ceiling = 3u² + u_v² + (u_q² + u_k²)·σ² + γ² + denorm_T² / mean(ref²).
-// At Lk 4096, Dk 64 (σ² ≈ 5): f16 ≈ 4.7e-6 (u² = 2.4e-7), bf16 ≈ 1.5e-4. A correct
-// kernel measures far below (its result before the final rounding is within ~1e-5
-// relative of the oracle's, so most elements round alike: NMSE ~1e-9 f16, ~1e-7 bf16).
-// A running accumulator kept in T instead rounds at every one of the Lk adds: relative
-// error ~√Lk·u (64u at Lk 4096) plus stagnation of the sum, NMSE ≳ 1e3·u².
+// At Lk 4096, Dk 64 (σ² ≈ 3): f16 ≈ 2.4e-6 (u² = 2.4e-7), bf16 ≈ 1.6e-4 (u² = 1.5e-5).
+// A correct kernel measures far below (its result before the final rounding is within
+// ~1e-5 relative of the oracle's, so most elements round alike: NMSE ≤ 2e-9 for every
+// backend on the long ci cases). A running accumulator kept in T instead rounds at every
+// one of the Lk adds: relative error ~√Lk·u (64u at Lk 4096) plus stagnation of the sum,
+// NMSE ~1e4·u² and more (measured 0.016-0.023 f16, 2.0-2.4 bf16).
 // f32 outputs: none (the budget is derived from f32 arithmetic already).
 Budget attention_budget(const Problem& p, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor* mask,
                         const Tensor& ref, DType k_dtype, DType v_dtype) {

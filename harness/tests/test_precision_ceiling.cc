@@ -15,6 +15,7 @@
 
 #include "harness/backends.h"
 #include "harness/check.h"
+#include "harness/compare.h"
 #include "harness/forwarding_backend.h"
 #include "reference/mask.h"
 #include "reference/quantized_sdpa.h"
@@ -91,6 +92,24 @@ class HalfAccumulatorBackend final : public ForwardingBackend {
 
   bool half_, declare_half_;
 };
+
+// A failure names the check: the output dtype's norm bound (budget) or the ceiling, with
+// the measured NMSE and the bound.
+TEST(PrecisionCeiling, ReportNamesTheCheckThatFailed) {
+  const Tensor ref = Tensor::from_values(DType::f32, {2}, std::vector<float>{1.0f, 1.0f});
+  const Tensor got = Tensor::from_values(DType::f32, {2}, std::vector<float>{1.01f, 1.0f});  // NMSE 5e-5
+  Budget b{{1.0}, 1e-3};
+  b.precision_nmse_max = 1e-6;
+  const Comparison c = compare_values(got, ref, b);
+  EXPECT_FALSE(c.ok);
+  EXPECT_EQ(c.reason.rfind("precision ceiling: NMSE 4.99", 0), 0u) << c.reason;
+  EXPECT_NE(c.reason.find(" > 1e-06"), std::string::npos) << c.reason;
+  b.nmse_max = 1e-5;
+  EXPECT_EQ(compare_values(got, ref, b).reason.rfind("budget: NMSE 4.99", 0), 0u);
+  b.nmse_max = 1e-3;
+  b.precision_nmse_max = 1e-4;
+  EXPECT_TRUE(compare_values(got, ref, b).ok);
+}
 
 // The long cases of harness/cases/{sdpa,quantized_sdpa}/ci (a selection: decode and a
 // small prefill, softcap and sinks, both half dtypes).
