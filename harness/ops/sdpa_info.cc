@@ -235,11 +235,15 @@ std::uint64_t attention_work(const Problem& p, bool quantized) {
 //  * q·scale (and dequantized K) rounded to T: the logit s_j moves by scale·Σ_d q_d k_d ε_d,
 //    mean square (u_q² + u_k²)/3·σ², σ² = max over (row, key) of scale²·Σ_d q_d² k_d², and o
 //    by about that relative → (u_q² + u_k²)·σ²;
+//  * the logits rounded to T before the softmax (a matmul that returns T, as mlx-lm's
+//    quantized attention does): s_j moves by ε_j·s_j → u²·s_max², s_max = max |scale·<q, k>|
+//    (scale 4 puts s in the hundreds: then this term dominates);
 //  * f32 accumulation: the Lk-term sums add γ = (Lk + Dk + 8)·2^-24 relative at worst
 //    (2.5e-4 at Lk 4096; as a random walk √Lk·2^-24 ≈ 4e-6), → γ²;
 //  * subnormal outputs: an absolute denorm_T per element → denorm_T² / mean(ref²).
-//   ceiling = 3u² + u_v² + (u_q² + u_k²)·σ² + γ² + denorm_T² / mean(ref²).
-// At Lk 4096, Dk 64 (σ² ≈ 3): f16 ≈ 2.4e-6 (u² = 2.4e-7), bf16 ≈ 1.6e-4 (u² = 1.5e-5).
+//   ceiling = 3u² + u_v² + (u_q² + u_k²)·σ² + u²·s_max² + γ² + denorm_T² / mean(ref²).
+// At Lk 4096, Dk 64 (σ² ≈ 3, s_max² ≈ 20): f16 ≈ 7e-6 (u² = 2.4e-7), bf16 ≈ 5e-4
+// (u² = 1.5e-5), i.e. ~30u².
 // A correct kernel measures far below (its result before the final rounding is within
 // ~1e-5 relative of the oracle's, so most elements round alike: NMSE ≤ 2e-9 for every
 // backend on the long ci cases). A running accumulator kept in T instead rounds at every
@@ -256,21 +260,23 @@ Budget attention_budget(const Problem& p, const Tensor& q, const Tensor& k, cons
   const std::int64_t B = p.integer("B"), Hq = p.integer("Hq"), Hkv = p.integer("Hkv");
   const std::int64_t Lq = p.integer("Lq"), Lk = p.integer("Lk"), Dk = p.integer("Dk");
   const xt::xarray<float> qf = q.to_f32(), kf = k.to_f32(), vf = v.to_f32();
-  double S = 0, sigma2 = 0;
+  double S = 0, sigma2 = 0, smax2 = 0;
   for (std::int64_t b = 0; b < B; ++b) {
     for (std::int64_t h = 0; h < Hq; ++h) {
       const std::int64_t hk = h / (Hq / Hkv);
       for (std::int64_t i = 0; i < Lq; ++i) {
         for (std::int64_t j = 0; j < Lk; ++j) {
-          double acc = 0, acc2 = 0;
+          double acc = 0, acc2 = 0, dot = 0;
           for (std::int64_t d = 0; d < Dk; ++d) {
             const double x = static_cast<double>(qf(b, h, i, d)) * static_cast<double>(kf(b, hk, j, d));
             acc += std::abs(x);
             acc2 += x * x;
+            dot += x;
           }
           const double scale = static_cast<double>(a.scale);
           if (std::isfinite(acc)) S = std::max(S, std::abs(scale) * acc);
           if (std::isfinite(acc2)) sigma2 = std::max(sigma2, scale * scale * acc2);
+          if (std::isfinite(dot)) smax2 = std::max(smax2, scale * scale * dot * dot);
         }
       }
     }
@@ -301,7 +307,8 @@ Budget attention_budget(const Problem& p, const Tensor& q, const Tensor& k, cons
     auto unit = [](DType x) { return x == DType::f32 ? 0x1p-24 : dtype_epsilon(x) / 2; };
     const double uo = unit(t), uq = unit(q.dtype()), uk = unit(k_dtype), uv = unit(v_dtype);
     const double g = static_cast<double>(Lk + Dk + 8) * u;
-    out.precision_nmse_max = 3 * uo * uo + uv * uv + (uq * uq + uk * uk) * sigma2 + g * g + denorm * denorm / mean_sq;
+    out.precision_nmse_max =
+        3 * uo * uo + uv * uv + (uq * uq + uk * uk) * sigma2 + uo * uo * smax2 + g * g + denorm * denorm / mean_sq;
   }
   return out;
 }
