@@ -168,7 +168,10 @@ struct SideRun {
   std::vector<std::vector<std::byte>> images;  // outputs with guard bands (kept for a rerun)
   std::vector<std::string> guard_faults;       // per output; "" when its guards hold
   std::vector<std::string> input_faults;
-  DType accumulation = DType::f32;  // what the backend declares (Backend::accumulation)
+  // What the backend declares (Backend::accumulation); none for outputs an outside
+  // engine recorded (kvlab check --vectors): they are held to the output budget alone,
+  // the in-process backend of that engine to the ceiling and its known divergences.
+  std::optional<DType> accumulation;
 };
 
 SideRun run_side(const OpInfo& op, const Problem& p, const Prepared& prep, Backend& b, bool keep_images) {
@@ -209,7 +212,7 @@ void compare_sides(CaseResult& r, const OpInfo& op, const Problem& problem, cons
     } else {
       Budget budget = op.budget(problem, prep, o, ref);
       // The precision ceiling is derived for f32 accumulation: a backend that declares a
-      // narrower one is held to the output dtype's budget alone.
+      // narrower one (or none) is held to the output dtype's budget alone.
       if (got.accumulation != DType::f32) budget.precision_nmse_max = -1;
       c = compare_values(b, ref, budget);
     }
