@@ -114,6 +114,8 @@ Comparison compare_values(const Tensor& backend, const Tensor& reference, const 
                                                       backend.numel(),
                 internal, "budget has ", budget.per_element.size(), " entries for ", backend.numel(), " elements");
   Comparison c;
+  c.nmse_max = budget.nmse_max;
+  c.precision_nmse_max = budget.precision_nmse_max;
   zero_fractions(backend, reference, c);
   c.max_ulps = max_ulp_distance(backend, reference);
   const ConstTensorView vb = backend.view(), vr = reference.view();
@@ -173,7 +175,10 @@ Comparison compare_values(const Tensor& backend, const Tensor& reference, const 
   } else if (c.mismatches > 0) {
     c.reason = cat(c.mismatches, " of ", backend.numel(), " elements over budget");
   } else if (budget.nmse_max >= 0 && c.nmse > budget.nmse_max) {
-    c.reason = cat("NMSE ", c.nmse, " > ", budget.nmse_max);
+    c.reason = cat("budget: NMSE ", c.nmse, " > ", budget.nmse_max, " (the output dtype's norm bound)");
+  } else if (budget.precision_nmse_max >= 0 && c.nmse > budget.precision_nmse_max) {
+    c.reason = cat("precision ceiling: NMSE ", c.nmse, " > ", budget.precision_nmse_max,
+                   " (f32 accumulation and the final rounding; the budget's norm bound is ", budget.nmse_max, ")");
   }
   c.ok = c.reason.empty();
   return c;

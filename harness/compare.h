@@ -5,7 +5,7 @@
 // poison or an uninitialised slot; only a problem whose inputs hold inf/NaN on purpose
 // sets Budget::nan_where_reference_nan, and then NaN must appear exactly where the
 // reference has it); ±inf must match the reference in sign; |b − r| <= budget
-// point-wise; NMSE <= nmse_max (over the finite pairs).
+// point-wise; NMSE <= nmse_max (over the finite pairs); NMSE <= precision_nmse_max.
 #pragma once
 
 #include <cstdint>
@@ -28,6 +28,8 @@ struct Comparison {
   // the pairs where both values are finite: how many representable values lie between
   // them, the measure an engine developer tunes against. 0 for integer dtypes.
   std::uint64_t max_ulps = 0;
+  double nmse_max = -1;            // the bounds it was held to (Budget), -1: none
+  double precision_nmse_max = -1;
   double budget = 0;              // the budget at the worst element
   std::string backend_value, reference_value;  // at the worst element, printable
   double zero_fraction_backend = 0, zero_fraction_reference = 0;

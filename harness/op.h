@@ -28,6 +28,12 @@ struct Budget {
   // Upper bound on NMSE = Σ(b−r)²/Σr² (a norm check that catches many small errors
   // which each stay under the point-wise bound); negative disables it.
   double nmse_max = -1;
+  // A second, tighter NMSE bound that follows the accumulation precision the backend
+  // declares (Backend::accumulation) instead of the output dtype: what f32 accumulation
+  // plus the final rounding to the output dtype allows (e.g. attention, where a
+  // half-precision running accumulator stays inside nmse_max on long sequences). The
+  // spine drops it for a backend that declares a narrower accumulation; negative: none.
+  double precision_nmse_max = -1;
   // Inputs with inf/NaN on purpose (e.g. sdpa special=q_nan): the reference's NaN
   // elements are expected, and the backend must have NaN at exactly those elements.
   bool nan_where_reference_nan = false;

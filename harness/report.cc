@@ -133,7 +133,8 @@ void JsonlWriter::write(const CaseResult& r) {
        << ",\"seed\":" << seed << ",\"status\":" << json_escape(status_name(r.status))
        << ",\"reason\":" << json_escape(r.reason) << ",\"seconds\":" << num(r.seconds) << ",\"metrics\":{"
        << "\"output\":" << json_escape(r.output) << ",\"max_abs_err\":" << num(r.cmp.max_abs_err)
-       << ",\"rel_err\":" << num(r.cmp.rel_err) << ",\"nmse\":" << num(r.cmp.nmse) << ",\"max_ulps\":" << num(static_cast<double>(r.cmp.max_ulps))
+       << ",\"rel_err\":" << num(r.cmp.rel_err) << ",\"nmse\":" << num(r.cmp.nmse)
+       << ",\"nmse_max\":" << num(r.cmp.nmse_max) << ",\"precision_nmse_max\":" << num(r.cmp.precision_nmse_max) << ",\"max_ulps\":" << num(static_cast<double>(r.cmp.max_ulps))
        << ",\"budget\":" << num(r.cmp.budget) << ",\"mismatches\":" << r.cmp.mismatches
        << ",\"worst_index\":" << r.cmp.worst_index << ",\"worst\":" << json_escape(r.worst_coords)
        << ",\"backend_value\":" << json_escape(r.cmp.backend_value)

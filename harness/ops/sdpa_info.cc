@@ -217,8 +217,44 @@ std::uint64_t attention_work(const Problem& p, bool quantized) {
 // Norm check: the RMS error may not exceed half that worst-case budget
 //   (NMSE ≤ budget² / (4·mean(ref²))): errors of a correct kernel are random and far
 //   below the worst case, so many elements each just under budget means a bug.
+//
+// Precision ceiling (Budget::precision_nmse_max, f16/bf16 outputs): the budget above
+// follows the output dtype and a worst case over Lk, and its norm bound is relative to
+// mean(ref²) ~ e/Lk (long softmax averages are small), so a kernel whose running softmax
+// sum and P·V accumulator are half precision passes it on long sequences: at Lk 4096 its
+// NMSE is ~0.02 (f16) / ~2 (bf16, the sum stagnates) against budget bounds of ~3 / ~200
+// (harness/tests/test_precision_ceiling.cc). The kernels declare f32 accumulation
+// (Backend::accumulation); what that allows, as NMSE against the oracle's once-rounded
+// output, u = unit roundoff of T (2^-11 f16, 2^-8 bf16), from independent roundings whose
+// relative errors are uniform in ±u (mean square u²/3), each term taken at 3x its mean
+// square (a norm over the output, not a worst case):
+//  * the final rounding to T, on both sides: 2·u²/3 → 2u²;
+//  * P rounded to T before P·V: o moves by Σ p_j ε_j v_j, mean square u²/3·Σp_j²v_j²,
+//    about u²/3·o² for the zero-mean values of the cases → u²; V rounded to its dtype
+//    (quantized: dequantized into the scales' dtype T_v) likewise → u_v²;
+//  * q·scale (and dequantized K) rounded to T: the logit s_j moves by scale·Σ_d q_d k_d ε_d,
+//    mean square (u_q² + u_k²)/3·σ², σ² = max over (row, key) of scale²·Σ_d q_d² k_d², and o
+//    by about that relative → (u_q² + u_k²)·σ²;
+//  * the logits rounded to T before the softmax (a matmul that returns T, as mlx-lm's
+//    quantized attention does): s_j moves by ε_j·s_j → u²·s_max², s_max = max |scale·<q, k>|
+//    (scale 4 puts s in the hundreds: then this term dominates);
+//  * f32 accumulation: the Lk-term sums add γ = (Lk + Dk + 8)·2^-24 relative at worst
+//    (2.5e-4 at Lk 4096; as a random walk √Lk·2^-24 ≈ 4e-6), → γ²;
+//  * subnormal outputs: an absolute denorm_T per element → denorm_T² / mean(ref²).
+//   ceiling = 3u² + u_v² + (u_q² + u_k²)·σ² + u²·s_max² + γ² + denorm_T² / mean(ref²).
+// At Lk 4096, Dk 64 (σ² ≈ 3, s_max² ≈ 20): f16 ≈ 7e-6 (u² = 2.4e-7), bf16 ≈ 4e-4
+// (u² = 1.5e-5), i.e. ~30u².
+// A correct kernel measures far below: its result before the final rounding is within
+// ~1e-5 relative of the oracle's, so most elements round alike (SIMD on every target and
+// Vulkan: NMSE ≤ 1e-7, ≤ 1e-3 of the ceiling, over every f16/bf16 case of the ci and
+// lavapipe tiers); MLX's sdpa, which rounds q·scale and P to T, ≤ 0.12 of it. MLX's
+// quantized attention accumulates P·V in T and exceeds it (harness/known/mlx, D6).
+// A running accumulator kept in T instead rounds at every
+// one of the Lk adds: relative error ~√Lk·u (64u at Lk 4096) plus stagnation of the sum,
+// NMSE ~1e4·u² and more (measured 0.016-0.023 f16, 2.0-2.4 bf16).
+// f32 outputs: none (the budget is derived from f32 arithmetic already).
 Budget attention_budget(const Problem& p, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor* mask,
-                        const Tensor& ref) {
+                        const Tensor& ref, DType k_dtype, DType v_dtype) {
   constexpr double u = 0x1p-24;
   const DType t = ref.dtype();
   const double eps = dtype_epsilon(t);
@@ -227,17 +263,23 @@ Budget attention_budget(const Problem& p, const Tensor& q, const Tensor& k, cons
   const std::int64_t B = p.integer("B"), Hq = p.integer("Hq"), Hkv = p.integer("Hkv");
   const std::int64_t Lq = p.integer("Lq"), Lk = p.integer("Lk"), Dk = p.integer("Dk");
   const xt::xarray<float> qf = q.to_f32(), kf = k.to_f32(), vf = v.to_f32();
-  double S = 0;
+  double S = 0, sigma2 = 0, smax2 = 0;
   for (std::int64_t b = 0; b < B; ++b) {
     for (std::int64_t h = 0; h < Hq; ++h) {
       const std::int64_t hk = h / (Hq / Hkv);
       for (std::int64_t i = 0; i < Lq; ++i) {
         for (std::int64_t j = 0; j < Lk; ++j) {
-          double acc = 0;
+          double acc = 0, acc2 = 0, dot = 0;
           for (std::int64_t d = 0; d < Dk; ++d) {
-            acc += std::abs(static_cast<double>(qf(b, h, i, d)) * static_cast<double>(kf(b, hk, j, d)));
+            const double x = static_cast<double>(qf(b, h, i, d)) * static_cast<double>(kf(b, hk, j, d));
+            acc += std::abs(x);
+            acc2 += x * x;
+            dot += x;
           }
-          if (std::isfinite(acc)) S = std::max(S, std::abs(static_cast<double>(a.scale)) * acc);
+          const double scale = static_cast<double>(a.scale);
+          if (std::isfinite(acc)) S = std::max(S, std::abs(scale) * acc);
+          if (std::isfinite(acc2)) sigma2 = std::max(sigma2, scale * scale * acc2);
+          if (std::isfinite(dot)) smax2 = std::max(smax2, scale * scale * dot * dot);
         }
       }
     }
@@ -263,7 +305,15 @@ Budget attention_budget(const Problem& p, const Tensor& q, const Tensor& k, cons
     ++finite;
   }
   const double mean_sq = sum_sq / static_cast<double>(std::max<std::int64_t>(finite, 1));
-  return {{budget}, mean_sq > 0 ? budget * budget / (4 * mean_sq) : -1};
+  Budget out{{budget}, mean_sq > 0 ? budget * budget / (4 * mean_sq) : -1};
+  if (t != DType::f32 && mean_sq > 0) {
+    auto unit = [](DType x) { return x == DType::f32 ? 0x1p-24 : dtype_epsilon(x) / 2; };
+    const double uo = unit(t), uq = unit(q.dtype()), uk = unit(k_dtype), uv = unit(v_dtype);
+    const double g = static_cast<double>(Lk + Dk + 8) * u;
+    out.precision_nmse_max =
+        3 * uo * uo + uv * uv + (uq * uq + uk * uk) * sigma2 + uo * uo * smax2 + g * g + denorm * denorm / mean_sq;
+  }
+  return out;
 }
 
 std::vector<Problem> attention_shrink(const Problem& p, std::vector<Problem> generic) {
@@ -321,7 +371,8 @@ class Sdpa final : public OpInfo {
     for (std::size_t i = 0; i < prep.input_names.size(); ++i) {
       if (prep.input_names[i] == "mask") mask = &prep.inputs[i];
     }
-    Budget b = attention_budget(p, prep.input("q"), prep.input("k"), prep.input("v"), mask, ref);
+    const DType dtype = prep.input("k").dtype();
+    Budget b = attention_budget(p, prep.input("q"), prep.input("k"), prep.input("v"), mask, ref, dtype, dtype);
     b.nan_where_reference_nan = p.word("special") != "none";
     return b;
   }
@@ -413,7 +464,12 @@ class QuantizedSdpa final : public OpInfo {
       if (prep.input_names[i] == "mask") mask = &prep.inputs[i];
     }
     const Tensor v = dequantized('v');
-    const Budget base = attention_budget(p, prep.input("q"), dequantized('k'), v, mask, ref);
+    // K and V dequantized into their scales' dtype (kdtype / vdtype) before attention.
+    auto kv_dtype = [&](char c) {
+      const std::string& n = p.word(std::string(1, c) + "dtype");
+      return n == "q" ? prep.input("q").dtype() : dtype_from_name(n);
+    };
+    const Budget base = attention_budget(p, prep.input("q"), dequantized('k'), v, mask, ref, kv_dtype('k'), kv_dtype('v'));
     // Terms of affine sides dequantized the fused way (kernels/simd/quantized_decode.cc),
     // u = 2^-24, k and v = c·s + b:
     //  * K by one FMA, fl(c·s + b), where the oracle rounds c·s first: per element at most
@@ -466,7 +522,11 @@ class QuantizedSdpa final : public OpInfo {
       budget += 2 * static_cast<double>(Lk + 4) * u * max_vb;
     }
     const double ratio = budget / base.per_element[0];
-    return {{budget}, base.nmse_max > 0 ? base.nmse_max * ratio * ratio : base.nmse_max};
+    Budget out{{budget}, base.nmse_max > 0 ? base.nmse_max * ratio * ratio : base.nmse_max};
+    // The fused decode's terms are f32 roundings, ~u_f32 relative: beside the precision
+    // ceiling's half-precision terms they are nothing, so the ceiling stays.
+    out.precision_nmse_max = base.precision_nmse_max;
+    return out;
   }
 
   std::vector<Problem> shrink_candidates(const Problem& p) const override {

@@ -26,6 +26,11 @@ class Backend {
  public:
   virtual ~Backend() = default;
   virtual std::string name() const = 0;
+  // The precision of the kernels' running accumulators (attention's softmax statistics
+  // and P·V sums, reductions): f32 or wider for every kvlab backend (the oracle uses
+  // double). The harness's precision ceilings (harness/op.h Budget::precision_nmse_max)
+  // are derived for f32; a backend that declares f16/bf16 is held to its output budget only.
+  virtual DType accumulation() const { return DType::f32; }
 
   // ---- memory -----------------------------------------------------------------
   virtual BufferPtr allocate(std::size_t bytes) = 0;

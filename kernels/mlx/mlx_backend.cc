@@ -15,6 +15,10 @@ namespace {
 class MlxBackend final : public HostMemoryBackend {
  public:
   std::string name() const override { return "mlx"; }
+  // MLX's fast sdpa accumulates in f32, so the backend declares f32 and is held to the
+  // attention precision ceiling; its quantized attention's P·V (CPU quantized_matmul)
+  // accumulates in T, and harness/known/mlx registers that (D6) instead of relaxing sdpa.
+  DType accumulation() const override { return DType::f32; }
 
   void quantize(const QuantizeArgs& a) override { mlxk::quantize(a); }
   void dequantize(const DequantizeArgs& a) override { mlxk::dequantize(a); }

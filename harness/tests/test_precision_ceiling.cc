@@ -1,0 +1,150 @@
+// The attention precision ceiling (harness/ops/sdpa_info.cc) against its mutant: a
+// flash-style sdpa / quantized_sdpa whose running softmax sum and P·V accumulator are kept
+// in the output's half precision (rounded after every add), as a SIMD kernel might to
+// save registers. On the long f16/bf16 cases of the ci tier it stays inside the output
+// dtype's budget (it passes when it declares that accumulation) and fails the ceiling of
+// f32 accumulation it claims; the same kernel with f32 state passes both.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <iostream>
+#include <limits>
+#include <memory>
+#include <vector>
+
+#include "harness/backends.h"
+#include "harness/check.h"
+#include "harness/compare.h"
+#include "harness/forwarding_backend.h"
+#include "reference/mask.h"
+#include "reference/quantized_sdpa.h"
+
+namespace kvlab::harness {
+namespace {
+
+class HalfAccumulatorBackend final : public ForwardingBackend {
+ public:
+  // half: round the running state to the output dtype (the mutant); else keep it in f32.
+  // declared: what accumulation() reports.
+  HalfAccumulatorBackend(bool half, bool declare_half) : half_(half), declare_half_(declare_half) {}
+  std::string name() const override { return half_ ? "half-accumulator" : "f32-accumulator"; }
+  DType accumulation() const override { return declare_half_ ? DType::f16 : DType::f32; }
+
+  void sdpa(const SdpaArgs& a) override {
+    if (!supported(a.params, a.mask)) return ref_.sdpa(a);
+    attend(host_view(a.q), host_view(a.k), host_view(a.v), a.params, a.sinks, host_view(a.out));
+  }
+  void quantized_sdpa(const QuantizedSdpaArgs& a) override {
+    if (!supported(a.params, a.mask)) return ref_.quantized_sdpa(a);
+    const Tensor k = ref::dequantize_to_f32(host_cview(a.k)), v = ref::dequantize_to_f32(host_cview(a.v));
+    attend(host_view(a.q), k.view(), v.view(), a.params, a.sinks, host_view(a.out));
+  }
+
+ private:
+  // The long cases' masks; anything else goes to the oracle.
+  static bool supported(const AttentionParams& p, const DTensor* mask) {
+    return mask == nullptr && (p.mask.kind == MaskKind::none || p.mask.kind == MaskKind::causal);
+  }
+
+  // Online softmax over the visible keys, one query row at a time: logits in f32, the
+  // running sum l and accumulator acc rounded to the output dtype after every update.
+  void attend(const ConstTensorView& q, const ConstTensorView& k, const ConstTensorView& v, const AttentionParams& p,
+              const DTensor* sinks, const TensorView& out) const {
+    const DType t = out.dtype;
+    auto r = [&](float x) { return half_ ? round_to_dtype(x, t) : x; };
+    const std::int64_t B = q.shape[0], Hq = q.shape[1], Lq = q.shape[2], Dk = q.shape[3];
+    const std::int64_t Hkv = k.shape[1], Lk = k.shape[2], Dv = v.shape[3];
+    std::vector<float> acc(static_cast<std::size_t>(Dv));
+    for (std::int64_t b = 0; b < B; ++b)
+      for (std::int64_t h = 0; h < Hq; ++h)
+        for (std::int64_t i = 0; i < Lq; ++i) {
+          const std::int64_t kvh = h / (Hq / Hkv), qrow = ((b * Hq + h) * Lq + i) * Dk;
+          float m = -std::numeric_limits<float>::infinity(), l = 0;
+          if (sinks != nullptr) {
+            m = host_view(*sinks).load(h);  // the sink: weight exp(sink − m), no value
+            l = 1;
+          }
+          std::fill(acc.begin(), acc.end(), 0.0f);
+          for (std::int64_t j = 0; j < Lk; ++j) {
+            if (p.mask.kind == MaskKind::causal && !ref::causal_visible(p.mask, b, i, j, Lq, Lk)) continue;
+            const std::int64_t krow = ((b * Hkv + kvh) * Lk + j) * Dk, vrow = ((b * Hkv + kvh) * Lk + j) * Dv;
+            float s = 0;
+            for (std::int64_t d = 0; d < Dk; ++d) s += q.load(qrow + d) * k.load(krow + d);
+            s *= p.scale;
+            if (p.softcap > 0) s = p.softcap * std::tanh(s / p.softcap);
+            if (s > m) {
+              const float c = std::exp(m - s);
+              l = r(l * c);
+              for (float& x : acc) x = r(x * c);
+              m = s;
+            }
+            const float w = std::exp(s - m);
+            l = r(l + w);
+            for (std::int64_t d = 0; d < Dv; ++d) {
+              acc[static_cast<std::size_t>(d)] = r(acc[static_cast<std::size_t>(d)] + w * v.load(vrow + d));
+            }
+          }
+          const std::int64_t orow = ((b * Hq + h) * Lq + i) * Dv;
+          for (std::int64_t d = 0; d < Dv; ++d) out.store(orow + d, l > 0 ? acc[static_cast<std::size_t>(d)] / l : 0.0f);
+        }
+  }
+
+  bool half_, declare_half_;
+};
+
+// A failure names the check: the output dtype's norm bound (budget) or the ceiling, with
+// the measured NMSE and the bound.
+TEST(PrecisionCeiling, ReportNamesTheCheckThatFailed) {
+  const Tensor ref = Tensor::from_values(DType::f32, {2}, std::vector<float>{1.0f, 1.0f});
+  const Tensor got = Tensor::from_values(DType::f32, {2}, std::vector<float>{1.01f, 1.0f});  // NMSE 5e-5
+  Budget b{{1.0}, 1e-3};
+  b.precision_nmse_max = 1e-6;
+  const Comparison c = compare_values(got, ref, b);
+  EXPECT_FALSE(c.ok);
+  EXPECT_EQ(c.reason.rfind("precision ceiling: NMSE 4.99", 0), 0u) << c.reason;
+  EXPECT_NE(c.reason.find(" > 1e-06"), std::string::npos) << c.reason;
+  b.nmse_max = 1e-5;
+  EXPECT_EQ(compare_values(got, ref, b).reason.rfind("budget: NMSE 4.99", 0), 0u);
+  b.nmse_max = 1e-3;
+  b.precision_nmse_max = 1e-4;
+  EXPECT_TRUE(compare_values(got, ref, b).ok);
+}
+
+// The long cases of harness/cases/{sdpa,quantized_sdpa}/ci (a selection: decode and a
+// small prefill, softcap and sinks, both half dtypes).
+const char* const kLongCases[] = {
+    "sdpa B=1 Hq=2 Hkv=1 Lq=1 Lk=4096 Dk=64 Dv=64 dtype=f16 mask=causal sinks=1 softcap=30",
+    "sdpa B=1 Hq=2 Hkv=1 Lq=3 Lk=4096 Dk=64 Dv=64 dtype=bf16 mask=causal",
+    "quantized_sdpa B=1 Hq=2 Hkv=1 Lq=3 Lk=4096 Dk=64 Dv=64 dtype=f16 kbits=4 kgroup=64 vbits=8 vgroup=64 mask=causal "
+    "softcap=30",
+    "quantized_sdpa B=1 Hq=2 Hkv=1 Lq=1 Lk=4096 Dk=64 Dv=64 dtype=bf16 kbits=4 kgroup=64 vbits=8 vgroup=64 "
+    "mask=causal sinks=1",
+};
+
+TEST(PrecisionCeiling, HalfPrecisionAccumulatorPassesTheBudgetButNotTheCeiling) {
+  std::unique_ptr<Backend> reference = make_backend("reference");
+  HalfAccumulatorBackend declared_half(true, true), claims_f32(true, false), f32(false, false);
+  for (const char* line : kLongCases) {
+    const Problem p = parse_problem(line);
+    // Held to the output dtype's budget alone (it declares half accumulation): passes.
+    const CaseResult old_check = run_case(p, declared_half, *reference, {});
+    EXPECT_EQ(old_check.status, Status::passed) << describe(old_check);
+    // Claiming f32 accumulation: the ceiling catches it, and says which check failed.
+    const CaseResult r = run_case(p, claims_f32, *reference, {});
+    ASSERT_EQ(r.status, Status::failed) << describe(r);
+    EXPECT_NE(r.reason.find("precision ceiling: NMSE "), std::string::npos) << r.reason;
+    EXPECT_GT(r.cmp.nmse, 10 * r.cmp.precision_nmse_max) << describe(r);  // far above, not marginal
+    EXPECT_LT(r.cmp.nmse, r.cmp.nmse_max) << describe(r);                 // inside the budget's bound
+    std::cout << line << "\n  half-accumulator NMSE " << r.cmp.nmse << ", ceiling " << r.cmp.precision_nmse_max
+              << ", budget NMSE " << r.cmp.nmse_max << "\n";
+    // The same kernel with f32 state is inside the ceiling.
+    const CaseResult ok = run_case(p, f32, *reference, {});
+    EXPECT_EQ(ok.status, Status::passed) << describe(ok);
+    EXPECT_LT(ok.cmp.nmse, ok.cmp.precision_nmse_max / 10) << describe(ok);
+    std::cout << "  f32-accumulator NMSE " << ok.cmp.nmse << "\n";
+  }
+}
+
+}  // namespace
+}  // namespace kvlab::harness
