@@ -40,11 +40,12 @@ table: one row per kernel benchmark: kernel | shape | backend | GB/s | % read | 
     A Vulkan row whose calls were not all timed on the device (a kernel of several
     submissions, timed by the host's wall clock: an upper bound) is marked "(wall)" and
     its target is not judged.
-  * speed-up: the reference's median time on the same problem over this backend's.
+  * speed-up: the reference's median time on the same problem over this backend's; and,
+    for each peer engine timed in the same run (PEERS: mlx), "vs <peer>" likewise.
   * target: the issue's bandwidth targets, PASS or MISS with the measured ratio:
-      quantized_sdpa B=1 Hq=32 Hkv=8 Lq=1 Lk=65536 D=128 f16, affine group 64, K and V at
-        8 bits: >= 45 % read; at 4 bits: >= 30 % read
-      affine_quantize >= 50 % memcpy;  rope, kv_scatter (append) >= 60 % memcpy
+      quantized_sdpa B=1 Hq=32 Hkv=8 Lq=1 Lk=32768 or 65536 D=128 f16, affine group 64,
+        K and V at 4 or 8 bits each: >= 80 % read
+      affine_quantize >= 70 % memcpy;  rope, kv_scatter (append) >= 80 % memcpy
     They apply to the optimized host backends, not to the reference. On a Vulkan GPU:
       quantized_sdpa decode (Lq=1), affine K and V, Lk >= 32768: >= 70 % vkcopy
     A Vulkan device of type cpu (lavapipe) is not a target: "lavapipe: not a target".
@@ -248,21 +249,29 @@ def device_type(context, backend):
 
 # The issue's targets: (predicate on the problem's parameters, baseline, minimum %).
 def _qsdpa_target(bits):
+    """Llama-3 8B decode, f16 q, affine g64; K at `bits`, V at any width; 32 K or 64 K keys."""
     def match(p):
-        want = {"op": "quantized_sdpa", "B": "1", "Hq": "32", "Hkv": "8", "Lq": "1", "Lk": "65536",
+        want = {"op": "quantized_sdpa", "B": "1", "Hq": "32", "Hkv": "8", "Lq": "1",
                 "Dk": "128", "Dv": "128", "dtype": "f16", "kmode": "affine", "vmode": "affine",
-                "kgroup": "64", "vgroup": "64", "kbits": str(bits), "vbits": str(bits)}
-        return all(p.get(k) == v for k, v in want.items())
+                "kgroup": "64", "vgroup": "64", "kbits": str(bits)}
+        return all(p.get(k) == v for k, v in want.items()) and p.get("Lk") in ("32768", "65536")
     return match
 
 
+# The performance issue's targets (issue 20): decode attention at the memory limit for
+# every bit width, K and V alike or mixed, at 64 K and 32 K keys; RoPE, quantize and the
+# cache append at the copy limit. (The first targets, 45 % / 30 % of read and 50-60 % of
+# memcpy, were met; these are the machine's own limit.)
 TARGETS = [
-    (_qsdpa_target(8), "read", 45.0),
-    (_qsdpa_target(4), "read", 30.0),
-    (lambda p: p.get("op") == "affine_quantize", "memcpy", 50.0),
-    (lambda p: p.get("op") == "rope", "memcpy", 60.0),
-    (lambda p: p.get("op") == "kv_scatter", "memcpy", 60.0),
+    (_qsdpa_target(8), "read", 80.0),
+    (_qsdpa_target(4), "read", 80.0),
+    (lambda p: p.get("op") == "affine_quantize", "memcpy", 70.0),
+    (lambda p: p.get("op") == "rope", "memcpy", 80.0),
+    (lambda p: p.get("op") == "kv_scatter", "memcpy", 80.0),
 ]
+# Peers timed in the same run (kvlab_bench --kvlab_backends=...,mlx): a column each, the
+# peer's median time over this backend's on the same problem.
+PEERS = ("mlx",)
 
 
 def _int(p, key, default=0):
@@ -356,6 +365,8 @@ def table(path, out=sys.stdout):
     if not judge:
         out.write("  note: smoke tier (tiny shapes, one iteration): targets are not evaluated\n")
     reference = {(r.op, r.shape): r for r in rows.values() if r.backend == "reference" and r.timed}
+    by_backend = {(r.backend, r.op, r.shape): r for r in rows.values() if r.timed}
+    peers_present = [p for p in PEERS if any(r.backend == p for r in rows.values() if r.timed)]
     lines, verdicts, untimed = [], [], []
     for r in rows.values():
         if r.op.startswith("baseline_"):
@@ -377,6 +388,11 @@ def table(path, out=sys.stdout):
         drift_mark = f" (drift {drift:.1f}%)" if drift is not None and drift > DRIFT_MARK_PCT else ""
         ref = reference.get((r.op, r.shape))
         speedup = ref.median() / r.median() if ref and r.backend != "reference" else None
+        vs_peers = []
+        for peer in peers_present:
+            other = by_backend.get((peer, r.op, r.shape))
+            x = other.median() / r.median() if other and r.backend != peer and other.median() else None
+            vs_peers.append(fmt(x, ".1f", "-") + ("x" if x else ""))
         verdict = ""
         t = target_of(r) if judge else None
         if t:
@@ -400,9 +416,9 @@ def table(path, out=sys.stdout):
         lines.append([r.op, r.shape, r.backend, fmt(g, ".2f") + (" (wall)" if r.wall_timed() else ""),
                       fmt(pr, ".1f"), fmt(pc, ".1f"), fmt(pd, ".1f"),
                       fmt(drift, ".1f") + ("%" if drift is not None else ""),
-                      fmt(speedup, ".1f", "-") + ("x" if speedup else ""), reps, verdict])
+                      fmt(speedup, ".1f", "-") + ("x" if speedup else ""), *vs_peers, reps, verdict])
     print_table(lines, ["kernel", "shape", "backend", "GB/s", "% read", "% memcpy", "% vkcopy", "base drift", "vs ref",
-                        "reps", "target"], out)
+                        *[f"vs {p}" for p in peers_present], "reps", "target"], out)
     if verdicts:
         out.write("\ntargets (best optimized backend per kernel, shape and baseline):\n")
         best = {}

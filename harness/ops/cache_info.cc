@@ -13,7 +13,7 @@
 //               their codes and scales (biases) / turboquant norms and indices — bit-exact,
 //               except "keys" with RoPE on (budget below).
 // Parameters a kind does not use (max/keep: rotating kinds; chunk: chunked; qmode/group:
-// quantized kinds; bits: quantized kinds and turboquant; lpad/rpad: batch kinds) must keep
+// quantized kinds and kv with a `q` command; bits: those and turboquant; lpad/rpad: batch kinds) must keep
 // their defaults, so one problem has one line. Packed kinds need rope=0 (see setup_of).
 //
 // prepare() runs the script once over a private ReferenceBackend (the "trace"): it sizes
@@ -93,10 +93,13 @@ cs::Setup setup_of(const Problem& p) {
   // group) changes the stored key by a quantization step: no useful per-element bound
   // follows. With rope=0 the stored inputs are bit-exact, and so are the stored codes
   // (affine/fp quantization is a bit-exact kernel), which are compared bit for bit.
-  KVLAB_REQUIRE(!s.rope || !cs::is_packed(s.kind), invalid_argument, "kind=", kind,
-                " stores codes, compared bit-exactly, which needs bit-exact inputs: use rope=0");
+  const cs::Script script = cs::parse_script(p.word("script"));
+  s.quantizes = std::any_of(script.begin(), script.end(), [](const cs::Command& c) { return c.verb == cs::Verb::quantize; });
+  KVLAB_REQUIRE(!s.rope || !(cs::is_packed(s.kind) || s.quantizes), invalid_argument, "kind=", kind,
+                s.quantizes ? " quantized by 'q'" : "", " stores codes, compared bit-exactly, which needs bit-exact "
+                "inputs: use rope=0");
   const bool rotating = s.kind == cs::Kind::rotating || s.kind == cs::Kind::batch_rotating;
-  const bool quantized = s.kind == cs::Kind::quantized || s.kind == cs::Kind::batch_quantized;
+  const bool quantized = s.kind == cs::Kind::quantized || s.kind == cs::Kind::batch_quantized || s.quantizes;
   if (!rotating) require_default(p, "max", kind);
   if (s.kind != cs::Kind::rotating) require_default(p, "keep", kind);  // BatchRotatingKVCache has no keep
   if (s.kind != cs::Kind::chunked) require_default(p, "chunk", kind);

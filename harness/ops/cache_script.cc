@@ -6,6 +6,8 @@
 #include <cstring>
 #include <optional>
 
+#include "cache/kv_cache.h"
+#include "cache/quantized_kv_cache.h"
 #include "cache/registry.h"
 #include "kvlab/error.h"
 
@@ -38,7 +40,7 @@ std::optional<std::int64_t> number(std::string_view s) {
 Command parse_command(std::string_view word, std::string_view text) {
   auto bad = [&](std::string_view why) -> Command {
     fail(ErrorKind::invalid_argument, cat("script '", text, "': command '", word, "' ", why,
-                                          " (commands: pN, d, dN, uN, tN, a, s, rN, f, kI_J_..., xRpN)"));
+                                          " (commands: pN, d, dN, uN, tN, a, s, q, rN, f, kI_J_..., xRpN)"));
   };
   if (word.empty()) return bad("is empty");
   const char head = word[0];
@@ -57,8 +59,10 @@ Command parse_command(std::string_view word, std::string_view text) {
     case 'a':
     case 's':
     case 'f':
+    case 'q':
       if (!rest.empty()) return bad("takes no argument");
-      return {head == 'a' ? Verb::shared : (head == 's' ? Verb::reload : Verb::finalize), 0, 0, {}};
+      return {head == 'a' ? Verb::shared : head == 's' ? Verb::reload : head == 'f' ? Verb::finalize : Verb::quantize,
+              0, 0, {}};
     case 'k': {
       Command c{Verb::filter, 0, 0, {}};
       for (std::string_view index : split(rest, '_')) {
@@ -95,6 +99,7 @@ std::string command_str(const Command& c) {
       return s;
     }
     case Verb::extend: return cat("x", c.rows, "p", c.n);
+    case Verb::quantize: return "q";
   }
   return "?";
 }
@@ -309,7 +314,8 @@ PlanTotals plan_totals(const Setup& setup, const Script& script) {
         break;
       case Verb::trim:
       case Verb::reload:
-      case Verb::finalize: done(1); break;
+      case Verb::finalize:
+      case Verb::quantize: done(1); break;
     }
   }
   return t;
@@ -319,6 +325,7 @@ Plan plan_script(const Setup& setup, const Script& script) {
   Plan plan;
   std::int64_t batch = setup.batch;
   std::optional<Step> producer;  // the last attention of the main cache
+  bool quantized = false;        // a `q` has run
   auto add = [&](StepKind kind, std::int64_t rows, std::int64_t tokens) {
     plan.steps.push_back({kind, rows, tokens, plan.q_rows, kind == StepKind::shared ? 0 : plan.kv_rows});
     if (kind != StepKind::update) plan.q_rows += rows * setup.hq * tokens;
@@ -366,6 +373,13 @@ Plan plan_script(const Setup& setup, const Script& script) {
       case Verb::extend:
         add(StepKind::extend, c.rows, c.n);
         batch += c.rows;
+        done();
+        break;
+      case Verb::quantize:
+        KVLAB_REQUIRE(setup.kind == Kind::kv && !quantized, invalid_argument,
+                      "command 'q' quantizes a plain KVCache once (kind=kv), not ",
+                      quantized ? "a cache already quantized" : kind_names()[static_cast<std::size_t>(setup.kind)]);
+        quantized = true;
         done();
         break;
       case Verb::trim:
@@ -463,6 +477,12 @@ std::unique_ptr<Cache> run_script(Backend& be, const Setup& setup, const Script&
         batch_extend(*cache, *other);
         break;
       }
+      case Verb::quantize: {
+        const auto* plain = dynamic_cast<const KVCache*>(cache.get());
+        KVLAB_REQUIRE(plain != nullptr, invalid_argument, "command 'q' needs a KVCache, not ", cache->class_name());
+        cache = to_quantized(*plain, setup.spec, Rounding::mlx_cpu);
+        break;
+      }
     }
     observer.after_command(*cache);
   }
@@ -521,7 +541,7 @@ std::vector<Component> cache_content(const Cache& cache, const Setup& s) {
   Backend& be = cache.backend();
   // The components come from the setup, so an empty cache still has every (0, W) one.
   std::vector<Rows> rows;
-  if (is_packed(s.kind)) {
+  if (is_packed(s.kind) || s.quantizes) {
     rows = packed_rows(s);
   } else {
     rows = {Rows("keys", s.dtype, s.dim), Rows("values", s.dtype, s.dim)};

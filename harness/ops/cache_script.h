@@ -13,6 +13,9 @@
 //            of the cache's last attend step
 //   s        save and reload: the cache is replaced by cache_from_state(its state()), so
 //            what follows checks "save → load → continue equals continue"
+//   q        kind kv only, once: the cache is replaced by to_quantized() with the problem's
+//            qmode/bits/group (mlx-lm's KVCache.to_quantized, what generate_step does at
+//            quantized_kv_start); needs rope=0, since the stored codes are then compared
 //   batch kinds only:
 //   rN       right-padded chunk of N >= 1: prepare(right_padding) then attend(); row b of
 //            B has ⌊rpad·b/(B−1)⌋ pad tokens at the end of its chunk (rpad when B = 1)
@@ -43,7 +46,7 @@
 
 namespace kvlab::harness::cache_script {
 
-enum class Verb : std::uint8_t { chunk, decode, update, trim, shared, reload, right_chunk, finalize, filter, extend };
+enum class Verb : std::uint8_t { chunk, decode, update, trim, shared, reload, right_chunk, finalize, filter, extend, quantize };
 
 struct Command {
   Verb verb = Verb::decode;
@@ -79,6 +82,7 @@ struct Setup {
   std::int64_t max_size = 16, keep = 0, chunk = 16;
   QuantSpec spec;   // quantized kinds
   int tq_bits = 4;  // turboquant
+  bool quantizes = false;  // kind kv whose script has `q`: quantized with `spec` from then on
   std::int64_t lpad = 0, rpad = 0;
   std::uint64_t seed = 1;
 

@@ -35,7 +35,7 @@ from .problem import Problem
 
 # ---- the script -----------------------------------------------------------------------
 
-_COMMAND = re.compile(r"^(p|d|u|t|r|x)(\d+)?(?:p(\d+))?$|^(a|s|f)$|^k(\d+(?:_\d+)*)$")
+_COMMAND = re.compile(r"^(p|d|u|t|r|x)(\d+)?(?:p(\d+))?$|^(a|s|f|q)$|^k(\d+(?:_\d+)*)$")
 
 
 def parse_script(text: str):
@@ -100,7 +100,8 @@ class Setup:
         cls = _CLASSES[self.kind]
         if not hasattr(lm_cache, cls):  # an older mlx-lm (tools/conformance.sh --mlx-lm)
             raise Unsupported(f"kind={self.kind}: this mlx-lm has no {cls}")
-        if self.kind == "quantized" and self.qmode != "affine":
+        quantizes = self.kind == "quantized" or "q" in p.word("script").split(".")
+        if quantizes and self.qmode != "affine":
             raise Unsupported(f"qmode={self.qmode}: mlx-lm 0.32.2's QuantizedKVCache is affine only")
         self.scale = 1.0 / math.sqrt(self.dim)
 
@@ -172,7 +173,7 @@ def content(cache, setup: Setup):
             parts = [_newest(getattr(c, side), setup).reshape(-1, d) for c in rows_of]
             out[side] = mx.concatenate(parts) if parts else mx.zeros((0, d), setup.dtype)
         return out
-    if setup.kind == "quantized":
+    if isinstance(cache, lm_cache.QuantizedKVCache):  # kind quantized, or kv after `q`
         widths = {"wq": (d * setup.bits // 32, mx.uint32), "scales": (d // setup.group, setup.dtype),
                   "biases": (d // setup.group, setup.dtype)}
         out = {}
@@ -281,7 +282,7 @@ def _replay(p: Problem, inputs):
         out = scaled_dot_product_attention(qr, fk, fv, cache=target, scale=s.scale, mask=mask)
         outs.append(_zero_unseeing_rows(out, mask))
         if target is cache:
-            producer = (offset, fk, fv, mask, b, n)
+            producer = (offset, fk, fv, mask, b, n, target)
 
     for verb, n, new_rows, keep in script:
         if verb in ("p", "d"):
@@ -300,13 +301,16 @@ def _replay(p: Problem, inputs):
         elif verb == "a":
             if producer is None:
                 raise ValueError("`a` before any attention")
-            offset, fk, fv, mask, b, tokens = producer
+            offset, fk, fv, mask, b, tokens, source = producer  # the producer's cache decides quantized or not
             qs = s.roped(q.take(b, s.hq, tokens, s.dim), offset)
-            out = scaled_dot_product_attention(qs, fk, fv, cache=cache, scale=s.scale, mask=mask)
+            out = scaled_dot_product_attention(qs, fk, fv, cache=source, scale=s.scale, mask=mask)
             outs.append(_zero_unseeing_rows(out, mask))
             observe()
         elif verb == "s":
             cache = _save_load(cache)
+            observe()
+        elif verb == "q":  # generate_step's maybe_quantize_kv_cache at quantized_kv_start
+            cache = cache.to_quantized(group_size=s.group, bits=s.bits)
             observe()
         elif not s.is_batch:
             raise ValueError(f"command {verb!r} is a batch command; kind={s.kind} is a single-sequence cache")

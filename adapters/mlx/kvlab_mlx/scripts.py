@@ -98,6 +98,16 @@ def _merge_decodes(words):
     return out
 
 
+def _to_quantized(rng: random.Random, p: dict):
+    """A quarter of the kv scripts switch to a QuantizedKVCache midway (`q`, mlx-lm's
+    KVCache.to_quantized), as generate_step does at quantized_kv_start."""
+    words = p["script"].split(".")
+    words.insert(rng.randint(0, len(words)), "q")
+    p.update({"D": 64, "rope": 0, "bits": rng.choice([2, 3, 4, 5, 6, 8]), "group": rng.choice([32, 64])})
+    p["script"] = ".".join(_merge_decodes([w for part in words for w in ([part] if not part.startswith("d") else
+                                                                         ["d"] * (int(part[1:]) if part[1:] else 1))]))
+
+
 def lines(count: int, seed: int, kinds=KINDS):
     out = []
     for kind in kinds:
@@ -105,6 +115,8 @@ def lines(count: int, seed: int, kinds=KINDS):
         for k in range(count):
             p = _kind_params(rng, kind)
             p["script"] = _script(rng, kind.startswith("batch_"), p["B"], p.get("rpad", 0))
+            if kind == "kv" and rng.random() < 0.25:
+                _to_quantized(rng, p)
             p["seed"] = k + 1
             out.append("cache " + " ".join(f"{key}={value}" for key, value in p.items()))
     return out
