@@ -15,6 +15,7 @@
 #include "harness/ops/cache_script.h"
 #include "harness/forwarding_backend.h"
 #include "reference/reference_backend.h"
+#include "reference/quantize.h"
 #include "reference/sdpa.h"
 
 namespace kvlab::harness {
@@ -30,7 +31,8 @@ std::string invalid_reason(const std::string& line) {
 }
 
 TEST(CacheScript, CanonicalWordsRoundTripAndOthersAreNamed) {
-  for (const char* word : {"p37.d2.t3.a.d", "d", "d9", "u1", "u3.u2.d", "r6.s.f.d3", "p9.d2.k3_1_0.d.x2p6.d2", "k0.k0_0"}) {
+  for (const char* word : {"p37.d2.t3.a.d", "d", "d9", "u1", "u3.u2.d", "r6.s.f.d3", "p9.d2.k3_1_0.d.x2p6.d2", "k0.k0_0",
+                           "p7.d2.q.d3"}) {
     EXPECT_EQ(cs::script_str(cs::parse_script(word)), word);
   }
   const cs::Script s = cs::parse_script("p37.d2.t3.a.x2p5");
@@ -57,7 +59,8 @@ TEST(CacheScript, CanonicalWordsRoundTripAndOthersAreNamed) {
   EXPECT_NE(message("d1").find("write 'd'"), std::string::npos);
   EXPECT_NE(message("p08").find("'p08'"), std::string::npos);
   EXPECT_NE(message("p8..d").find("is empty"), std::string::npos);
-  EXPECT_NE(message("p8.q3").find("'q3' is unknown"), std::string::npos);
+  EXPECT_NE(message("p8.z3").find("'z3' is unknown"), std::string::npos);
+  EXPECT_NE(message("p8.q3").find("takes no argument"), std::string::npos);
   EXPECT_NE(message("x2").find("xRpN"), std::string::npos);
   EXPECT_NE(message("u").find("needs a count"), std::string::npos);  // u has no one-token shorthand
   EXPECT_NE(message("u0").find("needs a count"), std::string::npos);
@@ -93,6 +96,11 @@ TEST(CacheOp, MisuseLinesAreInvalidAndNameTheCulprit) {
   EXPECT_NE(invalid_reason("cache kind=kv script=a.d").find("'a'"), std::string::npos);
   EXPECT_NE(invalid_reason("cache kind=kv script=p8.d.d").find("p8.d2"), std::string::npos);
   EXPECT_NE(invalid_reason("cache Hq=4 Hkv=3").find("Hkv=3"), std::string::npos);
+  // q: a plain KVCache, once, rope=0 (its codes are compared bit for bit).
+  EXPECT_NE(invalid_reason("cache kind=rotating rope=0 script=p4.q").find("kind=kv"), std::string::npos);
+  EXPECT_NE(invalid_reason("cache kind=kv rope=0 script=p4.q.q").find("already quantized"), std::string::npos);
+  EXPECT_NE(invalid_reason("cache kind=kv script=p4.q").find("rope=0"), std::string::npos);
+  EXPECT_NE(invalid_reason("cache kind=kv rope=0 bits=8 script=p4").find("bits"), std::string::npos);
   // The cache's own refusal: a filter row out of range (message from BatchLayout).
   EXPECT_NE(invalid_reason("cache kind=batch_kv B=2 script=p4.k5").find("5"), std::string::npos);
 }
@@ -124,6 +132,26 @@ bool same_row(const Tensor& a, std::int64_t r, const Tensor& b, std::int64_t s) 
   const std::size_t bytes = a.nbytes() / static_cast<std::size_t>(a.dim(0));
   return std::memcmp(a.data() + static_cast<std::size_t>(r) * bytes, b.data() + static_cast<std::size_t>(s) * bytes,
                      bytes) == 0;
+}
+
+// q turns the KVCache into a QuantizedKVCache holding the codes of the rows stored so far
+// (mlx-lm's to_quantized), and later rows are quantized as they come: every stored key row
+// is the oracle's quantization of its input row, and the offsets run on.
+TEST(CacheOp, ToQuantizedMidwayStoresTheCodesOfEveryRow) {
+  const Problem p = parse_problem("cache kind=kv B=1 Hq=1 Hkv=1 D=64 rope=0 bits=4 group=32 script=p3.q.d");
+  Prepared prep;
+  std::map<std::string, Tensor> out = outputs_of(p, &prep);
+  EXPECT_EQ(ints(out.at("offsets")), (std::vector<std::int64_t>{3, 3, 4}));
+  const Tensor& k = prep.input("k");  // the 4 stored key rows in order
+  ASSERT_EQ(k.shape(), (Shape{4, 64}));
+  const QuantSpec spec{QuantMode::affine, 4, 32};
+  Tensor wq(DType::u32, {4, 8}), scales(DType::f32, {4, 2}), biases(DType::f32, {4, 2});
+  ref::quantize(k.view(), Rounding::mlx_cpu, {wq.view(), scales.view(), biases.view(), spec, std::nullopt});
+  ASSERT_EQ(out.at("keys.wq").shape(), wq.shape());
+  for (std::int64_t r = 0; r < 4; ++r) {
+    EXPECT_TRUE(same_row(out.at("keys.wq"), r, wq, r)) << "row " << r;
+    EXPECT_TRUE(same_row(out.at("keys.scales"), r, scales, r)) << "row " << r;
+  }
 }
 
 // uN stores its K/V through update() alone: no attention rows, keys kept unrotated, and

@@ -28,6 +28,7 @@ class ParseScript(unittest.TestCase):
                          [("p", 37, 0, None), ("d", 2, 0, None), ("s", 0, 0, None), ("t", 3, 0, None),
                           ("a", 0, 0, None), ("d", 1, 0, None)])
         self.assertEqual(cache_replay.parse_script("k3_1_0.x2p6"), [("k", 0, 0, [3, 1, 0]), ("x", 6, 2, None)])
+        self.assertEqual(cache_replay.parse_script("p4.q"), [("p", 4, 0, None), ("q", 0, 0, None)])
 
     def test_bad_word(self):
         with self.assertRaisesRegex(ValueError, "'q3' is not a command"):
@@ -47,6 +48,15 @@ class Observables(unittest.TestCase):
         self.assertEqual(r["offsets"].tolist(), [3, 4, 5, 6, 7, 8])
         self.assertEqual(r["kv_length"].tolist(), [3, 4, 4, 4, 4, 4])
         self.assertEqual(r["values"].shape, (2 * 4, 32))
+
+    def test_to_quantized_midway(self):
+        # p3 stores 3 tokens, q turns the KVCache into a QuantizedKVCache (same offset), d
+        # adds one: the content is packed, (B·Hkv·4) rows of D·bits/32 words.
+        r = replay("cache kind=kv rope=0 D=64 bits=4 group=32 script=p3.q.d")
+        self.assertEqual(r["offsets"].tolist(), [3, 3, 4])
+        self.assertEqual(r["kv_length"].tolist(), [3, 3, 4])
+        self.assertEqual(r["keys.wq"].shape, (1 * 2 * 4, 64 * 4 // 32))
+        self.assertEqual(r["values.scales"].shape, (8, 2))
 
     def test_unsupported_kinds_say_why(self):
         with self.assertRaisesRegex(Unsupported, "kind=turboquant"):
