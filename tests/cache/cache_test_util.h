@@ -5,10 +5,13 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
+#include "cache/cache.h"
 #include "kvlab/backend.h"
 #include "kvlab/tensor.h"
+#include "tests/unit/test_util.h"
 
 namespace kvlab::testing {
 
@@ -37,6 +40,21 @@ inline std::vector<float> token_ids(Backend& be, const DTensor& block, std::int6
   std::vector<float> ids;
   for (std::int64_t s = 0; s < len; ++s) ids.push_back(t.view().load(((b * heads) * len + s) * dim));
   return ids;
+}
+
+// Two cache states are the same: class, meta, and every tensor bit for bit.
+inline void expect_same_state(const CacheState& a, const CacheState& b, const std::string& what = "state") {
+  EXPECT_EQ(a.class_name, b.class_name) << what;
+  EXPECT_EQ(a.meta, b.meta) << what;
+  EXPECT_EQ(a.tensors.size(), b.tensors.size()) << what;
+  for (const auto& [name, t] : a.tensors) {
+    const auto it = b.tensors.find(name);
+    if (it == b.tensors.end()) {
+      ADD_FAILURE() << what << ": no tensor '" << name << "'";
+      continue;
+    }
+    EXPECT_TRUE(bit_equal(t, it->second)) << what << ": tensor '" << name << "'";
+  }
 }
 
 }  // namespace kvlab::testing

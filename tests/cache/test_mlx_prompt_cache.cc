@@ -23,6 +23,8 @@
 namespace kvlab {
 namespace {
 
+using testing::expect_same_state;
+
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 
@@ -84,16 +86,6 @@ CacheState build(Backend& be, const Built& b) {
   for (std::int64_t i = 0; i < b.decodes; ++i) feed(be, *cache, batch, 100 + static_cast<float>(i), 1);
   if (b.trim > 0) (void)cache->trim(b.trim);
   return cache->state();
-}
-
-void expect_same_state(const CacheState& a, const CacheState& b) {
-  EXPECT_EQ(a.class_name, b.class_name);
-  EXPECT_EQ(a.meta, b.meta);
-  ASSERT_EQ(a.tensors.size(), b.tensors.size());
-  for (const auto& [name, t] : a.tensors) {
-    ASSERT_EQ(b.tensors.count(name), 1u) << name;
-    EXPECT_TRUE(testing::bit_equal(t, b.tensors.at(name))) << name;
-  }
 }
 
 // mlx-lm's file records no rounding; a quantized state reads back with the pinned MLX's.

@@ -14,10 +14,13 @@
 #include "cache/quantized_kv_cache.h"
 #include "cache/seq_ops.h"
 #include "reference/reference_backend.h"
+#include "tests/cache/cache_test_util.h"
 #include "tests/unit/test_util.h"
 
 namespace kvlab {
 namespace {
+
+using testing::expect_same_state;
 
 using testing::bit_equal;
 using testing::random_uniform;
@@ -61,16 +64,6 @@ QuantizedDTensor copy(Backend& be, const QuantizedDTensor& q) {
   out.scales = be.upload(be.download(q.scales));
   if (q.biases) out.biases = be.upload(be.download(q.biases));
   return out;
-}
-
-void expect_same_state(const CacheState& a, const CacheState& b) {
-  EXPECT_EQ(a.class_name, b.class_name);
-  EXPECT_EQ(a.meta, b.meta);
-  ASSERT_EQ(a.tensors.size(), b.tensors.size());
-  for (const auto& [name, t] : a.tensors) {
-    ASSERT_EQ(b.tensors.count(name), 1u) << name;
-    EXPECT_TRUE(bit_equal(t, b.tensors.at(name))) << name;
-  }
 }
 
 TEST(QuantizedKVCacheAdopt, KeepsHandPackedBitsAndDecodesByTheFormula) {

@@ -23,6 +23,8 @@
 namespace kvlab {
 namespace {
 
+using testing::expect_same_state;
+
 using testing::token_block;
 using testing::token_ids;
 
@@ -98,20 +100,6 @@ TEST(Registry, TruncatedFileIsRejectedAndNamesThePath) {
 // kind that can be trimmed to empty is saved there, restored in memory and through a
 // state file, and continued next to an un-saved twin: each step must return the same
 // bits, offsets and state.
-
-void expect_same_state(const CacheState& a, const CacheState& b, const std::string& what) {
-  EXPECT_EQ(a.class_name, b.class_name) << what;
-  EXPECT_EQ(a.meta, b.meta) << what;
-  EXPECT_EQ(a.tensors.size(), b.tensors.size()) << what;
-  for (const auto& [name, t] : a.tensors) {
-    const auto it = b.tensors.find(name);
-    if (it == b.tensors.end()) {
-      ADD_FAILURE() << what << ": no tensor '" << name << "'";
-      continue;
-    }
-    EXPECT_TRUE(testing::bit_equal(t, it->second)) << what << ": tensor '" << name << "'";
-  }
-}
 
 void expect_same_quantized(Backend& be, const QuantizedDTensor& a, const QuantizedDTensor& b, const std::string& what) {
   EXPECT_TRUE(testing::bit_equal(be.download(a.wq), be.download(b.wq))) << what << " wq";
