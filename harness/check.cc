@@ -169,14 +169,7 @@ CheckSummary run_check(const CheckOptions& o, std::ostream& out) {
   KnownDivergences known(std::vector<std::filesystem::path>(o.known_files.begin(), o.known_files.end()));
   cases.for_each([&](const Problem& p) {
     CaseResult r = backend ? run_case(p, *backend, *reference, o.run) : unavailable(p, o.backend, summary.unavailable);
-    if (KnownDivergence* d = backend ? known.match(p, o.backend) : nullptr) {
-      ++d->matched;
-      if (r.status == Status::failed) {
-        ++d->failed;
-        r.status = Status::skipped;
-        r.reason = cat("known divergence (", d->klass, ", ", d->where, "): ", d->note, " [was: ", r.reason, "]");
-      }
-    }
+    if (backend) known.apply(p, o.backend, r);
     if (r.status == Status::failed && o.shrink) {
       const ShrinkResult s = shrink(p, *backend, *reference, o.run);
       if (s.smallest.line() != r.line) r.shrunk_line = s.smallest.line();

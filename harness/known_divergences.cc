@@ -124,6 +124,16 @@ KnownDivergence* KnownDivergences::match(const Problem& p, std::string_view back
   return nullptr;
 }
 
+void KnownDivergences::apply(const Problem& p, std::string_view backend, CaseResult& r) {
+  KnownDivergence* d = match(p, backend);
+  if (d == nullptr) return;
+  ++d->matched;
+  if (r.status != Status::failed) return;
+  ++d->failed;
+  r.status = Status::skipped;
+  r.reason = cat("known divergence (", d->klass, ", ", d->where, "): ", d->note, " [was: ", r.reason, "]");
+}
+
 std::vector<const KnownDivergence*> KnownDivergences::stale() const {
   std::vector<const KnownDivergence*> out;
   for (const KnownDivergence& d : entries_) {

@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "harness/problem.h"
+#include "harness/spine.h"
 
 namespace kvlab::harness {
 
@@ -47,6 +48,9 @@ class KnownDivergences {
   bool empty() const { return entries_.empty(); }
   // The first entry matching `p` for backend `backend` (its base name before ':'), or null.
   KnownDivergence* match(const Problem& p, std::string_view backend);
+  // Counts `r` against the first entry matching `p` for `backend`; a FAILED result the
+  // entry explains becomes SKIPPED with the entry's class, place and note.
+  void apply(const Problem& p, std::string_view backend, CaseResult& r);
   // Entries that matched cases of this run without a single failure.
   std::vector<const KnownDivergence*> stale() const;
   // "N known divergences over M entries (...); stale: ..." lines. judged: whether stale

@@ -131,14 +131,7 @@ CheckSummary run_vectors_check(const VectorsCheckOptions& o, std::ostream& out) 
       CaseResult r = run_recorded_case(c.problem, Recorded{std::move(c.inputs), std::move(c.outputs)}, engine, *judge,
                                        o.run);
       r.repro = repro_command(o.files[f], k, o.judge);
-      if (KnownDivergence* d = known.match(c.problem, v.info().engine)) {
-        ++d->matched;
-        if (r.status == Status::failed) {
-          ++d->failed;
-          r.status = Status::skipped;
-          r.reason = cat("known divergence (", d->klass, ", ", d->where, "): ", d->note, " [was: ", r.reason, "]");
-        }
-      }
+      known.apply(c.problem, v.info().engine, r);
       print_rows(out, k, r);
       if (r.status == Status::failed || r.status == Status::invalid) {
         summary.ok = false;
