@@ -14,18 +14,16 @@ import re
 import sys
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "adapters" / "mlx"))
+from kvlab_mlx import known  # noqa: E402  (standard library only: no MLX import)
 
 
 def entries(path: pathlib.Path):
-    for n, raw in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-        line = "" if raw.lstrip().startswith("#") else raw.strip()
-        if not line:
-            continue
-        cols = [c.strip() for c in line.split("|")]
-        if len(cols) == 4:
-            ident = re.findall(r"\b([A-Z][0-9]+)\)\s*$", cols[3])
-            yield {"where": f"{path.relative_to(ROOT)}:{n}", "id": ident[0] if ident else "-", "engine": cols[0],
-                   "filter": cols[1], "class": cols[2], "note": cols[3]}
+    """The register's entries, read by the adapter's reader (one parser of the format)."""
+    for e in known.read(str(path)):
+        ident = re.findall(r"\b([A-Z][0-9]+)\)\s*$", e.note)
+        yield {"where": e.where, "id": ident[0] if ident else "-", "engine": e.engine, "filter": e.filter,
+               "class": e.klass, "note": e.note}
 
 
 def main(argv):

@@ -26,6 +26,7 @@ class Entry:
     where: str
     engine: str
     op: str
+    filter: str  # the filter column as written
     match: dict
     klass: str
     note: str
@@ -73,7 +74,7 @@ def read(path: str):
                         raise ValueError(f"{where}: {w!r}: bad regex: {e}") from None
                 else:
                     match[key] = set(values.split(","))
-            entries.append(Entry(where, engine, words[0], match, klass, note))
+            entries.append(Entry(where, engine, words[0], filt, match, klass, note))
     return entries
 
 
