@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cstring>
 #include <utility>
+#include <vector>
 
 namespace kvlab::safetensors {
 namespace {
@@ -115,6 +116,54 @@ Header read_header(const InputFile& file, const FileErrors& errors) {
   out.data_start = 8 + header_size;
   out.data_size = file.size() - out.data_start;
   return out;
+}
+
+}  // namespace kvlab::safetensors
+
+namespace kvlab::safetensors {
+
+TensorFile read_tensor_file(const std::filesystem::path& path, const std::string& noun, const FileErrors& errors,
+                            std::uint64_t max_bytes) {
+  const InputFile file(path, noun, errors);
+  if (file.size() > max_bytes)
+    errors.raise(cat("the file has ", file.size(), " bytes, more than the ", max_bytes, " this reader accepts"));
+  const Header h = read_header(file, errors);
+  TensorFile out;
+  if (const auto meta = h.json.find(kMetadataKey); meta != h.json.end())
+    for (const auto& [key, value] : metadata(h.json, "", errors).items()) out.metadata.emplace(key, value.get<std::string>());
+  std::vector<Entry> entries;
+  for (const auto& [key, entry] : h.json.items())
+    if (key != kMetadataKey) entries.push_back(parse_entry(key, entry, h.data_size, errors));
+  std::vector<const Entry*> ranges;
+  for (const Entry& e : entries) ranges.push_back(&e);
+  require_tiling(std::move(ranges), h.data_size, errors);
+  for (const Entry& e : entries) {
+    Tensor t(e.dtype, e.shape);
+    if (e.end > e.begin) file.read(h.data_start + e.begin, t.data(), static_cast<std::size_t>(e.end - e.begin));
+    out.tensors.emplace(e.key, std::move(t));
+  }
+  return out;
+}
+
+void write_tensor_file(const std::filesystem::path& path, const std::string& noun, const TensorFile& file) {
+  nlohmann::json header = nlohmann::json::object();
+  std::uint64_t offset = 0;
+  for (const auto& [name, t] : file.tensors) {
+    const std::uint64_t end = offset + t.nbytes();
+    header[name] = {{"dtype", std::string(dtype_code(t.dtype()))}, {"shape", t.shape()}, {"data_offsets", {offset, end}}};
+    offset = end;
+  }
+  if (!file.metadata.empty()) header[std::string(kMetadataKey)] = file.metadata;
+  std::string text = header.dump();
+  pad_header(text);
+  unsigned char length[8];
+  encode_length(text.size(), length);
+  TempFile tmp(path, noun);
+  tmp.write(length, sizeof length);
+  tmp.write(text.data(), text.size());
+  for (const auto& [name, t] : file.tensors)
+    if (t.nbytes() > 0) tmp.write(t.data(), t.nbytes());
+  tmp.commit();
 }
 
 }  // namespace kvlab::safetensors

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <map>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -69,5 +70,18 @@ struct Header {
   std::uint64_t data_start = 0, data_size = 0;
 };
 Header read_header(const InputFile& file, const FileErrors& errors);
+
+// A whole file of named tensors with string metadata, for formats whose tensor names
+// carry no structure the reader must check while reading (model weights, goldens): the
+// caller checks names, dtypes and shapes afterwards. Reading is strict (tiling, known
+// dtypes, sizes against the file) and refuses files over `max_bytes` before reading
+// any tensor; writing is atomic, tensors in name order.
+struct TensorFile {
+  std::map<std::string, Tensor> tensors;
+  std::map<std::string, std::string> metadata;
+};
+TensorFile read_tensor_file(const std::filesystem::path& path, const std::string& noun, const FileErrors& errors,
+                            std::uint64_t max_bytes);
+void write_tensor_file(const std::filesystem::path& path, const std::string& noun, const TensorFile& file);
 
 }  // namespace kvlab::safetensors

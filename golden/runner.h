@@ -1,0 +1,34 @@
+// Runs a golden scenario (golden/README.md "Scenarios") through a tiny model on kvlab's
+// caches over one backend and returns the golden: the single-request call pattern of
+// mlx-lm's generate_step, kvlab's kv-quantization and window policies, batches with
+// left padding / filter / extend, prefix reuse through PrefixCache, save → load.
+#pragma once
+
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "cache/cache.h"
+#include "golden/golden_file.h"
+#include "golden/model.h"
+#include "golden/scenario.h"
+
+namespace kvlab::golden {
+
+struct RunContext {
+  Backend* backend = nullptr;
+  std::string backend_name = "reference";
+  std::string model_id, model_sha256;
+  std::filesystem::path scratch;  // where save/load scenarios put their cache file
+  // Applied to every cache the runner creates or restores; tests swap in a bug-zoo
+  // mutant this way. Identity when empty.
+  std::function<std::unique_ptr<Cache>(std::unique_ptr<Cache>, int layer)> wrap_cache;
+};
+
+// A kvlab::Error raised mid-run (a cache misuse, a mutant's crash made safe) ends that
+// sequence with status "error: kvlab::Error: <message>" and its steps so far, as an
+// engine's exception does in the mlx-lm replay; other errors propagate.
+Golden run_scenario(const Model& model, const Scenario& scenario, const RunContext& context);
+
+}  // namespace kvlab::golden
