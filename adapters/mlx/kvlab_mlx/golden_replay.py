@@ -393,10 +393,14 @@ def _replay_save_load(model, taps, sc: Scenario, prompt):
     assert n == k + 1, (n, k)
     want = len(prompt) + k  # the cache holds the prompt and tokens 0..K-1
     assert all(o == want for o in _offsets(cache)), (_offsets(cache), want)
-    with tempfile.TemporaryDirectory(prefix="kvlab-golden-") as tmp:
-        path = os.path.join(tmp, "cache.safetensors")
-        lm_cache.save_prompt_cache(path, cache)
-        loaded = lm_cache.load_prompt_cache(path)
+    try:
+        with tempfile.TemporaryDirectory(prefix="kvlab-golden-") as tmp:
+            path = os.path.join(tmp, "cache.safetensors")
+            lm_cache.save_prompt_cache(path, cache)
+            loaded = lm_cache.load_prompt_cache(path)
+    except Exception as e:  # mlx-lm cannot save or load these caches: steps 0..K stand
+        _finish(seq, sc.steps, e)
+        return [seq], cache
     assert [type(c) for c in loaded] == [type(c) for c in cache], "load_prompt_cache changed the classes"
     assert _offsets(loaded) == _offsets(cache), (_offsets(loaded), _offsets(cache))
     # Token K is the prompt of the continuation: its first call produces token K+1.
