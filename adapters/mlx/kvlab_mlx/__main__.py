@@ -1,4 +1,5 @@
-"""python -m kvlab_mlx run IN -o OUT [--ops a,b] | info FILE | prompt-cache --kvlab KVLAB --work DIR"""
+"""python -m kvlab_mlx run IN -o OUT [--ops a,b] | info FILE | prompt-cache --kvlab KVLAB --work DIR
+                  | golden --model DIR --scenarios FILE --out OUTDIR"""
 
 from __future__ import annotations
 
@@ -107,6 +108,12 @@ def _cmd_prompt_cache(args):
     return prompt_cache(args.kvlab, args.work, args.case, args.seed)
 
 
+def _cmd_golden(args):
+    from .golden_replay import main as golden  # imports MLX and mlx-lm
+
+    return golden(args.model, args.scenarios, args.scenario, args.out, args.model_id)
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(prog="python -m kvlab_mlx",
                                  description="Recompute kvlab vectors files with real MLX / mlx-lm.")
@@ -141,6 +148,14 @@ def main(argv=None):
     p.add_argument("--case", nargs="+", help="only these cases of prompt_cache_cases.json")
     p.add_argument("--seed", type=int, default=0)
     p.set_defaults(fn=_cmd_prompt_cache)
+    gr = sub.add_parser("golden", help="replay golden scenarios with mlx-lm's own generation and write goldens")
+    gr.add_argument("--model", required=True, metavar="DIR", help="model directory (config.json, model.safetensors)")
+    gr.add_argument("--scenarios", required=True, metavar="FILE", help="scenario file (golden/scenarios/<model id>)")
+    gr.add_argument("--scenario", nargs="+", metavar="NAME", help="only these scenarios")
+    gr.add_argument("--out", required=True, metavar="OUTDIR",
+                    help="writes OUTDIR/<model id>.<scenario>.mlx-lm.safetensors")
+    gr.add_argument("--model-id", metavar="ID", help="model id (default: the scenario file's name)")
+    gr.set_defaults(fn=_cmd_golden)
     args = ap.parse_args(argv)
     try:
         return args.fn(args)

@@ -1,0 +1,634 @@
+"""Goldens of mlx-lm: golden/README.md's scenarios replayed with mlx-lm's own machinery.
+
+`python -m kvlab_mlx golden --model DIR --scenarios FILE --out OUTDIR` loads DIR with
+`mlx_lm.utils.load_model`, and for every scenario line of FILE writes
+OUTDIR/<model id>.<scenario>.mlx-lm.safetensors (format: golden/README.md "Golden files").
+
+What runs, per scenario kind:
+  single request   `generate_step` (greedy), with kv_bits / max_kv_size passed through
+  save_at=K        `generate_step(max_tokens=K)`, whose last call produced token K;
+                   `save_prompt_cache`, `load_prompt_cache`, then `generate_step` on the
+                   loaded cache fed token K
+  batch            `BatchGenerator`: `insert` (per-request logits processors), `next`,
+                   `remove(uid)` after finish=R@K, `insert` of the joiner after step S
+  prefix           request 0 by `generate_step`; its cache goes into an `LRUPromptCache`
+                   under prompt + generated tokens (as mlx-lm's server stores it), request
+                   1 takes `fetch_nearest_cache` (trimmed copy, or nothing) and
+                   `generate_step` processes the rest
+
+What is recorded: a logits processor keeps the raw logits of every step (generate_step
+and BatchGenerator call it after the model call and before any quantization), a
+recording sampler (greedy_sampler) keeps each step's token, and each layer's
+`self_attn.o_proj` is wrapped to keep the input row of the last position of every call.
+generate_step pipelines (it computes step n+1 before it yields token n, and computes one
+step more than max_tokens), so records are matched to steps by call order, never by
+yields: a step is recorded when its call completed (the sampler ran); the extra step is
+dropped. Where mlx-lm raises, the steps completed before are kept and the sequence's
+status is `error: <type>: <message>`.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import os
+import re
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+# ---- scenario lines (golden/README.md "Scenarios") ---------------------------------------
+
+_M64 = (1 << 64) - 1
+
+
+def splitmix64(x: int) -> int:
+    """harness/rng.h's splitmix64 on unsigned 64-bit wrap-around."""
+    x = (x + 0x9E3779B97F4A7C15) & _M64
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _M64
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _M64
+    return x ^ (x >> 31)
+
+
+def prompt_tokens(seed: int, p: int, length: int, vocab: int) -> list[int]:
+    """Prompt p's tokens: splitmix64(seed*1000003 + p*10007 + j) mod vocab, all in uint64."""
+    base = (seed * 1000003 + p * 10007) & _M64
+    return [splitmix64((base + j) & _M64) % vocab for j in range(length)]
+
+
+_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
+_UINT = re.compile(r"^[0-9]+$")
+_AT = re.compile(r"^([0-9]+)@([0-9]+)$")
+_REAL = re.compile(r"^[+]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?$")
+
+KV_BITS = (2, 3, 4, 5, 6, 8)  # what mx.quantize's affine mode takes
+KV_GROUP_SIZES = (32, 64, 128)
+
+
+class ScenarioError(ValueError):
+    pass
+
+
+@dataclass
+class Scenario:
+    name: str
+    line: str
+    prompts: list[int]
+    steps: int
+    seed: int = 1
+    kv_bits: int | None = None
+    kv_group_size: int = 64
+    quantized_kv_start: int = 5000
+    max_kv_size: int | None = None
+    finish: tuple[int, int] | None = None  # (request, tokens)
+    join: tuple[int, int] | None = None  # (prompt length, after decode step)
+    prefix: int | None = None
+    second: int | None = None
+    save_at: int | None = None
+    tolerance: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def kind(self) -> str:
+        if self.prefix is not None:
+            return "prefix"
+        if self.save_at is not None:
+            return "save_load"
+        if len(self.prompts) > 1 or self.finish is not None or self.join is not None:
+            return "batch"
+        return "single"
+
+    def request_prompts(self, vocab: int) -> list[list[int]]:
+        """Every request's prompt, in README order: `prompts`, then the joiner, then `second`."""
+        out = [prompt_tokens(self.seed, p, n, vocab) for p, n in enumerate(self.prompts)]
+        if self.join is not None:
+            out.append(prompt_tokens(self.seed, len(out), self.join[0], vocab))
+        if self.prefix is not None:
+            out.append(out[0][: self.prefix] + prompt_tokens(self.seed, len(out), self.second, vocab))
+        return out
+
+
+def parse_line(text: str, where: str = "") -> Scenario | None:
+    """One scenario line (`#` comments, blank lines give None). Strict: an unknown or
+    repeated key, a bad value, or keys that do not go together raise ScenarioError naming
+    the key and the line."""
+    line = text.split("#", 1)[0].strip()
+    if not line:
+        return None
+    at = f"{where}: " if where else ""
+
+    def fail(msg):
+        raise ScenarioError(f"{at}{msg} in scenario line {line!r}")
+
+    words = line.split()
+    name = words[0]
+    if "=" in name or not _NAME.match(name):
+        fail(f"{name!r} is not a scenario name")
+    kv: dict[str, str] = {}
+    for w in words[1:]:
+        key, eq, value = w.partition("=")
+        if not eq or not key or not value:
+            fail(f"{w!r} is not key=value")
+        if key in kv:
+            fail(f"key {key!r} repeated")
+        kv[key] = value
+
+    def uint(key, lo=0):
+        v = kv[key]
+        if not _UINT.match(v) or int(v) < lo:
+            fail(f"{key}={v}: not an integer >= {lo}")
+        return int(v)
+
+    def at_pair(key):
+        m = _AT.match(kv[key])
+        if not m:
+            fail(f"{key}={kv[key]}: not A@B with integers")
+        return int(m.group(1)), int(m.group(2))
+
+    def real(key):
+        v = kv[key]
+        if not _REAL.match(v):
+            fail(f"{key}={v}: not a non-negative number")
+        return float(v)
+
+    known = {"prompts", "steps", "seed", "kv_bits", "kv_group_size", "quantized_kv_start", "max_kv_size",
+             "finish", "join", "prefix", "second", "save_at", "max_dlogit", "max_mean_kld", "min_top1",
+             "attn_rel"}
+    for key in kv:
+        if key not in known:
+            fail(f"unknown key {key!r}")
+    for key in ("prompts", "steps"):
+        if key not in kv:
+            fail(f"required key {key!r} missing")
+
+    prompts = []
+    for part in kv["prompts"].split(","):
+        if not _UINT.match(part) or int(part) < 1:
+            fail(f"prompts={kv['prompts']}: {part!r} is not a prompt length >= 1")
+        prompts.append(int(part))
+    s = Scenario(name=name, line=line, prompts=prompts, steps=uint("steps", 1))
+    if "seed" in kv:
+        s.seed = uint("seed")
+        if s.seed > _M64:
+            fail(f"seed={s.seed}: above 2^64-1")
+    if "kv_bits" in kv:
+        s.kv_bits = uint("kv_bits", 1)
+        if s.kv_bits not in KV_BITS:
+            fail(f"kv_bits={s.kv_bits}: not one of {','.join(map(str, KV_BITS))}")
+    for key in ("kv_group_size", "quantized_kv_start"):
+        if key in kv and s.kv_bits is None:
+            fail(f"key {key!r} without kv_bits")
+    if "kv_group_size" in kv:
+        s.kv_group_size = uint("kv_group_size", 1)
+        if s.kv_group_size not in KV_GROUP_SIZES:
+            fail(f"kv_group_size={s.kv_group_size}: not one of {','.join(map(str, KV_GROUP_SIZES))}")
+    if "quantized_kv_start" in kv:
+        s.quantized_kv_start = uint("quantized_kv_start")
+    if "max_kv_size" in kv:
+        s.max_kv_size = uint("max_kv_size", 1)
+    if "finish" in kv:
+        r, k = at_pair("finish")
+        requests = len(prompts) + (1 if "join" in kv else 0)
+        if r >= requests:
+            fail(f"finish={kv['finish']}: request {r} does not exist ({requests} requests)")
+        if not 1 <= k < s.steps:
+            fail(f"finish={kv['finish']}: K must be in [1, steps)")
+        s.finish = (r, k)
+    if "join" in kv:
+        p, st = at_pair("join")
+        if p < 1:
+            fail(f"join={kv['join']}: prompt length must be >= 1")
+        if st >= s.steps:
+            fail(f"join={kv['join']}: step S must be < steps")
+        s.join = (p, st)
+    if ("prefix" in kv) != ("second" in kv):
+        fail("keys 'prefix' and 'second' go together")
+    if "prefix" in kv:
+        s.prefix, s.second = uint("prefix", 1), uint("second", 1)
+        if s.prefix > prompts[0]:
+            fail(f"prefix={s.prefix}: longer than prompt 0 ({prompts[0]})")
+    if "save_at" in kv:
+        s.save_at = uint("save_at")
+        if s.save_at >= s.steps:
+            fail(f"save_at={s.save_at}: must be < steps")
+    for key in ("max_dlogit", "max_mean_kld", "min_top1", "attn_rel"):
+        if key in kv:
+            s.tolerance[key] = real(key)
+    if s.tolerance.get("min_top1", 0.0) > 1.0:
+        fail(f"min_top1={kv['min_top1']}: above 1")
+    batch = len(prompts) > 1 or s.finish is not None or s.join is not None
+    if s.prefix is not None and (batch or s.save_at is not None):
+        fail("key 'prefix' goes with one prompt and no finish/join/save_at")
+    if s.save_at is not None and batch:
+        fail("key 'save_at' goes with one prompt and no finish/join")
+    return s
+
+
+def parse_scenarios(text: str, where: str = "") -> list[Scenario]:
+    out, names = [], set()
+    for n, raw in enumerate(text.splitlines(), 1):
+        s = parse_line(raw, f"{where}:{n}" if where else f"line {n}")
+        if s is None:
+            continue
+        if s.name in names:
+            raise ScenarioError(f"{where}:{n}: scenario {s.name!r} repeated")
+        names.add(s.name)
+        out.append(s)
+    return out
+
+
+def read_scenarios(path) -> list[Scenario]:
+    with open(path, encoding="utf-8") as f:
+        return parse_scenarios(f.read(), str(path))
+
+
+# ---- recording ------------------------------------------------------------------------------
+# (MLX imported here: the parser above works without it.)
+
+import mlx.core as mx  # noqa: E402
+import mlx.nn as nn  # noqa: E402
+import numpy as np  # noqa: E402
+from mlx_lm.generate import BatchGenerator, generate_step  # noqa: E402
+from mlx_lm.models import cache as lm_cache  # noqa: E402
+from mlx_lm.sample_utils import greedy_sampler  # noqa: E402
+
+
+class _Tap(nn.Module):
+    """Stands in for a layer's o_proj: records x[:, -1, :] of every call, then applies it."""
+
+    def __init__(self, inner, record):
+        super().__init__()
+        self.inner = inner
+        self._record = record
+
+    def __call__(self, x):
+        self._record(x[:, -1, :])
+        return self.inner(x)
+
+
+class Taps:
+    """Wraps every layer's self_attn.o_proj while active; calls[l] is layer l's list of
+    recorded rows, one per model call (every call runs every layer once)."""
+
+    def __init__(self, model):
+        self.model = model
+        self.layers = list(model.layers)
+        self.calls: list[list] = [[] for _ in self.layers]
+        self.widths = [layer.self_attn.o_proj.weight.shape[-1] for layer in self.layers]
+
+    def __enter__(self):
+        for l, layer in enumerate(self.layers):
+            layer.self_attn.o_proj = _Tap(layer.self_attn.o_proj, self.calls[l].append)
+        return self
+
+    def __exit__(self, *exc):
+        for layer in self.layers:
+            layer.self_attn.o_proj = layer.self_attn.o_proj.inner
+        return False
+
+    def count(self) -> int:
+        return len(self.calls[0])
+
+
+@dataclass
+class Sequence:
+    prompt: list[int]
+    tokens: list[int] = field(default_factory=list)
+    logits: list = field(default_factory=list)  # mx arrays (vocab,)
+    attn: list | None = field(default_factory=list)  # per step: [per layer mx (width,)]; None: not recorded
+    status: str = "ok"
+    reused: int | None = None
+
+
+def _error(e: BaseException) -> str:
+    return f"error: {type(e).__name__}: {e}".replace("\n", " ")
+
+
+class _Steps:
+    """The processor and sampler for generate_step: step s is the s-th call that ran the
+    logits processor, and is complete once the sampler ran for it."""
+
+    def __init__(self, taps: Taps):
+        self.taps = taps
+        self.logits, self.call_of_step, self.sampled = [], [], []
+
+    def processor(self, tokens, logits):
+        self.logits.append(logits[0])
+        self.call_of_step.append(self.taps.count() - 1)  # the call that just ran
+        return logits
+
+    def sampler(self, logprobs):
+        y = greedy_sampler(logprobs)
+        self.sampled.append(y)
+        return y
+
+    def take(self, seq: Sequence, limit: int):
+        """Append the first `limit` completed steps to seq."""
+        n = min(limit, len(self.sampled))
+        mx.eval(self.sampled[:n], self.logits[:n])
+        seq.tokens += [int(y.item()) for y in self.sampled[:n]]
+        seq.logits += self.logits[:n]
+        seq.attn += [[calls[self.call_of_step[s]][0] for calls in self.taps.calls] for s in range(n)]
+        return n
+
+
+def _generate(model, taps, seq, prompt, steps, sc, cache):
+    """generate_step over `prompt` on `cache` with max_tokens=steps: appends the completed
+    steps (at most steps + 1: the call after the last yield is complete too) to seq and
+    returns (steps appended, exception or None)."""
+    rec = _Steps(taps)
+    yielded = []
+    gen = generate_step(mx.array(prompt), model, max_tokens=steps, sampler=rec.sampler,
+                        logits_processors=[rec.processor], max_kv_size=sc.max_kv_size, prompt_cache=cache,
+                        kv_bits=sc.kv_bits, kv_group_size=sc.kv_group_size,
+                        quantized_kv_start=sc.quantized_kv_start)
+    err = None
+    try:
+        for y, _ in gen:
+            yielded.append(y)
+    except Exception as e:  # mlx-lm's own raise: recorded, never fatal
+        err = e
+    finally:
+        gen.close()
+    n = rec.take(seq, steps + 1)
+    assert seq.tokens[len(seq.tokens) - n:][: len(yielded)] == yielded, "yields differ from the sampler's tokens"
+    return n, err
+
+
+def _offsets(cache):
+    return [c.offset for c in cache]
+
+
+def _classes(cache, layers: int) -> list[str]:
+    """Per layer: the class of its cache entry; layers past the list (KV-shared layers of
+    gemma4_text, which the model pads with None) are `shared`."""
+    return [type(cache[l]).__name__ if l < len(cache) else "shared" for l in range(layers)]
+
+
+def _replay_single(model, taps, sc: Scenario, prompt) -> tuple[list[Sequence], list]:
+    seq = Sequence(prompt)
+    cache = lm_cache.make_prompt_cache(model, max_kv_size=sc.max_kv_size)
+    n, err = _generate(model, taps, seq, prompt, sc.steps, sc, cache)
+    _finish(seq, sc.steps, err)
+    return [seq], cache
+
+
+def _finish(seq: Sequence, steps: int, err):
+    """Drops the steps past `steps` (generate_step's look-ahead call) and sets the status."""
+    del seq.tokens[steps:], seq.logits[steps:], seq.attn[steps:]
+    if err is not None:
+        seq.status = _error(err)
+
+
+def _replay_save_load(model, taps, sc: Scenario, prompt):
+    seq = Sequence(prompt)
+    k = sc.save_at
+    cache = lm_cache.make_prompt_cache(model, max_kv_size=sc.max_kv_size)
+    # max_tokens=K: the calls over the prompt and tokens 0..K-1; the last one produced token K.
+    n, err = _generate(model, taps, seq, prompt, k, sc, cache)
+    if err is not None:
+        _finish(seq, sc.steps, err)
+        return [seq], cache
+    assert n == k + 1, (n, k)
+    want = len(prompt) + k  # the cache holds the prompt and tokens 0..K-1
+    assert all(o == want for o in _offsets(cache)), (_offsets(cache), want)
+    try:
+        with tempfile.TemporaryDirectory(prefix="kvlab-golden-") as tmp:
+            path = os.path.join(tmp, "cache.safetensors")
+            lm_cache.save_prompt_cache(path, cache)
+            loaded = lm_cache.load_prompt_cache(path)
+    except Exception as e:  # mlx-lm cannot save or load these caches: steps 0..K stand
+        _finish(seq, sc.steps, e)
+        return [seq], cache
+    assert [type(c) for c in loaded] == [type(c) for c in cache], "load_prompt_cache changed the classes"
+    assert _offsets(loaded) == _offsets(cache), (_offsets(loaded), _offsets(cache))
+    # Token K is the prompt of the continuation: its first call produces token K+1.
+    n2, err = _generate(model, taps, seq, [seq.tokens[k]], sc.steps - k - 1, sc, loaded)
+    _finish(seq, sc.steps, err)
+    return [seq], loaded
+
+
+def _replay_prefix(model, taps, sc: Scenario, prompts, model_key: str):
+    first = Sequence(prompts[0])
+    cache0 = lm_cache.make_prompt_cache(model, max_kv_size=sc.max_kv_size)
+    _, err0 = _generate(model, taps, first, prompts[0], sc.steps, sc, cache0)
+    _finish(first, sc.steps, err0)
+    store = lm_cache.LRUPromptCache()
+    if err0 is None:
+        # As mlx-lm's server stores a finished request: under prompt + every generated
+        # token, which the look-ahead call of generate_step has put into the cache too.
+        key = prompts[0] + first.tokens
+        assert all(o == len(key) for o in _offsets(cache0)), (_offsets(cache0), len(key))
+        store.insert_cache(model_key, key, cache0)
+    second = Sequence(prompts[1])
+    cache1, rest = store.fetch_nearest_cache(model_key, prompts[1])
+    second.reused = len(prompts[1]) - len(rest)
+    if cache1 is None:
+        cache1 = lm_cache.make_prompt_cache(model, max_kv_size=sc.max_kv_size)
+    assert all(o == second.reused for o in _offsets(cache1)), (_offsets(cache1), second.reused)
+    _, err1 = _generate(model, taps, second, rest, sc.steps, sc, cache1)
+    _finish(second, sc.steps, err1)
+    return [first, second], cache1
+
+
+def _replay_batch(model, sc: Scenario, prompts, layers: int):
+    seqs = [Sequence(p, attn=None) for p in prompts]
+    n_start = len(sc.prompts)
+    classes = None
+    if sc.kv_bits is not None:
+        for s in seqs:
+            s.status = "error: Unsupported: mlx-lm 0.32.2's BatchGenerator takes no kv_bits"
+        return seqs, _classes(lm_cache.make_prompt_cache(model, sc.max_kv_size), layers)
+
+    raw = [[] for _ in seqs]  # per request: the processor's logits, one per call it was in
+
+    def processor(i):
+        def record(tokens, logits):
+            raw[i].append(logits[0])
+            return logits
+        return record
+
+    gen = BatchGenerator(model, max_tokens=sc.steps, max_kv_size=sc.max_kv_size)
+    uid_of = {}
+    done, live = set(), set()
+    try:
+        uids = gen.insert([prompts[i] for i in range(n_start)], max_tokens=[sc.steps] * n_start,
+                          logits_processors=[[processor(i)] for i in range(n_start)])
+        uid_of.update({u: i for i, u in enumerate(uids)})
+        live.update(range(n_start))
+        joined = sc.join is None
+        rounds = 0  # decode rounds that delivered tokens to the requests that started together
+        while live or not joined:
+            _, responses = gen.next()
+            for r in responses:
+                i = uid_of[r.uid]
+                seqs[i].tokens.append(r.token)
+                if r.finish_reason is not None:
+                    live.discard(i)
+                    done.add(i)
+                    classes = _classes(r.prompt_cache, layers)
+                elif sc.finish is not None and i == sc.finish[0] and len(seqs[i].tokens) == sc.finish[1]:
+                    gen.remove([r.uid])
+                    live.discard(i)
+                    done.add(i)
+            if any(uid_of[r.uid] < n_start for r in responses):
+                if not joined and rounds == sc.join[1]:  # after decode step S: token S delivered
+                    j = len(seqs) - 1
+                    (u,) = gen.insert([prompts[j]], max_tokens=[sc.steps], logits_processors=[[processor(j)]])
+                    uid_of[u] = j
+                    live.add(j)
+                    joined = True
+                rounds += 1
+            if not responses and not live and not joined:
+                raise RuntimeError(f"join={sc.join[0]}@{sc.join[1]}: the batch ended before step {sc.join[1]}")
+    except Exception as e:
+        for i, s in enumerate(seqs):
+            if i not in done:
+                s.status = _error(e)
+    finally:
+        gen.close()
+    for s, logits in zip(seqs, raw):
+        s.logits = logits[: len(s.tokens)]  # the call after the last token is not a step
+    mx.eval([s.logits for s in seqs])
+    if classes is None:
+        classes = _classes(lm_cache.make_prompt_cache(model, sc.max_kv_size), layers)
+    return seqs, classes
+
+
+# ---- golden files ---------------------------------------------------------------------------
+
+def sha256_file(path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _kvlab_commit() -> str:
+    return os.environ.get("KVLAB_COMMIT") or "unknown"
+
+
+def golden_tensors(seqs: list[Sequence], vocab: int, widths: list[int]) -> dict[str, np.ndarray]:
+    out = {}
+    for i, s in enumerate(seqs):
+        steps = len(s.tokens)
+        out[f"seq.{i}.prompt"] = np.asarray(s.prompt, dtype=np.int32).reshape(-1)
+        out[f"seq.{i}.tokens"] = np.asarray(s.tokens, dtype=np.int32).reshape(steps)
+        rows = [np.asarray(x, dtype=np.float32) for x in s.logits]
+        out[f"seq.{i}.logits"] = np.stack(rows) if rows else np.zeros((0, vocab), np.float32)
+        assert out[f"seq.{i}.logits"].shape == (steps, vocab)
+        if s.attn is not None:
+            assert len(s.attn) == steps
+            for l, w in enumerate(widths):
+                rows = [np.asarray(step[l], dtype=np.float32) for step in s.attn]
+                out[f"seq.{i}.attn.{l}"] = np.stack(rows) if rows else np.zeros((0, w), np.float32)
+                assert out[f"seq.{i}.attn.{l}"].shape == (steps, w)
+    return out
+
+
+def write_golden(path, tensors: dict, metadata: dict):
+    from safetensors.numpy import save_file
+
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    try:
+        save_file({k: np.ascontiguousarray(v) for k, v in tensors.items()}, tmp, metadata=metadata)
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+
+
+@dataclass
+class Result:
+    scenario: Scenario
+    sequences: list[Sequence]
+    cache_classes: list[str]
+    seconds: float
+    path: Path | None = None
+
+
+class Replayer:
+    """One model directory, loaded once, replaying scenarios."""
+
+    def __init__(self, model_dir, model_id: str | None = None):
+        import mlx_lm
+        from mlx_lm.utils import load_model
+
+        self.dir = Path(model_dir)
+        self.model, self.config = load_model(self.dir)
+        self.model_id = model_id or self.dir.name
+        self.vocab = int(self.config["vocab_size"])
+        self.layers = len(self.model.layers)
+        self.sha256 = sha256_file(self.dir / "model.safetensors")
+        self.engine_version = mlx_lm.__version__
+
+    def replay(self, sc: Scenario) -> Result:
+        t0 = time.perf_counter()
+        prompts = sc.request_prompts(self.vocab)
+        with Taps(self.model) as taps:
+            widths = taps.widths
+            kind = sc.kind
+            if kind == "single":
+                seqs, cache = _replay_single(self.model, taps, sc, prompts[0])
+            elif kind == "save_load":
+                seqs, cache = _replay_save_load(self.model, taps, sc, prompts[0])
+            elif kind == "prefix":
+                seqs, cache = _replay_prefix(self.model, taps, sc, prompts, self.model_id)
+            else:
+                seqs, cache = None, None
+        if kind == "batch":
+            seqs, classes = _replay_batch(self.model, sc, prompts, self.layers)
+        else:
+            classes = _classes(cache, self.layers)
+        self._widths = widths
+        return Result(sc, seqs, classes, time.perf_counter() - t0)
+
+    def metadata(self, r: Result) -> dict[str, str]:
+        sc = r.scenario
+        meta = {"kvlab.golden": "1", "model": self.model_id, "model_sha256": self.sha256,
+                "scenario": sc.name, "scenario_line": sc.line, "engine": "mlx-lm",
+                "engine_version": self.engine_version, "backend": f"mlx-{mx.default_device().type.name}",
+                "kvlab_commit": _kvlab_commit(), "sequences": str(len(r.sequences)),
+                "layers": str(self.layers), "cache_classes": ",".join(r.cache_classes)}
+        for i, s in enumerate(r.sequences):
+            meta[f"seq.{i}.status"] = s.status
+            if s.reused is not None:
+                meta[f"seq.{i}.reused"] = str(s.reused)
+        return meta
+
+    def write(self, r: Result, out_dir) -> Path:
+        path = Path(out_dir) / f"{self.model_id}.{r.scenario.name}.mlx-lm.safetensors"
+        write_golden(path, golden_tensors(r.sequences, self.vocab, self._widths), self.metadata(r))
+        r.path = path
+        return path
+
+
+def summary(r: Result) -> str:
+    steps = ",".join(str(len(s.tokens)) for s in r.sequences)
+    statuses = "; ".join(s.status for s in r.sequences)
+    reused = [str(s.reused) for s in r.sequences if s.reused is not None]
+    extra = f" reused={','.join(reused)}" if reused else ""
+    return (f"{r.scenario.name}: sequences={len(r.sequences)} steps={steps} status={statuses}{extra} "
+            f"cache_classes={','.join(r.cache_classes)} {r.seconds:.2f}s")
+
+
+def main(model_dir, scenarios_path, names, out_dir, model_id=None) -> int:
+    scenarios = read_scenarios(scenarios_path)
+    if names:
+        known = {s.name for s in scenarios}
+        missing = [n for n in names if n not in known]
+        if missing:
+            raise ScenarioError(f"{scenarios_path}: no scenario {', '.join(map(repr, missing))}")
+        scenarios = [s for s in scenarios if s.name in set(names)]
+    model_id = model_id or Path(scenarios_path).name
+    os.makedirs(out_dir, exist_ok=True)
+    rp = Replayer(model_dir, model_id)
+    for sc in scenarios:
+        r = rp.replay(sc)
+        rp.write(r, out_dir)
+        print(summary(r), flush=True)
+    return 0
