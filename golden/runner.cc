@@ -224,34 +224,50 @@ std::vector<SequenceRecord> run_single(const Model& model, const Scenario& s, co
   return out;
 }
 
-template <class Batch>
-void filter_as(Cache& c, const std::vector<std::int32_t>& keep) {
-  auto* b = dynamic_cast<Batch*>(&c);
-  KVLAB_REQUIRE(b != nullptr, misuse, "batch filter on a ", c.class_name());
-  b->filter(keep);
-}
-template <class Batch>
-void extend_as(Cache& c, const Cache& other) {
-  auto* b = dynamic_cast<Batch*>(&c);
-  const auto* o = dynamic_cast<const Batch*>(&other);
-  KVLAB_REQUIRE(b != nullptr && o != nullptr, misuse, "batch extend of a ", c.class_name(), " by a ", other.class_name());
-  b->extend(*o);
-}
-
-void filter_caches(Caches& caches, const std::vector<std::int32_t>& keep) {
-  for (auto& c : caches)
-    if (c) {
-      if (c->class_name() == "BatchRotatingKVCache") filter_as<BatchRotatingKVCache>(*c, keep);
-      else filter_as<BatchKVCache>(*c, keep);
-    }
+// A BatchKVCache slot as the unique_ptr<BatchKVCache> the hooks take, and back.
+template <class Op>
+void as_batch_kv(std::unique_ptr<Cache>& slot, Op&& op) {
+  KVLAB_REQUIRE(dynamic_cast<BatchKVCache*>(slot.get()) != nullptr, misuse, "batch operation on a ", slot->class_name());
+  std::unique_ptr<BatchKVCache> typed(static_cast<BatchKVCache*>(slot.release()));
+  try {
+    op(typed);
+  } catch (...) {
+    slot = std::move(typed);
+    throw;
+  }
+  slot = std::move(typed);
 }
 
-void extend_caches(Caches& caches, const Caches& other) {
-  for (std::size_t l = 0; l < caches.size(); ++l)
-    if (caches[l]) {
-      if (caches[l]->class_name() == "BatchRotatingKVCache") extend_as<BatchRotatingKVCache>(*caches[l], *other[l]);
-      else extend_as<BatchKVCache>(*caches[l], *other[l]);
+void filter_caches(Caches& caches, const std::vector<std::int32_t>& keep, const RunContext& ctx) {
+  for (auto& c : caches) {
+    if (!c) continue;
+    if (auto* ring = dynamic_cast<BatchRotatingKVCache*>(c.get())) {
+      ring->filter(keep);
+      continue;
     }
+    as_batch_kv(c, [&](std::unique_ptr<BatchKVCache>& b) {
+      if (ctx.kv_filter) ctx.kv_filter(b, keep);
+      else b->filter(keep);
+    });
+  }
+}
+
+void extend_caches(Caches& caches, const Caches& other, const RunContext& ctx) {
+  for (std::size_t l = 0; l < caches.size(); ++l) {
+    if (!caches[l]) continue;
+    if (auto* ring = dynamic_cast<BatchRotatingKVCache*>(caches[l].get())) {
+      const auto* o = dynamic_cast<const BatchRotatingKVCache*>(other[l].get());
+      KVLAB_REQUIRE(o != nullptr, misuse, "batch extend of a BatchRotatingKVCache by a ", other[l]->class_name());
+      ring->extend(*o);
+      continue;
+    }
+    const auto* o = dynamic_cast<const BatchKVCache*>(other[l].get());
+    KVLAB_REQUIRE(o != nullptr, misuse, "batch extend of a BatchKVCache by a ", other[l]->class_name());
+    as_batch_kv(caches[l], [&](std::unique_ptr<BatchKVCache>& b) {
+      if (ctx.kv_extend) ctx.kv_extend(b, *o);
+      else b->extend(*o);
+    });
+  }
 }
 
 // Left-padded prompts in one prefill call; each row's step 0 is the call's last column.
@@ -300,7 +316,7 @@ std::vector<SequenceRecord> run_batch(const Model& model, const Scenario& s, con
           next.push_back(token);
         }
       }
-      if (keep.size() != rows.size()) filter_caches(caches, keep);
+      if (keep.size() != rows.size()) filter_caches(caches, keep, ctx);
       rows = kept_rows;
       if (s.join && step == s.join->after_step) {
         const std::size_t joiner = s.prompts.size();
@@ -309,7 +325,7 @@ std::vector<SequenceRecord> run_batch(const Model& model, const Scenario& s, con
         const std::int32_t token = requests[joiner].add(first, 0);
         if (requests[joiner].steps() < quota(joiner)) {
           if (rows.empty()) caches = std::move(own);
-          else extend_caches(caches, own);
+          else extend_caches(caches, own, ctx);
           rows.push_back(static_cast<int>(joiner));
           next.push_back(token);
         }

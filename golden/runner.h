@@ -9,6 +9,7 @@
 #include <memory>
 #include <string>
 
+#include "cache/batch_kv_cache.h"
 #include "cache/cache.h"
 #include "golden/golden_file.h"
 #include "golden/model.h"
@@ -24,6 +25,10 @@ struct RunContext {
   // Applied to every cache the runner creates or restores; tests swap in a bug-zoo
   // mutant this way. Identity when empty.
   std::function<std::unique_ptr<Cache>(std::unique_ptr<Cache>, int layer)> wrap_cache;
+  // BatchKVCache's filter and extend as the batch scenarios call them (the zoo's batch
+  // lifecycle mutants have this shape); the cache's own members when empty.
+  std::function<void(std::unique_ptr<BatchKVCache>&, const std::vector<std::int32_t>&)> kv_filter;
+  std::function<void(std::unique_ptr<BatchKVCache>&, const BatchKVCache&)> kv_extend;
 };
 
 // A kvlab::Error raised mid-run (a cache misuse, a mutant's crash made safe) ends that

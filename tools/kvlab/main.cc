@@ -6,6 +6,7 @@
 
 #include "kvlab/error.h"
 #include "tools/kvlab/cache_commands.h"
+#include "tools/kvlab/golden_commands.h"
 #include "tools/kvlab/harness_commands.h"
 #include "tools/kvlab/selfcheck.h"
 
@@ -22,6 +23,8 @@ int main(int argc, char** argv) {
   harness.add_to(app);
   kvlab::tools::CacheCommands cache;
   cache.add_to(app);
+  kvlab::tools::GoldenCommands golden;
+  golden.add_to(app);
 
   // Exit status: 0 every selected case passed; 1 a case failed or was invalid (or the
   // backend is unavailable here, without --allow-unavailable); 2 a usage, input or
@@ -38,7 +41,8 @@ int main(int argc, char** argv) {
   }
   try {
     const int status = *selfcheck      ? (kvlab::tools::run_selfcheck(self, std::cout) == 0 ? 0 : 1)
-                       : cache.parsed() ? cache.run(std::cout)
+                       : cache.parsed()  ? cache.run(std::cout)
+                       : golden.parsed() ? golden.run(std::cout)
                                         : harness.run(std::cout);
     std::cout.flush();
     if (!std::cout) {
