@@ -122,7 +122,11 @@ const Tensor& Weights::at(const std::string& name) const {
   return *t;
 }
 
-Tensor& Weights::mutable_at(const std::string& name) { return const_cast<Tensor&>(at(name)); }
+Tensor& Weights::mutable_at(const std::string& name) {
+  const auto it = map_.find(name);
+  KVLAB_REQUIRE(it != map_.end(), invalid_argument, "no weight named \"", name, "\"");
+  return it->second;
+}
 
 // ---- host rows ↔ backend heads ---------------------------------------------------------
 
