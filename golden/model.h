@@ -8,12 +8,14 @@
 // parameter names, shapes and the order of operations follow those files.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <filesystem>
 #include <map>
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -72,5 +74,30 @@ std::string write_tiny_model(const nlohmann::json& config, const std::string& id
 
 // SHA-256 of a file, lowercase hex.
 std::string sha256_file(const std::filesystem::path& path);
+// SHA-256 of bytes in memory, lowercase hex.
+std::string sha256_hex(std::string_view bytes);
+
+// Incremental SHA-256 (FIPS 180-4): update() any number of times, then hex() once.
+class Sha256 {
+ public:
+  Sha256();
+  void update(const void* data, std::size_t size);
+  std::string hex();  // finishes the hash; the object is spent afterwards
+
+ private:
+  void block(const unsigned char* p);
+  std::array<std::uint32_t, 8> state_;
+  std::array<unsigned char, 64> buffer_{};
+  std::size_t used_ = 0;
+  std::uint64_t length_ = 0;
+};
+
+// The caches of mlx-lm's make_cache for `model` on `backend`: KVCache for full layers,
+// RotatingKVCache(sliding_window, keep 0) for sliding ones, nullptr for KV-shared layers.
+// With `left_padding` (one entry per row): BatchKVCache / BatchRotatingKVCache instead.
+std::vector<std::unique_ptr<Cache>> make_caches(const Model& model, Backend& backend,
+                                                std::span<const std::int32_t> left_padding = {});
+// The raw pointers forward() takes.
+std::vector<Cache*> cache_pointers(const std::vector<std::unique_ptr<Cache>>& caches);
 
 }  // namespace kvlab::golden
