@@ -31,46 +31,28 @@ std::unique_ptr<Cache> wrap(const RunContext& ctx, std::unique_ptr<Cache> cache,
   return ctx.wrap_cache ? ctx.wrap_cache(std::move(cache), layer) : std::move(cache);
 }
 
+// mlx-lm's make_cache (golden/model.h make_caches), then kvlab's window policy and the
+// context's wrapper.
 Caches single_caches(const Model& model, const Scenario& s, const RunContext& ctx) {
-  Caches out;
-  const auto& layers = model.layers();
-  for (std::size_t l = 0; l < layers.size(); ++l) {
-    std::unique_ptr<Cache> c;
-    if (layers[l].owns_cache) {
-      if (layers[l].kind == LayerKind::sliding)
-        c = std::make_unique<RotatingKVCache>(*ctx.backend, model.sliding_window(), 0);
-      else if (s.max_kv_size)
-        c = std::make_unique<RotatingKVCache>(*ctx.backend, *s.max_kv_size, kWindowKeep);
-      else
-        c = std::make_unique<KVCache>(*ctx.backend);
-      c = wrap(ctx, std::move(c), static_cast<int>(l));
-    }
-    out.push_back(std::move(c));
+  Caches out = make_caches(model, *ctx.backend);
+  for (std::size_t l = 0; l < out.size(); ++l) {
+    if (!out[l]) continue;
+    if (s.max_kv_size && model.layers()[l].kind == LayerKind::full)
+      out[l] = std::make_unique<RotatingKVCache>(*ctx.backend, *s.max_kv_size, kWindowKeep);
+    out[l] = wrap(ctx, std::move(out[l]), static_cast<int>(l));
   }
   return out;
 }
 
 Caches batch_caches(const Model& model, const std::vector<std::int32_t>& left_padding, const RunContext& ctx) {
-  Caches out;
-  const auto& layers = model.layers();
-  for (std::size_t l = 0; l < layers.size(); ++l) {
-    std::unique_ptr<Cache> c;
-    if (layers[l].owns_cache) {
-      if (layers[l].kind == LayerKind::sliding)
-        c = std::make_unique<BatchRotatingKVCache>(*ctx.backend, model.sliding_window(), left_padding);
-      else
-        c = std::make_unique<BatchKVCache>(*ctx.backend, left_padding);
-      c = wrap(ctx, std::move(c), static_cast<int>(l));
-    }
-    out.push_back(std::move(c));
-  }
+  Caches out = make_caches(model, *ctx.backend, left_padding);
+  for (std::size_t l = 0; l < out.size(); ++l)
+    if (out[l]) out[l] = wrap(ctx, std::move(out[l]), static_cast<int>(l));
   return out;
 }
 
 ForwardRecord call(const Model& model, const Caches& caches, std::span<const std::int32_t> tokens, std::int64_t B) {
-  std::vector<Cache*> raw;
-  for (const auto& c : caches) raw.push_back(c.get());
-  return model.forward(tokens, B, static_cast<std::int64_t>(tokens.size()) / B, raw);
+  return model.forward(tokens, B, static_cast<std::int64_t>(tokens.size()) / B, cache_pointers(caches));
 }
 
 void maybe_quantize(Caches& caches, const Scenario& s) {
