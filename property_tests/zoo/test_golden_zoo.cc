@@ -51,7 +51,7 @@ TEST(GoldenZoo, TheDiffNamesTheRequestAndStepWhereTheExtendMutantBites) {
   const auto& first = report["first_divergence"];
   EXPECT_EQ(first["sequence"], 3) << "the joiner is request 3";
   EXPECT_EQ(first["step"], 1) << "its first batched step";
-  for (int seq : {0, 1, 2}) EXPECT_TRUE(report["sequences"][seq]["first_token_divergence"].is_null()) << seq;
+  for (std::size_t seq : {0u, 1u, 2u}) EXPECT_TRUE(report["sequences"][seq]["first_token_divergence"].is_null()) << seq;
 }
 
 }  // namespace

@@ -78,6 +78,12 @@ LoadedModel ensure_model(const std::string& id, const fs::path& golden_dir, cons
 }
 
 golden::Scenario find_scenario(const fs::path& golden_dir, const std::string& model, const std::string& name) {
+  const auto ids = model_ids(golden_dir);
+  if (std::find(ids.begin(), ids.end(), model) == ids.end()) {
+    std::string known;
+    for (const auto& id : ids) known += (known.empty() ? "" : ", ") + id;
+    fail(ErrorKind::invalid_argument, cat("unknown model '", model, "' (models: ", known, ")"));
+  }
   for (auto& s : golden::read_scenarios(golden_dir / "scenarios" / model))
     if (s.name == name) return s;
   fail(ErrorKind::invalid_argument, cat("model '", model, "' has no scenario '", name, "' in ",
