@@ -1,0 +1,937 @@
+// The HTML report of a golden diff; see html_report.h for the page's structure.
+//
+// Two stages: parse() validates the JSON into plain structs (every type check names its
+// field, so a malformed diff throws kvlab::Error before any output exists), then the
+// render_* functions write the page from those structs only.
+#include "golden/html_report.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <limits>
+#include <map>
+#include <optional>
+#include <set>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "kvlab/error.h"
+
+namespace kvlab::golden {
+namespace {
+
+using nlohmann::json;
+
+// ---------------------------------------------------------------------------------------
+// Parsing
+// ---------------------------------------------------------------------------------------
+
+[[noreturn]] void bad(const std::string& field, const std::string& what) {
+  fail(ErrorKind::invalid_argument, cat("golden diff HTML report: field '", field, "' ", what));
+}
+
+[[noreturn]] void bad_type(const std::string& field, const json& j, std::string_view expected) {
+  bad(field, cat("must be ", expected, ", got ", j.type_name()));
+}
+
+// The member `key` of `obj` (an object), or nullptr when absent or null.
+const json* member(const json& obj, const char* key) {
+  auto it = obj.find(key);
+  if (it == obj.end() || it->is_null()) return nullptr;
+  return &*it;
+}
+
+const json& expect_object(const json& j, const std::string& field) {
+  if (!j.is_object()) bad_type(field, j, "an object");
+  return j;
+}
+
+const json& expect_array(const json& j, const std::string& field, std::size_t max_size,
+                         std::string_view what) {
+  if (!j.is_array()) bad_type(field, j, "an array");
+  if (j.size() > max_size) {
+    bad(field, cat("has ", j.size(), " ", what, "; the HTML report draws at most ", max_size));
+  }
+  return j;
+}
+
+// A number, or one of the strings the diff writes for non-finite values.
+double as_number(const json& j, const std::string& field) {
+  if (j.is_number()) return j.get<double>();
+  if (j.is_string()) {
+    std::string s = j.get<std::string>();
+    for (char& c : s) c = static_cast<char>(c >= 'A' && c <= 'Z' ? c - 'A' + 'a' : c);
+    if (s == "inf" || s == "+inf" || s == "infinity" || s == "+infinity") {
+      return std::numeric_limits<double>::infinity();
+    }
+    if (s == "-inf" || s == "-infinity") return -std::numeric_limits<double>::infinity();
+    if (s == "nan" || s == "+nan" || s == "-nan") return std::numeric_limits<double>::quiet_NaN();
+    bad(field, cat("must be a number, \"inf\" or \"nan\", got the string \"", j.get<std::string>().substr(0, 40), "\""));
+  }
+  bad_type(field, j, "a number");
+}
+
+std::optional<double> as_number_or_null(const json& j, const std::string& field) {
+  if (j.is_null()) return std::nullopt;
+  return as_number(j, field);
+}
+
+std::int64_t as_int(const json& j, const std::string& field) {
+  if (j.is_number_unsigned()) {
+    const auto u = j.get<std::uint64_t>();
+    if (u > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max())) bad(field, "is out of range");
+    return static_cast<std::int64_t>(u);
+  }
+  if (j.is_number_integer()) return j.get<std::int64_t>();
+  bad_type(field, j, "an integer");
+}
+
+std::int64_t as_index(const json& j, const std::string& field) {
+  const std::int64_t v = as_int(j, field);
+  if (v < 0) bad(field, cat("must be ≥ 0, got ", v));
+  return v;
+}
+
+std::string as_string(const json& j, const std::string& field) {
+  if (!j.is_string()) bad_type(field, j, "a string");
+  return j.get<std::string>();
+}
+
+// A metadata value: strings as they are; numbers and booleans as JSON writes them.
+std::string as_meta_text(const json& j, const std::string& field) {
+  if (j.is_string()) return j.get<std::string>();
+  if (j.is_number() || j.is_boolean()) return j.dump();
+  bad_type(field, j, "a string");
+}
+
+using OptNum = std::optional<double>;
+
+struct Side {
+  std::optional<std::string> path;
+  std::map<std::string, std::string> meta;
+};
+
+struct FirstDivergence {
+  std::int64_t sequence = 0, step = 0;
+  std::optional<std::int64_t> layer;
+  std::optional<std::string> what;
+};
+
+struct Tolerance {
+  OptNum max_dlogit, max_mean_kld, min_top1, attn_rel;
+};
+
+struct Summary {
+  std::optional<std::int64_t> steps;
+  OptNum top1_agreement, max_abs_dlogit, kld_mean, kld_median, kld_p99, kld_p999, kld_max, rms_dp;
+};
+
+struct Sequence {
+  std::int64_t index = 0;
+  std::optional<std::string> status_a, status_b;
+  std::vector<std::int64_t> tokens_a, tokens_b;
+  std::optional<std::int64_t> first_token_divergence;
+  std::size_t steps = 0;  // compared steps: the columns of the heat map and the plots
+  std::optional<std::vector<OptNum>> kld, dlogit;
+  std::optional<std::vector<std::optional<bool>>> top1;
+  std::vector<std::vector<OptNum>> layer_rel;  // [layer][step]; empty: no records
+};
+
+struct Diff {
+  Side a, b;
+  Tolerance tol;
+  bool pass = false;
+  std::vector<std::string> reasons;
+  std::optional<FirstDivergence> first;
+  std::optional<Summary> summary;
+  std::vector<Sequence> sequences;
+};
+
+Side parse_side(const json& diff, const char* key) {
+  Side side;
+  const json* j = member(diff, key);
+  if (j == nullptr) return side;
+  expect_object(*j, key);
+  if (const json* p = member(*j, "path")) side.path = as_meta_text(*p, cat(key, ".path"));
+  if (const json* m = member(*j, "meta")) {
+    expect_object(*m, cat(key, ".meta"));
+    for (const auto& [k, v] : m->items()) {
+      if (v.is_null()) continue;
+      side.meta[k] = as_meta_text(v, cat(key, ".meta.", k));
+    }
+  }
+  return side;
+}
+
+OptNum opt_number(const json& obj, const char* key, const std::string& prefix) {
+  const json* j = member(obj, key);
+  return j == nullptr ? std::nullopt : OptNum(as_number(*j, prefix + key));
+}
+
+std::optional<std::vector<OptNum>> parse_series(const json& seq, const char* key, const std::string& prefix) {
+  const json* j = member(seq, key);
+  if (j == nullptr) return std::nullopt;
+  const std::string field = prefix + key;
+  expect_array(*j, field, kHtmlMaxSteps, "steps");
+  std::vector<OptNum> out;
+  out.reserve(j->size());
+  for (std::size_t s = 0; s < j->size(); ++s) out.push_back(as_number_or_null((*j)[s], cat(field, "[", s, "]")));
+  return out;
+}
+
+std::vector<std::int64_t> parse_tokens(const json& seq, const char* key, const std::string& prefix) {
+  std::vector<std::int64_t> out;
+  const json* j = member(seq, key);
+  if (j == nullptr) return out;
+  const std::string field = prefix + key;
+  expect_array(*j, field, kHtmlMaxSteps, "tokens");
+  for (std::size_t s = 0; s < j->size(); ++s) out.push_back(as_int((*j)[s], cat(field, "[", s, "]")));
+  return out;
+}
+
+Sequence parse_sequence(const json& j, std::size_t position) {
+  const std::string prefix = cat("sequences[", position, "].");
+  expect_object(j, cat("sequences[", position, "]"));
+  Sequence seq;
+  seq.index = static_cast<std::int64_t>(position);
+  if (const json* i = member(j, "index")) seq.index = as_index(*i, prefix + "index");
+  if (const json* s = member(j, "status_a")) seq.status_a = as_string(*s, prefix + "status_a");
+  if (const json* s = member(j, "status_b")) seq.status_b = as_string(*s, prefix + "status_b");
+  seq.tokens_a = parse_tokens(j, "tokens_a", prefix);
+  seq.tokens_b = parse_tokens(j, "tokens_b", prefix);
+  if (const json* d = member(j, "first_token_divergence")) {
+    const std::int64_t step = as_index(*d, prefix + "first_token_divergence");
+    const std::size_t longest = std::max(seq.tokens_a.size(), seq.tokens_b.size());
+    if (static_cast<std::uint64_t>(step) >= longest) {
+      bad(prefix + "first_token_divergence", cat("is ", step, " but the token streams have ", longest, " steps"));
+    }
+    seq.first_token_divergence = step;
+  }
+  seq.kld = parse_series(j, "kld", prefix);
+  seq.dlogit = parse_series(j, "max_abs_dlogit", prefix);
+  if (const json* t = member(j, "top1_same")) {
+    const std::string field = prefix + "top1_same";
+    expect_array(*t, field, kHtmlMaxSteps, "steps");
+    std::vector<std::optional<bool>> top1;
+    for (std::size_t s = 0; s < t->size(); ++s) {
+      const json& v = (*t)[s];
+      if (v.is_null()) {
+        top1.emplace_back();
+      } else if (v.is_boolean()) {
+        top1.emplace_back(v.get<bool>());
+      } else {
+        bad_type(cat(field, "[", s, "]"), v, "a boolean");
+      }
+    }
+    seq.top1 = std::move(top1);
+  }
+  // The compared steps: steps_compared when given, else the first per-step array's length.
+  if (const json* n = member(j, "steps_compared")) {
+    const std::int64_t steps = as_index(*n, prefix + "steps_compared");
+    if (static_cast<std::uint64_t>(steps) > kHtmlMaxSteps) {
+      bad(prefix + "steps_compared", cat("is ", steps, "; the HTML report draws at most ", kHtmlMaxSteps, " steps"));
+    }
+    seq.steps = static_cast<std::size_t>(steps);
+  } else if (seq.kld) {
+    seq.steps = seq.kld->size();
+  } else if (seq.dlogit) {
+    seq.steps = seq.dlogit->size();
+  } else if (seq.top1) {
+    seq.steps = seq.top1->size();
+  }
+  auto check_length = [&](const char* key, std::size_t size) {
+    if (size != seq.steps) {
+      bad(prefix + key, cat("has ", size, " entries but ", seq.steps, " steps were compared"));
+    }
+  };
+  if (seq.kld) check_length("kld", seq.kld->size());
+  if (seq.dlogit) check_length("max_abs_dlogit", seq.dlogit->size());
+  if (seq.top1) check_length("top1_same", seq.top1->size());
+  if (const json* lr = member(j, "layer_rel")) {
+    const std::string field = prefix + "layer_rel";
+    expect_array(*lr, field, kHtmlMaxLayers, "layers");
+    for (std::size_t l = 0; l < lr->size(); ++l) {
+      const std::string row_field = cat(field, "[", l, "]");
+      const json& row = expect_array((*lr)[l], row_field, kHtmlMaxSteps, "steps");
+      if (row.size() != seq.steps) {
+        bad(row_field, cat("has ", row.size(), " entries but ", seq.steps, " steps were compared"));
+      }
+      std::vector<OptNum> values;
+      values.reserve(row.size());
+      for (std::size_t s = 0; s < row.size(); ++s) {
+        values.push_back(as_number_or_null(row[s], cat(row_field, "[", s, "]")));
+      }
+      seq.layer_rel.push_back(std::move(values));
+    }
+  }
+  return seq;
+}
+
+Diff parse(const json& j) {
+  expect_object(j, "(the diff)");
+  Diff d;
+  d.a = parse_side(j, "a");
+  d.b = parse_side(j, "b");
+  if (const json* t = member(j, "tolerance")) {
+    expect_object(*t, "tolerance");
+    d.tol = {opt_number(*t, "max_dlogit", "tolerance."), opt_number(*t, "max_mean_kld", "tolerance."),
+             opt_number(*t, "min_top1", "tolerance."), opt_number(*t, "attn_rel", "tolerance.")};
+  }
+  const json* v = member(j, "verdict");
+  if (v == nullptr) bad("verdict", "is missing");
+  const std::string verdict = as_string(*v, "verdict");
+  if (verdict != "pass" && verdict != "fail") bad("verdict", "must be \"pass\" or \"fail\"");
+  d.pass = verdict == "pass";
+  if (const json* r = member(j, "reasons")) {
+    expect_array(*r, "reasons", 4096, "reasons");
+    for (std::size_t i = 0; i < r->size(); ++i) d.reasons.push_back(as_string((*r)[i], cat("reasons[", i, "]")));
+  }
+  if (const json* f = member(j, "first_divergence")) {
+    expect_object(*f, "first_divergence");
+    FirstDivergence fd;
+    const json* s = member(*f, "sequence");
+    const json* st = member(*f, "step");
+    if (s == nullptr) bad("first_divergence.sequence", "is missing");
+    if (st == nullptr) bad("first_divergence.step", "is missing");
+    fd.sequence = as_index(*s, "first_divergence.sequence");
+    fd.step = as_index(*st, "first_divergence.step");
+    if (const json* l = member(*f, "layer")) fd.layer = as_index(*l, "first_divergence.layer");
+    if (const json* w = member(*f, "what")) fd.what = as_string(*w, "first_divergence.what");
+    d.first = fd;
+  }
+  if (const json* s = member(j, "summary")) {
+    expect_object(*s, "summary");
+    Summary sum;
+    if (const json* n = member(*s, "steps")) sum.steps = as_index(*n, "summary.steps");
+    sum.top1_agreement = opt_number(*s, "top1_agreement", "summary.");
+    sum.max_abs_dlogit = opt_number(*s, "max_abs_dlogit", "summary.");
+    sum.rms_dp = opt_number(*s, "rms_dp", "summary.");
+    if (const json* k = member(*s, "kld")) {
+      expect_object(*k, "summary.kld");
+      sum.kld_mean = opt_number(*k, "mean", "summary.kld.");
+      sum.kld_median = opt_number(*k, "median", "summary.kld.");
+      sum.kld_p99 = opt_number(*k, "p99", "summary.kld.");
+      sum.kld_p999 = opt_number(*k, "p999", "summary.kld.");
+      sum.kld_max = opt_number(*k, "max", "summary.kld.");
+    }
+    d.summary = sum;
+  }
+  if (const json* s = member(j, "sequences")) {
+    expect_array(*s, "sequences", kHtmlMaxSequences, "sequences");
+    std::set<std::int64_t> seen;
+    std::size_t cells = 0;
+    for (std::size_t i = 0; i < s->size(); ++i) {
+      Sequence seq = parse_sequence((*s)[i], i);
+      if (!seen.insert(seq.index).second) {
+        bad(cat("sequences[", i, "].index"), cat("repeats the index ", seq.index));
+      }
+      cells += seq.layer_rel.size() * seq.steps;
+      if (cells > kHtmlMaxCells) {
+        bad("sequences", cat("hold more than ", kHtmlMaxCells, " layer × step cells; the HTML report draws at most that many"));
+      }
+      d.sequences.push_back(std::move(seq));
+    }
+  }
+  return d;
+}
+
+// ---------------------------------------------------------------------------------------
+// Formatting
+// ---------------------------------------------------------------------------------------
+
+const char* const kNone = "\xe2\x80\x94";  // "—"
+
+std::string esc(std::string_view s) {
+  std::string out;
+  out.reserve(s.size() + 16);
+  for (const char c : s) {
+    switch (c) {
+      case '&': out += "&amp;"; break;
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      case '"': out += "&quot;"; break;
+      case '\'': out += "&#39;"; break;
+      default: out += c;
+    }
+  }
+  return out;
+}
+
+// Three significant digits; scientific below 1e-2 and from 1e5 on, without padding or
+// trailing zeros ("1e-8", "8.73e-3", "2.5e5").
+std::string num(double v) {
+  if (std::isnan(v)) return "nan";
+  if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
+  if (v == 0) return "0";
+  char buf[64];
+  const double a = std::fabs(v);
+  std::snprintf(buf, sizeof buf, a < 1e-2 || a >= 1e5 ? "%.2e" : "%.3g", v);
+  std::string s = buf;
+  const auto e = s.find('e');
+  if (e == std::string::npos) return s;
+  std::string mant = s.substr(0, e), exp = s.substr(e + 1);
+  if (mant.find('.') != std::string::npos) {
+    mant.erase(mant.find_last_not_of('0') + 1);
+    if (mant.back() == '.') mant.pop_back();
+  }
+  std::string sign;
+  if (!exp.empty() && (exp[0] == '+' || exp[0] == '-')) {
+    if (exp[0] == '-') sign = "-";
+    exp.erase(0, 1);
+  }
+  exp.erase(0, std::min(exp.find_first_not_of('0'), exp.size() - 1));
+  return mant + "e" + sign + exp;
+}
+
+std::string num(const OptNum& v) { return v ? num(*v) : std::string(kNone); }
+
+std::string percent(double v) {
+  if (!std::isfinite(v)) return num(v);
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.2f%%", 100.0 * v);
+  return buf;
+}
+
+// SVG coordinates: one decimal.
+std::string px(double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.1f", v);
+  std::string s = buf;
+  if (s.size() > 2 && s.compare(s.size() - 2, 2, ".0") == 0) s.resize(s.size() - 2);
+  return s;
+}
+
+std::string str(std::int64_t v) { return std::to_string(v); }
+std::string str(std::size_t v) { return std::to_string(v); }
+
+// The heat map's colour scale: log10 of the relative delta from -8 (light) to 0 (dark
+// red); 1e-4, the default attn_rel tolerance, sits at the middle (light orange).
+constexpr double kScaleLo = -8, kScaleHi = 0;
+
+std::string colour(double v) {
+  if (std::isnan(v)) return "#000000";
+  double t = 0;
+  if (std::isinf(v) && v > 0) {
+    t = 1;
+  } else if (v > 0) {
+    t = std::clamp((std::log10(v) - kScaleLo) / (kScaleHi - kScaleLo), 0.0, 1.0);
+  }
+  static constexpr double stops[5][3] = {
+      {247, 251, 255}, {158, 202, 225}, {253, 212, 158}, {239, 101, 72}, {127, 0, 0}};
+  const double x = t * 4;
+  const int i = std::min(static_cast<int>(x), 3);
+  const double f = x - i;
+  char buf[8];
+  int rgb[3];
+  for (int c = 0; c < 3; ++c) {
+    rgb[c] = static_cast<int>(std::lround(stops[i][c] + (stops[i + 1][c] - stops[i][c]) * f));
+  }
+  std::snprintf(buf, sizeof buf, "#%02x%02x%02x", rgb[0] & 0xff, rgb[1] & 0xff, rgb[2] & 0xff);
+  return buf;
+}
+
+// ---------------------------------------------------------------------------------------
+// Rendering
+// ---------------------------------------------------------------------------------------
+
+const char* const kCss = R"css(
+:root { --pass: #1e7b34; --fail: #b3261e; --muted: #667; --line: #d5d8de; }
+* { box-sizing: border-box; }
+body { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; color: #1b1d22;
+       margin: 0 auto; padding: 20px 28px 60px; max-width: 1500px; background: #fff; }
+h1 { font-size: 24px; margin: 0 0 12px; }
+h2 { font-size: 19px; margin: 28px 0 10px; border-bottom: 2px solid var(--line); padding-bottom: 4px; }
+h3 { font-size: 15px; margin: 18px 0 6px; }
+h4 { font-size: 13px; margin: 12px 0 4px; color: #333; font-weight: 600; }
+code, .mono, td.tok, td.v { font-family: ui-monospace, "SFMono-Regular", Menlo, Consolas, monospace; }
+.verdict { border-radius: 8px; padding: 14px 18px; color: #fff; margin-bottom: 14px; }
+.verdict.pass { background: var(--pass); }
+.verdict.fail { background: var(--fail); }
+.verdict .word { font-size: 28px; font-weight: 800; letter-spacing: 1px; }
+.verdict .sub { font-size: 14px; opacity: .95; margin-left: 12px; }
+.verdict ul { margin: 8px 0 0; padding-left: 22px; }
+.verdict p { margin: 8px 0 0; }
+.verdict a { color: #fff; }
+.verdict .none { color: #fff; opacity: .85; }
+.subtitle { color: var(--muted); margin: -6px 0 12px; }
+.none { color: var(--muted); }
+table { border-collapse: collapse; }
+table.kv td, table.kv th { border: 1px solid var(--line); padding: 4px 10px; text-align: left; vertical-align: top; }
+table.kv th { background: #f3f4f6; }
+table.kv td.v { word-break: break-word; max-width: 560px; }
+table.kv tr.differs td { background: #fff6d6; }
+table.kv td.over { background: #fde2df; color: var(--fail); font-weight: 700; }
+section.sequence { border: 1px solid var(--line); border-radius: 8px; padding: 4px 16px 16px; margin: 18px 0; }
+.statuses p { margin: 4px 0; font-family: ui-monospace, Menlo, Consolas, monospace; }
+.status.ok { color: var(--pass); }
+.status.error { color: #fff; background: var(--fail); padding: 6px 10px; border-radius: 4px; font-weight: 700; }
+.scroll { overflow-x: auto; }
+svg text { font: 11px system-ui, sans-serif; fill: #333; }
+svg .axis { stroke: #888; stroke-width: 1; }
+svg .grid { stroke: #e6e8ec; stroke-width: 1; }
+svg .tol { stroke: #b3261e; stroke-width: 1; stroke-dasharray: 5 4; }
+svg .divline { stroke: #1f4fff; stroke-width: 1.5; stroke-dasharray: 3 3; }
+svg .series { fill: none; stroke-width: 1.8; }
+svg.kld-plot .series { stroke: #6a3d9a; }
+svg.kld-plot circle { fill: #6a3d9a; }
+svg.dlogit-plot .series { stroke: #1f78b4; }
+svg.dlogit-plot circle { fill: #1f78b4; }
+svg rect.top1.same { fill: #2e9d4f; }
+svg rect.top1.differ { fill: #d33b2c; }
+svg rect.top1.unknown { fill: #bbb; }
+svg rect.first-divergent { fill: none; stroke: #1f4fff; stroke-width: 3; }
+svg rect.divergent-step { fill: none; stroke: #1f4fff; stroke-width: 2; stroke-dasharray: 4 3; }
+.tokens table { margin: 6px 0 10px; }
+.tokens th, .tokens td { border: 1px solid var(--line); padding: 2px 5px; text-align: right; min-width: 38px; font-size: 12px; }
+.tokens tr.steps th { background: #f3f4f6; color: var(--muted); font-weight: 400; }
+.tokens tr th:first-child { text-align: left; background: #f3f4f6; }
+.tokens td.after { opacity: .35; }
+.tokens td.diverged { background: #fde2df; color: var(--fail); font-weight: 800; outline: 2px solid var(--fail); outline-offset: -2px; opacity: 1; }
+.tokens td.missing { color: #aaa; background: repeating-linear-gradient(45deg, #f4f4f4, #f4f4f4 3px, #e3e3e3 3px, #e3e3e3 6px); }
+.legend-note { color: var(--muted); font-size: 12px; margin: 2px 0 0; }
+)css";
+
+struct Layout {
+  double left = 70;   // the left margin of every per-sequence SVG (labels)
+  double cw = 20;     // the width of one step column
+  std::size_t steps = 0;
+  double x(std::size_t s) const { return left + cw * static_cast<double>(s); }
+  double width() const { return left + cw * static_cast<double>(steps) + 70; }
+};
+
+Layout layout_for(std::size_t steps) {
+  Layout lay;
+  lay.steps = steps;
+  lay.cw = steps == 0 ? 20 : std::clamp(std::floor(1000.0 / static_cast<double>(steps)), 3.0, 36.0);
+  return lay;
+}
+
+// Labels every k steps so that labels are at least 34 px apart.
+std::size_t tick_every(double cw) {
+  for (const std::size_t k : {1u, 2u, 5u, 10u, 20u, 50u, 100u, 200u, 500u, 1000u}) {
+    if (cw * static_cast<double>(k) >= 34) return k;
+  }
+  return 2000;
+}
+
+void step_axis(std::string& o, const Layout& lay, double y) {
+  const std::size_t k = tick_every(lay.cw);
+  for (std::size_t s = 0; s < lay.steps; s += k) {
+    const double cx = lay.x(s) + lay.cw / 2;
+    o += "<text x=\"" + px(cx) + "\" y=\"" + px(y) + "\" text-anchor=\"middle\">" + str(s) + "</text>";
+  }
+}
+
+// The step (column) of this sequence to mark, and the layer of the first divergent cell.
+struct Marks {
+  std::optional<std::size_t> step;
+  std::optional<std::size_t> layer;
+};
+
+Marks marks_for(const Diff& d, const Sequence& seq) {
+  Marks m;
+  if (d.first && d.first->sequence == seq.index) {
+    if (static_cast<std::uint64_t>(d.first->step) < seq.steps) {
+      m.step = static_cast<std::size_t>(d.first->step);
+      if (d.first->layer && static_cast<std::uint64_t>(*d.first->layer) < seq.layer_rel.size()) {
+        m.layer = static_cast<std::size_t>(*d.first->layer);
+      }
+    }
+  } else if (seq.first_token_divergence && static_cast<std::uint64_t>(*seq.first_token_divergence) < seq.steps) {
+    m.step = static_cast<std::size_t>(*seq.first_token_divergence);
+  }
+  return m;
+}
+
+void render_heatmap(std::string& o, const Diff& d, const Sequence& seq, const Layout& lay, const Marks& marks) {
+  const std::string id = "seq-" + str(seq.index);
+  o += "<h4>Relative delta of each layer's attention output (layer_rel)</h4>";
+  if (seq.layer_rel.empty() || seq.steps == 0) {
+    o += "<p class=\"none\">";
+    o += kNone;
+    o += " no attention records to compare</p>";
+    return;
+  }
+  const std::size_t layers = seq.layer_rel.size();
+  const double rh = std::clamp(std::floor(400.0 / static_cast<double>(layers)), 4.0, 26.0);
+  const double top = 6, height = top + rh * static_cast<double>(layers) + 22;
+  o += "<div class=\"scroll\"><svg class=\"heatmap\" id=\"" + id + "-heatmap\" xmlns=\"http://www.w3.org/2000/svg\" width=\"" +
+       px(lay.width()) + "\" height=\"" + px(height) + "\" role=\"img\" aria-label=\"layer relative delta heat map\">";
+  o += "<defs><pattern id=\"" + id +
+       "-hatch\" width=\"6\" height=\"6\" patternUnits=\"userSpaceOnUse\" patternTransform=\"rotate(45)\">"
+       "<rect width=\"6\" height=\"6\" fill=\"#eeeeee\"/><line x1=\"0\" y1=\"0\" x2=\"0\" y2=\"6\" stroke=\"#b8b8b8\" stroke-width=\"3\"/>"
+       "</pattern></defs>";
+  const std::size_t label_every = rh >= 11 ? 1 : static_cast<std::size_t>(std::ceil(11.0 / rh));
+  for (std::size_t l = 0; l < layers; ++l) {
+    const double y = top + rh * static_cast<double>(l);
+    if (l % label_every == 0) {
+      o += "<text x=\"" + px(lay.left - 6) + "\" y=\"" + px(y + rh / 2 + 4) + "\" text-anchor=\"end\">layer " + str(l) + "</text>";
+    }
+    for (std::size_t s = 0; s < seq.steps; ++s) {
+      const OptNum& v = seq.layer_rel[l][s];
+      o += "<rect class=\"cell\" data-layer=\"" + str(l) + "\" data-step=\"" + str(s) + "\" x=\"" + px(lay.x(s)) + "\" y=\"" +
+           px(y) + "\" width=\"" + px(lay.cw) + "\" height=\"" + px(rh) + "\" fill=\"" +
+           (v ? colour(*v) : "url(#" + id + "-hatch)") + "\" stroke=\"#fff\" stroke-width=\"0.5\"><title>layer " + str(l) +
+           ", step " + str(s) + ": " + (v ? num(*v) : std::string("no record")) + "</title></rect>";
+    }
+  }
+  if (marks.step) {
+    const double x = lay.x(*marks.step);
+    if (marks.layer) {
+      o += "<rect class=\"first-divergent\" id=\"" + id + "-first-divergent\" x=\"" + px(x + 1.5) + "\" y=\"" +
+           px(top + rh * static_cast<double>(*marks.layer) + 1.5) + "\" width=\"" + px(std::max(lay.cw - 3, 1.0)) +
+           "\" height=\"" + px(std::max(rh - 3, 1.0)) + "\"><title>first divergence: layer " + str(*marks.layer) + ", step " +
+           str(*marks.step) + "</title></rect>";
+    } else {
+      o += "<rect class=\"divergent-step\" x=\"" + px(x + 1) + "\" y=\"" + px(top + 1) + "\" width=\"" +
+           px(std::max(lay.cw - 2, 1.0)) + "\" height=\"" + px(rh * static_cast<double>(layers) - 2) +
+           "\"><title>first divergence: step " + str(*marks.step) + "</title></rect>";
+    }
+  }
+  step_axis(o, lay, top + rh * static_cast<double>(layers) + 15);
+  o += "</svg></div>";
+
+  // The legend: the fixed scale, the tolerance, no record, NaN.
+  const double lw = 300, lx = lay.left;
+  o += "<svg class=\"heatmap-legend\" xmlns=\"http://www.w3.org/2000/svg\" width=\"" + px(lx + lw + 340) +
+       "\" height=\"44\"><defs><linearGradient id=\"" + id + "-scale\">";
+  for (int i = 0; i <= 16; ++i) {
+    const double t = i / 16.0;
+    o += "<stop offset=\"" + px(100 * t) + "%\" stop-color=\"" + colour(std::pow(10.0, kScaleLo + t * (kScaleHi - kScaleLo))) + "\"/>";
+  }
+  o += "</linearGradient></defs>";
+  o += "<text x=\"" + px(lx - 6) + "\" y=\"15\" text-anchor=\"end\">rel. Δ</text>";
+  o += "<rect x=\"" + px(lx) + "\" y=\"4\" width=\"" + px(lw) + "\" height=\"14\" fill=\"url(#" + id + "-scale)\" stroke=\"#999\" stroke-width=\"0.5\"/>";
+  for (int e = static_cast<int>(kScaleLo); e <= static_cast<int>(kScaleHi); e += 2) {
+    const double x = lx + lw * (e - kScaleLo) / (kScaleHi - kScaleLo);
+    o += "<line class=\"axis\" x1=\"" + px(x) + "\" y1=\"18\" x2=\"" + px(x) + "\" y2=\"22\"/>";
+    o += "<text x=\"" + px(x) + "\" y=\"34\" text-anchor=\"middle\">" + (e == 0 ? std::string("≥1") : "1e" + std::to_string(e)) + "</text>";
+  }
+  if (d.tol.attn_rel && *d.tol.attn_rel > 0 && std::isfinite(*d.tol.attn_rel)) {
+    const double t = std::clamp((std::log10(*d.tol.attn_rel) - kScaleLo) / (kScaleHi - kScaleLo), 0.0, 1.0);
+    const double x = lx + lw * t;
+    o += "<line x1=\"" + px(x) + "\" y1=\"1\" x2=\"" + px(x) + "\" y2=\"21\" stroke=\"#1b1d22\" stroke-width=\"2\"/>";
+    o += "<text x=\"" + px(x) + "\" y=\"44\" text-anchor=\"middle\" font-weight=\"600\">tolerance " + num(*d.tol.attn_rel) + "</text>";
+  }
+  const double sx = lx + lw + 24;
+  o += "<rect x=\"" + px(sx) + "\" y=\"4\" width=\"14\" height=\"14\" fill=\"url(#" + id + "-hatch)\" stroke=\"#999\" stroke-width=\"0.5\"/>";
+  o += "<text x=\"" + px(sx + 19) + "\" y=\"15\">no record</text>";
+  o += "<rect x=\"" + px(sx + 90) + "\" y=\"4\" width=\"14\" height=\"14\" fill=\"#000\"/>";
+  o += "<text x=\"" + px(sx + 109) + "\" y=\"15\">nan</text>";
+  o += "<rect x=\"" + px(sx + 145) + "\" y=\"4\" width=\"14\" height=\"14\" fill=\"none\" stroke=\"#1f4fff\" stroke-width=\"3\"/>";
+  o += "<text x=\"" + px(sx + 164) + "\" y=\"15\">first divergence</text>";
+  o += "</svg>";
+}
+
+// A log-y line plot of one per-step series.
+void render_plot(std::string& o, const std::string& cls, const std::string& id, const std::string& title,
+                 const std::optional<std::vector<OptNum>>& series, const OptNum& tol, const Layout& lay, const Marks& marks) {
+  o += "<h4>" + title + "</h4>";
+  if (!series || series->empty()) {
+    o += "<p class=\"none\">";
+    o += kNone;
+    o += "</p>";
+    return;
+  }
+  constexpr double kFloorExp = -12;
+  double max_exp = -6;
+  for (const OptNum& v : *series) {
+    if (v && std::isfinite(*v) && *v > 0) max_exp = std::max(max_exp, std::ceil(std::log10(*v)));
+  }
+  if (tol && std::isfinite(*tol) && *tol > 0) max_exp = std::max(max_exp, std::ceil(std::log10(*tol)));
+  max_exp = std::min(max_exp, 300.0);
+  // Labelled decades every `every` from the floor; the top is the next labelled decade.
+  const int every = max_exp - kFloorExp > 12 ? static_cast<int>(std::ceil((max_exp - kFloorExp) / 6)) : 2;
+  max_exp = kFloorExp + every * std::ceil((max_exp - kFloorExp) / every);
+  const double top = 10, h = 130, height = top + h + 24;
+  auto y_of = [&](double v) {
+    if (std::isinf(v) && v > 0) return top;
+    const double e = v > 0 ? std::clamp(std::log10(v), kFloorExp, max_exp) : kFloorExp;
+    return top + h * (max_exp - e) / (max_exp - kFloorExp);
+  };
+  o += "<div class=\"scroll\"><svg class=\"" + cls + "\" id=\"" + id + "\" xmlns=\"http://www.w3.org/2000/svg\" width=\"" +
+       px(lay.width()) + "\" height=\"" + px(height) + "\" role=\"img\" aria-label=\"" + cls + "\">";
+  const double x0 = lay.left, x1 = lay.x(lay.steps);
+  // Decades from the floor up (the floor is labelled "≤1e-12": it holds every smaller value).
+  const int top_exp = static_cast<int>(max_exp), floor_exp = static_cast<int>(kFloorExp);
+  for (int e = floor_exp; e <= top_exp; e += every) {
+    const double y = y_of(std::pow(10.0, e));
+    o += "<line class=\"grid\" x1=\"" + px(x0) + "\" y1=\"" + px(y) + "\" x2=\"" + px(x1) + "\" y2=\"" + px(y) + "\"/>";
+    o += "<text x=\"" + px(x0 - 6) + "\" y=\"" + px(y + 4) + "\" text-anchor=\"end\">" +
+         (e == floor_exp ? std::string("≤1e") : std::string("1e")) + std::to_string(e) + "</text>";
+  }
+  o += "<line class=\"axis\" x1=\"" + px(x0) + "\" y1=\"" + px(top) + "\" x2=\"" + px(x0) + "\" y2=\"" + px(top + h) + "\"/>";
+  o += "<line class=\"axis\" x1=\"" + px(x0) + "\" y1=\"" + px(top + h) + "\" x2=\"" + px(x1) + "\" y2=\"" + px(top + h) + "\"/>";
+  if (tol && std::isfinite(*tol) && *tol > 0) {
+    const double y = y_of(*tol);
+    o += "<line class=\"tol\" x1=\"" + px(x0) + "\" y1=\"" + px(y) + "\" x2=\"" + px(x1) + "\" y2=\"" + px(y) + "\"/>";
+    o += "<text x=\"" + px(x1 + 4) + "\" y=\"" + px(y + 4) + "\" fill=\"#b3261e\">tol " + num(*tol) + "</text>";
+  }
+  if (marks.step) {
+    const double x = lay.x(*marks.step) + lay.cw / 2;
+    o += "<line class=\"divline\" x1=\"" + px(x) + "\" y1=\"" + px(top) + "\" x2=\"" + px(x) + "\" y2=\"" + px(top + h) + "\"/>";
+  }
+  // The line, broken at NaN and missing values.
+  std::string path;
+  bool pen = false;
+  for (std::size_t s = 0; s < series->size(); ++s) {
+    const OptNum& v = (*series)[s];
+    if (!v || std::isnan(*v)) {
+      pen = false;
+      continue;
+    }
+    path += (pen ? "L" : "M") + px(lay.x(s) + lay.cw / 2) + " " + px(y_of(*v));
+    pen = true;
+  }
+  if (!path.empty()) o += "<path class=\"series\" d=\"" + path + "\"/>";
+  if (series->size() <= 512) {
+    for (std::size_t s = 0; s < series->size(); ++s) {
+      const OptNum& v = (*series)[s];
+      if (!v) continue;
+      const double cx = lay.x(s) + lay.cw / 2;
+      if (std::isnan(*v)) {
+        o += "<text x=\"" + px(cx) + "\" y=\"" + px(top + h - 4) + "\" text-anchor=\"middle\" fill=\"#b3261e\">nan</text>";
+        continue;
+      }
+      o += "<circle cx=\"" + px(cx) + "\" cy=\"" + px(y_of(*v)) + "\" r=\"" + px(std::min(2.8, lay.cw / 3)) +
+           "\"><title>step " + str(s) + ": " + num(*v) + "</title></circle>";
+    }
+  }
+  step_axis(o, lay, top + h + 16);
+  o += "</svg></div>";
+}
+
+void render_top1(std::string& o, const Sequence& seq, const Layout& lay, const Marks& marks) {
+  o += "<h4>Top-1 token agreement per step</h4>";
+  if (!seq.top1 || seq.top1->empty()) {
+    o += "<p class=\"none\">";
+    o += kNone;
+    o += "</p>";
+    return;
+  }
+  o += "<div class=\"scroll\"><svg class=\"top1-strip\" id=\"seq-" + str(seq.index) +
+       "-top1\" xmlns=\"http://www.w3.org/2000/svg\" width=\"" + px(lay.width()) + "\" height=\"38\">";
+  o += "<text x=\"" + px(lay.left - 6) + "\" y=\"15\" text-anchor=\"end\">top-1</text>";
+  for (std::size_t s = 0; s < seq.top1->size(); ++s) {
+    const std::optional<bool>& v = (*seq.top1)[s];
+    const char* cls = !v ? "top1 unknown" : *v ? "top1 same" : "top1 differ";
+    o += "<rect class=\"" + std::string(cls) + "\" x=\"" + px(lay.x(s)) + "\" y=\"3\" width=\"" + px(lay.cw) +
+         "\" height=\"16\" stroke=\"#fff\" stroke-width=\"0.5\"><title>step " + str(s) + ": " +
+         (!v ? "unknown" : *v ? "same top-1" : "different top-1") + "</title></rect>";
+  }
+  if (marks.step) {
+    o += "<rect class=\"divergent-step\" x=\"" + px(lay.x(*marks.step) + 1) + "\" y=\"2\" width=\"" + px(std::max(lay.cw - 2, 1.0)) +
+         "\" height=\"18\"/>";
+  }
+  step_axis(o, lay, 33);
+  o += "</svg></div>";
+}
+
+void render_tokens(std::string& o, const Sequence& seq) {
+  const std::string id = "seq-" + str(seq.index);
+  o += "<h4>Generated tokens</h4><div class=\"tokens\" id=\"" + id + "-tokens\">";
+  const std::size_t n = std::max(seq.tokens_a.size(), seq.tokens_b.size());
+  if (n == 0) {
+    o += "<p class=\"none\">";
+    o += kNone;
+    o += "</p></div>";
+    return;
+  }
+  auto cell = [&](const std::vector<std::int64_t>& tokens, std::size_t s) {
+    std::string cls = "tok";
+    if (seq.first_token_divergence) {
+      const auto d = static_cast<std::size_t>(*seq.first_token_divergence);
+      if (s == d) cls += " diverged";
+      if (s > d) cls += " after";
+    }
+    if (s >= tokens.size()) return "<td class=\"" + cls + " missing\">" + kNone + "</td>";
+    return "<td class=\"" + cls + "\">" + str(tokens[s]) + "</td>";
+  };
+  constexpr std::size_t kPerRow = 32;
+  for (std::size_t begin = 0; begin < n; begin += kPerRow) {
+    const std::size_t end = std::min(n, begin + kPerRow);
+    o += "<table class=\"token-table\"><tr class=\"steps\"><th>step</th>";
+    for (std::size_t s = begin; s < end; ++s) o += "<th>" + str(s) + "</th>";
+    o += "</tr><tr class=\"side-a\"><th>A</th>";
+    for (std::size_t s = begin; s < end; ++s) o += cell(seq.tokens_a, s);
+    o += "</tr><tr class=\"side-b\"><th>B</th>";
+    for (std::size_t s = begin; s < end; ++s) o += cell(seq.tokens_b, s);
+    o += "</tr></table>";
+  }
+  if (seq.first_token_divergence) {
+    o += "<p class=\"legend-note\">The tokens first differ at step " + str(*seq.first_token_divergence) +
+         " (outlined); later steps are dimmed: their inputs differ.</p>";
+  }
+  o += "</div>";
+}
+
+void render_status(std::string& o, const char* side, const std::optional<std::string>& status) {
+  const bool ok = status && *status == "ok";
+  o += std::string("<p class=\"status ") + (ok ? "ok" : status ? "error" : "none") + "\">" + side + ": " +
+       (status ? esc(*status) : std::string(kNone)) + "</p>";
+}
+
+void render_sequence(std::string& o, const Diff& d, const Sequence& seq) {
+  const std::string id = "seq-" + str(seq.index);
+  const Layout lay = layout_for(seq.steps);
+  const Marks marks = marks_for(d, seq);
+  o += "<section class=\"sequence\" id=\"" + id + "\"><h3>Sequence " + str(seq.index) + "</h3>";
+  o += "<div class=\"statuses\">";
+  render_status(o, "A", seq.status_a);
+  render_status(o, "B", seq.status_b);
+  o += "</div>";
+  o += "<p>Compared steps: <b>" + str(seq.steps) + "</b>; tokens: A " + str(seq.tokens_a.size()) + ", B " +
+       str(seq.tokens_b.size()) + "; first differing token: " +
+       (seq.first_token_divergence ? "step " + str(*seq.first_token_divergence) : std::string(kNone)) + ".";
+  if (d.first && d.first->sequence == seq.index) {
+    o += " <b>The first divergence of the diff is here</b> (step " + str(d.first->step) + ", layer " +
+         (d.first->layer ? str(*d.first->layer) : std::string(kNone)) + ").";
+  }
+  o += "</p>";
+  render_heatmap(o, d, seq, lay, marks);
+  render_plot(o, "kld-plot", id + "-kld", "KL divergence KLD(A‖B) per step (log scale, floor 1e-12)", seq.kld,
+              d.tol.max_mean_kld, lay, marks);
+  render_plot(o, "dlogit-plot", id + "-dlogit", "max |Δlogit| per step (log scale, floor 1e-12)", seq.dlogit,
+              d.tol.max_dlogit, lay, marks);
+  render_top1(o, seq, lay, marks);
+  render_tokens(o, seq);
+  o += "</section>";
+}
+
+std::string meta_value(const Side& side, const std::string& key) {
+  auto it = side.meta.find(key);
+  return it == side.meta.end() ? std::string() : it->second;
+}
+
+void render_metadata(std::string& o, const Diff& d) {
+  o += "<h2>The two goldens</h2><table class=\"kv\" id=\"metadata\"><tr><th>field</th><th>A</th><th>B</th></tr>";
+  auto row = [&](const std::string& field, const std::optional<std::string>& a, const std::optional<std::string>& b) {
+    const bool differs = a.value_or("") != b.value_or("");
+    o += std::string("<tr") + (differs ? " class=\"differs\"" : "") + "><th>" + esc(field) + "</th><td class=\"v\">" +
+         (a ? esc(*a) : std::string(kNone)) + "</td><td class=\"v\">" + (b ? esc(*b) : std::string(kNone)) + "</td></tr>";
+  };
+  auto meta = [](const Side& side, const std::string& key) -> std::optional<std::string> {
+    auto it = side.meta.find(key);
+    if (it == side.meta.end()) return std::nullopt;
+    return it->second;
+  };
+  row("path", d.a.path, d.b.path);
+  static const char* const kKeys[] = {"engine", "engine_version", "backend", "model", "scenario", "kvlab_commit", "cache_classes"};
+  std::set<std::string> shown(std::begin(kKeys), std::end(kKeys));
+  for (const char* key : kKeys) row(key, meta(d.a, key), meta(d.b, key));
+  for (const Sequence& seq : d.sequences) {
+    row("seq." + str(seq.index) + ".status", seq.status_a, seq.status_b);
+    shown.insert("seq." + str(seq.index) + ".status");
+  }
+  // Everything else either side recorded, in key order.
+  std::set<std::string> rest;
+  for (const auto& [k, v] : d.a.meta) rest.insert(k);
+  for (const auto& [k, v] : d.b.meta) rest.insert(k);
+  for (const std::string& k : rest) {
+    if (!shown.count(k)) row(k, meta(d.a, k), meta(d.b, k));
+  }
+  o += "</table>";
+}
+
+void render_summary(std::string& o, const Diff& d) {
+  o += "<h2>Summary</h2><table class=\"kv\" id=\"summary\"><tr><th>metric</th><th>value</th><th>tolerance</th></tr>";
+  const Summary s = d.summary.value_or(Summary{});
+  auto row = [&](const std::string& name, const std::string& value, const std::string& tol, bool over) {
+    o += "<tr><th>" + name + "</th><td class=\"v" + (over ? " over" : "") + "\">" + value + "</td><td class=\"v\">" + tol + "</td></tr>";
+  };
+  auto above = [](const OptNum& v, const OptNum& limit) { return v && limit && (std::isnan(*v) || *v > *limit); };
+  row("compared steps", s.steps ? str(*s.steps) : std::string(kNone), kNone, false);
+  row("top-1 agreement", s.top1_agreement ? percent(*s.top1_agreement) : std::string(kNone),
+      d.tol.min_top1 ? "≥ " + percent(*d.tol.min_top1) : std::string(kNone),
+      s.top1_agreement && d.tol.min_top1 && (std::isnan(*s.top1_agreement) || *s.top1_agreement < *d.tol.min_top1));
+  row("max |Δlogit|", num(s.max_abs_dlogit), d.tol.max_dlogit ? "≤ " + num(*d.tol.max_dlogit) : std::string(kNone),
+      above(s.max_abs_dlogit, d.tol.max_dlogit));
+  row("KLD mean", num(s.kld_mean), d.tol.max_mean_kld ? "≤ " + num(*d.tol.max_mean_kld) : std::string(kNone),
+      above(s.kld_mean, d.tol.max_mean_kld));
+  row("KLD median", num(s.kld_median), kNone, false);
+  row("KLD p99", num(s.kld_p99), kNone, false);
+  row("KLD p99.9", num(s.kld_p999), kNone, false);
+  row("KLD max", num(s.kld_max), kNone, false);
+  row("RMS Δp", num(s.rms_dp), kNone, false);
+  // The largest layer delta over every sequence (not in the summary object: computed here).
+  OptNum max_rel;
+  for (const Sequence& seq : d.sequences) {
+    for (const auto& layer : seq.layer_rel) {
+      for (const OptNum& v : layer) {
+        if (!v) continue;
+        if (!max_rel || std::isnan(*v) || (!std::isnan(*max_rel) && *v > *max_rel)) max_rel = *v;
+      }
+    }
+  }
+  row("max layer relative Δ", num(max_rel), d.tol.attn_rel ? "≤ " + num(*d.tol.attn_rel) : std::string(kNone),
+      above(max_rel, d.tol.attn_rel));
+  o += "</table>";
+}
+
+void render_verdict(std::string& o, const Diff& d) {
+  o += std::string("<div class=\"verdict ") + (d.pass ? "pass" : "fail") + "\" id=\"verdict\"><span class=\"word\">" +
+       (d.pass ? "PASS" : "FAIL") + "</span><span class=\"sub\">" +
+       (d.pass ? "the two goldens agree within tolerance" : "the two goldens differ beyond tolerance") + "</span>";
+  if (d.reasons.empty()) {
+    o += "<p id=\"reasons\" class=\"none\">Reasons: ";
+    o += kNone;
+    o += "</p>";
+  } else {
+    o += "<ul id=\"reasons\">";
+    for (const std::string& r : d.reasons) o += "<li>" + esc(r) + "</li>";
+    o += "</ul>";
+  }
+  o += "<p id=\"first-divergence\">First divergence: ";
+  if (d.first) {
+    const FirstDivergence& f = *d.first;
+    o += "<a href=\"#seq-" + str(f.sequence) + "\">sequence " + str(f.sequence) + "</a>, step " + str(f.step) + ", layer " +
+         (f.layer ? str(*f.layer) : std::string(kNone) + " (no layer over attn_rel)") + (f.what ? ": " + esc(*f.what) : std::string());
+  } else {
+    o += kNone;
+  }
+  o += "</p></div>";
+}
+
+}  // namespace
+
+std::string render_diff_html(const nlohmann::json& diff) {
+  const Diff d = parse(diff);
+  std::string o;
+  o.reserve(1 << 16);
+  const std::string model = meta_value(d.a, "model").empty() ? meta_value(d.b, "model") : meta_value(d.a, "model");
+  const std::string scenario = meta_value(d.a, "scenario").empty() ? meta_value(d.b, "scenario") : meta_value(d.a, "scenario");
+  std::string title = "golden diff";
+  if (!model.empty()) title += " " + model;
+  if (!scenario.empty()) title += " / " + scenario;
+  title += std::string(": ") + (d.pass ? "PASS" : "FAIL");
+  o += "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
+       "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n<title>" +
+       esc(title) + "</title>\n<style>" + kCss + "</style>\n</head>\n<body>\n";
+  o += "<h1>" + esc(title) + "</h1>\n";
+  std::string engines = std::string("A = ") + (meta_value(d.a, "engine").empty() ? std::string("?") : meta_value(d.a, "engine")) + " (" +
+                        (meta_value(d.a, "backend").empty() ? kNone : meta_value(d.a, "backend")) + "), B = " +
+                        (meta_value(d.b, "engine").empty() ? std::string("?") : meta_value(d.b, "engine")) + " (" +
+                        (meta_value(d.b, "backend").empty() ? kNone : meta_value(d.b, "backend")) + ")";
+  o += "<p class=\"subtitle\">" + esc(engines) + "</p>\n";
+  render_verdict(o, d);
+  o += "\n";
+  render_metadata(o, d);
+  o += "\n";
+  render_summary(o, d);
+  o += "\n<section id=\"sequences\"><h2>Sequences</h2>\n";
+  if (d.sequences.empty()) {
+    o += "<p class=\"none\">";
+    o += kNone;
+    o += " no sequence in both goldens</p>\n";
+  }
+  for (const Sequence& seq : d.sequences) {
+    render_sequence(o, d, seq);
+    o += "\n";
+  }
+  o += "</section>\n</body>\n</html>\n";
+  return o;
+}
+
+}  // namespace kvlab::golden
