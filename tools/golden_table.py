@@ -11,7 +11,7 @@
   golden_table.py table SUMMARY.json ...
       Merges summaries (this script's --json, `kvlab golden check --summary-json`) into one
       markdown table: model x scenario x engine/backend, with top-1 agreement, max |dlogit|,
-      mean KLD and the first divergence or status.
+      mean KLD and the first divergence or status (--pivot: a column per engine).
 """
 
 from __future__ import annotations
@@ -98,12 +98,33 @@ def markdown(rows):
     return "\n".join(out)
 
 
+def pivot(rows):
+    """One row per model x scenario, one column per engine: top-1 / max |dlogit| / mean KLD."""
+    engines = sorted({r["engine"] for r in rows})
+    cells = {(r["model"], r["scenario"], r["engine"]): r for r in rows}
+    keys = sorted({(r["model"], r["scenario"]) for r in rows})
+    out = ["| model | scenario | " + " | ".join(engines) + " |", "|---|---|" + "---|" * len(engines)]
+    for model, scenario in keys:
+        line = f"| {model} | {scenario} |"
+        for e in engines:
+            r = cells.get((model, scenario, e))
+            if r is None or r["top1"] is None:
+                line += " - |"
+                continue
+            cell = f" {100 * r['top1']:.0f}% / {r['max_dlogit']:.1g} / {r['kld_mean']:.1g}"
+            if r["verdict"] != "pass":
+                cell += " **" + ("; ".join(r["statuses"]) or r["first"] or "fail") + "**"
+            line += cell + " |"
+        out.append(line)
+    return "\n".join(out)
+
+
 def table(args):
     rows = []
     for f in args.summaries:
         rows.extend(json.loads(pathlib.Path(f).read_text()))
     rows.sort(key=lambda r: (r["model"], r["scenario"], r["engine"]))
-    print(markdown(rows))
+    print(pivot(rows) if args.pivot else markdown(rows))
     return 0
 
 
@@ -119,6 +140,7 @@ def main(argv):
     r.add_argument("--json")
     t = sub.add_parser("table")
     t.add_argument("summaries", nargs="+")
+    t.add_argument("--pivot", action="store_true", help="one row per model x scenario, a column per engine")
     args = p.parse_args(argv)
     return replay(args) if args.cmd == "replay" else table(args)
 
