@@ -1,5 +1,7 @@
 // The file side of goldens: scenario lines, the prompt-token rule, golden files (round
 // trip and strict reading) and the diff's statistics on hand-computed cases.
+#include <unistd.h>
+
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -98,7 +100,7 @@ SequenceRecord record(std::vector<std::int32_t> tokens, const std::vector<std::v
 }
 
 std::filesystem::path temp(const std::string& name) {
-  const auto dir = std::filesystem::temp_directory_path() / "kvlab_golden_files_test";
+  const auto dir = std::filesystem::temp_directory_path() / cat("kvlab_golden_files_test_", ::getpid());
   std::filesystem::create_directories(dir);
   return dir / name;
 }

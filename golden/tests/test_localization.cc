@@ -3,6 +3,8 @@
 // changed one on the reference backend and diffs them; the changes are chosen so the
 // right answer is known in advance (where the change enters, and the first step at which
 // it can show).
+#include <unistd.h>
+
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -26,7 +28,8 @@ json config_of(const std::string& id) {
 }
 
 std::unique_ptr<Model> load(const std::string& id, const json& config) {
-  const fs::path dir = fs::temp_directory_path() / cat("kvlab_golden_localization_", id);
+  // Per process: ctest runs this binary's tests side by side.
+  const fs::path dir = fs::temp_directory_path() / cat("kvlab_golden_localization_", ::getpid(), "_", id);
   fs::create_directories(dir);
   write_tiny_model(config, id, dir);
   return Model::load(dir);
@@ -37,7 +40,7 @@ Golden run(const Model& model, const std::string& id, const std::string& line) {
   RunContext ctx;
   ctx.backend = backend.get();
   ctx.model_id = id;
-  ctx.scratch = fs::temp_directory_path() / "kvlab_golden_localization_scratch";
+  ctx.scratch = fs::temp_directory_path() / cat("kvlab_golden_localization_scratch_", ::getpid());
   return run_scenario(model, parse_scenario(line, "test"), ctx);
 }
 

@@ -1,6 +1,8 @@
 // The tiny golden models: SHA-256, deterministic weight files (checked-in hashes),
 // strict loading, greedy decoding that does not collapse, and batch rows that equal the
 // rows run alone. The comparison with mlx-lm itself is golden/tests/model_vs_mlx.py.
+#include <unistd.h>
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -37,7 +39,8 @@ std::string read_text(const fs::path& p) {
 }
 
 fs::path scratch(const std::string& name) {
-  const fs::path dir = fs::path(::testing::TempDir()) / ("kvlab_golden_model_" + name);
+  // Per process: two builds' test runs may share /tmp.
+  const fs::path dir = fs::path(::testing::TempDir()) / cat("kvlab_golden_model_", ::getpid(), "_", name);
   fs::remove_all(dir);
   return dir;
 }
