@@ -129,11 +129,22 @@ void save_and_reload(Caches& caches, const RunContext& ctx, const std::string& t
   std::filesystem::remove(path);
 }
 
+// The next input of sequence `seq` after `step`: its own greedy token, or the teacher's.
+std::int32_t next_input(const RunContext& ctx, std::size_t seq, std::int64_t step, std::int32_t greedy) {
+  if (ctx.teacher == nullptr) return greedy;
+  KVLAB_REQUIRE(seq < ctx.teacher->sequences.size(), invalid_argument, "teacher forcing: the teacher has no sequence ",
+                seq);
+  const auto& tokens = ctx.teacher->sequences[seq].tokens;
+  KVLAB_REQUIRE(step < static_cast<std::int64_t>(tokens.size()), invalid_argument, "teacher forcing: the teacher's sequence ",
+                seq, " has ", tokens.size(), " tokens, step ", step, " needs more");
+  return tokens[static_cast<std::size_t>(step)];
+}
+
 // generate_step's call pattern for one request: `todo` (the part of the prompt the caches
 // do not hold yet) as one call over all but its last token and one over the last, then
 // a call per generated token; the kv-quantization policy after every call.
 void generate_single(const Model& model, Caches& caches, std::span<const std::int32_t> todo, Recorder& out,
-                     const Scenario& s, const RunContext& ctx) {
+                     std::size_t seq, const Scenario& s, const RunContext& ctx) {
   KVLAB_REQUIRE(!todo.empty(), invalid_argument, "a request needs at least one token to process");
   if (todo.size() > 1) {
     call(model, caches, todo.first(todo.size() - 1), 1);
@@ -142,7 +153,7 @@ void generate_single(const Model& model, Caches& caches, std::span<const std::in
   ForwardRecord r = call(model, caches, todo.last(1), 1);
   maybe_quantize(caches, s);
   for (int step = 0; step < s.steps; ++step) {
-    const std::int32_t token = out.add(r, 0);
+    const std::int32_t token = next_input(ctx, seq, step, out.add(r, 0));
     if (step + 1 == s.steps) break;
     if (s.save_at && *s.save_at == step) save_and_reload(caches, ctx, cat(ctx.model_id, ".", s.name));
     r = call(model, caches, std::span<const std::int32_t>(&token, 1), 1);
@@ -165,7 +176,7 @@ std::vector<SequenceRecord> run_single(const Model& model, const Scenario& s, co
   const auto prompt = prompt_tokens(s.seed, 0, s.prompts[0], model.vocab_size());
   Caches caches = single_caches(model, s, ctx);
   Recorder first(prompt);
-  guarded(first, [&] { generate_single(model, caches, prompt, first, s, ctx); });
+  guarded(first, [&] { generate_single(model, caches, prompt, first, 0, s, ctx); });
   std::vector<SequenceRecord> out;
   classes = describe(caches);
   if (!s.prefix) {
@@ -198,7 +209,7 @@ std::vector<SequenceRecord> run_single(const Model& model, const Scenario& s, co
         if (reused[l]) reused[l] = wrap(ctx, std::move(hit.caches.at(k++)), static_cast<int>(l));
     }
     next.record().reused = static_cast<std::int64_t>(hit.reused);
-    generate_single(model, reused, hit.remaining, next, s, ctx);
+    generate_single(model, reused, hit.remaining, next, 1, s, ctx);
     classes = describe(reused);
   });
   out.push_back(first.finish(model.vocab_size()));
@@ -291,7 +302,9 @@ std::vector<SequenceRecord> run_batch(const Model& model, const Scenario& s, con
       std::vector<int> kept_rows;
       for (std::size_t b = 0; b < rows.size(); ++b) {
         Recorder& req = requests[static_cast<std::size_t>(rows[b])];
-        const std::int32_t token = req.add(r, static_cast<std::int64_t>(b));
+        const auto request = static_cast<std::size_t>(rows[b]);
+        const std::int32_t greedy = req.add(r, static_cast<std::int64_t>(b));
+        const std::int32_t token = next_input(ctx, request, req.steps() - 1, greedy);
         if (req.steps() < quota(static_cast<std::size_t>(rows[b]))) {
           keep.push_back(static_cast<std::int32_t>(b));
           kept_rows.push_back(rows[b]);
@@ -304,7 +317,7 @@ std::vector<SequenceRecord> run_batch(const Model& model, const Scenario& s, con
         const std::size_t joiner = s.prompts.size();
         Caches own;
         const ForwardRecord first = prefill(model, own, {requests[joiner].record().prompt}, ctx);
-        const std::int32_t token = requests[joiner].add(first, 0);
+        const std::int32_t token = next_input(ctx, joiner, 0, requests[joiner].add(first, 0));
         if (requests[joiner].steps() < quota(joiner)) {
           if (rows.empty()) caches = std::move(own);
           else extend_caches(caches, own, ctx);
@@ -331,8 +344,34 @@ std::vector<SequenceRecord> run_batch(const Model& model, const Scenario& s, con
 
 }  // namespace
 
+// A teacher must fit the scenario before anything runs: one sequence per request with the
+// same prompt and a token for every input it will be asked for.
+void check_teacher(const Golden& teacher, const Model& model, const Scenario& s) {
+  std::vector<std::vector<std::int32_t>> prompts;
+  for (std::size_t i = 0; i < s.prompts.size(); ++i)
+    prompts.push_back(prompt_tokens(s.seed, static_cast<int>(i), s.prompts[i], model.vocab_size()));
+  if (s.join) prompts.push_back(prompt_tokens(s.seed, static_cast<int>(s.prompts.size()), s.join->prompt, model.vocab_size()));
+  if (s.prefix) {
+    std::vector<std::int32_t> second(prompts[0].begin(), prompts[0].begin() + s.prefix->shared);
+    const auto fresh = prompt_tokens(s.seed, 1, s.prefix->fresh, model.vocab_size());
+    second.insert(second.end(), fresh.begin(), fresh.end());
+    prompts.push_back(second);
+  }
+  KVLAB_REQUIRE(teacher.sequences.size() == prompts.size(), invalid_argument, "teacher forcing: scenario '", s.name,
+                "' runs ", prompts.size(), " sequence(s), the teacher has ", teacher.sequences.size());
+  for (std::size_t i = 0; i < prompts.size(); ++i) {
+    const SequenceRecord& t = teacher.sequences[i];
+    KVLAB_REQUIRE(t.prompt == prompts[i], invalid_argument, "teacher forcing: the teacher's sequence ", i,
+                  " has another prompt than scenario '", s.name, "' gives it");
+    const int quota = s.finish && static_cast<int>(i) == s.finish->request ? s.finish->after : s.steps;
+    KVLAB_REQUIRE(t.steps() >= quota - 1, invalid_argument, "teacher forcing: the teacher's sequence ", i, " has ",
+                  t.steps(), " tokens, the scenario feeds ", quota - 1);
+  }
+}
+
 Golden run_scenario(const Model& model, const Scenario& s, const RunContext& ctx) {
   KVLAB_REQUIRE(ctx.backend != nullptr, invalid_argument, "run_scenario needs a backend");
+  if (ctx.teacher != nullptr) check_teacher(*ctx.teacher, model, s);
   Golden g;
   std::string classes;
   g.sequences = s.is_batch() ? run_batch(model, s, ctx, classes) : run_single(model, s, ctx, classes);
@@ -346,6 +385,7 @@ Golden run_scenario(const Model& model, const Scenario& s, const RunContext& ctx
             {"kvlab_commit", harness::commit_id()},
             {"layers", std::to_string(model.layers().size())},
             {"cache_classes", classes}};
+  if (ctx.teacher != nullptr) g.meta["teacher_forced"] = "1";
   return g;
 }
 

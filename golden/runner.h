@@ -29,6 +29,12 @@ struct RunContext {
   // lifecycle mutants have this shape); the cache's own members when empty.
   std::function<void(std::unique_ptr<BatchKVCache>&, const std::vector<std::int32_t>&)> kv_filter;
   std::function<void(std::unique_ptr<BatchKVCache>&, const BatchKVCache&)> kv_extend;
+  // Teacher forcing: when set, sequence i is fed teacher->sequences[i].tokens[step] as its
+  // next input instead of its own greedy token (which is still what it records), so two
+  // runs see the same inputs at every step and their logits compare over the whole
+  // stream — llama.cpp's --kl-divergence evaluates the same way. The golden's metadata
+  // says `teacher_forced` = 1; the teacher must have the same prompts and enough steps.
+  const Golden* teacher = nullptr;
 };
 
 // A kvlab::Error raised mid-run (a cache misuse, a mutant's crash made safe) ends that

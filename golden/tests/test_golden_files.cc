@@ -215,6 +215,18 @@ TEST(Diff, NamesTheFirstDivergentStepAndLayerAndStopsComparingAfterIt) {
   EXPECT_THAT(diff_line(r), HasSubstr("first divergence: seq 0 step 2 layer 1 (token 0 vs 1)"));
 }
 
+TEST(Diff, ATeacherForcedSideIsComparedPastTheFirstDifferentToken) {
+  const auto a = record({1, 1, 0}, {{0, 1}, {0, 1}, {1, 0}});
+  const auto b = record({0, 1, 0}, {{1, 0}, {0, 1}, {1, 0}});
+  EXPECT_EQ(diff(golden_of({a}), golden_of({b}))["sequences"][0]["steps_compared"], 1);
+  Golden forced = golden_of({b});
+  forced.meta["teacher_forced"] = "1";
+  const auto r = diff(golden_of({a}), forced);
+  EXPECT_EQ(r["sequences"][0]["steps_compared"], 3);
+  EXPECT_NEAR(r["summary"]["top1_agreement"].get<double>(), 2.0 / 3.0, 1e-12);
+  EXPECT_EQ(r["first_divergence"]["step"], 0);
+}
+
 TEST(Diff, AStatusDifferenceFailsAtTheStepWhereOneSideStopped) {
   auto ok = record({1, 1, 0}, {{0, 1}, {0, 1}, {1, 0}});
   auto err = record({1}, {{0, 1}});

@@ -35,12 +35,13 @@ std::unique_ptr<Model> load(const std::string& id, const json& config) {
   return Model::load(dir);
 }
 
-Golden run(const Model& model, const std::string& id, const std::string& line) {
+Golden run(const Model& model, const std::string& id, const std::string& line, const Golden* teacher = nullptr) {
   static auto backend = harness::make_backend("reference");
   RunContext ctx;
   ctx.backend = backend.get();
   ctx.model_id = id;
   ctx.scratch = fs::temp_directory_path() / cat("kvlab_golden_localization_scratch_", ::getpid());
+  ctx.teacher = teacher;
   return run_scenario(model, parse_scenario(line, "test"), ctx);
 }
 
@@ -96,19 +97,23 @@ TEST(Localization, TheSlidingLayersRopeBaseShowsFirstAtPositionOneOnASlidingLaye
 // quantizer at logit scale ~1/4: K8V8 0.7 % / 1.5 %, K4V4 g64 12 % / 24 %; model-level
 // mean KLD <= 0.0015 for 8 bits (Llama-3-8B, llama.cpp#7412). What is asserted is what
 // must hold exactly: steps before the cache is quantized are bit-identical, and the first
-// moved step is the first call over a quantized cache.
+// moved step is the first call over a quantized cache. The quantized runs are teacher-
+// forced with the plain run's tokens, so the KLD covers all 24 steps (not only those
+// before the greedy streams part).
 TEST(Localization, QuantizedCachesMoveFromTheFirstQuantizedStepWithKldReported) {
   auto model = load("llama_dense", config_of("llama_dense"));
   const Golden plain = run(*model, "llama_dense", "plain prompts=13 steps=24");
   for (const int bits : {8, 4}) {
     const Golden q = run(*model, "llama_dense",
-                         cat("kv", bits, " prompts=13 steps=24 kv_bits=", bits, " kv_group_size=32 quantized_kv_start=16"));
+                         cat("kv", bits, " prompts=13 steps=24 kv_bits=", bits, " kv_group_size=32 quantized_kv_start=16"),
+                         &plain);
     const json r = diff(plain, q);
     std::cout << "kv_bits=" << bits << ": " << diff_line(r) << "\n";
     // Offsets after each call: 12 (prefill), 13 (step 0), 14, 15, 16 (step 3) — the
     // policy quantizes after the call that reaches 16, so step 4 reads codes first.
     for (std::size_t t = 0; t < 4; ++t) EXPECT_EQ(r["sequences"][0]["kld"][t].get<double>(), 0.0) << "step " << t;
     EXPECT_GT(r["sequences"][0]["kld"][4].get<double>(), 0.0);
+    EXPECT_EQ(r["sequences"][0]["steps_compared"], 24);  // teacher-forced: every step compares
     std::cout << "  layer 0 attention relative error at step 4 (anchor K" << bits << "V" << bits << ": "
               << (bits == 8 ? "0.7-1.5 %" : "12-24 % at g64") << "): " << 100 * rel(r, 0, 4) << " %\n";
   }

@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <iostream>
+#include <optional>
 #include <ostream>
 
 #include <nlohmann/json.hpp>
@@ -95,13 +96,14 @@ fs::path golden_path(const fs::path& golden_dir, const std::string& model, const
 }
 
 Golden record(const std::string& model_id, const golden::Scenario& s, Backend& backend, const std::string& backend_name,
-              const fs::path& golden_dir, const fs::path& models_dir) {
+              const fs::path& golden_dir, const fs::path& models_dir, const Golden* teacher = nullptr) {
   const LoadedModel m = ensure_model(model_id, golden_dir, models_dir);
   golden::RunContext ctx;
   ctx.backend = &backend;
   ctx.backend_name = backend_name;
   ctx.model_id = model_id;
   ctx.model_sha256 = m.sha256;
+  ctx.teacher = teacher;
   ctx.scratch = fs::temp_directory_path() / cat("kvlab-golden-", ::getpid());
   Golden g = golden::run_scenario(*m.model, s, ctx);
   std::error_code ignored;
@@ -160,6 +162,9 @@ void GoldenCommands::add_to(CLI::App& app) {
   record_->add_option("--scenario", scenario_, "Scenario name (golden/scenarios/<id>)")->required();
   record_->add_option("--backend", backend_, "reference, simd[:T], vulkan, plugin:PATH")->default_val("reference");
   record_->add_option("-o,--out", out_, "Golden file to write")->required();
+  record_->add_option("--teacher", teacher_,
+                      "Feed this golden's tokens as inputs (teacher forcing): KLD over every step, as llama.cpp's "
+                      "--kl-divergence");
 
   diff_ = golden_->add_subcommand("diff", "Where two goldens part: first divergence, top-1, |dlogit|, KLD");
   diff_->add_option("goldens", diff_files_, "A B")->required()->expected(2);
@@ -202,8 +207,10 @@ int GoldenCommands::run(std::ostream& out) {
   }
   if (record_->parsed()) {
     auto backend = harness::make_backend(backend_);
-    const Golden g =
-        record(model_, find_scenario(golden_dir, model_, scenario_), *backend, backend_, golden_dir, models_dir);
+    std::optional<Golden> teacher;
+    if (!teacher_.empty()) teacher = golden::read_golden(teacher_);
+    const Golden g = record(model_, find_scenario(golden_dir, model_, scenario_), *backend, backend_, golden_dir,
+                            models_dir, teacher ? &*teacher : nullptr);
     golden::write_golden(out_, g);
     out << out_ << ": " << g.sequences.size() << " sequence(s)";
     for (const auto& s : g.sequences) out << " [" << s.steps() << " steps, " << s.status << "]";

@@ -25,7 +25,7 @@ class GoldenCommands {
   CLI::App *golden_ = nullptr, *models_ = nullptr, *record_ = nullptr, *diff_ = nullptr, *check_ = nullptr,
            *update_ = nullptr;
   Where where_;
-  std::string backend_ = "reference", model_, scenario_, out_, html_, report_dir_, summary_json_;
+  std::string backend_ = "reference", model_, scenario_, out_, html_, report_dir_, summary_json_, teacher_;
   std::vector<std::string> models_filter_, scenarios_filter_, diff_files_;
   bool json_ = false, accept_ = false;
   double max_dlogit_ = -1, max_mean_kld_ = -1, min_top1_ = -1, attn_rel_ = -1;
