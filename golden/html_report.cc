@@ -17,6 +17,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/markup.h"
 #include "golden/html_report_internal.h"
 #include "kvlab/error.h"
 
@@ -33,21 +34,7 @@ using namespace html;  // NOLINT: the structs of html_report_internal.h
 
 const char* const kNone = "\xe2\x80\x94";  // "—"
 
-std::string esc(std::string_view s) {
-  std::string out;
-  out.reserve(s.size() + 16);
-  for (const char c : s) {
-    switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      case '\'': out += "&#39;"; break;
-      default: out += c;
-    }
-  }
-  return out;
-}
+std::string esc(std::string_view s) { return escape_markup(s); }
 
 // Three significant digits; scientific below 1e-2 and from 1e5 on, without padding or
 // trailing zeros ("1e-8", "8.73e-3", "2.5e5").

@@ -10,6 +10,7 @@
 #include <map>
 #include <ostream>
 
+#include "core/markup.h"
 #include "kvlab/error.h"
 
 #ifndef KVLAB_GIT_COMMIT
@@ -27,20 +28,6 @@ std::string num(double v) {
   return buf;
 }
 
-std::string xml_escape(std::string_view s) {
-  std::string out;
-  for (const char c : s) {
-    switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      case '\'': out += "&apos;"; break;
-      default: out += c;
-    }
-  }
-  return out;
-}
 
 }  // namespace
 
@@ -155,19 +142,19 @@ void write_junit(const std::string& path, const RunInfo& info, const std::vector
   out << "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
       << "<testsuites name=\"kvlab check\" tests=\"" << results.size() << "\" failures=\"" << failures
       << "\" time=\"" << num(seconds) << "\">\n"
-      << "  <testsuite name=\"kvlab check " << xml_escape(info.backend) << " " << xml_escape(info.tier)
+      << "  <testsuite name=\"kvlab check " << escape_markup(info.backend) << " " << escape_markup(info.tier)
       << "\" tests=\"" << results.size() << "\" failures=\"" << failures << "\" skipped=\"" << skipped
       << "\" time=\"" << num(seconds) << "\">\n"
-      << "    <properties><property name=\"commit\" value=\"" << xml_escape(info.commit)
-      << "\"/><property name=\"target\" value=\"" << xml_escape(info.target) << "\"/></properties>\n";
+      << "    <properties><property name=\"commit\" value=\"" << escape_markup(info.commit)
+      << "\"/><property name=\"target\" value=\"" << escape_markup(info.target) << "\"/></properties>\n";
   for (const CaseResult& r : results) {
-    out << "    <testcase classname=\"" << xml_escape(r.op) << "\" name=\"" << xml_escape(r.line) << "\" time=\""
+    out << "    <testcase classname=\"" << escape_markup(r.op) << "\" name=\"" << escape_markup(r.line) << "\" time=\""
         << num(r.seconds) << "\">";
     if (r.status == Status::failed || r.status == Status::invalid) {
-      out << "<failure message=\"" << xml_escape(cat(status_name(r.status), ": ", r.reason)) << "\">"
-          << xml_escape(describe(r)) << "</failure>";
+      out << "<failure message=\"" << escape_markup(cat(status_name(r.status), ": ", r.reason)) << "\">"
+          << escape_markup(describe(r)) << "</failure>";
     } else if (r.status == Status::skipped || r.status == Status::unimplemented) {
-      out << "<skipped message=\"" << xml_escape(cat(status_name(r.status), ": ", r.reason)) << "\"/>";
+      out << "<skipped message=\"" << escape_markup(cat(status_name(r.status), ": ", r.reason)) << "\"/>";
     }
     out << "</testcase>\n";
   }
