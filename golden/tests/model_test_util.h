@@ -7,18 +7,9 @@
 #include <vector>
 
 #include "golden/model.h"
-#include "harness/rng.h"
+#include "golden/scenario.h"
 
 namespace kvlab::golden::test {
-
-// Token j of prompt p: splitmix64(seed·1000003 + p·10007 + j) mod vocab (README "Scenarios").
-inline std::vector<std::int32_t> prompt_tokens(std::uint64_t seed, std::uint64_t p, std::size_t n, std::int64_t vocab) {
-  std::vector<std::int32_t> out;
-  for (std::uint64_t j = 0; j < n; ++j)
-    out.push_back(static_cast<std::int32_t>(harness::splitmix64(seed * 1000003 + p * 10007 + j) %
-                                            static_cast<std::uint64_t>(vocab)));
-  return out;
-}
 
 // Row b of (B, V) logits.
 inline std::vector<float> logits_row(const Tensor& logits, std::int64_t b) {

@@ -29,7 +29,7 @@ void run(const std::filesystem::path& models, const std::filesystem::path& work,
   const std::string sha = write_tiny_model(config, id, dir);
   const auto model = Model::load(dir);
   ReferenceBackend backend;
-  const auto prompt = test::prompt_tokens(1, 0, 13, model->vocab_size());
+  const auto prompt = prompt_tokens(1, 0, 13, model->vocab_size());
   const test::Trace t = test::run_greedy(*model, backend, prompt, 9);
 
   nlohmann::json out = {{"model", id}, {"model_sha256", sha}, {"prompt", prompt}, {"tokens", t.tokens}};

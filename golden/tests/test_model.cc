@@ -174,7 +174,7 @@ TEST(TinyModel, GreedyDecodingDoesNotCollapse) {
     const fs::path dir = scratch("greedy_" + id);
     write_tiny_model(config_of(id), id, dir);
     const auto model = Model::load(dir);
-    const auto prompt = test::prompt_tokens(1, 0, 13, model->vocab_size());
+    const auto prompt = prompt_tokens(1, 0, 13, model->vocab_size());
     const test::Trace t = test::run_greedy(*model, backend, prompt, 24);
     const std::set<std::int32_t> distinct(t.tokens.begin(), t.tokens.end());
     int clear = 0;
@@ -208,8 +208,8 @@ TEST(TinyModel, BatchRowsEqualRowsAlone) {
     const std::int64_t V = model->vocab_size();
     // Row 1's prompt is 4 tokens shorter: 4 columns of left padding, and 12 > window 8
     // tokens in row 0's prefill, so the rotating caches wrap during the batch prefill.
-    const std::vector<std::vector<std::int32_t>> prompts = {test::prompt_tokens(1, 0, 13, V),
-                                                            test::prompt_tokens(1, 1, 9, V)};
+    const std::vector<std::vector<std::int32_t>> prompts = {prompt_tokens(1, 0, 13, V),
+                                                            prompt_tokens(1, 1, 9, V)};
     const int steps = 6;
     std::vector<test::Trace> alone;
     for (const auto& p : prompts) alone.push_back(test::run_greedy(*model, backend, p, steps));
