@@ -69,6 +69,22 @@ HWY_BEFORE_NAMESPACE();
 namespace kvlab::simd::HWY_NAMESPACE::affine_pack {
 namespace hn = hwy::HWY_NAMESPACE;
 
+// The low byte of each lane, as hn::TruncateTo(du8, v). Highway 1.0.3's AVX3_DL overload
+// for 16 u32 lanes permutes by a byte-index table with vpermd instead of vpermb and
+// returns wrong bytes; vpmovdb does the narrowing there.
+template <class DU8, class V>
+HWY_INLINE auto LowBytes(DU8 du8, V v) {
+#if HWY_TARGET == HWY_AVX3_DL
+  if constexpr (sizeof(hn::TFromV<V>) == 4 && hn::MaxLanes(hn::DFromV<V>()) == 16) {
+    return hn::Vec128<std::uint8_t, 16>{_mm512_cvtepi32_epi8(v.raw)};
+  } else {
+    return hn::TruncateTo(du8, v);
+  }
+#else
+  return hn::TruncateTo(du8, v);
+#endif
+}
+
 // Whether codes of this width are packed in registers on this target.
 template <int kBits>
 constexpr bool kInRegisters = HWY_TARGET != HWY_SCALAR && (kBits == 2 || kBits == 4 || kBits == 8);
@@ -79,7 +95,7 @@ HWY_INLINE void StoreCodes(DI di, hn::Vec<DI> codes, std::uint8_t* HWY_RESTRICT 
   static_assert(kInRegisters<kBits>);
   const hn::Rebind<std::uint8_t, DI> du8;  // one byte per code, in lane order
   if constexpr (kBits == 8) {
-    hn::StoreU(hn::TruncateTo(du8, hn::BitCast(hn::RebindToUnsigned<DI>(), codes)), du8, out);
+    hn::StoreU(LowBytes(du8, hn::BitCast(hn::RebindToUnsigned<DI>(), codes)), du8, out);
   } else if constexpr (kBits == 4) {
     // u64 lanes hold a pair, c0 in bits 0..31 and c1 in bits 32..63 (anything above each
     // code's low byte); x >> 28 puts c1's low nibble at bits 4..7, a bitwise select (one
@@ -99,7 +115,7 @@ HWY_INLINE void StoreCodes(DI di, hn::Vec<DI> codes, std::uint8_t* HWY_RESTRICT 
     hn::StoreU(hn::TruncateTo(dout, pair), dout, out);
 #endif
   } else {
-    const auto bytes = hn::TruncateTo(du8, hn::BitCast(hn::RebindToUnsigned<DI>(), codes));
+    const auto bytes = LowBytes(du8, hn::BitCast(hn::RebindToUnsigned<DI>(), codes));
     const hn::Repartition<std::uint32_t, decltype(du8)> du32;  // lanes c0 | c1<<8 | c2<<16 | c3<<24
     const hn::RebindToSigned<decltype(du32)> di32;
     const hn::Rebind<std::uint8_t, decltype(du32)> dout;

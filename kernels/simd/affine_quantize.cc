@@ -407,7 +407,7 @@ class GroupQuantizer {
         ap::StoreCodes<kBits>(di, ci, out + i * kBits / 8);
       } else {
         const hn::Rebind<std::uint8_t, DI> du8;
-        hn::StoreU(hn::TruncateTo(du8, hn::BitCast(hn::RebindToUnsigned<DI>(), ci)), du8, codes_ + i);
+        hn::StoreU(affine_pack::LowBytes(du8, hn::BitCast(hn::RebindToUnsigned<DI>(), ci)), du8, codes_ + i);
       }
     }
     if constexpr (!ap::kInRegisters<kBits>) ad::pack_codes(codes_, len_, job_.bits, out);
