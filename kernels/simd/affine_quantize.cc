@@ -200,9 +200,13 @@ class GroupQuantizer {
 
   // The codes of group j, packed into wq: first through the reciprocal, redone with the
   // true division when any lane of the group is in doubt (header).
-  HWY_INLINE void Encode(const Block& b, std::size_t j) {
-    if (!b.Finite(j)) return;
-    if (!std::isfinite(b.recip[j])) return (void)EncodeWith<true, true>(b, j);
+  // Encodes group j; false where a lane's code is in doubt, and the group must be
+  // encoded again by Redo (the caller defers that to the end of the block: a branch on
+  // each group's doubt mispredicts on the ~3 % of groups in doubt, costing more than
+  // their redo).
+  HWY_INLINE bool Encode(const Block& b, std::size_t j) {
+    if (!b.Finite(j)) return true;
+    if (!std::isfinite(b.recip[j])) return EncodeWith<true, true>(b, j);
     bool certain;
     if constexpr (kGpu) {
       certain = EncodeWith<false, true>(b, j);
@@ -211,8 +215,11 @@ class GroupQuantizer {
     } else {
       certain = kPacksClamp || b.InRange(j) ? EncodeWith<false, false>(b, j) : EncodeWith<false, true>(b, j);
     }
-    if (!certain) EncodeWith<true, true>(b, j);
+    return certain;
   }
+
+  // Group j (finite, finite 1/scale) with the oracle's division.
+  void Redo(const Block& b, std::size_t j) { EncodeWith<true, kPacksClamp>(b, j); }
 
  private:
   int Bits() const { return kBits != 0 ? kBits : job_.bits; }
@@ -347,14 +354,17 @@ class GroupQuantizer {
     std::uint8_t* const out = Out(b, j);
     VF doubt = hn::Zero(df);  // the largest distance to the nearest integer (fast path)
 #if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
-    if constexpr (!kExact && !kGpu && ap::kPacksFour<kBits>) {
+    if constexpr ((!kExact || !kClamp) && !kGpu && ap::kPacksFour<kBits>) {
       // Four vectors per step (two for a group of 32): rint(q') as an integer (vcvtps2dq,
       // RNE; |q'| < 2^22 on this path), clamped and packed by StoreCodesFour. The four
       // fractions meet in a tree, so the doubt chain grows by one vrangeps per step.
+      // kExact without kClamp (Redo: a finite group with a finite 1/scale, whose q is as
+      // bounded as q'): the oracle's division instead, and no doubt.
       const auto larger = [](__m512 x, __m512 y) { return _mm512_range_ps(x, y, 0x0B); };
       const auto quotient = [&](std::size_t i, __m512& fraction) {
-        const VF q = FastQuotient<kFused>(Values(b, j, i), vb, vs, vbr);
-        fraction = _mm512_reduce_ps(q.raw, 0x08);
+        const VF g = Values(b, j, i);
+        const VF q = kExact ? hn::Div(hn::Sub(g, vb), vs) : FastQuotient<kFused>(g, vb, vs, vbr);
+        fraction = kExact ? _mm512_setzero_ps() : _mm512_reduce_ps(q.raw, 0x08);
         return _mm512_cvtps_epi32(q.raw);
       };
       __m512 f0, f1, f2, f3;
@@ -446,10 +456,16 @@ void QuantizeGroupsT(const ad::GroupJob& job, std::int64_t g0, std::int64_t g1) 
     const std::int64_t n0 = b0 + static_cast<std::int64_t>(kBlock);
     next->count = 0;
     if (n0 < g1) start(*next, n0);
+    std::uint8_t doubtful[kBlock];
+    std::size_t redos = 0;
     for (std::size_t j = 0; j < kBlock; ++j) {
-      if (j < cur->count) q.Encode(*cur, j);
+      if (j < cur->count) {
+        doubtful[redos] = static_cast<std::uint8_t>(j);
+        redos += q.Encode(*cur, j) ? 0u : 1u;
+      }
       if (j < next->count) q.Scan(*next, j);
     }
+    for (std::size_t i = 0; i < redos; ++i) q.Redo(*cur, doubtful[i]);
     std::swap(cur, next);
   }
 }
