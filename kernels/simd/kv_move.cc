@@ -6,6 +6,13 @@
 // memcpy per head instead of S (the oracle copies row by row). No Highway dispatch,
 // hence the same on every target.
 //
+// A large scatter (at least kStreamingBytes) stores with non-temporal stores: memcpy of
+// a run that size uses ordinary stores, whose destination lines are first read from
+// memory (read for ownership), so a copy moves three bytes per byte copied, where
+// memcpy of larger buffers (and the memcpy baseline of kvlab_bench) streams with two.
+// The rows written then are not in the cache; a scatter that large would not stay in L2
+// anyway, and a decode step's append (S = 1) stays below the threshold.
+//
 // Validation is the oracle's own (ref::validate_kv_*), so both backends reject the same
 // calls with the same messages before writing dst; only the copy loops live here.
 #include "kernels/simd/simd_kernels.h"
@@ -14,10 +21,44 @@
 #include <cstring>
 #include <vector>
 
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
 #include "kernels/simd/parallel.h"
 #include "reference/kv_move.h"
 
 namespace kvlab::simd {
+namespace {
+
+constexpr std::size_t kStreamingBytes = std::size_t{1} << 20;  // an L2's worth
+
+// memcpy with non-temporal stores for the 16-byte-aligned middle; the caller issues the
+// store fence before its writes may be read by another thread.
+void copy_streaming(std::byte* dst, const std::byte* src, std::size_t n) {
+#if defined(__SSE2__)
+  const std::size_t head = (16 - reinterpret_cast<std::uintptr_t>(dst) % 16) % 16;
+  if (n < head + 64) return (void)std::memcpy(dst, src, n);
+  std::memcpy(dst, src, head);
+  dst += head, src += head, n -= head;
+  for (; n >= 64; n -= 64, dst += 64, src += 64) {
+    for (std::size_t i = 0; i < 64; i += 16) {
+      _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i), _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i)));
+    }
+  }
+  std::memcpy(dst, src, n);
+#else
+  std::memcpy(dst, src, n);
+#endif
+}
+
+void store_fence() {
+#if defined(__SSE2__)
+  _mm_sfence();
+#endif
+}
+
+}  // namespace
 
 void kv_scatter(const ConstTensorView& src, const ConstTensorView& slots, const TensorView& dst) {
   const ref::KvMovePlan plan = ref::validate_kv_scatter(src, slots, dst);
@@ -41,12 +82,17 @@ void kv_scatter(const ConstTensorView& src, const ConstTensorView& slots, const 
   }
   // One task per (b, h): both cores stream rows (the validated slots of a batch row are
   // distinct, so tasks write disjoint bytes and the result does not depend on the split).
+  const bool streaming = s.bytes >= kStreamingBytes;
   parallel_for(s.B * s.H, [&](std::int64_t task) {
     const std::int64_t b = task / s.H, h = task % s.H;
     for (const Run& r : runs[static_cast<std::size_t>(b)]) {
-      std::memcpy(dst.data + d.row_offset(b, h, r.t), src.data + s.row_offset(b, h, r.p),
-                  static_cast<std::size_t>(r.len) * s.row_bytes);
+      std::byte* to = dst.data + d.row_offset(b, h, r.t);
+      const std::byte* from = src.data + s.row_offset(b, h, r.p);
+      const auto n = static_cast<std::size_t>(r.len) * s.row_bytes;
+      if (streaming) copy_streaming(to, from, n);
+      else std::memcpy(to, from, n);
     }
+    if (streaming) store_fence();  // before parallel_for reports the task done
   });
 }
 

@@ -2,7 +2,8 @@
 // oracle's errors (a rejected call is not a harness case: the spine runs only problems the
 // oracle accepts). Their byte-for-byte comparisons with the oracle (ring and permuted slots,
 // repeated gather indices, overlapping blocks, int32-extreme shifts, rows of 1 to 128
-// elements, empty axes, odd element offsets) are lines of harness/cases/kv_*/ci, run on
+// elements, empty axes, odd element offsets, scatters of over 1 MiB that take the
+// non-temporal stores) are lines of harness/cases/kv_*/ci, run on
 // every Highway target, SCALAR included, by harness.check_ci_simd_*.
 #include <gtest/gtest.h>
 
