@@ -9,8 +9,7 @@
 // the stack (two Blocks of kBlock groups), so nothing is allocated per call or row.
 //
 // Quantize, in blocks of kBlock = 32 groups, software-pipelined (the encoding of one
-// block interleaved with the scan of the next, the block between them finished just
-// before, so that its chain of divisions overlaps that independent work):
+// block interleaved with the scan of the next):
 //   scan    f16/bf16 (vector targets): the raw 16-bit patterns as ordered integer keys,
 //           running Max/Min of the keys, no conversion (2N elements per vector; a key
 //           beyond ±inf's flags NaN/±inf); f32 (and 16-bit input on SCALAR): running
@@ -443,28 +442,20 @@ template <int kBits, bool kGpu, Input kIn>
 void QuantizeGroupsT(const ad::GroupJob& job, std::int64_t g0, std::int64_t g1) {
   if (g0 >= g1) return;
   GroupQuantizer<kBits, kGpu, kIn> q(job);
-  // Three blocks in flight: cur is encoded while next is scanned, and mid (scanned in
-  // the previous round) is finished first, so the long dependent chain of Finish's
-  // divisions has cur's independent encoding behind it to overlap with.
-  Block blocks[3];
+  Block blocks[2];
   Block* cur = &blocks[0];
-  Block* mid = &blocks[1];
-  Block* next = &blocks[2];
+  Block* next = &blocks[1];
   const auto start = [&](Block& b, std::int64_t first) {
-    b.count = 0;
-    if (first >= g1) return;
     b.first = static_cast<std::size_t>(first);
     b.count = std::min(kBlock, static_cast<std::size_t>(g1 - first));
   };
-  const auto block = static_cast<std::int64_t>(kBlock);
   start(*cur, g0);
   for (std::size_t j = 0; j < cur->count; ++j) q.Scan(*cur, j);
-  q.Finish(*cur);
-  start(*mid, g0 + block);
-  for (std::size_t j = 0; j < mid->count; ++j) q.Scan(*mid, j);
-  for (std::int64_t b0 = g0; b0 < g1; b0 += block) {
-    if (mid->count != 0) q.Finish(*mid);
-    start(*next, b0 + 2 * block);
+  for (std::int64_t b0 = g0; b0 < g1; b0 += static_cast<std::int64_t>(kBlock)) {
+    q.Finish(*cur);
+    const std::int64_t n0 = b0 + static_cast<std::int64_t>(kBlock);
+    next->count = 0;
+    if (n0 < g1) start(*next, n0);
     std::uint8_t doubtful[kBlock];
     std::size_t redos = 0;
     for (std::size_t j = 0; j < kBlock; ++j) {
@@ -475,10 +466,7 @@ void QuantizeGroupsT(const ad::GroupJob& job, std::int64_t g0, std::int64_t g1) 
       if (j < next->count) q.Scan(*next, j);
     }
     for (std::size_t i = 0; i < redos; ++i) q.Redo(*cur, doubtful[i]);
-    Block* done = cur;
-    cur = mid;
-    mid = next;
-    next = done;
+    std::swap(cur, next);
   }
 }
 
