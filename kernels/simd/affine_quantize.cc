@@ -198,12 +198,10 @@ class GroupQuantizer {
     StoreParams(job_.param_dtype, b.bias, b.count, job_.biases_out, b.first);
   }
 
-  // The codes of group j, packed into wq: first through the reciprocal, redone with the
-  // true division when any lane of the group is in doubt (header).
-  // Encodes group j; false where a lane's code is in doubt, and the group must be
-  // encoded again by Redo (the caller defers that to the end of the block: a branch on
-  // each group's doubt mispredicts on the ~3 % of groups in doubt, costing more than
-  // their redo).
+  // The codes of group j, packed into wq through the reciprocal; false where a lane's
+  // code is in doubt (header) and the group must be encoded again by Redo, which the
+  // caller defers to the end of the block (a branch on each group's doubt mispredicts
+  // on the ~3 % of groups in doubt, costing more than their redo).
   HWY_INLINE bool Encode(const Block& b, std::size_t j) {
     if (!b.Finite(j)) return true;
     if (!std::isfinite(b.recip[j])) return EncodeWith<true, true>(b, j);
