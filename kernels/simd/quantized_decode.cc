@@ -105,6 +105,12 @@ inline void unpack_rows(const std::uint32_t* words, std::int64_t n, std::int64_t
 
 HWY_BEFORE_NAMESPACE();
 namespace kvlab::simd::qdecode::HWY_NAMESPACE {
+#include "kernels/simd/quantized_decode_vnni-inl.h"
+}  // namespace kvlab::simd::qdecode::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+HWY_BEFORE_NAMESPACE();
+namespace kvlab::simd::qdecode::HWY_NAMESPACE {
 
 // ---------------------------------------------------------------- softmax of a chunk
 
@@ -343,18 +349,32 @@ void DecodeChunk(const DecodePlan& plan, std::int64_t task) {
   const std::size_t kmeta_row = static_cast<std::size_t>((bk * plan.lk + j0)) * kg;
   const std::size_t vmeta_row = static_cast<std::size_t>((bk * plan.lk + j0)) * vg;
 
-  // K side: f32 scales/biases of the chunk, then the scores of every row.
-  float* k_scales = aligned_floats(sc.k_scales, nc * kg);
-  float* k_biases = aligned_floats(sc.k_biases, nc * kg);
+  // K side: the scores of every row, in integers where the certificate holds
+  // (quantized_decode_vnni-inl.h), else from the chunk's f32 scales/biases.
   const std::size_t kbytes = dtype_size(ks.meta_dtype);
-  to_f32(ks.scales + kmeta_row * kbytes, ks.meta_dtype, nc * kg, k_scales);
-  to_f32(ks.biases + kmeta_row * kbytes, ks.meta_dtype, nc * kg, k_biases);
   const CodeRows kc = ChunkCodes(ks, bk, plan.lk, j0, nc, sc.k_codes);
   float* scores = aligned_floats(sc.scores, urows * ncp);
-  float* tile = aligned_floats(sc.tile, 8 * N * N);
   const float* query = plan.query + static_cast<std::size_t>(bk * rows) * dk;
   const auto kgs = static_cast<std::size_t>(ks.group);
-  for (std::size_t r0 = 0, rb = 0; r0 < urows; r0 += rb) {
+  bool scored = false;
+#if HWY_TARGET == HWY_AVX3_DL
+  if (vnni::Eligible(plan.score_slack, kc.bits, dk, kgs)) {
+    float* s_cols = aligned_floats(sc.k_scales, kg * ncp);
+    float* b_cols = aligned_floats(sc.k_biases, kg * ncp);
+    meta_columns(ks.scales + kmeta_row * kbytes, ks.meta_dtype, nc, kg, ncp, sc.convert, s_cols);
+    meta_columns(ks.biases + kmeta_row * kbytes, ks.meta_dtype, nc, kg, ncp, sc.convert, b_cols);
+    scored = vnni::ScoreChunk(plan.call, bk, query, urows, dk, kgs, ks.bits, plan.score_slack, kc.data,
+                              kc.row_bytes, nc, ncp, s_cols, b_cols, scores);
+  }
+#endif
+  float* k_scales = aligned_floats(sc.k_scales, nc * kg);
+  float* k_biases = aligned_floats(sc.k_biases, nc * kg);
+  if (!scored) {
+    to_f32(ks.scales + kmeta_row * kbytes, ks.meta_dtype, nc * kg, k_scales);
+    to_f32(ks.biases + kmeta_row * kbytes, ks.meta_dtype, nc * kg, k_biases);
+  }
+  float* tile = aligned_floats(sc.tile, 8 * N * N);
+  for (std::size_t r0 = 0, rb = 0; r0 < urows && !scored; r0 += rb) {
     rb = RowBlock(urows - r0);
     if (kc.bits == 4) {
       ScoreBlock<4>(rb, query + r0 * dk, dk, kc.data, kc.row_bytes, k_scales, k_biases, kg, kgs, nc, ncp, tile,

@@ -78,6 +78,12 @@ struct DecodePlan {
   const std::byte* mask = nullptr;
   DType mask_dtype = DType::f32;
   std::int64_t mask_b = 1, mask_h = 1;
+  // What the logits may lose to a reduced-precision K side, relative to the budget's S:
+  // eps_T of an f16/bf16 output (harness/ops/sdpa_info.cc), 0 for f32 (f32 arithmetic
+  // only; quantized_decode_vnni-inl.h).
+  float score_slack = 0;
+  // Unique per call (per-thread caches of per-call data key on it).
+  std::uint64_t call = 0;
   // Queries scaled by params.scale, in K's lane order: [b][kvh][ρ][Dk].
   const float* query = nullptr;
   // Partials, task t = (b·Hkv + kvh)·chunks + c: max and sum [t][ρ], output [t][ρ][Dv]

@@ -181,6 +181,9 @@ void fused(const ConstTensorView& q, const ref::QuantizedView& k, const ref::Qua
   plan.k = packed_side(k, q.dim(3));
   plan.v = packed_side(v, out.dim(3));
   plan.softcap = params.softcap;
+  plan.score_slack = out.dtype == DType::f16 ? 0x1p-10f : out.dtype == DType::bf16 ? 0x1p-7f : 0.0f;
+  static std::atomic<std::uint64_t> calls{0};
+  plan.call = ++calls;
   plan.chunk = qdecode::chunk_tokens();
   plan.chunks = (plan.lk + plan.chunk - 1) / plan.chunk;
   plan.mask_kind = params.mask.kind;

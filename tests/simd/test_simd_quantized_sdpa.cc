@@ -171,6 +171,45 @@ TEST(SimdQuantizedSdpa, ResultDoesNotDependOnTheThreadsThatRanIt) {
   });
 }
 
+// The AVX3_DL K side rounds q·scale per (row, group) to a multiple of σ = 2^-22 of the
+// group's largest |q| (quantized_decode_vnni-inl.h) and keeps a chunk's scores only when
+// its error bound is within the tolerance's allowance of the largest logit. Here the bound
+// cannot hold: q's element 0 is huge where every key is exactly 0, and its other elements
+// lie below σ/2, so the integer side would see q = 0 and give every key the logit 0,
+// while the true logits (K up to 960) differ by ~0.3 and the output leans to one key.
+// The chunk must be scored again in f32 (with the certificate skipped the outputs are off
+// by up to 0.15, against 2^-7·max|out| ≈ 0.015 allowed here).
+TEST(SimdQuantizedSdpa, LogitsTheIntegerKSideCannotCertifyAreScoredInF32) {
+  KVLAB_SEEDED_RNG(rng, 1234);
+  for (const DType dtype : {DType::f16, DType::bf16}) {
+    SCOPED_TRACE(dtype_name(dtype));
+    Inputs in = random_inputs(rng, {1, 4, 1, 1, 2, 128, 64}, dtype, affine(4, 64), affine(8, 64), DType::f32,
+                              DType::f32);
+    auto* words = in.k.wq.storage<std::uint32_t>().data();
+    for (std::int64_t key = 0; key < 2; ++key) {
+      words[key * 16] &= ~0xFu;                  // element 0's code: 0
+      in.k.scales.view().store(key * 2, 64.0f);  // group 0: k = 64·c, so element 0 is exactly 0
+      in.k.biases.view().store(key * 2, 0.0f);
+    }
+    for (std::int64_t h = 0; h < 4; ++h) {
+      for (std::int64_t d = 0; d < 128; ++d) {
+        const float tiny = std::ldexp(rng.uniform(-1.0, 1.0) < 0 ? -1.0f : 1.0f, -12);
+        in.q.view().store(h * 128 + d, d == 0 ? 30000.0f : d < 64 ? tiny : 0.0f);
+      }
+    }
+    const Tensor want = run_ref(in);
+    float largest_v = 0;
+    for (std::int64_t i = 0; i < want.numel(); ++i) largest_v = std::max(largest_v, std::abs(want.view().load(i)));
+    testing::for_each_simd_target([&](const std::string&) {
+      const Tensor got = run_simd(in);
+      float worst = 0;
+      for (std::int64_t i = 0; i < want.numel(); ++i)
+        worst = std::max(worst, std::abs(got.view().load(i) - want.view().load(i)));
+      EXPECT_LE(worst, 0x1p-7f * largest_v) << "largest |out| " << largest_v;
+    });
+  }
+}
+
 // The softmax's e^x (x = s − max <= 0) is a trimmed copy of Highway's Exp on AVX3 (no
 // sign handling, one vscalefps for 2^q); it must give Highway's bits for every x <= 0:
 // a dense sweep of [−110, 0] (normal, subnormal and zero results, the −104 cut-off),

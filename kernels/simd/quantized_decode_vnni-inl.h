@@ -1,0 +1,292 @@
+// The K side of the fused quantized decode kernel in integers (AVX3_DL: AVX-512 VNNI),
+// included by quantized_decode.cc only. It replaces ScoreRows for a chunk when the call's
+// output is f16/bf16 and its run-time certificate (below) holds; otherwise the chunk's
+// scores are computed again by the f32 path, so what it may return is bounded either way.
+//
+// Arithmetic. Per query row r and K group g, q (already ·scale) is rounded to a multiple
+// of σ = 2^(e−22), 2^(e−1) <= max_g|q| < 2^e, so |q/σ| < 2^22 and the integer q_int =
+// rint(q/σ) is three balanced base-256 digits (hi·2^16 + mid·2^8 + lo, each in
+// [−128, 127]). vpdpbusd multiplies u8 codes by s8 digits and sums four products per
+// i32 lane exactly, so per key I = Σ_{d∈g} q_int·c is exact in three i32 pieces (|piece|
+// <= 128·255·128 < 2^22). The group's share of the logit is σ·(s·I + b·Q), Q = Σ q_int,
+// k = c·s + b taken exactly (the oracle's k rounds c·s and the add: the budget's 3u·S +
+// u·S_b, quantized_sdpa in harness/ops/sdpa_info.cc, covers the difference as for the
+// f32 path's fused dequantize).
+// Layout. 16 keys per tile, one per i32 lane: a 16×16 dword transpose of 16 code rows
+// (64 bytes at a time, a shorter row's tail zero) puts dword jj of every key in vector
+// jj; the codes then split into the low and the high nibbles (dims 8jj + 2b and
+// 8jj + 2b + 1 in byte b). The q digits are laid out to match, so one vpdpbusd with a
+// broadcast digit dword adds four dims of 16 keys for one (row, piece).
+// 24 vpdpbusd per key at R = 4, D = 128 (16 per key for 2 pieces would move q by 2^-15
+// of max_g|q|: on the order of the precision ceiling's q·scale-in-T term; three pieces
+// keep q to 2^-23, below f32's own rounding of the dot product).
+//
+// Error bound of a key's logit, per group (u = 2^-24, n = 2^bits − 1, G groups):
+//  (1) q rounding: |Σ (q − σ·q_int)·k| <= σ/2·Σ|c·s + b| <= σ·gs/2·(n·|s| + |b|);
+//  (2) I in f32: fl(fl(hi)·2^16 + fl(mid·2^8 + lo)): |fl(hi)| is exact (< 2^24), the
+//      conversion of L = mid·2^8 + lo errs by u·|L| <= u·32896·n·gs, the FMA by u·|I|;
+//  (3) fl(s·I): u·|s|·|I|, |I| <= n·Σ|q_int|; (4) fl(b·Q + s·I): u·(|b|·|Q| + |s|·|I|),
+//      and Q itself rounded to f32: u·|b|·|Q|;
+//  (5) the logit's sum over groups (exact products by σ, one rounding per group):
+//      G·u·Σ_g σ·(|b|·|Q| + |s|·|I|).
+// So E_g = |s|·A_g + |b|·B_g with, over the rows,
+//   A_g = max_r σ·(gs·n/2 + u·n·(32896·gs + (3 + G)·Σ|q_int|)),
+//   B_g = max_r σ·(gs/2 + u·(2 + G)·|Q|),
+// each raised by 2^-10 for second-order terms; E = Σ_g E_g per key.
+// Certificate. attention_budget allows the logits eps_T·S (q·scale rounded to T; this
+// path keeps q in f32 and spends the allowance on its own rounding instead), S = max
+// over (row, key) of |scale|·Σ_d|q_d·k_d| >= Σ_g |group share| of any key. With Ŝ the
+// largest computed Σ_g |σ·(s·I + b·Q)| of the chunk and Ê the largest E, the chunk's
+// scores stand when Ê <= eps_T/4·Ŝ: then S >= Ŝ − Ê·(1 + G·u) >= Ŝ/2 and every logit is
+// within eps_T/2·S. A non-finite q, scale, bias or bound fails it too (the f32 path's
+// NaN/inf semantics hold there: 0·inf of a zero code, hidden keys' poisoned scales).
+// On Zen 4 (one zmm vpdpbusd or FMA per cycle) a standalone tile loop measured ~36
+// cycles per key against ~51 for the f32 path's 34 FMAs; the 4/4-bit perf rows gained
+// 12-24 % (commit message).
+#if HWY_TARGET == HWY_AVX3_DL
+namespace vnni {
+
+static_assert(hn::MaxLanes(DF()) == 16, "AVX3_DL: 16 f32 lanes (the lane order of MakeDigits)");
+
+constexpr std::size_t kTileKeys = 16;
+constexpr std::size_t kPieces = 3;
+constexpr std::size_t kMaxDk = 256;
+constexpr std::size_t kMaxVectors = kMaxDk / 4;  // tile vectors: four dims each
+
+// Whether a chunk may take this path (the certificate decides the rest). 4-bit K only:
+// an 8-bit K side built the same way (dims 4jj + b, two transposes per key) measured
+// 5-12 % slower than the f32 path at S 32 768-65 536 on Zen 4, so 8-bit K and the widths
+// unpacked to bytes stay there.
+inline bool Eligible(float slack, int storage_bits, std::size_t dk, std::size_t gs) {
+  return slack > 0 && storage_bits == 4 && dk <= kMaxDk && dk % 32 == 0 && gs % 32 == 0;
+}
+
+// Per row and group: the q digits [r][piece][j] (dwords, tile-vector order), σ, Q, and
+// the bound's per-group factors A_g, B_g (max over rows).
+struct Digits {
+  std::uint64_t call = 0;  // DecodePlan::call and the (b, kv head) they were made for
+  std::int64_t bk = -1;
+  bool finite = false;
+  std::vector<std::int32_t> words;
+  std::vector<float> sigma, qsum;  // [r][g]
+  std::vector<float> a, b;         // [g]
+};
+
+// Tile vector j and byte of element d (see the layout above).
+inline void Place(std::size_t d, std::size_t& j, std::size_t& byte) {
+  j = 2 * (d / 8) + d % 2;
+  byte = d % 8 / 2;
+}
+
+// False when a q value is not finite.
+inline bool MakeDigits(const float* query, std::size_t rows, std::size_t dk, std::size_t gs, int code_bits,
+                       Digits& dg) {
+  const std::size_t groups = dk / gs, J = dk / 4;
+  dg.words.assign(rows * kPieces * J, 0);
+  dg.sigma.assign(rows * groups, 1.0f);
+  dg.qsum.assign(rows * groups, 0.0f);
+  dg.a.assign(groups, 0.0f);
+  dg.b.assign(groups, 0.0f);
+  const double n = std::ldexp(1.0, code_bits) - 1, u = 0x1p-24, G = static_cast<double>(groups);
+  const double g_size = static_cast<double>(gs);
+  float q[kMaxDk];  // the row in element order
+  for (std::size_t r = 0; r < rows; ++r) {
+    // Lane order (quantized_decode.h) → element order: 4-bit units of 32 elements, the
+    // even ones in the first 16 lanes.
+    for (std::size_t pos = 0; pos < dk; ++pos) {
+      const std::size_t t = pos % 32, element = pos - t + (t < 16 ? 2 * t : 2 * (t - 16) + 1);
+      q[element] = query[r * dk + pos];
+    }
+    for (std::size_t g = 0; g < groups; ++g) {
+      float largest = 0;
+      for (std::size_t d = g * gs; d < (g + 1) * gs; ++d) {
+        if (!std::isfinite(q[d])) return false;
+        largest = std::max(largest, std::abs(q[d]));
+      }
+      int e = 0;
+      std::frexp(largest, &e);
+      if (largest > 0 && (e - 22 < -126 || 22 - e > 127)) return false;  // σ and 1/σ normal
+      const float sigma = largest > 0 ? std::ldexp(1.0f, e - 22) : 1.0f;
+      const float inverse = largest > 0 ? std::ldexp(1.0f, 22 - e) : 1.0f;  // exact: powers of two
+      std::int64_t total = 0, magnitude = 0;
+      for (std::size_t d = g * gs; d < (g + 1) * gs; ++d) {
+        const auto qi = static_cast<std::int64_t>(std::rint(q[d] * inverse));  // |qi| <= 2^22
+        const std::int64_t lo = ((qi + 128) & 255) - 128, rest = (qi - lo) / 256;
+        const std::int64_t mid = ((rest + 128) & 255) - 128, hi = (rest - mid) / 256;
+        const std::int64_t digit[kPieces] = {hi, mid, lo};
+        std::size_t j = 0, byte = 0;
+        Place(d, j, byte);
+        for (std::size_t p = 0; p < kPieces; ++p) {
+          auto* bytes = reinterpret_cast<std::int8_t*>(&dg.words[(r * kPieces + p) * J + j]);
+          bytes[byte] = static_cast<std::int8_t>(digit[p]);
+        }
+        total += qi;
+        magnitude += qi < 0 ? -qi : qi;
+      }
+      dg.sigma[r * groups + g] = sigma;
+      dg.qsum[r * groups + g] = static_cast<float>(total);
+      const double a = sigma * (g_size * n / 2 + u * n * (32896 * g_size + (3 + G) * static_cast<double>(magnitude)));
+      const double b = sigma * (g_size / 2 + u * (2 + G) * std::abs(static_cast<double>(total)));
+      dg.a[g] = std::max(dg.a[g], static_cast<float>(a * (1 + 0x1p-10)));
+      dg.b[g] = std::max(dg.b[g], static_cast<float>(b * (1 + 0x1p-10)));
+    }
+  }
+  return true;
+}
+
+HWY_INLINE __m512i Dot(__m512i acc, __m512i codes, const std::int32_t* digits) {
+  asm("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(codes), "m"(*digits));
+  return acc;
+}
+
+// 16 rows of 64 bytes → vector jj holds dword jj of every row (lane = row).
+HWY_INLINE void Transpose16(__m512i r[16]) {
+  __m512i t[16];
+#pragma GCC unroll 8
+  for (int i = 0; i < 8; ++i) {
+    t[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
+    t[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
+  }
+#pragma GCC unroll 4
+  for (int i = 0; i < 4; ++i) {
+    r[4 * i + 0] = _mm512_unpacklo_epi64(t[4 * i + 0], t[4 * i + 2]);
+    r[4 * i + 1] = _mm512_unpackhi_epi64(t[4 * i + 0], t[4 * i + 2]);
+    r[4 * i + 2] = _mm512_unpacklo_epi64(t[4 * i + 1], t[4 * i + 3]);
+    r[4 * i + 3] = _mm512_unpackhi_epi64(t[4 * i + 1], t[4 * i + 3]);
+  }
+#pragma GCC unroll 2
+  for (int i = 0; i < 2; ++i) {
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; ++k) {
+      t[8 * i + k] = _mm512_shuffle_i32x4(r[8 * i + k], r[8 * i + 4 + k], 0x88);
+      t[8 * i + 4 + k] = _mm512_shuffle_i32x4(r[8 * i + k], r[8 * i + 4 + k], 0xDD);
+    }
+  }
+#pragma GCC unroll 8
+  for (int k = 0; k < 8; ++k) {
+    r[k] = _mm512_shuffle_i32x4(t[k], t[8 + k], 0x88);
+    r[8 + k] = _mm512_shuffle_i32x4(t[k], t[8 + k], 0xDD);
+  }
+}
+
+// The tile's 4-bit codes (keys [0, keys) of `codes`, the others zero) as J vectors of
+// four one-byte codes per key.
+HWY_INLINE void TileCodes(const std::uint8_t* HWY_RESTRICT codes, std::size_t row_bytes, std::size_t keys,
+                          std::size_t dk, __m512i* HWY_RESTRICT tq) {
+  const __m512i nibble = _mm512_set1_epi8(0x0F);
+  const std::size_t bytes = dk / 2;  // a multiple of 16
+  for (std::size_t block = 0; block < bytes; block += 64) {
+    const std::size_t part = std::min<std::size_t>(64, bytes - block);
+    const __mmask64 mask = part == 64 ? ~__mmask64{0} : (__mmask64{1} << part) - 1;
+    __m512i r[16];
+#pragma GCC unroll 16
+    for (std::size_t t = 0; t < kTileKeys; ++t) {
+      // One line of a key kPrefetchKeys ahead per line read: a tile's worth at once would
+      // fill the line fill buffers (ScoreRows).
+      hwy::Prefetch(codes + (t + kPrefetchKeys) * row_bytes + block);
+      r[t] = t < keys ? _mm512_maskz_loadu_epi8(mask, codes + t * row_bytes + block) : _mm512_setzero_si512();
+    }
+    Transpose16(r);
+    const std::size_t jj0 = block / 4, dwords = part / 4;
+#pragma GCC unroll 16
+    for (std::size_t v = 0; v < 16; ++v) {
+      if (v >= dwords) break;
+      tq[2 * (jj0 + v)] = _mm512_and_si512(r[v], nibble);
+      tq[2 * (jj0 + v) + 1] = _mm512_and_si512(_mm512_srli_epi16(r[v], 4), nibble);
+    }
+  }
+}
+
+// Logits of RB rows for the tile's 16 keys: logit[r] and Σ_g |share|·σ (Ŝ's candidates).
+template <std::size_t RB>
+HWY_INLINE void TileRows(const __m512i* HWY_RESTRICT tq, std::size_t J, std::size_t groups, std::size_t gs,
+                         const Digits& dg, std::size_t r0, const float* HWY_RESTRICT s_cols,
+                         const float* HWY_RESTRICT b_cols, std::size_t ncp, float* HWY_RESTRICT scores,
+                         __m512& shat, __m512& probe) {
+  __m512 logit[RB], absum[RB];
+#pragma GCC unroll 4
+  for (std::size_t r = 0; r < RB; ++r) logit[r] = absum[r] = _mm512_setzero_ps();
+  const std::size_t per_group = gs / 4;
+  for (std::size_t g = 0; g < groups; ++g) {
+    __m512i acc[RB][kPieces];
+#pragma GCC unroll 4
+    for (std::size_t r = 0; r < RB; ++r) {
+#pragma GCC unroll 3
+      for (std::size_t p = 0; p < kPieces; ++p) acc[r][p] = _mm512_setzero_si512();
+    }
+    const std::int32_t* words = dg.words.data() + r0 * kPieces * J;
+#pragma GCC unroll 16
+    for (std::size_t j = g * per_group; j < (g + 1) * per_group; ++j) {
+      const __m512i c = tq[j];
+#pragma GCC unroll 4
+      for (std::size_t r = 0; r < RB; ++r) {
+#pragma GCC unroll 3
+        for (std::size_t p = 0; p < kPieces; ++p) acc[r][p] = Dot(acc[r][p], c, words + (r * kPieces + p) * J + j);
+      }
+    }
+    const __m512 s = _mm512_loadu_ps(s_cols + g * ncp), b = _mm512_loadu_ps(b_cols + g * ncp);
+#pragma GCC unroll 4
+    for (std::size_t r = 0; r < RB; ++r) {
+      const __m512i low = _mm512_add_epi32(_mm512_slli_epi32(acc[r][1], 8), acc[r][2]);
+      const __m512 I = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[r][0]), _mm512_set1_ps(65536.0f), _mm512_cvtepi32_ps(low));
+      const std::size_t rg = (r0 + r) * groups + g;
+      const __m512 share = _mm512_fmadd_ps(b, _mm512_set1_ps(dg.qsum[rg]), _mm512_mul_ps(s, I));
+      const __m512 sigma = _mm512_set1_ps(dg.sigma[rg]);
+      logit[r] = _mm512_fmadd_ps(share, sigma, logit[r]);
+      absum[r] = _mm512_fmadd_ps(_mm512_abs_ps(share), sigma, absum[r]);
+    }
+  }
+#pragma GCC unroll 4
+  for (std::size_t r = 0; r < RB; ++r) {
+    _mm512_storeu_ps(scores + (r0 + r) * ncp, logit[r]);
+    shat = _mm512_max_ps(shat, absum[r]);
+    probe = _mm512_add_ps(probe, absum[r]);  // max may drop a NaN; a sum keeps it
+  }
+}
+
+// Raw scores of the chunk's keys [0, nc) for all rows (scores[r][ncp], keys past nc 0),
+// or false where the certificate fails (scores then unspecified). s_cols/b_cols: the
+// chunk's K scales and biases as columns [g][ncp], zero past nc.
+// The digits are made once per (call, b, kv head) per thread: the chunks of one (b, kv
+// head) are consecutive tasks, and making them costs as much as scoring ~50 keys.
+bool ScoreChunk(std::uint64_t call, std::int64_t bk, const float* query, std::size_t rows, std::size_t dk,
+                std::size_t gs, int code_bits, float slack, const std::uint8_t* codes, std::size_t row_bytes,
+                std::size_t nc, std::size_t ncp, const float* s_cols, const float* b_cols, float* scores) {
+  static thread_local Digits dg;
+  if (dg.call != call || dg.bk != bk) {
+    dg.finite = MakeDigits(query, rows, dk, gs, code_bits, dg);
+    dg.call = call;
+    dg.bk = bk;
+  }
+  if (!dg.finite) return false;
+  const std::size_t groups = dk / gs, J = dk / 4;
+  alignas(64) __m512i tq[kMaxVectors];
+  __m512 emax = _mm512_setzero_ps(), esum = emax, shat = emax, probe = emax;
+  for (std::size_t t0 = 0; t0 < nc; t0 += kTileKeys) {
+    const std::size_t keys = std::min(kTileKeys, nc - t0);
+    TileCodes(codes + t0 * row_bytes, row_bytes, keys, dk, tq);
+    __m512 e = _mm512_setzero_ps();
+    for (std::size_t g = 0; g < groups; ++g) {
+      const __m512 s = _mm512_abs_ps(_mm512_loadu_ps(s_cols + g * ncp + t0));
+      const __m512 b = _mm512_abs_ps(_mm512_loadu_ps(b_cols + g * ncp + t0));
+      e = _mm512_fmadd_ps(s, _mm512_set1_ps(dg.a[g]), _mm512_fmadd_ps(b, _mm512_set1_ps(dg.b[g]), e));
+    }
+    emax = _mm512_max_ps(emax, e);
+    esum = _mm512_add_ps(esum, e);
+    std::size_t r0 = 0;
+    for (; r0 + 4 <= rows; r0 += 4)
+      TileRows<4>(tq, J, groups, gs, dg, r0, s_cols + t0, b_cols + t0, ncp, scores + t0, shat, probe);
+    switch (rows - r0) {
+      case 3: TileRows<3>(tq, J, groups, gs, dg, r0, s_cols + t0, b_cols + t0, ncp, scores + t0, shat, probe); break;
+      case 2: TileRows<2>(tq, J, groups, gs, dg, r0, s_cols + t0, b_cols + t0, ncp, scores + t0, shat, probe); break;
+      case 1: TileRows<1>(tq, J, groups, gs, dg, r0, s_cols + t0, b_cols + t0, ncp, scores + t0, shat, probe); break;
+      default: break;
+    }
+  }
+  const float bound = _mm512_reduce_max_ps(emax), largest = _mm512_reduce_max_ps(shat);
+  if (!std::isfinite(_mm512_reduce_add_ps(esum)) || !std::isfinite(_mm512_reduce_add_ps(probe))) return false;
+  return bound <= slack / 4 * largest;
+}
+
+}  // namespace vnni
+#endif  // HWY_TARGET == HWY_AVX3_DL
