@@ -38,9 +38,9 @@
 // and max_g|q|·Σ|k| is not bounded by any multiple of Σ|q_d·k_d| (q and k large on
 // different elements), so no fixed-point q passes the worst case: not with s8 (> 2^-8
 // relative to max_g|q|), not with a two-part s8 split (2^-16), and never for f32 q.
-// A K side in fixed point would need a run-time certificate instead (the rounding error
-// bound of the call, Σ_g max|Δq_g|·max|s_g|·(2^bits−1)·gs, against eps_T/2 times the largest
-// computed |logit|, a lower bound of S; the exact path again where it fails).
+// A K side in fixed point needs a run-time certificate instead (its error bound against
+// eps_T times a lower bound of S, the f32 path again where it fails): that is
+// quantized_decode_vnni-inl.h, for 4-bit K with f16/bf16 outputs on AVX3_DL.
 // The V side has an a-priori bound for f16/bf16 outputs: weights p·s_v in fixed point per
 // block of N keys (Q = round(w·32639/W), two s8 pieces) move the output by at most
 // N·2^-15·max|v| (Σ over blocks of the block maxima of p is at most Σp), half the 2^-9
