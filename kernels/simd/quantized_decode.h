@@ -108,7 +108,13 @@ inline float* aligned_floats(std::vector<float>& v, std::size_t n) {
 // Lanes of the f32 vectors the dispatched target uses.
 std::size_t lanes();
 // Element index of lane-order position `pos` of a row packed with `bits` (N = lanes()).
-std::int64_t lane_to_element(std::int64_t pos, int bits, std::size_t n);
+// Inline: the integer K side maps every q element of a call with it.
+inline std::int64_t lane_to_element(std::int64_t pos, int bits, std::size_t n) {
+  if (bits != 4) return pos;
+  const auto unit = static_cast<std::int64_t>(2 * n);
+  const std::int64_t base = pos / unit * unit, t = pos % unit, half = static_cast<std::int64_t>(n);
+  return base + (t < half ? 2 * t : 2 * (t - half) + 1);
+}
 
 // n f32/f16/bf16 values → f32, exactly (per-target, dispatched).
 void to_f32(const std::byte* src, DType dtype, std::size_t n, float* dst);

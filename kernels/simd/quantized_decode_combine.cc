@@ -179,12 +179,5 @@ void meta_columns(const std::byte* src, DType dtype, std::size_t n, std::size_t 
 }
 void combine(const CombineArgs& args, std::int64_t bk) { HWY_DYNAMIC_DISPATCH(Combine)(args, bk); }
 
-std::int64_t lane_to_element(std::int64_t pos, int bits, std::size_t n) {
-  if (bits != 4) return pos;
-  const auto unit = static_cast<std::int64_t>(2 * n);
-  const std::int64_t base = pos / unit * unit, t = pos % unit, half = static_cast<std::int64_t>(n);
-  return base + (t < half ? 2 * t : 2 * (t - half) + 1);
-}
-
 }  // namespace kvlab::simd::qdecode
 #endif  // HWY_ONCE

@@ -46,8 +46,6 @@
 #if HWY_TARGET == HWY_AVX3_DL
 namespace vnni {
 
-static_assert(hn::MaxLanes(DF()) == 16, "AVX3_DL: 16 f32 lanes (the lane order of MakeDigits)");
-
 constexpr std::size_t kTileKeys = 16;
 constexpr std::size_t kPieces = 3;
 constexpr std::size_t kMaxDk = 256;
@@ -91,11 +89,9 @@ inline bool MakeDigits(const float* query, std::size_t rows, std::size_t dk, std
   const double g_size = static_cast<double>(gs);
   float q[kMaxDk];  // the row in element order
   for (std::size_t r = 0; r < rows; ++r) {
-    // Lane order (quantized_decode.h) → element order: 4-bit units of 32 elements, the
-    // even ones in the first 16 lanes.
     for (std::size_t pos = 0; pos < dk; ++pos) {
-      const std::size_t t = pos % 32, element = pos - t + (t < 16 ? 2 * t : 2 * (t - 16) + 1);
-      q[element] = query[r * dk + pos];
+      const auto element = lane_to_element(static_cast<std::int64_t>(pos), 4, hn::Lanes(DF()));
+      q[static_cast<std::size_t>(element)] = query[r * dk + pos];
     }
     for (std::size_t g = 0; g < groups; ++g) {
       float largest = 0;
