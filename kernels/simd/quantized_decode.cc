@@ -358,7 +358,7 @@ void DecodeChunk(const DecodePlan& plan, std::int64_t task) {
   const auto kgs = static_cast<std::size_t>(ks.group);
   bool scored = false;
 #if HWY_TARGET == HWY_AVX3_DL
-  if (vnni::Eligible(plan.score_slack, kc.bits, dk, kgs)) {
+  if (vnni::Eligible(plan.score_slack, plan.lk, kc.bits, dk, kgs)) {
     float* s_cols = aligned_floats(sc.k_scales, kg * ncp);
     float* b_cols = aligned_floats(sc.k_biases, kg * ncp);
     meta_columns(ks.scales + kmeta_row * kbytes, ks.meta_dtype, nc, kg, ncp, sc.convert, s_cols);

@@ -176,20 +176,32 @@ TEST(SimdQuantizedSdpa, ResultDoesNotDependOnTheThreadsThatRanIt) {
 // its error bound is within the tolerance's allowance of the largest logit. Here the bound
 // cannot hold: q's element 0 is huge where every key is exactly 0, and its other elements
 // lie below σ/2, so the integer side would see q = 0 and give every key the logit 0,
-// while the true logits (K up to 960) differ by ~0.3 and the output leans to one key.
-// The chunk must be scored again in f32 (with the certificate skipped the outputs are off
-// by up to 0.15, against 2^-7·max|out| ≈ 0.015 allowed here).
+// while the true logits (K up to 960) of the two kinds of key, each half of the 2048
+// (the path's minimum), differ by ~0.3 and the output leans to one kind. The chunks must
+// be scored again in f32 (with the certificate skipped the outputs are off by up to 0.15,
+// against 2^-7·max|out| ≈ 0.015 allowed here).
 TEST(SimdQuantizedSdpa, LogitsTheIntegerKSideCannotCertifyAreScoredInF32) {
   KVLAB_SEEDED_RNG(rng, 1234);
+  const std::int64_t keys = 2048;
   for (const DType dtype : {DType::f16, DType::bf16}) {
     SCOPED_TRACE(dtype_name(dtype));
-    Inputs in = random_inputs(rng, {1, 4, 1, 1, 2, 128, 64}, dtype, affine(4, 64), affine(8, 64), DType::f32,
+    Inputs in = random_inputs(rng, {1, 4, 1, 1, keys, 128, 64}, dtype, affine(4, 64), affine(8, 64), DType::f32,
                               DType::f32);
     auto* words = in.k.wq.storage<std::uint32_t>().data();
-    for (std::int64_t key = 0; key < 2; ++key) {
+    auto* v_words = in.v.wq.storage<std::uint32_t>().data();
+    for (std::int64_t key = 0; key < keys; ++key) {
+      const std::int64_t kind = key % 2;  // every key a copy of key 0 or key 1, K and V
+      for (std::int64_t w = 0; w < 16; ++w) {
+        words[key * 16 + w] = words[kind * 16 + w];
+        v_words[key * 16 + w] = v_words[kind * 16 + w];
+      }
       words[key * 16] &= ~0xFu;                  // element 0's code: 0
       in.k.scales.view().store(key * 2, 64.0f);  // group 0: k = 64·c, so element 0 is exactly 0
       in.k.biases.view().store(key * 2, 0.0f);
+      in.k.scales.view().store(key * 2 + 1, in.k.scales.view().load(kind * 2 + 1));
+      in.k.biases.view().store(key * 2 + 1, in.k.biases.view().load(kind * 2 + 1));
+      in.v.scales.view().store(key, in.v.scales.view().load(kind));
+      in.v.biases.view().store(key, in.v.biases.view().load(kind));
     }
     for (std::int64_t h = 0; h < 4; ++h) {
       for (std::int64_t d = 0; d < 128; ++d) {
