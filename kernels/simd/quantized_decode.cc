@@ -105,12 +105,8 @@ inline void unpack_rows(const std::uint32_t* words, std::int64_t n, std::int64_t
 
 HWY_BEFORE_NAMESPACE();
 namespace kvlab::simd::qdecode::HWY_NAMESPACE {
-#include "kernels/simd/quantized_decode_vnni-inl.h"
-}  // namespace kvlab::simd::qdecode::HWY_NAMESPACE
-HWY_AFTER_NAMESPACE();
 
-HWY_BEFORE_NAMESPACE();
-namespace kvlab::simd::qdecode::HWY_NAMESPACE {
+#include "kernels/simd/quantized_decode_vnni-inl.h"  // the integer K side (AVX3_DL only)
 
 // ---------------------------------------------------------------- softmax of a chunk
 

@@ -181,7 +181,8 @@ void fused(const ConstTensorView& q, const ref::QuantizedView& k, const ref::Qua
   plan.k = packed_side(k, q.dim(3));
   plan.v = packed_side(v, out.dim(3));
   plan.softcap = params.softcap;
-  plan.score_slack = out.dtype == DType::f16 ? 0x1p-10f : out.dtype == DType::bf16 ? 0x1p-7f : 0.0f;
+  const bool half_output = out.dtype == DType::f16 || out.dtype == DType::bf16;
+  plan.score_slack = half_output ? static_cast<float>(dtype_epsilon(out.dtype)) : 0.0f;
   static std::atomic<std::uint64_t> calls{0};
   plan.call = ++calls;
   plan.chunk = qdecode::chunk_tokens();
