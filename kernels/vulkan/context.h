@@ -90,6 +90,10 @@ class VulkanBackend::Context {
   BoundTensor bind_table(const void* data, std::size_t bytes);
 
   void upload(const DTensor& dst, const void* src);
+  // Writes a small host table (whole words, word-aligned) into dst from the command
+  // buffer (vkCmdUpdateBuffer): recorded into an open batch, so the batch stays one
+  // submission on device-local memory too; outside a batch, submits and waits.
+  void update(const DTensor& dst, const void* src);
   void download(const DTensor& src, void* dst);
 
   // Records one dispatch of `shader` over `items` work items (the shader's invocations

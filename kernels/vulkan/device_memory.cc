@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstring>
 #include <new>
+#include <span>
 
 #include "kernels/vulkan/context.h"
 #include "kvlab/error.h"
@@ -89,6 +90,20 @@ void VulkanBackend::Context::upload(const DTensor& dst, const void* src) {
   } else {
     staged_copy(buffer, dst.offset, v.nbytes(), src, nullptr);
   }
+}
+
+void VulkanBackend::Context::update(const DTensor& dst, const void* src) {
+  const ConstTensorView v = view(dst);
+  if (v.nbytes() == 0) return;
+  const VkBuffer handle = static_cast<const VulkanBuffer&>(*dst.buffer).memory().handle();
+  const std::span<const std::byte> data(static_cast<const std::byte*>(src), v.nbytes());
+  if (batching()) {
+    stream_->update(handle, dst.offset, data);
+    return;
+  }
+  stream_->begin();
+  stream_->update(handle, dst.offset, data);
+  stream_->submit_and_wait();
 }
 
 void VulkanBackend::Context::download(const DTensor& src, void* dst) {

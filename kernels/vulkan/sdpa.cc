@@ -129,10 +129,12 @@ void run(VulkanBackend::Context& c, vulkan::ShaderId pass, std::vector<std::uint
     bsinks = c.bind(*sinks, dtype_size(sinks->dtype));
     table[kSinksOff] = bsinks.offset;
   }
-  c.upload(DTensor{work.buffer, 0, DType::u32, {static_cast<std::int64_t>(table.size())}}, table.data());
-  // One submission for all passes: one fence wait instead of three, and the timestamps
-  // of last_kernel_seconds() bracket the whole kernel (kvlab_bench times it by them).
+  // One submission for the table and all passes: one fence wait instead of several, and
+  // the timestamps of last_kernel_seconds() bracket the whole kernel (kvlab_bench times it
+  // by them). The table is written by the command buffer, not by a staged upload, which on
+  // device-local memory (a discrete GPU) would be a submission of its own.
   VulkanBackend::Context::Batch batch(c);
+  c.update(DTensor{work.buffer, 0, DType::u32, {static_cast<std::int64_t>(table.size())}}, table.data());
 
   if (quantized) {
     c.dispatch(vulkan::ShaderId::sdpa_stage_q, {bwork, bq}, nullptr, 0, static_cast<std::uint64_t>(rows * dk));

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/vulkan/context.h"
 #include "kernels/vulkan/vulkan_backend.h"
 #include "reference/affine_quantize.h"
 #include "reference/fp_quantize.h"
@@ -38,7 +39,8 @@ using Inputs = testing::QuantizedAttentionInputs;
 using Dims = testing::AttentionDims;
 
 // Every operand one element into a guarded buffer (odd offsets); out poisoned first.
-Tensor run_on(Backend& be, const Inputs& in) {
+// `submissions`, when given, gets the queue submissions of the attention call alone.
+Tensor run_on(Backend& be, const Inputs& in, std::uint64_t* submissions = nullptr) {
   auto place = [&](const Tensor& t) {
     if (t.rank() == 0 || t.numel() == 0) return DTensor{};
     return testing::place(be, t.dtype(), t.shape(), 1, t.data());
@@ -49,7 +51,11 @@ Tensor run_on(Backend& be, const Inputs& in) {
   if (in.mask) mask = place(*in.mask);
   if (in.sinks) sinks = place(*in.sinks);
   const DTensor out = testing::place(be, in.q.dtype(), {in.q.dim(0), in.q.dim(1), in.q.dim(2), dv_of(in)}, 1, nullptr, 0xFF);
-  be.quantized_sdpa({q, side(in.k), side(in.v), in.params, mask ? &*mask : nullptr, sinks ? &*sinks : nullptr, out});
+  const QuantizedDTensor k = side(in.k), v = side(in.v);
+  auto* vulkan = dynamic_cast<VulkanBackend*>(&be);
+  const std::uint64_t before = vulkan ? vulkan->context().submissions() : 0;
+  be.quantized_sdpa({q, k, v, in.params, mask ? &*mask : nullptr, sinks ? &*sinks : nullptr, out});
+  if (submissions != nullptr && vulkan != nullptr) *submissions = vulkan->context().submissions() - before;
   EXPECT_TRUE(testing::guards_intact(be, out));
   return be.download(out);
 }
@@ -99,6 +105,24 @@ TEST(VulkanQuantizedSdpa, FpModesThrowUnsupportedNamingTheSpec) {
   in.v = ref::fp_quantize(testing::random_normal(rng, DType::f16, {1, 2, 8, 64}), QuantSpec::make(QuantMode::mxfp4),
                           Rounding::mlx_cpu);
   EXPECT_KVLAB_ERROR(run_on(*paths[0], in), unsupported, "mxfp4");
+}
+
+// kvlab_bench times a Vulkan call on the device only when it is one submission. On
+// device-local memory (a discrete GPU; ',staging' here) the work table once went up by a
+// staged upload, a submission of its own, so on the H100 every attention row fell back
+// to the host's wall clock; now the command buffer writes it (Context::update).
+TEST(VulkanQuantizedSdpa, IsOneSubmissionOnEveryMemoryPath) {
+  std::string reason;
+  const auto& paths = vulkan_paths(reason);
+  if (paths.empty()) GTEST_SKIP() << "no usable Vulkan device: " << reason;
+  KVLAB_SEEDED_RNG(rng, 5);
+  const Inputs in = random_inputs(rng, {1, 4, 2, 1, 300, 64, 64}, DType::f16, affine(4, 64), affine(8, 32),
+                                  DType::f16, DType::f16);
+  for (const auto& be : paths) {
+    std::uint64_t submissions = 0;
+    run_on(*be, in, &submissions);
+    EXPECT_EQ(submissions, 1u) << (be->uses_staging() ? "device-local memory" : "host-visible memory");
+  }
 }
 
 TEST(VulkanQuantizedSdpa, InvalidInputRaisesTheOraclesErrors) {

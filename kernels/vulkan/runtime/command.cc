@@ -1,5 +1,6 @@
 #include "kernels/vulkan/runtime/command.h"
 
+#include <algorithm>
 #include <array>
 #include <vector>
 
@@ -168,6 +169,18 @@ void CommandStream::copy(VkBuffer src, VkDeviceSize src_offset, VkBuffer dst, Vk
   const VkBufferCopy region{src_offset, dst_offset, bytes};
   vkCmdCopyBuffer(cmd_, src, dst, 1, &region);
   barrier();
+}
+
+void CommandStream::update(VkBuffer dst, VkDeviceSize offset, std::span<const std::byte> data) {
+  KVLAB_REQUIRE(recording_, internal, "CommandStream::update outside begin()/submit_and_wait()");
+  KVLAB_REQUIRE(offset % 4 == 0 && data.size() % 4 == 0, internal, "CommandStream::update of ", data.size(),
+                " bytes at byte offset ", offset, ": both must be multiples of 4");
+  constexpr std::size_t kMaxPiece = 65536;  // vkCmdUpdateBuffer's limit per command
+  for (std::size_t at = 0; at < data.size(); at += kMaxPiece) {
+    const std::size_t n = std::min(kMaxPiece, data.size() - at);
+    vkCmdUpdateBuffer(cmd_, dst, offset + at, n, data.data() + at);
+  }
+  if (!data.empty()) barrier();
 }
 
 void CommandStream::submit_and_wait() {

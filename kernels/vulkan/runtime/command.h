@@ -69,6 +69,10 @@ class CommandStream {
   void dispatch(const ComputePipeline& pipeline, std::span<const BufferRange> bindings, std::span<const std::byte> push,
                 std::uint32_t groups);
   void copy(VkBuffer src, VkDeviceSize src_offset, VkBuffer dst, VkDeviceSize dst_offset, VkDeviceSize bytes);
+  // Writes `data` (whole words, at a word-aligned offset) into dst from the command buffer
+  // itself (vkCmdUpdateBuffer, in pieces of at most 64 KiB): small host data reaches
+  // device-local memory inside the same submission as the dispatches that read it.
+  void update(VkBuffer dst, VkDeviceSize offset, std::span<const std::byte> data);
   // Submits, waits for completion, and reads the timestamps.
   void submit_and_wait();
 
