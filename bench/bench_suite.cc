@@ -176,40 +176,48 @@ void register_baselines(const SuiteOptions& o) {
   }
 }
 
-// The device buffer copy of each Vulkan device the run uses (bench/vulkan_baseline.h),
-// timed on the device like the Vulkan kernels; where the device is missing the row is
-// skipped with the reason, so the result file says why there are no Vulkan figures.
+// The device buffer copies of each Vulkan device the run uses (bench/vulkan_baseline.h),
+// the copy command and the compute-shader copy, timed on the device like the Vulkan
+// kernels; where the device is missing the rows are skipped with the reason, so the
+// result file says why there are no Vulkan figures.
+void register_device_copy(const SuiteOptions& o, const std::string& key, DeviceCopyMethod method) {
+  const std::int64_t bytes = o.baseline_mib * kMiB;
+  const std::string row = cat(method == DeviceCopyMethod::command ? "baseline_vkcopy/" : "baseline_vkshadercopy/", key);
+  auto* b = benchmark::RegisterBenchmark(
+      cat(row, "/", o.baseline_mib, "MiB").c_str(), [=](benchmark::State& state) {
+        release_timed_case();  // one Vulkan instance at a time (kernels/vulkan/runtime/instance.h)
+        std::unique_ptr<DeviceCopyBaseline>& copy = baselines().device_copy[key];
+        try {
+          if (!copy) copy = make_device_copy_baseline(key, bytes);
+        } catch (const Error& e) {
+          const std::string why = cat(e.kind() == ErrorKind::unsupported ? "skipped: " : "FAILED: ", e.what());
+          if (e.kind() == ErrorKind::unsupported) {
+            record_skip(row, e.what());
+          } else {
+            record_failure(cat(row, ": ", e.what()));
+          }
+          state.SkipWithError(why.c_str());
+          return;
+        }
+        for (auto _ : state) state.SetIterationTime(copy->copy(method));
+        state.SetBytesProcessed(state.iterations() * 2 * copy->bytes());
+        state.counters["copied_bytes_per_second"] = benchmark::Counter(
+            static_cast<double>(copy->bytes()), benchmark::Counter::kIsIterationInvariantRate);
+        state.counters["bytes_per_iter"] = static_cast<double>(2 * copy->bytes());
+        state.SetLabel(copy->describe(method));
+      });
+  b->UseManualTime()->Unit(benchmark::kMillisecond);
+  if (o.smoke) {
+    b->Iterations(1)->Repetitions(1);
+  } else {
+    b->MinTime(o.min_time);
+  }
+}
+
 void register_device_copy_baselines(const SuiteOptions& o, const std::set<std::string>& device_keys) {
   for (const std::string& key : device_keys) {
-    const std::int64_t bytes = o.baseline_mib * kMiB;
-    auto* b = benchmark::RegisterBenchmark(
-        cat("baseline_vkcopy/", key, "/", o.baseline_mib, "MiB").c_str(), [=](benchmark::State& state) {
-          release_timed_case();  // one Vulkan instance at a time (kernels/vulkan/runtime/instance.h)
-          std::unique_ptr<DeviceCopyBaseline>& copy = baselines().device_copy[key];
-          try {
-            if (!copy) copy = make_device_copy_baseline(key, bytes);
-          } catch (const Error& e) {
-            const std::string why = cat(e.kind() == ErrorKind::unsupported ? "skipped: " : "FAILED: ", e.what());
-            if (e.kind() == ErrorKind::unsupported) {
-              record_skip(cat("baseline_vkcopy/", key), e.what());
-            } else {
-              record_failure(cat("baseline_vkcopy/", key, ": ", e.what()));
-            }
-            state.SkipWithError(why.c_str());
-            return;
-          }
-          for (auto _ : state) state.SetIterationTime(copy->copy());
-          state.SetBytesProcessed(state.iterations() * 2 * copy->bytes());
-          state.counters["copied_bytes_per_second"] = benchmark::Counter(
-              static_cast<double>(copy->bytes()), benchmark::Counter::kIsIterationInvariantRate);
-          state.counters["bytes_per_iter"] = static_cast<double>(2 * copy->bytes());
-          state.SetLabel(copy->describe());
-        });
-    b->UseManualTime()->Unit(benchmark::kMillisecond);
-    if (o.smoke) {
-      b->Iterations(1)->Repetitions(1);
-    } else {
-      b->MinTime(o.min_time);
+    for (const DeviceCopyMethod method : {DeviceCopyMethod::command, DeviceCopyMethod::shader}) {
+      register_device_copy(o, key, method);
     }
   }
 }

@@ -267,10 +267,9 @@ class AdjacentBaselines(unittest.TestCase):
         self.assertIn("0 flagged, 1 within noise", out.getvalue())
 
 
-def vkcopy(device, seconds, moved_bytes):
+def vkcopy(device, seconds, moved_bytes, op="baseline_vkcopy"):
     """A device buffer-copy baseline row (bytes_per_iter = read + written)."""
-    return reps(f"baseline_vkcopy/{device}/256MiB", [seconds] * 3, bytes_per_iter=moved_bytes,
-                suffix="/manual_time")
+    return reps(f"{op}/{device}/256MiB", [seconds] * 3, bytes_per_iter=moved_bytes, suffix="/manual_time")
 
 
 def vk_row(backend, label, seconds, bytes_per_iter, shape="s", device_timed=1.0):
@@ -321,6 +320,19 @@ class VulkanRows(unittest.TestCase):
         text = self.run_table(rows, ctx)
         self.assertIn(" 50.0", self.line(text, "rope", "vulkan:,words"))
         self.assertIn("100.0", self.line(text, "rope", "vulkan:1"))
+
+    def test_the_faster_of_the_two_device_copies_is_the_ceiling(self):
+        # The H100 case: the copy command moves 2000 GB/s, the shader copy 4000 GB/s. A
+        # 1000 GB/s kernel is 25 % of the device's streaming rate, not 50 %; with the
+        # shader copy slower (lavapipe) the command's rate stays the ceiling.
+        kernel = vk_row("vulkan", "rope B=1 T=8", 500e-6, 5e8)
+        text = self.run_table(vkcopy("vulkan", 1e-3, 2e9)
+                              + vkcopy("vulkan", 0.5e-3, 2e9, op="baseline_vkshadercopy") + kernel, DISCRETE)
+        self.assertIn(" 25.0", self.line(text, "rope", "vulkan"))
+        self.assertIn("baseline_vkshadercopy", text)
+        text = self.run_table(vkcopy("vulkan", 1e-3, 2e9)
+                              + vkcopy("vulkan", 4e-3, 2e9, op="baseline_vkshadercopy") + kernel, DISCRETE)
+        self.assertIn(" 50.0", self.line(text, "rope", "vulkan"))
 
     def test_gpu_decode_target_is_seventy_percent_of_the_copy(self):
         # 2000 GB/s copy. 4-bit at S=32768: 7e8 bytes in 500 us = 1400 GB/s = 70.0 %: PASS.

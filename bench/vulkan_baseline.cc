@@ -1,6 +1,8 @@
 #include "bench/vulkan_baseline.h"
 
 #include <algorithm>
+#include <array>
+#include <span>
 
 #include "kvlab/error.h"
 
@@ -12,6 +14,11 @@ constexpr std::uint64_t kMiB = std::uint64_t{1} << 20;
 constexpr std::uint64_t kMinRetryBytes = 16 * kMiB;
 // The fill goes through a staging buffer of this size, one submission per chunk.
 constexpr std::uint64_t kFillChunk = 8 * kMiB;
+// bench/shaders/copy_blocks.comp: 16-byte blocks, KVLAB_LOCAL_SIZE invocations a workgroup.
+constexpr std::uint64_t kBlockBytes = 16, kShaderLocalSize = 64;
+const std::uint32_t kCopyBlocksSpirv[] =
+#include "copy_blocks_words.spv.inc"
+    ;
 
 }  // namespace
 
@@ -48,7 +55,16 @@ std::uint8_t DeviceCopy::fill_pattern(std::uint64_t index) {
   return static_cast<std::uint8_t>(index ^ (index >> 8) ^ (index >> 20));
 }
 
-DeviceCopy::DeviceCopy(const vk::Device& device, std::uint64_t want) : stream_(device, true) {
+DeviceCopy::DeviceCopy(const vk::Device& device, std::uint64_t want)
+    : stream_(device, true),
+      shader_(device, "copy_blocks", kCopyBlocksSpirv, 2, sizeof(std::uint32_t)),
+      // A piece: whole MiB within maxStorageBufferRange, and few enough 16-byte blocks
+      // for the shader's 32-bit index.
+      piece_bytes_(std::min<std::uint64_t>(device.limits().maxStorageBufferRange, std::uint64_t{1} << 35) / kMiB * kMiB),
+      max_groups_(std::min<std::uint64_t>(device.limits().maxComputeWorkGroupCount[0], 65535)) {
+  KVLAB_REQUIRE(piece_bytes_ >= kMiB, unsupported, "Vulkan device '", device.info().name,
+                "': maxStorageBufferRange ", device.limits().maxStorageBufferRange,
+                " is under 1 MiB, too small for the shader copy");
   KVLAB_REQUIRE(device.timestamp_valid_bits() != 0, unsupported, "Vulkan device '", device.info().name,
                 "': its compute queue has no timestamps, so a copy cannot be timed on the device");
   const CopySize size = choose_copy_bytes(want, copy_limits_of(device));
@@ -79,9 +95,22 @@ DeviceCopy::DeviceCopy(const vk::Device& device, std::uint64_t want) : stream_(d
   copy();
 }
 
-double DeviceCopy::copy() {
+double DeviceCopy::copy(DeviceCopyMethod method) {
   stream_.begin();
-  stream_.copy(src_->handle(), 0, dst_->handle(), 0, bytes_);
+  if (method == DeviceCopyMethod::command) {
+    stream_.copy(src_->handle(), 0, dst_->handle(), 0, bytes_);
+  } else {
+    // In pieces a storage binding can hold (whole MiB, so each piece's offset meets any
+    // minStorageBufferOffsetAlignment), all in this one submission.
+    for (std::uint64_t at = 0; at < bytes_; at += piece_bytes_) {
+      const std::uint64_t n = std::min(piece_bytes_, bytes_ - at);
+      const std::array<vk::BufferRange, 2> ranges{{{src_->handle(), at, n}, {dst_->handle(), at, n}}};
+      const auto push = static_cast<std::uint32_t>(n / kBlockBytes);
+      const auto groups = static_cast<std::uint32_t>(std::min((n / kBlockBytes + kShaderLocalSize - 1) / kShaderLocalSize,
+                                                              max_groups_));
+      stream_.dispatch(shader_, ranges, std::as_bytes(std::span(&push, 1)), groups);
+    }
+  }
   stream_.submit_and_wait();
   const std::optional<double> seconds = stream_.last_seconds();
   KVLAB_REQUIRE(seconds.has_value(), internal, "DeviceCopy: no timestamps after the copy");

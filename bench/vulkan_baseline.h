@@ -1,12 +1,14 @@
 // The Vulkan device's copy ceiling, measured in the same process and run as the Vulkan
-// kernels: vkCmdCopyBuffer from one device-local buffer into another, timed by the
-// device's timestamp queries around the copy alone (no submission or host overhead).
-// Like the host memcpy baseline it is credited with read + written bytes, so a kernel at
-// 100 % of it moves its bytes as fast as the copy engine moves its own. The same pair of
-// buffers, copied untimed, evicts a kernel's data from the device caches between timed
-// calls (bench/vulkan_bench.h).
+// kernels: one device-local buffer copied into another, timed by the device's timestamp
+// queries around the copy alone (no submission or host overhead), two ways — the copy
+// command (vkCmdCopyBuffer) and a compute shader (bench/shaders/copy_blocks.comp). On
+// lavapipe both are CPU memcpy loops; on an NVIDIA H100 the command moved ~0.8 TB/s and
+// the shader cores far more, so the bench table reads a kernel against the faster of the
+// two: the rate at which the device itself can stream. Like the host memcpy baseline
+// each is credited with read + written bytes. The same pair of buffers, copied untimed,
+// evicts a kernel's data from the device caches between timed calls (bench/vulkan_bench.h).
 //
-// Only public runtime APIs (vk::Device, vk::DeviceBuffer, vk::CommandStream).
+// Only public runtime APIs (vk::Device, vk::DeviceBuffer, vk::CommandStream, vk::ComputePipeline).
 #pragma once
 
 #include <cstdint>
@@ -16,6 +18,8 @@
 #include "kernels/vulkan/runtime/buffer.h"
 #include "kernels/vulkan/runtime/command.h"
 #include "kernels/vulkan/runtime/device.h"
+#include "kernels/vulkan/runtime/pipeline.h"
+#include "bench/vulkan_bench.h"
 
 namespace kvlab::bench {
 
@@ -56,7 +60,7 @@ class DeviceCopy {
   VkBuffer destination() const { return dst_->handle(); }
 
   // One copy source -> destination; returns its device time in seconds.
-  double copy();
+  double copy(DeviceCopyMethod method = DeviceCopyMethod::command);
 
   // The source's byte at `index` (a pattern that differs from one MiB to the next).
   static std::uint8_t fill_pattern(std::uint64_t index);
@@ -66,6 +70,9 @@ class DeviceCopy {
   std::string limited_by_;
   std::unique_ptr<vk::DeviceBuffer> src_, dst_;
   vk::CommandStream stream_;
+  vk::ComputePipeline shader_;
+  std::uint64_t piece_bytes_;  // bytes per dispatch of the shader copy (one storage binding)
+  std::uint64_t max_groups_;
 };
 
 }  // namespace kvlab::bench

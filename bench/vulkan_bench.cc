@@ -72,11 +72,12 @@ class VulkanCopyBaseline final : public DeviceCopyBaseline {
       : backend_(std::make_unique<VulkanBackend>(timed_options(backend))),
         copy_(backend_->context().device(), static_cast<std::uint64_t>(bytes)) {}
 
-  double copy() override { return copy_.copy(); }
+  double copy(DeviceCopyMethod method) override { return copy_.copy(method); }
   std::int64_t bytes() const override { return static_cast<std::int64_t>(copy_.bytes()); }
-  std::string describe() const override {
+  std::string describe(DeviceCopyMethod method) const override {
     const VulkanDeviceInfo d = backend_->device();
-    return cat("vkCmdCopyBuffer ", copy_.bytes() >> 20, " MiB, device-local, on ", d.name, " [", d.type, "]",
+    return cat(method == DeviceCopyMethod::command ? "vkCmdCopyBuffer " : "compute-shader copy (16-byte blocks) ",
+               copy_.bytes() >> 20, " MiB, device-local, on ", d.name, " [", d.type, "]",
                copy_.limited_by().empty() ? "" : cat(" (smaller than asked: ", copy_.limited_by(), ")"),
                "; bytes = read + written");
   }

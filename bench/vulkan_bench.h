@@ -71,14 +71,18 @@ class DeviceClock {
 // Throws Error(internal) when `backend` is not from make_timed_vulkan_backend().
 std::unique_ptr<DeviceClock> make_device_clock(Backend& backend, std::int64_t flush_bytes);
 
+// How a device copy moves its bytes: the copy command (vkCmdCopyBuffer), or a compute
+// shader (bench/shaders/copy_blocks.comp). Rows baseline_vkcopy / baseline_vkshadercopy.
+enum class DeviceCopyMethod { command, shader };
+
 // The same-run device buffer copy on the device `backend` selects (an instance and
 // device of its own: make it after the previous kernel's backend is gone).
 class DeviceCopyBaseline {
  public:
   virtual ~DeviceCopyBaseline() = default;
-  virtual double copy() = 0;                    // device seconds of one copy
-  virtual std::int64_t bytes() const = 0;       // read by one copy (and written: 2x moved)
-  virtual std::string describe() const = 0;     // device, size, and why a smaller size
+  virtual double copy(DeviceCopyMethod method) = 0;           // device seconds of one copy
+  virtual std::int64_t bytes() const = 0;                     // read by one copy (and written: 2x moved)
+  virtual std::string describe(DeviceCopyMethod method) const = 0;  // how, device, size, why a smaller size
 };
 // Throws Error(unsupported) with the reason where no device is usable.
 std::unique_ptr<DeviceCopyBaseline> make_device_copy_baseline(std::string_view backend, std::int64_t bytes);
