@@ -43,7 +43,7 @@ std::vector<BackendEntry>& registry() {
       {"vulkan", "Vulkan compute (GLSL compute shaders, SPIR-V built by glslc)",
        "kernels/vulkan; 'vulkan' picks KVLAB_VK_DEVICE or the best device (discrete, integrated, CPU), "
        "'vulkan:<index|name>' pins one; ',words' / ',staging' / ',nosubgroup' force the fallback storage / memory / reduction paths; "
-       "',validate' turns the validation layer on (messages on stderr)",
+       "',validate' turns the validation layer on (messages on stderr); ',wg=<N>' sets how many workgroups an attention call aims for (tuning)",
        // No usable device: Error(unsupported) with the reason, which `kvlab check` reports
        // as every case UNIMPLEMENTED (check.cc) and `kvlab list` prints.
        [](std::string_view variant) { return make_vulkan_backend(variant); }},

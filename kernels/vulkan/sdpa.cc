@@ -98,7 +98,8 @@ void run(VulkanBackend::Context& c, vulkan::ShaderId pass, std::vector<std::uint
   const std::int64_t r_block = std::min<std::int64_t>({kMaxHeadsPerWorkgroup, group, kStagedQFloats / dk});
   table[kRBlock] = u32(r_block);
   const std::int64_t tasks = std::int64_t{table[kB]} * table[kHkv] * ((group + r_block - 1) / r_block) * table[kLq];
-  constexpr std::int64_t kTargetWorkgroups = 256;  // enough to fill a GPU for one decode step
+  const std::uint32_t wg = c.options().attention_workgroups;
+  const std::int64_t kTargetWorkgroups = wg != 0 ? wg : kDefaultAttentionWorkgroups;
   const std::int64_t tiles = (lk + kLocalSize - 1) / kLocalSize;
   std::int64_t chunks = std::clamp<std::int64_t>((kTargetWorkgroups + tasks - 1) / tasks, 1, tiles);
   const std::int64_t chunk_len = (tiles + chunks - 1) / chunks * kLocalSize;

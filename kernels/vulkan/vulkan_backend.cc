@@ -3,6 +3,8 @@
 // kv_move.cc, sdpa.cc, quantized_sdpa.cc).
 #include "kernels/vulkan/vulkan_backend.h"
 
+#include <charconv>
+
 #include "kernels/vulkan/context.h"
 #include "kvlab/error.h"
 
@@ -23,7 +25,9 @@ VulkanBackend::~VulkanBackend() = default;
 std::string VulkanBackend::name() const {
   return cat("vulkan:", context_->device().info().name, context_->options().force_word_storage ? " [words]" : "",
              context_->staging() && context_->options().force_staging ? " [staging]" : "",
-             context_->options().force_shared_reductions ? " [nosubgroup]" : "");
+             context_->options().force_shared_reductions ? " [nosubgroup]" : "",
+             context_->options().attention_workgroups != 0 ? cat(" [wg=", context_->options().attention_workgroups, "]")
+                                                           : std::string());
 }
 
 VulkanDeviceInfo VulkanBackend::device() const {
@@ -74,13 +78,21 @@ VulkanOptions vulkan_options_from_variant(std::string_view variant) {
       options.force_staging = true;
     } else if (flag == "nosubgroup") {
       options.force_shared_reductions = true;
+    } else if (flag.substr(0, 3) == "wg=") {
+      const std::string_view digits = flag.substr(3);
+      std::uint32_t n = 0;
+      const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), n);
+      KVLAB_REQUIRE(ec == std::errc{} && end == digits.data() + digits.size() && n >= 1 && n <= 65535,
+                    invalid_argument, "vulkan backend variant '", variant, "': ',wg=' needs a workgroup count in ",
+                    "[1, 65535], got '", digits, "'");
+      options.attention_workgroups = n;
     } else if (flag == "validate") {
       // Messages go to stderr as "[vulkan] <severity> <type>: ..." (runtime/instance.cc),
       // where the CTest run of the lavapipe tier fails on them.
       options.validation = true;
     } else {
       fail(ErrorKind::invalid_argument, cat("vulkan backend variant '", variant, "': unknown flag '", flag,
-                                            "' (expected [<device>][,words][,staging][,nosubgroup][,validate])"));
+                                            "' (expected [<device>][,words][,staging][,nosubgroup][,validate][,wg=<N>])"));
     }
     rest = next == std::string_view::npos ? std::string_view{} : rest.substr(next + 1);
   }

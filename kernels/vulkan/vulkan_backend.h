@@ -18,6 +18,7 @@
 // sdpa/quantized_sdpa: within the harness attention_budget (f32 accumulation), see sdpa.cc.
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -28,6 +29,8 @@
 #include "kvlab/backend.h"
 
 namespace kvlab {
+
+inline constexpr std::uint32_t kDefaultAttentionWorkgroups = 256;
 
 struct VulkanOptions {
   // Index or name substring (see runtime/device.h); empty: KVLAB_VK_DEVICE, else the
@@ -46,6 +49,10 @@ struct VulkanOptions {
   // The shared-memory builds of sdpa/quantized_sdpa even where the subgroup builds could
   // run (shaders/sdpa_core.glsl), so that lavapipe covers both.
   bool force_shared_reductions = false;
+  // sdpa/quantized_sdpa: how many workgroups a call aims for when it splits the KV length
+  // into chunks (flash-decoding; 0: kDefaultAttentionWorkgroups). Flag ',wg=<N>': tuning
+  // on a real GPU, where a decode step of a few kv heads needs far more than a CPU device.
+  std::uint32_t attention_workgroups = 0;
   // Tests: never take the hardware fast paths of the affine kernels (exact arithmetic only).
   bool exact_arithmetic_only = false;
   // Bracket each kernel's submission with timestamp queries (last_kernel_seconds());
@@ -103,9 +110,9 @@ class VulkanBackend final : public Backend {
   std::unique_ptr<Context> context_;
 };
 
-// The harness factory: variant = "[<device>][,words][,staging][,nosubgroup][,validate]"
+// The harness factory: variant = "[<device>][,words][,staging][,nosubgroup][,validate][,wg=<N>]"
 // (device as in VulkanOptions::device; words/staging/nosubgroup force the fallback paths
-// (nosubgroup: force_shared_reductions); validate turns on the
+// (nosubgroup: force_shared_reductions); wg sets attention_workgroups, 1..65535; validate turns on the
 // validation layer, messages to stderr). Throws Error(unsupported)
 // with the reason when no device is usable.
 std::unique_ptr<Backend> make_vulkan_backend(std::string_view variant);

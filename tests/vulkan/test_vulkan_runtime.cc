@@ -160,6 +160,14 @@ TEST(VulkanRuntime, FactoryVariantsPickTheDeviceAndForceTheFallbackPaths) {
   EXPECT_TRUE(dynamic_cast<VulkanBackend&>(*staging).uses_staging());
   EXPECT_NE(staging->name().find("[staging]"), std::string::npos);
   testing::expect_error([] { make_vulkan_backend("0,fast"); }, ErrorKind::invalid_argument, {"'fast'"});
+  // ,wg=<N>: the attention workgroup target, parsed without a device.
+  EXPECT_EQ(vulkan_options_from_variant(",wg=4096,words").attention_workgroups, 4096u);
+  EXPECT_EQ(vulkan_options_from_variant("").attention_workgroups, 0u);
+  EXPECT_NE(make_vulkan_backend(",wg=1024")->name().find("[wg=1024]"), std::string::npos);
+  for (const char* bad : {",wg=0", ",wg=65536", ",wg=", ",wg=12x", ",wg=-3"}) {
+    testing::expect_error([&] { vulkan_options_from_variant(bad); }, ErrorKind::invalid_argument,
+                          {std::string(bad).substr(4) + "'", "[1, 65535]"});
+  }
   std::cout << "[ paths    ] default: " << p->name() << (p->uses_small_storage() ? " (16/8-bit storage)" : " (u32 words)")
             << (p->uses_staging() ? ", staging" : ", mapped memory") << "\n";
 }
