@@ -99,9 +99,10 @@ void run(VulkanBackend::Context& c, vulkan::ShaderId pass, std::vector<std::uint
   table[kRBlock] = u32(r_block);
   const std::int64_t tasks = std::int64_t{table[kB]} * table[kHkv] * ((group + r_block - 1) / r_block) * table[kLq];
   const std::uint32_t wg = c.options().attention_workgroups;
-  const std::int64_t kTargetWorkgroups = wg != 0 ? wg : kDefaultAttentionWorkgroups;
+  const bool cpu_device = c.device().info().type == VK_PHYSICAL_DEVICE_TYPE_CPU;
+  const std::int64_t target_workgroups = wg != 0 ? wg : cpu_device ? kCpuAttentionWorkgroups : kGpuAttentionWorkgroups;
   const std::int64_t tiles = (lk + kLocalSize - 1) / kLocalSize;
-  std::int64_t chunks = std::clamp<std::int64_t>((kTargetWorkgroups + tasks - 1) / tasks, 1, tiles);
+  std::int64_t chunks = std::clamp<std::int64_t>((target_workgroups + tasks - 1) / tasks, 1, tiles);
   const std::int64_t chunk_len = (tiles + chunks - 1) / chunks * kLocalSize;
   chunks = (lk + chunk_len - 1) / chunk_len;
   table[kChunkLen] = u32(chunk_len);

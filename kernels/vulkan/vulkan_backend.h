@@ -30,7 +30,11 @@
 
 namespace kvlab {
 
-inline constexpr std::uint32_t kDefaultAttentionWorkgroups = 256;
+// The workgroups an attention call aims for by default. A CPU device (lavapipe) runs a
+// workgroup per core thread and gains nothing from more. On an NVIDIA H100 (132 SMs), a
+// 64K-key decode of 8 kv heads took 7.9 ms at 256, 3.6 ms at 1024 and 3.8 ms at 4096
+// (device timestamps, kvlab_bench ',wg=<N>', 2026-11-26).
+inline constexpr std::uint32_t kCpuAttentionWorkgroups = 256, kGpuAttentionWorkgroups = 1024;
 
 struct VulkanOptions {
   // Index or name substring (see runtime/device.h); empty: KVLAB_VK_DEVICE, else the
@@ -50,8 +54,8 @@ struct VulkanOptions {
   // run (shaders/sdpa_core.glsl), so that lavapipe covers both.
   bool force_shared_reductions = false;
   // sdpa/quantized_sdpa: how many workgroups a call aims for when it splits the KV length
-  // into chunks (flash-decoding; 0: kDefaultAttentionWorkgroups). Flag ',wg=<N>': tuning
-  // on a real GPU, where a decode step of a few kv heads needs far more than a CPU device.
+  // into chunks (flash-decoding; 0: kCpuAttentionWorkgroups on a CPU device, else
+  // kGpuAttentionWorkgroups). Flag ',wg=<N>': tuning on a real GPU.
   std::uint32_t attention_workgroups = 0;
   // Tests: never take the hardware fast paths of the affine kernels (exact arithmetic only).
   bool exact_arithmetic_only = false;
