@@ -3,6 +3,7 @@ by hand in the comments (run by CTest as bench.table_rules; KVLAB_BENCH_TABLE na
 script, else it is found beside this directory)."""
 
 import atexit
+import contextlib
 import importlib.util
 import io
 import json
@@ -424,6 +425,38 @@ class Compare(unittest.TestCase):
         self.assertEqual(bt.compare(old, new, 3, 3, False, True, io.StringIO()), 1)
         self.assertEqual(bt.compare(new, old, 3, 3, False, True, io.StringIO()), 0)  # a speed-up
         self.assertEqual(bt.compare(new, old, 3, 3, True, False, io.StringIO()), 1)
+
+
+
+class DamagedFiles(unittest.TestCase):
+    def cut(self, path, keep):
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(text[:keep(text)])
+        return path
+
+    def test_a_file_cut_short_keeps_its_complete_entries_and_says_so(self):
+        # A run killed by a timeout: the file ends inside the third rope repetition.
+        path = write(list(BASELINES) + reps("rope/simd:AVX3/s", [1e-3] * 3, bytes_per_iter=1e9), DISCRETE)
+        path = self.cut(path, lambda text: text.rindex('"name": "rope/simd:AVX3/s') + 5)
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err):
+            context, rows = bt.load(path)
+        self.assertIn("cut short", err.getvalue())
+        self.assertIn("NVIDIA H100", context["kvlab_vulkan_device:vulkan"])
+        self.assertEqual(len(rows["rope/simd:AVX3/s"].times), 2)
+
+    def test_a_file_that_is_no_result_is_a_clear_error_not_a_traceback(self):
+        for text in ("", "[1, 2]", "not json at all", '{"context": {}, "bench'):
+            path = write([])
+            with open(path, "w", encoding="utf-8") as f:
+                f.write(text)
+            err = io.StringIO()
+            with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+                self.assertEqual(bt.main(["table", path]), 2, text)
+            self.assertIn(path, err.getvalue())
+            self.assertIn("not a kvlab_bench JSON result", err.getvalue())
 
 
 if __name__ == "__main__":

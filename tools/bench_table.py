@@ -204,9 +204,52 @@ class Row:
         return any(f < 1 for f in self.device_timed)
 
 
+class ResultError(Exception):
+    """A result file that is not a kvlab_bench JSON result (the message names the file and why)."""
+
+
+def salvage(path, text, error):
+    """The context and the complete benchmark entries of a result file cut short (a run killed
+    by a timeout leaves its JSON unterminated): Google Benchmark writes the context first,
+    then one entry per repetition, so every entry before the cut is whole. A warning on
+    stderr says where the file ends and how many entries were kept."""
+    decoder = json.JSONDecoder()
+    context = {}
+    at = text.find('"context"')
+    if at >= 0:
+        try:
+            context, _ = decoder.raw_decode(text, text.index("{", at))
+        except (ValueError, json.JSONDecodeError):
+            context = {}
+    start = text.find('"benchmarks"')
+    if start < 0 or not isinstance(context, dict):
+        raise ResultError(f"{path}: not a kvlab_bench JSON result ({error})")
+    at = text.index("[", start) + 1
+    entries = []
+    while True:
+        while at < len(text) and text[at] in " \t\r\n,":
+            at += 1
+        try:
+            entry, at = decoder.raw_decode(text, at)
+        except json.JSONDecodeError:
+            break
+        if not isinstance(entry, dict):
+            break
+        entries.append(entry)
+    sys.stderr.write(f"bench_table: {path} is cut short ({error}); using its {len(entries)} complete "
+                     "benchmark entries\n")
+    return {"context": context, "benchmarks": entries}
+
+
 def load(path):
     with open(path, encoding="utf-8") as f:
-        data = json.load(f)
+        text = f.read()
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as e:
+        data = salvage(path, text, e)
+    if not isinstance(data, dict):
+        raise ResultError(f"{path}: not a kvlab_bench JSON result (top level is {type(data).__name__})")
     rows = {}
     for b in data.get("benchmarks", []):
         name = base_name(b.get("run_name", b["name"]))
@@ -346,7 +389,7 @@ def table(path, out=sys.stdout):
             extra += f"  on {context.get('kvlab_vulkan_device:' + where, 'an unknown device')}"
             if kind == "cpu":
                 extra += f"  ({NOT_A_TARGET})"
-        out.write(f"  {op:16s} {where:6s} {r.shape:24s} {fmt(r.gbps(), '.1f')} GB/s{extra}\n")
+        out.write(f"  {op:21s} {where:6s} {r.shape:24s} {fmt(r.gbps(), '.1f')} GB/s{extra}\n")
     if "kvlab_vulkan_clock" in context:
         out.write(f"  Vulkan kernels timed by: {context['kvlab_vulkan_clock']}\n")
     mib = context.get("kvlab_baseline_mib")
@@ -513,9 +556,13 @@ def main(argv=None):
     c.add_argument("--fail-on-change", action="store_true", help="exit 1 when any change is flagged")
     c.add_argument("--fail-on-slowdown", action="store_true", help="exit 1 when a slowdown is flagged")
     args = parser.parse_args(argv)
-    if args.command == "table":
-        return table(args.result)
-    return compare(args.old, args.new, args.k, args.min_pct, args.fail_on_change, args.fail_on_slowdown)
+    try:
+        if args.command == "table":
+            return table(args.result)
+        return compare(args.old, args.new, args.k, args.min_pct, args.fail_on_change, args.fail_on_slowdown)
+    except (ResultError, OSError) as e:
+        sys.stderr.write(f"bench_table: {e}\n")
+        return 2
 
 
 if __name__ == "__main__":
