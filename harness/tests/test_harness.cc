@@ -127,6 +127,23 @@ TEST(CounterRng, ElementsDependOnlyOnLineNameAndIndex) {
   EXPECT_NEAR(sum_sq / 20000, 1.0, 0.05);
 }
 
+// Large fills run on several threads (harness/op.cc for_ranges); every element must still
+// be the counter RNG's value at its index, wherever a thread's range begins or ends.
+TEST(CounterRng, LargeFillsAreTheSequentialValuesOnAnyNumberOfThreads) {
+  const Problem p = parse_problem("sdpa B=1 seed=3");
+  const std::int64_t n = 3 * (std::int64_t{1} << 18) + 5;
+  const Tensor normal = random_normal(p, "k", DType::f32, {n}, 0.5);
+  const Tensor bits = random_bits(p, "v", DType::u32, {n});
+  const CounterRng k(p.line(), "k"), v(p.line(), "v");
+  std::int64_t wrong = 0;
+  for (std::int64_t i = 0; i < n; ++i) {
+    const auto u = static_cast<std::uint64_t>(i);
+    if (normal.view().load(i) != static_cast<float>(0.5 * k.normal(u))) ++wrong;
+    if (bits.view().load_int(i) != static_cast<std::uint32_t>(v.bits(u))) ++wrong;
+  }
+  EXPECT_EQ(wrong, 0);
+}
+
 TEST(Compare, NanFailsInfMustMatchBudgetIsPointwise) {
   const float inf = std::numeric_limits<float>::infinity();
   const std::vector<float> ref{1.0f, -inf, 3.0f, 0.0f};
