@@ -66,6 +66,15 @@ std::vector<std::uint8_t> read_destination(const vk::Device& device, const Devic
   return out;
 }
 
+// "" when every byte is the source's fill pattern, else how many are not and the first.
+std::string wrong_bytes(const std::vector<std::uint8_t>& got) {
+  std::uint64_t wrong = 0, first = 0;
+  for (std::uint64_t i = 0; i < got.size(); ++i) {
+    if (got[i] != DeviceCopy::fill_pattern(i) && wrong++ == 0) first = i;
+  }
+  return wrong == 0 ? "" : cat(wrong, " of ", got.size(), " bytes wrong, the first at ", first);
+}
+
 TEST(VulkanCopyBaseline, CopiesItsFilledSourceAndTimesItOnTheDevice) {
   KVLAB_VULKAN_OR_SKIP(backend, VulkanOptions{});
   const vk::Device& device = backend->context().device();
@@ -78,12 +87,7 @@ TEST(VulkanCopyBaseline, CopiesItsFilledSourceAndTimesItOnTheDevice) {
   EXPECT_NE(DeviceCopy::fill_pattern(8 * kMiB), DeviceCopy::fill_pattern(0));
   const double seconds = copy.copy();
   EXPECT_GT(seconds, 0.0);
-  const std::vector<std::uint8_t> got = read_destination(device, copy);
-  std::uint64_t wrong = 0, first_wrong = 0;
-  for (std::uint64_t i = 0; i < got.size(); ++i) {
-    if (got[i] != DeviceCopy::fill_pattern(i) && wrong++ == 0) first_wrong = i;
-  }
-  EXPECT_EQ(wrong, 0u) << "first wrong byte at " << first_wrong;
+  EXPECT_EQ(wrong_bytes(read_destination(device, copy)), "");
 }
 
 // The shader copy moves every byte too, in pieces no larger than a storage binding (on
@@ -108,12 +112,7 @@ TEST(VulkanCopyBaseline, TheShaderCopyCopiesEveryByteAndIsTimedOnTheDevice) {
   }
   ASSERT_EQ(read_destination(device, copy)[1], 0u);
   EXPECT_GT(copy.copy(DeviceCopyMethod::shader), 0.0);
-  const std::vector<std::uint8_t> got = read_destination(device, copy);
-  std::uint64_t wrong = 0, first_wrong = 0;
-  for (std::uint64_t i = 0; i < got.size(); ++i) {
-    if (got[i] != DeviceCopy::fill_pattern(i) && wrong++ == 0) first_wrong = i;
-  }
-  EXPECT_EQ(wrong, 0u) << "first wrong byte at " << first_wrong << " of " << got.size();
+  EXPECT_EQ(wrong_bytes(read_destination(device, copy)), "");
 }
 
 TEST(VulkanTimedBackend, FlagsSelectThePathsAndBadOnesAreNamed) {
