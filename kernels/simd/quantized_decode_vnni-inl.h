@@ -56,10 +56,11 @@ constexpr std::size_t kMaxVectors = kMaxDk / 4;  // tile vectors: four dims each
 // 5-12 % slower than the f32 path at S 32 768-65 536 on Zen 4, so 8-bit K and the widths
 // unpacked to bytes stay there.
 // Below kMinKeys keys per (b, kv head), making the q digits (MakeDigits, once per (call,
-// b, kv head) and thread) costs what the integer side saves: single thread, in cache,
-// 4/4-bit, Hq 32/Hkv 8/D 128, against the f32 path: 128 keys +40 %, 512 +5 %, 2048 ±0,
-// 4096 −5 %, 8192 −26 %.
-constexpr std::int64_t kMinKeys = 2048;
+// b, kv head) and thread) costs what the integer side saves. Single thread, in cache,
+// 4/4-bit, Hq 32/Hkv 8/D 128, integer against f32 path, runs alternated: 128 keys
+// +0..18 %, 256 −2 %, 512 ±3 %, 768 −2..−10 %, 1024 0..−6 %, 1536 +7..−7 % (with
+// the scalar MakeDigits of before: 128 +40 %, 512 +5 %, 2048 ±0, so the gate was 2048).
+constexpr std::int64_t kMinKeys = 768;
 
 inline bool Eligible(float slack, std::int64_t keys, int storage_bits, std::size_t dk, std::size_t gs) {
   return slack > 0 && keys >= kMinKeys && storage_bits == 4 && dk <= kMaxDk && dk % 32 == 0 && gs % 32 == 0;
@@ -93,38 +94,43 @@ inline bool MakeDigits(const float* query, std::size_t rows, std::size_t dk, std
   dg.b.assign(groups, 0.0f);
   const double n = std::ldexp(1.0, code_bits) - 1, u = 0x1p-24, G = static_cast<double>(groups);
   const double g_size = static_cast<double>(gs);
-  float q[kMaxDk];  // the row in element order
+  const __m128i tile_order = _mm_setr_epi8(0, 2, 4, 6, 1, 3, 5, 7, 8, 10, 12, 14, 9, 11, 13, 15);
+  const __m512i half_byte = _mm512_set1_epi32(128), byte_mask = _mm512_set1_epi32(255);
+  alignas(64) float q[kMaxDk];  // the row in element order
   for (std::size_t r = 0; r < rows; ++r) {
     for (std::size_t pos = 0; pos < dk; ++pos) {
       const auto element = lane_to_element(static_cast<std::int64_t>(pos), 4, hn::Lanes(DF()));
       q[static_cast<std::size_t>(element)] = query[r * dk + pos];
     }
     for (std::size_t g = 0; g < groups; ++g) {
-      float largest = 0;
-      for (std::size_t d = g * gs; d < (g + 1) * gs; ++d) {
-        if (!std::isfinite(q[d])) return false;
-        largest = std::max(largest, std::abs(q[d]));
+      __m512 largest_v = _mm512_setzero_ps();
+      for (std::size_t d = g * gs; d < (g + 1) * gs; d += 16) {
+        const __m512 v = _mm512_load_ps(q + d);
+        if (_mm512_fpclass_ps_mask(v, 0x99) != 0) return false;  // QNaN, ±inf, SNaN
+        largest_v = _mm512_max_ps(largest_v, _mm512_abs_ps(v));
       }
+      const float largest = _mm512_reduce_max_ps(largest_v);
       int e = 0;
       std::frexp(largest, &e);
       if (largest > 0 && (e - 22 < -126 || 22 - e > 127)) return false;  // σ and 1/σ normal
       const float sigma = largest > 0 ? std::ldexp(1.0f, e - 22) : 1.0f;
       const float inverse = largest > 0 ? std::ldexp(1.0f, 22 - e) : 1.0f;  // exact: powers of two
-      std::int64_t total = 0, magnitude = 0;
-      for (std::size_t d = g * gs; d < (g + 1) * gs; ++d) {
-        const auto qi = static_cast<std::int64_t>(std::rint(q[d] * inverse));  // |qi| <= 2^22
-        const std::int64_t lo = ((qi + 128) & 255) - 128, rest = (qi - lo) / 256;
-        const std::int64_t mid = ((rest + 128) & 255) - 128, hi = (rest - mid) / 256;
-        const std::int64_t digit[kPieces] = {hi, mid, lo};
-        std::size_t j = 0, byte = 0;
-        Place(d, j, byte);
+      __m512i total_v = _mm512_setzero_si512(), magnitude_v = total_v;  // |Σ| <= gs·2^22 < 2^31
+      for (std::size_t d = g * gs; d < (g + 1) * gs; d += 16) {
+        const __m512i qi = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_load_ps(q + d), _mm512_set1_ps(inverse)));
+        const __m512i lo = _mm512_sub_epi32(_mm512_and_si512(_mm512_add_epi32(qi, half_byte), byte_mask), half_byte);
+        const __m512i rest = _mm512_srai_epi32(_mm512_sub_epi32(qi, lo), 8);
+        const __m512i mid = _mm512_sub_epi32(_mm512_and_si512(_mm512_add_epi32(rest, half_byte), byte_mask), half_byte);
+        const __m512i hi = _mm512_srai_epi32(_mm512_sub_epi32(rest, mid), 8);
+        const __m512i digit[kPieces] = {hi, mid, lo};
         for (std::size_t p = 0; p < kPieces; ++p) {
-          auto* bytes = reinterpret_cast<std::int8_t*>(&dg.words[(r * kPieces + p) * J + j]);
-          bytes[byte] = static_cast<std::int8_t>(digit[p]);
+          const __m128i bytes = _mm_shuffle_epi8(_mm512_cvtepi32_epi8(digit[p]), tile_order);
+          _mm_storeu_si128(reinterpret_cast<__m128i*>(&dg.words[(r * kPieces + p) * J + d / 4]), bytes);
         }
-        total += qi;
-        magnitude += qi < 0 ? -qi : qi;
+        total_v = _mm512_add_epi32(total_v, qi);
+        magnitude_v = _mm512_add_epi32(magnitude_v, _mm512_abs_epi32(qi));
       }
+      const std::int64_t total = _mm512_reduce_add_epi32(total_v), magnitude = _mm512_reduce_add_epi32(magnitude_v);
       dg.sigma[r * groups + g] = sigma;
       dg.qsum[r * groups + g] = static_cast<float>(total);
       const double a = sigma * (g_size * n / 2 + u * n * (32896 * g_size + (3 + G) * static_cast<double>(magnitude)));
