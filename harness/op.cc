@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <exception>
 #include <functional>
 #include <thread>
 #include <vector>
@@ -129,13 +130,31 @@ void for_ranges(std::int64_t n, const std::function<void(std::int64_t, std::int6
     body(0, n);
     return;
   }
-  std::vector<std::thread> pool;
+  // An exception (a kvlab::Error from a store, a failed thread start) is rethrown here
+  // once every started thread has finished: never std::terminate.
   const std::int64_t per = (n + threads - 1) / threads;
-  for (std::int64_t t = 1; t < threads; ++t) {
-    pool.emplace_back([&body, t, per, n] { body(std::min(n, t * per), std::min(n, (t + 1) * per)); });
-  }
-  body(0, std::min(n, per));
+  std::vector<std::exception_ptr> errors(static_cast<std::size_t>(threads));
+  auto range = [&](std::int64_t t) {
+    try {
+      body(std::min(n, t * per), std::min(n, (t + 1) * per));
+    } catch (...) {
+      errors[static_cast<std::size_t>(t)] = std::current_exception();
+    }
+  };
+  std::vector<std::thread> pool;
+  struct JoinAll {
+    std::vector<std::thread>& pool;
+    ~JoinAll() {
+      for (std::thread& th : pool) th.join();
+    }
+  } join_all{pool};
+  for (std::int64_t t = 1; t < threads; ++t) pool.emplace_back(range, t);
+  range(0);
   for (std::thread& th : pool) th.join();
+  pool.clear();
+  for (const std::exception_ptr& e : errors) {
+    if (e) std::rethrow_exception(e);
+  }
 }
 
 }  // namespace

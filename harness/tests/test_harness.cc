@@ -142,6 +142,14 @@ TEST(CounterRng, LargeFillsAreTheSequentialValuesOnAnyNumberOfThreads) {
     if (bits.view().load_int(i) != static_cast<std::uint32_t>(v.bits(u))) ++wrong;
   }
   EXPECT_EQ(wrong, 0);
+  // A store that throws on a worker thread reaches the caller as the kvlab::Error (a
+  // float fill into an integer tensor), not as std::terminate.
+  try {
+    random_normal(p, "k", DType::u32, {n});
+    ADD_FAILURE() << "a normal fill into u32 did not throw";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::dtype_mismatch) << e.what();
+  }
 }
 
 TEST(Compare, NanFailsInfMustMatchBudgetIsPointwise) {

@@ -68,6 +68,11 @@ shared float sh_sg_sum[KVLAB_MAX_R * KVLAB_MAX_SUBGROUPS];   // [r][subgroup]: Î
 
 float load_float16(uint raw, uint dtype) { return uintBitsToFloat(widen_to_f32(raw, dtype)); }
 
+// x / n for a run-time n, as a shift when n is a power of two (shift = pow2_shift(n)):
+// integer division is a long instruction sequence on GPUs.
+uint pow2_shift(uint n) { return (n & (n - 1u)) == 0u ? uint(findLSB(n)) : 32u; }
+uint divide(uint x, uint n, uint shift) { return shift < 32u ? x >> shift : x / n; }
+
 // The parameters the per-key code reads, loaded from the table once per invocation
 // (load_hot_params, first thing in main). Read through P[] in the loops, they were global
 // loads again after every barrier() (the table shares its buffer with the partials the
@@ -75,7 +80,7 @@ float load_float16(uint raw, uint dtype) { return uintBitsToFloat(widen_to_f32(r
 uint g_dk, g_dv, g_k_off, g_v_off, g_k_dtype, g_v_dtype;
 #if KVLAB_QUANTIZED
 uint g_kbits, g_kgroup, g_vbits, g_vgroup, g_ks_off, g_kb_off, g_vs_off, g_vb_off;
-uint g_vgroup_shift;  // log2(V group size) when it is a power of two, else 32 (divide)
+uint g_vgroup_shift;  // pow2_shift(V group size)
 #endif
 void load_hot_params() {
   g_dk = P[P_DK];
@@ -93,7 +98,7 @@ void load_hot_params() {
   g_kb_off = P[P_KB_OFF];
   g_vs_off = P[P_VS_OFF];
   g_vb_off = P[P_VB_OFF];
-  g_vgroup_shift = (g_vgroup & (g_vgroup - 1u)) == 0u ? uint(findLSB(g_vgroup)) : 32u;
+  g_vgroup_shift = pow2_shift(g_vgroup);
 #endif
 }
 #if KVLAB_QUANTIZED
@@ -163,8 +168,7 @@ float v_at(uint key_row, uint c) {
   const uint bits = g_vbits, gs = g_vgroup, dv = g_dv;
   uint code;
   KVLAB_CODE_AT(vw, g_v_off + key_row * (dv * bits / 32u), c, bits)
-  const uint meta = g_vgroup_shift < 32u ? key_row * (dv >> g_vgroup_shift) + (c >> g_vgroup_shift)
-                                         : key_row * (dv / gs) + c / gs;
+  const uint meta = key_row * divide(dv, gs, g_vgroup_shift) + divide(c, gs, g_vgroup_shift);
   precise float scaled = float(code) * vs_at(g_vs_off + meta);
   return scaled + vb_at(g_vb_off + meta);
 }
@@ -193,11 +197,10 @@ void dot_qk_staged(uint tile_row0, bool mine, uint nr, out float dot[KVLAB_MAX_R
   uint g = 0u, in_group = 0u;  // the group of code d, and how many of its codes are summed
   for (uint d0 = 0u; d0 < dk; d0 += slice_codes) {
     const uint d1 = min(dk, d0 + slice_codes), w0 = d0 * bits / 32u, sw = (d1 - d0) * bits / 32u;
-    // Word x of the slice belongs to key x / sw: a shift when sw is a power of two.
-    const uint sw_shift = (sw & (sw - 1u)) == 0u ? uint(findLSB(sw)) : 32u;
+    const uint sw_shift = pow2_shift(sw);  // word x of the slice belongs to key x / sw
     barrier();  // the previous slice has been consumed
     for (uint x = lid; x < KVLAB_LOCAL_SIZE * sw; x += KVLAB_LOCAL_SIZE) {
-      const uint key = sw_shift < 32u ? x >> sw_shift : x / sw, w = x - key * sw;
+      const uint key = divide(x, sw, sw_shift), w = x - key * sw;
       if (sh_keep[key] != 0u) sh_kw[key * KVLAB_K_STRIDE + w] = kw[g_k_off + (tile_row0 + key) * row_words + w0 + w];
     }
     barrier();
