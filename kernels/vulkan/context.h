@@ -6,8 +6,12 @@
 #include <cstddef>
 #include <cstdint>
 #include <initializer_list>
+#include <map>
 #include <memory>
 #include <optional>
+#include <span>
+#include <utility>
+#include <vector>
 
 #include "kernels/vulkan/runtime/buffer.h"
 #include "kernels/vulkan/runtime/command.h"
@@ -97,10 +101,11 @@ class VulkanBackend::Context {
   void download(const DTensor& src, void* dst);
 
   // Records one dispatch of `shader` over `items` work items (the shader's invocations
-  // stride over them), submits it and waits. `push` is the shader's push-constant block.
-  // Inside a batch it is only recorded.
+  // stride over them), submits it and waits. `push` is the shader's push-constant block;
+  // `specialization` the values of its specialization constants 0..n-1 (one pipeline is
+  // built and kept per distinct list). Inside a batch it is only recorded.
   void dispatch(vulkan::ShaderId shader, std::initializer_list<BoundTensor> bindings, const void* push,
-                std::size_t push_bytes, std::uint64_t items);
+                std::size_t push_bytes, std::uint64_t items, std::span<const std::uint32_t> specialization = {});
   // Copies src's bytes into dst (same byte size, not overlapping) on the device
   // (vkCmdCopyBuffer): submits and waits, or is only recorded inside a batch.
   void copy(const DTensor& src, const DTensor& dst);
@@ -137,9 +142,15 @@ class VulkanBackend::Context {
   };
   // Submissions to the queue so far (tests: a batch is one submission).
   std::uint64_t submissions() const { return stream_->submissions(); }
+  // Dispatches of `shader` recorded so far (tests: which pass a call took).
+  std::uint64_t dispatches(vulkan::ShaderId shader) const {
+    const auto it = dispatch_counts_.find(shader);
+    return it == dispatch_counts_.end() ? 0 : it->second;
+  }
 
  private:
-  const vk::ComputePipeline& pipeline(vulkan::ShaderId shader, std::uint32_t bindings, std::uint32_t push_bytes);
+  const vk::ComputePipeline& pipeline(vulkan::ShaderId shader, std::uint32_t bindings, std::uint32_t push_bytes,
+                                      std::span<const std::uint32_t> specialization);
   // Copies through the staging buffer (device-local memory) in bounded chunks.
   void staged_copy(const VulkanBuffer& buffer, std::size_t offset, std::size_t bytes, const void* from, void* to);
 
@@ -147,9 +158,10 @@ class VulkanBackend::Context {
   std::shared_ptr<VulkanRuntime> runtime_;
   vk::MemoryKind memory_kind_ = vk::MemoryKind::host_visible;
   std::unique_ptr<vk::CommandStream> stream_;
-  std::array<std::unique_ptr<vk::ComputePipeline>, vulkan::kShaderCount> pipelines_;
+  std::map<std::pair<vulkan::ShaderId, std::vector<std::uint32_t>>, std::unique_ptr<vk::ComputePipeline>> pipelines_;
   std::unique_ptr<vk::DeviceBuffer> staging_, scratch_;
   std::optional<double> last_kernel_seconds_;
+  std::map<vulkan::ShaderId, std::uint64_t> dispatch_counts_;
 };
 
 }  // namespace kvlab

@@ -25,31 +25,37 @@ VulkanBackend::Context::Context(const VulkanOptions& options) : options_(options
 VulkanBackend::Context::~Context() = default;
 
 const vk::ComputePipeline& VulkanBackend::Context::pipeline(vulkan::ShaderId shader, std::uint32_t bindings,
-                                                            std::uint32_t push_bytes) {
-  std::unique_ptr<vk::ComputePipeline>& p = pipelines_[static_cast<std::size_t>(shader)];
+                                                            std::uint32_t push_bytes,
+                                                            std::span<const std::uint32_t> specialization) {
+  std::unique_ptr<vk::ComputePipeline>& p =
+      pipelines_[{shader, std::vector<std::uint32_t>(specialization.begin(), specialization.end())}];
   if (!p) {
-    const std::string name = cat(vulkan::shader_name(shader), small_storage() ? " (small)" : " (words)");
+    std::string name = cat(vulkan::shader_name(shader), small_storage() ? " (small)" : " (words)");
+    for (std::size_t i = 0; i < specialization.size(); ++i) name += cat(i == 0 ? " {" : ",", specialization[i]);
+    if (!specialization.empty()) name += "}";
     p = std::make_unique<vk::ComputePipeline>(device(), name, vulkan::shader_spirv(shader, small_storage()), bindings,
-                                              push_bytes);
+                                              push_bytes, specialization);
   }
   return *p;
 }
 
 void VulkanBackend::Context::dispatch(vulkan::ShaderId shader, std::initializer_list<BoundTensor> bindings,
-                                      const void* push, std::size_t push_bytes, std::uint64_t items) {
+                                      const void* push, std::size_t push_bytes, std::uint64_t items,
+                                      std::span<const std::uint32_t> specialization) {
   if (items == 0) return;
   // The shaders index work items and elements with 32-bit unsigned integers and stride
   // by the dispatch size, so the count must stay clear of wrap-around.
   KVLAB_REQUIRE(items < (std::uint64_t{1} << 31), unsupported, "VulkanBackend: ", vulkan::shader_name(shader),
                 " needs ", items, " work items, more than the 2^31 its 32-bit indexing allows");
-  const vk::ComputePipeline& p =
-      pipeline(shader, static_cast<std::uint32_t>(bindings.size()), static_cast<std::uint32_t>(push_bytes));
+  const vk::ComputePipeline& p = pipeline(shader, static_cast<std::uint32_t>(bindings.size()),
+                                         static_cast<std::uint32_t>(push_bytes), specialization);
   std::vector<vk::BufferRange> ranges;
   for (const BoundTensor& b : bindings) ranges.push_back(b.range);
   constexpr std::uint64_t kLocalSize = 64;  // KVLAB_LOCAL_SIZE of shaders/common.glsl
   const std::uint64_t limit = std::min<std::uint64_t>(device().limits().maxComputeWorkGroupCount[0], 65535);
   const auto groups = static_cast<std::uint32_t>(std::min((items + kLocalSize - 1) / kLocalSize, limit));
   const std::span<const std::byte> push_block(static_cast<const std::byte*>(push), push_bytes);
+  ++dispatch_counts_[shader];
   if (batching()) {
     stream_->dispatch(p, ranges, push_block, groups);
     return;

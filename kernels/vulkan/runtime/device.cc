@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <string_view>
 
 #include "kernels/vulkan/runtime/vk_error.h"
 #include "kvlab/error.h"
@@ -111,19 +112,38 @@ Device::Device(const PhysicalDeviceInfo& physical, bool allow_small_storage) : i
   }
   KVLAB_REQUIRE(found, unsupported, "Vulkan device '", info_.name, "' has no compute queue");
 
-  VkPhysicalDeviceVulkan12Features f12{.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES};
+  std::uint32_t extension_count = 0;
+  vkEnumerateDeviceExtensionProperties(info_.handle, nullptr, &extension_count, nullptr);
+  std::vector<VkExtensionProperties> extensions(extension_count);
+  vkEnumerateDeviceExtensionProperties(info_.handle, nullptr, &extension_count, extensions.data());
+  const bool has_executable_properties =
+      std::any_of(extensions.begin(), extensions.end(), [](const VkExtensionProperties& e) {
+        return std::string_view(e.extensionName) == VK_KHR_PIPELINE_EXECUTABLE_PROPERTIES_EXTENSION_NAME;
+      });
+  VkPhysicalDevicePipelineExecutablePropertiesFeaturesKHR fexe{
+      .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PIPELINE_EXECUTABLE_PROPERTIES_FEATURES_KHR};
+  VkPhysicalDeviceVulkan12Features f12{.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES,
+                                       .pNext = has_executable_properties ? &fexe : nullptr};
   VkPhysicalDeviceVulkan11Features f11{.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_1_FEATURES, .pNext = &f12};
   VkPhysicalDeviceFeatures2 f2{.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2, .pNext = &f11};
   vkGetPhysicalDeviceFeatures2(info_.handle, &f2);
   const bool subgroup_arithmetic = (subgroup.supportedStages & VK_SHADER_STAGE_COMPUTE_BIT) != 0 &&
                                    (subgroup.supportedOperations & VK_SUBGROUP_FEATURE_ARITHMETIC_BIT) != 0;
   supported_ = {f11.storageBuffer16BitAccess == VK_TRUE, f12.storageBuffer8BitAccess == VK_TRUE,
-                f2.features.shaderFloat64 == VK_TRUE, subgroup_arithmetic};
+                f2.features.shaderFloat64 == VK_TRUE, subgroup_arithmetic,
+                has_executable_properties && fexe.pipelineExecutableInfo == VK_TRUE};
   // The `small` shader builds need both widths; the `words` builds need neither.
   const bool small = allow_small_storage && supported_.storage16 && supported_.storage8;
-  enabled_ = {small, small, supported_.float64, subgroup_arithmetic};
+  const char* stats = std::getenv("KVLAB_VK_PIPELINE_STATS");
+  const bool statistics = supported_.pipeline_statistics && stats != nullptr && *stats != '\0';
+  enabled_ = {small, small, supported_.float64, subgroup_arithmetic, statistics};
 
+  VkPhysicalDevicePipelineExecutablePropertiesFeaturesKHR eexe{
+      .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PIPELINE_EXECUTABLE_PROPERTIES_FEATURES_KHR,
+      .pipelineExecutableInfo = VK_TRUE};
+  const char* const statistics_extension = VK_KHR_PIPELINE_EXECUTABLE_PROPERTIES_EXTENSION_NAME;
   VkPhysicalDeviceVulkan12Features e12{.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES,
+                                       .pNext = statistics ? &eexe : nullptr,
                                        .storageBuffer8BitAccess = small ? VK_TRUE : VK_FALSE};
   VkPhysicalDeviceVulkan11Features e11{.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_1_FEATURES,
                                        .pNext = &e12,
@@ -139,7 +159,9 @@ Device::Device(const PhysicalDeviceInfo& physical, bool allow_small_storage) : i
   const VkDeviceCreateInfo info{.sType = VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO,
                                 .pNext = &e2,
                                 .queueCreateInfoCount = 1,
-                                .pQueueCreateInfos = &queue_info};
+                                .pQueueCreateInfos = &queue_info,
+                                .enabledExtensionCount = statistics ? 1u : 0u,
+                                .ppEnabledExtensionNames = statistics ? &statistics_extension : nullptr};
   check(vkCreateDevice(info_.handle, &info, nullptr, &device_), "vkCreateDevice");
   vkGetDeviceQueue(device_, queue_family_, 0, &queue_);
 }

@@ -42,6 +42,10 @@ struct DeviceFeatures {
   // has ARITHMETIC (a property of Vulkan 1.1, nothing to enable): the attention shaders'
   // subgroup builds. Always "enabled" where supported.
   bool subgroup_arithmetic = false;
+  // VK_KHR_pipeline_executable_properties: the driver's compiler statistics of each
+  // pipeline (registers, spills, instruction counts), printed to stderr when
+  // KVLAB_VK_PIPELINE_STATS is set (runtime/pipeline.cc); enabled only then.
+  bool pipeline_statistics = false;
 };
 
 class Device {
