@@ -4,8 +4,10 @@
 // allows it), then the combine pass of sdpa.cc. Affine K/V of any bits 2..8 and group
 // size; the fp modes (mxfp4/mxfp8/nvfp4) throw Error(unsupported).
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
+
 
 #include "kernels/vulkan/context.h"
 #include "kvlab/error.h"
@@ -28,7 +30,8 @@ std::vector<std::uint32_t> base_table(const DTensor& q, const DTensor& out, std:
                                       const AttentionParams& params, const DTensor* mask, const DTensor* sinks);
 void run(VulkanBackend::Context& c, vulkan::ShaderId pass, std::vector<std::uint32_t> table, const DTensor& q,
          std::initializer_list<BoundTensor> operands, std::initializer_list<BoundTensor> meta, const DTensor* mask,
-         const DTensor* sinks, const DTensor& out);
+         const DTensor* sinks, const DTensor& out, std::span<const std::uint32_t> specialization);
+std::int64_t heads_per_workgroup(std::int64_t group, std::int64_t dk);
 }  // namespace vulkan_attention
 
 namespace {
@@ -37,6 +40,30 @@ ref::QuantizedView view_of(VulkanBackend::Context& c, const QuantizedDTensor& x)
   return {c.view(x.wq), c.view(x.scales), x.biases ? c.view(x.biases) : ConstTensorView{}, x.spec};
 }
 
+// The specialization of shaders/sdpa_quantized_decode.comp for this call (K bits, V bits,
+// room for heads per workgroup: 4 or 8, so that a lavapipe run compiles few pipelines), or
+// nothing where that pass does not apply (see its header): then the general pass runs.
+std::vector<std::uint32_t> decode_pass_shape(const vk::Device& device, const QuantizedDTensor& k,
+                                             const QuantizedDTensor& v, std::int64_t group, std::int64_t dk,
+                                             std::int64_t dv, const DTensor* mask) {
+  // The shader's TILE, MAX_SUBGROUPS, MAX_Q_FLOATS and MAX_K_GROUPS.
+  constexpr std::int64_t kTile = 64, kMaxSubgroups = 16, kMaxQFloats = 2048, kMaxKGroups = 32;
+  const auto word_codes = [](int bits) { return bits == 2 || bits == 4 || bits == 8 ? 32 / bits : 0; };
+  const auto pow2 = [](std::int64_t n) { return n > 0 && (n & (n - 1)) == 0; };
+  const std::int64_t kcpw = word_codes(k.spec.bits), vcpw = word_codes(v.spec.bits);
+  if (mask != nullptr || kcpw == 0 || vcpw == 0) return {};
+  if (!pow2(k.spec.group_size) || !pow2(v.spec.group_size) || k.spec.group_size < kcpw ||
+      v.spec.group_size < vcpw || dk / k.spec.group_size > kMaxKGroups) {
+    return {};
+  }
+  const std::int64_t vw = dv / vcpw;  // V words per key: a power of two <= the tile
+  if (dv % vcpw != 0 || vw > kTile || !pow2(vw)) return {};
+  const std::int64_t r = vulkan_attention::heads_per_workgroup(group, dk) <= 4 ? 4 : 8;
+  const std::int64_t shared_floats = kMaxQFloats + kMaxKGroups * r + 2 * kTile * r + 3 * r * kMaxSubgroups + kTile * vcpw;
+  if (dk * r > kMaxQFloats || shared_floats * 4 > device.limits().maxComputeSharedMemorySize) return {};
+  return {static_cast<std::uint32_t>(k.spec.bits), static_cast<std::uint32_t>(v.spec.bits),
+          static_cast<std::uint32_t>(r)};
+}
 }  // namespace
 
 void VulkanBackend::quantized_sdpa(const QuantizedSdpaArgs& a) {
@@ -70,11 +97,18 @@ void VulkanBackend::quantized_sdpa(const QuantizedSdpaArgs& a) {
   table[va::kVBits] = static_cast<std::uint32_t>(v.spec.bits);
   table[va::kVGroup] = static_cast<std::uint32_t>(v.spec.group_size);
   // The subgroup build stages K in slices of whole 32-code blocks: Dk is a multiple of the
-  // affine group size (validated above), which is at least 32.
-  const vulkan::ShaderId pass =
-      uses_subgroup_reductions() ? vulkan::ShaderId::quantized_sdpa_subgroup : vulkan::ShaderId::quantized_sdpa;
+  // affine group size (validated above), which is at least 32. The decode pass needs
+  // subgroup arithmetic too.
+  const bool subgroups = uses_subgroup_reductions();
+  std::vector<std::uint32_t> decode;
+  if (subgroups && !c.options().force_general_attention) {
+    decode = decode_pass_shape(c.device(), k, v, q.shape[1] / k.wq.shape[1], q.shape[3], out.shape[3], mask_array);
+  }
+  const vulkan::ShaderId pass = !decode.empty() ? vulkan::ShaderId::quantized_sdpa_decode
+                                : subgroups     ? vulkan::ShaderId::quantized_sdpa_subgroup
+                                                : vulkan::ShaderId::quantized_sdpa;
   va::run(c, pass, std::move(table), q, {c.bind(k.wq, 4), c.bind(v.wq, 4)},
-          {bks, bkb, bvs, bvb}, mask_array, sinks, out);
+          {bks, bkb, bvs, bvb}, mask_array, sinks, out, decode);
 }
 
 }  // namespace kvlab

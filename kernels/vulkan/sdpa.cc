@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <bit>
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "kernels/vulkan/context.h"
@@ -45,6 +46,10 @@ constexpr std::uint32_t kPartialHeader = 3;  // m, l, any
 constexpr std::uint32_t kMaxSubgroups = 16;
 
 std::uint32_t u32(std::int64_t v) { return static_cast<std::uint32_t>(v); }  // bounded by a binding
+
+std::int64_t heads_per_workgroup(std::int64_t group, std::int64_t dk) {
+  return std::min<std::int64_t>({kMaxHeadsPerWorkgroup, group, kStagedQFloats / dk});
+}
 
 // The table for q (B, Hq, Lq, Dk), out (…, Dv), Lk keys over Hkv heads and the params;
 // the caller fills the K/V offsets and dtypes (and the quantized fields).
@@ -82,11 +87,12 @@ std::vector<std::uint32_t> base_table(const DTensor& q, const DTensor& out, std:
 // stages q as f32 into the work buffer (sdpa_stage_q.comp). Bindings of the pass: the
 // work buffer, `operands` (q, k, v | K codes, V codes), the mask, then `meta` (K/V
 // scales and biases). The KV length is split into chunks of whole tiles so that a
-// decode step still has enough workgroups (flash-decoding).
+// decode step still has enough workgroups (flash-decoding). `specialization`: the values
+// of the pass's specialization constants (none for the general passes).
 void run(VulkanBackend::Context& c, vulkan::ShaderId pass, std::vector<std::uint32_t> table, const DTensor& q,
          std::initializer_list<BoundTensor> operands, std::initializer_list<BoundTensor> meta, const DTensor* mask,
-         const DTensor* sinks, const DTensor& out) {
-  const bool quantized = pass == vulkan::ShaderId::quantized_sdpa || pass == vulkan::ShaderId::quantized_sdpa_subgroup;
+         const DTensor* sinks, const DTensor& out, std::span<const std::uint32_t> specialization) {
+  const bool quantized = pass != vulkan::ShaderId::sdpa && pass != vulkan::ShaderId::sdpa_subgroup;
   const char* op = quantized ? "quantized_sdpa" : "sdpa";
   const std::int64_t dk = table[kDk], dv = table[kDv], lk = table[kLk];
   KVLAB_REQUIRE(dk <= kMaxDk && dv <= kMaxDv, unsupported, "VulkanBackend: ", op, " supports Dk <= ", kMaxDk,
@@ -95,7 +101,7 @@ void run(VulkanBackend::Context& c, vulkan::ShaderId pass, std::vector<std::uint
   // A workgroup serves a block of up to 8 query heads of one kv head (their staged q
   // rows must fit the shader's 2048 floats): every K/V element it loads serves them all.
   const std::int64_t group = table[kHq] / table[kHkv];
-  const std::int64_t r_block = std::min<std::int64_t>({kMaxHeadsPerWorkgroup, group, kStagedQFloats / dk});
+  const std::int64_t r_block = heads_per_workgroup(group, dk);
   table[kRBlock] = u32(r_block);
   const std::int64_t tasks = std::int64_t{table[kB]} * table[kHkv] * ((group + r_block - 1) / r_block) * table[kLq];
   const std::uint32_t wg = c.options().attention_workgroups;
@@ -149,7 +155,7 @@ void run(VulkanBackend::Context& c, vulkan::ShaderId pass, std::vector<std::uint
   const auto invocations = static_cast<std::uint64_t>(tasks * chunks * kLocalSize);
   if (quantized) {
     KVLAB_REQUIRE(b.size() == 8, internal, "quantized_sdpa pass expects 8 bindings, got ", b.size());
-    c.dispatch(pass, {b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]}, nullptr, 0, invocations);
+    c.dispatch(pass, {b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]}, nullptr, 0, invocations, specialization);
   } else {
     KVLAB_REQUIRE(b.size() == 5, internal, "sdpa pass expects 5 bindings, got ", b.size());
     c.dispatch(pass, {b[0], b[1], b[2], b[3], b[4]}, nullptr, 0, invocations);
@@ -190,7 +196,7 @@ void VulkanBackend::sdpa(const SdpaArgs& a) {
   const std::size_t es = dtype_size(k.dtype);
   const vulkan::ShaderId pass = uses_subgroup_reductions() ? vulkan::ShaderId::sdpa_subgroup : vulkan::ShaderId::sdpa;
   va::run(c, pass, std::move(table), q, {c.bind(q, dtype_size(q.dtype)), c.bind(k, es), c.bind(v, es)},
-          {}, mask_array, sinks, out);
+          {}, mask_array, sinks, out, {});
 }
 
 }  // namespace kvlab

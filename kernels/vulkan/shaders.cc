@@ -77,6 +77,12 @@ const std::uint32_t kQuantizedSdpaSubgroupSmall[] =
 const std::uint32_t kQuantizedSdpaSubgroupWords[] =
 #include "sdpa_quantized_subgroup_words.spv.inc"
     ;
+const std::uint32_t kQuantizedSdpaDecodeSmall[] =
+#include "sdpa_quantized_decode_small.spv.inc"
+    ;
+const std::uint32_t kQuantizedSdpaDecodeWords[] =
+#include "sdpa_quantized_decode_words.spv.inc"
+    ;
 
 template <std::size_t Small, std::size_t Words>
 std::span<const std::uint32_t> pick(bool small_storage, const std::uint32_t (&small)[Small],
@@ -100,6 +106,7 @@ std::string_view shader_name(ShaderId id) {
     case ShaderId::kv_append_advance: return "kv_append_advance";
     case ShaderId::sdpa_subgroup: return "sdpa_subgroup";
     case ShaderId::quantized_sdpa_subgroup: return "quantized_sdpa_subgroup";
+    case ShaderId::quantized_sdpa_decode: return "quantized_sdpa_decode";
   }
   return "?";
 }
@@ -119,6 +126,8 @@ std::span<const std::uint32_t> shader_spirv(ShaderId id, bool small_storage) {
     case ShaderId::sdpa_subgroup: return pick(small_storage, kSdpaSubgroupSmall, kSdpaSubgroupWords);
     case ShaderId::quantized_sdpa_subgroup:
       return pick(small_storage, kQuantizedSdpaSubgroupSmall, kQuantizedSdpaSubgroupWords);
+    case ShaderId::quantized_sdpa_decode:
+      return pick(small_storage, kQuantizedSdpaDecodeSmall, kQuantizedSdpaDecodeWords);
   }
   return {};
 }

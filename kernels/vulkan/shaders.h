@@ -23,8 +23,11 @@ enum class ShaderId {
   // device has compute-stage subgroup arithmetic (VulkanBackend::uses_subgroup_reductions).
   sdpa_subgroup,
   quantized_sdpa_subgroup,
+  // The decode pass of quantized_sdpa for the shapes it specializes on
+  // (shaders/sdpa_quantized_decode.comp; kernels/vulkan/quantized_sdpa.cc decides).
+  quantized_sdpa_decode,
 };
-inline constexpr int kShaderCount = 12;
+inline constexpr int kShaderCount = 13;
 
 std::string_view shader_name(ShaderId id);
 std::span<const std::uint32_t> shader_spirv(ShaderId id, bool small_storage);

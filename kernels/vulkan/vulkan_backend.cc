@@ -26,6 +26,7 @@ std::string VulkanBackend::name() const {
   return cat("vulkan:", context_->device().info().name, context_->options().force_word_storage ? " [words]" : "",
              context_->staging() && context_->options().force_staging ? " [staging]" : "",
              context_->options().force_shared_reductions ? " [nosubgroup]" : "",
+             context_->options().force_general_attention ? " [general]" : "",
              context_->options().attention_workgroups != 0 ? cat(" [wg=", context_->options().attention_workgroups, "]")
                                                            : std::string());
 }
@@ -78,6 +79,8 @@ VulkanOptions vulkan_options_from_variant(std::string_view variant) {
       options.force_staging = true;
     } else if (flag == "nosubgroup") {
       options.force_shared_reductions = true;
+    } else if (flag == "general") {
+      options.force_general_attention = true;
     } else if (flag.substr(0, 3) == "wg=") {
       const std::string_view digits = flag.substr(3);
       std::uint32_t n = 0;
@@ -92,7 +95,7 @@ VulkanOptions vulkan_options_from_variant(std::string_view variant) {
       options.validation = true;
     } else {
       fail(ErrorKind::invalid_argument, cat("vulkan backend variant '", variant, "': unknown flag '", flag,
-                                            "' (expected [<device>][,words][,staging][,nosubgroup][,validate][,wg=<N>])"));
+                                            "' (expected [<device>][,words][,staging][,nosubgroup][,general][,validate][,wg=<N>])"));
     }
     rest = next == std::string_view::npos ? std::string_view{} : rest.substr(next + 1);
   }

@@ -53,6 +53,10 @@ struct VulkanOptions {
   // The shared-memory builds of sdpa/quantized_sdpa even where the subgroup builds could
   // run (shaders/sdpa_core.glsl), so that lavapipe covers both.
   bool force_shared_reductions = false;
+  // quantized_sdpa: the general attention pass even where the decode pass
+  // (shaders/sdpa_quantized_decode.comp) applies, so that lavapipe covers both and a GPU
+  // run can time them side by side. Flag ',general'.
+  bool force_general_attention = false;
   // sdpa/quantized_sdpa: how many workgroups a call aims for when it splits the KV length
   // into chunks (flash-decoding; 0: kCpuAttentionWorkgroups on a CPU device, else
   // kGpuAttentionWorkgroups). Flag ',wg=<N>': tuning on a real GPU.
@@ -114,7 +118,7 @@ class VulkanBackend final : public Backend {
   std::unique_ptr<Context> context_;
 };
 
-// The harness factory: variant = "[<device>][,words][,staging][,nosubgroup][,validate][,wg=<N>]"
+// The harness factory: variant = "[<device>][,words][,staging][,nosubgroup][,general][,validate][,wg=<N>]"
 // (device as in VulkanOptions::device; words/staging/nosubgroup force the fallback paths
 // (nosubgroup: force_shared_reductions); wg sets attention_workgroups, 1..65535; validate turns on the
 // validation layer, messages to stderr). Throws Error(unsupported)

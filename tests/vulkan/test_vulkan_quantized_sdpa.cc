@@ -3,11 +3,14 @@
 // dtypes, long decode over many KV chunks, windows and paddings over poisoned scales, mask
 // arrays, sinks, softcap, fully masked rows) are lines of harness/cases/quantized_sdpa/
 // (the lavapipe file), run under the one tolerance object of harness/ops/sdpa_info.cc by
-// the harness.check_lavapipe_vulkan* tests on the default, shared-memory (nosubgroup) and
-// words+staging builds. Here, on every path: fp-mode K/V throw unsupported naming the
+// the harness.check_lavapipe_vulkan* tests on the default (the decode pass where it
+// applies), general, shared-memory (nosubgroup) and words+staging (many tiles a chunk)
+// builds. Here, on every path: fp-mode K/V throw unsupported naming the
 // spec, and invalid input raises the oracle's errors.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <array>
 #include <cmath>
 #include <functional>
 #include <limits>
@@ -122,6 +125,61 @@ TEST(VulkanQuantizedSdpa, IsOneSubmissionOnEveryMemoryPath) {
     std::uint64_t submissions = 0;
     run_on(*be, in, &submissions);
     EXPECT_EQ(submissions, 1u) << (be->uses_staging() ? "device-local memory" : "host-visible memory");
+  }
+}
+
+// The decode pass (shaders/sdpa_quantized_decode.comp) is what makes a GPU decode step
+// fast, and nothing in its output tells it apart from the general pass: the harness would
+// stay green if the host stopped choosing it. Here: it runs for the serving shape (also at
+// bf16 scales, 2-bit V and a GQA ratio of 3) wherever subgroup arithmetic is used, not with
+// ',general', and never for what it does not cover (3-bit K, a mask array).
+TEST(VulkanQuantizedSdpa, TakesTheDecodePassExactlyWhereItApplies) {
+  std::string reason;
+  VulkanOptions general_options;
+  general_options.force_general_attention = true;
+  const std::unique_ptr<VulkanBackend> general = testing::try_vulkan(general_options, reason);
+  const auto& paths = vulkan_paths(reason);
+  if (paths.empty() || !general) GTEST_SKIP() << "no usable Vulkan device: " << reason;
+  KVLAB_SEEDED_RNG(rng, 21);
+  const auto passes = [](VulkanBackend& be, const Inputs& in) {
+    using vulkan::ShaderId;
+    const auto count = [&] {
+      return std::array<std::uint64_t, 3>{be.context().dispatches(ShaderId::quantized_sdpa_decode),
+                                          be.context().dispatches(ShaderId::quantized_sdpa_subgroup),
+                                          be.context().dispatches(ShaderId::quantized_sdpa)};
+    };
+    const auto before = count();
+    run_on(be, in);
+    const auto after = count();
+    return std::array<std::uint64_t, 3>{after[0] - before[0], after[1] - before[1], after[2] - before[2]};
+  };
+  using Passes = std::array<std::uint64_t, 3>;  // decode, general (subgroup build), general (shared build)
+  const std::vector<Inputs> decode_shapes = {
+      random_inputs(rng, {1, 8, 2, 1, 300, 128, 128}, DType::f16, affine(4, 64), affine(4, 64), DType::f16, DType::f16),
+      random_inputs(rng, {2, 6, 2, 1, 70, 64, 64}, DType::bf16, affine(8, 32), affine(2, 64), DType::bf16, DType::bf16)};
+  // The default path and the forced shared reductions (the storage paths choose alike;
+  // each pipeline compiles in ~1.5 s on lavapipe).
+  const std::vector<VulkanBackend*> backends = {paths.front().get(), paths.back().get()};
+  for (const Inputs& in : decode_shapes) {
+    for (VulkanBackend* be : backends) {
+      const Passes expected = be->uses_subgroup_reductions() ? Passes{1, 0, 0} : Passes{0, 0, 1};
+      EXPECT_EQ(passes(*be, in), expected) << be->name();
+    }
+    if (general->uses_subgroup_reductions()) {
+      EXPECT_EQ(passes(*general, in), (Passes{0, 1, 0}));
+    }
+  }
+  Inputs odd_bits =
+      random_inputs(rng, {1, 4, 2, 1, 70, 64, 64}, DType::f16, affine(3, 32), affine(4, 64), DType::f16, DType::f16);
+  Inputs masked = decode_shapes[0];
+  masked.params.mask.kind = MaskKind::boolean;
+  masked.mask = Tensor(DType::u8, {1, 1, 1, 300});
+  std::fill_n(masked.mask->data(), 300, std::byte{1});
+  for (const Inputs* in : {&odd_bits, &masked}) {
+    for (VulkanBackend* be : backends) {
+      const Passes expected = be->uses_subgroup_reductions() ? Passes{0, 1, 0} : Passes{0, 0, 1};
+      EXPECT_EQ(passes(*be, *in), expected) << be->name();
+    }
   }
 }
 

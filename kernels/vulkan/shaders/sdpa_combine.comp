@@ -19,13 +19,16 @@ void main() {
   for (uint item = gl_GlobalInvocationID.x; item < items; item += kvlab_stride()) {
     const uint c = item % dv, row = item / dv, h = (row / P[P_LQ]) % P[P_HQ];
     const uint first = P[P_PARTIAL_BASE] + row * chunks * (dv + PARTIAL_HEADER);
+    // The loops select instead of branching on a chunk's flag, so that the loads of
+    // successive chunks do not wait on each other (hundreds of chunks on a GPU).
     bool any = false;
     float big_m = 0.0;
     for (uint k = 0u; k < chunks; ++k) {
       const uint base = first + k * (dv + PARTIAL_HEADER);
-      if (WF[base + 2u] == 0.0) continue;
-      big_m = any ? max(big_m, WF[base]) : WF[base];
-      any = true;
+      const bool seen = WF[base + 2u] != 0.0;
+      const float m = WF[base];
+      big_m = seen ? (any ? max(big_m, m) : m) : big_m;
+      any = any || seen;
     }
     float result = 0.0;
     if (!any) {
@@ -43,10 +46,11 @@ void main() {
       }
       for (uint k = 0u; k < chunks; ++k) {
         const uint base = first + k * (dv + PARTIAL_HEADER);
-        if (WF[base + 2u] == 0.0) continue;
-        const float w = kvlab_exp(WF[base] - big_m);
-        denominator += w * WF[base + 1u];
-        numerator += w * WF[base + PARTIAL_HEADER + c];
+        const bool seen = WF[base + 2u] != 0.0;
+        const float m = WF[base], l = WF[base + 1u], a = WF[base + PARTIAL_HEADER + c];
+        const float w = kvlab_exp((seen ? m : big_m) - big_m);
+        denominator += seen ? w * l : 0.0;  // (an unseen chunk's sums may be a mean's NaN)
+        numerator += seen ? w * a : 0.0;
       }
       result = numerator / denominator;
     }
