@@ -8,7 +8,6 @@
 #include <string>
 #include <vector>
 
-
 #include "kernels/vulkan/context.h"
 #include "kvlab/error.h"
 #include "reference/quantized_sdpa.h"
