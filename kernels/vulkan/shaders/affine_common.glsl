@@ -13,6 +13,9 @@ uint widen_to_f32(uint raw, uint dtype) {
   return raw;
 }
 
+// A stored 16-bit float element (raw bits `raw`) as f32, exactly.
+float load_float16(uint raw, uint dtype) { return uintBitsToFloat(widen_to_f32(raw, dtype)); }
+
 // Storage rounding (RNE) of binary32 bits to `dtype`.
 uint narrow_from_f32(uint bits, uint dtype) {
   if (dtype == DT_F16) return f32_to_f16_bits(bits);

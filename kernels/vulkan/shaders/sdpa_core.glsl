@@ -44,10 +44,7 @@
 layout(std430, set = 0, binding = 1) readonly buffer kw_block { uint kw[]; };
 layout(std430, set = 0, binding = 2) readonly buffer vw_block { uint vw[]; };
 KVLAB_TENSOR16(mask, 3)
-KVLAB_TENSOR16(ks, 4)
-KVLAB_TENSOR16(kb, 5)
-KVLAB_TENSOR16(vs, 6)
-KVLAB_TENSOR16(vb, 7)
+#include "sdpa_quantized_meta.glsl"
 #else
 KVLAB_TENSOR16(q, 1)
 KVLAB_TENSOR16(k, 2)
@@ -66,8 +63,6 @@ shared float sh_sg_max[KVLAB_MAX_R * KVLAB_MAX_SUBGROUPS];   // [r][subgroup]: m
 shared float sh_sg_sum[KVLAB_MAX_R * KVLAB_MAX_SUBGROUPS];   // [r][subgroup]: Σ weights
 #endif
 
-float load_float16(uint raw, uint dtype) { return uintBitsToFloat(widen_to_f32(raw, dtype)); }
-
 // x / n for a run-time n, as a shift when n is a power of two (shift = pow2_shift(n)):
 // integer division is a long instruction sequence on GPUs.
 uint pow2_shift(uint n) { return (n & (n - 1u)) == 0u ? uint(findLSB(n)) : 32u; }
@@ -77,28 +72,28 @@ uint divide(uint x, uint n, uint shift) { return shift < 32u ? x >> shift : x / 
 // (load_hot_params, first thing in main). Read through P[] in the loops, they were global
 // loads again after every barrier() (the table shares its buffer with the partials the
 // shader writes); on an NVIDIA H100 the decode ran at ~1 % of the device's copy rate.
-uint g_dk, g_dv, g_k_off, g_v_off, g_k_dtype, g_v_dtype;
+uint g_dk, g_dv, g_k_off, g_v_off;
 #if KVLAB_QUANTIZED
-uint g_kbits, g_kgroup, g_vbits, g_vgroup, g_ks_off, g_kb_off, g_vs_off, g_vb_off;
-uint g_vgroup_shift;  // pow2_shift(V group size)
+uint g_kbits, g_kgroup, g_vbits, g_vgroup;  // (dtypes and meta offsets: sdpa_quantized_meta.glsl)
+uint g_vgroup_shift;                        // pow2_shift(V group size)
+#else
+uint g_k_dtype, g_v_dtype;
 #endif
 void load_hot_params() {
   g_dk = P[P_DK];
   g_dv = P[P_DV];
   g_k_off = P[P_K_OFF];
   g_v_off = P[P_V_OFF];
-  g_k_dtype = P[P_K_DTYPE];
-  g_v_dtype = P[P_V_DTYPE];
 #if KVLAB_QUANTIZED
+  load_meta_params();
   g_kbits = P[P_KBITS];
   g_kgroup = P[P_KGROUP];
   g_vbits = P[P_VBITS];
   g_vgroup = P[P_VGROUP];
-  g_ks_off = P[P_KS_OFF];
-  g_kb_off = P[P_KB_OFF];
-  g_vs_off = P[P_VS_OFF];
-  g_vb_off = P[P_VB_OFF];
   g_vgroup_shift = pow2_shift(g_vgroup);
+#else
+  g_k_dtype = P[P_K_DTYPE];
+  g_v_dtype = P[P_V_DTYPE];
 #endif
 }
 #if KVLAB_QUANTIZED
@@ -116,22 +111,6 @@ float mask_at(uint i) {
 uint mask_byte(uint i) { return (mask_w[i >> 2] >> ((i & 3u) * 8u)) & 0xFFu; }
 
 #if KVLAB_QUANTIZED
-float ks_at(uint i) {
-  const uint dt = g_k_dtype;
-  return dt == DT_F32 ? uintBitsToFloat(ks_load32(i)) : load_float16(ks_load16(i), dt);
-}
-float kb_at(uint i) {
-  const uint dt = g_k_dtype;
-  return dt == DT_F32 ? uintBitsToFloat(kb_load32(i)) : load_float16(kb_load16(i), dt);
-}
-float vs_at(uint i) {
-  const uint dt = g_v_dtype;
-  return dt == DT_F32 ? uintBitsToFloat(vs_load32(i)) : load_float16(vs_load16(i), dt);
-}
-float vb_at(uint i) {
-  const uint dt = g_v_dtype;
-  return dt == DT_F32 ? uintBitsToFloat(vb_load32(i)) : load_float16(vb_load16(i), dt);
-}
 // Code e of the packed row starting at word `base` (a code may straddle two words).
 #define KVLAB_CODE_AT(words, base, e, bits)                                   \
   {                                                                           \

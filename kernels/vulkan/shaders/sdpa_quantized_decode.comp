@@ -58,10 +58,7 @@ const uint KMASK = (1u << KBITS) - 1u, VMASK = (1u << VBITS) - 1u;
 layout(std430, set = 0, binding = 1) readonly buffer kw_block { uint kw[]; };
 layout(std430, set = 0, binding = 1) readonly buffer kw4_block { uvec4 kw4[]; };
 layout(std430, set = 0, binding = 2) readonly buffer vw_block { uint vw[]; };
-KVLAB_TENSOR16(ks, 4)
-KVLAB_TENSOR16(kb, 5)
-KVLAB_TENSOR16(vs, 6)
-KVLAB_TENSOR16(vb, 7)
+#include "sdpa_quantized_meta.glsl"
 
 shared float sh_q[MAX_Q_FLOATS];             // [d][r] (rows >= nr are 0; host: Dk·R <= this)
 shared float sh_qsum[MAX_K_GROUPS * R];       // [K group][r]: Σ q
@@ -70,14 +67,8 @@ shared float sh_sg_max[2][R * MAX_SUBGROUPS];  // [tile parity][r][subgroup]: ma
 shared float sh_sg_sum[R * MAX_SUBGROUPS];    // [r][subgroup]: Σ p of the chunk
 shared float sh_red[TILE * VCPW];             // one head's V accumulators, every invocation
 
-float load_float16(uint raw, uint dtype) { return uintBitsToFloat(widen_to_f32(raw, dtype)); }
-uint g_k_dtype, g_v_dtype, g_ks_off, g_kb_off, g_vs_off, g_vb_off;
 uint g_dk, g_kgroup, g_kw, g_kgw, g_kg;  // Dk, K group; K words per row, per group; K groups per row
 uint g_vw, g_vg, g_vgroup_shift;          // V words per row (a power of two), V groups per row
-float ks_at(uint i) { return g_k_dtype == DT_F32 ? uintBitsToFloat(ks_load32(i)) : load_float16(ks_load16(i), g_k_dtype); }
-float kb_at(uint i) { return g_k_dtype == DT_F32 ? uintBitsToFloat(kb_load32(i)) : load_float16(kb_load16(i), g_k_dtype); }
-float vs_at(uint i) { return g_v_dtype == DT_F32 ? uintBitsToFloat(vs_load32(i)) : load_float16(vs_load16(i), g_v_dtype); }
-float vb_at(uint i) { return g_v_dtype == DT_F32 ? uintBitsToFloat(vb_load32(i)) : load_float16(vb_load16(i), g_v_dtype); }
 
 const float LOWEST = -3.4028234e38;  // below every finite score; visible scores are never −inf
 
@@ -175,12 +166,7 @@ void write_partial(uint r, float m_r, uint row, uint chunk, uint chunks, bool se
 }
 
 void main() {
-  g_k_dtype = P[P_K_DTYPE];
-  g_v_dtype = P[P_V_DTYPE];
-  g_ks_off = P[P_KS_OFF];
-  g_kb_off = P[P_KB_OFF];
-  g_vs_off = P[P_VS_OFF];
-  g_vb_off = P[P_VB_OFF];
+  load_meta_params();
   g_dk = P[P_DK];
   g_kgroup = P[P_KGROUP];
   g_kw = g_dk / KCPW;
