@@ -383,6 +383,29 @@ const SuiteOutcome& suite_outcome() { return outcome(); }
 void record_failure(const std::string& what) { outcome().failures.push_back(what); }
 void record_skip(const std::string& name, const std::string& reason) { outcome().skipped.emplace_back(name, reason); }
 
+namespace {
+
+// The CPU the run measured, for the result file's context ("kvlab_cpu"): the model name
+// with its family and model numbers from the first processor of /proc/cpuinfo (Linux),
+// since these machines change CPU between sessions and only same-CPU runs compare.
+std::string cpu_description() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line, name, family, model;
+  const auto value = [&line] {  // "key<tabs>: value" -> "value"
+    const auto at = line.find_first_not_of(" \t", line.find(':') + 1);
+    return line.find(':') == std::string::npos || at == std::string::npos ? std::string() : line.substr(at);
+  };
+  for (int n = 0; n < 64 && std::getline(in, line) && !line.empty(); ++n) {
+    if (line.rfind("model name", 0) == 0) name = value();
+    else if (line.rfind("cpu family", 0) == 0) family = value();
+    else if (line.rfind("model", 0) == 0 && line.find("name") == std::string::npos) model = value();
+  }
+  if (name.empty()) return "unknown (no model name in /proc/cpuinfo)";
+  return family.empty() ? name : name + " (family " + family + ", model " + model + ")";
+}
+
+}  // namespace
+
 int run_suite_main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     if (std::string(argv[i]) == "--help") std::cout << suite_flags_help() << "\n";
@@ -401,6 +424,7 @@ int run_suite_main(int argc, char** argv) {
   benchmark::AddCustomContext("kvlab_flush_mib", std::to_string(o.flush_mib));
   benchmark::AddCustomContext("kvlab_baseline_mib", std::to_string(o.baseline_mib));
   benchmark::AddCustomContext("kvlab_simd_best_target", simd_current_target());
+  benchmark::AddCustomContext("kvlab_cpu", cpu_description());
   try {
     const int n = register_suite(o, std::cerr);
     std::cerr << "kvlab_bench: " << n << " kernel benchmarks, " << simd::worker_count() << " threads, cache flush "

@@ -286,6 +286,78 @@ LAVAPIPE = {"kvlab_baseline_mib": "256", "kvlab_vulkan_device:vulkan": "llvmpipe
 QSDPA4_32K = QSDPA8.replace("Lk=65536", "Lk=32768").replace("kbits=8", "kbits=4").replace("vbits=8", "vbits=4")
 
 
+class Verdict(unittest.TestCase):
+    """`verdict` over several runs: a PASS only where the target is met in every run, with
+    at least three runs from one machine (issue 20's rule)."""
+
+    CONTEXT = {"kvlab_baseline_mib": "256", "kvlab_cpu": "AMD EPYC (family 26, model 2)", "kvlab_threads": "2"}
+
+    def run_file(self, affine_memcpy, rope_memcpy=40.0, context=None, rope=True):
+        # 1e9 B in 0.125 s = 8 GB/s against an adjacent memcpy of 10 GB/s: 80 % (affine
+        # target 70); rope 1e9 B in 0.05 s = 20 GB/s over 40 GB/s: 50 % (target 80).
+        rows = adj_reps("affine_quantize/simd:AVX3/bits=4", [0.125] * 3, [16] * 3, affine_memcpy,
+                        bytes_per_iter=1e9, label=AFFINE)
+        if rope:
+            rows += adj_reps("rope/simd:AVX3/T=8", [0.05] * 3, [80] * 3, [rope_memcpy] * 3, bytes_per_iter=1e9,
+                             label="rope B=1 T=8")
+        return write(list(BASELINES) + rows, context or self.CONTEXT)
+
+    def verdict(self, paths, runs=3):
+        out = io.StringIO()
+        status = bt.verdict(paths, runs, out)
+        return status, out.getvalue()
+
+    def line(self, text, start):
+        return next(l for l in text.splitlines() if l.startswith(start))
+
+    def test_a_target_met_in_three_runs_passes_and_one_missed_in_all_does_not(self):
+        # affine 80 / 80 / 80 %: PASS; rope 50 % each time: MISS, so the exit status is 1.
+        status, text = self.verdict([self.run_file([10] * 3) for _ in range(3)])
+        self.assertRegex(self.line(text, "affine_quantize"), r"80\.0\s+80\.0\s+80\.0\s+>= 70% memcpy\s+PASS$")
+        self.assertRegex(self.line(text, "rope"), r"50\.0\s+50\.0\s+50\.0\s+>= 80% memcpy\s+MISS$")
+        self.assertEqual(status, 1)
+        self.assertIn("(1 of 2 in every run)", text)
+        # rope at 100 % (20 GB/s over 20): every target in every run, exit 0.
+        status, text = self.verdict([self.run_file([10] * 3, rope_memcpy=20.0) for _ in range(3)])
+        self.assertEqual(status, 0, text)
+        self.assertIn("every target PASSES (2 of 2 in every run)", text)
+
+    def test_one_run_below_the_target_makes_it_mixed(self):
+        # Run 2's adjacent memcpy is 16 GB/s: 8 over 16 = 50 %.
+        files = [self.run_file([10] * 3, 20.0), self.run_file([16] * 3, 20.0), self.run_file([10] * 3, 20.0)]
+        status, text = self.verdict(files)
+        self.assertRegex(self.line(text, "affine_quantize"), r"80\.0\s+50\.0\s+80\.0 .*MIXED: met in 2 of 3$")
+        self.assertEqual(status, 1)
+
+    def test_two_runs_are_not_enough(self):
+        status, text = self.verdict([self.run_file([10] * 3, 20.0) for _ in range(2)])
+        self.assertIn("PASS in 2 runs, fewer than 3", self.line(text, "affine_quantize"))
+        self.assertIn("not a PASS: 2 run(s), fewer than the 3 a PASS needs", text)
+        self.assertEqual(status, 1)
+        self.assertEqual(self.verdict([self.run_file([10] * 3, 20.0) for _ in range(2)], runs=2)[0], 0)
+
+    def test_runs_from_two_cpus_are_not_one_verdict(self):
+        other = dict(self.CONTEXT, kvlab_cpu="AMD EPYC (family 25, model 17)")
+        files = [self.run_file([10] * 3, 20.0), self.run_file([10] * 3, 20.0, other), self.run_file([10] * 3, 20.0)]
+        status, text = self.verdict(files)
+        self.assertIn("not a PASS: the runs differ in kvlab_cpu: AMD EPYC (family 25, model 17), "
+                      "AMD EPYC (family 26, model 2)", text)
+        self.assertEqual(status, 1)
+
+    def test_a_row_missing_from_a_run_is_absent_not_passed(self):
+        files = [self.run_file([10] * 3, 20.0), self.run_file([10] * 3, rope=False), self.run_file([10] * 3, 20.0)]
+        status, text = self.verdict(files)
+        self.assertRegex(self.line(text, "rope"), r"100\.0\s+-\s+100\.0 .*ABSENT from 1 of 3 runs$")
+        self.assertEqual(status, 1)
+
+    def test_a_run_whose_repetitions_straddle_the_target_is_marked(self):
+        # Adjacent memcpy 10 / 16 / 10: 80 / 50 / 80 % -> median 80 %, met, but uncertain.
+        files = [self.run_file([10, 16, 10], 20.0)] + [self.run_file([10] * 3, 20.0) for _ in range(2)]
+        status, text = self.verdict(files)
+        self.assertRegex(self.line(text, "affine_quantize"), r"80\.0\?\s+80\.0\s+80\.0 .*PASS$")
+        self.assertEqual(status, 0)
+
+
 class VulkanRows(unittest.TestCase):
     def run_table(self, rows, context):
         out = io.StringIO()

@@ -1,11 +1,13 @@
 #!/usr/bin/env python3
-"""kvlab benchmark results: the ratio table of one run, and the comparison of two runs.
+"""kvlab benchmark results: the ratio table of one run, the verdict of several runs, and the
+comparison of two runs.
 
 Reads Google Benchmark JSON written by kvlab_bench (bench/bench_suite.h), e.g.
 
   build/ci/bench/kvlab_bench --benchmark_repetitions=5 \\
       --benchmark_out=r.json --benchmark_out_format=json
   tools/bench_table.py table r.json
+  tools/bench_table.py verdict r1.json r2.json r3.json
   tools/bench_table.py compare old.json new.json
 
 table: one row per kernel benchmark: kernel | shape | backend | GB/s | % read | % memcpy |
@@ -52,6 +54,15 @@ table: one row per kernel benchmark: kernel | shape | backend | GB/s | % read | 
     They apply to the optimized host backends, not to the reference. On a Vulkan GPU:
       quantized_sdpa decode (Lq=1), affine K and V, Lk >= 32768: >= 70 % vkcopy
     A Vulkan device of type cpu (lavapipe) is not a target: "lavapipe: not a target".
+
+verdict: each target (the best optimized backend per kernel, shape and basis, as `table`
+  judges it) over several runs of the same command: one column per run with its %, "?"
+  after a run whose repetitions fall on both sides of the target. PASS only when the target
+  is met in every run and there are at least --runs (default 3: issue 20's "three
+  consecutive full runs") runs, all from one machine (same kvlab_cpu, CPU count, threads,
+  best SIMD target and cache flush in the context); otherwise MISS (met in none), MIXED
+  (met in some), ABSENT (not in every run) or "PASS in N runs, fewer than 3". Exit status
+  0 when every target passes, 1 otherwise.
 
 compare: rows present in both files, matched by name. Noise rule: a row is flagged only
   when  |median_new - median_old| > K * max(noise_old, noise_new)  AND the change exceeds
@@ -358,28 +369,103 @@ def fmt(x, spec, missing="-"):
     return text
 
 
-def print_table(rows_out, headers, out):
+def print_table(rows_out, headers, out, left=3):
+    """Columns padded to their widest cell; the first `left` flush left, the others right."""
     widths = [max(len(str(r[i])) for r in [headers] + rows_out) for i in range(len(headers))]
     line = "  ".join(h.ljust(w) for h, w in zip(headers, widths))
     out.write(line.rstrip() + "\n" + "  ".join("-" * w for w in widths) + "\n")
     for r in rows_out:
-        out.write("  ".join(str(c).ljust(w) if i < 3 else str(c).rjust(w)
+        out.write("  ".join(str(c).ljust(w) if i < left else str(c).rjust(w)
                             for i, (c, w) in enumerate(zip(r, widths))).rstrip() + "\n")
+
+
+class Bases:
+    """The run-start bandwidths of one file: the pool's read and memcpy GB/s (None where the
+    file has no such row) and, per Vulkan device, the faster of its two copies."""
+
+    def __init__(self, rows):
+        self.rows = baselines(rows)
+        read, copy = self.rows.get(("baseline_read", "pool")), self.rows.get(("baseline_memcpy", "pool"))
+        self.read = read.gbps() if read else None
+        self.copy = copy.gbps() if copy else None
+        self.device_copy = {}
+        for (op, where), r in self.rows.items():
+            if op in DEVICE_COPIES and r.gbps():
+                self.device_copy[where] = max(self.device_copy.get(where, 0.0), r.gbps())
+
+    def ratios(self, r):
+        """(% read, % memcpy, % vkcopy, base drift %) of a timed row (None where not defined)."""
+        g = r.gbps()
+        pr = pc = pd = drift = None
+        if is_vulkan(r.backend):
+            dev = self.device_copy.get(device_key(r.backend))
+            pd = 100 * g / dev if g is not None and dev else None
+        elif (adjacent := r.adjacent_pct()) is not None:
+            pr, pc = adjacent
+            drift = r.drift_pct()
+        else:
+            pr = 100 * g / self.read if g is not None and self.read else None
+            pc = 100 * g / self.copy if g is not None and self.copy else None
+        return pr, pc, pd, drift
+
+
+class Judged:
+    """A row measured against its target: `got` % of `basis` where `need` % is asked;
+    `uncertain` when its repetitions fall on both sides; `marks` the drift/uncertain notes."""
+
+    def __init__(self, row, basis, need, got, marks, uncertain):
+        self.row, self.basis, self.need, self.got, self.marks, self.uncertain = row, basis, need, got, marks, uncertain
+
+    @property
+    def passed(self):
+        return self.got >= self.need
+
+
+def judge(context, r, ratios, bases):
+    """(the target column's text, a Judged or None) of a timed row."""
+    t = target_of(r)
+    if not t:
+        return "", None
+    pr, pc, pd, drift = ratios
+    basis, need = t
+    got = {"read": pr, "memcpy": pc, "vkcopy": pd}[basis]
+    kind = device_type(context, r.backend) if is_vulkan(r.backend) else None
+    if kind == "cpu":
+        return NOT_A_TARGET, None
+    if r.wall_timed():
+        return f"? >= {need:g}% {basis} (wall clock)", None
+    if got is None or (is_vulkan(r.backend) and kind is None):
+        return f"? >= {need:g}% {basis}", None
+    marks = f" (drift {drift:.1f}%)" if drift is not None and drift > DRIFT_MARK_PCT else ""
+    spread = r.repetition_pcts(basis, {"read": bases.read, "memcpy": bases.copy}.get(basis))
+    uncertain = len(spread) > 1 and min(spread) < need <= max(spread)
+    if uncertain:
+        # The median decides, but the repetitions themselves fall on both sides.
+        marks += f" (uncertain: repetitions {min(spread):.1f}-{max(spread):.1f}%)"
+    judged = Judged(r, basis, need, got, marks, uncertain)
+    return f"{'PASS' if judged.passed else 'MISS'} >= {need:g}% {basis}{marks}", judged
+
+
+def best_per_target(judged):
+    """Per (kernel, shape, basis): the Judged of the backend that came closest (the best
+    optimized backend is the one a target is met or missed by)."""
+    best = {}
+    for j in judged:
+        key = (j.row.op, j.row.shape, j.basis)
+        if key not in best or j.got > best[key].got:
+            best[key] = j
+    return best
 
 
 def table(path, out=sys.stdout):
     context, rows = load(path)
-    base = baselines(rows)
-    read, copy = base.get(("baseline_read", "pool")), base.get(("baseline_memcpy", "pool"))
-    read_gbps = read.gbps() if read else None
-    copy_gbps = copy.gbps() if copy else None
-    device_copy = {}  # per device: the faster of its copies
-    for (op, where), r in base.items():
-        if op in DEVICE_COPIES and r.gbps():
-            device_copy[where] = max(device_copy.get(where, 0.0), r.gbps())
+    bases = Bases(rows)
+    base = bases.rows
     out.write(f"{path}: {context.get('date', '')}, {context.get('kvlab_threads', '?')} threads, "
               f"best SIMD target {context.get('kvlab_simd_best_target', '?')}, "
               f"cache flush {context.get('kvlab_flush_mib', '?')} MiB before each timed call\n")
+    if "kvlab_cpu" in context:
+        out.write(f"  CPU: {context['kvlab_cpu']}\n")
     for (op, where), r in sorted(base.items()):
         extra = ""
         if op == "baseline_memcpy" and r.gbps():
@@ -408,12 +494,12 @@ def table(path, out=sys.stdout):
             out.write(f"  host rows without adjacent samples ({len(run_start_rows)}): over the run-start rows above\n")
     else:
         out.write("  % read / % memcpy basis: the run-start baseline rows above (no adjacent samples in this file)\n")
-    if (read_gbps is None or copy_gbps is None) and (run_start_rows or not ranges):
+    if (bases.read is None or bases.copy is None) and (run_start_rows or not ranges):
         out.write("  note: no pool baseline rows in this file: % columns and targets are blank\n")
 
     # Targets are about DRAM-sized perf shapes; the smoke tier only proves the suites run.
-    judge = context.get("kvlab_tier", "perf") != "smoke"
-    if not judge:
+    judging = context.get("kvlab_tier", "perf") != "smoke"
+    if not judging:
         out.write("  note: smoke tier (tiny shapes, one iteration): targets are not evaluated\n")
     reference = {(r.op, r.shape): r for r in rows.values() if r.backend == "reference" and r.timed}
     by_backend = {(r.backend, r.op, r.shape): r for r in rows.values() if r.timed}
@@ -426,17 +512,8 @@ def table(path, out=sys.stdout):
             untimed.append(r)
             continue
         g = r.gbps()
-        pr = pc = pd = drift = None
-        if is_vulkan(r.backend):
-            dev = device_copy.get(device_key(r.backend))
-            pd = 100 * g / dev if g is not None and dev else None
-        elif (adjacent := r.adjacent_pct()) is not None:
-            pr, pc = adjacent
-            drift = r.drift_pct()
-        else:
-            pr = 100 * g / read_gbps if g is not None and read_gbps else None
-            pc = 100 * g / copy_gbps if g is not None and copy_gbps else None
-        drift_mark = f" (drift {drift:.1f}%)" if drift is not None and drift > DRIFT_MARK_PCT else ""
+        ratios = bases.ratios(r)
+        pr, pc, pd, drift = ratios
         ref = reference.get((r.op, r.shape))
         speedup = ref.median() / r.median() if ref and r.backend != "reference" else None
         vs_peers = []
@@ -445,24 +522,10 @@ def table(path, out=sys.stdout):
             x = other.median() / r.median() if other and r.backend != peer and other.median() else None
             vs_peers.append(fmt(x, ".1f", "-") + ("x" if x else ""))
         verdict = ""
-        t = target_of(r) if judge else None
-        if t:
-            basis, need = t
-            got = {"read": pr, "memcpy": pc, "vkcopy": pd}[basis]
-            kind = device_type(context, r.backend) if is_vulkan(r.backend) else None
-            if kind == "cpu":
-                verdict = NOT_A_TARGET
-            elif r.wall_timed():
-                verdict = f"? >= {need:g}% {basis} (wall clock)"
-            elif got is None or (is_vulkan(r.backend) and kind is None):
-                verdict = f"? >= {need:g}% {basis}"
-            else:
-                spread = r.repetition_pcts(basis, {"read": read_gbps, "memcpy": copy_gbps}.get(basis))
-                if len(spread) > 1 and min(spread) < need <= max(spread):
-                    # The median decides, but the repetitions themselves fall on both sides.
-                    drift_mark += f" (uncertain: repetitions {min(spread):.1f}-{max(spread):.1f}%)"
-                verdict = f"{'PASS' if got >= need else 'MISS'} >= {need:g}% {basis}{drift_mark}"
-                verdicts.append((r, basis, need, got, drift_mark))
+        if judging:
+            verdict, judged = judge(context, r, ratios, bases)
+            if judged:
+                verdicts.append(judged)
         reps = len(r.times) if r.times else "agg"
         lines.append([r.op, r.shape, r.backend, fmt(g, ".2f") + (" (wall)" if r.wall_timed() else ""),
                       fmt(pr, ".1f"), fmt(pc, ".1f"), fmt(pd, ".1f"),
@@ -472,15 +535,10 @@ def table(path, out=sys.stdout):
                         *[f"vs {p}" for p in peers_present], "reps", "target"], out)
     if verdicts:
         out.write("\ntargets (best optimized backend per kernel, shape and baseline):\n")
-        best = {}
-        for r, basis, need, got, drift_mark in verdicts:
-            key = (r.op, r.shape, basis)
-            if key not in best or got > best[key][3]:
-                best[key] = (r, basis, need, got, drift_mark)
-        for (op, shape, _), (r, basis, need, got, drift_mark) in best.items():
-            status = "PASS" if got >= need else f"MISS by {fmt(need - got, '.1f')} points"
-            out.write(f"  {op} {shape} [{r.backend}]: {got:.1f}% of {basis} (target {need:g}%): "
-                      f"{status}{drift_mark}\n")
+        for (op, shape, _), j in best_per_target(verdicts).items():
+            status = "PASS" if j.passed else f"MISS by {fmt(j.need - j.got, '.1f')} points"
+            out.write(f"  {op} {shape} [{j.row.backend}]: {j.got:.1f}% of {j.basis} (target {j.need:g}%): "
+                      f"{status}{j.marks}\n")
     if untimed:
         out.write("\nnot timed:\n")
         by_reason = {}
@@ -489,6 +547,76 @@ def table(path, out=sys.stdout):
         for reason, rs in sorted(by_reason.items()):
             out.write(f"  {len(rs)}x {reason}  (e.g. {rs[0].name})\n")
     return 0
+
+
+# What a verdict over several runs compares between the files: a PASS must hold on one
+# machine, for one command, in consecutive runs.
+SAME_MACHINE = ("kvlab_cpu", "num_cpus", "kvlab_threads", "kvlab_simd_best_target", "kvlab_flush_mib")
+
+
+def verdict(paths, runs=3, out=sys.stdout):
+    """Each target over several result files: PASS only when it is met in every file and
+    there are at least `runs` files (issue 20: three consecutive full runs of the same
+    command, the machine otherwise idle). Exit 0 when every target passes, else 1."""
+    files = []
+    for path in paths:
+        context, rows = load(path)
+        bases = Bases(rows)
+        judged = []
+        for r in rows.values():
+            if r.timed and not r.op.startswith("baseline_") and context.get("kvlab_tier", "perf") != "smoke":
+                judged.append(judge(context, r, bases.ratios(r), bases)[1])
+        files.append((path, context, best_per_target(j for j in judged if j)))
+    out.write(f"verdict over {len(files)} run(s); a PASS needs the target met in each of at least {runs}\n")
+    for i, (path, context, _) in enumerate(files, 1):
+        out.write(f"  run {i}: {path}: {context.get('date', '?')}, {context.get('kvlab_cpu', 'CPU not recorded')}, "
+                  f"{context.get('kvlab_threads', '?')} threads\n")
+    problems = []
+    for key in SAME_MACHINE:
+        values = {str(c.get(key, "(not recorded)")) for _, c, _ in files}
+        if len(values) > 1:
+            problems.append(f"the runs differ in {key}: {', '.join(sorted(values))}")
+    unrecorded = sum(1 for _, c, _ in files if "kvlab_cpu" not in c)
+    if unrecorded:
+        out.write(f"  note: {unrecorded} run(s) do not record their CPU (older kvlab_bench): "
+                  "that every run had the same CPU is not checked\n")
+    keys = []
+    for _, _, best in files:
+        keys += [k for k in best if k not in keys]
+    if not keys:
+        problems.append("no row of these files has a target (smoke tier, or no perf shapes)")
+    lines, all_pass = [], not problems and len(files) >= runs
+    for key in keys:
+        cells, met, present, need, basis = [], 0, 0, None, key[2]
+        for _, _, best in files:
+            j = best.get(key)
+            if j is None:
+                cells.append("-")
+                continue
+            present += 1
+            met += j.passed
+            need = j.need
+            cells.append(f"{j.got:.1f}{'?' if j.uncertain else ''}")
+        if present < len(files):
+            status = f"ABSENT from {len(files) - present} of {len(files)} runs"
+        elif met == len(files):
+            status = "PASS" if len(files) >= runs else f"PASS in {met} runs, fewer than {runs}"
+        elif met == 0:
+            status = "MISS"
+        else:
+            status = f"MIXED: met in {met} of {len(files)}"
+        all_pass = all_pass and status == "PASS"
+        lines.append([key[0], key[1], *cells, f">= {need:g}% {basis}", status])
+    print_table(lines, ["kernel", "shape", *[f"run {i}" for i in range(1, len(files) + 1)], "target", "verdict"], out,
+                left=2)
+    out.write("  ? = that run's repetitions fall on both sides of the target (its median decides)\n")
+    for p in problems:
+        out.write(f"  not a PASS: {p}\n")
+    if len(files) < runs:
+        out.write(f"  not a PASS: {len(files)} run(s), fewer than the {runs} a PASS needs\n")
+    out.write(f"{'every target PASSES' if all_pass else 'not every target passes'} "
+              f"({sum(1 for l in lines if l[-1] == 'PASS')} of {len(lines)} in every run)\n")
+    return 0 if all_pass else 1
 
 
 def compare_rows(old, new, k=3.0, min_pct=3.0):
@@ -548,6 +676,9 @@ def main(argv=None):
     sub = parser.add_subparsers(dest="command", required=True)
     t = sub.add_parser("table", help="ratio table of one result file")
     t.add_argument("result")
+    v = sub.add_parser("verdict", help="each target over several runs: PASS only where met in every run")
+    v.add_argument("results", nargs="+")
+    v.add_argument("--runs", type=int, default=3, help="runs a PASS needs (default 3, the issue's rule)")
     c = sub.add_parser("compare", help="changes beyond the measured noise between two result files")
     c.add_argument("old")
     c.add_argument("new")
@@ -559,6 +690,8 @@ def main(argv=None):
     try:
         if args.command == "table":
             return table(args.result)
+        if args.command == "verdict":
+            return verdict(args.results, args.runs)
         return compare(args.old, args.new, args.k, args.min_pct, args.fail_on_change, args.fail_on_slowdown)
     except (ResultError, OSError) as e:
         sys.stderr.write(f"bench_table: {e}\n")
