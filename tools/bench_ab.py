@@ -7,9 +7,9 @@
 
 (with KVLAB_THREADS=1 in the environment to time a kernel's arithmetic on one core).
 
-Why: on these VMs the memory bandwidth drifts 2-3x within minutes, and a process's
-stack/heap placement (ASLR) decides whether some loads wait on stores 4 KiB away, so one
-run of each binary says little. This script runs the two binaries alternately, ABBA order
+Why: on these VMs the memory bandwidth drifts 2-3x within minutes, the host interferes,
+and a process's stack/heap placement (ASLR) may decide whether some loads wait on stores
+4 KiB away, so one run of each binary says little. This script runs the two binaries alternately, ABBA order
 (old new, new old, ...) so a drift hits both alike, each run a fresh process; per process
 and benchmark it keeps the fastest repetition (interference only ever adds time), and
 across processes it compares those minima:
