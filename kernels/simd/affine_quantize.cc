@@ -4,7 +4,7 @@
 // Layout of the work: rows are contiguous and groups are consecutive elements of a row,
 // so group k of the flattened tensor owns elements [k·gs, (k+1)·gs), scale/bias k and
 // stream bytes [k·gs·bits/8, (k+1)·gs·bits/8) (gs·bits is a multiple of 32: whole words,
-// spec §1.4). Groups are independent: parallel_for runs tasks of kElementsPerTask/gs
+// spec §1.4). Groups are independent: parallel_for runs tasks of elements_per_task/gs
 // groups (a split fixed by the problem, never by the thread count). Scratch lives on
 // the stack (two Blocks of kBlock groups), so nothing is allocated per call or row.
 //
