@@ -28,6 +28,7 @@ Python 3 standard library only.
 """
 
 import argparse
+import importlib.util
 import itertools
 import json
 import math
@@ -37,17 +38,16 @@ import subprocess
 import sys
 import tempfile
 
-SUFFIXES = ("/real_time", "/manual_time", "/process_time")
+def _load_bench_table():
+    """tools/bench_table.py, beside this script: one rule for a row's name in both tools."""
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "bench_table.py")
+    spec = importlib.util.spec_from_file_location("kvlab_bench_table", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
-def row_name(name):
-    """A benchmark's name without Google Benchmark's /min_time:, /repeats:, /real_time parts."""
-    parts = [p for p in name.split("/") if not p.startswith(("min_time:", "repeats:", "iterations:", "threads:"))]
-    name = "/".join(parts)
-    for s in SUFFIXES:
-        if name.endswith(s):
-            name = name[: -len(s)]
-    return name
+row_name = _load_bench_table().base_name  # 'op/backend/shape/repeats:5/real_time' -> 'op/backend/shape'
 
 
 def fastest_repetitions(result):

@@ -95,7 +95,7 @@ DRIFT_MARK_PCT = 10.0  # a verdict is marked when a baseline moved more than thi
 def base_name(run_name):
     """'op/backend/shape/iterations:1/real_time' -> 'op/backend/shape'."""
     parts = run_name.split("/")
-    while len(parts) > 3 and SUFFIX.search(parts[-1]):
+    while len(parts) > 1 and SUFFIX.search(parts[-1]):
         parts.pop()
     return "/".join(parts)
 
