@@ -12,6 +12,7 @@ const double PIO2_2 = 7.5497894158615964e-08LF;
 const double PIO2_3 = 5.3903025299577648e-15LF;
 const double PIO2_4 = 3.2820035428735005e-22LF;
 const double PIO2 = 1.5707963267948966LF;
+const double ROUNDING_SHIFT = 6755399441055744.0LF;  // 1.5·2^52
 
 // sin and cos of |r| <= π/4 (a little more when k is off by one): Taylor in z = r².
 void sincos_reduced(double r, out double s, out double c) {
@@ -44,18 +45,27 @@ void sincos_double(double theta, out double s, out double c) {
     s = c = packDouble2x32(uvec2(0u, 0x7FF80000u));                   // compiler may assume no NaN)
     return;                                                           // the oracle gets NaN too
   }
-  precise double k = roundEven(theta * TWO_OVER_PI);
-  precise double r;
+  precise double t = theta * TWO_OVER_PI;
+  precise double k, r;
+  int q;
   if (abs(theta) < 8.0e8LF) {
+    // Rounding by adding and taking away 1.5·2^52 (RNE, exact for |t| < 2^51), not by
+    // roundEven, trunc or int(): lavapipe on an AVX2-only host (Zen 3, Mesa 22.3.6) gave
+    // roundEven(t) = t and double(int(t)) = t for t ~ 5e8 (measured), so k kept its
+    // fraction and sin/cos were wrong; the AVX-512 hosts rounded correctly. Plain double
+    // adds are IEEE on both.
+    k = (t + ROUNDING_SHIFT) - ROUNDING_SHIFT;
     r = ((theta - k * PIO2_1) - k * PIO2_2) - k * PIO2_3;
     r = r - k * PIO2_4;
-  } else {
+    precise double m = (k * 0.25LF + ROUNDING_SHIFT) - ROUNDING_SHIFT;  // k/4 to nearest even
+    q = int(k - 4.0LF * m) & 3;  // k − 4m in [−2, 2], exact: k mod 4
+  } else {  // unreduced: only boundedness is promised (rope's tolerance covers it)
+    k = roundEven(t);
     r = clamp(theta - k * PIO2, -0.7853981633974483LF, 0.7853981633974483LF);
+    q = int(k - 4.0LF * floor(k * 0.25LF)) & 3;
   }
   double sr, cr;
   sincos_reduced(r, sr, cr);
-  precise double quarter = k - 4.0LF * floor(k * 0.25LF);  // k mod 4, exact
-  const int q = int(quarter);
   s = q == 0 ? sr : q == 1 ? cr : q == 2 ? -sr : -cr;
   c = q == 0 ? cr : q == 1 ? -sr : q == 2 ? -cr : sr;
   s = clamp(s, -1.0LF, 1.0LF);
