@@ -7,9 +7,10 @@
 #          conformance label (real MLX from build/venv judged over the ci tier; skips
 #          with the reason when tools/setup_venv.sh could not build the venv).
 #   asan — ASan + UBSan (-fno-sanitize-recover): the unit suites (core, reference, caches,
-#          SIMD on AVX3+SCALAR, Vulkan), the property suite (50 cases per property, at the
-#          fixed seed and at one derived from the commit), the bug zoo, and the kvlab CLI
-#          (label cli: the smoke tier of every op and backend, the bad-input table).
+#          SIMD on SCALAR and the host's widest of AVX3/AVX2, Vulkan), the property suite
+#          (50 cases per property, at the fixed seed and at one derived from the commit),
+#          the bug zoo, and the kvlab CLI (label cli: the smoke tier of every op and
+#          backend, the bad-input table).
 #   fuzz — clang, libFuzzer + ASan + UBSan: builds only the fuzz targets, fuzzes each
 #          for a bounded time and replays the regression inputs (fuzz/README.md;
 #          bash tools/fuzz.sh runs them for hours).
