@@ -38,6 +38,7 @@ import subprocess
 import sys
 import tempfile
 
+
 def _load_bench_table():
     """tools/bench_table.py, beside this script: one rule for a row's name in both tools."""
     path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "bench_table.py")
