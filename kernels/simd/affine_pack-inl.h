@@ -62,6 +62,7 @@ inline void unpack_codes(const std::uint8_t* in, std::size_t n, int bits, std::u
 #endif
 
 #include <cstdint>
+#include <cstring>
 
 #include <hwy/highway.h>
 
@@ -174,6 +175,52 @@ HWY_INLINE void StoreCodesFour(const __m512i* k, bool half, std::uint8_t* HWY_RE
     if (half) return _mm_storel_epi64(reinterpret_cast<__m128i*>(out), stream);
     return _mm_storeu_si128(reinterpret_cast<__m128i*>(out), stream);
   }
+}
+#elif HWY_TARGET == HWY_AVX2
+// Four vectors at a time (AVX2), as on AVX3: 32 codes in k[0..3] (16 when `half`), plain
+// integers not yet clamped, → the next 4·bits stream bytes (2·bits when `half`). The packs
+// clamp to [0, 255] and leave per 128-bit block B (0 or 1) the dwords
+// [k0[4B..4B+3] k1[4B..] k2[4B..] k3[4B..]]: dword 4B + v holds codes 8v + 4B .. 8v + 4B + 3,
+// which stream order puts at dword 2v + B. 8 bits: one vpermd restores that order. 4 and
+// 2 bits: byte Min, then pairs (and quads) packed within the block by multiply-adds, and
+// one in-block byte shuffle per block puts each block's stream bytes at their final
+// positions (the other block's positions zero), so an OR of the two halves is the stream.
+// 8 bits: 4 µops per 32 codes, 4 bits: 8, 2 bits: 9, where StoreCodes takes 4 × (4–8).
+template <int kBits>
+constexpr bool kPacksFour = kBits == 2 || kBits == 4 || kBits == 8;
+
+template <int kBits>
+HWY_INLINE void StoreCodesFour(const __m256i* k, bool half, std::uint8_t* HWY_RESTRICT out) {
+  static_assert(kPacksFour<kBits>);
+  __m256i bytes = _mm256_packus_epi16(_mm256_packus_epi32(k[0], k[1]), _mm256_packus_epi32(k[2], k[3]));
+  if constexpr (kBits == 8) {
+    bytes = _mm256_permutevar8x32_epi32(bytes, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+    if (half) return _mm_storeu_si128(reinterpret_cast<__m128i*>(out), _mm256_castsi256_si128(bytes));
+    return _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), bytes);
+  }
+  bytes = _mm256_min_epu8(bytes, _mm256_set1_epi8(static_cast<char>((1 << kBits) - 1)));
+  // u8 pairs → u16 c0 + c1·2^bits (< 256: no saturation).
+  const __m256i pairs = _mm256_maddubs_epi16(bytes, _mm256_set1_epi16(static_cast<short>(1 | (1 << kBits) << 8)));
+  constexpr char Z = -128;  // vpshufb: a set top bit writes zero
+  __m256i placed;
+  if constexpr (kBits == 4) {
+    // Word 2v + h of block B (codes 8v + 4B + 2h, +1) is stream byte 4v + 2B + h; its
+    // value is its low byte, at byte 4v + 2h of the block.
+    placed = _mm256_shuffle_epi8(pairs, _mm256_setr_epi8(0, 2, Z, Z, 4, 6, Z, Z, 8, 10, Z, Z, 12, 14, Z, Z,  //
+                                                         Z, Z, 0, 2, Z, Z, 4, 6, Z, Z, 8, 10, Z, Z, 12, 14));
+  } else {
+    // u16 pairs → u32 (c0 + 4c1) + (c2 + 4c3)·16 < 256: dword v of block B (codes
+    // 8v + 4B .. + 3) is stream byte 2v + B, its value at byte 4v of the block.
+    const __m256i quads = _mm256_madd_epi16(pairs, _mm256_set1_epi32(1 | 16 << 16));
+    placed = _mm256_shuffle_epi8(quads, _mm256_setr_epi8(0, Z, 4, Z, 8, Z, 12, Z, Z, Z, Z, Z, Z, Z, Z, Z,  //
+                                                         Z, 0, Z, 4, Z, 8, Z, 12, Z, Z, Z, Z, Z, Z, Z, Z));
+  }
+  const __m128i stream = _mm_or_si128(_mm256_castsi256_si128(placed), _mm256_extracti128_si256(placed, 1));
+  // 4·bits bytes, 2·bits when half: 16 or 8 (4 bits), 8 or 4 (2 bits).
+  if (kBits == 4 && !half) return _mm_storeu_si128(reinterpret_cast<__m128i*>(out), stream);
+  if (kBits == 4 || !half) return _mm_storel_epi64(reinterpret_cast<__m128i*>(out), stream);
+  const std::int32_t word = _mm_cvtsi128_si32(stream);
+  std::memcpy(out, &word, sizeof word);
 }
 #else
 template <int kBits>

@@ -27,8 +27,8 @@
 //           straight into wq (affine_pack-inl.h: 2/4/8 bits in registers; other widths
 //           and the SCALAR target through a u8 group buffer and pack_codes); a group
 //           with a lane in doubt (below) is encoded again with the true division.
-//           AVX3, mlx_cpu, 2/4/8 bits: four vectors at a time, rint by vcvtps2dq, and
-//           the clamp done by the saturating packs of StoreCodesFour.
+//           AVX3 and AVX2, mlx_cpu, 2/4/8 bits: four vectors at a time, rint by
+//           vcvtps2dq, and the clamp done by the saturating packs of StoreCodesFour.
 // Dequantize: affine_dequantize.cc. Shared with it: affine_common.h (scalar steps, the
 // task split) and affine_block-inl.h (per-target block helpers).
 //
@@ -88,6 +88,29 @@
 
 HWY_BEFORE_NAMESPACE();
 namespace kvlab::simd::HWY_NAMESPACE {
+
+#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL || HWY_TARGET == HWY_AVX2
+// The steps of EncodeWith's four-vector path, per target. RintToInt: rint(q) as an
+// integer by vcvtps2dq, which rounds by MXCSR (RNE, never changed here), exact for the
+// |q| < 2^22 it gets. DistanceToInteger and Larger only feed the doubt test, which reads
+// magnitudes: DistanceToInteger(q) has magnitude |q − rint(q)| (exact: Sterbenz), and
+// Larger(x, y), for x and y from either, has magnitude max(|x|, |y|), sign cleared.
+#if HWY_TARGET == HWY_AVX2
+using RawCodes = __m256i;
+HWY_INLINE RawCodes RintToInt(VF q) { return _mm256_cvtps_epi32(q.raw); }
+HWY_INLINE VF DistanceToInteger(VF q) {
+  return hn::Abs(hn::Sub(q, VF{_mm256_round_ps(q.raw, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)}));
+}
+HWY_INLINE VF Larger(VF x, VF y) { return hn::Max(x, y); }  // both already non-negative
+#else
+using RawCodes = __m512i;
+HWY_INLINE RawCodes RintToInt(VF q) { return _mm512_cvtps_epi32(q.raw); }
+// vreduceps 0x08: q − rint(q) (RNE, exact; no precision exception) in one µop.
+HWY_INLINE VF DistanceToInteger(VF q) { return VF{_mm512_reduce_ps(q.raw, 0x08)}; }
+// vrangeps 0x0B: the larger magnitude, sign cleared, in one µop (Abs + Max take two).
+HWY_INLINE VF Larger(VF x, VF y) { return VF{_mm512_range_ps(x.raw, y.raw, 0x0B)}; }
+#endif
+#endif
 
 // The three steps of quantizing a block: Scan each group (its extremes and whether it is
 // finite), Finish the block (its parameters, vectorized; the scalar redo of NaN/Inf
@@ -351,30 +374,29 @@ class GroupQuantizer {
     const VI code_zero = hn::BitCast(di, magic), code_n = hn::Add(code_zero, hn::Set(di, (1 << Bits()) - 1));
     std::uint8_t* const out = Out(b, j);
     VF doubt = hn::Zero(df);  // the largest distance to the nearest integer (fast path)
-#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL || HWY_TARGET == HWY_AVX2
     if constexpr ((!kExact || !kClamp) && !kGpu && ap::kPacksFour<kBits>) {
-      // Four vectors per step (two for a group of 32): rint(q') as an integer (vcvtps2dq,
-      // RNE; |q'| < 2^22 on this path), clamped and packed by StoreCodesFour. The four
-      // fractions meet in a tree, so the doubt chain grows by one vrangeps per step.
+      // Four vectors per step (two for a group of 32 on AVX3): rint(q') as an integer
+      // (vcvtps2dq, RNE; |q'| < 2^22 on this path), clamped and packed by StoreCodesFour.
+      // The four fractions meet in a tree, so the doubt chain grows by one op per step.
       // kExact without kClamp (Redo: a finite group with a finite 1/scale, whose q is as
       // bounded as q'): the oracle's division instead, and no doubt.
-      const auto larger = [](__m512 x, __m512 y) { return _mm512_range_ps(x, y, 0x0B); };
-      const auto quotient = [&](std::size_t i, __m512& fraction) {
+      const auto quotient = [&](std::size_t i, VF& fraction) {
         const VF g = Values(b, j, i);
         const VF q = kExact ? hn::Div(hn::Sub(g, vb), vs) : FastQuotient<kFused>(g, vb, vs, vbr);
-        fraction = kExact ? _mm512_setzero_ps() : _mm512_reduce_ps(q.raw, 0x08);
-        return _mm512_cvtps_epi32(q.raw);
+        fraction = kExact ? hn::Zero(df) : DistanceToInteger(q);
+        return RintToInt(q);
       };
-      __m512 f0, f1, f2, f3;
+      VF f0, f1, f2, f3;
       if (len_ < 4 * N) {
-        const __m512i k[4] = {quotient(0, f0), quotient(N, f1), _mm512_setzero_si512(), _mm512_setzero_si512()};
-        doubt = VF{larger(f0, f1)};
+        const RawCodes k[4] = {quotient(0, f0), quotient(N, f1), hn::Zero(di).raw, hn::Zero(di).raw};
+        doubt = Larger(f0, f1);
         ap::StoreCodesFour<kBits>(k, true, out);
       } else {
         for (std::size_t i = 0; i < len_; i += 4 * N) {
-          const __m512i k[4] = {quotient(i, f0), quotient(i + N, f1), quotient(i + 2 * N, f2),
-                                quotient(i + 3 * N, f3)};
-          doubt = VF{larger(doubt.raw, larger(larger(f0, f1), larger(f2, f3)))};
+          const RawCodes k[4] = {quotient(i, f0), quotient(i + N, f1), quotient(i + 2 * N, f2),
+                                 quotient(i + 3 * N, f3)};
+          doubt = Larger(doubt, Larger(Larger(f0, f1), Larger(f2, f3)));
           ap::StoreCodesFour<kBits>(k, false, out + i * kBits / 8);
         }
       }
