@@ -130,6 +130,11 @@ HWY_INLINE void StoreCodes(DI di, hn::Vec<DI> codes, std::uint8_t* HWY_RESTRICT 
   }
 }
 
+// Whether StoreCodesFour (below) packs this width on this target.
+template <int kBits>
+constexpr bool kPacksFour =
+    (HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL || HWY_TARGET == HWY_AVX2) && (kBits == 2 || kBits == 4 || kBits == 8);
+
 #if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
 // Four vectors at a time (AVX3): codes as plain integers k (i32, any value; not yet
 // clamped), 64 of them in k[0..3] in stream order, → clamp(k, 0, 2^bits − 1) packed into
@@ -140,9 +145,6 @@ HWY_INLINE void StoreCodes(DI di, hn::Vec<DI> codes, std::uint8_t* HWY_RESTRICT 
 // multiply-add of byte pairs (c0 + c1·2^bits) packs them within the block and one
 // permutation puts the blocks' pieces in stream order. 8 bits: 4 µops per 64 codes,
 // 4 bits: 7, 2 bits: 7, where StoreCodes takes 8–16 plus the clamp (2 per vector).
-template <int kBits>
-constexpr bool kPacksFour = kBits == 2 || kBits == 4 || kBits == 8;
-
 template <int kBits>
 HWY_INLINE void StoreCodesFour(const __m512i* k, bool half, std::uint8_t* HWY_RESTRICT out) {
   static_assert(kPacksFour<kBits>);
@@ -187,9 +189,6 @@ HWY_INLINE void StoreCodesFour(const __m512i* k, bool half, std::uint8_t* HWY_RE
 // positions (the other block's positions zero), so an OR of the two halves is the stream.
 // 8 bits: 4 µops per 32 codes, 4 bits: 8, 2 bits: 9, where StoreCodes takes 4 × (4–8).
 template <int kBits>
-constexpr bool kPacksFour = kBits == 2 || kBits == 4 || kBits == 8;
-
-template <int kBits>
 HWY_INLINE void StoreCodesFour(const __m256i* k, bool half, std::uint8_t* HWY_RESTRICT out) {
   static_assert(kPacksFour<kBits>);
   __m256i bytes = _mm256_packus_epi16(_mm256_packus_epi32(k[0], k[1]), _mm256_packus_epi32(k[2], k[3]));
@@ -222,9 +221,6 @@ HWY_INLINE void StoreCodesFour(const __m256i* k, bool half, std::uint8_t* HWY_RE
   const std::int32_t word = _mm_cvtsi128_si32(stream);
   std::memcpy(out, &word, sizeof word);
 }
-#else
-template <int kBits>
-constexpr bool kPacksFour = false;
 #endif
 
 // Reads the next Lanes(di) codes (Lanes(di)·kBits/8 stream bytes) into i32 lanes.
