@@ -188,6 +188,8 @@ HWY_INLINE void StoreCodesFour(const __m512i* k, bool half, std::uint8_t* HWY_RE
 // one in-block byte shuffle per block puts each block's stream bytes at their final
 // positions (the other block's positions zero), so an OR of the two halves is the stream.
 // 8 bits: 4 µops per 32 codes, 4 bits: 8, 2 bits: 9, where StoreCodes takes 4 × (4–8).
+// `half` cannot occur here (groups hold 32+ codes, four AVX2 vectors); it is kept so
+// the shared call site in affine_quantize.cc means the same on both targets.
 template <int kBits>
 HWY_INLINE void StoreCodesFour(const __m256i* k, bool half, std::uint8_t* HWY_RESTRICT out) {
   static_assert(kPacksFour<kBits>);
