@@ -60,7 +60,7 @@ void place(TimedCase& tc) {
     if (s.initial) {
       b.upload(d, s.initial->data());
     } else {
-      b.fill(d, harness::nan_poison_bits(s.dtype));
+      b.fill(d, harness::payload_nan_bits(s.dtype));
     }
     tc.out.tensors.push_back(d);
   }

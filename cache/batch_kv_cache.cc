@@ -16,12 +16,6 @@ namespace {
 
 constexpr std::int64_t kMaxI32 = std::numeric_limits<std::int32_t>::max();
 
-std::vector<std::int64_t> widen(const std::vector<std::int32_t>& v) { return {v.begin(), v.end()}; }
-
-Tensor i32_tensor(const std::vector<std::int32_t>& v) {
-  const std::vector<std::int64_t> wide = widen(v);
-  return Tensor::from_ints(DType::i32, {static_cast<std::int64_t>(v.size())}, wide);
-}
 
 // A (B, H_c, length, W_c) block shaped like `like` (B and length replaced), all poison.
 DTensor poisoned_like(Backend& be, const DTensor& like, std::int64_t batch, std::int64_t length) {

@@ -10,7 +10,7 @@ namespace kvlab {
 
 namespace {
 
-constexpr const char* kName = "BatchQuantizedKVCache";
+constexpr const char* kBatchQuantized = "BatchQuantizedKVCache";
 
 // Component order: keys parts then values parts; biases only for affine. The names are
 // QuantizedKVCache's state tensor names, so one row's state reads the same in both.
@@ -27,48 +27,23 @@ const QuantSpec& validated(const QuantSpec& spec) {
   return spec;
 }
 
-const std::string& meta_field(const CacheState& st, const char* field) {
-  const auto it = st.meta.find(field);
-  KVLAB_REQUIRE(it != st.meta.end(), corrupt, kName, " state has no '", field, "'");
-  return it->second;
-}
-
-int meta_int(const CacheState& st, const char* field) {
-  const std::string& text = meta_field(st, field);
-  int value = -1;
-  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
-  KVLAB_REQUIRE(!text.empty() && ec == std::errc() && end == text.data() + text.size() && value >= 0, corrupt, kName,
-                " state field '", field, "' = '", text, "' is not a non-negative integer");
-  return value;
-}
-
-template <class Parse>
-auto meta_enum(const CacheState& st, const char* field, Parse parse) {
-  const std::string& text = meta_field(st, field);
-  try {
-    return parse(text);
-  } catch (const Error& e) {
-    fail(ErrorKind::corrupt, cat(kName, " state field '", field, "': ", e.what()));
-  }
-}
-
 // One side's stored components (wq, scales[, biases]) must describe D = groups·group_size
 // features packed at spec.bits: the same checks QuantizedKVCache::from_state makes.
 void check_side(const QuantSpec& spec, const std::vector<std::string>& names, const std::vector<DTensor>& c,
                 std::size_t first) {
   const DTensor &wq = c[first], &scales = c[first + 1];
   const std::string side = names[first].substr(0, names[first].find('.'));
-  KVLAB_REQUIRE(wq.dtype == DType::u32, corrupt, kName, " state '", names[first], "' is ", dtype_name(wq.dtype),
+  KVLAB_REQUIRE(wq.dtype == DType::u32, corrupt, kBatchQuantized, " state '", names[first], "' is ", dtype_name(wq.dtype),
                 ", expected u32 codes");
-  KVLAB_REQUIRE(spec.has_biases() ? is_float(scales.dtype) : scales.dtype == DType::u8, corrupt, kName, " state '",
+  KVLAB_REQUIRE(spec.has_biases() ? is_float(scales.dtype) : scales.dtype == DType::u8, corrupt, kBatchQuantized, " state '",
                 names[first + 1], "' has dtype ", dtype_name(scales.dtype), " for ", to_string(spec));
   KVLAB_REQUIRE(seq::heads(wq) == seq::heads(scales) && seq::width(scales) >= 1 &&
                     seq::width(wq) * 32 == seq::width(scales) * spec.group_size * spec.bits,
-                corrupt, kName, " state '", side, "' codes ", shape_str(wq.shape), " and scales ",
+                corrupt, kBatchQuantized, " state '", side, "' codes ", shape_str(wq.shape), " and scales ",
                 shape_str(scales.shape), " do not fit ", to_string(spec));
   if (spec.has_biases()) {
     const DTensor& biases = c[first + 2];
-    KVLAB_REQUIRE(biases.dtype == scales.dtype && biases.shape == scales.shape, corrupt, kName, " state '",
+    KVLAB_REQUIRE(biases.dtype == scales.dtype && biases.shape == scales.shape, corrupt, kBatchQuantized, " state '",
                   names[first + 2], "' ", dtype_name(biases.dtype), shape_str(biases.shape),
                   " differs from its scales ", dtype_name(scales.dtype), shape_str(scales.shape));
   }
@@ -81,7 +56,7 @@ BatchQuantizedKVCache::BatchQuantizedKVCache(Backend& backend, std::vector<std::
     : Cache(backend),
       spec_(validated(spec)),
       rounding_(rounding),
-      layout_(backend, kName, component_names(spec), std::move(left_padding)) {}
+      layout_(backend, kBatchQuantized, component_names(spec), std::move(left_padding)) {}
 
 BatchQuantizedKVCache::BatchQuantizedKVCache(Backend& backend, BatchLayout layout, QuantSpec spec, Rounding rounding)
     : Cache(backend), spec_(spec), rounding_(rounding), layout_(std::move(layout)) {}
@@ -110,7 +85,7 @@ QuantizedDTensor BatchQuantizedKVCache::quantize(const DTensor& x) const {
 }
 
 FetchedQuantizedKV BatchQuantizedKVCache::update_quantized(const DTensor& k, const DTensor& v) {
-  validate_kv_update(k, v, kName);
+  validate_kv_update(k, v, kBatchQuantized);
   spec_.validate_dim(k.shape[3]);
   spec_.validate_dim(v.shape[3]);
   // Quantizing first writes only fresh tensors; the layout validates the packed chunk
@@ -126,7 +101,7 @@ QuantizedDTensor BatchQuantizedKVCache::value_buffer() const { return packed(lay
 void BatchQuantizedKVCache::extend(const BatchQuantizedKVCache& other) {
   // Codes of another spec have other widths or meanings; another rounding would mix two
   // quantizers in one cache (spec §0.2). Either is an Error before anything moves.
-  KVLAB_REQUIRE(spec_ == other.spec_ && rounding_ == other.rounding_, invalid_argument, kName, " cannot extend a ",
+  KVLAB_REQUIRE(spec_ == other.spec_ && rounding_ == other.rounding_, invalid_argument, kBatchQuantized, " cannot extend a ",
                 to_string(spec_), " / ", rounding_name(rounding_), " cache with a ", to_string(other.spec_), " / ",
                 rounding_name(other.rounding_), " one");
   layout_.extend(other.layout_);
@@ -144,23 +119,23 @@ std::unique_ptr<QuantizedKVCache> BatchQuantizedKVCache::extract(std::int64_t i)
 
 std::unique_ptr<BatchQuantizedKVCache> BatchQuantizedKVCache::merge(Backend& backend,
                                                                     std::span<const QuantizedKVCache* const> caches) {
-  KVLAB_REQUIRE(!caches.empty() && caches[0] != nullptr, invalid_argument, kName,
+  KVLAB_REQUIRE(!caches.empty() && caches[0] != nullptr, invalid_argument, kBatchQuantized,
                 " merge needs at least one cache (the first may not be null)");
   const QuantSpec spec = caches[0]->spec();
   const Rounding rounding = caches[0]->rounding();
   std::vector<BatchLayout::MergeRow> rows;
   for (std::size_t r = 0; r < caches.size(); ++r) {
     const QuantizedKVCache* c = caches[r];
-    KVLAB_REQUIRE(c != nullptr, invalid_argument, kName, " merge: cache ", r, " is null");
-    KVLAB_REQUIRE(&c->backend() == &backend, invalid_argument, kName, " merge: cache ", r, " lives on backend '",
+    KVLAB_REQUIRE(c != nullptr, invalid_argument, kBatchQuantized, " merge: cache ", r, " is null");
+    KVLAB_REQUIRE(&c->backend() == &backend, invalid_argument, kBatchQuantized, " merge: cache ", r, " lives on backend '",
                   c->backend().name(), "', not '", backend.name(), "'");
-    KVLAB_REQUIRE(c->spec() == spec && c->rounding() == rounding, invalid_argument, kName, " merge: cache ", r, " is ",
+    KVLAB_REQUIRE(c->spec() == spec && c->rounding() == rounding, invalid_argument, kBatchQuantized, " merge: cache ", r, " is ",
                   to_string(c->spec()), " / ", rounding_name(c->rounding()), " but cache 0 is ", to_string(spec), " / ",
                   rounding_name(rounding));
     if (c->empty() || c->offset() == 0) rows.push_back({{}, 0});
     else rows.push_back({components_of(c->key_buffer(), c->value_buffer()), c->offset()});
   }
-  BatchLayout layout = BatchLayout::merge(backend, kName, component_names(spec), rows);
+  BatchLayout layout = BatchLayout::merge(backend, kBatchQuantized, component_names(spec), rows);
   return std::unique_ptr<BatchQuantizedKVCache>(new BatchQuantizedKVCache(backend, std::move(layout), spec, rounding));
 }
 
@@ -176,25 +151,26 @@ CacheState BatchQuantizedKVCache::state() const {
 }
 
 std::unique_ptr<BatchQuantizedKVCache> BatchQuantizedKVCache::from_state(Backend& backend, const CacheState& state) {
-  KVLAB_REQUIRE(state.class_name == kName, corrupt, "state of class '", state.class_name, "' cannot be loaded as a ",
-                kName);
-  const int bits = meta_int(state, "bits"), group = meta_int(state, "group_size");
-  const QuantMode mode = meta_enum(state, "mode", quant_mode_from_name);
-  const Rounding rounding = meta_enum(state, "rounding", rounding_from_name);
+  KVLAB_REQUIRE(state.class_name == kBatchQuantized, corrupt, "state of class '", state.class_name, "' cannot be loaded as a ",
+                kBatchQuantized);
+  const int bits = static_cast<int>(meta_integer(state, kBatchQuantized, "bits", 0, INT32_MAX));
+  const int group = static_cast<int>(meta_integer(state, kBatchQuantized, "group_size", 0, INT32_MAX));
+  const QuantMode mode = meta_enum(state, kBatchQuantized, "mode", quant_mode_from_name);
+  const Rounding rounding = meta_enum(state, kBatchQuantized, "rounding", rounding_from_name);
   const QuantSpec spec{mode, bits, group};
   try {
     spec.validate();
   } catch (const Error& e) {
-    fail(ErrorKind::corrupt, cat(kName, " state fields 'mode'/'bits'/'group_size': ", e.what()));
+    fail(ErrorKind::corrupt, cat(kBatchQuantized, " state fields 'mode'/'bits'/'group_size': ", e.what()));
   }
   const std::vector<std::string> names = component_names(spec);
-  BatchLayout layout = BatchLayout::load(backend, kName, names, state);
+  BatchLayout layout = BatchLayout::load(backend, kBatchQuantized, names, state);
   if (!layout.empty()) {
     const std::vector<DTensor>& c = layout.components();
     const std::size_t per_side = names.size() / 2;
     check_side(spec, names, c, 0);
     check_side(spec, names, c, per_side);
-    KVLAB_REQUIRE(seq::heads(c[0]) == seq::heads(c[per_side]) && c[1].dtype == c[per_side + 1].dtype, corrupt, kName,
+    KVLAB_REQUIRE(seq::heads(c[0]) == seq::heads(c[per_side]) && c[1].dtype == c[per_side + 1].dtype, corrupt, kBatchQuantized,
                   " state 'keys' and 'values' differ in head count or scale dtype");
   }
   return std::unique_ptr<BatchQuantizedKVCache>(new BatchQuantizedKVCache(backend, std::move(layout), spec, rounding));

@@ -40,17 +40,6 @@ CacheState BatchRotatingKVCache::state() const {
 
 namespace {
 
-I64 meta_int(const CacheState& s, const char* field) {
-  const auto it = s.meta.find(field);
-  KVLAB_REQUIRE(it != s.meta.end(), corrupt, "BatchRotatingKVCache state has no '", field, "'");
-  I64 v = 0;
-  const std::string& text = it->second;
-  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
-  KVLAB_REQUIRE(ec == std::errc() && end == text.data() + text.size() && v >= 0, corrupt,
-                "BatchRotatingKVCache state field '", field, "' is '", text, "', expected an integer >= 0");
-  return v;
-}
-
 Rows state_rows(const CacheState& s, const char* field) {
   const Tensor& t = s.tensors.at(field);
   KVLAB_REQUIRE(t.dtype() == DType::i32 && t.rank() == 1, corrupt, "BatchRotatingKVCache state field '", field,
@@ -63,7 +52,9 @@ Rows state_rows(const CacheState& s, const char* field) {
 std::unique_ptr<BatchRotatingKVCache> BatchRotatingKVCache::from_state(Backend& backend, const CacheState& s) {
   KVLAB_REQUIRE(s.class_name == "BatchRotatingKVCache", corrupt, "state of class '", s.class_name,
                 "' cannot be loaded as a BatchRotatingKVCache");
-  const I64 max_size = meta_int(s, "max_size"), columns = meta_int(s, "_offset"), idx = meta_int(s, "_idx");
+  const char* const who = "BatchRotatingKVCache";
+  const I64 max_size = meta_integer(s, who, "max_size"), columns = meta_integer(s, who, "_offset");
+  const I64 idx = meta_integer(s, who, "_idx");
   KVLAB_REQUIRE(max_size >= 1, corrupt, "BatchRotatingKVCache state field 'max_size' is ", max_size);
   const auto rot = s.meta.find("rotated");
   KVLAB_REQUIRE(rot != s.meta.end(), corrupt, "BatchRotatingKVCache state has no 'rotated'");

@@ -1,5 +1,8 @@
 #include "cache/cache.h"
 
+#include <charconv>
+#include <limits>
+
 namespace kvlab {
 
 FetchedKV Cache::update(const DTensor&, const DTensor&) {
@@ -12,6 +15,33 @@ FetchedKV Cache::update(const DTensor&, const DTensor&) {
 FetchedQuantizedKV Cache::update_quantized(const DTensor&, const DTensor&) {
   fail(ErrorKind::misuse, cat("update_quantized() called on ", class_name(),
                               ", which stores plain data; use update()"));
+}
+
+const std::string& meta_field(const CacheState& st, const char* who, const std::string& field) {
+  const auto it = st.meta.find(field);
+  KVLAB_REQUIRE(it != st.meta.end(), corrupt, who, " state has no '", field, "'");
+  return it->second;
+}
+
+std::int64_t meta_integer(const CacheState& st, const char* who, const std::string& field, std::int64_t min,
+                          std::int64_t max) {
+  const std::string& text = meta_field(st, who, field);
+  std::int64_t value = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  const bool whole = !text.empty() && ec == std::errc() && end == text.data() + text.size();
+  // "-0" parses as 0; a field that must not be negative does not take a minus sign either.
+  const bool sign_ok = min < 0 || text.empty() || text[0] != '-';
+  if (whole && sign_ok && value >= min && value <= max) return value;
+  if (min == std::numeric_limits<std::int64_t>::min() && max == std::numeric_limits<std::int64_t>::max()) {
+    fail(ErrorKind::corrupt, cat(who, " state field '", field, "' = '", text, "', expected an integer"));
+  }
+  fail(ErrorKind::corrupt, cat(who, " state field '", field, "' = '", text, "', expected an integer in [", min, ", ",
+                               max, "]"));
+}
+
+Tensor i32_tensor(const std::vector<std::int32_t>& v) {
+  const std::vector<std::int64_t> wide(v.begin(), v.end());
+  return Tensor::from_ints(DType::i32, {static_cast<std::int64_t>(v.size())}, wide);
 }
 
 const DTensor& SequenceContent::part(std::string_view name) const {

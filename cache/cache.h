@@ -55,6 +55,25 @@ struct CacheState {
   std::map<std::string, std::string> meta;
 };
 
+// ---- reading a state's meta (from_state): every failure is `corrupt` and names the cache
+// (`who`), the field and the text found.
+const std::string& meta_field(const CacheState& st, const char* who, const std::string& field);
+// An integer field within [min, max] (a count, a size, an offset: min 0 by default).
+std::int64_t meta_integer(const CacheState& st, const char* who, const std::string& field, std::int64_t min = 0,
+                          std::int64_t max = INT64_MAX);
+// An enumerated field: `parse` maps the text to its value and throws kvlab::Error otherwise.
+template <class Parse>
+auto meta_enum(const CacheState& st, const char* who, const std::string& field, Parse parse) {
+  const std::string& text = meta_field(st, who, field);
+  try {
+    return parse(text);
+  } catch (const Error& e) {
+    fail(ErrorKind::corrupt, cat(who, " state field '", field, "': ", e.what()));
+  }
+}
+// A rank-1 i32 tensor holding `v` (per-sequence offsets and padding in a state).
+Tensor i32_tensor(const std::vector<std::int32_t>& v);
+
 // ---- observables (DESIGN.md "Observables" 2) ---------------------------------------------
 // What a cache holds, read without knowing its type: harness scripts, properties and the
 // zoo compare these with a model, so no consumer rebuilds them through a cast.

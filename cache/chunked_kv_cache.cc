@@ -15,17 +15,6 @@ namespace {
 std::int64_t floor_div(std::int64_t a, std::int64_t b) { return a / b - ((a % b != 0) && ((a < 0) != (b < 0))); }
 
 // A non-negative decimal meta field; anything else (sign, spaces, junk) is corrupt.
-std::int64_t meta_int(const CacheState& state, const char* key) {
-  const auto it = state.meta.find(key);
-  KVLAB_REQUIRE(it != state.meta.end(), corrupt, "ChunkedKVCache state has no '", key, "'");
-  const std::string& s = it->second;
-  std::int64_t value = -1;
-  const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), value);
-  KVLAB_REQUIRE(!s.empty() && s[0] != '-' && ec == std::errc() && end == s.data() + s.size(), corrupt,
-                "ChunkedKVCache state '", key, "' is '", s, "', not a non-negative integer");
-  return value;
-}
-
 void require_state_block(const Tensor& t, const char* name) {
   KVLAB_REQUIRE(t.rank() == 4, corrupt, "ChunkedKVCache state ", name, " has shape ", shape_str(t.shape()),
                 ", expected (B, H, L, D)");
@@ -133,9 +122,9 @@ CacheState ChunkedKVCache::state() const {
 std::unique_ptr<ChunkedKVCache> ChunkedKVCache::from_state(Backend& backend, const CacheState& state) {
   KVLAB_REQUIRE(state.class_name == "ChunkedKVCache", corrupt, "state of class '", state.class_name,
                 "' cannot be loaded as a ChunkedKVCache");
-  const std::int64_t chunk = meta_int(state, "chunk_size");
-  const std::int64_t start = meta_int(state, "start_position");
-  const std::int64_t offset = meta_int(state, "offset");
+  const std::int64_t chunk = meta_integer(state, "ChunkedKVCache", "chunk_size");
+  const std::int64_t start = meta_integer(state, "ChunkedKVCache", "start_position");
+  const std::int64_t offset = meta_integer(state, "ChunkedKVCache", "offset");
   KVLAB_REQUIRE(chunk > 0, corrupt, "ChunkedKVCache state chunk_size ", chunk, " must be positive");
   // The offset comes from the metadata, never from the buffer shape (Appendix B.4,
   // maclocal-api#46), and must be consistent with what is stored.

@@ -15,11 +15,6 @@ namespace {
 
 constexpr const char* kOwner = "DeviceBatchKVCache";
 
-Tensor i32_tensor(const std::vector<std::int32_t>& v) {
-  std::vector<std::int64_t> wide(v.begin(), v.end());
-  return Tensor::from_ints(DType::i32, {static_cast<std::int64_t>(v.size())}, wide);
-}
-
 std::vector<std::int32_t> i32_vector(const CacheState& s, const std::string& field) {
   const auto it = s.tensors.find(field);
   KVLAB_REQUIRE(it != s.tensors.end(), corrupt, kOwner, " state has no '", field, "'");

@@ -11,7 +11,7 @@ namespace kvlab {
 
 namespace {
 
-constexpr const char* kName = "prefix cache";
+constexpr const char* kPrefixCache = "prefix cache";
 
 std::string tokens_str(const std::vector<std::int32_t>& tokens) {
   std::string s = "[";
@@ -22,8 +22,8 @@ std::string tokens_str(const std::vector<std::int32_t>& tokens) {
 }
 
 void check_request(const std::string& model, const std::vector<std::int32_t>& tokens, const char* op) {
-  KVLAB_REQUIRE(!model.empty(), invalid_argument, kName, " ", op, ": the model id is empty");
-  KVLAB_REQUIRE(!tokens.empty(), invalid_argument, kName, " ", op, ": empty token sequence for model '", model, "'");
+  KVLAB_REQUIRE(!model.empty(), invalid_argument, kPrefixCache, " ", op, ": the model id is empty");
+  KVLAB_REQUIRE(!tokens.empty(), invalid_argument, kPrefixCache, " ", op, ": empty token sequence for model '", model, "'");
 }
 
 std::size_t common_prefix(const std::vector<std::int32_t>& a, const std::vector<std::int32_t>& b) {
@@ -42,9 +42,9 @@ bool all_trimmable(const LayerCaches& caches) {
 // CacheFormat
 
 CacheFormat::CacheFormat(std::vector<std::string> layers) : layers_(std::move(layers)) {
-  KVLAB_REQUIRE(!layers_.empty(), invalid_argument, kName, ": a cache format needs at least one layer");
+  KVLAB_REQUIRE(!layers_.empty(), invalid_argument, kPrefixCache, ": a cache format needs at least one layer");
   for (std::size_t i = 0; i < layers_.size(); ++i)
-    KVLAB_REQUIRE(!layers_[i].empty(), invalid_argument, kName, ": layer ", i, " of the cache format is an empty string");
+    KVLAB_REQUIRE(!layers_[i].empty(), invalid_argument, kPrefixCache, ": layer ", i, " of the cache format is an empty string");
 }
 
 CacheFormat CacheFormat::uniform(std::size_t n, const std::string& layer) {
@@ -71,15 +71,15 @@ std::string CacheFormat::layer(const Cache& cache) {
   if (dynamic_cast<const KVCache*>(&cache) != nullptr) return kv();
   // Other classes have parameters this key does not know yet (TurboQuant bits, chunk
   // size) and no registry entry to deep-copy them: refuse rather than mix states.
-  fail(ErrorKind::unsupported, cat(kName, ": cannot store a '", cache.class_name(),
+  fail(ErrorKind::unsupported, cat(kPrefixCache, ": cannot store a '", cache.class_name(),
                                    "' layer (only KVCache, RotatingKVCache and QuantizedKVCache are deep-copyable)"));
 }
 
 CacheFormat CacheFormat::of(const LayerCaches& caches) {
-  KVLAB_REQUIRE(!caches.empty(), invalid_argument, kName, ": no layer caches to take a format from");
+  KVLAB_REQUIRE(!caches.empty(), invalid_argument, kPrefixCache, ": no layer caches to take a format from");
   std::vector<std::string> layers;
   for (std::size_t i = 0; i < caches.size(); ++i) {
-    KVLAB_REQUIRE(caches[i] != nullptr, invalid_argument, kName, ": layer ", i, " of ", caches.size(), " is null");
+    KVLAB_REQUIRE(caches[i] != nullptr, invalid_argument, kPrefixCache, ": layer ", i, " of ", caches.size(), " is null");
     layers.push_back(layer(*caches[i]));
   }
   return CacheFormat(std::move(layers));
@@ -116,9 +116,9 @@ std::string PrefixCacheStats::describe() const {
 PrefixCache::PrefixCache() : PrefixCache(Config{}) {}
 
 PrefixCache::PrefixCache(Config config) : config_(config) {
-  KVLAB_REQUIRE(config_.max_entries >= 1, invalid_argument, kName, ": max_entries = ", config_.max_entries,
+  KVLAB_REQUIRE(config_.max_entries >= 1, invalid_argument, kPrefixCache, ": max_entries = ", config_.max_entries,
                 " (must be >= 1)");
-  KVLAB_REQUIRE(config_.max_bytes >= 1, invalid_argument, kName, ": max_bytes = ", config_.max_bytes,
+  KVLAB_REQUIRE(config_.max_bytes >= 1, invalid_argument, kPrefixCache, ": max_bytes = ", config_.max_bytes,
                 " (must be >= 1)");
 }
 
@@ -151,19 +151,19 @@ void PrefixCache::evict_to_limits() {
 bool PrefixCache::insert(const std::string& model, const CacheFormat& format, const std::vector<std::int32_t>& tokens,
                          const LayerCaches& caches) {
   check_request(model, tokens, "insert");
-  KVLAB_REQUIRE(caches.size() == format.size(), invalid_argument, kName, " insert: ", caches.size(),
+  KVLAB_REQUIRE(caches.size() == format.size(), invalid_argument, kPrefixCache, " insert: ", caches.size(),
                 " layer caches for a format of ", format.size(), " layers ", format.describe());
   for (std::size_t i = 0; i < caches.size(); ++i) {
-    KVLAB_REQUIRE(caches[i] != nullptr, invalid_argument, kName, " insert: layer ", i, " of ", caches.size(),
+    KVLAB_REQUIRE(caches[i] != nullptr, invalid_argument, kPrefixCache, " insert: layer ", i, " of ", caches.size(),
                   " is null");
     const std::string actual = CacheFormat::layer(*caches[i]);
-    KVLAB_REQUIRE(actual == format.layers()[i], invalid_argument, kName, " insert: layer ", i, " is '", actual,
+    KVLAB_REQUIRE(actual == format.layers()[i], invalid_argument, kPrefixCache, " insert: layer ", i, " is '", actual,
                   "' but the format key says '", format.layers()[i], "'");
     // An entry whose offset is not its token count would hand out positions that do not
     // belong to the tokens it is found under.
     const auto offsets = caches[i]->offsets();
     KVLAB_REQUIRE(offsets.size() == 1 && offsets[0] == static_cast<std::int64_t>(tokens.size()), invalid_argument,
-                  kName, " insert: layer ", i, " has offset ", offsets.empty() ? -1 : offsets[0], " (", offsets.size(),
+                  kPrefixCache, " insert: layer ", i, " has offset ", offsets.empty() ? -1 : offsets[0], " (", offsets.size(),
                   " rows) but the key has ", tokens.size(), " tokens ", tokens_str(tokens));
   }
 
@@ -264,11 +264,11 @@ PrefixFetch PrefixCache::fetch(const std::string& model, const CacheFormat& form
     copies.push_back(clone_cache(*best.entry->second.caches[i]));
     if (best.trim > 0) {
       const std::int64_t removed = copies.back()->trim(static_cast<std::int64_t>(best.trim));
-      KVLAB_REQUIRE(removed == static_cast<std::int64_t>(best.trim), internal, kName, " fetch: layer ", i,
+      KVLAB_REQUIRE(removed == static_cast<std::int64_t>(best.trim), internal, kPrefixCache, " fetch: layer ", i,
                     " trimmed ", removed, " of ", best.trim, " tokens although it reported is_trimmable()");
     }
     const auto offsets = copies.back()->offsets();
-    KVLAB_REQUIRE(offsets.size() == 1 && offsets[0] == static_cast<std::int64_t>(best.reused), internal, kName,
+    KVLAB_REQUIRE(offsets.size() == 1 && offsets[0] == static_cast<std::int64_t>(best.reused), internal, kPrefixCache,
                   " fetch: layer ", i, " holds offset ", offsets.empty() ? -1 : offsets[0], ", expected ", best.reused);
   }
   touch({bucket, best.entry});

@@ -13,7 +13,7 @@ namespace kvlab {
 
 namespace {
 
-constexpr const char* kName = "QuantizedKVCache";
+constexpr const char* kQuantized = "QuantizedKVCache";
 
 // Applies f to every component of a packed block (codes, scales, biases if any) and
 // collects the results: slicing, regrowing and downloading treat the parts alike.
@@ -50,34 +50,9 @@ std::int64_t head_dim(const QuantizedDTensor& q) { return seq::width(q.scales) *
 
 // ---- from_state helpers: every failure is `corrupt` and names the field ------------
 
-const std::string& meta_field(const CacheState& st, const char* field) {
-  const auto it = st.meta.find(field);
-  KVLAB_REQUIRE(it != st.meta.end(), corrupt, kName, " state has no '", field, "'");
-  return it->second;
-}
-
-std::int64_t meta_count(const CacheState& st, const char* field) {
-  const std::string& text = meta_field(st, field);
-  std::int64_t value = -1;
-  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
-  KVLAB_REQUIRE(!text.empty() && ec == std::errc() && end == text.data() + text.size() && value >= 0, corrupt,
-                kName, " state field '", field, "' = '", text, "' is not a non-negative integer");
-  return value;
-}
-
-template <class Parse>
-auto meta_enum(const CacheState& st, const char* field, Parse parse) {
-  const std::string& text = meta_field(st, field);
-  try {
-    return parse(text);
-  } catch (const Error& e) {
-    fail(ErrorKind::corrupt, cat(kName, " state field '", field, "': ", e.what()));
-  }
-}
-
 const Tensor& state_tensor(const CacheState& st, const std::string& name) {
   const auto it = st.tensors.find(name);
-  KVLAB_REQUIRE(it != st.tensors.end(), corrupt, kName, " state has no tensor '", name, "'");
+  KVLAB_REQUIRE(it != st.tensors.end(), corrupt, kQuantized, " state has no tensor '", name, "'");
   return it->second;
 }
 
@@ -87,26 +62,26 @@ QuantizedDTensor load_side(Backend& be, const CacheState& st, const std::string&
   const Tensor& wq = state_tensor(st, side + ".wq");
   const Tensor& scales = state_tensor(st, side + ".scales");
   for (const auto& [t, name] : {std::pair{&wq, ".wq"}, std::pair{&scales, ".scales"}}) {
-    KVLAB_REQUIRE(t->rank() == 4, corrupt, kName, " state tensor '", side, name, "' has shape ", shape_str(t->shape()),
+    KVLAB_REQUIRE(t->rank() == 4, corrupt, kQuantized, " state tensor '", side, name, "' has shape ", shape_str(t->shape()),
                   ", expected (B, H, L, W)");
   }
-  KVLAB_REQUIRE(wq.dtype() == DType::u32, corrupt, kName, " state tensor '", side, ".wq' is ", dtype_name(wq.dtype()),
+  KVLAB_REQUIRE(wq.dtype() == DType::u32, corrupt, kQuantized, " state tensor '", side, ".wq' is ", dtype_name(wq.dtype()),
                 ", expected u32 codes");
   const bool float_scales = spec.has_biases();
-  KVLAB_REQUIRE(float_scales ? is_float(scales.dtype()) : scales.dtype() == DType::u8, corrupt, kName,
+  KVLAB_REQUIRE(float_scales ? is_float(scales.dtype()) : scales.dtype() == DType::u8, corrupt, kQuantized,
                 " state tensor '", side, ".scales' is ", dtype_name(scales.dtype()), ", expected ",
                 float_scales ? "a float dtype" : "u8", " for ", to_string(spec));
   // The offset comes from meta and must equal the stored rows; it is never inferred
   // from the quantized shapes (maclocal-api#46).
-  KVLAB_REQUIRE(wq.dim(2) == offset, corrupt, kName, " state tensor '", side, ".wq' holds ", wq.dim(2),
+  KVLAB_REQUIRE(wq.dim(2) == offset, corrupt, kQuantized, " state tensor '", side, ".wq' holds ", wq.dim(2),
                 " rows but 'offset' is ", offset);
   KVLAB_REQUIRE(scales.dim(0) == wq.dim(0) && scales.dim(1) == wq.dim(1) && scales.dim(2) == wq.dim(2), corrupt,
-                kName, " state tensor '", side, ".scales' has shape ", shape_str(scales.shape()), " but '", side,
+                kQuantized, " state tensor '", side, ".scales' has shape ", shape_str(scales.shape()), " but '", side,
                 ".wq' has ", shape_str(wq.shape()));
   const std::int64_t groups = scales.dim(3);
-  KVLAB_REQUIRE(groups >= 1, corrupt, kName, " state tensor '", side, ".scales' has no groups");
+  KVLAB_REQUIRE(groups >= 1, corrupt, kQuantized, " state tensor '", side, ".scales' has no groups");
   const std::int64_t d = groups * spec.group_size;
-  KVLAB_REQUIRE(wq.dim(3) == spec.packed_words(d), corrupt, kName, " state tensor '", side, ".wq' has ", wq.dim(3),
+  KVLAB_REQUIRE(wq.dim(3) == spec.packed_words(d), corrupt, kQuantized, " state tensor '", side, ".wq' has ", wq.dim(3),
                 " words per row, but ", groups, " groups of ", spec.group_size, " (D = ", d, ") at ", spec.bits,
                 " bits need D·bits/32 = ", spec.packed_words(d));
   QuantizedDTensor q;
@@ -115,7 +90,7 @@ QuantizedDTensor load_side(Backend& be, const CacheState& st, const std::string&
   q.scales = be.upload(scales);
   if (spec.has_biases()) {
     const Tensor& biases = state_tensor(st, side + ".biases");
-    KVLAB_REQUIRE(biases.shape() == scales.shape() && biases.dtype() == scales.dtype(), corrupt, kName,
+    KVLAB_REQUIRE(biases.shape() == scales.shape() && biases.dtype() == scales.dtype(), corrupt, kQuantized,
                   " state tensor '", side, ".biases' is ", dtype_name(biases.dtype()), shape_str(biases.shape()),
                   " but '", side, ".scales' is ", dtype_name(scales.dtype()), shape_str(scales.shape()));
     q.biases = be.upload(biases);
@@ -126,29 +101,29 @@ QuantizedDTensor load_side(Backend& be, const CacheState& st, const std::string&
 // One side handed to the adopting constructor: the parts a cache of `spec` stores, with
 // consistent shapes. `side` names it ("keys" / "values") in every message.
 void check_adopted_side(const QuantizedDTensor& q, const QuantSpec& spec, const char* side) {
-  KVLAB_REQUIRE(q.spec == spec, invalid_argument, kName, " adopts ", side, " packed as ", to_string(q.spec),
+  KVLAB_REQUIRE(q.spec == spec, invalid_argument, kQuantized, " adopts ", side, " packed as ", to_string(q.spec),
                 " into a ", to_string(spec), " cache");
-  KVLAB_REQUIRE(q.wq && q.scales, invalid_argument, kName, " adopts ", side, " without ", q.wq ? "scales" : "codes");
-  KVLAB_REQUIRE(static_cast<bool>(q.biases) == spec.has_biases(), invalid_argument, kName, " adopts ", side,
+  KVLAB_REQUIRE(q.wq && q.scales, invalid_argument, kQuantized, " adopts ", side, " without ", q.wq ? "scales" : "codes");
+  KVLAB_REQUIRE(static_cast<bool>(q.biases) == spec.has_biases(), invalid_argument, kQuantized, " adopts ", side,
                 spec.has_biases() ? " without the biases " : " with biases, which ", to_string(spec),
                 spec.has_biases() ? " needs" : " does not have");
   seq::require_block(q.wq, "adopted codes");
   seq::require_block(q.scales, "adopted scales");
-  KVLAB_REQUIRE(q.wq.dtype == DType::u32, dtype_mismatch, kName, " adopts ", side, ".wq of dtype ",
+  KVLAB_REQUIRE(q.wq.dtype == DType::u32, dtype_mismatch, kQuantized, " adopts ", side, ".wq of dtype ",
                 dtype_name(q.wq.dtype), ", expected u32 codes");
-  KVLAB_REQUIRE(spec.has_biases() ? is_float(q.scales.dtype) : q.scales.dtype == DType::u8, dtype_mismatch, kName,
+  KVLAB_REQUIRE(spec.has_biases() ? is_float(q.scales.dtype) : q.scales.dtype == DType::u8, dtype_mismatch, kQuantized,
                 " adopts ", side, ".scales of dtype ", dtype_name(q.scales.dtype), ", expected ",
                 spec.has_biases() ? "a float dtype" : "u8", " for ", to_string(spec));
   const Shape& w = q.wq.shape;
   const Shape& g = q.scales.shape;
-  KVLAB_REQUIRE(g[0] == w[0] && g[1] == w[1] && g[2] == w[2] && g[3] >= 1, shape_mismatch, kName, " adopts ", side,
+  KVLAB_REQUIRE(g[0] == w[0] && g[1] == w[1] && g[2] == w[2] && g[3] >= 1, shape_mismatch, kQuantized, " adopts ", side,
                 ".scales ", shape_str(g), " that do not match ", side, ".wq ", shape_str(w));
   const std::int64_t d = g[3] * spec.group_size;
-  KVLAB_REQUIRE(w[3] == spec.packed_words(d), shape_mismatch, kName, " adopts ", side, ".wq with ", w[3],
+  KVLAB_REQUIRE(w[3] == spec.packed_words(d), shape_mismatch, kQuantized, " adopts ", side, ".wq with ", w[3],
                 " words per row, but ", g[3], " groups of ", spec.group_size, " (D = ", d, ") at ", spec.bits,
                 " bits need D·bits/32 = ", spec.packed_words(d));
   if (spec.has_biases())
-    KVLAB_REQUIRE(q.biases.dtype == q.scales.dtype && q.biases.shape == g, shape_mismatch, kName, " adopts ", side,
+    KVLAB_REQUIRE(q.biases.dtype == q.scales.dtype && q.biases.shape == g, shape_mismatch, kQuantized, " adopts ", side,
                   ".biases ", dtype_name(q.biases.dtype), shape_str(q.biases.shape), " unlike its scales ",
                   dtype_name(q.scales.dtype), shape_str(g));
 }
@@ -166,12 +141,12 @@ QuantizedKVCache::QuantizedKVCache(Backend& backend, QuantSpec spec, Rounding ro
   check_adopted_side(keys, spec_, "keys");
   check_adopted_side(values, spec_, "values");
   const Shape &k = keys.wq.shape, &v = values.wq.shape;
-  KVLAB_REQUIRE(k[0] == v[0] && k[1] == v[1] && k[2] == v[2], shape_mismatch, kName, " adopts keys ", shape_str(k),
+  KVLAB_REQUIRE(k[0] == v[0] && k[1] == v[1] && k[2] == v[2], shape_mismatch, kQuantized, " adopts keys ", shape_str(k),
                 " and values ", shape_str(v), " that disagree on (B, H, L)");
-  KVLAB_REQUIRE(keys.scales.dtype == values.scales.dtype, dtype_mismatch, kName, " adopts keys.scales of dtype ",
+  KVLAB_REQUIRE(keys.scales.dtype == values.scales.dtype, dtype_mismatch, kQuantized, " adopts keys.scales of dtype ",
                 dtype_name(keys.scales.dtype), " and values.scales of dtype ", dtype_name(values.scales.dtype));
   KVLAB_REQUIRE(offset >= 1 && offset <= k[2] && offset <= std::numeric_limits<std::int32_t>::max(),
-                invalid_argument, kName, " adopted offset = ", offset, " must be in [1, L = ", k[2], "]");
+                invalid_argument, kQuantized, " adopted offset = ", offset, " must be in [1, L = ", k[2], "]");
   const std::int64_t capacity = k[2];
   keys_ = std::move(keys);
   values_ = std::move(values);
@@ -185,22 +160,22 @@ QuantizedKVCache::QuantizedKVCache(Backend& backend, QuantSpec spec, Rounding ro
 }
 
 void QuantizedKVCache::check_update(const DTensor& k, const DTensor& v) const {
-  validate_kv_update(k, v, kName);
+  validate_kv_update(k, v, kQuantized);
   for (const auto& [d, what] :
        {std::pair{k.shape[3], "keys head dim Dk"}, std::pair{v.shape[3], "values head dim Dv"}}) {
-    KVLAB_REQUIRE(d > 0 && d % spec_.group_size == 0, invalid_argument, kName, " ", what, " = ", d,
+    KVLAB_REQUIRE(d > 0 && d % spec_.group_size == 0, invalid_argument, kQuantized, " ", what, " = ", d,
                   " is not a positive multiple of group_size ", spec_.group_size, " (", to_string(spec_), ")");
   }
   if (!keys_.wq) return;
   // Scales/biases take the dtype of the first keys (mlx-lm); later chunks must match
   // rather than be cast silently. fp modes store u8 scales, so any float input fits.
-  KVLAB_REQUIRE(!spec_.has_biases() || k.dtype == keys_.scales.dtype, dtype_mismatch, kName, " holds ",
+  KVLAB_REQUIRE(!spec_.has_biases() || k.dtype == keys_.scales.dtype, dtype_mismatch, kQuantized, " holds ",
                 dtype_name(keys_.scales.dtype), " scales (the dtype of its first keys) but the update is ",
                 dtype_name(k.dtype));
   const std::int64_t dk = head_dim(keys_), dv = head_dim(values_);
   KVLAB_REQUIRE(k.shape[0] == seq::batch(keys_.wq) && k.shape[1] == seq::heads(keys_.wq) && k.shape[3] == dk &&
                     v.shape[3] == dv,
-                shape_mismatch, kName, " holds (B, H, Dk, Dv) = (", seq::batch(keys_.wq), ", ", seq::heads(keys_.wq),
+                shape_mismatch, kQuantized, " holds (B, H, Dk, Dv) = (", seq::batch(keys_.wq), ", ", seq::heads(keys_.wq),
                 ", ", dk, ", ", dv, ") but the update has keys ", shape_str(k.shape), " and values ",
                 shape_str(v.shape));
 }
@@ -281,7 +256,7 @@ CacheMask QuantizedKVCache::make_mask(std::int64_t n, int window) const {
 }
 
 std::int64_t QuantizedKVCache::trim(std::int64_t n) {
-  KVLAB_REQUIRE(n >= 0, invalid_argument, kName, " trim by ", n, " tokens");
+  KVLAB_REQUIRE(n >= 0, invalid_argument, kQuantized, " trim by ", n, " tokens");
   const std::int64_t removed = std::min(offset_, n);
   if (removed > 0) {
     const auto poison = [&](const DTensor& t) { seq::poison_rows(backend(), t, offset_ - removed, offset_); };
@@ -314,20 +289,20 @@ CacheState QuantizedKVCache::state() const {
 }
 
 std::unique_ptr<QuantizedKVCache> QuantizedKVCache::from_state(Backend& backend, const CacheState& state) {
-  KVLAB_REQUIRE(state.class_name == kName, corrupt, "state of class '", state.class_name,
-                "' cannot be loaded as a ", kName);
-  const std::int64_t offset = meta_count(state, "offset");
-  const std::int64_t bits = meta_count(state, "bits"), group = meta_count(state, "group_size");
-  const QuantMode mode = meta_enum(state, "mode", quant_mode_from_name);
-  const Rounding rounding = meta_enum(state, "rounding", rounding_from_name);
+  KVLAB_REQUIRE(state.class_name == kQuantized, corrupt, "state of class '", state.class_name,
+                "' cannot be loaded as a ", kQuantized);
+  const std::int64_t offset = meta_integer(state, kQuantized, "offset");
+  const std::int64_t bits = meta_integer(state, kQuantized, "bits"), group = meta_integer(state, kQuantized, "group_size");
+  const QuantMode mode = meta_enum(state, kQuantized, "mode", quant_mode_from_name);
+  const Rounding rounding = meta_enum(state, kQuantized, "rounding", rounding_from_name);
   constexpr std::int64_t kIntMax = std::numeric_limits<int>::max();
-  KVLAB_REQUIRE(bits <= kIntMax && group <= kIntMax, corrupt, kName, " state fields 'bits' = ", bits,
+  KVLAB_REQUIRE(bits <= kIntMax && group <= kIntMax, corrupt, kQuantized, " state fields 'bits' = ", bits,
                 " / 'group_size' = ", group, " are out of range");
   const QuantSpec spec{mode, static_cast<int>(bits), static_cast<int>(group)};
   try {
     spec.validate();
   } catch (const Error& e) {
-    fail(ErrorKind::corrupt, cat(kName, " state fields 'mode'/'bits'/'group_size': ", e.what()));
+    fail(ErrorKind::corrupt, cat(kQuantized, " state fields 'mode'/'bits'/'group_size': ", e.what()));
   }
   auto cache = std::make_unique<QuantizedKVCache>(backend, spec, rounding);
   std::vector<std::string> expected;
@@ -335,19 +310,19 @@ std::unique_ptr<QuantizedKVCache> QuantizedKVCache::from_state(Backend& backend,
     for (const char* part : {".wq", ".scales", ".biases"})
       if (spec.has_biases() || std::string_view(part) != ".biases") expected.push_back(std::string(side) + part);
   for (const auto& [name, tensor] : state.tensors) {
-    KVLAB_REQUIRE(std::find(expected.begin(), expected.end(), name) != expected.end(), corrupt, kName,
+    KVLAB_REQUIRE(std::find(expected.begin(), expected.end(), name) != expected.end(), corrupt, kQuantized,
                   " state has an unexpected tensor '", name, "' for ", to_string(spec));
   }
   if (state.tensors.empty()) {
-    KVLAB_REQUIRE(offset == 0, corrupt, kName, " state 'offset' is ", offset, " but it stores no tensors");
+    KVLAB_REQUIRE(offset == 0, corrupt, kQuantized, " state 'offset' is ", offset, " but it stores no tensors");
     return cache;
   }
-  KVLAB_REQUIRE(offset > 0, corrupt, kName, " state 'offset' is 0 but it stores tensors");
+  KVLAB_REQUIRE(offset > 0, corrupt, kQuantized, " state 'offset' is 0 but it stores tensors");
   QuantizedDTensor keys = load_side(backend, state, "keys", spec, offset);
   QuantizedDTensor values = load_side(backend, state, "values", spec, offset);
   KVLAB_REQUIRE(seq::batch(keys.wq) == seq::batch(values.wq) && seq::heads(keys.wq) == seq::heads(values.wq) &&
                     keys.scales.dtype == values.scales.dtype,
-                corrupt, kName, " state tensors 'keys.scales' ", dtype_name(keys.scales.dtype),
+                corrupt, kQuantized, " state tensors 'keys.scales' ", dtype_name(keys.scales.dtype),
                 shape_str(keys.scales.shape), " and 'values.scales' ", dtype_name(values.scales.dtype),
                 shape_str(values.scales.shape), " disagree on B, H or dtype");
   cache->keys_ = std::move(keys);

@@ -26,7 +26,7 @@ namespace kvlab {
 
 namespace {
 
-constexpr const char* kName = "RotatingKVCache";
+constexpr const char* kRotating = "RotatingKVCache";
 
 // A run of physical rows [begin, begin+length).
 struct Run {
@@ -78,38 +78,27 @@ DTensor assemble(Backend& be, const DTensor& src, const std::vector<Run>& runs, 
   return out;
 }
 
-std::int64_t meta_int(const CacheState& state, const char* field) {
-  const auto it = state.meta.find(field);
-  KVLAB_REQUIRE(it != state.meta.end(), corrupt, kName, " state has no field '", field, "'");
-  const std::string& text = it->second;
-  std::int64_t value = 0;
-  const auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
-  KVLAB_REQUIRE(ec == std::errc() && ptr == text.data() + text.size() && !text.empty(), corrupt, kName,
-                " state field '", field, "' = '", text, "' is not an integer");
-  return value;
-}
-
 }  // namespace
 
 RotatingKVCache::RotatingKVCache(Backend& backend, std::int64_t max_size, std::int64_t keep)
     : Cache(backend), max_size_(max_size), keep_(keep) {
   // Offsets and mask windows are int32 downstream, so a larger ring could not be described.
-  KVLAB_REQUIRE(max_size >= 1 && max_size <= std::numeric_limits<std::int32_t>::max(), invalid_argument, kName,
+  KVLAB_REQUIRE(max_size >= 1 && max_size <= std::numeric_limits<std::int32_t>::max(), invalid_argument, kRotating,
                 " max_size = ", max_size, " must be in [1, 2^31)");
-  KVLAB_REQUIRE(keep >= 0 && keep < max_size, invalid_argument, kName, " keep = ", keep,
+  KVLAB_REQUIRE(keep >= 0 && keep < max_size, invalid_argument, kRotating, " keep = ", keep,
                 " must be in [0, max_size = ", max_size, ")");
 }
 
 RotatingKVCache::RotatingKVCache(Backend& backend, std::int64_t max_size, DTensor keys, DTensor values,
                                  std::int64_t offset)
     : RotatingKVCache(backend, max_size, 0) {
-  validate_kv_update(keys, values, kName);
+  validate_kv_update(keys, values, kRotating);
   const std::int64_t len = seq::length(keys);
-  KVLAB_REQUIRE(seq::batch(keys) == 1, shape_mismatch, kName, " adopts one sequence, got keys ",
+  KVLAB_REQUIRE(seq::batch(keys) == 1, shape_mismatch, kRotating, " adopts one sequence, got keys ",
                 shape_str(keys.shape));
-  KVLAB_REQUIRE(len <= max_size, invalid_argument, kName, " cannot adopt L = ", len, " rows into max_size = ",
+  KVLAB_REQUIRE(len <= max_size, invalid_argument, kRotating, " cannot adopt L = ", len, " rows into max_size = ",
                 max_size);
-  KVLAB_REQUIRE(offset >= len && offset <= std::numeric_limits<std::int32_t>::max(), invalid_argument, kName,
+  KVLAB_REQUIRE(offset >= len && offset <= std::numeric_limits<std::int32_t>::max(), invalid_argument, kRotating,
                 " adopted offset = ", offset, " must be >= its L = ", len, " rows (and fit int32)");
   keys_ = std::move(keys);
   values_ = std::move(values);
@@ -120,17 +109,17 @@ RotatingKVCache::RotatingKVCache(Backend& backend, std::int64_t max_size, DTenso
 std::int64_t RotatingKVCache::kv_length() const { return std::min(stored_, max_size_); }
 
 FetchedKV RotatingKVCache::update(const DTensor& k, const DTensor& v) {
-  validate_kv_update(k, v, kName);
+  validate_kv_update(k, v, kRotating);
   if (keys_) {
-    KVLAB_REQUIRE(k.dtype == keys_.dtype, dtype_mismatch, kName, " holds ", dtype_name(keys_.dtype),
+    KVLAB_REQUIRE(k.dtype == keys_.dtype, dtype_mismatch, kRotating, " holds ", dtype_name(keys_.dtype),
                   " but the update is ", dtype_name(k.dtype));
     KVLAB_REQUIRE(k.shape[0] == keys_.shape[0] && k.shape[1] == keys_.shape[1] && k.shape[3] == keys_.shape[3] &&
                       v.shape[3] == values_.shape[3],
-                  shape_mismatch, kName, " holds (B, H, Dk, Dv) = (", keys_.shape[0], ", ", keys_.shape[1], ", ",
+                  shape_mismatch, kRotating, " holds (B, H, Dk, Dv) = (", keys_.shape[0], ", ", keys_.shape[1], ", ",
                   keys_.shape[3], ", ", values_.shape[3], ") but the update has keys ", shape_str(k.shape),
                   " and values ", shape_str(v.shape));
   }
-  KVLAB_REQUIRE(offset_ + k.shape[2] <= std::numeric_limits<std::int32_t>::max(), invalid_argument, kName,
+  KVLAB_REQUIRE(offset_ + k.shape[2] <= std::numeric_limits<std::int32_t>::max(), invalid_argument, kRotating,
                 " offset ", offset_, " + ", k.shape[2], " tokens overflows int32 positions");
   return k.shape[2] == 1 ? update_in_place(k, v) : update_concat(k, v);
 }
@@ -219,14 +208,14 @@ FetchedKV RotatingKVCache::update_concat(const DTensor& k, const DTensor& v) {
 }
 
 std::int64_t RotatingKVCache::next_key_count(std::int64_t n) const {
-  KVLAB_REQUIRE(n >= 1, invalid_argument, kName, " next_key_count for N = ", n, " tokens");
+  KVLAB_REQUIRE(n >= 1, invalid_argument, kRotating, " next_key_count for N = ", n, " tokens");
   if (n > 1) return std::min(stored_, max_size_ - 1) + n;
   return plan_in_place().live_after;
 }
 
 CacheMask RotatingKVCache::make_mask(std::int64_t n, int window) const {
-  KVLAB_REQUIRE(n >= 1, invalid_argument, kName, " make_mask for N = ", n, " tokens");
-  KVLAB_REQUIRE(window >= 0, invalid_argument, kName, " make_mask window ", window, " is negative");
+  KVLAB_REQUIRE(n >= 1, invalid_argument, kRotating, " make_mask for N = ", n, " tokens");
+  KVLAB_REQUIRE(window >= 0, invalid_argument, kRotating, " make_mask window ", window, " is negative");
   CacheMask mask;
   if (n > 1) {
     // mlx-lm: W = window or max_size over o = min(max_size-1, offset) previous keys. The
@@ -257,7 +246,7 @@ CacheMask RotatingKVCache::make_mask(std::int64_t n, int window) const {
 }
 
 std::int64_t RotatingKVCache::trim(std::int64_t n) {
-  KVLAB_REQUIRE(n >= 0, invalid_argument, kName, " trim by n = ", n, " tokens");
+  KVLAB_REQUIRE(n >= 0, invalid_argument, kRotating, " trim by n = ", n, " tokens");
   // A wrapped ring has lost the rows a trim would have to restore: refuse, as mlx-lm's
   // is_trimmable() does (prefix reuse must not cut a ring, mlx-vlm#1715 / #1748).
   if (!is_trimmable()) return 0;
@@ -286,7 +275,7 @@ FetchedKV RotatingKVCache::temporal() const {
 CacheState RotatingKVCache::state() const {
   // Physical order, not re-linearised (mlx-lm); the live rows only, so the stored row
   // count is the tensors' length and the cursor in meta places the ring.
-  CacheState s{std::string(kName),
+  CacheState s{std::string(kRotating),
                {},
                {{"keep", std::to_string(keep_)},
                 {"max_size", std::to_string(max_size_)},
@@ -301,20 +290,21 @@ CacheState RotatingKVCache::state() const {
 }
 
 std::unique_ptr<RotatingKVCache> RotatingKVCache::from_state(Backend& backend, const CacheState& state) {
-  KVLAB_REQUIRE(state.class_name == kName, corrupt, "state of class '", state.class_name, "' cannot be loaded as a ",
-                kName);
-  const std::int64_t keep = meta_int(state, "keep"), max_size = meta_int(state, "max_size");
-  const std::int64_t offset = meta_int(state, "offset"), idx = meta_int(state, "idx");
-  KVLAB_REQUIRE(max_size >= 1 && max_size <= std::numeric_limits<std::int32_t>::max(), corrupt, kName,
+  KVLAB_REQUIRE(state.class_name == kRotating, corrupt, "state of class '", state.class_name, "' cannot be loaded as a ",
+                kRotating);
+  // Any integer here: the checks below name what a negative one breaks.
+  const auto field = [&](const char* name) { return meta_integer(state, kRotating, name, INT64_MIN); };
+  const std::int64_t keep = field("keep"), max_size = field("max_size"), offset = field("offset"), idx = field("idx");
+  KVLAB_REQUIRE(max_size >= 1 && max_size <= std::numeric_limits<std::int32_t>::max(), corrupt, kRotating,
                 " state field 'max_size' = ", max_size, " is out of range");
-  KVLAB_REQUIRE(keep >= 0 && keep < max_size, corrupt, kName, " state field 'keep' = ", keep,
+  KVLAB_REQUIRE(keep >= 0 && keep < max_size, corrupt, kRotating, " state field 'keep' = ", keep,
                 " is outside [0, max_size = ", max_size, ")");
-  KVLAB_REQUIRE(offset >= 0 && offset <= std::numeric_limits<std::int32_t>::max(), corrupt, kName,
+  KVLAB_REQUIRE(offset >= 0 && offset <= std::numeric_limits<std::int32_t>::max(), corrupt, kRotating,
                 " state field 'offset' = ", offset, " is out of range");
   for (const auto& [name, tensor] : state.tensors)
-    KVLAB_REQUIRE(name == "keys" || name == "values", corrupt, kName, " state has an unknown tensor '", name, "'");
+    KVLAB_REQUIRE(name == "keys" || name == "values", corrupt, kRotating, " state has an unknown tensor '", name, "'");
   const bool has_keys = state.tensors.count("keys") != 0, has_values = state.tensors.count("values") != 0;
-  KVLAB_REQUIRE(has_keys == has_values, corrupt, kName, " state has ", has_keys ? "keys but no values" : "values but no keys");
+  KVLAB_REQUIRE(has_keys == has_values, corrupt, kRotating, " state has ", has_keys ? "keys but no values" : "values but no keys");
 
   auto cache = std::make_unique<RotatingKVCache>(backend, max_size, keep);
   std::int64_t stored = 0;
@@ -322,9 +312,9 @@ std::unique_ptr<RotatingKVCache> RotatingKVCache::from_state(Backend& backend, c
     DTensor k = backend.upload(state.tensors.at("keys"));
     DTensor v = backend.upload(state.tensors.at("values"));
     try {
-      validate_kv_update(k, v, kName);
+      validate_kv_update(k, v, kRotating);
     } catch (const Error& e) {
-      fail(ErrorKind::corrupt, cat(kName, " state tensors 'keys'/'values': ", e.what()));
+      fail(ErrorKind::corrupt, cat(kRotating, " state tensors 'keys'/'values': ", e.what()));
     }
     stored = seq::length(k);
     cache->keys_ = std::move(k);
@@ -333,11 +323,11 @@ std::unique_ptr<RotatingKVCache> RotatingKVCache::from_state(Backend& backend, c
   // offset is read, never inferred from the shapes (maclocal-api#46); it must cover the
   // stored rows, and the cursor must describe a layout the update paths can produce:
   // linear (idx == stored) or a full ring (stored == max_size, keep <= idx < max_size).
-  KVLAB_REQUIRE(offset >= stored, corrupt, kName, " state field 'offset' = ", offset, " is less than its ", stored,
+  KVLAB_REQUIRE(offset >= stored, corrupt, kRotating, " state field 'offset' = ", offset, " is less than its ", stored,
                 " stored rows");
   const bool linear = idx == stored;
   const bool ring = stored == max_size && idx >= keep && idx < stored;
-  KVLAB_REQUIRE(linear || ring, corrupt, kName, " state field 'idx' = ", idx, " does not fit ", stored,
+  KVLAB_REQUIRE(linear || ring, corrupt, kRotating, " state field 'idx' = ", idx, " does not fit ", stored,
                 " stored rows (max_size ", max_size, ", keep ", keep, ")");
   cache->offset_ = offset;
   cache->idx_ = idx;

@@ -16,14 +16,14 @@ namespace kvlab {
 
 namespace {
 
-constexpr const char* kName = "TurboQuantKVCache";
+constexpr const char* kTurboQuant = "TurboQuantKVCache";
 
 bool fractional(double bits) { return bits != std::floor(bits); }
 
 void validate_bits(double bits, const char* what) {
   // Steps of 0.5 (mlx-vlm _validate_bits); the codec widths bound it to 1..8.
   KVLAB_REQUIRE(std::isfinite(bits) && bits >= 1.0 && bits <= 8.0 && std::floor(2.0 * bits) == 2.0 * bits,
-                invalid_argument, kName, " ", what, " = ", bits, " is not in [1, 8] in steps of 0.5");
+                invalid_argument, kTurboQuant, " ", what, " = ", bits, " is not in [1, 8] in steps of 0.5");
 }
 
 // mlx-vlm _select_outlier_indices: round((b − ⌊b⌋)·D / (⌈b⌉ − ⌊b⌋)) clamped to [1, D−1].
@@ -162,26 +162,26 @@ TurboQuantKVCache::TurboQuantKVCache(Backend& backend, double bits, std::uint64_
 std::int64_t TurboQuantKVCache::capacity() const { return has_rows() ? seq::length(keys_.parts[0].norms) : 0; }
 
 void TurboQuantKVCache::check_update(const DTensor& k, const DTensor& v) const {
-  validate_kv_update(k, v, kName);
+  validate_kv_update(k, v, kTurboQuant);
   if (keys_.dim == 0) {
     for (const auto& [side, d, what] :
          {std::tuple{&keys_, k.shape[3], "keys"}, std::tuple{&values_, v.shape[3], "values"}}) {
-      KVLAB_REQUIRE(!fractional(side->bits) || d >= 2, invalid_argument, kName, " ", what, " head dim ", d,
+      KVLAB_REQUIRE(!fractional(side->bits) || d >= 2, invalid_argument, kTurboQuant, " ", what, " head dim ", d,
                     " cannot be split for ", side->bits, " bits (needs D >= 2)");
-      KVLAB_REQUIRE(d <= std::numeric_limits<std::int32_t>::max(), invalid_argument, kName, " ", what, " head dim ", d,
+      KVLAB_REQUIRE(d <= std::numeric_limits<std::int32_t>::max(), invalid_argument, kTurboQuant, " ", what, " head dim ", d,
                     " is too large");
     }
     return;
   }
   // Codecs are fixed by the first update: its dtype and head dims stay the cache's.
-  KVLAB_REQUIRE(k.dtype == dtype_, dtype_mismatch, kName, " holds ", dtype_name(dtype_),
+  KVLAB_REQUIRE(k.dtype == dtype_, dtype_mismatch, kTurboQuant, " holds ", dtype_name(dtype_),
                 " (the dtype of its first keys) but the update is ", dtype_name(k.dtype));
-  KVLAB_REQUIRE(k.shape[3] == keys_.dim && v.shape[3] == values_.dim, shape_mismatch, kName,
+  KVLAB_REQUIRE(k.shape[3] == keys_.dim && v.shape[3] == values_.dim, shape_mismatch, kTurboQuant,
                 " codecs are built for (Dk, Dv) = (", keys_.dim, ", ", values_.dim, ") but the update has keys ",
                 shape_str(k.shape), " and values ", shape_str(v.shape));
   if (has_rows()) {
     const DTensor& n = keys_.parts[0].norms;
-    KVLAB_REQUIRE(k.shape[0] == seq::batch(n) && k.shape[1] == seq::heads(n), shape_mismatch, kName,
+    KVLAB_REQUIRE(k.shape[0] == seq::batch(n) && k.shape[1] == seq::heads(n), shape_mismatch, kTurboQuant,
                   " holds (B, H) = (", seq::batch(n), ", ", seq::heads(n), ") but the update has keys ",
                   shape_str(k.shape));
   }
@@ -244,7 +244,7 @@ CacheMask TurboQuantKVCache::make_mask(std::int64_t n, int window) const {
 }
 
 std::int64_t TurboQuantKVCache::trim(std::int64_t n) {
-  KVLAB_REQUIRE(n >= 0, invalid_argument, kName, " trim by ", n, " tokens");
+  KVLAB_REQUIRE(n >= 0, invalid_argument, kTurboQuant, " trim by ", n, " tokens");
   const std::int64_t removed = std::min(offset_, n);
   if (removed > 0) {
     // mlx-vlm only lowers the offset; here the stale codes become poison too.
@@ -268,20 +268,20 @@ std::size_t TurboQuantKVCache::nbytes() const {
 
 std::string TurboQuantKVCache::describe() const {
   const bool kv = meaning_ == FractionalBits::k_floor_v_ceil;
-  return cat(kName, " ", bits_, " bits, meaning ", fractional_bits_name(meaning_),
+  return cat(kTurboQuant, " ", bits_, " bits, meaning ", fractional_bits_name(meaning_),
              kv ? " (mlx-vlm resolve_kv_bits: K floor, V ceil)" : " (paper/kvquant: outlier-channel split per side)",
              ": ", side_text(keys_, "keys"), ", ", side_text(values_, "values"));
 }
 
 double TurboQuantKVCache::bits_per_element(KVSide side) const {
-  KVLAB_REQUIRE(keys_.dim > 0, misuse, kName, " bits_per_element() needs the head dims: call update() first");
+  KVLAB_REQUIRE(keys_.dim > 0, misuse, kTurboQuant, " bits_per_element() needs the head dims: call update() first");
   const double k = side_bits(keys_, true), v = side_bits(values_, true);
   const auto dk = static_cast<double>(keys_.dim), dv = static_cast<double>(values_.dim);
   return side == KVSide::keys ? k / dk : side == KVSide::values ? v / dv : (k + v) / (dk + dv);
 }
 
 double TurboQuantKVCache::code_bits_per_element(KVSide side) const {
-  KVLAB_REQUIRE(keys_.dim > 0, misuse, kName, " code_bits_per_element() needs the head dims: call update() first");
+  KVLAB_REQUIRE(keys_.dim > 0, misuse, kTurboQuant, " code_bits_per_element() needs the head dims: call update() first");
   const double k = side_bits(keys_, false), v = side_bits(values_, false);
   const auto dk = static_cast<double>(keys_.dim), dv = static_cast<double>(values_.dim);
   return side == KVSide::keys ? k / dk : side == KVSide::values ? v / dv : (k + v) / (dk + dv);
@@ -299,18 +299,12 @@ std::vector<std::string> part_prefixes(const TurboQuantSide& side, const std::st
   return {name + ".low", name + ".high"};
 }
 
-const std::string& meta_field(const CacheState& st, const std::string& field) {
-  const auto it = st.meta.find(field);
-  KVLAB_REQUIRE(it != st.meta.end(), corrupt, kName, " state has no '", field, "'");
-  return it->second;
-}
-
 template <class T>
 T meta_number(const CacheState& st, const std::string& field) {
-  const std::string& text = meta_field(st, field);
+  const std::string& text = meta_field(st, kTurboQuant, field);
   T value{};
   const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
-  KVLAB_REQUIRE(!text.empty() && ec == std::errc() && end == text.data() + text.size(), corrupt, kName,
+  KVLAB_REQUIRE(!text.empty() && ec == std::errc() && end == text.data() + text.size(), corrupt, kTurboQuant,
                 " state field '", field, "' = '", text, "' is not a number");
   return value;
 }
@@ -320,14 +314,14 @@ double meta_bits(const CacheState& st, const std::string& field) {
   try {
     validate_bits(bits, field.c_str());
   } catch (const Error& e) {
-    fail(ErrorKind::corrupt, cat(kName, " state field '", field, "': ", e.what()));
+    fail(ErrorKind::corrupt, cat(kTurboQuant, " state field '", field, "': ", e.what()));
   }
   return bits;
 }
 
 std::vector<std::int32_t> meta_channels(const CacheState& st, const std::string& field, std::int64_t dim,
                                         std::int64_t count) {
-  const std::string& text = meta_field(st, field);
+  const std::string& text = meta_field(st, kTurboQuant, field);
   std::vector<std::int32_t> out;
   for (std::size_t pos = 0; pos <= text.size();) {
     const std::size_t comma = std::min(text.find(',', pos), text.size());
@@ -335,19 +329,19 @@ std::vector<std::int32_t> meta_channels(const CacheState& st, const std::string&
     const auto [end, ec] = std::from_chars(text.data() + pos, text.data() + comma, ch);
     KVLAB_REQUIRE(ec == std::errc() && end == text.data() + comma && ch >= 0 && ch < dim &&
                       (out.empty() || ch > out.back()),
-                  corrupt, kName, " state field '", field, "' = '", text, "': '", text.substr(pos, comma - pos),
+                  corrupt, kTurboQuant, " state field '", field, "' = '", text, "': '", text.substr(pos, comma - pos),
                   "' is not an ascending channel in [0, ", dim, ")");
     out.push_back(ch);
     pos = comma + 1;
   }
-  KVLAB_REQUIRE(static_cast<std::int64_t>(out.size()) == count, corrupt, kName, " state field '", field, "' lists ",
+  KVLAB_REQUIRE(static_cast<std::int64_t>(out.size()) == count, corrupt, kTurboQuant, " state field '", field, "' lists ",
                 out.size(), " channels but the split needs ", count, " of D = ", dim);
   return out;
 }
 
 const Tensor& state_tensor(const CacheState& st, const std::string& name) {
   const auto it = st.tensors.find(name);
-  KVLAB_REQUIRE(it != st.tensors.end(), corrupt, kName, " state has no tensor '", name, "'");
+  KVLAB_REQUIRE(it != st.tensors.end(), corrupt, kTurboQuant, " state has no tensor '", name, "'");
   return it->second;
 }
 
@@ -356,18 +350,18 @@ void load_part(Backend& be, const CacheState& st, const std::string& prefix, Tur
                std::int64_t offset, Shape& bh) {
   const Tensor& norms = state_tensor(st, prefix + ".norms");
   const Tensor& indices = state_tensor(st, prefix + ".indices");
-  KVLAB_REQUIRE(norms.dtype() == DType::f16 && indices.dtype() == DType::u32, corrupt, kName, " state tensors '",
+  KVLAB_REQUIRE(norms.dtype() == DType::f16 && indices.dtype() == DType::u32, corrupt, kTurboQuant, " state tensors '",
                 prefix, ".norms' / '", prefix, ".indices' are ", dtype_name(norms.dtype()), " / ",
                 dtype_name(indices.dtype()), ", expected f16 / u32");
-  KVLAB_REQUIRE(norms.rank() == 4 && indices.rank() == 4, corrupt, kName, " state tensors '", prefix,
+  KVLAB_REQUIRE(norms.rank() == 4 && indices.rank() == 4, corrupt, kTurboQuant, " state tensors '", prefix,
                 ".*' have shapes ", shape_str(norms.shape()), " / ", shape_str(indices.shape()),
                 ", expected (B, H, L, W)");
   if (bh.empty()) bh = {norms.dim(0), norms.dim(1)};
   const std::int64_t w = words(part.codec);
   const Shape want_n{bh[0], bh[1], offset, 1}, want_i{bh[0], bh[1], offset, w};
-  KVLAB_REQUIRE(norms.shape() == want_n, corrupt, kName, " state tensor '", prefix, ".norms' has shape ",
+  KVLAB_REQUIRE(norms.shape() == want_n, corrupt, kTurboQuant, " state tensor '", prefix, ".norms' has shape ",
                 shape_str(norms.shape()), ", expected ", shape_str(want_n), " ('offset' ", offset, ")");
-  KVLAB_REQUIRE(indices.shape() == want_i, corrupt, kName, " state tensor '", prefix, ".indices' has shape ",
+  KVLAB_REQUIRE(indices.shape() == want_i, corrupt, kTurboQuant, " state tensor '", prefix, ".indices' has shape ",
                 shape_str(indices.shape()), ", expected ", shape_str(want_i), " (", part.codec.dim, " channels x ",
                 part.codec.bits, " b)");
   part.norms = be.upload(norms);
@@ -409,30 +403,30 @@ CacheState TurboQuantKVCache::state() const {
 }
 
 std::unique_ptr<TurboQuantKVCache> TurboQuantKVCache::from_state(Backend& backend, const CacheState& state) {
-  KVLAB_REQUIRE(state.class_name == kName, corrupt, "state of class '", state.class_name, "' cannot be loaded as a ",
-                kName);
+  KVLAB_REQUIRE(state.class_name == kTurboQuant, corrupt, "state of class '", state.class_name, "' cannot be loaded as a ",
+                kTurboQuant);
   const auto offset = meta_number<std::int64_t>(state, "offset");
-  KVLAB_REQUIRE(offset >= 0, corrupt, kName, " state field 'offset' = ", offset, " is negative");
+  KVLAB_REQUIRE(offset >= 0, corrupt, kTurboQuant, " state field 'offset' = ", offset, " is negative");
   const double bits = meta_bits(state, "bits"), kb = meta_bits(state, "key_bits"), vb = meta_bits(state, "value_bits");
   const auto seed = meta_number<std::uint64_t>(state, "seed");
   FractionalBits meaning{};
   try {
-    meaning = fractional_bits_from_name(meta_field(state, "meaning"));
+    meaning = fractional_bits_from_name(meta_field(state, kTurboQuant, "meaning"));
   } catch (const Error& e) {
     if (e.kind() == ErrorKind::corrupt) throw;
-    fail(ErrorKind::corrupt, cat(kName, " state field 'meaning': ", e.what()));
+    fail(ErrorKind::corrupt, cat(kTurboQuant, " state field 'meaning': ", e.what()));
   }
   auto cache = std::make_unique<TurboQuantKVCache>(backend, bits, seed, kb, vb, meaning);
   const bool built = state.meta.count("key_dim") != 0;
   std::vector<std::string> expected;
   if (built) {
-    const auto dtype_text = meta_field(state, "dtype");
+    const auto dtype_text = meta_field(state, kTurboQuant, "dtype");
     try {
       cache->dtype_ = dtype_from_name(dtype_text);
     } catch (const Error& e) {
-      fail(ErrorKind::corrupt, cat(kName, " state field 'dtype': ", e.what()));
+      fail(ErrorKind::corrupt, cat(kTurboQuant, " state field 'dtype': ", e.what()));
     }
-    KVLAB_REQUIRE(is_float(cache->dtype_), corrupt, kName, " state field 'dtype' = '", dtype_text,
+    KVLAB_REQUIRE(is_float(cache->dtype_), corrupt, kTurboQuant, " state field 'dtype' = '", dtype_text,
                   "' is not a float dtype");
     TurboQuantSide* sides[2] = {&cache->keys_, &cache->values_};
     for (int i = 0; i < 2; ++i) {
@@ -440,7 +434,7 @@ std::unique_ptr<TurboQuantKVCache> TurboQuantKVCache::from_state(Backend& backen
       const std::string name = kSideNames[i], dim_field = i == 0 ? "key_dim" : "value_dim";
       const auto dim = meta_number<std::int64_t>(state, dim_field);
       const std::int64_t min_dim = fractional(side.bits) ? 2 : 1;
-      KVLAB_REQUIRE(dim >= min_dim && dim <= std::numeric_limits<std::int32_t>::max(), corrupt, kName,
+      KVLAB_REQUIRE(dim >= min_dim && dim <= std::numeric_limits<std::int32_t>::max(), corrupt, kTurboQuant,
                     " state field '", dim_field, "' = ", dim, " is out of range for ", side.bits, " bits");
       // The codecs are a function of (bits, seed, dim, outlier channels): rebuilt exactly.
       build_codecs(side, dim,
@@ -453,10 +447,10 @@ std::unique_ptr<TurboQuantKVCache> TurboQuantKVCache::from_state(Backend& backen
       }
     }
   } else {
-    KVLAB_REQUIRE(offset == 0, corrupt, kName, " state 'offset' is ", offset, " but it has no 'key_dim'");
+    KVLAB_REQUIRE(offset == 0, corrupt, kTurboQuant, " state 'offset' is ", offset, " but it has no 'key_dim'");
   }
   for (const auto& [name, tensor] : state.tensors) {
-    KVLAB_REQUIRE(offset > 0 && std::find(expected.begin(), expected.end(), name) != expected.end(), corrupt, kName,
+    KVLAB_REQUIRE(offset > 0 && std::find(expected.begin(), expected.end(), name) != expected.end(), corrupt, kTurboQuant,
                   " state has an unexpected tensor '", name, "' (offset ", offset, ")");
   }
   if (offset == 0) return cache;

@@ -49,6 +49,17 @@ std::int64_t shape_dim(const Shape& s, int axis) {
   return s[static_cast<std::size_t>(axis < 0 ? axis + rank : axis)];
 }
 
+Shape shape_leading(const Shape& s) {
+  KVLAB_REQUIRE(!s.empty(), invalid_argument, "a rank-0 shape has no last axis to drop");
+  return Shape(s.begin(), s.end() - 1);
+}
+
+Shape shape_with_last(Shape s, std::int64_t last) {
+  KVLAB_REQUIRE(!s.empty(), invalid_argument, "a rank-0 shape has no last axis to replace");
+  s.back() = last;
+  return s;
+}
+
 template <> std::int64_t BasicTensorView<const std::byte>::dim(int axis) const { return shape_dim(shape, axis); }
 template <> std::int64_t BasicTensorView<std::byte>::dim(int axis) const { return shape_dim(shape, axis); }
 

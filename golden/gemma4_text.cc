@@ -77,7 +77,7 @@ RopeParams rope_for(const ConfigReader& c, const json& params, std::int64_t head
   return rope;
 }
 
-GemmaConfig parse(const json& config) {
+GemmaConfig parse_gemma(const json& config) {
   const ConfigReader c(config);
   KVLAB_REQUIRE(c.string("model_type") == "gemma4_text", invalid_argument, "config key \"model_type\" is not gemma4_text");
   // Defaults are mlx-lm's ModelArgs defaults.
@@ -165,7 +165,7 @@ std::string lname(std::size_t l, const char* rest) { return cat("model.layers.",
 class Gemma4 final : public Model {
  public:
   Gemma4(const json& config, std::map<std::string, Tensor> weights)
-      : k_(parse(config)), w_(gemma4_parameters(config), std::move(weights)) {
+      : k_(parse_gemma(config)), w_(gemma4_parameters(config), std::move(weights)) {
     for (const Layer& l : k_.layers) infos_.push_back(l.info);
   }
 
@@ -266,7 +266,7 @@ class Gemma4 final : public Model {
 }  // namespace
 
 ParamList gemma4_parameters(const json& config) {
-  const GemmaConfig k = parse(config);
+  const GemmaConfig k = parse_gemma(config);
   ParamList p;
   p.push_back({"model.embed_tokens.weight", {k.vocab, k.hidden}});
   if (k.ple > 0) p.push_back({"model.embed_tokens_per_layer.weight", {k.vocab_ple, k.n_layers * k.ple}});

@@ -23,7 +23,7 @@ struct LlamaConfig {
   std::vector<LayerKind> kinds;
 };
 
-LlamaConfig parse(const json& config) {
+LlamaConfig parse_llama(const json& config) {
   const ConfigReader c(config);
   KVLAB_REQUIRE(c.string("model_type") == "llama", invalid_argument, "config key \"model_type\" is not llama");
   LlamaConfig k;
@@ -70,7 +70,7 @@ std::string layer_name(std::int64_t l, const char* rest) { return cat("model.lay
 class Llama final : public Model {
  public:
   Llama(const json& config, std::map<std::string, Tensor> weights)
-      : k_(parse(config)), w_(llama_parameters(config), std::move(weights)) {
+      : k_(parse_llama(config)), w_(llama_parameters(config), std::move(weights)) {
     for (std::int64_t l = 0; l < k_.layers; ++l) {
       LayerInfo info;
       info.kind = k_.kinds[static_cast<std::size_t>(l)];
@@ -136,7 +136,7 @@ class Llama final : public Model {
 }  // namespace
 
 ParamList llama_parameters(const json& config) {
-  const LlamaConfig k = parse(config);
+  const LlamaConfig k = parse_llama(config);
   ParamList p;
   p.push_back({"model.embed_tokens.weight", {k.vocab, k.hidden}});
   for (std::int64_t l = 0; l < k.layers; ++l) {

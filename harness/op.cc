@@ -117,6 +117,11 @@ ParamSpec dtype_param(std::string key, std::string def) {
   return {std::move(key), ParamKind::word, std::move(def), {"f32", "f16", "bf16"}, false, 1};
 }
 
+ParamSpec quiet(ParamSpec s) {
+  s.quiet_default = true;
+  return s;
+}
+
 namespace {
 
 // body(begin, end) over [0, n) in contiguous ranges, on several threads when n is large.
@@ -182,7 +187,7 @@ Tensor random_bits(const Problem& p, std::string_view name, DType dtype, Shape s
   return t;
 }
 
-std::uint32_t nan_poison_bits(DType dtype) {
+std::uint32_t payload_nan_bits(DType dtype) {
   switch (dtype) {
     case DType::f32: return 0x7FC0DEADu;  // quiet NaN; the payload names the poison
     case DType::f16: return 0x7E5Au;

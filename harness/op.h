@@ -129,13 +129,16 @@ ParamSpec int_param(std::string key, std::int64_t def, bool shrink = false, std:
 ParamSpec real_param(std::string key, std::string def);
 ParamSpec word_param(std::string key, std::vector<std::string> choices, bool shrink = false);
 ParamSpec dtype_param(std::string key = "dtype", std::string def = "f32");
+// `s` as a quiet key (ParamSpec::quiet_default): added after lines were written, named in a
+// canonical line only when off its default.
+ParamSpec quiet(ParamSpec s);
 
 // Normal(0, stddev²) values rounded to `dtype`, keyed by the problem line and `name`.
 Tensor random_normal(const Problem& p, std::string_view name, DType dtype, Shape shape, double stddev = 1.0);
 // Raw random bits for any dtype (integer payloads, data-movement tests).
 Tensor random_bits(const Problem& p, std::string_view name, DType dtype, Shape shape);
 // f32 quiet NaN with a payload, f16/bf16 likewise; the poison of hidden cache slots.
-std::uint32_t nan_poison_bits(DType dtype);
+std::uint32_t payload_nan_bits(DType dtype);
 void store_bits(Tensor& t, std::int64_t index, std::uint32_t bits);
 
 }  // namespace kvlab::harness

@@ -159,13 +159,13 @@ struct RotatingRig {
   }
 };
 
-enum class Op { decode, chunk, prompt, trim, filter, bad_filter, extend, merge, state };
-const char* op_name(Op op) {
+enum class LifecycleOp { decode, chunk, prompt, trim, filter, bad_filter, extend, merge, state };
+const char* lifecycle_op_name(LifecycleOp op) {
   static const char* const names[] = {"decode", "chunk", "prompt", "trim", "filter",
                                       "bad filter", "extend", "merge", "state"};
   return names[static_cast<int>(op)];
 }
-void showValue(Op op, std::ostream& os) { os << op_name(op); }
+void showValue(LifecycleOp op, std::ostream& os) { os << lifecycle_op_name(op); }
 
 }  // namespace
 
@@ -180,32 +180,32 @@ void batch_rotating_lifecycle(const Hooks&, const BatchHooks& bh) {
   Pending pending;
   RC_LOG() << "max_size " << rig.max_size << ", fresh rows " << rows_str(rows) << "\n";
   rig.check(*cache, rows, false, "prefill");
-  const auto script = *rc::gen::container<std::vector<Op>>(
+  const auto script = *rc::gen::container<std::vector<LifecycleOp>>(
       static_cast<std::size_t>(*rc::gen::inRange(1, 13)),
-      rc::gen::weightedElement<Op>({{4, Op::decode}, {2, Op::chunk}, {3, Op::prompt}, {1, Op::trim}, {1, Op::filter},
-                                    {1, Op::bad_filter}, {2, Op::extend}, {2, Op::merge}, {2, Op::state}}));
-  for (Op op : script) {
+      rc::gen::weightedElement<LifecycleOp>({{4, LifecycleOp::decode}, {2, LifecycleOp::chunk}, {3, LifecycleOp::prompt}, {1, LifecycleOp::trim}, {1, LifecycleOp::filter},
+                                    {1, LifecycleOp::bad_filter}, {2, LifecycleOp::extend}, {2, LifecycleOp::merge}, {2, LifecycleOp::state}}));
+  for (LifecycleOp op : script) {
     ++size.steps;
-    if (op == Op::prompt && pending) op = Op::chunk;
-    if (op == Op::prompt && std::any_of(rows.begin(), rows.end(), [](const RowLog& r) { return r.count < 0; }))
-      op = Op::decode;  // a prompt needs every row's left padding consumed
-    if (op == Op::merge && pending) op = Op::state;
-    if (op == Op::extend && rows.size() >= 6) op = Op::filter;
-    if (op == Op::decode || op == Op::chunk) {
+    if (op == LifecycleOp::prompt && pending) op = LifecycleOp::chunk;
+    if (op == LifecycleOp::prompt && std::any_of(rows.begin(), rows.end(), [](const RowLog& r) { return r.count < 0; }))
+      op = LifecycleOp::decode;  // a prompt needs every row's left padding consumed
+    if (op == LifecycleOp::merge && pending) op = LifecycleOp::state;
+    if (op == LifecycleOp::extend && rows.size() >= 6) op = LifecycleOp::filter;
+    if (op == LifecycleOp::decode || op == LifecycleOp::chunk) {
       if (pending && pending.left == 0) {
         RotatingRig::finish_prompt(*cache, rows);
         pending = {};
       } else {
         const std::int64_t most = pending ? pending.left : 2 * rig.max_size + 2;
         // In a pending prompt, decode = a one-token chunk (mlx-vlm 75f50e84, §7 row 25).
-        const std::int64_t n = op == Op::decode ? 1 : gen_chunk(most);
+        const std::int64_t n = op == LifecycleOp::decode ? 1 : gen_chunk(most);
         rig.write(cache, rows, n, pending.on);
         if (pending) pending.left -= n;
         size.tokens += n;
       }
-    } else if (op == Op::prompt) {
+    } else if (op == LifecycleOp::prompt) {
       pending = {true, rig.start_prompt(*cache, rows)};
-    } else if (op == Op::trim) {
+    } else if (op == LifecycleOp::trim) {
       std::int64_t most = 0;
       for (const RowLog& r : rows) most = std::max(most, r.count);
       const std::int64_t n = *rc::gen::inRange<std::int64_t>(0, most + 1);
@@ -218,15 +218,15 @@ void batch_rotating_lifecycle(const Hooks&, const BatchHooks& bh) {
         if (removed != n) RC_FAIL("trim(" + std::to_string(n) + ") removed " + std::to_string(removed));
         for (RowLog& r : rows) r.count -= n;
       }
-    } else if (op == Op::filter) {
+    } else if (op == LifecycleOp::filter) {
       const std::vector<std::int32_t> idx = gen_keep(rows.size());
       cache->filter(idx);
       rows = pick(rows, idx);
-    } else if (op == Op::bad_filter) {
+    } else if (op == LifecycleOp::bad_filter) {
       const std::vector<std::int32_t> idx = gen_bad_keep(rows.size());
       expect_rejected([&] { cache->filter(idx); }, ErrorKind::invalid_argument,
                       "filter(" + list_str(idx) + ") of " + std::to_string(rows.size()) + " rows");
-    } else if (op == Op::extend) {
+    } else if (op == LifecycleOp::extend) {
       std::vector<RowLog> joined;
       const int kind = *rc::gen::inRange(0, 4);
       std::unique_ptr<BatchRotatingKVCache> other;
@@ -244,14 +244,14 @@ void batch_rotating_lifecycle(const Hooks&, const BatchHooks& bh) {
         cache->extend(with);
         rows.insert(rows.end(), joined.begin(), joined.end());
       }
-    } else if (op == Op::merge) {
+    } else if (op == LifecycleOp::merge) {
       cache = rig.merge_rows(*cache, rows);
-    } else if (op == Op::state) {
+    } else if (op == LifecycleOp::state) {
       cache = bh.rotating_restore(rig.be, cache->state());
     }
-    RC_LOG() << op_name(op) << " -> rows " << rows_str(rows)
+    RC_LOG() << lifecycle_op_name(op) << " -> rows " << rows_str(rows)
              << (pending ? " pending " + std::to_string(pending.left) : "") << "\n";
-    rig.check(*cache, rows, pending.on, op_name(op));
+    rig.check(*cache, rows, pending.on, lifecycle_op_name(op));
   }
   if (pending) {
     if (pending.left > 0) rig.write(cache, rows, pending.left, true);

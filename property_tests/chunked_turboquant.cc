@@ -32,11 +32,6 @@ namespace kvlab::prop {
 
 namespace {
 
-void expect_same(const Tensor& actual, const Tensor& expected, const std::string& what) {
-  const std::string d = first_difference(actual, expected);
-  if (!d.empty()) RC_FAIL(what + ": " + d);
-}
-
 bool fractional(double bits) { return bits != std::floor(bits); }
 
 // The reference codec of (dim, bits, seed), as ref::make_turboquant_codec builds it

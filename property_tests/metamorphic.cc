@@ -53,11 +53,6 @@ void record_case(const std::vector<std::int64_t>& chunks) {
 
 namespace {
 
-void expect_close(const Tensor& a, const Tensor& b, double tol, const std::string& what) {
-  const std::string d = first_difference(a, b, tol);
-  if (!d.empty()) RC_FAIL(what + ": " + d);
-}
-
 Tensor dequantize(Backend& be, const QuantizedDTensor& q) {
   return ref::affine_dequantize(
       ref::QuantizedTensor{be.download(q.wq), be.download(q.scales), be.download(q.biases), q.spec});

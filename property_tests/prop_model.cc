@@ -38,8 +38,6 @@ std::vector<std::int64_t> range(std::int64_t lo, std::int64_t hi) {
   return out;
 }
 
-std::size_t idx(std::int64_t i) { return static_cast<std::size_t>(i); }
-
 }  // namespace
 
 float content(Stream s, std::int64_t b, std::int64_t pos, std::int64_t head, std::int64_t d) {
@@ -358,12 +356,12 @@ std::string first_difference(const Tensor& a, const Tensor& b, double tol) {
   return {};
 }
 
-namespace {
-
-void expect_same(const Tensor& actual, const Tensor& expected, const std::string& what, double tol = 0.0) {
+void expect_same(const Tensor& actual, const Tensor& expected, const std::string& what, double tol) {
   const std::string d = first_difference(actual, expected, tol);
   if (!d.empty()) RC_FAIL(what + ": " + d);
 }
+
+namespace {
 
 void expect_quantized(Sut& sut, const Model& m, const FetchedQuantizedKV& f, const std::vector<std::int64_t>& pos,
                       const std::string& what) {

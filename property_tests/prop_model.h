@@ -219,5 +219,13 @@ Tensor oracle_attention(Sut& sut, const Model& after, const std::vector<std::int
 
 // Bit-exact comparison of two tensors; returns a description of the first difference.
 std::string first_difference(const Tensor& a, const Tensor& b, double tol = 0.0);
+// RC_FAIL naming `what` and the first difference beyond `tol`, unless the tensors agree.
+void expect_same(const Tensor& actual, const Tensor& expected, const std::string& what, double tol = 0.0);
+inline void expect_close(const Tensor& a, const Tensor& b, double tol, const std::string& what) {
+  expect_same(a, b, what, tol);
+}
+
+// A non-negative index for std::vector.
+inline std::size_t idx(std::int64_t i) { return static_cast<std::size_t>(i); }
 
 }  // namespace kvlab::prop

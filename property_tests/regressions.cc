@@ -37,13 +37,6 @@ namespace {
 
 constexpr float kPad = 7.5f;  // finite and outside content's [-1, 1): visible if a pad is ever attended
 
-std::size_t idx(std::int64_t i) { return static_cast<std::size_t>(i); }
-
-void expect_close(const Tensor& a, const Tensor& b, double tol, const std::string& what) {
-  const std::string d = first_difference(a, b, tol);
-  if (!d.empty()) RC_FAIL(what + ": " + d);
-}
-
 // (B, heads, n, dim): row b, column j holds content(s, b, tok(b, j), h, d), or kPad where
 // tok(b, j) < 0 (left padding).
 template <class F>

@@ -64,14 +64,6 @@ std::uint8_t gpu_wrapped_code(float r, int bits) {
 float f32_mul(float a, float b) { return static_cast<float>(double{a} * double{b}); }
 float f32_add(float a, float b) { return static_cast<float>(double{a} + double{b}); }
 
-// The prefix of `shape` without its last axis (the independent rows).
-Shape leading_axes(const Shape& shape) { return Shape(shape.begin(), shape.end() - 1); }
-
-Shape with_last(Shape lead, std::int64_t last) {
-  lead.push_back(last);
-  return lead;
-}
-
 void require_affine(const QuantSpec& spec, const char* who) {
   KVLAB_REQUIRE(spec.format().encoder == QuantEncoder::affine, invalid_argument, who, ": mode ", quant_mode_name(spec.mode),
                 " is not affine (use fp_quantize for mxfp4/mxfp8/nvfp4)");
@@ -154,13 +146,13 @@ void validate_affine_quantize(const ConstTensorView& x, const QuantSpec& spec, c
   const std::int64_t d = x.dim(-1);
   const std::int64_t words_per_row = spec.packed_words(d);  // validates D > 0 and D % group_size
   const std::int64_t groups_per_row = spec.groups(d);
-  const Shape lead = leading_axes(x.shape);
+  const Shape lead = shape_leading(x.shape);
   require_dtype(wq, DType::u32, "wq");
-  require_shape(wq, with_last(lead, words_per_row), "wq");
+  require_shape(wq, shape_appended(lead, words_per_row), "wq");
   require_dtype(scales, x.dtype, "scales");  // MLX: scales and biases in the input dtype
-  require_shape(scales, with_last(lead, groups_per_row), "scales");
+  require_shape(scales, shape_appended(lead, groups_per_row), "scales");
   require_dtype(biases, x.dtype, "biases");
-  require_shape(biases, with_last(lead, groups_per_row), "biases");
+  require_shape(biases, shape_appended(lead, groups_per_row), "biases");
 }
 
 void affine_quantize(const ConstTensorView& x, const QuantSpec& spec, Rounding rounding, const TensorView& wq,
@@ -169,7 +161,7 @@ void affine_quantize(const ConstTensorView& x, const QuantSpec& spec, Rounding r
   const std::int64_t d = x.dim(-1);
   const std::int64_t words_per_row = spec.packed_words(d);
   const std::int64_t groups_per_row = spec.groups(d);
-  const Shape lead = leading_axes(x.shape);
+  const Shape lead = shape_leading(x.shape);
 
   const std::int64_t rows = shape_numel(lead);
   // No rows, no work: the row scratch below is sized by D alone, which an empty tensor
@@ -205,18 +197,18 @@ void validate_affine_dequantize(const ConstTensorView& wq, const ConstTensorView
   require_float(scales, "scales");
   require_dtype(biases, scales.dtype, "biases");
   require_shape(biases, scales.shape, "biases");
-  const Shape lead = leading_axes(wq.shape);
-  KVLAB_REQUIRE(scales.rank() == wq.rank() && leading_axes(scales.shape) == lead, shape_mismatch, "scales shape ",
+  const Shape lead = shape_leading(wq.shape);
+  KVLAB_REQUIRE(scales.rank() == wq.rank() && shape_leading(scales.shape) == lead, shape_mismatch, "scales shape ",
                 shape_str(scales.shape), " does not share the leading axes of wq shape ", shape_str(wq.shape));
   const std::int64_t d = dequantized_dim(wq, scales, spec);
   require_float(out, "out");
-  require_shape(out, with_last(lead, d), "out");
+  require_shape(out, shape_appended(lead, d), "out");
 }
 
 void affine_dequantize(const ConstTensorView& wq, const ConstTensorView& scales, const ConstTensorView& biases,
                        const QuantSpec& spec, const TensorView& out, Rounding flavour) {
   validate_affine_dequantize(wq, scales, biases, spec, out);
-  const Shape lead = leading_axes(wq.shape);
+  const Shape lead = shape_leading(wq.shape);
   const std::int64_t d = out.dim(-1);
 
   const std::int64_t rows = shape_numel(lead);
@@ -248,9 +240,9 @@ QuantizedTensor affine_quantize(const Tensor& x, const QuantSpec& spec, Rounding
   require_float(x.view(), "x");
   require_rank_at_least_1(x.view(), "x");
   const std::int64_t d = x.dim(-1);
-  const Shape lead = leading_axes(x.shape());
-  const Shape params_shape = with_last(lead, spec.groups(d));
-  QuantizedTensor q{Tensor(DType::u32, with_last(lead, spec.packed_words(d))), Tensor(x.dtype(), params_shape),
+  const Shape lead = shape_leading(x.shape());
+  const Shape params_shape = shape_appended(lead, spec.groups(d));
+  QuantizedTensor q{Tensor(DType::u32, shape_appended(lead, spec.packed_words(d))), Tensor(x.dtype(), params_shape),
                     Tensor(x.dtype(), params_shape), spec};
   affine_quantize(x.view(), spec, rounding, q.wq.view(), q.scales.view(), q.biases.view());
   return q;
@@ -269,7 +261,7 @@ Tensor affine_dequantize(const QuantizedTensor& q, DType out_dtype) {
   require_rank_at_least_1(q.scales.view(), "scales");
   require_float(ConstTensorView{nullptr, out_dtype, {}}, "out");
   const std::int64_t d = dequantized_dim(q.wq.view(), q.scales.view(), q.spec);
-  Tensor out(out_dtype, with_last(leading_axes(q.wq.shape()), d));
+  Tensor out(out_dtype, shape_appended(shape_leading(q.wq.shape()), d));
   affine_dequantize(q.wq.view(), q.scales.view(), q.biases.view(), q.spec, out.view());
   return out;
 }

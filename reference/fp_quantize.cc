@@ -106,13 +106,6 @@ void require_global_scale(const QuantSpec& spec, std::optional<float> global_sca
                 " is not finite");
 }
 
-// Shape of `x` with its last axis replaced.
-Shape with_last(const Shape& shape, std::int64_t last) {
-  Shape out = shape;
-  out.back() = last;
-  return out;
-}
-
 struct QuantizeShapes {
   std::int64_t d = 0;
   Shape wq, scales;
@@ -123,7 +116,7 @@ QuantizeShapes quantize_shapes(const ConstTensorView& x, const QuantSpec& spec) 
   KVLAB_REQUIRE(x.rank() >= 1, shape_mismatch, "fp_quantize input x has rank 0 (shape ", shape_str(x.shape),
                 "); it needs a last axis to group");
   const std::int64_t d = x.dim(-1);
-  return {d, with_last(x.shape, spec.packed_words(d)), with_last(x.shape, spec.groups(d))};
+  return {d, shape_with_last(x.shape, spec.packed_words(d)), shape_with_last(x.shape, spec.groups(d))};
 }
 
 // The element encoder of a format, applied to a value already divided by its scale.
@@ -322,7 +315,7 @@ std::int64_t validate_fp_dequantize(const ConstTensorView& wq, const ConstTensor
   KVLAB_REQUIRE(d == groups_per_row * spec.group_size, shape_mismatch, "fp_dequantize: wq last dim ",
                 words_per_row, " holds ", d, " codes of ", spec.bits, " bits, but scales last dim ", groups_per_row,
                 " × group_size ", spec.group_size, " covers ", groups_per_row * spec.group_size);
-  require_shape(out, with_last(wq.shape, d), "fp_dequantize output");
+  require_shape(out, shape_with_last(wq.shape, d), "fp_dequantize output");
   return d;
 }
 
@@ -369,7 +362,7 @@ Tensor fp_dequantize(const QuantizedTensor& q, std::optional<float> global_scale
   require_fp_spec(q.spec, "fp_dequantize");
   KVLAB_REQUIRE(q.wq.rank() >= 1, shape_mismatch, "fp_dequantize input wq has rank 0; it needs a packed last axis");
   require_float(ConstTensorView{nullptr, out_dtype, {}}, "fp_dequantize output");
-  Tensor out(out_dtype, with_last(q.wq.shape(), q.wq.dim(-1) * 32 / q.spec.bits));
+  Tensor out(out_dtype, shape_with_last(q.wq.shape(), q.wq.dim(-1) * 32 / q.spec.bits));
   fp_dequantize(q.wq.view(), q.scales.view(), q.spec, global_scale, out.view());
   return out;
 }

@@ -19,7 +19,7 @@ namespace kvlab::ref {
 
 namespace {
 
-std::string name(const char* operand, const char* part) { return cat(operand, " ", part); }
+std::string operand_part(const char* operand, const char* part) { return cat(operand, " ", part); }
 
 void validate_spec(const QuantSpec& spec, const char* operand) {
   try {
@@ -52,7 +52,7 @@ void validate_packed(const QuantizedView& x, const char* operand, std::int64_t d
   const QuantSpec& spec = x.spec;
   KVLAB_REQUIRE(d > 0 && d % spec.group_size == 0, invalid_argument, operand, " head dim D = ", d,
                 " is not a positive multiple of group_size ", spec.group_size, " (", to_string(spec), ")");
-  if (x.wq.dtype != DType::u32) require_dtype(x.wq, DType::u32, name(operand, "codes").c_str());
+  if (x.wq.dtype != DType::u32) require_dtype(x.wq, DType::u32, operand_part(operand, "codes").c_str());
   KVLAB_REQUIRE(x.wq.rank() >= 1, shape_mismatch, operand, " codes have rank 0; expected (..., D·bits/32)");
   const std::int64_t words = d * spec.bits / 32;  // exact: group_size·bits is a multiple of 32
   KVLAB_REQUIRE(x.wq.dim(-1) == words, shape_mismatch, operand, " codes have ", x.wq.dim(-1),
@@ -61,20 +61,20 @@ void validate_packed(const QuantizedView& x, const char* operand, std::int64_t d
   Shape meta = x.wq.shape;
   meta.back() = d / spec.group_size;
   if (x.scales.shape != meta) {
-    require_shape(x.scales, meta, name(operand, "scales (codes' leading axes, D/group_size)").c_str());
+    require_shape(x.scales, meta, operand_part(operand, "scales (codes' leading axes, D/group_size)").c_str());
   }
   if (spec.has_biases()) {
-    if (!is_float(x.scales.dtype)) require_float(x.scales, name(operand, "scales").c_str());
+    if (!is_float(x.scales.dtype)) require_float(x.scales, operand_part(operand, "scales").c_str());
     KVLAB_REQUIRE(x.biases.data != nullptr, invalid_argument, operand, " biases are missing; mode ",
                   quant_mode_name(spec.mode), " needs them");
     if (x.biases.shape != meta) {
-      require_shape(x.biases, meta, name(operand, "biases (same shape as the scales)").c_str());
+      require_shape(x.biases, meta, operand_part(operand, "biases (same shape as the scales)").c_str());
     }
     if (x.biases.dtype != x.scales.dtype) {
-      require_dtype(x.biases, x.scales.dtype, name(operand, "biases (same dtype as the scales)").c_str());
+      require_dtype(x.biases, x.scales.dtype, operand_part(operand, "biases (same dtype as the scales)").c_str());
     }
   } else {
-    if (x.scales.dtype != DType::u8) require_dtype(x.scales, DType::u8, name(operand, "scales").c_str());
+    if (x.scales.dtype != DType::u8) require_dtype(x.scales, DType::u8, operand_part(operand, "scales").c_str());
     KVLAB_REQUIRE(x.biases.data == nullptr, invalid_argument, operand, " biases of shape ",
                   shape_str(x.biases.shape), " were given, but mode ", quant_mode_name(spec.mode), " has none");
   }

@@ -70,18 +70,12 @@ void fwht(std::span<double> v) {
   }
 }
 
-Shape leading_axes(const Shape& s) { return Shape(s.begin(), s.end() - 1); }
-Shape with_last(Shape lead, std::int64_t last) {
-  lead.push_back(last);
-  return lead;
-}
-
 // norms may be (...) or (..., 1): the former is mlx-vlm's state layout, the latter the
 // row-aligned block the cache moves with the seq:: helpers.
 void require_norms(const ConstTensorView& norms, const Shape& lead, const char* who) {
   require_dtype(norms, DType::f16, "TurboQuant norms");
-  KVLAB_REQUIRE(norms.shape == lead || norms.shape == with_last(lead, 1), shape_mismatch, who, ": norms have shape ",
-                shape_str(norms.shape), ", expected ", shape_str(lead), " or ", shape_str(with_last(lead, 1)));
+  KVLAB_REQUIRE(norms.shape == lead || norms.shape == shape_appended(lead, 1), shape_mismatch, who, ": norms have shape ",
+                shape_str(norms.shape), ", expected ", shape_str(lead), " or ", shape_str(shape_appended(lead, 1)));
 }
 
 // The vector width W a codec reads from / writes to, and its checks.
@@ -368,11 +362,11 @@ void turboquant_unrotate(const TurboQuantCodec& codec, std::span<double> v) {
 void turboquant_encode(const ConstTensorView& x, const TurboQuantCodec& codec, const TensorView& norms,
                        const TensorView& indices) {
   require_vectors(x, codec, "turboquant_encode input x");
-  const Shape lead = leading_axes(x.shape);
+  const Shape lead = shape_leading(x.shape);
   require_norms(norms, lead, "turboquant_encode");
   const std::int64_t words = packed_word_count(codec.dim, codec.bits);
   require_dtype(indices, DType::u32, "turboquant_encode indices");
-  require_shape(indices, with_last(lead, words), "turboquant_encode indices");
+  require_shape(indices, shape_appended(lead, words), "turboquant_encode indices");
   const std::int64_t rows = shape_numel(lead), width = x.shape.back();
   const std::vector<double> mids = midpoints(codec);
   std::vector<double> u(static_cast<std::size_t>(codec.dim)), scratch(u.size());
@@ -401,11 +395,11 @@ void turboquant_encode(const ConstTensorView& x, const TurboQuantCodec& codec, c
 void turboquant_decode(const ConstTensorView& norms, const ConstTensorView& indices, const TurboQuantCodec& codec,
                        const TensorView& out) {
   require_vectors(out, codec, "turboquant_decode output");
-  const Shape lead = leading_axes(out.shape);
+  const Shape lead = shape_leading(out.shape);
   require_norms(norms, lead, "turboquant_decode");
   const std::int64_t words = packed_word_count(codec.dim, codec.bits);
   require_dtype(indices, DType::u32, "turboquant_decode indices");
-  require_shape(indices, with_last(lead, words), "turboquant_decode indices");
+  require_shape(indices, shape_appended(lead, words), "turboquant_decode indices");
   const std::int64_t rows = shape_numel(lead), width = out.shape.back();
   std::vector<double> y(static_cast<std::size_t>(codec.dim)), scratch(y.size());
   std::vector<std::uint8_t> codes(y.size());

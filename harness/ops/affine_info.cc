@@ -21,8 +21,6 @@ std::vector<ParamSpec> quant_params() {
           word_param("rounding", {"mlx_cpu", "mlx_gpu", "mlx"}), word_param("dist", value_family_names(), true)};
 }
 
-Shape x_shape(const Problem& p) { return {p.integer("B"), p.integer("H"), p.integer("T"), p.integer("D")}; }
-
 QuantSpec affine_spec(const Problem& p) {
   QuantSpec s{QuantMode::affine, p.int32("bits"), p.int32("group")};
   s.validate();
@@ -30,7 +28,7 @@ QuantSpec affine_spec(const Problem& p) {
 }
 
 Tensor quant_input(const Problem& p) {
-  return value_family_fill(p, "x", dtype_from_name(p.word("dtype")), x_shape(p), p.word("dist"));
+  return value_family_fill(p, "x", dtype_from_name(p.word("dtype")), bhtd_shape(p), p.word("dist"));
 }
 
 // x, its codes (at most a byte per element plus a padding word per row), two
@@ -45,11 +43,6 @@ Footprint quant_footprint(const Problem& p) {
   return f.add(DType::f32, {D, 2});  // the oracle's row scratch, whatever the row count
 }
 
-Shape with_last(Shape s, std::int64_t last) {
-  s.back() = last;
-  return s;
-}
-
 class AffineQuantize final : public OpInfo {
  public:
   std::string_view name() const override { return "affine_quantize"; }
@@ -62,13 +55,13 @@ class AffineQuantize final : public OpInfo {
     const QuantSpec spec = affine_spec(p);
     Prepared prep;
     prep.add_input("x", quant_input(p));
-    const Shape xs = x_shape(p);
+    const Shape xs = bhtd_shape(p);
     const DType dtype = dtype_from_name(p.word("dtype"));
     // Codes, scales and biases are all bit-exact: the algorithm is a fixed sequence of
     // f32 operations (reference/affine_quantize.h), so any difference is a bug, not noise.
-    prep.outputs.push_back({"wq", DType::u32, with_last(xs, spec.packed_words(xs.back())), true, {}});
-    prep.outputs.push_back({"scales", dtype, with_last(xs, spec.groups(xs.back())), true, {}});
-    prep.outputs.push_back({"biases", dtype, with_last(xs, spec.groups(xs.back())), true, {}});
+    prep.outputs.push_back({"wq", DType::u32, shape_with_last(xs, spec.packed_words(xs.back())), true, {}});
+    prep.outputs.push_back({"scales", dtype, shape_with_last(xs, spec.groups(xs.back())), true, {}});
+    prep.outputs.push_back({"biases", dtype, shape_with_last(xs, spec.groups(xs.back())), true, {}});
     return prep;
   }
 
@@ -106,7 +99,7 @@ class AffineDequantize final : public OpInfo {
     // rounding=mlx is the pinned MLX's arithmetic, which defines every bit: compared
     // bit for bit; the other flavours are a contract with an fma-tolerant budget.
     const bool exact = rounding_from_name(p.word("rounding")) == Rounding::mlx;
-    prep.outputs.push_back({"out", dtype_from_name(p.word("dtype")), x_shape(p), exact, {}});
+    prep.outputs.push_back({"out", dtype_from_name(p.word("dtype")), bhtd_shape(p), exact, {}});
     return prep;
   }
 

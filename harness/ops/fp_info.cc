@@ -26,18 +26,10 @@ std::vector<std::string> fp_modes() {
 
 // The spread of the normal fill: 10^-3 and 10^3 put the group scales far from 1 (E8M0
 // and E4M3 scale codes at both ends). A quiet key: lines without it keep their fills.
-ParamSpec stddev_param() {
-  ParamSpec s = real_param("stddev", "1");
-  s.quiet_default = true;
-  return s;
-}
+ParamSpec stddev_param() { return quiet(real_param("stddev", "1")); }
 
 // The value family of x (harness/value_families.h); quiet, so older lines keep their fills.
-ParamSpec dist_param() {
-  ParamSpec s = word_param("dist", value_family_names(), true);
-  s.quiet_default = true;
-  return s;
-}
+ParamSpec dist_param() { return quiet(word_param("dist", value_family_names(), true)); }
 
 std::vector<ParamSpec> fp_params() {
   return {int_param("B", 1, true), int_param("H", 1, true), int_param("T", 4, true), int_param("D", 64, true, 16),
@@ -47,11 +39,10 @@ std::vector<ParamSpec> fp_params() {
           word_param("global_scale", {"none", "amax"}, true), stddev_param(), dist_param()};
 }
 
-Shape x_shape(const Problem& p) { return {p.integer("B"), p.integer("H"), p.integer("T"), p.integer("D")}; }
 QuantSpec fp_spec(const Problem& p) { return QuantSpec::make(quant_mode_from_name(p.word("mode"))); }
 
 Tensor fp_input(const Problem& p) {
-  return value_family_fill(p, "x", dtype_from_name(p.word("dtype")), x_shape(p), p.word("dist"), p.real("stddev"));
+  return value_family_fill(p, "x", dtype_from_name(p.word("dtype")), bhtd_shape(p), p.word("dist"), p.real("stddev"));
 }
 
 std::optional<float> global_scale(const Problem& p, const Tensor& x) {
@@ -74,11 +65,6 @@ Footprint fp_footprint(const Problem& p, bool with_output) {
   return f.add(DType::f32, {D, 2});  // the oracle's row scratch, whatever the row count
 }
 
-Shape with_last(Shape s, std::int64_t last) {
-  s.back() = last;
-  return s;
-}
-
 class FpQuantize final : public OpInfo {
  public:
   std::string_view name() const override { return "fp_quantize"; }
@@ -91,9 +77,9 @@ class FpQuantize final : public OpInfo {
     const QuantSpec spec = fp_spec(p);
     Prepared prep;
     prep.add_input("x", fp_input(p));
-    const Shape xs = x_shape(p);
-    prep.outputs.push_back({"wq", DType::u32, with_last(xs, spec.packed_words(xs.back())), true, {}});
-    prep.outputs.push_back({"scales", DType::u8, with_last(xs, spec.groups(xs.back())), true, {}});
+    const Shape xs = bhtd_shape(p);
+    prep.outputs.push_back({"wq", DType::u32, shape_with_last(xs, spec.packed_words(xs.back())), true, {}});
+    prep.outputs.push_back({"scales", DType::u8, shape_with_last(xs, spec.groups(xs.back())), true, {}});
     return prep;
   }
 
@@ -127,7 +113,7 @@ class FpDequantize final : public OpInfo {
     Prepared prep;
     prep.add_input("wq", std::move(q.wq));
     prep.add_input("scales", std::move(q.scales));
-    prep.outputs.push_back({"out", dtype_from_name(p.word("dtype")), x_shape(p), false, {}});
+    prep.outputs.push_back({"out", dtype_from_name(p.word("dtype")), bhtd_shape(p), false, {}});
     return prep;
   }
 

@@ -42,11 +42,6 @@ Tensor int_tensor(Shape shape, const std::vector<std::int64_t>& values) {
 }
 
 // Keys added after the case files were written: left out of a line at their default.
-ParamSpec quiet(ParamSpec s) {
-  s.quiet_default = true;
-  return s;
-}
-
 class KvScatter final : public OpInfo {
  public:
   std::string_view name() const override { return "kv_scatter"; }

@@ -30,6 +30,9 @@ namespace kvlab::harness::ops {
 KVLAB_HARNESS_OPS(KVLAB_DECLARE_HARNESS_OP)
 #undef KVLAB_DECLARE_HARNESS_OP
 
+// The (B, H, T, D) shape of the problem's keys B, H, T, D: the input of the quantize ops.
+inline Shape bhtd_shape(const Problem& p) { return {p.integer("B"), p.integer("H"), p.integer("T"), p.integer("D")}; }
+
 // The rope op's tolerance (its derivation is in rope_info.cc), per element of
 // ref = rope(x) with batch row b at positions t + row_offsets[b]; for checks outside the
 // harness that compare a backend's RoPE with the oracle's (the property suite).

@@ -56,11 +56,6 @@ RopeParams rope_params(const Problem& p) {
   return r;
 }
 
-ParamSpec quiet(ParamSpec s) {
-  s.quiet_default = true;
-  return s;
-}
-
 // Tolerance of rope.
 // The oracle evaluates in double and rounds once (≤ ½ ulp of T). A backend in f32:
 //   inv_i = base^(−2i/dims) via powf/exp2: relative error ≤ 4·u (u = 2^-24);

@@ -351,8 +351,8 @@ class Sdpa final : public OpInfo {
     inject_special(p, q, k, v);
     std::optional<Tensor> mask = mask_array(p);
     const std::vector<bool> hidden = hidden_keys(p, mask ? &*mask : nullptr);
-    poison_rows(hidden, k, nan_poison_bits(dtype));
-    poison_rows(hidden, v, nan_poison_bits(dtype));
+    poison_rows(hidden, k, payload_nan_bits(dtype));
+    poison_rows(hidden, v, payload_nan_bits(dtype));
     prep.add_input("q", std::move(q));
     prep.add_input("k", std::move(k));
     prep.add_input("v", std::move(v));
@@ -426,7 +426,7 @@ class QuantizedSdpa final : public OpInfo {
       // NaN (scales in the input dtype) or E8M0 0xFF = +inf. E4M3 (nvfp4) has no such
       // code, so those rows stay clean.
       switch (spec.format().scale) {
-        case ScaleEncoding::input_dtype: poison_rows(hidden, q.scales, nan_poison_bits(kv_dtype)); break;
+        case ScaleEncoding::input_dtype: poison_rows(hidden, q.scales, payload_nan_bits(kv_dtype)); break;
         case ScaleEncoding::e8m0: poison_rows(hidden, q.scales, 0xFF); break;
         case ScaleEncoding::e4m3: break;
       }

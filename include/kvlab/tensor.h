@@ -26,6 +26,12 @@ std::int64_t shape_numel(const Shape& s);               // throws on negative di
 std::size_t shape_nbytes(const Shape& s, DType dtype);  // throws when the byte count overflows
 std::int64_t row_major_index(const Shape& s, std::initializer_list<std::int64_t> idx);
 std::int64_t shape_dim(const Shape& s, int axis);       // throws invalid_argument naming a bad axis
+Shape shape_leading(const Shape& s);                    // every axis but the last; throws on rank 0
+Shape shape_with_last(Shape s, std::int64_t last);      // the last axis replaced; throws on rank 0
+inline Shape shape_appended(Shape s, std::int64_t last) {  // one axis added at the end
+  s.push_back(last);
+  return s;
+}
 
 // A non-owning view of contiguous memory with a dtype and a shape.
 template <class Byte>

@@ -11,8 +11,6 @@ namespace kvlab {
 
 namespace {
 
-std::uint32_t u32(std::int64_t v) { return static_cast<std::uint32_t>(v); }  // bounded by a binding
-
 }  // namespace
 
 // The backend's one dispatch on the format table's encoder column.

@@ -24,6 +24,9 @@
 
 namespace kvlab {
 
+// A size, offset or count for a shader's u32 field, bounded by a binding's range.
+inline std::uint32_t u32(std::int64_t v) { return static_cast<std::uint32_t>(v); }
+
 // Instance and device, shared by the context and every buffer it hands out, so a buffer
 // that outlives its backend still frees its memory on a live device.
 struct VulkanRuntime {

@@ -18,8 +18,6 @@ namespace kvlab {
 
 namespace {
 
-std::uint32_t u32(std::int64_t v) { return static_cast<std::uint32_t>(v); }  // bounded by a binding
-
 // The push-constant block of shaders/kv_append_advance.comp.
 struct AppendPush {
   std::uint32_t k_src_offset, v_src_offset, k_cache_offset, v_cache_offset, snapshot_offset, live_offset,

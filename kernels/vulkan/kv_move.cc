@@ -21,8 +21,6 @@ struct KvMovePush {
                 heads = 0, src_len = 0, dst_len = 0, blocks = 0;
 };
 
-std::uint32_t u32(std::int64_t v) { return static_cast<std::uint32_t>(v); }  // bounded by a binding
-
 void run(VulkanBackend::Context& c, KvMovePush push, const ref::KvMovePlan& plan, const DTensor& src,
          const DTensor& dst, const BoundTensor& index, std::int64_t rows) {
   const BoundTensor bs = c.bind(src, 1), bd = c.bind(dst, 1);

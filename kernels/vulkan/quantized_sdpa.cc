@@ -8,30 +8,12 @@
 #include <string>
 #include <vector>
 
+#include "kernels/vulkan/attention_driver.h"
 #include "kernels/vulkan/context.h"
 #include "kvlab/error.h"
 #include "reference/quantized_sdpa.h"
 
 namespace kvlab {
-
-// Defined in sdpa.cc (the shared attention driver; see there).
-namespace vulkan_attention {
-enum Param : std::size_t {
-  kQOff, kKOff, kVOff, kMaskOff, kSinksOff, kOutOff,
-  kQDtype, kKDtype, kVDtype, kMaskDtype, kSinksDtype,
-  kB, kHq, kHkv, kLq, kLk, kDk, kDv,
-  kMaskKind, kMaskB, kMaskH, kWindow, kHasLpad, kHasRpad,
-  kScale, kSoftcap, kChunkLen, kChunks, kMeanPolicy, kHasSinks,
-  kKsOff, kKbOff, kVsOff, kVbOff, kKBits, kKGroup, kVBits, kVGroup, kQfBase, kPartialBase, kRBlock,
-  kPaddings = 48,
-};
-std::vector<std::uint32_t> base_table(const DTensor& q, const DTensor& out, std::int64_t hkv, std::int64_t lk,
-                                      const AttentionParams& params, const DTensor* mask, const DTensor* sinks);
-void run(VulkanBackend::Context& c, vulkan::ShaderId pass, std::vector<std::uint32_t> table, const DTensor& q,
-         std::initializer_list<BoundTensor> operands, std::initializer_list<BoundTensor> meta, const DTensor* mask,
-         const DTensor* sinks, const DTensor& out, std::span<const std::uint32_t> specialization);
-std::int64_t heads_per_workgroup(std::int64_t group, std::int64_t dk);
-}  // namespace vulkan_attention
 
 namespace {
 

@@ -18,6 +18,7 @@
 #include <span>
 #include <vector>
 
+#include "kernels/vulkan/attention_driver.h"
 #include "kernels/vulkan/context.h"
 #include "kvlab/error.h"
 #include "reference/attention_core.h"
@@ -27,25 +28,12 @@ namespace kvlab {
 
 namespace vulkan_attention {
 
-// Indices of the parameter table: shaders/sdpa_params.glsl, same values.
-enum Param : std::size_t {
-  kQOff, kKOff, kVOff, kMaskOff, kSinksOff, kOutOff,
-  kQDtype, kKDtype, kVDtype, kMaskDtype, kSinksDtype,
-  kB, kHq, kHkv, kLq, kLk, kDk, kDv,
-  kMaskKind, kMaskB, kMaskH, kWindow, kHasLpad, kHasRpad,
-  kScale, kSoftcap, kChunkLen, kChunks, kMeanPolicy, kHasSinks,
-  kKsOff, kKbOff, kVsOff, kVbOff, kKBits, kKGroup, kVBits, kVGroup, kQfBase, kPartialBase, kRBlock,
-  kPaddings = 48,
-};
-
 // Limits of the shaders' shared arrays (sdpa_core.glsl).
 constexpr std::int64_t kMaxDk = 1024, kMaxDv = 512, kLocalSize = 64, kMaxHeadsPerWorkgroup = 8,
                        kStagedQFloats = 2048;
 constexpr std::uint32_t kPartialHeader = 3;  // m, l, any
 // The subgroup build keeps one value per subgroup in shared arrays of this many entries.
 constexpr std::uint32_t kMaxSubgroups = 16;
-
-std::uint32_t u32(std::int64_t v) { return static_cast<std::uint32_t>(v); }  // bounded by a binding
 
 std::int64_t heads_per_workgroup(std::int64_t group, std::int64_t dk) {
   return std::min<std::int64_t>({kMaxHeadsPerWorkgroup, group, kStagedQFloats / dk});

@@ -259,7 +259,7 @@ std::unique_ptr<BatchRotatingKVCache> restore_rotated_from_string(Backend& be, c
   return BatchRotatingKVCache::from_state(be, t);
 }
 
-BatchMutant mutant(std::string id, std::string upstream) {
+BatchMutant batch_mutant(std::string id, std::string upstream) {
   return {std::move(id), std::move(upstream), production_batch_hooks()};
 }
 
@@ -267,37 +267,37 @@ BatchMutant mutant(std::string id, std::string upstream) {
 
 std::vector<BatchMutant> batch_lifecycle_mutants() {
   std::vector<BatchMutant> out;
-  out.push_back(mutant("19a.rotating-merge-physical-order", "mlx-lm#738"));
+  out.push_back(batch_mutant("19a.rotating-merge-physical-order", "mlx-lm#738"));
   out.back().batch.rotating_merge = merge_physical_order;
-  out.push_back(mutant("19b.rotating-prepare-counts-last-token", "mlx-lm#738"));
+  out.push_back(batch_mutant("19b.rotating-prepare-counts-last-token", "mlx-lm#738"));
   out.back().batch.rotating_prepare = prepare_counts_last_token;
-  out.push_back(mutant("20.rotating-right-pads-in-window", "mlx-lm#439"));
+  out.push_back(batch_mutant("20.rotating-right-pads-in-window", "mlx-lm#439"));
   out.back().batch.rotating_update = update_without_pad_roll;
-  out.push_back(mutant("24.extract-keeps-pending-pads", "mlx-lm PR #1746"));
+  out.push_back(batch_mutant("24.extract-keeps-pending-pads", "mlx-lm PR #1746"));
   out.back().batch.kv_extract = extract_with_pending_pads;
-  out.push_back(mutant("25.rotating-s1-in-place-while-pending", "mlx-vlm 75f50e84"));
+  out.push_back(batch_mutant("25.rotating-s1-in-place-while-pending", "mlx-vlm 75f50e84"));
   out.back().batch.rotating_update = update_single_token_in_place;
-  out.push_back(mutant("26a.restore-drops-right-padding", "mlx-lm from_state (App. B.6)"));
+  out.push_back(batch_mutant("26a.restore-drops-right-padding", "mlx-lm from_state (App. B.6)"));
   out.back().batch.kv_restore = restore_without_right_padding;
-  out.push_back(mutant("26b.rotating-restore-drops-lengths", "mlx-lm from_state (App. B.6)"));
+  out.push_back(batch_mutant("26b.rotating-restore-drops-lengths", "mlx-lm from_state (App. B.6)"));
   out.back().batch.rotating_restore = restore_without_lengths;
-  out.push_back(mutant("26c.rotating-restore-rotated-string", "mlx-lm bool(\"False\") (App. B.5)"));
+  out.push_back(batch_mutant("26c.rotating-restore-rotated-string", "mlx-lm bool(\"False\") (App. B.5)"));
   out.back().batch.rotating_restore = restore_rotated_from_string;
-  out.push_back(mutant("34a.quantized-merge-scales-unaligned", "mlx-lm#941 / #1322"));
+  out.push_back(batch_mutant("34a.quantized-merge-scales-unaligned", "mlx-lm#941 / #1322"));
   out.back().batch.quantized_merge = merge_scales_unaligned;
-  out.push_back(mutant("34b.quantized-merge-dequantizes", "mlx-lm#941 / #1322"));
+  out.push_back(batch_mutant("34b.quantized-merge-dequantizes", "mlx-lm#941 / #1322"));
   out.back().batch.quantized_merge = merge_dequantizes;
-  out.push_back(mutant("41a.extend-keeps-left-padding", "vlm#1110"));
+  out.push_back(batch_mutant("41a.extend-keeps-left-padding", "vlm#1110"));
   out.back().batch.kv_extend = extend_keeps_left_padding;
-  out.push_back(mutant("41b.rotating-merge-offsets-lengths", "vlm#1110"));
+  out.push_back(batch_mutant("41b.rotating-merge-offsets-lengths", "vlm#1110"));
   out.back().batch.rotating_merge = merge_offsets_are_lengths;
-  out.push_back(mutant("6.extend-cuts-head-not-tail", "mlx-lm#1141 / vlm#1248"));
+  out.push_back(batch_mutant("6.extend-cuts-head-not-tail", "mlx-lm#1141 / vlm#1248"));
   out.back().batch.kv_extend = extend_cuts_head;
-  out.push_back(mutant("51a.filter-keeps-pad-order", "vlm#1574 / #1441"));
+  out.push_back(batch_mutant("51a.filter-keeps-pad-order", "vlm#1574 / #1441"));
   out.back().batch.kv_filter = filter_keeps_pad_order;
-  out.push_back(mutant("51b.extend-misaligns-pads", "vlm#1574"));
+  out.push_back(batch_mutant("51b.extend-misaligns-pads", "vlm#1574"));
   out.back().batch.kv_extend = extend_misaligns_pads;
-  out.push_back(mutant("filter-accepts-bad-indices", "mlx-lm BatchKVCache.filter / vlm#1441"));
+  out.push_back(batch_mutant("filter-accepts-bad-indices", "mlx-lm BatchKVCache.filter / vlm#1441"));
   out.back().batch.kv_filter = filter_sanitizes_indices;
   return out;
 }

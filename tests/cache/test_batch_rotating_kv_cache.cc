@@ -556,7 +556,7 @@ TEST(BatchRotatingKVCache, StateKeepsPendingLengthsAndRejectsCorruption) {
   };
   corrupt([](CacheState& c) { c.class_name = "BatchKVCache"; }, "BatchKVCache");
   corrupt([](CacheState& c) { c.meta.erase("_idx"); }, "'_idx'");
-  corrupt([](CacheState& c) { c.meta["_offset"] = "2x"; }, "'_offset' is '2x'");
+  corrupt([](CacheState& c) { c.meta["_offset"] = "2x"; }, "'_offset' = '2x'");
   corrupt([](CacheState& c) { c.meta["max_size"] = "0"; }, "'max_size'");
   corrupt([](CacheState& c) { c.meta["rotated"] = "yes"; }, "'rotated' is 'yes'");
   corrupt([](CacheState& c) { c.meta["_idx"] = "1"; }, "'_idx' 1");
