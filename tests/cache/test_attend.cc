@@ -8,6 +8,8 @@
 #include "tests/unit/test_util.h"
 
 namespace kvlab {
+// Its own namespace: the test files of one executable share a unity TU in the CI builds.
+namespace test_attend {
 namespace {
 
 using testing::SeededRng;
@@ -116,4 +118,5 @@ TEST(Attend, MismatchedTokenCountsAreRejected) {
 }
 
 }  // namespace
+}  // namespace test_attend
 }  // namespace kvlab

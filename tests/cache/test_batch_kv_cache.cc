@@ -11,6 +11,8 @@
 #include "tests/cache/cache_test_util.h"
 
 namespace kvlab {
+// Its own namespace: the test files of one executable share a unity TU in the CI builds.
+namespace test_batch_kv_cache {
 namespace {
 
 using testing::token_block;
@@ -529,4 +531,5 @@ TEST(BatchKVCache, MisuseIsANamedErrorAndChangesNothing) {
 }
 
 }  // namespace
+}  // namespace test_batch_kv_cache
 }  // namespace kvlab

@@ -15,6 +15,8 @@
 #include "tests/cache/cache_test_util.h"
 
 namespace kvlab {
+// Its own namespace: the test files of one executable share a unity TU in the CI builds.
+namespace test_batch_quantized_kv_cache {
 namespace {
 
 using testing::token_block;
@@ -336,4 +338,5 @@ TEST(BatchQuantizedKVCache, MisuseIsANamedErrorAndChangesNothing) {
 }
 
 }  // namespace
+}  // namespace test_batch_quantized_kv_cache
 }  // namespace kvlab

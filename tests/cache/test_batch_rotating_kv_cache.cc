@@ -11,6 +11,8 @@
 #include "tests/unit/test_util.h"
 
 namespace kvlab {
+// Its own namespace: the test files of one executable share a unity TU in the CI builds.
+namespace test_batch_rotating_kv_cache {
 namespace {
 
 using testing::SeededRng;
@@ -568,4 +570,5 @@ TEST(BatchRotatingKVCache, StateKeepsPendingLengthsAndRejectsCorruption) {
 }
 
 }  // namespace
+}  // namespace test_batch_rotating_kv_cache
 }  // namespace kvlab

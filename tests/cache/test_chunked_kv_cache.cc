@@ -15,6 +15,8 @@
 #include "tests/cache/cache_test_util.h"
 
 namespace kvlab {
+// Its own namespace: the test files of one executable share a unity TU in the CI builds.
+namespace test_chunked_kv_cache {
 namespace {
 
 using testing::token_block;
@@ -315,4 +317,5 @@ TEST(ChunkedKVCache, MisuseIsANamedErrorAndChangesNothing) {
 }
 
 }  // namespace
+}  // namespace test_chunked_kv_cache
 }  // namespace kvlab

@@ -9,6 +9,8 @@
 #include "tests/unit/test_util.h"
 
 namespace kvlab {
+// Its own namespace: the test files of one executable share a unity TU in the CI builds.
+namespace test_kv_cache {
 namespace {
 
 using testing::token_block;
@@ -158,4 +160,5 @@ TEST(KVCache, UnusedAndTrimmedSlotsArePoison) {
 }
 
 }  // namespace
+}  // namespace test_kv_cache
 }  // namespace kvlab

@@ -21,6 +21,8 @@
 #include "tests/unit/test_util.h"
 
 namespace kvlab {
+// Its own namespace: the test files of one executable share a unity TU in the CI builds.
+namespace test_mlx_prompt_cache {
 namespace {
 
 using testing::expect_same_state;
@@ -258,4 +260,5 @@ TEST(MlxPromptCache, UnrepresentableStatesAreRefusedBeforeWriting) {
 }
 
 }  // namespace
+}  // namespace test_mlx_prompt_cache
 }  // namespace kvlab

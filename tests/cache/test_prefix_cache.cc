@@ -22,6 +22,8 @@ namespace kvlab {
 // Readable failures for EXPECT_EQ on match kinds (found by ADL in kvlab).
 void PrintTo(MatchKind kind, std::ostream* os) { *os << match_kind_name(kind); }
 
+// Its own namespace: the test files of one executable share a unity TU in the CI builds.
+namespace test_prefix_cache {
 namespace {
 
 using testing::bit_equal;
@@ -506,4 +508,5 @@ TEST(PrefixCache, StatsCountHitsByKindAndDescribeThemselves) {
 }
 
 }  // namespace
+}  // namespace test_prefix_cache
 }  // namespace kvlab

@@ -18,6 +18,8 @@
 #include "tests/unit/test_util.h"
 
 namespace kvlab {
+// Its own namespace: the test files of one executable share a unity TU in the CI builds.
+namespace test_quantized_adopt {
 namespace {
 
 using testing::expect_same_state;
@@ -196,4 +198,5 @@ TEST(QuantizedKVCacheAdopt, RejectsInconsistentPartsNamingThem) {
 }
 
 }  // namespace
+}  // namespace test_quantized_adopt
 }  // namespace kvlab

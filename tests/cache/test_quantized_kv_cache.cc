@@ -18,6 +18,8 @@
 #include "reference/reference_backend.h"
 
 namespace kvlab {
+// Its own namespace: the test files of one executable share a unity TU in the CI builds.
+namespace test_quantized_kv_cache {
 namespace {
 
 // (B, H, T, D) tokens, seeded per case: each token row has its own magnitude and sign
@@ -536,4 +538,5 @@ TEST(QuantizePolicy, KeepsRotatingLayersUnquantizedWithTheReason) {
 }
 
 }  // namespace
+}  // namespace test_quantized_kv_cache
 }  // namespace kvlab

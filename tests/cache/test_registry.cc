@@ -21,6 +21,8 @@
 #include "tests/unit/test_util.h"
 
 namespace kvlab {
+// Its own namespace: the test files of one executable share a unity TU in the CI builds.
+namespace test_registry {
 namespace {
 
 using testing::expect_same_state;
@@ -306,4 +308,5 @@ TEST(TrimmedToEmpty, BatchRotatingKVCacheRoundTrips) {
 }
 
 }  // namespace
+}  // namespace test_registry
 }  // namespace kvlab

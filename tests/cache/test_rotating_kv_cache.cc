@@ -16,6 +16,8 @@
 #include "tests/unit/test_util.h"
 
 namespace kvlab {
+// Its own namespace: the test files of one executable share a unity TU in the CI builds.
+namespace test_rotating_kv_cache {
 namespace {
 
 using testing::token_block;
@@ -491,4 +493,5 @@ TEST(RotatingKVCache, BatchRowsMoveTogether) {
 }
 
 }  // namespace
+}  // namespace test_rotating_kv_cache
 }  // namespace kvlab

@@ -19,6 +19,8 @@
 #include "cache/state_file.h"
 
 namespace kvlab {
+// Its own namespace: the test files of one executable share a unity TU in the CI builds.
+namespace test_state_file {
 namespace {
 
 namespace fs = std::filesystem;
@@ -473,4 +475,5 @@ TEST_F(StateFileTest, FailedWriteMidFileLeavesTheOldFileByteIdentical) {
 }
 
 }  // namespace
+}  // namespace test_state_file
 }  // namespace kvlab

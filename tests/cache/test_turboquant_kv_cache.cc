@@ -13,6 +13,8 @@
 #include "tests/unit/test_util.h"
 
 namespace kvlab {
+// Its own namespace: the test files of one executable share a unity TU in the CI builds.
+namespace test_turboquant_kv_cache {
 namespace {
 
 using testing::bit_equal;
@@ -302,4 +304,5 @@ TEST(TurboQuantKVCache, MisuseAndCorruptStateErrorsNameTheValue) {
 }
 
 }  // namespace
+}  // namespace test_turboquant_kv_cache
 }  // namespace kvlab

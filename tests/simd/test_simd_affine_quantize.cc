@@ -21,6 +21,8 @@
 #include "tests/unit/test_util.h"
 
 namespace kvlab {
+// Its own namespace: the test files of one executable share a unity TU in the CI builds.
+namespace test_simd_affine_quantize {
 namespace {
 
 struct Quantized {
@@ -459,4 +461,5 @@ TEST_F(SimdAffine, InvalidInputRaisesTheOraclesErrors) {
 }
 
 }  // namespace
+}  // namespace test_simd_affine_quantize
 }  // namespace kvlab

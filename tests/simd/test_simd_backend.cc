@@ -8,6 +8,8 @@
 #include "tests/unit/test_util.h"
 
 namespace kvlab {
+// Its own namespace: the test files of one executable share a unity TU in the CI builds.
+namespace test_simd_backend {
 namespace {
 
 TEST(SimdBackend, ListsTargetsBestFirstAndScalarIsAlwaysAttainable) {
@@ -58,4 +60,5 @@ TEST(SimdBackend, ForcingACompiledButUnattainableTargetIsUnsupported) {
 }
 
 }  // namespace
+}  // namespace test_simd_backend
 }  // namespace kvlab

@@ -25,6 +25,8 @@
 #include "tests/unit/test_util.h"
 
 namespace kvlab {
+// Its own namespace: the test files of one executable share a unity TU in the CI builds.
+namespace test_simd_fp_quantize {
 namespace {
 
 constexpr float kInf = std::numeric_limits<float>::infinity();
@@ -314,4 +316,5 @@ TEST_F(SimdFp, InvalidInputRaisesTheOraclesErrors) {
 }
 
 }  // namespace
+}  // namespace test_simd_fp_quantize
 }  // namespace kvlab

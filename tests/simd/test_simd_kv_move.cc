@@ -17,6 +17,8 @@
 #include "tests/unit/test_util.h"
 
 namespace kvlab {
+// Its own namespace: the test files of one executable share a unity TU in the CI builds.
+namespace test_simd_kv_move {
 namespace {
 
 Tensor ints(Shape shape, std::vector<std::int64_t> v) { return Tensor::from_ints(DType::i32, std::move(shape), v); }
@@ -76,4 +78,5 @@ TEST(SimdKvMove, InvalidInputRaisesTheOraclesErrors) {
 }
 
 }  // namespace
+}  // namespace test_simd_kv_move
 }  // namespace kvlab

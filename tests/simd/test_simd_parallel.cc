@@ -17,6 +17,8 @@
 #include "kernels/simd/parallel.h"
 
 namespace kvlab::simd {
+// Its own namespace: the test files of one executable share a unity TU in the CI builds.
+namespace test_simd_parallel {
 namespace {
 
 // Runs n tasks and checks that each index ran once.
@@ -96,4 +98,5 @@ TEST(SimdPool, CallInsideATaskRunsSeriallyOnThatThread) {
 }
 
 }  // namespace
+}  // namespace test_simd_parallel
 }  // namespace kvlab::simd

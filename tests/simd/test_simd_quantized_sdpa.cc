@@ -37,6 +37,8 @@
 #include "tests/unit/test_util.h"
 
 namespace kvlab {
+// Its own namespace: the test files of one executable share a unity TU in the CI builds.
+namespace test_simd_quantized_sdpa {
 namespace {
 
 constexpr float kInf = std::numeric_limits<float>::infinity();
@@ -317,4 +319,5 @@ TEST(SimdQuantizedSdpa, InvalidInputRaisesTheOraclesErrors) {
 }
 
 }  // namespace
+}  // namespace test_simd_quantized_sdpa
 }  // namespace kvlab

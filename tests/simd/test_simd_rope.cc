@@ -26,6 +26,8 @@
 #include "tests/unit/test_util.h"
 
 namespace kvlab {
+// Its own namespace: the test files of one executable share a unity TU in the CI builds.
+namespace test_simd_rope {
 namespace {
 
 Tensor run_rope(Backend& be, const Tensor& x, const RopeParams& p, std::int32_t offset) {
@@ -146,4 +148,5 @@ TEST(SimdRope, InvalidInputRaisesTheOraclesErrors) {
 }
 
 }  // namespace
+}  // namespace test_simd_rope
 }  // namespace kvlab

@@ -23,6 +23,8 @@
 #include "tests/unit/test_util.h"
 
 namespace kvlab {
+// Its own namespace: the test files of one executable share a unity TU in the CI builds.
+namespace test_simd_sdpa {
 namespace {
 
 constexpr float kInf = std::numeric_limits<float>::infinity();
@@ -169,4 +171,5 @@ TEST_F(SimdSdpa, InvalidInputRaisesTheOraclesErrors) {
 }
 
 }  // namespace
+}  // namespace test_simd_sdpa
 }  // namespace kvlab

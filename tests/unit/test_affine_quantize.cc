@@ -18,6 +18,8 @@
 
 
 namespace kvlab::ref {
+// Its own namespace: the test files of one executable share a unity TU in the CI builds.
+namespace test_affine_quantize {
 namespace {
 
 using testing::SeededRng;
@@ -586,4 +588,5 @@ TEST(AffineValidation, InvalidCallsThrowNamingTheBadValue) {
 }
 
 }  // namespace
+}  // namespace test_affine_quantize
 }  // namespace kvlab::ref

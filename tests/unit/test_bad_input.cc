@@ -16,6 +16,8 @@
 #include "reference/reference_backend.h"
 
 namespace kvlab {
+// Its own namespace: the test files of one executable share a unity TU in the CI builds.
+namespace test_bad_input {
 namespace {
 
 struct BadCall {
@@ -202,4 +204,5 @@ INSTANTIATE_TEST_SUITE_P(Reference, BadInput, ::testing::ValuesIn(bad_calls()),
                          [](const ::testing::TestParamInfo<BadCall>& case_info) { return case_info.param.name; });
 
 }  // namespace
+}  // namespace test_bad_input
 }  // namespace kvlab

@@ -14,6 +14,8 @@
 
 
 namespace kvlab::ref {
+// Its own namespace: the test files of one executable share a unity TU in the CI builds.
+namespace test_bitpack {
 namespace {
 
 using testing::SeededRng;
@@ -230,4 +232,5 @@ TEST(Bitpack, RejectsBadWidthsAndIndices) {
 }
 
 }  // namespace
+}  // namespace test_bitpack
 }  // namespace kvlab::ref

@@ -30,6 +30,8 @@
 #include "tests/unit/test_util.h"
 
 namespace kvlab {
+// Its own namespace: the test files of one executable share a unity TU in the CI builds.
+namespace test_core_dtype {
 namespace {
 
 using ::testing::HasSubstr;
@@ -425,4 +427,5 @@ TEST(DTypeName, UnknownNameIsAnErrorNamingIt) {
 }
 
 }  // namespace
+}  // namespace test_core_dtype
 }  // namespace kvlab

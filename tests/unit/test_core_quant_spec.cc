@@ -21,6 +21,8 @@
 #include "tests/unit/test_util.h"
 
 namespace kvlab {
+// Its own namespace: the test files of one executable share a unity TU in the CI builds.
+namespace test_core_quant_spec {
 namespace {
 
 using ::testing::HasSubstr;
@@ -321,4 +323,5 @@ TEST(ErrorType, RequireThrowsOnlyWhenFalseAndBuildsTheMessageLazily) {
 }
 
 }  // namespace
+}  // namespace test_core_quant_spec
 }  // namespace kvlab

@@ -24,6 +24,8 @@
 #include "tests/unit/test_util.h"
 
 namespace kvlab {
+// Its own namespace: the test files of one executable share a unity TU in the CI builds.
+namespace test_core_tensor {
 namespace {
 
 using ::testing::HasSubstr;
@@ -439,4 +441,5 @@ TEST(TensorRequire, RankAndFloatMessagesNameTheValues) {
 }
 
 }  // namespace
+}  // namespace test_core_tensor
 }  // namespace kvlab

@@ -22,6 +22,8 @@
 #include "tests/unit/test_util.h"
 
 namespace kvlab {
+// Its own namespace: the test files of one executable share a unity TU in the CI builds.
+namespace test_fp_quantize {
 namespace {
 
 using namespace kvlab::ref;  // NOLINT(google-build-using-namespace): the unit under test
@@ -597,4 +599,5 @@ TEST(FpQuantize, InvalidCallsNameTheBadValue) {
 }
 
 }  // namespace
+}  // namespace test_fp_quantize
 }  // namespace kvlab

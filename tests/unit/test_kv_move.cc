@@ -24,6 +24,8 @@
 #include "tests/unit/test_util.h"
 
 namespace kvlab {
+// Its own namespace: the test files of one executable share a unity TU in the CI builds.
+namespace test_kv_move {
 namespace {
 
 using Rows = std::vector<std::vector<int>>;
@@ -502,4 +504,5 @@ TEST(KvMoveErrors, AliasingAndUnaddressableSizes) {
 }
 
 }  // namespace
+}  // namespace test_kv_move
 }  // namespace kvlab

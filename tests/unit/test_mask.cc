@@ -16,6 +16,8 @@
 #include "tests/unit/test_util.h"
 
 namespace kvlab {
+// Its own namespace: the test files of one executable share a unity TU in the CI builds.
+namespace test_mask {
 namespace {
 
 using ref::MaskForm;
@@ -295,4 +297,5 @@ TEST(CausalMaskInvalid, ValidateMaskSpecAcceptsGoodSpecs) {
 }
 
 }  // namespace
+}  // namespace test_mask
 }  // namespace kvlab

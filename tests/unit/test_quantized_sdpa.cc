@@ -24,6 +24,8 @@
 #include "tests/unit/test_util.h"
 
 namespace kvlab {
+// Its own namespace: the test files of one executable share a unity TU in the CI builds.
+namespace test_quantized_sdpa {
 namespace {
 
 using ::kvlab::testing::bit_equal;
@@ -314,4 +316,5 @@ TEST(QuantizedSdpaInvalid, DequantizeChecksTheCodeWidth) {
 }
 
 }  // namespace
+}  // namespace test_quantized_sdpa
 }  // namespace kvlab

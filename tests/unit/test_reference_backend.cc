@@ -16,6 +16,8 @@
 #include "tests/unit/test_util.h"
 
 namespace kvlab {
+// Its own namespace: the test files of one executable share a unity TU in the CI builds.
+namespace test_reference_backend {
 namespace {
 
 using Idx = std::int64_t;
@@ -282,4 +284,5 @@ TEST(ReferenceBackendKv, InvalidInputRaisesTheOracleError) {
 }
 
 }  // namespace
+}  // namespace test_reference_backend
 }  // namespace kvlab

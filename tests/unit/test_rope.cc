@@ -18,6 +18,8 @@
 #include "tests/unit/test_util.h"
 
 namespace kvlab {
+// Its own namespace: the test files of one executable share a unity TU in the CI builds.
+namespace test_rope {
 namespace {
 
 using testing::SeededRng;
@@ -464,4 +466,5 @@ TEST(RopeInvalid, RejectsOutputOverlappingInput) {
 }
 
 }  // namespace
+}  // namespace test_rope
 }  // namespace kvlab

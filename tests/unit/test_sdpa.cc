@@ -18,6 +18,8 @@
 #include "tests/unit/test_util.h"
 
 namespace kvlab {
+// Its own namespace: the test files of one executable share a unity TU in the CI builds.
+namespace test_sdpa {
 namespace {
 
 using ::kvlab::testing::bit_equal;
@@ -595,4 +597,5 @@ TEST(SdpaInvalid, NegativeOrMissingViewDimensions) {
 }
 
 }  // namespace
+}  // namespace test_sdpa
 }  // namespace kvlab

@@ -12,6 +12,8 @@
 #include "test_util.h"
 
 namespace kvlab {
+// Its own namespace: the test files of one executable share a unity TU in the CI builds.
+namespace test_turboquant {
 namespace {
 
 using testing::SeededRng;
@@ -430,4 +432,5 @@ TEST(TurboQuantErrors, NameTheBadValue) {
 }
 
 }  // namespace
+}  // namespace test_turboquant
 }  // namespace kvlab

@@ -15,6 +15,8 @@
 #include "tests/vulkan/vulkan_test_util.h"
 
 namespace kvlab {
+// Its own namespace: the test files of one executable share a unity TU in the CI builds.
+namespace test_vulkan_affine_quantize {
 namespace {
 
 struct Quantized {
@@ -217,4 +219,5 @@ TEST(VulkanAffine, InvalidInputRaisesTheOraclesErrors) {
 }
 
 }  // namespace
+}  // namespace test_vulkan_affine_quantize
 }  // namespace kvlab

@@ -15,6 +15,8 @@
 #include "tests/vulkan/vulkan_test_util.h"
 
 namespace kvlab {
+// Its own namespace: the test files of one executable share a unity TU in the CI builds.
+namespace test_vulkan_backend {
 namespace {
 
 std::vector<std::uint8_t> whole(Backend& be, const BufferPtr& buf) {
@@ -135,4 +137,5 @@ TEST(VulkanBackendKernels, LaterPhaseKernelsThrowUnsupportedNamingTheKernel) {
 }
 
 }  // namespace
+}  // namespace test_vulkan_backend
 }  // namespace kvlab

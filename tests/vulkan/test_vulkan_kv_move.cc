@@ -17,6 +17,8 @@
 #include "tests/vulkan/vulkan_test_util.h"
 
 namespace kvlab {
+// Its own namespace: the test files of one executable share a unity TU in the CI builds.
+namespace test_vulkan_kv_move {
 namespace {
 
 Tensor ints(Shape shape, std::vector<std::int64_t> v) { return Tensor::from_ints(DType::i32, std::move(shape), v); }
@@ -89,4 +91,5 @@ TEST(VulkanKvMove, RejectedCallsLeaveDstUntouched) {
 }
 
 }  // namespace
+}  // namespace test_vulkan_kv_move
 }  // namespace kvlab

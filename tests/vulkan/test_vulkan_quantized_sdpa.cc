@@ -29,6 +29,8 @@
 #include "tests/vulkan/vulkan_test_util.h"
 
 namespace kvlab {
+// Its own namespace: the test files of one executable share a unity TU in the CI builds.
+namespace test_vulkan_quantized_sdpa {
 namespace {
 
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
@@ -227,4 +229,5 @@ TEST(VulkanQuantizedSdpa, InvalidInputRaisesTheOraclesErrors) {
 }
 
 }  // namespace
+}  // namespace test_vulkan_quantized_sdpa
 }  // namespace kvlab

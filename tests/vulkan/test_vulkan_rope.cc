@@ -17,6 +17,8 @@
 #include "tests/vulkan/vulkan_test_util.h"
 
 namespace kvlab {
+// Its own namespace: the test files of one executable share a unity TU in the CI builds.
+namespace test_vulkan_rope {
 namespace {
 
 TEST(VulkanRope, InvalidInputRaisesTheOraclesErrors) {
@@ -67,4 +69,5 @@ TEST(VulkanRope, InvalidInputRaisesTheOraclesErrors) {
 }
 
 }  // namespace
+}  // namespace test_vulkan_rope
 }  // namespace kvlab

@@ -17,6 +17,8 @@
 #include "tests/vulkan/vulkan_test_util.h"
 
 namespace kvlab {
+// Its own namespace: the test files of one executable share a unity TU in the CI builds.
+namespace test_vulkan_runtime {
 namespace {
 
 vk::PhysicalDeviceInfo fake(int index, const char* name, VkPhysicalDeviceType type) {
@@ -198,4 +200,5 @@ TEST(VulkanRuntime, TimestampsMeasureKernelsWhenAskedFor) {
 }
 
 }  // namespace
+}  // namespace test_vulkan_runtime
 }  // namespace kvlab

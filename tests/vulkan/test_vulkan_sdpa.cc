@@ -23,6 +23,8 @@
 #include "tests/vulkan/vulkan_test_util.h"
 
 namespace kvlab {
+// Its own namespace: the test files of one executable share a unity TU in the CI builds.
+namespace test_vulkan_sdpa {
 namespace {
 
 constexpr float kInf = std::numeric_limits<float>::infinity();
@@ -158,4 +160,5 @@ TEST(VulkanSdpa, InvalidInputRaisesTheOraclesErrors) {
 }
 
 }  // namespace
+}  // namespace test_vulkan_sdpa
 }  // namespace kvlab

@@ -26,6 +26,8 @@
 #include "tests/vulkan/vulkan_test_util.h"
 
 namespace kvlab {
+// Its own namespace: the test files of one executable share a unity TU in the CI builds.
+namespace test_vulkan_softfloat {
 namespace {
 
 const std::uint32_t kProbeSpirv[] =
@@ -361,4 +363,5 @@ TEST(VulkanSoftfloat, SinCosAreWithinFourUlpOfLibmWhereTheReductionIsExact) {
 }
 
 }  // namespace
+}  // namespace test_vulkan_softfloat
 }  // namespace kvlab
