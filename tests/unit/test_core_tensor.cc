@@ -126,6 +126,16 @@ TEST(TensorShape, NumelOverflowIsAnErrorNotAWrap) {
   EXPECT_EQ(Tensor(DType::u8, {big, 0, 4}).numel(), 0);
 }
 
+TEST(TensorShape, LastAxisEditsKeepTheLeadingAxesAndRefuseRankZero) {
+  EXPECT_EQ(shape_leading({2, 8, 128}), (Shape{2, 8}));
+  EXPECT_EQ(shape_with_last({2, 8, 128}, 16), (Shape{2, 8, 16}));
+  EXPECT_EQ(shape_appended({2, 8}, 4), (Shape{2, 8, 4}));
+  EXPECT_EQ(shape_appended({}, 4), (Shape{4}));
+  // A rank-0 shape has no last axis: an error, never a read before the vector's start.
+  EXPECT_THAT(error_message([] { shape_leading({}); }, ErrorKind::invalid_argument), HasSubstr("rank-0"));
+  EXPECT_THAT(error_message([] { shape_with_last({}, 3); }, ErrorKind::invalid_argument), HasSubstr("rank-0"));
+}
+
 TEST(TensorShape, NumelIsTheProduct) {
   EXPECT_EQ(shape_numel({}), 1);
   EXPECT_EQ(shape_numel({7}), 7);
