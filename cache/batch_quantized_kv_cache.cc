@@ -1,6 +1,5 @@
 #include "cache/batch_quantized_kv_cache.h"
 
-#include <charconv>
 #include <limits>
 #include <string>
 

@@ -1,7 +1,6 @@
 // BatchRotatingKVCache's serialized state (save / load) and its observables (content,
 // buffers): what the cache is, as opposed to how its updates and batch surgery move
 // columns (batch_rotating_kv_cache.cc).
-#include <charconv>
 
 #include "cache/batch_rotating_kv_cache.h"
 #include "cache/seq_ops.h"

@@ -1,7 +1,6 @@
 #include "cache/chunked_kv_cache.h"
 
 #include <algorithm>
-#include <charconv>
 #include <limits>
 
 #include "cache/kv_cache.h"

@@ -1,7 +1,6 @@
 #include "cache/quantized_kv_cache.h"
 
 #include <algorithm>
-#include <charconv>
 #include <limits>
 #include <optional>
 #include <utility>

@@ -14,7 +14,6 @@
 #include "cache/rotating_kv_cache.h"
 
 #include <algorithm>
-#include <charconv>
 #include <cstdint>
 #include <limits>
 #include <string>
