@@ -92,7 +92,7 @@ constexpr bool kInRegisters = HWY_TARGET != HWY_SCALAR && (kBits == 2 || kBits =
 
 // Writes the Lanes(di) codes of `codes` as the next Lanes(di)·kBits/8 stream bytes.
 template <int kBits, class DI>
-HWY_INLINE void StoreCodes(DI di, hn::Vec<DI> codes, std::uint8_t* HWY_RESTRICT out) {
+HWY_INLINE void StoreCodes(DI /*di*/, hn::Vec<DI> codes, std::uint8_t* HWY_RESTRICT out) {
   static_assert(kInRegisters<kBits>);
   const hn::Rebind<std::uint8_t, DI> du8;  // one byte per code, in lane order
   if constexpr (kBits == 8) {
