@@ -116,7 +116,7 @@ Golden read_golden(const std::filesystem::path& path) {
     SequenceRecord& s = g.sequences[*index];
     const std::string field = key.substr(dot + 1);
     present[*index].insert(field);
-    const auto want_ints = [&](std::vector<std::int32_t>& out) {
+    const auto want_ints = [&, &key = key, &tensor = tensor](std::vector<std::int32_t>& out) {
       if (tensor.dtype() != DType::i32 || tensor.rank() != 1)
         errors.raise(cat("tensor '", key, "' is ", dtype_name(tensor.dtype()), " ", shape_str(tensor.shape()),
                          ", not I32 (n)"));

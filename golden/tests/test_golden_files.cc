@@ -69,7 +69,8 @@ TEST(Scenario, RejectsBadLinesNamingTheCulprit) {
       {"x prompts=3 steps=4 join=2", "not of the form A@B"},
       {"prompts=3 steps=4", "not a name"},
   };
-  for (const auto& [line, want] : cases) EXPECT_THAT(error_of([&] { parse_scenario(line, "f:1"); }), HasSubstr(want)) << line;
+  for (const auto& [line, want] : cases)
+    EXPECT_THAT(error_of([&line = line] { parse_scenario(line, "f:1"); }), HasSubstr(want)) << line;
 }
 
 TEST(Scenario, CheckedInScenarioFilesParse) {

@@ -61,7 +61,7 @@ TEST(SimdKvMove, InvalidInputRaisesTheOraclesErrors) {
        }},
   };
   for (const auto& [what, call] : bad) {
-    testing::expect_same_error([&] { call(ref); }, [&] { call(simd); }, what);
+    testing::expect_same_error([&, &call = call] { call(ref); }, [&, &call = call] { call(simd); }, what);
   }
   const std::vector<std::pair<const char*, std::vector<SeqBlock>>> bad_blocks = {
       {"negative length", {{0, 0, 0, 0, -1}}},
@@ -70,7 +70,7 @@ TEST(SimdKvMove, InvalidInputRaisesTheOraclesErrors) {
       {"overlapping destinations", {{0, 0, 0, 0, 2}, {0, 2, 0, 1, 2}}},
   };
   for (const auto& [what, blocks] : bad_blocks) {
-    auto call = [&](Backend& be) {
+    auto call = [&blocks = blocks](Backend& be) {
       be.kv_copy_blocks({be.allocate(DType::f32, {2, 1, 4, 4}), blocks, be.allocate(DType::f32, {1, 1, 4, 4})});
     };
     testing::expect_same_error([&] { call(ref); }, [&] { call(simd); }, what);

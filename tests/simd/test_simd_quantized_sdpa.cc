@@ -304,7 +304,7 @@ TEST(SimdQuantizedSdpa, InvalidInputRaisesTheOraclesErrors) {
     Inputs in = good;
     edit(in);
     SCOPED_TRACE(what);
-    testing::for_each_simd_target([&](const std::string&) { expect_same_error(in, what); });
+    testing::for_each_simd_target([&, &what = what](const std::string&) { expect_same_error(in, what); });
   }
   // The output view: wrong dtype, wrong shape.
   for (const auto& [dtype, shape] : std::vector<std::pair<DType, Shape>>{{DType::f32, {2, 4, 1, 64}},

@@ -144,7 +144,8 @@ TEST(SimdRope, InvalidInputRaisesTheOraclesErrors) {
          be.rope({be.allocate(DType::f32, {1, 2, 8}), params(8), o, be.allocate(DType::f32, {1, 2, 8})});
        }},
   };
-  for (const auto& [what, call] : bad) testing::expect_same_error([&] { call(ref); }, [&] { call(simd); }, what);
+  for (const auto& [what, call] : bad)
+    testing::expect_same_error([&, &call = call] { call(ref); }, [&, &call = call] { call(simd); }, what);
 }
 
 }  // namespace

@@ -152,7 +152,8 @@ TEST_F(SimdSdpa, InvalidInputRaisesTheOraclesErrors) {
       {"sinks shape", [&](Backend& be) { call(be, q, k, v, out, {}, {}, {{DType::f32, {2}}}); }},
       {"sinks dtype", [&](Backend& be) { call(be, q, k, v, out, {}, {}, {{DType::i32, {4}}}); }},
   };
-  for (const auto& [what, c] : bad) testing::expect_same_error([&] { c(ref_); }, [&] { c(simd_); }, what);
+  for (const auto& [what, c] : bad)
+    testing::expect_same_error([&, &c = c] { c(ref_); }, [&, &c = c] { c(simd_); }, what);
 
   // Views with no data (not reachable through a Backend): the oracle's view-level checks.
   Tensor tq(DType::f32, q), tk(DType::f32, k), tv(DType::f32, v), tout(DType::f32, out);

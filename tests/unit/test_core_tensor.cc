@@ -272,7 +272,7 @@ TEST(TensorInts, FromIntsOutOfRangeIsAnErrorNamingTheValue) {
   for (const auto& [t, v] : cases) {
     SCOPED_TRACE(std::string(dtype_name(t)) + " " + std::to_string(v));
     const std::vector<std::int64_t> vals{0, v};
-    EXPECT_THAT(error_message([&] { Tensor::from_ints(t, {2}, vals); }, ErrorKind::invalid_argument),
+    EXPECT_THAT(error_message([&, t = t] { Tensor::from_ints(t, {2}, vals); }, ErrorKind::invalid_argument),
                 HasSubstr(std::to_string(v)));
   }
 }

@@ -135,7 +135,7 @@ void check_dtype(DType dtype) {
           const Tensor want_deq32 = dequantize_on(ref, want, spec, DType::f32, 0);
           const DType other = dtype == DType::f16 ? DType::bf16 : DType::f16;  // scales' dtype != out's
           const Tensor want_deq_other = dequantize_on(ref, want, spec, other, 0);
-          auto check = [&](VulkanBackend& be) {
+          auto check = [&, lead = lead](VulkanBackend& be) {
             const Quantized got = quantize_on(be, x, spec, rounding, lead);
             EXPECT_TRUE(testing::bit_equal(got.wq, want.wq));
             EXPECT_TRUE(testing::bit_equal(got.scales, want.scales));
@@ -215,7 +215,8 @@ TEST(VulkanAffine, InvalidInputRaisesTheOraclesErrors) {
          b.quantize({x, Rounding::mlx_cpu, {b.allocate(DType::u32, {2, 4}), b.allocate(DType::f32, {2, 1}), b.allocate(DType::f32, {2, 1}), q4}});
        }},
   };
-  for (const auto& [what, call] : bad) testing::expect_same_error([&] { call(ref); }, [&] { call(*be); }, what);
+  for (const auto& [what, call] : bad)
+    testing::expect_same_error([&, &call = call] { call(ref); }, [&, &call = call] { call(*be); }, what);
 }
 
 }  // namespace

@@ -82,7 +82,8 @@ TEST(VulkanBackendMemory, BadTensorsRaiseHostViewsErrors) {
          b.upload(DTensor{b.allocate(12), 0, DType::f32, {4}}, v);
        }},
   };
-  for (const auto& [what, call] : bad) testing::expect_same_error([&] { call(ref); }, [&] { call(*be); }, what);
+  for (const auto& [what, call] : bad)
+    testing::expect_same_error([&, &call = call] { call(ref); }, [&, &call = call] { call(*be); }, what);
 }
 
 TEST(VulkanBackendMemory, BuffersOfOtherBackendsAreMisuse) {

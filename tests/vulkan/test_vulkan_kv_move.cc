@@ -64,7 +64,8 @@ TEST(VulkanKvMove, InvalidInputRaisesTheOraclesErrors) {
          b.kv_roll({DTensor{b.allocate(80), 2, DType::f32, {1, 1, 4, 4}}, ints({1}, {1}).view(), b.allocate(DType::f32, {1, 1, 4, 4})});
        }},
   };
-  for (const auto& [what, call] : bad) testing::expect_same_error([&] { call(ref); }, [&] { call(*be); }, what);
+  for (const auto& [what, call] : bad)
+    testing::expect_same_error([&, &call = call] { call(ref); }, [&, &call = call] { call(*be); }, what);
   const std::vector<std::pair<const char*, std::vector<SeqBlock>>> bad_blocks = {
       {"negative length", {{0, 0, 0, 0, -1}}},
       {"src batch", {{2, 0, 0, 0, 1}}},
@@ -72,7 +73,7 @@ TEST(VulkanKvMove, InvalidInputRaisesTheOraclesErrors) {
       {"overlapping destinations", {{0, 0, 0, 0, 2}, {0, 2, 0, 1, 2}}},
   };
   for (const auto& [what, blocks] : bad_blocks) {
-    auto call = [&](Backend& b) {
+    auto call = [&blocks = blocks](Backend& b) {
       b.kv_copy_blocks({b.allocate(DType::f32, {2, 1, 4, 4}), blocks, b.allocate(DType::f32, {1, 1, 4, 4})});
     };
     testing::expect_same_error([&] { call(ref); }, [&] { call(*be); }, what);

@@ -65,7 +65,8 @@ TEST(VulkanRope, InvalidInputRaisesTheOraclesErrors) {
          b.rope({b.allocate(DType::f32, {1, 2, 8}), p, {}, b.allocate(DType::f32, {1, 2, 8})});
        }},
   };
-  for (const auto& [what, call] : bad) testing::expect_same_error([&] { call(ref); }, [&] { call(*be); }, what);
+  for (const auto& [what, call] : bad)
+    testing::expect_same_error([&, &call = call] { call(ref); }, [&, &call = call] { call(*be); }, what);
 }
 
 }  // namespace

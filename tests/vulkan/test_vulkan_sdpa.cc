@@ -155,7 +155,7 @@ TEST(VulkanSdpa, InvalidInputRaisesTheOraclesErrors) {
       {"sinks dtype", [&](Backend& be) { call(be, q, k, v, out, {}, {}, {{DType::i32, {4}}}); }},
   };
   for (const auto& [what, f] : bad) {
-    testing::expect_same_error([&] { f(ref); }, [&] { f(*vulkan); }, what);
+    testing::expect_same_error([&, &f = f] { f(ref); }, [&, &f = f] { f(*vulkan); }, what);
   }
 }
 
