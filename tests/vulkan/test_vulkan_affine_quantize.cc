@@ -98,7 +98,7 @@ std::vector<float> special_row(testing::SeededRng& rng, std::int64_t d, int gs, 
 }
 
 void check_dtype(DType dtype) {
-  KVLAB_SEEDED_RNG(rng, 20240701 + static_cast<int>(dtype));
+  KVLAB_SEEDED_RNG(rng, 20240701 + static_cast<std::uint64_t>(dtype));
   ReferenceBackend ref;
   // One call per shape covers every row kind (12 kinds over rows × groups); an odd lead
   // puts 16-bit outputs at odd element offsets (partial words at both ends).
