@@ -450,7 +450,7 @@ TEST(HtmlReport, MalformedTypesThrowNamingTheField) {
 TEST(HtmlReport, OversizedInputIsRefused) {
   {
     json d = passing_diff();
-    d["sequences"] = {agreeing_sequence(0, 1, 0)};
+    d["sequences"] = json::array({agreeing_sequence(0, 1, 0)});
     d["sequences"][0]["steps_compared"] = kHtmlMaxSteps + 1;
     d["sequences"][0].erase("kld");
     d["sequences"][0].erase("max_abs_dlogit");
@@ -460,7 +460,7 @@ TEST(HtmlReport, OversizedInputIsRefused) {
   }
   {
     json d = passing_diff();
-    d["sequences"] = {agreeing_sequence(0, static_cast<int>(kHtmlMaxLayers) + 1, 1)};
+    d["sequences"] = json::array({agreeing_sequence(0, static_cast<int>(kHtmlMaxLayers) + 1, 1)});
     expect_invalid(d, "sequences[0].layer_rel");
   }
   {
@@ -478,7 +478,7 @@ TEST(HtmlReport, OversizedInputIsRefused) {
   {
     // At the bounds: fine.
     json d = passing_diff();
-    d["sequences"] = {agreeing_sequence(0, 32, static_cast<int>(kHtmlMaxSteps))};
+    d["sequences"] = json::array({agreeing_sequence(0, 32, static_cast<int>(kHtmlMaxSteps))});
     const std::string html = render_diff_html(d);
     EXPECT_EQ(count(html, "<rect class=\"cell\""), 32u * kHtmlMaxSteps);
     EXPECT_LT(html.size(), std::size_t{64} << 20);
