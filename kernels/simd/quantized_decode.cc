@@ -102,6 +102,7 @@ inline void unpack_rows(const std::uint32_t* words, std::int64_t n, std::int64_t
 #include <hwy/contrib/math/math-inl.h>
 
 #include "kernels/simd/quantized_decode_blocks-inl.h"
+#include "kernels/simd/softcap-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace kvlab::simd::qdecode::HWY_NAMESPACE {
@@ -192,7 +193,7 @@ RowSoftmax MaskRow(const DecodePlan& plan, std::int64_t b, std::int64_t kvh, std
   auto any_nan = hn::FirstN(df, 0);  // all false
   for (std::size_t t = t_lo; t < t_hi; t += N) {
     VF x = hn::LoadU(df, s + t);
-    if (capped) x = hn::Mul(cap, hn::Tanh(df, hn::Div(x, cap)));  // capped before the mask is added
+    if (capped) x = kvlab::simd::HWY_NAMESPACE::Softcap(df, x, cap);  // capped before the mask is added
     if (t < lo || t + N > hi) {  // only the first and last vector can hold hidden keys
       const auto idx = hn::Iota(di, static_cast<std::int32_t>(t));
       x = hn::IfThenElse(hn::RebindMask(df, hn::AndNot(hn::Lt(idx, vlo), hn::Lt(idx, vhi))), x, neg_inf);

@@ -72,6 +72,7 @@ struct RowState {
 #include <hwy/contrib/math/math-inl.h>
 
 #include "kernels/simd/half_convert-inl.h"
+#include "kernels/simd/softcap-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace kvlab::simd::HWY_NAMESPACE {
@@ -176,7 +177,7 @@ void UpdateRow(const sd::Geometry& g, float* HWY_RESTRICT s, const float* HWY_RE
   auto bad = hn::Zero(df);  // lanes that saw NaN or +inf become nonzero
   for (std::size_t t = 0; t < count; t += N) {
     auto x = hn::Mul(hn::LoadU(df, s + t), vscale);
-    if (softcap > 0) x = hn::Mul(vcap, hn::Tanh(df, hn::Div(x, vcap)));  // capped before the mask is added
+    if (softcap > 0) x = Softcap(df, x, vcap);  // capped before the mask is added
     if (add != nullptr) x = hn::Add(x, hn::LoadU(df, add + t));
     // Lanes past `count` hold −inf: restore it (scale·(−inf) is ±inf or NaN).
     if (t + N > count) x = hn::IfThenElse(hn::FirstN(df, count - t), x, hn::Neg(vinf));
