@@ -183,8 +183,9 @@ uint sf_from_uint(uint n) {
 }
 
 // Rounds to an integral value: ties to even (std::rint, mlx_cpu) or away from zero
-// (std::round, mlx_gpu). Keeps the sign of zero. NaN as glibc: rint returns a signaling
-// NaN unchanged, round quiets it (the kernels only round quotients, which are quiet).
+// (std::round, mlx_gpu). Keeps the sign of zero. NaN: rint returns a signaling NaN
+// unchanged (as GCC's inline std::rint; glibc's rintf, which clang calls, quiets it),
+// round quiets it (the kernels only round quotients, which are quiet).
 uint sf_round_integral(uint a, bool ties_to_even) {
   if (sf_is_nan(a)) return ties_to_even ? a : sf_quiet(a);
   const uint field = (a >> 23) & 0xFFu;
