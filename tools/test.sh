@@ -1,19 +1,21 @@
 #!/usr/bin/env bash
 # The test command: installs dependencies, then builds and tests three configurations,
 # each test compiled once, in the configuration where it earns its keep:
-#   ci   — Release -O2 with assertions, warnings as errors: what needs optimized code or
-#          every Highway target — the harness (reference, every SIMD target, Vulkan on
-#          lavapipe with the validation layer), the SIMD unit tests, bench-smoke, and the
-#          conformance label (real MLX from build/venv judged over the ci tier; skips
-#          with the reason when tools/setup_venv.sh could not build the venv).
-#   asan — ASan + UBSan (-fno-sanitize-recover): the unit suites (core, reference, caches,
-#          SIMD on SCALAR and the host's widest of AVX3/AVX2, Vulkan), the property suite
-#          (50 cases per property, at the fixed seed and at one derived from the commit),
-#          the bug zoo, and the kvlab CLI (label cli: the smoke tier of every op and
-#          backend, the bad-input table).
+#   ci   — GCC, Release -O2 with assertions, warnings as errors: what needs optimized
+#          code or every Highway target — the harness (reference, every SIMD target,
+#          Vulkan on lavapipe with the validation layer), the SIMD unit tests,
+#          bench-smoke, and the conformance label (real MLX from build/venv judged over
+#          the ci tier; skips with the reason when tools/setup_venv.sh could not build
+#          the venv).
+#   asan — clang, ASan + UBSan (-fno-sanitize-recover): the unit suites (core,
+#          reference, caches, SIMD on SCALAR and the host's widest of AVX3/AVX2,
+#          Vulkan), the property suite (50 cases per property, at the fixed seed and at
+#          one derived from the commit), the bug zoo, and the kvlab CLI (label cli: the
+#          smoke tier of every op and backend, the bad-input table).
 #   fuzz — clang, libFuzzer + ASan + UBSan: builds only the fuzz targets, fuzzes each
 #          for a bounded time and replays the regression inputs (fuzz/README.md;
 #          bash tools/fuzz.sh runs them for hours).
+# So kvlab's code is compiled by GCC (ci) and by clang (asan, fuzz), -Werror in each.
 # The opt-in property-deep label (10x the cases) runs with
 #   cmake --preset asan && cmake --build --preset asan && ctest --preset asan -L '^property-deep$'
 # and the opt-in conformance-deep label (the mlx-lm cache replay over the full tier and
