@@ -100,10 +100,20 @@ SequenceRecord record(std::vector<std::int32_t> tokens, const std::vector<std::v
   return s;
 }
 
+// A file in this process's scratch directory, which is removed when the process exits
+// (each run used to leave a kvlab_golden_files_test_<pid> directory behind in /tmp).
 std::filesystem::path temp(const std::string& name) {
-  const auto dir = std::filesystem::temp_directory_path() / cat("kvlab_golden_files_test_", ::getpid());
-  std::filesystem::create_directories(dir);
-  return dir / name;
+  static const struct Scratch {
+    std::filesystem::path dir = std::filesystem::temp_directory_path() / cat("kvlab_golden_files_test_", ::getpid());
+    Scratch() { std::filesystem::create_directories(dir); }
+    Scratch(const Scratch&) = delete;
+    Scratch& operator=(const Scratch&) = delete;
+    ~Scratch() {
+      std::error_code ignored;  // nothing to report from a destructor at exit
+      std::filesystem::remove_all(dir, ignored);
+    }
+  } scratch;
+  return scratch.dir / name;
 }
 
 TEST(GoldenFile, RoundTripsEveryField) {
