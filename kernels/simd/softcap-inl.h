@@ -7,7 +7,7 @@
 // representable values of type 'int'"). Scores can be NaN (NaN poison in hidden keys,
 // which are masked after the cap) or ±inf (scale·(−inf) in padding lanes). So only finite
 // quotients reach Tanh; the others get the limit the oracle's std::tanh gives:
-// tanh(±inf) = ±1, NaN stays NaN (reference/attention_core.cc caps the same way).
+// tanh(±inf) = ±1, NaN stays NaN (reference/sdpa.cc caps with std::tanh).
 //
 // Include inside a Highway foreach_target TU, after <hwy/contrib/math/math-inl.h>.
 // Functions live in kvlab::simd::HWY_NAMESPACE.
