@@ -1,7 +1,5 @@
 // The file side of goldens: scenario lines, the prompt-token rule, golden files (round
 // trip and strict reading) and the diff's statistics on hand-computed cases.
-#include <unistd.h>
-
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -12,6 +10,7 @@
 #include "golden/diff.h"
 #include "golden/golden_file.h"
 #include "golden/scenario.h"
+#include "golden/tests/scratch_dir.h"
 #include "kvlab/error.h"
 
 namespace kvlab::golden {
@@ -100,20 +99,9 @@ SequenceRecord record(std::vector<std::int32_t> tokens, const std::vector<std::v
   return s;
 }
 
-// A file in this process's scratch directory, which is removed when the process exits
-// (each run used to leave a kvlab_golden_files_test_<pid> directory behind in /tmp).
+// A file in this process's scratch directory (removed when the process exits).
 std::filesystem::path temp(const std::string& name) {
-  static const struct Scratch {
-    std::filesystem::path dir = std::filesystem::temp_directory_path() / cat("kvlab_golden_files_test_", ::getpid());
-    Scratch() { std::filesystem::create_directories(dir); }
-    Scratch(const Scratch&) = delete;
-    Scratch& operator=(const Scratch&) = delete;
-    ~Scratch() {
-      std::error_code ignored;  // nothing to report from a destructor at exit
-      std::filesystem::remove_all(dir, ignored);
-    }
-  } scratch;
-  return scratch.dir / name;
+  return test::process_scratch_dir("kvlab_golden_files_test_") / name;
 }
 
 TEST(GoldenFile, RoundTripsEveryField) {

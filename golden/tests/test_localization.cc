@@ -3,8 +3,6 @@
 // changed one on the reference backend and diffs them; the changes are chosen so the
 // right answer is known in advance (where the change enters, and the first step at which
 // it can show).
-#include <unistd.h>
-
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -14,6 +12,7 @@
 
 #include "golden/diff.h"
 #include "golden/runner.h"
+#include "golden/tests/scratch_dir.h"
 #include "harness/backends.h"
 
 namespace kvlab::golden {
@@ -28,8 +27,7 @@ json config_of(const std::string& id) {
 }
 
 std::unique_ptr<Model> load(const std::string& id, const json& config) {
-  // Per process: ctest runs this binary's tests side by side.
-  const fs::path dir = fs::temp_directory_path() / cat("kvlab_golden_localization_", ::getpid(), "_", id);
+  const fs::path dir = test::process_scratch_dir("kvlab_golden_localization_") / id;
   fs::create_directories(dir);
   write_tiny_model(config, id, dir);
   return Model::load(dir);
@@ -40,7 +38,7 @@ Golden run(const Model& model, const std::string& id, const std::string& line, c
   RunContext ctx;
   ctx.backend = backend.get();
   ctx.model_id = id;
-  ctx.scratch = fs::temp_directory_path() / cat("kvlab_golden_localization_scratch_", ::getpid());
+  ctx.scratch = test::process_scratch_dir("kvlab_golden_localization_") / "scratch";
   ctx.teacher = teacher;
   return run_scenario(model, parse_scenario(line, "test"), ctx);
 }

@@ -1,7 +1,6 @@
 // The tiny golden models: SHA-256, deterministic weight files (checked-in hashes),
 // strict loading, greedy decoding that does not collapse, and batch rows that equal the
 // rows run alone. The comparison with mlx-lm itself is golden/tests/model_vs_mlx.py.
-#include <unistd.h>
 
 #include <gtest/gtest.h>
 
@@ -13,6 +12,7 @@
 
 #include "golden/model_internal.h"
 #include "golden/tests/model_test_util.h"
+#include "golden/tests/scratch_dir.h"
 #include "reference/reference_backend.h"
 
 namespace kvlab::golden {
@@ -39,8 +39,7 @@ std::string read_text(const fs::path& p) {
 }
 
 fs::path scratch(const std::string& name) {
-  // Per process: two builds' test runs may share /tmp.
-  const fs::path dir = fs::path(::testing::TempDir()) / cat("kvlab_golden_model_", ::getpid(), "_", name);
+  const fs::path dir = test::process_scratch_dir("kvlab_golden_model_") / name;
   fs::remove_all(dir);
   return dir;
 }

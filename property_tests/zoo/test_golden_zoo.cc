@@ -7,7 +7,6 @@
 // 13,6,9, request 1 leaves after 6 tokens, a 7-token request joins after step 8) the
 // joiner is prefilled alone (its step 0 is right) and first decodes inside the batch at
 // its step 1; the rows already there keep their padding, so they stay right.
-#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -17,6 +16,7 @@
 
 #include "golden/diff.h"
 #include "golden/runner.h"
+#include "golden/tests/scratch_dir.h"
 #include "harness/backends.h"
 #include "property_tests/zoo/batch_mutants.h"
 
@@ -27,7 +27,7 @@ namespace fs = std::filesystem;
 
 TEST(GoldenZoo, TheDiffNamesTheRequestAndStepWhereTheExtendMutantBites) {
   std::ifstream in(fs::path(KVLAB_GOLDEN_SOURCE_DIR) / "models" / "llama_dense" / "config.json");
-  const auto dir = fs::temp_directory_path() / cat("kvlab_golden_zoo_llama_dense_", ::getpid());
+  const auto dir = golden::test::process_scratch_dir("kvlab_golden_zoo_") / "llama_dense";
   fs::create_directories(dir);
   golden::write_tiny_model(nlohmann::json::parse(in), "llama_dense", dir);
   const auto model = golden::Model::load(dir);
