@@ -1,5 +1,6 @@
 #include "harness/compare.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -10,12 +11,18 @@ namespace kvlab::harness {
 
 namespace {
 
-std::uint32_t element_bits(const Tensor& t, std::int64_t i) {
-  std::uint32_t bits = 0;
-  const std::size_t size = dtype_size(t.dtype());
-  std::memcpy(&bits, t.data() + static_cast<std::size_t>(i) * size, size);
-  return bits;
+// Element i's bits, `size` bytes wide: the loops below read every element, so they take
+// the element size (and the count) once rather than per element.
+std::uint32_t element_bits(const std::byte* data, std::size_t size, std::int64_t i) {
+  const std::byte* at = data + static_cast<std::size_t>(i) * size;
+  switch (size) {  // constant sizes: a load each, not a memcpy call per element
+    case 4: { std::uint32_t v; std::memcpy(&v, at, 4); return v; }
+    case 2: { std::uint16_t v; std::memcpy(&v, at, 2); return v; }
+    case 1: return std::to_integer<std::uint32_t>(*at);
+    default: { std::uint32_t v = 0; std::memcpy(&v, at, std::min<std::size_t>(size, 4)); return v; }
+  }
 }
+std::uint32_t element_bits(const Tensor& t, std::int64_t i) { return element_bits(t.data(), dtype_size(t.dtype()), i); }
 
 std::string show(const Tensor& t, std::int64_t i) {
   const std::uint32_t bits = element_bits(t, i);
@@ -47,10 +54,13 @@ bool finite_bits(std::uint32_t bits, DType dtype) {
 std::uint64_t max_ulp_distance(const Tensor& b, const Tensor& r) {
   if (!is_float(b.dtype())) return 0;
   std::uint64_t worst = 0;
-  for (std::int64_t i = 0; i < b.numel(); ++i) {
-    const std::uint32_t x = element_bits(b, i), y = element_bits(r, i);
-    if (!finite_bits(x, b.dtype()) || !finite_bits(y, b.dtype())) continue;
-    const std::int64_t d = ordinal(x, b.dtype()) - ordinal(y, b.dtype());
+  const DType dtype = b.dtype();
+  const std::size_t size = dtype_size(dtype);
+  const std::byte *bd = b.data(), *rd = r.data();
+  for (std::int64_t i = 0, n = b.numel(); i < n; ++i) {
+    const std::uint32_t x = element_bits(bd, size, i), y = element_bits(rd, size, i);
+    if (!finite_bits(x, dtype) || !finite_bits(y, dtype)) continue;
+    const std::int64_t d = ordinal(x, dtype) - ordinal(y, dtype);
     worst = std::max(worst, static_cast<std::uint64_t>(d < 0 ? -d : d));
   }
   return worst;
@@ -58,11 +68,13 @@ std::uint64_t max_ulp_distance(const Tensor& b, const Tensor& r) {
 
 void zero_fractions(const Tensor& b, const Tensor& r, Comparison& c) {
   std::int64_t zb = 0, zr = 0;
-  for (std::int64_t i = 0; i < b.numel(); ++i) {
-    // -0.0 counts as zero too: the sign bit alone carries no information here.
-    const std::uint32_t mask = is_float(b.dtype()) ? ~(1u << (8 * dtype_size(b.dtype()) - 1)) : ~0u;
-    zb += (element_bits(b, i) & mask) == 0;
-    zr += (element_bits(r, i) & mask) == 0;
+  const std::size_t size = dtype_size(b.dtype());
+  // -0.0 counts as zero too: the sign bit alone carries no information here.
+  const std::uint32_t mask = is_float(b.dtype()) ? ~(1u << (8 * size - 1)) : ~0u;
+  const std::byte *bd = b.data(), *rd = r.data();
+  for (std::int64_t i = 0, n = b.numel(); i < n; ++i) {
+    zb += (element_bits(bd, size, i) & mask) == 0;
+    zr += (element_bits(rd, size, i) & mask) == 0;
   }
   const double n = static_cast<double>(std::max<std::int64_t>(b.numel(), 1));
   c.zero_fraction_backend = static_cast<double>(zb) / n;
@@ -95,8 +107,10 @@ Comparison compare_bits(const Tensor& backend, const Tensor& reference) {
   Comparison c;
   zero_fractions(backend, reference, c);
   c.max_ulps = max_ulp_distance(backend, reference);
-  for (std::int64_t i = 0; i < backend.numel(); ++i) {
-    if (element_bits(backend, i) == element_bits(reference, i)) continue;
+  const std::size_t size = dtype_size(backend.dtype());
+  const std::byte *bd = backend.data(), *rd = reference.data();
+  for (std::int64_t i = 0, n = backend.numel(); i < n; ++i) {
+    if (element_bits(bd, size, i) == element_bits(rd, size, i)) continue;
     if (c.mismatches++ == 0) c.worst_index = i;  // bit-exact: the first difference
   }
   if (c.mismatches > 0) {
@@ -122,7 +136,7 @@ Comparison compare_values(const Tensor& backend, const Tensor& reference, const 
   double ref_inf_norm = 0, sum_sq_err = 0, sum_sq_ref = 0;
   double worst_ratio = -1;
   std::int64_t nans = 0, inf_mismatch = 0, copy_mismatch = 0;
-  for (std::int64_t i = 0; i < backend.numel(); ++i) {
+  for (std::int64_t i = 0, n = backend.numel(); i < n; ++i) {
     const double b = vb.load(i), r = vr.load(i);
     const double allowed = budget.per_element.size() == 1 ? budget.per_element[0]
                                                           : budget.per_element[static_cast<std::size_t>(i)];

@@ -40,7 +40,7 @@ Tensor value_family_fill(const Problem& p, std::string_view name, DType dtype, S
   Tensor x(dtype, std::move(shape));
   const CounterRng rng(p.line(), name);
   const TensorView v = x.view();
-  for (std::int64_t i = 0; i < x.numel(); ++i) {
+  for (std::int64_t i = 0, elements = x.numel(); i < elements; ++i) {
     const auto u = static_cast<std::uint64_t>(i);
     const double n = rng.normal(u);
     double value = 0;

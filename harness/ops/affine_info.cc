@@ -117,7 +117,7 @@ class AffineDequantize final : public OpInfo {
     const ConstTensorView r = ref.view();
     Budget b;
     b.per_element.resize(static_cast<std::size_t>(ref.numel()));
-    for (std::int64_t i = 0; i < ref.numel(); ++i) {
+    for (std::int64_t i = 0, elements = ref.numel(); i < elements; ++i) {
       const double s = std::abs(static_cast<double>(scales.load(i / group)));
       b.per_element[static_cast<std::size_t>(i)] =
           eps * std::abs(static_cast<double>(r.load(i))) + 0x1p-24 * n * s + denorm;

@@ -486,7 +486,7 @@ class CacheOp final : public OpInfo {
       b.nmse_max = sum_r > 0 ? sum_b / (4 * sum_r) : -1;
       return b;
     }
-    for (std::int64_t i = 0; i < ref.numel(); ++i) {
+    for (std::int64_t i = 0, elements = ref.numel(); i < elements; ++i) {
       b.per_element[static_cast<std::size_t>(i)] = trace->key_rope_abs.at(static_cast<std::size_t>(i % D)) +
                                                    dtype_epsilon(t) * std::abs(static_cast<double>(r.load(i))) +
                                                    denorm_of(t);

@@ -49,7 +49,7 @@ std::optional<float> global_scale(const Problem& p, const Tensor& x) {
   if (p.word("global_scale") == "none") return std::nullopt;
   float amax = 0;
   const ConstTensorView v = x.view();
-  for (std::int64_t i = 0; i < x.numel(); ++i) amax = std::max(amax, std::abs(v.load(i)));
+  for (std::int64_t i = 0, elements = x.numel(); i < elements; ++i) amax = std::max(amax, std::abs(v.load(i)));
   return amax;
 }
 
@@ -127,7 +127,7 @@ class FpDequantize final : public OpInfo {
     Budget b;
     b.per_element.resize(static_cast<std::size_t>(ref.numel()));
     const ConstTensorView r = ref.view();
-    for (std::int64_t i = 0; i < ref.numel(); ++i) {
+    for (std::int64_t i = 0, elements = ref.numel(); i < elements; ++i) {
       b.per_element[static_cast<std::size_t>(i)] = (eps + 0x1p-22) * std::abs(static_cast<double>(r.load(i)));
     }
     return b;

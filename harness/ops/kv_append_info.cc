@@ -17,7 +17,7 @@ ParamSpec append_dtype() { return {"dtype", ParamKind::word, "f32", {"f32", "f16
 Tensor payload_data(const Problem& p, std::string_view name, DType dtype, Shape shape) {
   Tensor t = random_bits(p, name, dtype, std::move(shape));
   if (!is_float(dtype)) return t;
-  for (std::int64_t i = 0; i < t.numel(); i += 29) store_bits(t, i, payload_nan_bits(dtype) ^ 0x1u);
+  for (std::int64_t i = 0, elements = t.numel(); i < elements; i += 29) store_bits(t, i, payload_nan_bits(dtype) ^ 0x1u);
   return t;
 }
 

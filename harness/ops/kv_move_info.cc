@@ -27,7 +27,7 @@ Tensor block_data(const Problem& p, std::string_view name, Shape shape) {
   if (!is_float(dtype)) return random_bits(p, name, dtype, std::move(shape));
   Tensor t = random_normal(p, name, dtype, std::move(shape));
   const CounterRng rng(p.line(), std::string(name) + ".nan");
-  for (std::int64_t i = 0; i < t.numel(); i += 37) {
+  for (std::int64_t i = 0, elements = t.numel(); i < elements; i += 37) {
     // A signalling-looking payload: the low bits are random and must survive the move.
     const auto payload = static_cast<std::uint32_t>(rng.bits(static_cast<std::uint64_t>(i)));
     store_bits(t, i, dtype == DType::f32 ? 0x7F800001u | (payload & 0x3FFFFFu)

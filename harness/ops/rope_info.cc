@@ -101,7 +101,7 @@ class Rope final : public OpInfo {
       const std::uint32_t inf = dtype == DType::f32 ? 0x7F800000u : (dtype == DType::f16 ? 0x7C00u : 0x7F80u);
       const std::uint32_t sign = dtype == DType::f32 ? 0x80000000u : 0x8000u;
       const std::uint32_t snan = dtype == DType::f32 ? 0x7F800001u : (dtype == DType::f16 ? 0x7C01u : 0x7F81u);
-      for (std::int64_t r = 0; r < x.numel() / D; ++r) {
+      for (std::int64_t r = 0, rows = x.numel() / D; r < rows; ++r) {
         if (r % 7 == 0) {
           store_bits(x, r * D + 3 % dims, nan);
           store_bits(x, r * D + 11 % dims, inf | (r % 2 ? 0 : sign));
@@ -172,7 +172,7 @@ std::vector<double> rope_budget(const Tensor& x_in, const RopeParams& rp, const 
                          : 1.0 / static_cast<double>(rp.freqs[static_cast<std::size_t>(i)]);
   }
   std::vector<double> out(static_cast<std::size_t>(ref.numel()), 0.0);
-  for (std::int64_t i = 0; i < ref.numel(); ++i) {
+  for (std::int64_t i = 0, elements = ref.numel(); i < elements; ++i) {
     const std::int64_t d = i % D, t = (i / D) % T, batch = i / per_batch;
     if (d >= rp.dims) continue;  // passthrough: bit copy
     const std::int64_t pair = rp.traditional ? d / 2 : d % half;
@@ -199,7 +199,7 @@ std::vector<double> rope_budget_mlx(const Tensor& x_in, const RopeParams& rp, co
   const double denorm = ref.dtype() == DType::f32 ? 0x1p-149 : (ref.dtype() == DType::f16 ? 0x1p-24 : 0x1p-133);
   const ConstTensorView x = x_in.view(), r = ref.view();
   std::vector<double> out(static_cast<std::size_t>(ref.numel()), 0.0);
-  for (std::int64_t i = 0; i < ref.numel(); ++i) {
+  for (std::int64_t i = 0, elements = ref.numel(); i < elements; ++i) {
     const std::int64_t d = i % D;
     if (d >= rp.dims) continue;  // passthrough: bit copy
     const std::int64_t partner = rp.traditional ? (d ^ 1) : (d < half ? d + half : d - half);

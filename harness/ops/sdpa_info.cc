@@ -110,7 +110,7 @@ std::vector<bool> hidden_keys(const Problem& p, const Tensor* mask) {
 // Rows (b, h, j) of a (B, Hkv, Lk, W) tensor that are hidden get `bits` in every element.
 void poison_rows(const std::vector<bool>& hidden, Tensor& t, std::uint32_t bits) {
   const std::int64_t W = t.shape()[3];
-  for (std::int64_t i = 0; i < t.numel(); ++i) {
+  for (std::int64_t i = 0, elements = t.numel(); i < elements; ++i) {
     if (hidden[static_cast<std::size_t>(i / W)]) store_bits(t, i, bits);
   }
 }
@@ -123,7 +123,7 @@ std::optional<Tensor> mask_array(const Problem& p) {
   const auto [mb, mh] = mask_dims(p);
   const CounterRng rng(p.line(), "mask");
   Tensor mask(m == "bool" ? DType::u8 : dtype_from_name(p.word("mask_dtype")), {mb, mh, Lq, Lk});
-  for (std::int64_t i = 0; i < mask.numel(); ++i) {
+  for (std::int64_t i = 0, elements = mask.numel(); i < elements; ++i) {
     const std::int64_t j = i % std::max<std::int64_t>(Lk, 1), b = i / std::max<std::int64_t>(mh * Lq * Lk, 1);
     bool keep = rng.uniform(static_cast<std::uint64_t>(2 * i)) < 0.75;
     if ((b % 3 == 1 && j % 5 == 2) || i < Lk) keep = false;
@@ -264,14 +264,19 @@ Budget attention_budget(const Problem& p, const Tensor& q, const Tensor& k, cons
   const std::int64_t Lq = p.integer("Lq"), Lk = p.integer("Lk"), Dk = p.integer("Dk");
   const xt::xarray<float> qf = q.to_f32(), kf = k.to_f32(), vf = v.to_f32();
   double S = 0, sigma2 = 0, smax2 = 0;
+  // Rows of q (B, Hq, Lq, Dk) and K (B, Hkv, Lk, Dk), row-major: O(B·Hq·Lq·Lk·Dk) terms,
+  // so the rows are addressed once, not each element through four indices.
+  const auto row = [Dk](const xt::xarray<float>& x, std::int64_t r) { return x.data() + r * Dk; };
   for (std::int64_t b = 0; b < B; ++b) {
     for (std::int64_t h = 0; h < Hq; ++h) {
       const std::int64_t hk = h / (Hq / Hkv);
       for (std::int64_t i = 0; i < Lq; ++i) {
+        const float* qrow = row(qf, (b * Hq + h) * Lq + i);
         for (std::int64_t j = 0; j < Lk; ++j) {
+          const float* krow = row(kf, (b * Hkv + hk) * Lk + j);
           double acc = 0, acc2 = 0, dot = 0;
           for (std::int64_t d = 0; d < Dk; ++d) {
-            const double x = static_cast<double>(qf(b, h, i, d)) * static_cast<double>(kf(b, hk, j, d));
+            const double x = static_cast<double>(qrow[d]) * static_cast<double>(krow[d]);
             acc += std::abs(x);
             acc2 += x * x;
             dot += x;
