@@ -31,7 +31,4 @@ else
 fi
 
 # The pinned Python venv of the real-engine replays (never fails: absence is a skip).
-# KVLAB_SETUP_VENV=0 leaves it to the caller (tools/test.sh installs it in the background).
-if [[ "${KVLAB_SETUP_VENV:-1}" != 0 ]]; then
-  bash "$(dirname "$0")/setup_venv.sh"
-fi
+bash "$(dirname "$0")/setup_venv.sh"

@@ -28,44 +28,23 @@ cd "$(dirname "$0")/.."
 # Let ccache reuse objects across clones in different directories: paths relative to
 # the clone, and (for the -g builds, asan) the working directory left out of the hash.
 export CCACHE_BASEDIR="$PWD" CCACHE_NOHASHDIR=1
-KVLAB_SETUP_VENV=0 bash tools/setup.sh
+bash tools/setup.sh
 
-# The venv (pip from PyPI, ~50 s, mostly waiting on the network and the disk) installs in
-# the background while the asan build, which does not use it, compiles; the ci configure
-# (the MLX backend builds against the venv's MLX) waits for it. The asan tests still run
-# after the ci tests: the ci run's lavapipe checks fill Mesa's shader cache with the
-# pipelines the asan Vulkan tests use, which lavapipe would otherwise compile inside
-# ASan processes, several times slower.
-mkdir -p build
-bash tools/setup_venv.sh >build/setup_venv.out 2>&1 &
-venv_pid=$!
-# A failed build must not leave pip running: a venv without its stamp is rebuilt next time.
-trap 'kill "$venv_pid" 2>/dev/null || true' EXIT
-
-build_config() {
-  local preset=$1 start=$SECONDS
+run_config() {
+  local preset=$1 select=$2 start=$SECONDS
   echo "== [$preset] configure + build"
   cmake --preset "$preset" >/dev/null
   cmake --build --preset "$preset"
-  echo "== [$preset] built in $((SECONDS - start)) s"
-}
-test_config() {
-  local preset=$1 select=$2 start=$SECONDS
   echo "== [$preset] ctest $select"
   # shellcheck disable=SC2086  # $select holds option words
   ctest --preset "$preset" $select --output-junit junit.xml
-  echo "== [$preset] tests passed in $((SECONDS - start)) s"
+  echo "== [$preset] passed in $((SECONDS - start)) s"
 }
 
-build_config asan
-wait "$venv_pid" || true  # setup_venv.sh never fails: absence is a skip
-cat build/setup_venv.out
-build_config ci
-test_config ci "-LE ^(property-deep|conformance-deep)$"
-test_config asan "-L ^(unit|property|zoo|cli)$"
+run_config ci "-LE ^(property-deep|conformance-deep)$"
+run_config asan "-L ^(unit|property|zoo|cli)$"
 # The fuzz preset's build preset builds the fuzz targets and what they link, nothing else.
-build_config fuzz
-test_config fuzz "-L ^fuzz$"
+run_config fuzz "-L ^fuzz$"
 # Each target's executions, from libFuzzer's last line ("Done N runs in S second(s)").
 awk '/^[0-9]+\/[0-9]+ Test: /{t=$3} /^Done [0-9]+ runs/{print "== [fuzz] " t ": " $0}' \
   build/fuzz/Testing/Temporary/LastTest.log
