@@ -41,6 +41,9 @@ run_config() {
   echo "== [$preset] passed in $((SECONDS - start)) s"
 }
 
+# ci before asan: the ci run's lavapipe checks fill Mesa's shader cache with the
+# pipelines the asan Vulkan tests use, which lavapipe would otherwise compile inside ASan
+# processes, 3-4x slower (harness/cases/quantized_sdpa/lavapipe).
 run_config ci "-LE ^(property-deep|conformance-deep)$"
 run_config asan "-L ^(unit|property|zoo|cli)$"
 # The fuzz preset's build preset builds the fuzz targets and what they link, nothing else.
