@@ -297,13 +297,17 @@ void run_kernel(benchmark::State& state, const BenchCase& c, const std::string& 
       // evicts the device caches) and the host's submission work are not counted.
       if (!tc.clock) tc.clock = make_device_clock(*tc.backend, flush_first ? o.flush_mib * kMiB : 0);
       std::int64_t on_device = 0;
+      std::map<std::string, double> pass_seconds;
       for (auto _ : state) {
         tc.clock->flush_caches();
         const DeviceTiming timing = tc.clock->time([&tc] { tc.invoke(); });
         state.SetIterationTime(timing.seconds);
         on_device += timing.on_device ? 1 : 0;
+        for (const auto& [pass, seconds] : timing.passes) pass_seconds[pass] += seconds;
       }
-      state.counters["device_timed"] = static_cast<double>(on_device) / static_cast<double>(state.iterations());
+      const auto iterations = static_cast<double>(state.iterations());
+      state.counters["device_timed"] = static_cast<double>(on_device) / iterations;
+      for (const auto& [pass, seconds] : pass_seconds) state.counters["us:" + pass] = seconds / iterations * 1e6;
     } else {
       BigBuffer* flush = flush_first ? &lazily(baselines().flush, o.flush_mib) : nullptr;
       if (!o.smoke) before = sample_adjacent(o);

@@ -460,6 +460,34 @@ class VulkanRows(unittest.TestCase):
         self.assertFalse(bt.is_vulkan("simd:AVX3"))
 
 
+class Passes(unittest.TestCase):
+    def run_passes(self, rows):
+        out = io.StringIO()
+        code = bt.passes(write(rows, DISCRETE), out)
+        return code, out.getvalue()
+
+    def test_each_pass_median_and_share_of_the_call(self):
+        # Three repetitions of a 1 ms call: the decode pass 700/800/900 µs (median 800 = 80 %),
+        # the combine 150/100/50 µs (median 100 = 10 %); largest first.
+        rows = vk_row("vulkan", QSDPA8, 1e-3, 5e8)
+        for i, (d, c) in enumerate([(700, 150), (800, 100), (900, 50)]):
+            rows[i]["us:quantized_sdpa_decode"] = d
+            rows[i]["us:sdpa_combine"] = c
+        code, text = self.run_passes(rows)
+        self.assertEqual(code, 0)
+        lines = [l for l in text.splitlines() if l.startswith("quantized_sdpa")]
+        self.assertEqual(len(lines), 2)
+        self.assertIn("quantized_sdpa_decode", lines[0])
+        self.assertEqual(lines[0].split()[-2:], ["800.0", "80.0"])
+        self.assertIn("sdpa_combine", lines[1])
+        self.assertEqual(lines[1].split()[-2:], ["100.0", "10.0"])
+
+    def test_a_file_without_pass_counters_says_so(self):
+        code, text = self.run_passes(vk_row("vulkan", QSDPA8, 1e-3, 5e8))
+        self.assertEqual(code, 1)
+        self.assertIn("no row carries per-pass device times", text)
+
+
 class Compare(unittest.TestCase):
     def flagged(self, old_times, new_times, **kw):
         old = bt.load(write(reps("k/simd:AVX3/s", old_times)))[1]

@@ -184,6 +184,16 @@ TEST(VulkanTimedCase, AVerifiedKernelIsTimedOnTheDeviceAndAnUnwrittenOneSkipped)
   EXPECT_GE(submitted, 1u);
   EXPECT_EQ(q.on_device, submitted == 1) << submitted << " submissions";
   EXPECT_GT(q.seconds, 0.0);
+  // Timed on the device, the call names its passes (shader names without build or
+  // specialization): the combine pass comes last and no pass outlasts the call.
+  if (q.on_device) {
+    ASSERT_FALSE(q.passes.empty());
+    EXPECT_EQ(q.passes.back().first, "sdpa_combine");
+    for (const auto& [pass, seconds] : q.passes) {
+      EXPECT_EQ(pass.find(' '), std::string::npos) << pass;
+      EXPECT_LE(seconds, q.seconds * (1 + 1e-9)) << pass;
+    }
+  }
   release_timed_case();
 
   // The Vulkan backend has no fp_quantize: a skip naming it, not a failure.

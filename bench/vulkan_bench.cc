@@ -57,8 +57,12 @@ class VulkanClock final : public DeviceClock {
     call();
     const std::chrono::duration<double> wall = std::chrono::steady_clock::now() - start;
     const std::optional<double> device = backend_.last_kernel_seconds();
-    if (backend_.context().submissions() - before == 1 && device) return {*device, true};
-    return {wall.count(), false};
+    if (backend_.context().submissions() - before != 1 || !device) return {wall.count(), false};
+    DeviceTiming timing{*device, true, {}};
+    for (const VulkanKernelStep& s : backend_.last_kernel_steps()) {
+      timing.passes.emplace_back(s.pass.substr(0, s.pass.find(' ')), s.seconds);
+    }
+    return timing;
   }
 
  private:

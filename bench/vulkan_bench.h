@@ -17,6 +17,8 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include "kvlab/backend.h"
 
@@ -54,6 +56,11 @@ std::string vulkan_kernel_clock();
 struct DeviceTiming {
   double seconds = 0;
   bool on_device = false;  // false: the host's wall clock around the call
+  // On the device: each command of the call and its seconds, named by its shader without
+  // the build and specialization ("sdpa_combine"), or "copy" / "update" (empty where the
+  // runtime has no per-command stamps). kvlab_bench reports their means as the row's
+  // counters "us:<name>", the passes summed by name: which pass takes the time.
+  std::vector<std::pair<std::string, double>> passes;
 };
 
 // Device-side timing of one kernel benchmark on a backend from make_timed_vulkan_backend().

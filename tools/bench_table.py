@@ -9,6 +9,7 @@ Reads Google Benchmark JSON written by kvlab_bench (bench/bench_suite.h), e.g.
   tools/bench_table.py table r.json
   tools/bench_table.py verdict r1.json r2.json r3.json
   tools/bench_table.py compare old.json new.json
+  tools/bench_table.py passes r.json
 
 table: one row per kernel benchmark: kernel | shape | backend | GB/s | % read | % memcpy |
   % vkcopy | base drift | speed-up vs reference | target.
@@ -128,6 +129,7 @@ class Row:
         self.flops_per_second = []
         self.device_timed = []  # Vulkan rows: fraction of calls timed on the device, per repetition
         self.adjacent = []  # host rows: (seconds, adj read GB/s, adj memcpy GB/s, adj drift) per repetition
+        self.passes = {}  # Vulkan rows: pass name -> its mean device µs per call, one per repetition
         self.label = ""
         self.error = None
 
@@ -152,6 +154,9 @@ class Row:
             self.flops_per_second.append(b["flops"])
         if "device_timed" in b:
             self.device_timed.append(b["device_timed"])
+        for key, value in b.items():
+            if key.startswith("us:") and isinstance(value, (int, float)):
+                self.passes.setdefault(key[3:], []).append(value)
         if b.get("adj_read_gbps") and b.get("adj_memcpy_gbps"):
             self.adjacent.append((self.times[-1], b["adj_read_gbps"], b["adj_memcpy_gbps"], b.get("adj_drift", 0.0)))
 
@@ -671,6 +676,26 @@ def compare(old_path, new_path, k, min_pct, fail_on_change, fail_on_slowdown, ou
     return 0
 
 
+def passes(path, out=sys.stdout):
+    """Each device-timed row's passes (counters us:<pass>, the call's commands summed by
+    shader name): median µs per call over the repetitions and its share of the row's
+    median time. Returns 1 when no row has them (not a device run, or an older file)."""
+    _, rows = load(path)
+    body = []
+    for name in sorted(rows):
+        r = rows[name]
+        total = r.median()
+        for p in sorted(r.passes, key=lambda p: -statistics.median(r.passes[p])):
+            us = statistics.median(r.passes[p])
+            share = 100 * us * 1e-6 / total if total else None
+            body.append([r.op, r.shape, r.backend, p, fmt(us, ".1f"), fmt(share, ".1f")])
+    if not body:
+        out.write(f"{path}: no row carries per-pass device times (us:<pass> counters of a Vulkan run)\n")
+        return 1
+    print_table(body, ["kernel", "shape", "backend", "pass", "µs", "% of call"], out, left=4)
+    return 0
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -686,12 +711,16 @@ def main(argv=None):
     c.add_argument("--min-pct", type=float, default=3.0, help="minimum change in percent (default 3)")
     c.add_argument("--fail-on-change", action="store_true", help="exit 1 when any change is flagged")
     c.add_argument("--fail-on-slowdown", action="store_true", help="exit 1 when a slowdown is flagged")
+    p = sub.add_parser("passes", help="device time per pass of each Vulkan row (where the GPU spends a call)")
+    p.add_argument("result")
     args = parser.parse_args(argv)
     try:
         if args.command == "table":
             return table(args.result)
         if args.command == "verdict":
             return verdict(args.results, args.runs)
+        if args.command == "passes":
+            return passes(args.result)
         return compare(args.old, args.new, args.k, args.min_pct, args.fail_on_change, args.fail_on_slowdown)
     except (ResultError, OSError) as e:
         sys.stderr.write(f"bench_table: {e}\n")

@@ -79,6 +79,7 @@ class VulkanBackend::Context {
   bool small_storage() const { return device().enabled().storage16; }
   bool staging() const { return memory_kind_ == vk::MemoryKind::device_local; }
   std::optional<double> last_kernel_seconds() const { return last_kernel_seconds_; }
+  const std::vector<VulkanKernelStep>& last_kernel_steps() const { return last_kernel_steps_; }
 
   BufferPtr allocate(std::size_t bytes);
   // host_view()'s checks (plus: the buffer is this backend's), as a view whose data
@@ -154,6 +155,8 @@ class VulkanBackend::Context {
  private:
   const vk::ComputePipeline& pipeline(vulkan::ShaderId shader, std::uint32_t bindings, std::uint32_t push_bytes,
                                       std::span<const std::uint32_t> specialization);
+  // After a submission: its device time and each command's (timestamps on).
+  void note_submission();
   // Copies through the staging buffer (device-local memory) in bounded chunks.
   void staged_copy(const VulkanBuffer& buffer, std::size_t offset, std::size_t bytes, const void* from, void* to);
 
@@ -164,6 +167,7 @@ class VulkanBackend::Context {
   std::map<std::pair<vulkan::ShaderId, std::vector<std::uint32_t>>, std::unique_ptr<vk::ComputePipeline>> pipelines_;
   std::unique_ptr<vk::DeviceBuffer> staging_, scratch_;
   std::optional<double> last_kernel_seconds_;
+  std::vector<VulkanKernelStep> last_kernel_steps_;
   std::map<vulkan::ShaderId, std::uint64_t> dispatch_counts_;
 };
 

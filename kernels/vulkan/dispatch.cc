@@ -63,7 +63,7 @@ void VulkanBackend::Context::dispatch(vulkan::ShaderId shader, std::initializer_
   stream_->begin();
   stream_->dispatch(p, ranges, push_block, groups);
   stream_->submit_and_wait();
-  last_kernel_seconds_ = stream_->last_seconds();
+  note_submission();
 }
 
 void VulkanBackend::Context::copy(const DTensor& src, const DTensor& dst) {
@@ -86,7 +86,13 @@ void VulkanBackend::Context::copy(const DTensor& src, const DTensor& dst) {
   stream_->begin();
   stream_->copy(from, src.offset, to, dst.offset, bytes);
   stream_->submit_and_wait();
+  note_submission();
+}
+
+void VulkanBackend::Context::note_submission() {
   last_kernel_seconds_ = stream_->last_seconds();
+  last_kernel_steps_.clear();
+  for (const vk::CommandStream::Step& s : stream_->last_steps()) last_kernel_steps_.push_back({s.name, s.seconds});
 }
 
 void VulkanBackend::Context::begin_batch() {
@@ -97,7 +103,7 @@ void VulkanBackend::Context::begin_batch() {
 void VulkanBackend::Context::end_batch() {
   KVLAB_REQUIRE(batching(), misuse, "VulkanBackend: end_batch without begin_batch");
   stream_->submit_and_wait();
-  last_kernel_seconds_ = stream_->last_seconds();
+  note_submission();
 }
 
 void VulkanBackend::Context::abandon_batch() noexcept {

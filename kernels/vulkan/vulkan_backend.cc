@@ -40,6 +40,7 @@ bool VulkanBackend::uses_small_storage() const { return context_->small_storage(
 bool VulkanBackend::uses_staging() const { return context_->staging(); }
 bool VulkanBackend::validation_enabled() const { return context_->validation_enabled(); }
 std::optional<double> VulkanBackend::last_kernel_seconds() const { return context_->last_kernel_seconds(); }
+std::vector<VulkanKernelStep> VulkanBackend::last_kernel_steps() const { return context_->last_kernel_steps(); }
 
 BufferPtr VulkanBackend::allocate(std::size_t bytes) { return context_->allocate(bytes); }
 void VulkanBackend::upload(const DTensor& dst, const void* src) { context_->upload(dst, src); }

@@ -68,6 +68,13 @@ struct VulkanOptions {
   bool timestamps = false;
 };
 
+// One command of a kernel's submission and its device time (timestamps on): the
+// pipeline's name (shaders.h), or "copy" / "update" for the transfers.
+struct VulkanKernelStep {
+  std::string pass;
+  double seconds = 0;
+};
+
 struct VulkanDeviceInfo {
   int index = 0;
   std::string name;
@@ -96,6 +103,9 @@ class VulkanBackend final : public Backend {
   // Device time of the last kernel's submission (timestamp queries); nullopt unless
   // VulkanOptions::timestamps is on, the queue has timestamps and a kernel ran.
   std::optional<double> last_kernel_seconds() const;
+  // The same submission's commands, each with its device time, in recording order; empty
+  // where last_kernel_seconds() is nullopt or the submission had more than 62 commands.
+  std::vector<VulkanKernelStep> last_kernel_steps() const;
 
   using Backend::allocate;
   using Backend::download;

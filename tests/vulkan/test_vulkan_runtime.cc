@@ -197,6 +197,48 @@ TEST(VulkanRuntime, TimestampsMeasureKernelsWhenAskedFor) {
   KVLAB_VULKAN_OR_SKIP(quiet, VulkanOptions{});
   quiet->fill(quiet->allocate(DType::u32, {4}), 1);
   EXPECT_FALSE(quiet->last_kernel_seconds().has_value());  // off by default
+  EXPECT_TRUE(quiet->last_kernel_steps().empty());
+}
+
+TEST(VulkanRuntime, TimestampsNameAndTimeEachCommandOfABatch) {
+  VulkanOptions o;
+  o.timestamps = true;
+  KVLAB_VULKAN_OR_SKIP(be, o);
+  if (be->context().device().timestamp_valid_bits() == 0) GTEST_SKIP() << "the compute queue has no timestamps";
+  VulkanBackend::Context& c = be->context();
+  const DTensor a = be->allocate(DType::u32, {1 << 16}), b = be->allocate(DType::u32, {1 << 16});
+  const std::vector<std::uint32_t> words(4, 9u);
+  {
+    VulkanBackend::Context::Batch batch(c);
+    c.update(DTensor{a.buffer, a.offset, DType::u32, {4}}, words.data());
+    be->fill(a, 32);
+    c.copy(a, b);
+    batch.submit();
+  }
+  const std::vector<VulkanKernelStep> steps = be->last_kernel_steps();
+  ASSERT_EQ(steps.size(), 3u);
+  EXPECT_EQ(steps[0].pass, "update");
+  EXPECT_EQ(steps[1].pass.rfind("fill", 0), 0u) << steps[1].pass;  // the fill shader's pipeline
+  EXPECT_EQ(steps[2].pass, "copy");
+  double sum = 0;
+  for (const VulkanKernelStep& s : steps) {
+    EXPECT_GE(s.seconds, 0.0) << s.pass;
+    sum += s.seconds;
+  }
+  // The commands lie within the submission's stamps (a step read from the wrong stamp,
+  // or in the wrong unit, would not).
+  ASSERT_TRUE(be->last_kernel_seconds().has_value());
+  EXPECT_LE(sum, *be->last_kernel_seconds() * (1 + 1e-9));
+
+  // More commands than the pool has stamps: the submission's time stays, the per-command
+  // times are dropped rather than misattributed.
+  {
+    VulkanBackend::Context::Batch batch(c);
+    for (int i = 0; i < 70; ++i) c.copy(i % 2 ? a : b, i % 2 ? b : a);
+    batch.submit();
+  }
+  EXPECT_TRUE(be->last_kernel_seconds().has_value());
+  EXPECT_TRUE(be->last_kernel_steps().empty());
 }
 
 }  // namespace

@@ -1,7 +1,6 @@
 #include "kernels/vulkan/runtime/command.h"
 
 #include <algorithm>
-#include <array>
 #include <vector>
 
 #include "kernels/vulkan/runtime/vk_error.h"
@@ -24,7 +23,7 @@ TimestampQueries::TimestampQueries(const Device& device, bool enabled) : device_
   if (bits < 64) mask_ = (std::uint64_t{1} << bits) - 1;
   const VkQueryPoolCreateInfo info{.sType = VK_STRUCTURE_TYPE_QUERY_POOL_CREATE_INFO,
                                    .queryType = VK_QUERY_TYPE_TIMESTAMP,
-                                   .queryCount = 2};
+                                   .queryCount = kMaxStamps};
   check(vkCreateQueryPool(device_, &info, nullptr, &pool_), "vkCreateQueryPool");
 }
 
@@ -33,21 +32,25 @@ TimestampQueries::~TimestampQueries() {
 }
 
 void TimestampQueries::reset(VkCommandBuffer cmd) const {
-  if (available()) vkCmdResetQueryPool(cmd, pool_, 0, 2);
+  if (available()) vkCmdResetQueryPool(cmd, pool_, 0, kMaxStamps);
 }
 
 void TimestampQueries::write(VkCommandBuffer cmd, std::uint32_t query, VkPipelineStageFlagBits stage) const {
   if (available()) vkCmdWriteTimestamp(cmd, stage, pool_, query);
 }
 
-std::optional<double> TimestampQueries::elapsed_seconds() const {
-  if (!available()) return std::nullopt;
-  std::array<std::uint64_t, 2> t{};
-  check(vkGetQueryPoolResults(device_, pool_, 0, 2, sizeof t, t.data(), sizeof(std::uint64_t),
-                              VK_QUERY_RESULT_64_BIT | VK_QUERY_RESULT_WAIT_BIT),
+std::vector<double> TimestampQueries::read(std::uint32_t count) const {
+  if (!available() || count < 2 || count > kMaxStamps) return {};
+  std::vector<std::uint64_t> t(count);
+  check(vkGetQueryPoolResults(device_, pool_, 0, count, count * sizeof(std::uint64_t), t.data(),
+                              sizeof(std::uint64_t), VK_QUERY_RESULT_64_BIT | VK_QUERY_RESULT_WAIT_BIT),
         "vkGetQueryPoolResults");
-  const std::uint64_t ticks = ((t[1] & mask_) - (t[0] & mask_)) & mask_;  // wraps within the valid bits
-  return static_cast<double>(ticks) * period_ns_ * 1e-9;
+  std::vector<double> seconds;
+  for (std::uint32_t i = 1; i < count; ++i) {
+    const std::uint64_t ticks = ((t[i] & mask_) - (t[0] & mask_)) & mask_;  // wraps within the valid bits
+    seconds.push_back(static_cast<double>(ticks) * period_ns_ * 1e-9);
+  }
+  return seconds;
 }
 
 CommandStream::CommandStream(const Device& device, bool timestamps)
@@ -98,6 +101,7 @@ void CommandStream::begin(bool hold) {
   check(vkBeginCommandBuffer(cmd_, &info), "vkBeginCommandBuffer");
   recording_ = true;
   held_ = hold;
+  step_names_.clear();
   timestamps_.reset(cmd_);
   timestamps_.write(cmd_, 0, VK_PIPELINE_STAGE_TOP_OF_PIPE_BIT);
 }
@@ -108,7 +112,7 @@ void CommandStream::abandon() noexcept {
   held_ = false;
 }
 
-void CommandStream::barrier() {
+void CommandStream::end_command(std::string name) {
   const VkMemoryBarrier b{.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER,
                           .srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_WRITE_BIT,
                           .dstAccessMask = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT |
@@ -118,6 +122,10 @@ void CommandStream::barrier() {
                        VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT |
                            VK_PIPELINE_STAGE_HOST_BIT,
                        0, 1, &b, 0, nullptr, 0, nullptr);
+  // Stamps 1..kMaxStamps-2 follow commands; the last one is kept for the end.
+  const auto stamp = static_cast<std::uint32_t>(step_names_.size()) + 1;
+  if (stamp < TimestampQueries::kMaxStamps - 1) timestamps_.write(cmd_, stamp, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT);
+  step_names_.push_back(std::move(name));
 }
 
 void CommandStream::dispatch(const ComputePipeline& pipeline, std::span<const BufferRange> bindings,
@@ -159,7 +167,7 @@ void CommandStream::dispatch(const ComputePipeline& pipeline, std::span<const Bu
                        static_cast<std::uint32_t>(push.size()), push.data());
   }
   vkCmdDispatch(cmd_, groups, 1, 1);
-  barrier();
+  end_command(pipeline.name());
 }
 
 void CommandStream::copy(VkBuffer src, VkDeviceSize src_offset, VkBuffer dst, VkDeviceSize dst_offset,
@@ -168,7 +176,7 @@ void CommandStream::copy(VkBuffer src, VkDeviceSize src_offset, VkBuffer dst, Vk
   if (bytes == 0) return;
   const VkBufferCopy region{src_offset, dst_offset, bytes};
   vkCmdCopyBuffer(cmd_, src, dst, 1, &region);
-  barrier();
+  end_command("copy");
 }
 
 void CommandStream::update(VkBuffer dst, VkDeviceSize offset, std::span<const std::byte> data) {
@@ -180,14 +188,16 @@ void CommandStream::update(VkBuffer dst, VkDeviceSize offset, std::span<const st
     const std::size_t n = std::min(kMaxPiece, data.size() - at);
     vkCmdUpdateBuffer(cmd_, dst, offset + at, n, data.data() + at);
   }
-  if (!data.empty()) barrier();
+  if (!data.empty()) end_command("update");
 }
 
 void CommandStream::submit_and_wait() {
   KVLAB_REQUIRE(recording_, internal, "CommandStream::submit_and_wait without begin()");
   recording_ = false;
   held_ = false;
-  timestamps_.write(cmd_, 1, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT);
+  const auto steps = static_cast<std::uint32_t>(step_names_.size());
+  const std::uint32_t end = std::min(steps + 1, TimestampQueries::kMaxStamps - 1);
+  timestamps_.write(cmd_, end, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT);
   check(vkEndCommandBuffer(cmd_), "vkEndCommandBuffer");
   const VkSubmitInfo submit{.sType = VK_STRUCTURE_TYPE_SUBMIT_INFO, .commandBufferCount = 1, .pCommandBuffers = &cmd_};
   const VkDevice d = device_.handle();
@@ -195,7 +205,15 @@ void CommandStream::submit_and_wait() {
   ++submissions_;
   check(vkWaitForFences(d, 1, &fence_, VK_TRUE, UINT64_MAX), "vkWaitForFences");
   check(vkResetFences(d, 1, &fence_), "vkResetFences");
-  last_seconds_ = timestamps_.elapsed_seconds();
+  const std::vector<double> at = timestamps_.read(end + 1);  // at[i]: stamp i + 1
+  last_seconds_.reset();
+  last_steps_.clear();
+  if (at.empty()) return;
+  last_seconds_ = at.back();
+  if (end != steps + 1) return;  // more commands than stamps: no per-command times
+  for (std::uint32_t i = 0; i < steps; ++i) {
+    last_steps_.push_back({std::move(step_names_[i]), at[i] - (i == 0 ? 0.0 : at[i - 1])});
+  }
 }
 
 }  // namespace kvlab::vk

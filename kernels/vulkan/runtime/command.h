@@ -5,9 +5,10 @@
 // A held recording (begin(true)) is a batch of several commands: begin() refuses to
 // discard it, so a transfer that needs a submission of its own cannot silently drop the
 // commands recorded so far; only submit_and_wait() or abandon() end it.
-// Optionally, two timestamp queries bracket each submission (where the queue supports
-// them); off by default because reading them back costs ~160 µs per submission on
-// lavapipe, more than a small kernel.
+// Optionally, timestamp queries bracket each submission and follow each of its commands
+// (where the queue supports them): the submission's device time and each command's
+// (last_steps(): which pass of a kernel takes the time). Off by default because reading
+// them back costs ~160 µs per submission on lavapipe, more than a small kernel.
 #pragma once
 
 #include <vulkan/vulkan.h>
@@ -16,6 +17,8 @@
 #include <cstdint>
 #include <optional>
 #include <span>
+#include <string>
+#include <vector>
 
 #include "kernels/vulkan/runtime/device.h"
 #include "kernels/vulkan/runtime/pipeline.h"
@@ -28,9 +31,11 @@ struct BufferRange {
   VkDeviceSize range = 0;
 };
 
-// A two-query timestamp pool: begin/end stamps of one submission.
+// A timestamp pool for one submission: a stamp at its start, after each of its first
+// kMaxStamps - 2 commands, and at its end.
 class TimestampQueries {
  public:
+  static constexpr std::uint32_t kMaxStamps = 64;
   // Inert when `enabled` is false or the queue has no timestamps.
   TimestampQueries(const Device& device, bool enabled);
   ~TimestampQueries();
@@ -40,8 +45,9 @@ class TimestampQueries {
   bool available() const { return pool_ != VK_NULL_HANDLE; }
   void reset(VkCommandBuffer cmd) const;
   void write(VkCommandBuffer cmd, std::uint32_t query, VkPipelineStageFlagBits stage) const;
-  // Seconds between the two stamps of the last completed submission; nullopt when unavailable.
-  std::optional<double> elapsed_seconds() const;
+  // Seconds from stamp 0 to each of stamps 1..`count`-1 of the last completed
+  // submission; empty when unavailable.
+  std::vector<double> read(std::uint32_t count) const;
 
  private:
   VkDevice device_;
@@ -77,11 +83,20 @@ class CommandStream {
   void submit_and_wait();
 
   std::optional<double> last_seconds() const { return last_seconds_; }
+  // The device time of each command of the last submission, in recording order, named by
+  // its pipeline ("copy", "update" for the transfers); empty without timestamps or when
+  // the submission had more commands than the pool has stamps.
+  struct Step {
+    std::string name;
+    double seconds = 0;
+  };
+  const std::vector<Step>& last_steps() const { return last_steps_; }
   // Submissions so far (tests: a batch is one submission).
   std::uint64_t submissions() const { return submissions_; }
 
  private:
-  void barrier();
+  // The barrier that follows every command, and the command's stamp.
+  void end_command(std::string name);
 
   const Device& device_;
   VkCommandPool pool_ = VK_NULL_HANDLE;
@@ -94,6 +109,8 @@ class CommandStream {
   std::uint64_t submissions_ = 0;
   std::uint32_t sets_used_ = 0;
   std::optional<double> last_seconds_;
+  std::vector<std::string> step_names_;  // of the open recording
+  std::vector<Step> last_steps_;
 };
 
 }  // namespace kvlab::vk
