@@ -13,27 +13,40 @@
 KVLAB_TENSOR16(sinks, 1)
 KVLAB_TENSOR16(out, 2)
 
+// The chunks are read BATCH at a time: the batch's loads are issued before any of their
+// values is used, so a row's hundreds of chunks cost hundreds / BATCH memory latencies, not
+// one each (a chunk at a time cost ~0.77 µs per chunk on an NVIDIA H200: 99 µs of a 585 µs
+// decode call at 128 chunks, 392 µs at 512: bench/records/2026-11-27-nvidia-h200.md).
+// The sums still run over the chunks in order (lavapipe's FMA contraction of them moved
+// the last bit in 54 of 1026 ci cases: kvlab check --tier ci --op sdpa,quantized_sdpa).
+const uint BATCH = 8u;
+
 void main() {
-  const uint dv = P[P_DV], chunks = P[P_CHUNKS];
+  const uint dv = P[P_DV], chunks = P[P_CHUNKS], stride = dv + PARTIAL_HEADER;
   const uint items = P[P_B] * P[P_HQ] * P[P_LQ] * dv;
   for (uint item = gl_GlobalInvocationID.x; item < items; item += kvlab_stride()) {
     const uint c = item % dv, row = item / dv, h = (row / P[P_LQ]) % P[P_HQ];
-    const uint first = P[P_PARTIAL_BASE] + row * chunks * (dv + PARTIAL_HEADER);
-    // The loops select instead of branching on a chunk's flag, so that the loads of
-    // successive chunks do not wait on each other (hundreds of chunks on a GPU).
+    const uint first = P[P_PARTIAL_BASE] + row * chunks * stride;
+    // Selects, not branches, on a chunk's flag: no load waits on another chunk's value.
     bool any = false;
     float big_m = 0.0;
-    for (uint k = 0u; k < chunks; ++k) {
-      const uint base = first + k * (dv + PARTIAL_HEADER);
-      const bool seen = WF[base + 2u] != 0.0;
-      const float m = WF[base];
-      big_m = seen ? (any ? max(big_m, m) : m) : big_m;
-      any = any || seen;
+    for (uint k0 = 0u; k0 < chunks; k0 += BATCH) {
+      float m[BATCH], seen[BATCH];
+      [[unroll]] for (uint j = 0u; j < BATCH; ++j) {
+        const uint base = first + min(k0 + j, chunks - 1u) * stride;  // past the end: a repeat, unused
+        m[j] = WF[base];
+        seen[j] = WF[base + 2u];
+      }
+      [[unroll]] for (uint j = 0u; j < BATCH; ++j) {
+        const bool s = k0 + j < chunks && seen[j] != 0.0;
+        big_m = s ? (any ? max(big_m, m[j]) : m[j]) : big_m;
+        any = any || s;
+      }
     }
     float result = 0.0;
     if (!any) {
       if (P[P_MEAN_POLICY] != 0u) {
-        for (uint k = 0u; k < chunks; ++k) result += WF[first + k * (dv + PARTIAL_HEADER) + PARTIAL_HEADER + c];
+        for (uint k = 0u; k < chunks; ++k) result += WF[first + k * stride + PARTIAL_HEADER + c];
         result /= float(P[P_LK]);
       }
     } else {
@@ -44,13 +57,21 @@ void main() {
         big_m = max(big_m, sink);
         denominator = kvlab_exp(sink - big_m);
       }
-      for (uint k = 0u; k < chunks; ++k) {
-        const uint base = first + k * (dv + PARTIAL_HEADER);
-        const bool seen = WF[base + 2u] != 0.0;
-        const float m = WF[base], l = WF[base + 1u], a = WF[base + PARTIAL_HEADER + c];
-        const float w = kvlab_exp((seen ? m : big_m) - big_m);
-        denominator += seen ? w * l : 0.0;  // (an unseen chunk's sums may be a mean's NaN)
-        numerator += seen ? w * a : 0.0;
+      for (uint k0 = 0u; k0 < chunks; k0 += BATCH) {
+        float m[BATCH], l[BATCH], seen[BATCH], a[BATCH];
+        [[unroll]] for (uint j = 0u; j < BATCH; ++j) {
+          const uint base = first + min(k0 + j, chunks - 1u) * stride;
+          m[j] = WF[base];
+          l[j] = WF[base + 1u];
+          seen[j] = WF[base + 2u];
+          a[j] = WF[base + PARTIAL_HEADER + c];
+        }
+        [[unroll]] for (uint j = 0u; j < BATCH; ++j) {
+          const bool s = k0 + j < chunks && seen[j] != 0.0;
+          const float w = kvlab_exp((s ? m[j] : big_m) - big_m);
+          denominator += s ? w * l[j] : 0.0;  // (an unseen chunk's sums may be a mean's NaN)
+          numerator += s ? w * a[j] : 0.0;
+        }
       }
       result = numerator / denominator;
     }
