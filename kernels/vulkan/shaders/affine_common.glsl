@@ -8,7 +8,9 @@
 
 // Binary32 bits of a stored element of float dtype `dtype` (its raw bits `raw`).
 uint widen_to_f32(uint raw, uint dtype) {
-  return dtype == DT_F16 ? f16_bits_to_f32(raw) : dtype == DT_BF16 ? bf16_bits_to_f32(raw) : raw;
+  if (dtype == DT_F16) return f16_bits_to_f32(raw);
+  if (dtype == DT_BF16) return bf16_bits_to_f32(raw);
+  return raw;
 }
 
 // A stored 16-bit float element (raw bits `raw`) as f32, exactly.

@@ -38,14 +38,7 @@ uint kvlab_stride() { return gl_NumWorkGroups.x * KVLAB_LOCAL_SIZE; }
 // KVLAB_TENSOR16(name, binding): a tensor of 16- or 32-bit elements.
 //   name_load32(i) / name_store32(i, v): element i of a 32-bit tensor;
 //   name_load16(i) / name_store16(i, v): element i (16 bits) of a 16-bit tensor; the
-//   words build stores through a masked atomic update;
-//   name_load_bits(i, wide): element i's bits, of a 32-bit tensor when `wide`, else of a
-//   16-bit one: one word load either way, no branch (a run-time dtype in a hot loop).
-#define KVLAB_LOAD_BITS(name)                                                                          \
-  uint name##_load_bits(uint i, bool wide) {                                                         \
-    const uint w = name##_w[wide ? i : i >> 1];                                                      \
-    return wide ? w : (w >> ((i & 1u) * 16u)) & 0xFFFFu;                                             \
-  }
+//   words build stores through a masked atomic update.
 #if KVLAB_SMALL_STORAGE
 #define KVLAB_TENSOR16(name, b)                                                                        \
   layout(std430, set = 0, binding = b) buffer name##_words_block { uint name##_w[]; };              \
@@ -53,8 +46,7 @@ uint kvlab_stride() { return gl_NumWorkGroups.x * KVLAB_LOCAL_SIZE; }
   uint name##_load32(uint i) { return name##_w[i]; }                                                 \
   void name##_store32(uint i, uint v) { name##_w[i] = v; }                                           \
   uint name##_load16(uint i) { return uint(name##_h[i]); }                                           \
-  void name##_store16(uint i, uint v) { name##_h[i] = uint16_t(v); }                                 \
-  KVLAB_LOAD_BITS(name)
+  void name##_store16(uint i, uint v) { name##_h[i] = uint16_t(v); }
 #else
 #define KVLAB_TENSOR16(name, b)                                                                        \
   layout(std430, set = 0, binding = b) buffer name##_words_block { uint name##_w[]; };              \
@@ -64,8 +56,7 @@ uint kvlab_stride() { return gl_NumWorkGroups.x * KVLAB_LOCAL_SIZE; }
   void name##_store16(uint i, uint v) {                                                              \
     const uint shift = (i & 1u) * 16u;                                                               \
     KVLAB_MASKED_STORE(name##_w, i >> 1, 0xFFFFu << shift, (v & 0xFFFFu) << shift);                 \
-  }                                                                                                  \
-  KVLAB_LOAD_BITS(name)
+  }
 #endif
 
 // KVLAB_TENSOR8(name, binding): byte access for the data-movement kernels.

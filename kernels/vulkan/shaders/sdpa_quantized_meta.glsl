@@ -21,11 +21,9 @@ void load_meta_params() {
   g_vb_off = P[P_VB_OFF];
 }
 
-// Branch-free (one word load, then selects): in the decode pass's V loop a branch on the
-// dtype per scale and bias load kept the loads of a batch of keys from issuing together.
-float ks_at(uint i) { return uintBitsToFloat(widen_to_f32(ks_load_bits(i, g_k_dtype == DT_F32), g_k_dtype)); }
-float kb_at(uint i) { return uintBitsToFloat(widen_to_f32(kb_load_bits(i, g_k_dtype == DT_F32), g_k_dtype)); }
-float vs_at(uint i) { return uintBitsToFloat(widen_to_f32(vs_load_bits(i, g_v_dtype == DT_F32), g_v_dtype)); }
-float vb_at(uint i) { return uintBitsToFloat(widen_to_f32(vb_load_bits(i, g_v_dtype == DT_F32), g_v_dtype)); }
+float ks_at(uint i) { return g_k_dtype == DT_F32 ? uintBitsToFloat(ks_load32(i)) : load_float16(ks_load16(i), g_k_dtype); }
+float kb_at(uint i) { return g_k_dtype == DT_F32 ? uintBitsToFloat(kb_load32(i)) : load_float16(kb_load16(i), g_k_dtype); }
+float vs_at(uint i) { return g_v_dtype == DT_F32 ? uintBitsToFloat(vs_load32(i)) : load_float16(vs_load16(i), g_v_dtype); }
+float vb_at(uint i) { return g_v_dtype == DT_F32 ? uintBitsToFloat(vb_load32(i)) : load_float16(vb_load16(i), g_v_dtype); }
 
 #endif  // KVLAB_SDPA_QUANTIZED_META_GLSL

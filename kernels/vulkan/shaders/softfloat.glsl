@@ -245,15 +245,16 @@ uint f32_to_bf16_bits(uint u) {
 }
 
 uint f16_bits_to_f32(uint h) {
-  // Every case computed and one selected: no branch, so the loads feeding a loop of these
-  // conversions (the attention passes' scales and biases) can all be in flight at once.
   const uint sign = (h & 0x8000u) << 16;
   const uint e = (h >> 10) & 0x1Fu;
   const uint m = h & 0x3FFu;
-  const int p = findMSB(m);  // subnormal m·2^-24 = 1.f·2^(p − 24); p = −1 when m = 0
-  const uint subnormal = m == 0u ? 0u : (uint(p - 24 + 127) << 23) | ((m << uint(23 - p)) & SF_FRAC);
-  const uint magnitude = e == 0x1Fu ? SF_INF | (m << 13) : e == 0u ? subnormal : ((e + 112u) << 23) | (m << 13);
-  return sign | magnitude;
+  if (e == 0x1Fu) return sign | SF_INF | (m << 13);
+  if (e == 0u) {
+    if (m == 0u) return sign;
+    const int p = findMSB(m);  // value m·2^-24 = 1.f·2^(p − 24)
+    return sign | (uint(p - 24 + 127) << 23) | ((m << uint(23 - p)) & SF_FRAC);
+  }
+  return sign | ((e + 112u) << 23) | (m << 13);
 }
 
 uint bf16_bits_to_f32(uint b) { return b << 16; }
