@@ -2,7 +2,10 @@
 
 #include "harness/known_divergences.h"
 
+#include <algorithm>
+#include <cctype>
 #include <chrono>
+#include <iterator>
 #include <cstdio>
 #include <cstdlib>
 #include <system_error>
@@ -142,6 +145,36 @@ CaseResult unavailable(const Problem& p, const std::string& backend, const std::
 
 }  // namespace
 
+std::filesystem::path own_register(const std::filesystem::path& cases_dir, const std::string& backend) {
+  return cases_dir.parent_path() / "known" / backend.substr(0, backend.find(':'));
+}
+
+namespace {
+
+// With several backends, report file `path` is written once per backend: "check.xml" ->
+// "check.simd_AVX2.xml" (characters other than letters, digits, '-' and '_' become '_').
+std::string lane_path(const std::string& path, const std::string& backend, bool several) {
+  if (path.empty() || !several) return path;
+  std::string tag;
+  for (const char c : backend) tag += std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' ? c : '_';
+  const std::filesystem::path p(path);
+  return (p.parent_path() / cat(p.stem().string(), ".", tag, p.extension().string())).string();
+}
+
+// One backend of a run: its results, reports and known divergences.
+struct Lane {
+  std::string name;
+  std::unique_ptr<Backend> backend;  // null: unavailable here, for `unavailable`
+  std::string unavailable;
+  RunInfo info;
+  std::unique_ptr<JsonlWriter> jsonl;
+  std::unique_ptr<KnownDivergences> known;
+  std::vector<CaseResult> results;
+  bool ok = true;
+};
+
+}  // namespace
+
 CheckSummary run_check(const CheckOptions& o, std::ostream& out) {
   const auto start = std::chrono::steady_clock::now();
   const CaseSelection cases(o);
@@ -149,57 +182,90 @@ CheckSummary run_check(const CheckOptions& o, std::ostream& out) {
                 "no case selected (tier ", o.tier, o.case_files.empty() ? "" : ", --cases files",
                 o.ops.empty() ? "" : ", --op filter", o.shard_count > 1 ? ", shard" : "",
                 "); pass --allow-empty if that is expected");
-  RunInfo info{commit_id(), o.backend, backend_target(o.backend), o.case_files.empty() ? o.tier : "files"};
-  CheckSummary summary;
-  std::unique_ptr<Backend> backend = make_backend_or_reason(o.backend, summary.unavailable);
-  std::unique_ptr<Backend> reference = make_backend("reference");
-  if (!backend) {
-    out << "kvlab check: backend " << o.backend << " is unavailable here: " << summary.unavailable
-        << (o.allow_unavailable ? " (every case UNIMPLEMENTED; --allow-unavailable)\n"
-                                : " (a failure; --allow-unavailable makes it a skip)\n");
-    summary.ok = o.allow_unavailable;
+  std::vector<std::string> names{o.backend};
+  names.insert(names.end(), o.more_backends.begin(), o.more_backends.end());
+  const bool several = names.size() > 1;
+  std::vector<Lane> lanes(names.size());
+  std::vector<Backend*> available;
+  std::vector<std::size_t> available_lane;
+  for (std::size_t i = 0; i < names.size(); ++i) {
+    Lane& l = lanes[i];
+    l.name = names[i];
+    KVLAB_REQUIRE(std::count(names.begin(), names.end(), l.name) == 1, invalid_argument, "backend '", l.name,
+                  "' is named twice");
+    l.info = {commit_id(), l.name, backend_target(l.name), o.case_files.empty() ? o.tier : "files"};
+    l.backend = make_backend_or_reason(l.name, l.unavailable);
+    if (!l.backend) {
+      out << "kvlab check: backend " << l.name << " is unavailable here: " << l.unavailable
+          << (o.allow_unavailable ? " (every case UNIMPLEMENTED; --allow-unavailable)\n"
+                                  : " (a failure; --allow-unavailable makes it a skip)\n");
+      l.ok = o.allow_unavailable;
+    } else {
+      available.push_back(l.backend.get());
+      available_lane.push_back(i);
+    }
+    l.jsonl = std::make_unique<JsonlWriter>(lane_path(o.json_path, l.name, several), l.info);
+    std::vector<std::filesystem::path> known(o.known_files.begin(), o.known_files.end());
+    if (o.own_registers && std::filesystem::is_regular_file(own_register(o.cases_dir, l.name))) {
+      known.push_back(own_register(o.cases_dir, l.name));
+    }
+    l.known = std::make_unique<KnownDivergences>(known);
   }
-  JsonlWriter jsonl(o.json_path, info);
+  std::unique_ptr<Backend> reference = make_backend("reference");
   const bool terminal = isatty(STDERR_FILENO) != 0;
   ProgressLine progress(std::cerr, o.progress == Progress::never ? ProgressLine::Mode::off
                                    : o.progress == Progress::auto_ && terminal ? ProgressLine::Mode::terminal
                                                                                : ProgressLine::Mode::log,
                         cases.size());
-  std::size_t failed = 0;
-  KnownDivergences known(std::vector<std::filesystem::path>(o.known_files.begin(), o.known_files.end()));
+  std::size_t failed = 0, done = 0;
   cases.for_each([&](const Problem& p) {
-    CaseResult r = backend ? run_case(p, *backend, *reference, o.run) : unavailable(p, o.backend, summary.unavailable);
-    if (backend) known.apply(p, o.backend, r);
-    if (r.status == Status::failed && o.shrink) {
-      const ShrinkResult s = shrink(p, *backend, *reference, o.run);
-      if (s.smallest.line() != r.line) r.shrunk_line = s.smallest.line();
-      r.shrink_trials = s.trials;
+    std::vector<CaseResult> ran = run_case_on_each(p, available, *reference, o.run);
+    std::vector<CaseResult> by_lane(lanes.size());
+    for (std::size_t k = 0; k < ran.size(); ++k) by_lane[available_lane[k]] = std::move(ran[k]);
+    for (std::size_t i = 0; i < lanes.size(); ++i) {
+      Lane& l = lanes[i];
+      CaseResult r = l.backend ? std::move(by_lane[i]) : unavailable(p, l.name, l.unavailable);
+      if (l.backend) l.known->apply(p, l.name, r);
+      if (r.status == Status::failed && o.shrink) {
+        const ShrinkResult s = shrink(p, *l.backend, *reference, o.run);
+        if (s.smallest.line() != r.line) r.shrunk_line = s.smallest.line();
+        r.shrink_trials = s.trials;
+      }
+      if (r.status == Status::failed || r.status == Status::invalid) {
+        ++failed;
+        l.ok = false;
+        progress.clear();
+        out << describe(r) << std::flush;
+      }
+      l.jsonl->write(r);
+      // The per-output comparisons serve the vectors report; a run of 10^5 cases keeps only
+      // the worst output's, as before.
+      r.outputs = {};
+      l.results.push_back(std::move(r));
     }
-    if (r.status == Status::failed || r.status == Status::invalid) {
-      ++failed;
-      summary.ok = false;
-      progress.clear();
-      out << describe(r) << std::flush;
-    }
-    jsonl.write(r);
-    // The per-output comparisons serve the vectors report; a run of 10^5 cases keeps only
-    // the worst output's, as before.
-    r.outputs = {};
-    summary.results.push_back(std::move(r));
-    progress.update(summary.results.size(), summary.results.back(), failed);
+    progress.update(++done, lanes.front().results.back(), failed);
   });
   progress.finish();
+  CheckSummary summary;
   summary.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  print_summary(out, info, summary.results, summary.seconds);
-  if (!known.empty()) {
-    // Staleness is judged over a whole tier only: a selection of files or ops may hold
-    // just the cases of an entry's domain that never diverged.
-    const bool whole_tier = o.case_files.empty() && o.ops.empty() && o.shard_count == 1;
-    known.summarize(out, whole_tier);
-    if (whole_tier && !known.stale().empty()) summary.ok = false;
+  // Staleness is judged over a whole tier only: a selection of files or ops may hold
+  // just the cases of an entry's domain that never diverged.
+  const bool whole_tier = o.case_files.empty() && o.ops.empty() && o.shard_count == 1;
+  for (Lane& l : lanes) {
+    print_summary(out, l.info, l.results, summary.seconds);
+    if (!l.known->empty()) {
+      l.known->summarize(out, whole_tier);
+      if (whole_tier && !l.known->stale().empty()) l.ok = false;
+    }
   }
-  jsonl.commit();
-  if (!o.junit_path.empty()) write_junit(o.junit_path, info, summary.results, summary.seconds);
+  for (Lane& l : lanes) {
+    l.jsonl->commit();
+    if (!o.junit_path.empty()) write_junit(lane_path(o.junit_path, l.name, several), l.info, l.results, summary.seconds);
+    summary.ok = summary.ok && l.ok;
+    if (summary.unavailable.empty()) summary.unavailable = l.unavailable;
+    summary.results.insert(summary.results.end(), std::make_move_iterator(l.results.begin()),
+                           std::make_move_iterator(l.results.end()));
+  }
   return summary;
 }
 

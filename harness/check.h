@@ -36,12 +36,21 @@ inline constexpr std::uint64_t kDefaultMaxCases = 200000;
 
 struct CheckOptions {
   std::string backend = "reference";
+  // Further backends checked in the same run (kvlab check with --backend repeated): each
+  // case's inputs are prepared and the reference run once for all of them. Each backend
+  // gets its own summary, known-divergence register and report files (with several
+  // backends, json_path and junit_path get the backend's name before the extension:
+  // "r.json" -> "r.simd_AVX2.json").
+  std::vector<std::string> more_backends;
   std::vector<std::string> ops;         // empty: every op
   std::string tier = "ci";
   std::vector<std::string> case_files;  // when given, replace the tier's files
   // Known-divergence files (harness/known_divergences.h): a failure they explain is
   // SKIPPED with the reason; an entry that no longer reproduces fails the run.
   std::vector<std::string> known_files;
+  // Also apply each backend's own register, harness/known/<backend up to ':'> beside the
+  // case files, when it exists (the CLI's default; --no-known turns it off).
+  bool own_registers = false;
   std::filesystem::path cases_dir = default_cases_dir();
   std::string json_path, junit_path;
   int shard_index = 0, shard_count = 1;
@@ -75,12 +84,16 @@ class CaseSelection {
 std::vector<Problem> collect_cases(const CheckOptions& options);
 
 struct CheckSummary {
-  std::vector<CaseResult> results;
+  std::vector<CaseResult> results;  // with several backends: the first one's, then the next one's, ...
   double seconds = 0;
-  std::string unavailable;  // why the backend cannot run here; empty when it can
+  std::string unavailable;  // why a backend cannot run here (the first such); empty when all can
   // No FAILED or INVALID case, and the backend available (or allow_unavailable).
   bool ok = true;
 };
+
+// The register of known divergences of `backend` (harness/known/<name up to ':'>), beside
+// the case directory `cases_dir`; it may not exist.
+std::filesystem::path own_register(const std::filesystem::path& cases_dir, const std::string& backend);
 
 // Runs the cases, printing failure reports and the summary to `out`. Throws Error for
 // a usage or input problem found before the run (unknown backend or op, bad or empty

@@ -249,14 +249,12 @@ void compare_sides(CaseResult& r, const OpInfo& op, const Problem& problem, cons
   for (const std::string& f : want.input_faults) set_failed(r, cat(f, " by the ", judge));
 }
 
-CaseResult run_case_timed(const Problem& problem, Backend& backend, Backend& reference, const RunOptions& options) {
+// The backend's side of a case, judged against the reference's run `want` of the same
+// prepared inputs.
+CaseResult judge_backend(const OpInfo& op, const Problem& problem, const Prepared& prep, Backend& backend,
+                         const SideRun& want, const RunOptions& options) {
   CaseResult r = new_result(problem, backend.name());
-  const OpInfo& op = find_op(problem.op());
-  const std::optional<Prepared> prep = bounded_prepare(op, problem, options, r);
-  if (!prep) return r;
-
-  const SideRun got = run_side(op, problem, *prep, backend, options.rerun);
-  const SideRun want = run_side(op, problem, *prep, reference, false);
+  const SideRun got = run_side(op, problem, prep, backend, options.rerun);
   if (!want.error.empty()) {
     if (!got.error.empty()) {
       r.status = Status::invalid;
@@ -275,17 +273,26 @@ CaseResult run_case_timed(const Problem& problem, Backend& backend, Backend& ref
     }
     return r;
   }
-  compare_sides(r, op, problem, *prep, got, want, "reference");
+  compare_sides(r, op, problem, prep, got, want, "reference");
   if (options.rerun && r.status == Status::passed) {
-    const SideRun again = run_side(op, problem, *prep, backend, true);
-    for (std::size_t o = 0; o < prep->outputs.size() && again.error.empty(); ++o) {
+    const SideRun again = run_side(op, problem, prep, backend, true);
+    for (std::size_t o = 0; o < prep.outputs.size() && again.error.empty(); ++o) {
       if (again.images[o] != got.images[o]) {
-        set_failed(r, cat(prep->outputs[o].name, ": bitwise rerun differs (the backend is not deterministic)"));
+        set_failed(r, cat(prep.outputs[o].name, ": bitwise rerun differs (the backend is not deterministic)"));
       }
     }
     if (!again.error.empty()) set_failed(r, cat("rerun threw: ", again.error));
   }
   return r;
+}
+
+CaseResult run_case_timed(const Problem& problem, Backend& backend, Backend& reference, const RunOptions& options) {
+  CaseResult r = new_result(problem, backend.name());
+  const OpInfo& op = find_op(problem.op());
+  const std::optional<Prepared> prep = bounded_prepare(op, problem, options, r);
+  if (!prep) return r;
+  const SideRun want = run_side(op, problem, *prep, reference, false);
+  return judge_backend(op, problem, *prep, backend, want, options);
 }
 
 // The recorded tensors must be exactly what prepare() makes for the line: a file that
@@ -414,6 +421,36 @@ std::uint64_t default_max_bytes() {
 
 CaseResult run_case(const Problem& problem, Backend& backend, Backend& reference, const RunOptions& options) {
   return guarded(problem, backend.name(), [&] { return run_case_timed(problem, backend, reference, options); });
+}
+
+std::vector<CaseResult> run_case_on_each(const Problem& problem, std::span<Backend* const> backends,
+                                         Backend& reference, const RunOptions& options) {
+  // The shared part: a SKIPPED or INVALID outcome of it (or an exception) is every
+  // backend's result. Its time is added to each backend's own.
+  std::optional<Prepared> prep;
+  std::optional<SideRun> want;
+  const CaseResult shared = guarded(problem, "", [&] {
+    CaseResult r = new_result(problem, "");
+    const OpInfo& op = find_op(problem.op());
+    prep = bounded_prepare(op, problem, options, r);
+    if (prep) want = run_side(op, problem, *prep, reference, false);
+    return r;
+  });
+  std::vector<CaseResult> results;
+  for (Backend* b : backends) {
+    CaseResult r;
+    if (!prep || !want) {
+      r = shared;
+      r.backend = b->name();
+    } else {
+      r = guarded(problem, b->name(), [&] {
+        return judge_backend(find_op(problem.op()), problem, *prep, *b, *want, options);
+      });
+      r.seconds += shared.seconds;
+    }
+    results.push_back(std::move(r));
+  }
+  return results;
 }
 
 CaseResult run_recorded_case(const Problem& problem, Recorded recorded, const std::string& engine, Backend& judge,

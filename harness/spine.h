@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -71,6 +72,12 @@ struct CaseResult {
 // Never throws: an exception escaping the op, a backend or the comparison (std::bad_alloc
 // included) makes the case INVALID with the reason.
 CaseResult run_case(const Problem& problem, Backend& backend, Backend& reference, const RunOptions& options);
+// run_case for several backends at once: the inputs are prepared and the reference run
+// once, then each backend runs and is judged on them (kvlab check with several
+// --backend: the oracle's work is shared). One result per backend, in order; each the
+// same as run_case's (its seconds include the shared part). Never throws.
+std::vector<CaseResult> run_case_on_each(const Problem& problem, std::span<Backend* const> backends,
+                                         Backend& reference, const RunOptions& options);
 
 // What an engine recorded for a problem (a vectors file, harness/vectors.h): the inputs
 // it ran on and the outputs it produced, both in Prepared order.

@@ -7,12 +7,15 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <sstream>
+#include <unistd.h>
 
 #include "harness/backends.h"
 #include "harness/check.h"
 #include "harness/rng.h"
 #include "harness/forwarding_backend.h"
 #include "kvlab/error.h"
+#include "tests/unit/test_util.h"
 
 namespace kvlab::harness {
 namespace {
@@ -307,6 +310,80 @@ TEST(CheckRun, UnavailableBackendMakesEveryCaseUnimplemented) {
                     }});
   o.backend = "broken";
   EXPECT_THROW(run_check(o, out), Error);
+}
+
+namespace {
+// RoPE one token late (mlx-lm#1097's symptom): a lane that must fail alone.
+class LateRopeBackend final : public ForwardingBackend {
+ public:
+  std::string name() const override { return "late-rope"; }
+  void rope(const RopeArgs& a) override {
+    Offsets late{a.offsets.scalar + 1, a.offsets.per_row};
+    ref_.rope({a.x, a.params, late, a.out});
+  }
+};
+
+// status, reason and the worst output's error of each case, as one comparable string
+std::vector<std::string> verdicts(const std::vector<CaseResult>& results) {
+  std::vector<std::string> v;
+  for (const CaseResult& r : results) {
+    v.push_back(cat(r.line, " ", status_name(r.status), " ", r.reason, " ", r.cmp.max_abs_err, " ", r.cmp.nmse));
+  }
+  return v;
+}
+}  // namespace
+
+TEST(CheckRun, SeveralBackendsShareEachCaseAndKeepTheirOwnResults) {
+  register_backend({"late-rope", "test", "RoPE one position late", [](std::string_view) -> std::unique_ptr<Backend> {
+                      return std::make_unique<LateRopeBackend>();
+                    }});
+  register_backend({"absent2", "test", "no device", [](std::string_view) -> std::unique_ptr<Backend> {
+                      fail(ErrorKind::unsupported, "no device for 'absent2'");
+                    }});
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() / cat("kvlab_lanes_", ::getpid());
+  std::filesystem::create_directories(dir);
+  CheckOptions o;
+  o.tier = "smoke";
+  o.ops = {"rope", "sdpa", "quantized_sdpa"};
+  o.shrink = false;
+  o.allow_unavailable = true;
+  // Single runs first: what each lane must reproduce exactly.
+  std::vector<std::vector<std::string>> alone;
+  const std::vector<std::string> lanes{"simd", "late-rope", "absent2", "simd:SCALAR", "reference"};
+  std::ostringstream out;
+  for (const std::string& b : lanes) {
+    o.backend = b;
+    alone.push_back(verdicts(run_check(o, out).results));
+  }
+  o.backend = lanes.front();
+  o.more_backends.assign(lanes.begin() + 1, lanes.end());
+  o.junit_path = (dir / "r.xml").string();
+  out.str("");
+  const CheckSummary all = run_check(o, out);
+  EXPECT_FALSE(all.ok) << "the late-rope lane fails the run";
+  const std::vector<std::string> together = verdicts(all.results);
+  ASSERT_EQ(together.size(), alone.size() * alone.front().size());
+  for (std::size_t i = 0; i < lanes.size(); ++i) {
+    const std::vector<std::string> lane(together.begin() + static_cast<std::ptrdiff_t>(i * alone[i].size()),
+                                        together.begin() + static_cast<std::ptrdiff_t>((i + 1) * alone[i].size()));
+    EXPECT_EQ(lane, alone[i]) << "lane " << lanes[i] << " differs from its run alone";
+    EXPECT_TRUE(std::filesystem::exists(dir / cat("r.", i == 3 ? "simd_SCALAR" : lanes[i], ".xml"))) << lanes[i];
+    EXPECT_NE(out.str().find(cat("kvlab check: backend ", lanes[i])), std::string::npos) << out.str();
+  }
+  // Each lane failed or passed on its own: only late-rope's rope cases failed.
+  int late_failures = 0;
+  for (const CaseResult& r : all.results) {
+    if (r.status != Status::failed) continue;
+    EXPECT_TRUE(r.backend == "late-rope" && r.op == "rope") << r.backend << " " << r.line;
+    ++late_failures;
+  }
+  EXPECT_GT(late_failures, 0);
+  EXPECT_NE(out.str().find("backend absent2 is unavailable here"), std::string::npos) << out.str();
+  // A backend named twice is a usage error, not a run with twice the results.
+  o.more_backends = {"reference", "simd:SCALAR"};
+  o.backend = "simd:SCALAR";
+  testing::expect_error([&] { run_check(o, out); }, ErrorKind::invalid_argument, {"'simd:SCALAR' is named twice"});
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace kvlab::harness

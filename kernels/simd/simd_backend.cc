@@ -68,18 +68,16 @@ std::vector<std::string> simd_targets() {
 
 std::string simd_current_target() { return hwy::TargetName(HWY_DYNAMIC_DISPATCH(simd::CurrentTarget)()); }
 
-ScopedSimdTarget::ScopedSimdTarget(std::string_view name) : previous_(g_forced_mask) {
+namespace {
+
+// The Highway bit of target `name`; throws as ScopedSimdTarget's constructor documents.
+std::int64_t attainable_bit(std::string_view name) {
   std::string attainable, compiled;
   bool known = false;
   for (const SimdTarget& t : simd_compiled_targets()) {
     compiled += (compiled.empty() ? "" : ", ") + t.name;
     known = known || t.name == name;
-    if (t.name == name && t.attainable) {
-      g_forced_mask = t.bit;
-      // Updates Highway's chosen target too, so HWY_DYNAMIC_DISPATCH re-dispatches.
-      hwy::SetSupportedTargetsForTest(t.bit);
-      return;
-    }
+    if (t.name == name && t.attainable) return t.bit;
     if (t.attainable) attainable += (attainable.empty() ? "" : ", ") + t.name;
   }
   // A name that is no compiled target (a typo, the wrong case) is a usage error; a
@@ -88,28 +86,55 @@ ScopedSimdTarget::ScopedSimdTarget(std::string_view name) : previous_(g_forced_m
   fail(ErrorKind::unsupported, cat("SIMD target '", name, "' is not attainable here (attainable: ", attainable, ")"));
 }
 
+}  // namespace
+
+ScopedSimdTarget::ScopedSimdTarget(std::string_view name) : previous_(g_forced_mask) {
+  g_forced_mask = attainable_bit(name);
+  // Updates Highway's chosen target too, so HWY_DYNAMIC_DISPATCH re-dispatches.
+  hwy::SetSupportedTargetsForTest(g_forced_mask);
+}
+
 ScopedSimdTarget::~ScopedSimdTarget() {
   g_forced_mask = previous_;
   hwy::SetSupportedTargetsForTest(previous_);
 }
 
+SimdTargetPin::SimdTargetPin(std::int64_t bit) : bit_(bit), previous_(g_forced_mask) {
+  if (bit_ == 0 || bit_ == previous_) return;
+  g_forced_mask = bit_;
+  hwy::SetSupportedTargetsForTest(bit_);
+}
+
+SimdTargetPin::~SimdTargetPin() {
+  if (bit_ == 0 || bit_ == previous_) return;
+  g_forced_mask = previous_;
+  hwy::SetSupportedTargetsForTest(previous_);
+}
+
+SimdBackend::SimdBackend(std::string_view target) : bit_(attainable_bit(target)) {}
+
+std::string SimdBackend::name() const {
+  const SimdTargetPin pin(bit_);
+  return "simd:" + simd_current_target();
+}
+
 // ---- kernels: the host-kernel adapter (kvlab/host_buffer.h) onto simd:: ------------
 
-void SimdBackend::quantize(const QuantizeArgs& a) { simd::quantize(host_cview(a.x), a.rounding, host_view(a.out)); }
+void SimdBackend::quantize_kernel(const QuantizeArgs& a) { simd::quantize(host_cview(a.x), a.rounding, host_view(a.out)); }
 
-void SimdBackend::dequantize(const DequantizeArgs& a) { simd::dequantize(host_cview(a.in), host_view(a.out), a.flavour); }
+void SimdBackend::dequantize_kernel(const DequantizeArgs& a) { simd::dequantize(host_cview(a.in), host_view(a.out), a.flavour); }
 
-void SimdBackend::rope(const RopeArgs& a) {
+void SimdBackend::rope_kernel(const RopeArgs& a) {
   simd::rope(host_cview(a.x), a.params, a.offsets.scalar, host_per_row(a.offsets), host_view(a.out));
 }
 
-void SimdBackend::sdpa(const SdpaArgs& a) {
+void SimdBackend::sdpa_kernel(const SdpaArgs& a) {
   ConstTensorView m, s;
   simd::sdpa(host_cview(a.q), host_cview(a.k), host_cview(a.v), a.params, host_cview(a.mask, m),
              host_cview(a.sinks, s), host_view(a.out));
 }
 
-void SimdBackend::quantized_sdpa(const QuantizedSdpaArgs& a) {
+void SimdBackend::quantized_sdpa_kernel(const QuantizedSdpaArgs& a) {
   ConstTensorView m, s;
   simd::quantized_sdpa(host_cview(a.q), host_cview(a.k), host_cview(a.v), a.params, host_cview(a.mask, m),
                        host_cview(a.sinks, s), host_view(a.out));
@@ -117,36 +142,36 @@ void SimdBackend::quantized_sdpa(const QuantizedSdpaArgs& a) {
 
 // TurboQuant is not vectorized (the SIMD kernel list does not include it): the
 // SIMD backend runs the oracle's codec explicitly, so caches over this backend work.
-void SimdBackend::turboquant_encode(const TurboQuantEncodeArgs& a) {
+void SimdBackend::turboquant_encode_kernel(const TurboQuantEncodeArgs& a) {
   ref::turboquant_encode(host_cview(a.x), a.codec, host_view(a.norms), host_view(a.indices));
 }
 
-void SimdBackend::turboquant_decode(const TurboQuantDecodeArgs& a) {
+void SimdBackend::turboquant_decode_kernel(const TurboQuantDecodeArgs& a) {
   ref::turboquant_decode(host_cview(a.norms), host_cview(a.indices), a.codec, host_view(a.out));
 }
 
 // The device-offset ops are a few row memcpys and B integer adds, which vector code
 // would not speed up: the SIMD backend runs the oracle's host code explicitly.
-void SimdBackend::kv_append_advance(const KvAppendAdvanceArgs& a) {
+void SimdBackend::kv_append_advance_kernel(const KvAppendAdvanceArgs& a) {
   ref::kv_append_advance(host_cview(a.k), host_cview(a.v), a.left_padding, host_view(a.offsets), host_view(a.k_cache),
                          host_view(a.v_cache));
 }
 
-void SimdBackend::kv_snapshot(const KvSnapshotArgs& a) { ref::kv_snapshot(host_cview(a.src), host_view(a.dst)); }
+void SimdBackend::kv_snapshot_kernel(const KvSnapshotArgs& a) { ref::kv_snapshot(host_cview(a.src), host_view(a.dst)); }
 
-void SimdBackend::kv_scatter(const KvScatterArgs& a) {
+void SimdBackend::kv_scatter_kernel(const KvScatterArgs& a) {
   simd::kv_scatter(host_cview(a.src), a.slots, host_view(a.dst));
 }
 
-void SimdBackend::kv_gather(const KvGatherArgs& a) {
+void SimdBackend::kv_gather_kernel(const KvGatherArgs& a) {
   simd::kv_gather(host_cview(a.src), a.batch_index, host_view(a.dst));
 }
 
-void SimdBackend::kv_copy_blocks(const KvCopyBlocksArgs& a) {
+void SimdBackend::kv_copy_blocks_kernel(const KvCopyBlocksArgs& a) {
   simd::kv_copy_blocks(host_cview(a.src), a.blocks, host_view(a.dst));
 }
 
-void SimdBackend::kv_roll(const KvRollArgs& a) {
+void SimdBackend::kv_roll_kernel(const KvRollArgs& a) {
   simd::kv_roll(host_cview(a.src), a.shifts, host_view(a.dst));
 }
 

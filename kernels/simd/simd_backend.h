@@ -10,7 +10,6 @@
 #pragma once
 
 #include <cstdint>
-#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -50,21 +49,49 @@ class ScopedSimdTarget {
   std::int64_t previous_ = 0;  // mask active before (0: no mock)
 };
 
+// Makes the target with Highway bit `bit` current for its scope (0: leaves dispatch as it
+// is) and restores the previous choice after: how a pinned SimdBackend runs each call.
+// Cheap (two hwy::SetSupportedTargetsForTest calls at most). Process-global like
+// ScopedSimdTarget.
+class SimdTargetPin {
+ public:
+  explicit SimdTargetPin(std::int64_t bit);
+  ~SimdTargetPin();
+  SimdTargetPin(const SimdTargetPin&) = delete;
+  SimdTargetPin& operator=(const SimdTargetPin&) = delete;
+
+ private:
+  std::int64_t bit_ = 0, previous_ = 0;
+};
+
 class SimdBackend final : public HostMemoryBackend {
  public:
   SimdBackend() = default;
-  // Pinned to one Highway target for the backend's lifetime (the harness runs every
-  // attainable target: `kvlab check --backend simd:SSE4`). Throws unsupported for a
-  // target not attainable here. Process-global like ScopedSimdTarget.
-  explicit SimdBackend(std::string_view target) : pin_(std::make_unique<ScopedSimdTarget>(target)) {}
+  // Pinned to one Highway target (the harness runs every attainable target: `kvlab check
+  // --backend simd:SSE4`): each call makes it current and restores the previous choice,
+  // so backends pinned to different targets can live side by side (`kvlab check` with
+  // several --backend runs them case by case). Throws unsupported for a target not
+  // attainable here, invalid_argument for a name that is no compiled target.
+  explicit SimdBackend(std::string_view target);
 
-  std::string name() const override { return "simd:" + simd_current_target(); }
+  std::string name() const override;
 
   // Every op; TurboQuant runs the oracle's codec (not vectorized, see simd_backend.cc).
-  KVLAB_OVERRIDE_ALL_OPS
+#define KVLAB_SIMD_PINNED_OP(op, Args, stem) \
+  void op(const Args& a) override {          \
+    const SimdTargetPin pin(bit_);           \
+    op##_kernel(a);                          \
+  }
+  KVLAB_OPS(KVLAB_SIMD_PINNED_OP)
+#undef KVLAB_SIMD_PINNED_OP
 
  private:
-  std::unique_ptr<ScopedSimdTarget> pin_;
+  // The kernels proper (simd_backend.cc), run under the pin.
+#define KVLAB_SIMD_KERNEL(op, Args, stem) void op##_kernel(const Args& a);
+  KVLAB_OPS(KVLAB_SIMD_KERNEL)
+#undef KVLAB_SIMD_KERNEL
+
+  std::int64_t bit_ = 0;  // the pinned target's Highway bit; 0: whatever dispatch picks
 };
 
 }  // namespace kvlab

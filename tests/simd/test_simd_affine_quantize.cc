@@ -5,7 +5,7 @@
 // (whole and partial blocks); several parallel tasks per call; a scalar path for groups
 // with NaN/inf; F16C conversions on AVX2/AVX3 and bit manipulations elsewhere. Rows of
 // plain random (or grid) values and the empty batch axis are harness lines
-// (harness/cases/affine_*/ci, run on every target by harness.check_ci_simd_*); the rows
+// (harness/cases/affine_*/ci, run on every target by harness.check_ci_host); the rows
 // here are built group by group, which a case line cannot state.
 #include <gtest/gtest.h>
 

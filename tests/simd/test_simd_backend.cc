@@ -41,6 +41,26 @@ TEST(SimdBackend, ForcingEachTargetRedirectsDispatchAndRestores) {
   EXPECT_EQ(simd_current_target(), best);
 }
 
+// Two backends pinned to different targets, alive at once (kvlab check with several
+// --backend): each call runs its own target, whichever was made last, and dispatch is
+// left as it was between calls. Pinning for the backend's lifetime ran both on the last
+// one (the simd:AVX2 lane of a multi-backend check reported SCALAR's results).
+TEST(SimdBackend, PinnedBackendsSideBySideEachRunTheirOwnTarget) {
+  const std::vector<std::string> names = simd_targets();
+  if (names.size() < 2) GTEST_SKIP() << "one attainable target only (" << names.front() << ")";
+  const SimdBackend best(names.front());
+  const SimdBackend scalar("SCALAR");
+  EXPECT_EQ(best.name(), "simd:" + names.front());
+  EXPECT_EQ(scalar.name(), "simd:SCALAR");
+  EXPECT_EQ(best.name(), "simd:" + names.front());
+  EXPECT_EQ(simd_current_target(), names.front());  // nothing stays forced between calls
+  {
+    ScopedSimdTarget outer("SCALAR");
+    EXPECT_EQ(best.name(), "simd:" + names.front());  // the pin wins inside a force
+    EXPECT_EQ(simd_current_target(), "SCALAR");         // and the force is back after the call
+  }
+}
+
 // A name that is no compiled target is a usage error (a typo, the wrong case: `kvlab
 // check --backend simd:avx2` exits 2); a compiled target the CPU lacks is unsupported.
 TEST(SimdBackend, ForcingAnUnknownTargetIsAnInvalidArgument) {

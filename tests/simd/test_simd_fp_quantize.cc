@@ -9,7 +9,7 @@
 // and nvfp4 runs with global scales that push (w·enc)/s to 2^40 (where the CPU argmin's
 // f32 distances tie) and to subnormal scales. Random rows of many shapes and spreads, and
 // an empty batch axis, are lines of harness/cases/fp_quantize/ci and fp_dequantize/ci (run
-// on every target by harness.check_ci_simd_*).
+// on every target by harness.check_ci_host).
 #include <gtest/gtest.h>
 
 #include <array>

@@ -4,7 +4,7 @@
 // repeated gather indices, overlapping blocks, int32-extreme shifts, rows of 1 to 128
 // elements, empty axes, odd element offsets, scatters of over 1 MiB that take the
 // non-temporal stores) are lines of harness/cases/kv_*/ci, run on
-// every Highway target, SCALAR included, by harness.check_ci_simd_*.
+// every Highway target, SCALAR included, by harness.check_ci_host.
 #include <gtest/gtest.h>
 
 #include <functional>

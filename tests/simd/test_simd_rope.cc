@@ -2,7 +2,7 @@
 // (ranks 3 to 5, odd widths, partial dims, explicit wavelengths, long sequences across the
 // kernel's recurrence blocks and table windows, |θ| past 2^21 and near 2^42, 1100 batch
 // rows, NaN/inf inputs and positions, copied tails bit for bit, odd element offsets) are
-// lines of harness/cases/rope/ci, run on every Highway target by harness.check_ci_simd_*
+// lines of harness/cases/rope/ci, run on every Highway target by harness.check_ci_host
 // under the one tolerance object of harness/ops/rope_info.cc. Here: every target gives
 // the same bits; outputs of 16 MiB and more (the kernel's streaming stores) meet that
 // tolerance through harness lines, on the best target; and invalid input raises the

@@ -1,7 +1,7 @@
 // SIMD sdpa: what the harness cannot state as a case line. Its comparisons with the
 // oracle (shapes, GQA, head dims, every mask kind and broadcast shape, sinks, softcap,
 // scale, fully masked rows, key splits, inf/NaN inputs, poisoned hidden keys) are lines
-// of harness/cases/sdpa/, run on every Highway target by the harness.check_ci_simd_*
+// of harness/cases/sdpa/, run on every Highway target by the harness.check_ci_host
 // tests under the one tolerance object of harness/ops/sdpa_info.cc. Here: the output
 // bits do not depend on the threads that run the tasks (a call from inside a pool task
 // runs serially), and invalid input raises the oracle's errors on every target.

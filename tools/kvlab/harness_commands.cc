@@ -67,7 +67,12 @@ std::uint64_t parse_memory(const std::string& s) {
 
 void HarnessCommands::add_to(CLI::App& app) {
   check_cmd_ = app.add_subcommand("check", "Compare a backend with the reference over the case files of a tier");
-  check_cmd_->add_option("--backend", check_.backend, "Backend under test (reference, simd[:TARGET], ...)");
+  check_cmd_->add_option("--backend", check_backends_,
+                         "Backend under test (reference, simd[:TARGET], ...); repeat it to check several in one run "
+                         "over the same prepared inputs and reference outputs (report files then get the backend's "
+                         "name before their extension)")
+      ->expected(1)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   check_cmd_->add_option("--op", ops_, "Only these ops (comma separated)");
   check_cmd_->add_option("--tier", check_.tier, "smoke | ci | lavapipe | full")
       ->check(CLI::IsMember({"smoke", "ci", "lavapipe", "full"}));
@@ -134,7 +139,13 @@ void HarnessCommands::add_to(CLI::App& app) {
 }
 
 int HarnessCommands::run(std::ostream& out) {
+  if (!check_backends_.empty()) {
+    check_.backend = check_backends_.front();
+    check_.more_backends.assign(check_backends_.begin() + 1, check_backends_.end());
+  }
   if (*check_cmd_ && vectors_opt_->count() > 0) {
+    KVLAB_REQUIRE(check_.more_backends.empty(), invalid_argument,
+                  "--vectors judges with one backend; got --backend ", check_backends_.size(), " times");
     vectors_check_.judge = check_.backend;
     if (vectors_problem_ >= 0) vectors_check_.problem = static_cast<std::size_t>(vectors_problem_);
     vectors_check_.json_path = check_.json_path;
@@ -154,10 +165,8 @@ int HarnessCommands::run(std::ostream& out) {
   }
   if (*check_cmd_) {
     check_.ops = split_commas(ops_);
-    // The backend's register beside the case files (harness/known/mlx for `--backend mlx`).
-    const std::filesystem::path own = check_.cases_dir.parent_path() / "known" /
-                                      check_.backend.substr(0, check_.backend.find(':'));
-    if (!no_known_ && std::filesystem::is_regular_file(own)) check_.known_files.push_back(own.string());
+    // Each backend's register beside the case files (harness/known/mlx for `--backend mlx`).
+    check_.own_registers = !no_known_;
     KVLAB_REQUIRE(ops_.empty() || !check_.ops.empty(), invalid_argument, "--op '", ops_, "' names no op");
     parse_shard(shard_, check_);
     check_.progress = harness::progress_from_name(progress_);

@@ -20,6 +20,7 @@ class HarnessCommands {
 
  private:
   harness::CheckOptions check_;
+  std::vector<std::string> check_backends_;  // --backend, repeatable
   std::string ops_, shard_, progress_ = "auto", max_memory_;
   std::uint64_t max_work_ = harness::kDefaultMaxWork, repro_max_work_ = harness::kDefaultMaxWork;
   std::string repro_line_, repro_backend_ = "reference", repro_max_memory_;
