@@ -184,6 +184,10 @@ CheckSummary run_check(const CheckOptions& o, std::ostream& out) {
                 "); pass --allow-empty if that is expected");
   std::vector<std::string> names{o.backend};
   names.insert(names.end(), o.more_backends.begin(), o.more_backends.end());
+  for (const std::string& name : names) {
+    KVLAB_REQUIRE(std::count(names.begin(), names.end(), name) == 1, invalid_argument, "backend '", name,
+                  "' is named twice");
+  }
   const bool several = names.size() > 1;
   std::vector<Lane> lanes(names.size());
   std::vector<Backend*> available;
@@ -191,8 +195,6 @@ CheckSummary run_check(const CheckOptions& o, std::ostream& out) {
   for (std::size_t i = 0; i < names.size(); ++i) {
     Lane& l = lanes[i];
     l.name = names[i];
-    KVLAB_REQUIRE(std::count(names.begin(), names.end(), l.name) == 1, invalid_argument, "backend '", l.name,
-                  "' is named twice");
     l.info = {commit_id(), l.name, backend_target(l.name), o.case_files.empty() ? o.tier : "files"};
     l.backend = make_backend_or_reason(l.name, l.unavailable);
     if (!l.backend) {

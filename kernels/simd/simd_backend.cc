@@ -88,20 +88,10 @@ std::int64_t attainable_bit(std::string_view name) {
 
 }  // namespace
 
-ScopedSimdTarget::ScopedSimdTarget(std::string_view name) : previous_(g_forced_mask) {
-  g_forced_mask = attainable_bit(name);
-  // Updates Highway's chosen target too, so HWY_DYNAMIC_DISPATCH re-dispatches.
-  hwy::SetSupportedTargetsForTest(g_forced_mask);
-}
-
-ScopedSimdTarget::~ScopedSimdTarget() {
-  g_forced_mask = previous_;
-  hwy::SetSupportedTargetsForTest(previous_);
-}
-
 SimdTargetPin::SimdTargetPin(std::int64_t bit) : bit_(bit), previous_(g_forced_mask) {
   if (bit_ == 0 || bit_ == previous_) return;
   g_forced_mask = bit_;
+  // Updates Highway's chosen target too, so HWY_DYNAMIC_DISPATCH re-dispatches.
   hwy::SetSupportedTargetsForTest(bit_);
 }
 
@@ -110,6 +100,8 @@ SimdTargetPin::~SimdTargetPin() {
   g_forced_mask = previous_;
   hwy::SetSupportedTargetsForTest(previous_);
 }
+
+ScopedSimdTarget::ScopedSimdTarget(std::string_view name) : pin_(attainable_bit(name)) {}
 
 SimdBackend::SimdBackend(std::string_view target) : bit_(attainable_bit(target)) {}
 

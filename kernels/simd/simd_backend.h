@@ -34,25 +34,10 @@ std::vector<std::string> simd_targets();
 // The target that dispatch picks now (honours an active ScopedSimdTarget).
 std::string simd_current_target();
 
-// Forces dispatch to one target for its lifetime (hwy::SetSupportedTargetsForTest), then
-// restores the previous choice. Throws Error{unsupported} for a target that is not
-// attainable here, naming it and the attainable ones. Process-global: not thread-safe,
-// meant for tests and the harness.
-class ScopedSimdTarget {
- public:
-  explicit ScopedSimdTarget(std::string_view name);
-  ~ScopedSimdTarget();
-  ScopedSimdTarget(const ScopedSimdTarget&) = delete;
-  ScopedSimdTarget& operator=(const ScopedSimdTarget&) = delete;
-
- private:
-  std::int64_t previous_ = 0;  // mask active before (0: no mock)
-};
-
 // Makes the target with Highway bit `bit` current for its scope (0: leaves dispatch as it
 // is) and restores the previous choice after: how a pinned SimdBackend runs each call.
-// Cheap (two hwy::SetSupportedTargetsForTest calls at most). Process-global like
-// ScopedSimdTarget.
+// Cheap (two hwy::SetSupportedTargetsForTest calls at most). Process-global: not
+// thread-safe.
 class SimdTargetPin {
  public:
   explicit SimdTargetPin(std::int64_t bit);
@@ -62,6 +47,18 @@ class SimdTargetPin {
 
  private:
   std::int64_t bit_ = 0, previous_ = 0;
+};
+
+// Forces dispatch to one target, by name, for its lifetime (hwy::SetSupportedTargetsForTest),
+// then restores the previous choice. Throws Error{unsupported} for a target that is not
+// attainable here, naming it and the attainable ones. Process-global: not thread-safe,
+// meant for tests and the harness.
+class ScopedSimdTarget {
+ public:
+  explicit ScopedSimdTarget(std::string_view name);
+
+ private:
+  SimdTargetPin pin_;
 };
 
 class SimdBackend final : public HostMemoryBackend {
