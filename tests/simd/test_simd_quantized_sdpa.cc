@@ -2,7 +2,7 @@
 // the oracle (affine widths and groups, GQA, head dims, mixed K/V specs and scale dtypes,
 // chunk counts, windows and paddings over poisoned scales, mask arrays, sinks, softcap,
 // fully masked rows, the unfused fp-mode path) are lines of harness/cases/quantized_sdpa/,
-// run on every Highway target by the harness.check_ci_host tests under the one
+// run on every Highway target by the harness.check_ci_host test under the one
 // tolerance object of harness/ops/sdpa_info.cc. Here, on every attainable target: the
 // decode chunk size (a test hook, not a problem parameter) swept from one key per chunk
 // to one chunk for all, through harness lines; one key giving the dequantized values

@@ -2,7 +2,7 @@
 // oracle (shapes, GQA, head dims, every mask kind and broadcast shape, sinks, softcap,
 // scale, fully masked rows, key splits, inf/NaN inputs, poisoned hidden keys) are lines
 // of harness/cases/sdpa/, run on every Highway target by the harness.check_ci_host
-// tests under the one tolerance object of harness/ops/sdpa_info.cc. Here: the output
+// test under the one tolerance object of harness/ops/sdpa_info.cc. Here: the output
 // bits do not depend on the threads that run the tasks (a call from inside a pool task
 // runs serially), and invalid input raises the oracle's errors on every target.
 #include <gtest/gtest.h>
