@@ -112,7 +112,7 @@ void CommandStream::abandon() noexcept {
   held_ = false;
 }
 
-void CommandStream::end_command(std::string name) {
+void CommandStream::end_command(std::string_view name) {
   const VkMemoryBarrier b{.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER,
                           .srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_WRITE_BIT,
                           .dstAccessMask = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT |
@@ -122,10 +122,11 @@ void CommandStream::end_command(std::string name) {
                        VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT |
                            VK_PIPELINE_STAGE_HOST_BIT,
                        0, 1, &b, 0, nullptr, 0, nullptr);
+  if (!timestamps_.available()) return;  // no stamps: no per-command names to keep either
   // Stamps 1..kMaxStamps-2 follow commands; the last one is kept for the end.
   const auto stamp = static_cast<std::uint32_t>(step_names_.size()) + 1;
   if (stamp < TimestampQueries::kMaxStamps - 1) timestamps_.write(cmd_, stamp, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT);
-  step_names_.push_back(std::move(name));
+  step_names_.emplace_back(name);
 }
 
 void CommandStream::dispatch(const ComputePipeline& pipeline, std::span<const BufferRange> bindings,

@@ -18,6 +18,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "kernels/vulkan/runtime/device.h"
@@ -96,7 +97,7 @@ class CommandStream {
 
  private:
   // The barrier that follows every command, and the command's stamp.
-  void end_command(std::string name);
+  void end_command(std::string_view name);
 
   const Device& device_;
   VkCommandPool pool_ = VK_NULL_HANDLE;
