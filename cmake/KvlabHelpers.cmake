@@ -17,10 +17,14 @@ function(kvlab_target_defaults target)
                            -fno-sanitize-recover=undefined -fno-omit-frame-pointer)
     target_link_options(${target} PRIVATE -fsanitize=address,undefined)
   endif()
-  if(KVLAB_FUZZ)
-    # Coverage feedback for libFuzzer in every kvlab target, without its main(): only
-    # the fuzz executables link the driver (-fsanitize=fuzzer, fuzz/CMakeLists.txt).
-    target_compile_options(${target} PRIVATE -fsanitize=fuzzer-no-link)
+  if(KVLAB_FUZZ AND (target IN_LIST KVLAB_FUZZED_LIBS OR target MATCHES "^fuzz_"))
+    # Coverage feedback for libFuzzer in the code the fuzzers drive, without its main():
+    # only the fuzz executables link the driver (-fsanitize=fuzzer, fuzz/CMakeLists.txt).
+    if(KVLAB_FUZZ_COVERAGE STREQUAL "full")
+      target_compile_options(${target} PRIVATE -fsanitize=fuzzer-no-link)
+    else()
+      target_compile_options(${target} PRIVATE -fsanitize-coverage=inline-8bit-counters,pc-table)
+    endif()
   endif()
   # Installed, both roots are <prefix>/include (cmake/KvlabInstall.cmake keeps the layout:
   # include/kvlab/*.h, include/harness/*.h, include/reference/*.h, include/cache/*.h).

@@ -11,11 +11,11 @@
 #          reference, caches, SIMD on SCALAR and the host's widest of AVX3/AVX2,
 #          Vulkan), the property suite (50 cases per property, at the fixed seed and at
 #          one derived from the commit), the bug zoo, and the kvlab CLI (label cli: the
-#          smoke tier of every op and backend, the bad-input table).
-#   fuzz — clang, libFuzzer + ASan + UBSan: builds only the fuzz targets, fuzzes each
-#          for a bounded time and replays the regression inputs (fuzz/README.md;
-#          bash tools/fuzz.sh runs them for hours).
-# So kvlab's code is compiled by GCC (ci) and by clang (asan, fuzz), -Werror in each.
+#          smoke tier of every op and backend, the bad-input table), and the libFuzzer
+#          targets (label fuzz: a fixed number of runs each, and the regression inputs
+#          replayed; the libraries they drive carry edge counters, fuzz/README.md;
+#          bash tools/fuzz.sh fuzzes for hours in the fully instrumented fuzz preset).
+# So kvlab's code is compiled by GCC (ci) and by clang (asan), -Werror in each.
 # The opt-in property-deep label (10x the cases) runs with
 #   cmake --preset asan && cmake --build --preset asan && ctest --preset asan -L '^property-deep$'
 # and the opt-in conformance-deep label (the mlx-lm cache replay over the full tier and
@@ -45,10 +45,8 @@ run_config() {
 # pipelines the asan Vulkan tests use, which lavapipe would otherwise compile inside ASan
 # processes, 3-4x slower (harness/cases/quantized_sdpa/lavapipe).
 run_config ci "-LE ^(property-deep|conformance-deep)$"
-run_config asan "-L ^(unit|property|zoo|cli)$"
-# The fuzz preset's build preset builds the fuzz targets and what they link, nothing else.
-run_config fuzz "-L ^fuzz$"
-# Each target's executions, from libFuzzer's last line ("Done N runs in S second(s)").
-awk '/^[0-9]+\/[0-9]+ Test: /{t=$3} /^Done [0-9]+ runs/{print "== [fuzz] " t ": " $0}' \
-  build/fuzz/Testing/Temporary/LastTest.log
+run_config asan "-L ^(unit|property|zoo|cli|fuzz)$"
+# Each fuzz target's executions, from libFuzzer's last line ("Done N runs in S second(s)").
+awk '/^[0-9]+\/[0-9]+ Test: /{t=$3} /^Done [0-9]+ runs/{print "== [asan] " t ": " $0}' \
+  build/asan/Testing/Temporary/LastTest.log
 echo "== all configurations passed in ${SECONDS} s"
