@@ -38,6 +38,13 @@ function(kvlab_test_code target)
   target_compile_options(${target} PRIVATE ${flags})
 endfunction()
 
+# Marks a target as glue (argument and file handling that calls the libraries): it gets
+# KVLAB_GLUE_CXX_FLAGS (see the top CMakeLists).
+function(kvlab_glue_code target)
+  separate_arguments(flags UNIX_COMMAND "${KVLAB_GLUE_CXX_FLAGS}")
+  target_compile_options(${target} PRIVATE ${flags})
+endfunction()
+
 # kvlab_add_library(name SOURCES ... LIBS ...)
 function(kvlab_add_library name)
   cmake_parse_arguments(ARG "" "" "SOURCES;LIBS" ${ARGN})
