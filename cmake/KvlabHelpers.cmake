@@ -32,17 +32,21 @@ function(kvlab_target_defaults target)
                              $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}/include> $<INSTALL_INTERFACE:include>)
 endfunction()
 
+# Appends the flags held in the cache string `var` to a target's compile options.
+function(kvlab_extra_flags target var)
+  separate_arguments(flags UNIX_COMMAND "${${var}}")
+  target_compile_options(${target} PRIVATE ${flags})
+endfunction()
+
 # Marks a target as test code: it gets KVLAB_TEST_CXX_FLAGS (see the top CMakeLists).
 function(kvlab_test_code target)
-  separate_arguments(flags UNIX_COMMAND "${KVLAB_TEST_CXX_FLAGS}")
-  target_compile_options(${target} PRIVATE ${flags})
+  kvlab_extra_flags(${target} KVLAB_TEST_CXX_FLAGS)
 endfunction()
 
 # Marks a target as glue (argument and file handling that calls the libraries): it gets
 # KVLAB_GLUE_CXX_FLAGS (see the top CMakeLists).
 function(kvlab_glue_code target)
-  separate_arguments(flags UNIX_COMMAND "${KVLAB_GLUE_CXX_FLAGS}")
-  target_compile_options(${target} PRIVATE ${flags})
+  kvlab_extra_flags(${target} KVLAB_GLUE_CXX_FLAGS)
 endfunction()
 
 # kvlab_add_library(name SOURCES ... LIBS ...)
