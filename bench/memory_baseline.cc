@@ -43,6 +43,7 @@ HWY_AFTER_NAMESPACE();
 #include "bench/memory_baseline.h"
 #include "kernels/simd/parallel.h"
 #include "kernels/simd/simd_backend.h"
+#include "kvlab/host_buffer.h"
 #include "kvlab/error.h"
 
 namespace kvlab::bench {
@@ -74,7 +75,7 @@ void BigBuffer::Free::operator()(std::byte* p) const { std::free(p); }
 BigBuffer::BigBuffer(std::size_t bytes) : size_(bytes) {
   KVLAB_REQUIRE(bytes > 0 && bytes % kPage == 0, invalid_argument, "baseline buffer of ", bytes,
                 " bytes: expected a positive multiple of ", kPage);
-  data_.reset(static_cast<std::byte*>(std::aligned_alloc(kPage, bytes)));
+  data_.reset(allocate_host_bytes(bytes));  // the kernels' page policy (kvlab/host_buffer.h)
   if (!data_) throw std::bad_alloc();
   // Touch every page now (pattern 0x3F: 0.75f as f32, finite sums).
   std::memset(data_.get(), 0x3F, bytes);

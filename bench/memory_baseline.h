@@ -12,7 +12,8 @@
 
 namespace kvlab::bench {
 
-// A page-aligned buffer whose pages are touched at construction (so no page fault lands
+// A page-aligned buffer, allocated like the kernels' tensors (kvlab::allocate_host_bytes:
+// huge pages where offered), whose pages are touched at construction (so no page fault lands
 // inside a timed region) and filled with a non-zero pattern.
 class BigBuffer {
  public:

@@ -1,8 +1,13 @@
 #include "kvlab/host_buffer.h"
 
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <new>
+
+#if defined(__linux__)
+#include <sys/mman.h>
+#endif
 
 namespace kvlab {
 
@@ -10,10 +15,7 @@ namespace {
 
 class HostBuffer final : public Buffer {
  public:
-  explicit HostBuffer(std::size_t bytes) : size_(bytes) {
-    // 64-byte alignment: a full cache line / AVX-512 vector for every kernel.
-    const std::size_t rounded = (bytes + 63) / 64 * 64;
-    data_ = static_cast<std::byte*>(std::aligned_alloc(64, rounded == 0 ? 64 : rounded));
+  explicit HostBuffer(std::size_t bytes) : size_(bytes), data_(allocate_host_bytes(bytes)) {
     if (!data_) throw std::bad_alloc();
   }
   ~HostBuffer() override { std::free(data_); }
@@ -28,6 +30,19 @@ class HostBuffer final : public Buffer {
 };
 
 }  // namespace
+
+std::byte* allocate_host_bytes(std::size_t bytes) {
+  // 64 bytes: a full cache line / AVX-512 vector for every kernel. aligned_alloc wants a
+  // size that is a multiple of the alignment.
+  const std::size_t align = bytes >= kHugePageBytes ? kHugePageBytes : 64;
+  if (bytes > SIZE_MAX - align) return nullptr;
+  const std::size_t rounded = bytes == 0 ? align : (bytes + align - 1) / align * align;
+  auto* data = static_cast<std::byte*>(std::aligned_alloc(align, rounded));
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+  if (data != nullptr && align == kHugePageBytes) (void)madvise(data, rounded, MADV_HUGEPAGE);  // a hint only
+#endif
+  return data;
+}
 
 BufferPtr make_host_buffer(std::size_t bytes) { return std::make_shared<HostBuffer>(bytes); }
 
