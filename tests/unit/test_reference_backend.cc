@@ -5,12 +5,15 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <functional>
 #include <string>
 #include <vector>
 
 #include "kvlab/error.h"
+#include "kvlab/host_buffer.h"
 #include "reference/kv_move.h"
 #include "reference/reference_backend.h"
 #include "tests/unit/test_util.h"
@@ -139,6 +142,40 @@ TEST(ReferenceBackendMemory, TensorAtAByteOffsetTouchesOnlyItsRange) {
   }
   EXPECT_EQ(host_view(t).data, buf->host_data() + 40);
   EXPECT_EQ(host_cview(t).shape, (Shape{2, 3}));
+}
+
+// The VmFlags of the mapping holding address p, from /proc/self/smaps ("" if not found).
+std::string mapping_flags(const void* p) {
+  std::ifstream smaps("/proc/self/smaps");
+  const auto at = reinterpret_cast<std::uintptr_t>(p);
+  std::string line;
+  bool inside = false;
+  while (std::getline(smaps, line)) {
+    unsigned long long lo = 0, hi = 0;
+    if (std::sscanf(line.c_str(), "%llx-%llx ", &lo, &hi) == 2 && line.find('-') < line.find(' ')) {
+      inside = lo <= at && at < hi;
+    } else if (inside && line.rfind("VmFlags:", 0) == 0) {
+      return line;
+    }
+  }
+  return "";
+}
+
+// Tensors of 2 MiB and more start on a huge-page boundary and are advised for
+// transparent huge pages (VmFlags "hg"), like kvlab_bench's baselines; small ones keep
+// the 64-byte alignment; an impossible size is nullptr, not a wrapped small allocation.
+TEST(ReferenceBackendMemory, LargeBuffersAreOfferedHugePages) {
+  ReferenceBackend be;
+  const BufferPtr small = be.allocate(100);
+  EXPECT_EQ(reinterpret_cast<std::uintptr_t>(small->host_data()) % 64, 0u);
+  const BufferPtr large = be.allocate(kHugePageBytes + 100);
+  EXPECT_EQ(large->size(), kHugePageBytes + 100);
+  EXPECT_EQ(reinterpret_cast<std::uintptr_t>(large->host_data()) % kHugePageBytes, 0u);
+  std::memset(large->host_data(), 1, large->size());  // every byte is ours
+  if (!std::ifstream("/proc/self/smaps")) GTEST_SKIP() << "no /proc/self/smaps: the advice cannot be read back";
+  const std::string flags = mapping_flags(large->host_data());
+  EXPECT_NE(flags.find(" hg"), std::string::npos) << "mapping of the 2 MiB buffer: " << flags;
+  EXPECT_EQ(allocate_host_bytes(SIZE_MAX - 10), nullptr);
 }
 
 TEST(ReferenceBackendMemory, HostViewRejectsOverrunsAndMissingBuffers) {
