@@ -43,8 +43,8 @@ HWY_AFTER_NAMESPACE();
 #include "bench/memory_baseline.h"
 #include "kernels/simd/parallel.h"
 #include "kernels/simd/simd_backend.h"
-#include "kvlab/host_buffer.h"
 #include "kvlab/error.h"
+#include "kvlab/host_buffer.h"
 
 namespace kvlab::bench {
 

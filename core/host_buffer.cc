@@ -32,16 +32,18 @@ class HostBuffer final : public Buffer {
 }  // namespace
 
 std::byte* allocate_host_bytes(std::size_t bytes) {
-  // 64 bytes: a full cache line / AVX-512 vector for every kernel. aligned_alloc wants a
-  // size that is a multiple of the alignment.
+  // 64 bytes: a full cache line / AVX-512 vector for every kernel; the size rounded to
+  // whole lines. A huge-page-aligned start for large buffers, without rounding their size
+  // up to 2 MiB (the tail's partial huge page stays in 4 KiB pages, nothing is wasted).
   const std::size_t align = bytes >= kHugePageBytes ? kHugePageBytes : 64;
-  if (bytes > SIZE_MAX - align) return nullptr;
-  const std::size_t rounded = bytes == 0 ? align : (bytes + align - 1) / align * align;
-  auto* data = static_cast<std::byte*>(std::aligned_alloc(align, rounded));
+  if (bytes > SIZE_MAX - 64) return nullptr;
+  const std::size_t rounded = bytes == 0 ? 64 : (bytes + 63) / 64 * 64;
+  void* data = nullptr;
+  if (posix_memalign(&data, align, rounded) != 0) return nullptr;
 #if defined(__linux__) && defined(MADV_HUGEPAGE)
-  if (data != nullptr && align == kHugePageBytes) (void)madvise(data, rounded, MADV_HUGEPAGE);  // a hint only
+  if (align == kHugePageBytes) (void)madvise(data, rounded, MADV_HUGEPAGE);  // a hint only
 #endif
-  return data;
+  return static_cast<std::byte*>(data);
 }
 
 BufferPtr make_host_buffer(std::size_t bytes) { return std::make_shared<HostBuffer>(bytes); }

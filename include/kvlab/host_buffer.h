@@ -15,9 +15,9 @@ BufferPtr make_host_buffer(std::size_t bytes);
 // kHugePageBytes up aligned to that size and offered to the kernel's transparent huge
 // pages (madvise; a no-op where THP is off or already on for everything). kvlab_bench's
 // bandwidth baselines allocate the same way, so kernels and the ceilings they are read
-// against see the same page size: on a VM whose THP mode is `madvise`, 4 KiB pages made
-// the streaming-read baseline 14-24 % slower than the machine allows
-// (bench/records/2026-11-27-zen3-avx2.md). nullptr when out of memory.
+// against see the same page size (on a host whose THP mode is `madvise`, 4 KiB pages held
+// the streaming-read baseline well below the machine's limit: bench/records/). nullptr
+// when out of memory.
 inline constexpr std::size_t kHugePageBytes = std::size_t{2} << 20;
 std::byte* allocate_host_bytes(std::size_t bytes);
 
