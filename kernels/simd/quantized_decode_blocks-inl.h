@@ -217,9 +217,15 @@ HWY_INLINE void KeyBlock(DF df, const float* HWY_RESTRICT q, std::size_t dk, con
 
 // Keys per block: as many as the accumulators (KB·RB) and the codes leave registers for,
 // and never more than a vector has lanes (blocks tile the N keys of a score vector).
+// With 16 registers, 2 keys at 4 rows (8 accumulators, 4 code vectors, a q vector, two
+// keys' scale and bias: one more than there are registers) still beat 1 key: each q load
+// then serves two keys. AVX2 on Zen 3, one thread in cache, both forms alternated call by
+// call in one process: 4/4-bit −4..−7 %, 8/8-bit −13 % together with the V side's single
+// broadcast (AccumulateSlice); 2 keys alone −5 %, two accumulators per (key, row) at 1 key
+// −0..−2 % (the K side is not bound by the FMA chains' latency).
 template <std::size_t RB>
 constexpr std::size_t kKeysPerBlock =
-    std::min(kMaxLanes, kManyRegisters ? (RB <= 4 ? std::size_t{4} : std::size_t{2}) : (RB <= 2 ? std::size_t{2} : std::size_t{1}));
+    std::min(kMaxLanes, kManyRegisters ? (RB <= 4 ? std::size_t{4} : std::size_t{2}) : std::size_t{2});
 
 // Raw scores q·k of keys [0, nc) for RB rows → scores[r][0, ncp) (keys past nc get 0;
 // they are masked later). scales/biases: the chunk's K scales and biases in f32, as
@@ -279,6 +285,36 @@ void ScoreRows(const float* HWY_RESTRICT q, std::size_t dk, const std::uint8_t* 
 
 // ---------------------------------------------------------------- V side
 
+// The key loop of one slice of AccumulateValues: o[r][s] += w·c_j over keys [0, nc).
+// kTwoGroups: the slice's second half lies in the next group (its weights `second`
+// floats on); otherwise one broadcast weight per (row, key) serves the whole slice, which
+// halves the broadcast loads (the V side is bound by loads as much as by FMAs on AVX2).
+template <int kBits, std::size_t RB, std::size_t DS, bool kTwoGroups>
+HWY_INLINE void AccumulateSlice(DF df, const float* const* HWY_RESTRICT wr, std::size_t second,
+                                const std::uint8_t* HWY_RESTRICT codes, const std::uint8_t* HWY_RESTRICT row,
+                                std::size_t row_bytes, std::size_t nc, bool prefetch, VF codes_table,
+                                VF (&o)[RB][DS]) {
+  constexpr std::size_t kV = kVecsPerUnit<kBits>;
+  const std::size_t N = hn::Lanes(df);
+  for (std::size_t j = 0; j < nc; ++j, row += row_bytes) {
+    if (prefetch && j + kPrefetchKeys < nc) PrefetchRows(codes, row_bytes, j + kPrefetchKeys, j + kPrefetchKeys + 1);
+    VF c[DS];
+#pragma GCC unroll 16
+    for (std::size_t uu = 0; uu < DS / kV; ++uu) {
+      const VI bytes = LoadBytes(df, row + uu * N);
+#pragma GCC unroll 2
+      for (std::size_t t = 0; t < kV; ++t) c[uu * kV + t] = ValueCodes<kBits>(df, bytes, t, codes_table);
+    }
+#pragma GCC unroll 16
+    for (std::size_t r = 0; r < RB; ++r) {
+      const VF wa = hn::Set(df, wr[r][j]);
+      const VF wb = kTwoGroups ? hn::Set(df, wr[r][j + second]) : wa;
+#pragma GCC unroll 16
+      for (std::size_t s = 0; s < DS; ++s) o[r][s] = hn::MulAdd(s < DS / 2 ? wa : wb, c[s], o[r][s]);
+    }
+  }
+}
+
 // out[r][pos] = Σ_{j<nc} w[r][g(pos)][j]·c_j[pos] for RB rows (pos in lane order), DS
 // vectors of positions at a time. A DS·N-position slice lies in one group, or (DS·N =
 // 64, group 32) in two, split at its middle.
@@ -304,21 +340,10 @@ void AccumulateValues(const float* HWY_RESTRICT w, std::size_t groups, std::size
       for (std::size_t s = 0; s < DS; ++s) o[r][s] = hn::Zero(df);
     }
     const std::uint8_t* row = codes + (vs / kV) * N;
-    for (std::size_t j = 0; j < nc; ++j, row += row_bytes) {
-      if (vs == 0 && j + kPrefetchKeys < nc) PrefetchRows(codes, row_bytes, j + kPrefetchKeys, j + kPrefetchKeys + 1);
-      VF c[DS];
-#pragma GCC unroll 16
-      for (std::size_t uu = 0; uu < DS / kV; ++uu) {
-        const VI bytes = LoadBytes(df, row + uu * N);
-#pragma GCC unroll 2
-        for (std::size_t t = 0; t < kV; ++t) c[uu * kV + t] = ValueCodes<kBits>(df, bytes, t, codes_table);
-      }
-#pragma GCC unroll 16
-      for (std::size_t r = 0; r < RB; ++r) {
-        const VF wa = hn::Set(df, wr[r][j]), wb = hn::Set(df, wr[r][j + second]);
-#pragma GCC unroll 16
-        for (std::size_t s = 0; s < DS; ++s) o[r][s] = hn::MulAdd(s < DS / 2 ? wa : wb, c[s], o[r][s]);
-      }
+    if (second != 0) {
+      AccumulateSlice<kBits, RB, DS, true>(df, wr, second, codes, row, row_bytes, nc, vs == 0, codes_table, o);
+    } else {
+      AccumulateSlice<kBits, RB, DS, false>(df, wr, second, codes, row, row_bytes, nc, vs == 0, codes_table, o);
     }
 #pragma GCC unroll 16
     for (std::size_t r = 0; r < RB; ++r) {
