@@ -217,15 +217,12 @@ HWY_INLINE void KeyBlock(DF df, const float* HWY_RESTRICT q, std::size_t dk, con
 
 // Keys per block: as many as the accumulators (KB·RB) and the codes leave registers for,
 // and never more than a vector has lanes (blocks tile the N keys of a score vector).
-// With 16 registers, 2 keys at 4 rows (8 accumulators, 4 code vectors, a q vector, two
-// keys' scale and bias: one more than there are registers) still beat 1 key: each q load
-// then serves two keys. AVX2 on Zen 3, one thread in cache, both forms alternated call by
-// call in one process: 4/4-bit −4..−7 %, 8/8-bit −13 % together with the V side's single
-// broadcast (AccumulateSlice); 2 keys alone −5 %, two accumulators per (key, row) at 1 key
-// −0..−2 % (the K side is not bound by the FMA chains' latency).
+// With 16 registers, 2 keys at 4 rows need one register more than there are (8
+// accumulators, 4 code vectors, a q vector, two keys' scale and bias) and still beat 1
+// key: each q load then serves two keys, and the K side is bound by loads and FMAs, not by
+// the accumulators' latency (bench/records/2026-11-27-zen3-avx2.md, "Night").
 template <std::size_t RB>
-constexpr std::size_t kKeysPerBlock =
-    std::min(kMaxLanes, kManyRegisters ? (RB <= 4 ? std::size_t{4} : std::size_t{2}) : std::size_t{2});
+constexpr std::size_t kKeysPerBlock = std::min(kMaxLanes, kManyRegisters && RB <= 4 ? std::size_t{4} : std::size_t{2});
 
 // Raw scores q·k of keys [0, nc) for RB rows → scores[r][0, ncp) (keys past nc get 0;
 // they are masked later). scales/biases: the chunk's K scales and biases in f32, as
