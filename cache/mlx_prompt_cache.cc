@@ -2,6 +2,7 @@
 // mlx_prompt_cache_write.cc.
 #include "cache/mlx_prompt_cache.h"
 
+#include <algorithm>
 #include <cstring>
 #include <optional>
 #include <string_view>
@@ -11,6 +12,7 @@
 
 #include "cache/mlx_prompt_cache_internal.h"
 #include "cache/registry.h"
+#include "cache/shape_backend.h"
 #include "core/safetensors_file.h"
 #include "reference/reference_backend.h"
 
@@ -19,9 +21,14 @@ namespace kvlab {
 namespace mlx_prompt_cache {
 
 std::optional<std::string> rejected_by_kvlab(const CacheState& state) {
-  ReferenceBackend backend;
+  // A deferred state is checked without its K/V (cache/shape_backend.h), an eager one
+  // on the oracle, which also runs the kernels' own argument checks.
+  const bool deferred = std::any_of(state.tensors.begin(), state.tensors.end(),
+                                    [](const auto& entry) { return entry.second.is_deferred(); });
+  ReferenceBackend reference;
+  ShapeBackend shapes;
   try {
-    (void)cache_from_state(backend, state);
+    (void)cache_from_state(deferred ? static_cast<Backend&>(shapes) : reference, state);
   } catch (const Error& e) {
     return std::string(e.what());
   }
@@ -45,18 +52,9 @@ safetensors::FileErrors corrupt_errors(const std::filesystem::path& path) {
 }
 
 // The first `rows` rows (axis 2) of a (B, H, L, W) block: mlx-lm's buffers are
-// step-padded beyond the live rows, kvlab's states hold the live rows only.
-Tensor take_rows(const Tensor& t, std::int64_t rows) {
-  if (rows == t.dim(2)) return t;
-  const std::int64_t b = t.dim(0), h = t.dim(1), len = t.dim(2), w = t.dim(3);
-  Tensor out(t.dtype(), {b, h, rows, w});
-  const auto row_bytes = static_cast<std::size_t>(w) * dtype_size(t.dtype());
-  for (std::int64_t i = 0; i < b * h; ++i)
-    if (rows > 0)
-      std::memcpy(out.data() + static_cast<std::size_t>(i * rows) * row_bytes,
-                  t.data() + static_cast<std::size_t>(i * len) * row_bytes, static_cast<std::size_t>(rows) * row_bytes);
-  return out;
-}
+// step-padded beyond the live rows, kvlab's states hold the live rows only. A deferred
+// block stays deferred (its rows are read when written out).
+Tensor take_rows(const Tensor& t, std::int64_t rows) { return rows == t.dim(2) ? t : t.slice(2, 0, rows); }
 
 // One tensor of the file, with what the scalars list says it stands for.
 struct Slot {
@@ -356,10 +354,10 @@ StateFileFormat detect_state_file_format(const std::filesystem::path& path) {
   errors.raise("its metadata has neither kvlab.format (a kvlab cache state file) nor \"2.0\" (an mlx-lm prompt cache)");
 }
 
-LoadedStates load_mlx_prompt_cache(const std::filesystem::path& path) {
+LoadedStates load_mlx_prompt_cache(const std::filesystem::path& path, TensorLoad load, bool keep_unsupported) {
   const safetensors::FileErrors errors = corrupt_errors(path);
-  const safetensors::InputFile file(path, kNoun, errors);
-  const safetensors::Header h = safetensors::read_header(file, errors);
+  const auto file = std::make_shared<const safetensors::InputFile>(path, kNoun, errors);
+  const safetensors::Header h = safetensors::read_header(*file, errors);
   const Metadata meta = parse_metadata(safetensors::metadata(h.json, "the header has no __metadata__", errors), errors);
   const std::size_t layers = meta.classes.size();
 
@@ -385,8 +383,7 @@ LoadedStates load_mlx_prompt_cache(const std::filesystem::path& path) {
   std::vector<std::map<std::string, Slot>> slots(layers);
   for (std::size_t i = 0; i < entries.size(); ++i) {
     const safetensors::Entry& e = entries[i];
-    Tensor t(e.dtype, e.shape);
-    if (e.end > e.begin) file.read(h.data_start + e.begin, t.data(), static_cast<std::size_t>(e.end - e.begin));
+    Tensor t = safetensors::read_entry(file, h.data_start, e, defer_above(load));
     const auto [layer, field] = split_first(e.key);
     slots[*safetensors::parse_index(layer)].emplace(std::string(field), Slot{std::move(t), is_bool[i], "", false});
   }
@@ -409,9 +406,18 @@ LoadedStates load_mlx_prompt_cache(const std::filesystem::path& path) {
   out.user_metadata = meta.user;
   for (std::size_t i = 0; i < layers; ++i) {
     const auto converter = converters().find(meta.classes[i]);
-    if (converter == converters().end())
-      errors.raise(cat("layer ", i, " has class '", meta.classes[i], "', which kvlab cannot read (it reads ", kClasses,
-                       ")"));
+    if (converter == converters().end()) {
+      // Not a defect of the file: a class kvlab does not model (an SSM or hybrid model's
+      // ArraysCache, MambaCache, CacheList). Described as it is when asked, else refused.
+      std::string why = cat("layer ", i, " has class '", meta.classes[i], "', which kvlab cannot read (it reads ",
+                            kClasses, ")");
+      if (!keep_unsupported) fail(ErrorKind::unsupported, cat(kNoun, " '", path.string(), "': ", why));
+      CacheState raw{meta.classes[i], {}, {}};
+      for (auto& [field, slot] : slots[i]) raw.tensors.emplace(field, std::move(slot.tensor));
+      out.layers.push_back(std::move(raw));
+      out.unsupported.emplace(i, std::move(why));
+      continue;
+    }
     for (const auto& [field, slot] : slots[i])
       if (slot.is_bool && slot.type != "scalar")
         errors.raise(cat("tensor \"", i, ".", field, "\" is a BOOL array; only bool scalars are supported"));
@@ -426,10 +432,11 @@ LoadedStates load_mlx_prompt_cache(const std::filesystem::path& path) {
   return out;
 }
 
-LoadedStates load_any_cache_states(const std::filesystem::path& path, StateFileFormat* format) {
+LoadedStates load_any_cache_states(const std::filesystem::path& path, StateFileFormat* format, TensorLoad load,
+                                   bool keep_unsupported) {
   const StateFileFormat f = detect_state_file_format(path);
   if (format) *format = f;
-  return f == StateFileFormat::kvlab ? load_cache_states(path) : load_mlx_prompt_cache(path);
+  return f == StateFileFormat::kvlab ? load_cache_states(path, load) : load_mlx_prompt_cache(path, load, keep_unsupported);
 }
 
 }  // namespace kvlab

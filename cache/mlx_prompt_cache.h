@@ -78,7 +78,11 @@ StateFileFormat detect_state_file_format(const std::filesystem::path& path);
 // key or value (unknown class, missing or unexpected fields, wrong dtypes or shapes,
 // shapes inconsistent with the offsets, truncation); sizes are checked against the file
 // before anything is allocated.
-LoadedStates load_mlx_prompt_cache(const std::filesystem::path& path);
+// A layer of a class kvlab does not model (ArraysCache, MambaCache, CacheList of SSM and
+// hybrid models) is Error{unsupported}; with `keep_unsupported` it is kept instead as
+// its class name and raw tensors, listed in LoadedStates::unsupported, for describing.
+LoadedStates load_mlx_prompt_cache(const std::filesystem::path& path, TensorLoad load = TensorLoad::eager,
+                                   bool keep_unsupported = false);
 
 // Writes kvlab states as a file mlx-lm's load_prompt_cache loads and continues from,
 // atomically. Error{invalid_argument} naming the layer and value for a state mlx-lm
@@ -87,6 +91,7 @@ void save_mlx_prompt_cache(const std::filesystem::path& path, const std::vector<
                            const std::map<std::string, std::string>& user_metadata);
 
 // Either format, detected; `format` receives which.
-LoadedStates load_any_cache_states(const std::filesystem::path& path, StateFileFormat* format = nullptr);
+LoadedStates load_any_cache_states(const std::filesystem::path& path, StateFileFormat* format = nullptr,
+                                   TensorLoad load = TensorLoad::eager, bool keep_unsupported = false);
 
 }  // namespace kvlab

@@ -257,7 +257,7 @@ void save_mlx_prompt_cache(const std::filesystem::path& path, const std::vector<
   tmp.write(length, sizeof length);
   tmp.write(text.data(), text.size());
   for (const auto& p : files.planned())
-    if (p.tensor->nbytes() > 0) tmp.write(p.tensor->data(), p.tensor->nbytes());
+    safetensors::write_tensor_bytes(tmp, *p.tensor);
   tmp.commit();
 }
 

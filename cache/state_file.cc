@@ -178,13 +178,22 @@ void save_cache_states(const std::filesystem::path& path, const std::vector<Cach
   tmp.write(length, sizeof length);
   tmp.write(header.data(), header.size());
   for (const PlannedTensor& t : planned)
-    if (t.end > t.begin) tmp.write(t.tensor->data(), static_cast<std::size_t>(t.end - t.begin));
+    safetensors::write_tensor_bytes(tmp, *t.tensor);
   tmp.commit();
 }
 
-LoadedStates load_cache_states(const std::filesystem::path& path) {
-  const safetensors::InputFile file(path, kNoun, corrupt_errors(path));
-  const safetensors::Header parsed = safetensors::read_header(file, corrupt_errors(path));
+std::optional<std::uint64_t> defer_above(TensorLoad load) {
+  switch (load) {
+    case TensorLoad::eager: return std::nullopt;
+    case TensorLoad::deferred: return safetensors::kDeferAboveBytes;
+    case TensorLoad::deferred_all: return 0;
+  }
+  return std::nullopt;
+}
+
+LoadedStates load_cache_states(const std::filesystem::path& path, TensorLoad load) {
+  const auto file = std::make_shared<const safetensors::InputFile>(path, kNoun, corrupt_errors(path));
+  const safetensors::Header parsed = safetensors::read_header(*file, corrupt_errors(path));
   const json& header = parsed.json;
   const std::uint64_t data_start = parsed.data_start, data_size = parsed.data_size;
 
@@ -199,11 +208,9 @@ LoadedStates load_cache_states(const std::filesystem::path& path) {
   for (const TensorEntry& t : entries) ranges.push_back(&t);
   safetensors::require_tiling(std::move(ranges), data_size, corrupt_errors(path));
 
-  for (const TensorEntry& t : entries) {
-    Tensor tensor(t.dtype, t.shape);
-    if (t.end > t.begin) file.read(data_start + t.begin, tensor.data(), static_cast<std::size_t>(t.end - t.begin));
-    out.layers[t.layer].tensors.emplace(t.name, std::move(tensor));
-  }
+  for (const TensorEntry& t : entries)
+    out.layers[t.layer].tensors.emplace(t.name,
+                                        safetensors::read_entry(file, data_start, t, defer_above(load)));
   return out;
 }
 

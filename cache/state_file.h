@@ -36,6 +36,7 @@
 
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -50,16 +51,32 @@ inline constexpr const char* kStateFileFormat = "kvlab.cache_states/1";
 struct LoadedStates {
   std::vector<CacheState> layers;
   std::map<std::string, std::string> user_metadata;
+  // Layers kept only to be described (load_mlx_prompt_cache's keep_unsupported): index →
+  // why kvlab cannot restore them. Empty for every load that restores.
+  std::map<std::size_t, std::string> unsupported;
 };
 
 // Writes layers and user metadata to `path` atomically. Throws Error{invalid_argument}
 // for a state that cannot be represented (empty class name, empty tensor name, invalid
 // UTF-8 in a string) before touching the file system, and Error{io} for any file system
 // failure; in both cases an existing file at `path` is left byte-identical.
+// Deferred tensors (from a deferred load) are copied from their file in bounded chunks.
 void save_cache_states(const std::filesystem::path& path, const std::vector<CacheState>& layers,
                        const std::map<std::string, std::string>& user_metadata);
 
+// How a loader treats tensor bytes: read them all, or leave every tensor over 64 KiB in
+// the file as a deferred tensor (kvlab/tensor.h) read on demand, so that a file of tens
+// of GB is checked and described from its header and scalars (docs/large-files.md). A
+// deferred state restores on a ShapeBackend (cache/shape_backend.h) without reading its
+// K/V, on any other backend by reading them.
+// deferred_all defers every tensor however small: the tests of the deferred path use it
+// to show that no reader or checker touches a byte it does not need.
+enum class TensorLoad { eager, deferred, deferred_all };
+
+// The size over which `load` leaves a tensor in its file (nullopt: none is left).
+std::optional<std::uint64_t> defer_above(TensorLoad load);
+
 // Reads a file written by save_cache_states; see the reader rules above.
-LoadedStates load_cache_states(const std::filesystem::path& path);
+LoadedStates load_cache_states(const std::filesystem::path& path, TensorLoad load = TensorLoad::eager);
 
 }  // namespace kvlab

@@ -12,9 +12,14 @@ DTensor Backend::allocate(DType dtype, Shape shape) {
 
 DTensor Backend::upload(const Tensor& t) {
   DTensor d = allocate(t.dtype(), t.shape());
-  upload(d, t.data());
+  if (t.is_deferred())
+    upload_deferred(d, t);
+  else
+    upload(d, t.data());
   return d;
 }
+
+void Backend::upload_deferred(const DTensor& dst, const Tensor& src) { upload(dst, src.materialize().data()); }
 
 Tensor Backend::download(const DTensor& t) {
   Tensor out(t.dtype, t.shape);

@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstring>
@@ -73,7 +74,9 @@ void TempFile::fail_io(const char* step, int err) const {
 
 InputFile::InputFile(const std::filesystem::path& path, std::string noun, FileErrors errors)
     : path_(path), noun_(std::move(noun)), errors_(std::move(errors)) {
-  fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer forever;
+  // it is refused below like every file that is not regular.
+  fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd_ < 0) fail(ErrorKind::io, cat("cannot open ", noun_, " '", path.string(), "': ", errno_text(errno)));
   struct stat st {};
   if (::fstat(fd_, &st) != 0) {
@@ -86,6 +89,7 @@ InputFile::InputFile(const std::filesystem::path& path, std::string noun, FileEr
     fail(ErrorKind::io, cat(noun_, " '", path.string(), "' is not a regular file"));
   }
   size_ = static_cast<std::uint64_t>(st.st_size);
+  (void)::fcntl(fd_, F_SETFL, ::fcntl(fd_, F_GETFL) & ~O_NONBLOCK);
 }
 
 InputFile::~InputFile() { ::close(fd_); }
@@ -98,6 +102,51 @@ void InputFile::read(std::uint64_t offset, void* dst, std::size_t size) const {
 
 void InputFile::fail_io(int err) const {
   fail(ErrorKind::io, cat("cannot read ", noun_, " '", path_.string(), "': ", errno_text(err)));
+}
+
+namespace {
+
+class FileBytes final : public TensorBytes {
+ public:
+  FileBytes(std::shared_ptr<const InputFile> file, std::uint64_t start) : file_(std::move(file)), start_(start) {}
+  void read(std::uint64_t offset, void* dst, std::size_t size) const override { file_->read(start_ + offset, dst, size); }
+
+ private:
+  std::shared_ptr<const InputFile> file_;
+  std::uint64_t start_;
+};
+
+// What one write moves from a deferred tensor: large enough for sequential disk speed,
+// small against any memory limit a user sets.
+constexpr std::size_t kCopyChunkBytes = std::size_t{8} << 20;
+
+}  // namespace
+
+std::shared_ptr<const TensorBytes> file_bytes(std::shared_ptr<const InputFile> file, std::uint64_t start) {
+  return std::make_shared<FileBytes>(std::move(file), start);
+}
+
+Tensor read_entry(const std::shared_ptr<const InputFile>& file, std::uint64_t data_start, const Entry& e,
+                  std::optional<std::uint64_t> defer_above) {
+  if (defer_above && e.end - e.begin > *defer_above) return Tensor::deferred(e.dtype, e.shape, file_bytes(file, data_start + e.begin));
+  Tensor t(e.dtype, e.shape);
+  if (e.end > e.begin) file->read(data_start + e.begin, t.data(), static_cast<std::size_t>(e.end - e.begin));
+  return t;
+}
+
+void write_tensor_bytes(TempFile& out, const Tensor& t) {
+  const std::size_t total = t.nbytes();
+  if (total == 0) return;
+  if (!t.is_deferred()) return out.write(t.data(), total);
+  // One buffer per thread for every copy: a run converting hundreds of tensors allocates
+  // it once (under ASan, freed chunks would otherwise pile up in its quarantine).
+  thread_local std::vector<std::byte> chunk;
+  chunk.resize(std::min(total, kCopyChunkBytes));
+  for (std::size_t at = 0; at < total; at += chunk.size()) {
+    const std::size_t n = std::min(chunk.size(), total - at);
+    t.read_bytes(at, chunk.data(), n);
+    out.write(chunk.data(), n);
+  }
 }
 
 Header read_header(const InputFile& file, const FileErrors& errors) {
@@ -161,8 +210,7 @@ void write_tensor_file(const std::filesystem::path& path, const std::string& nou
   TempFile tmp(path, noun);
   tmp.write(length, sizeof length);
   tmp.write(text.data(), text.size());
-  for (const auto& [name, t] : file.tensors)
-    if (t.nbytes() > 0) tmp.write(t.data(), t.nbytes());
+  for (const auto& [name, t] : file.tensors) write_tensor_bytes(tmp, t);
   tmp.commit();
 }
 

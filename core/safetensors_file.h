@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <map>
+#include <memory>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -61,6 +62,23 @@ class InputFile {
   int fd_ = -1;
   std::uint64_t size_ = 0;
 };
+
+// The bytes of a tensor entry that stay in `file`, from byte `start` of the file on
+// (Tensor::deferred): each read is a positioned read, so the file is never held.
+std::shared_ptr<const TensorBytes> file_bytes(std::shared_ptr<const InputFile> file, std::uint64_t start);
+
+// Tensors up to this size are always read (bookkeeping: offsets, scalars); a reader that
+// defers reads only them and the header.
+inline constexpr std::uint64_t kDeferAboveBytes = std::uint64_t{64} << 10;
+
+// The tensor of entry `e` of a file whose data buffer starts at `data_start`: deferred to
+// `file` when it is over `defer_above` bytes (nullopt: never), else read now.
+Tensor read_entry(const std::shared_ptr<const InputFile>& file, std::uint64_t data_start, const Entry& e,
+                  std::optional<std::uint64_t> defer_above);
+
+// Writes `t`'s bytes to `out`, a deferred tensor in bounded chunks (kvlab never holds a
+// whole deferred tensor to copy it).
+void write_tensor_bytes(TempFile& out, const Tensor& t);
 
 // The length field and the JSON header of `file`, every size checked against the file
 // before anything is allocated: fewer than 8 bytes, a header length past the end or over

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cstring>
+#include <memory>
+#include <type_traits>
 #include <limits>
 #include <utility>
 
@@ -186,16 +188,87 @@ Tensor Tensor::from_ints(DType dtype, Shape shape, std::span<const std::int64_t>
   return t;
 }
 
+namespace {
+
+template <class A>
+std::byte* bytes_of(A& a) {
+  if constexpr (std::is_same_v<std::remove_const_t<A>, std::monostate>)
+    return nullptr;
+  else
+    return reinterpret_cast<std::byte*>(const_cast<std::remove_const_t<typename A::value_type>*>(a.data()));
+}
+
+// The bytes of a slice along one axis of a deferred tensor: `outer` runs of `run` bytes,
+// the i-th at in-parent byte start + i·stride.
+class SliceBytes final : public TensorBytes {
+ public:
+  SliceBytes(std::shared_ptr<const TensorBytes> parent, std::uint64_t start, std::uint64_t stride, std::uint64_t run)
+      : parent_(std::move(parent)), start_(start), stride_(stride), run_(run) {}
+  void read(std::uint64_t offset, void* dst, std::size_t size) const override {
+    auto* out = static_cast<std::byte*>(dst);
+    while (size > 0) {
+      const std::uint64_t run_index = offset / run_, within = offset % run_;
+      const auto n = static_cast<std::size_t>(std::min<std::uint64_t>(size, run_ - within));
+      parent_->read(start_ + run_index * stride_ + within, out, n);
+      out += n;
+      offset += n;
+      size -= n;
+    }
+  }
+
+ private:
+  std::shared_ptr<const TensorBytes> parent_;
+  std::uint64_t start_, stride_, run_;
+};
+
+}  // namespace
+
 std::byte* Tensor::data() {
-  return std::visit([](auto& a) { return reinterpret_cast<std::byte*>(a.data()); }, data_);
+  if (is_deferred()) fail_deferred();
+  return std::visit([](auto& a) { return bytes_of(a); }, data_);
 }
 const std::byte* Tensor::data() const {
-  return std::visit([](const auto& a) { return reinterpret_cast<const std::byte*>(a.data()); }, data_);
+  if (is_deferred()) fail_deferred();
+  return std::visit([](const auto& a) { return static_cast<const std::byte*>(bytes_of(a)); }, data_);
+}
+
+void Tensor::fail_deferred() const {
+  fail(ErrorKind::misuse, cat("the ", dtype_name(dtype_), " tensor ", shape_str(shape_),
+                              " is deferred (its bytes stay in their file): read_bytes() or materialize() it"));
+}
+
+Tensor Tensor::deferred(DType dtype, Shape shape, std::shared_ptr<const TensorBytes> bytes) {
+  KVLAB_REQUIRE(bytes != nullptr, invalid_argument, "Tensor::deferred needs a source of bytes");
+  Tensor t;
+  t.dtype_ = dtype;
+  t.shape_ = std::move(shape);
+  (void)t.nbytes();  // a shape whose byte count overflows is refused here, as by the constructor
+  t.data_ = std::monostate{};
+  t.bytes_ = std::move(bytes);
+  return t;
+}
+
+void Tensor::read_bytes(std::uint64_t offset, void* dst, std::size_t size) const {
+  KVLAB_REQUIRE(offset <= nbytes() && size <= nbytes() - offset, invalid_argument, "bytes [", offset, ", ",
+                offset + size, ") of a ", nbytes(), "-byte tensor");
+  if (size == 0) return;
+  if (bytes_)
+    bytes_->read(offset, dst, size);
+  else
+    std::memcpy(dst, data() + offset, size);
+}
+
+Tensor Tensor::materialize() const {
+  if (!bytes_) return *this;
+  Tensor out(dtype_, shape_);
+  read_bytes(0, out.data(), out.nbytes());
+  return out;
 }
 TensorView Tensor::view() { return TensorView{{data(), dtype_, shape_}}; }
 ConstTensorView Tensor::view() const { return ConstTensorView{data(), dtype_, shape_}; }
 
 xt::xarray<float> Tensor::to_f32() const {
+  if (is_deferred()) return materialize().to_f32();
   require_float(view(), "Tensor::to_f32");
   xt::xarray<float> out = xt::zeros<float>(xshape(shape_));
   const ConstTensorView v = view();
@@ -205,6 +278,7 @@ xt::xarray<float> Tensor::to_f32() const {
 }
 
 std::vector<std::int64_t> Tensor::to_ints() const {
+  if (is_deferred()) return materialize().to_ints();
   std::vector<std::int64_t> out(static_cast<std::size_t>(numel()));
   const ConstTensorView v = view();
   for (std::size_t i = 0; i < out.size(); ++i) out[i] = v.load_int(static_cast<std::int64_t>(i));
@@ -218,11 +292,19 @@ Tensor Tensor::slice(int axis, std::int64_t begin, std::int64_t end) const {
                 end, ") of axis ", ax, " with extent ", shape_[ax]);
   Shape out_shape = shape_;
   out_shape[ax] = end - begin;
-  Tensor out(dtype_, out_shape);
   std::int64_t outer = 1, inner = 1;
   for (std::size_t i = 0; i < ax; ++i) outer *= shape_[i];
   for (std::size_t i = ax + 1; i < shape_.size(); ++i) inner *= shape_[i];
   const auto es = static_cast<std::int64_t>(dtype_size(dtype_));
+  if (bytes_) {
+    const auto unit = static_cast<std::uint64_t>(inner * es);
+    const std::uint64_t run = static_cast<std::uint64_t>(end - begin) * unit;
+    if (run == 0 || outer == 0) return Tensor(dtype_, out_shape);  // no bytes to defer
+    return deferred(dtype_, out_shape,
+                    std::make_shared<SliceBytes>(bytes_, static_cast<std::uint64_t>(begin) * unit,
+                                                 static_cast<std::uint64_t>(shape_[ax]) * unit, run));
+  }
+  Tensor out(dtype_, out_shape);
   if (out.numel() == 0) return out;  // nothing to copy (and data() may be null)
   for (std::int64_t o = 0; o < outer; ++o) {
     std::memcpy(out.data() + (o * (end - begin)) * inner * es,

@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "harness/op.h"
+#include "core/stream_file.h"
 #include "kvlab/error.h"
 
 namespace kvlab::harness {
@@ -237,7 +238,15 @@ std::vector<CaseLine> read_case_file(const std::filesystem::path& path) {
     KVLAB_REQUIRE(bytes <= kMaxCaseFileBytes, invalid_argument, "case file ", path.string(), " has ", bytes,
                   " bytes, over the cap of ", kMaxCaseFileBytes);
   }
-  std::ifstream in(path, std::ios::binary);
+  // A FIFO (`--cases <(generate)`) is read whole, bounded, with a bounded wait for its
+  // writer; a device or socket is refused before anything blocks on it.
+  std::ifstream file;
+  std::istringstream piped;
+  if (input_kind(path, "case file") == InputKind::fifo)
+    piped.str(read_fifo(path, "case file", kMaxCaseFileBytes, kFifoWaitSeconds));
+  else
+    file.open(path, std::ios::binary);
+  std::istream& in = file.is_open() ? static_cast<std::istream&>(file) : piped;
   KVLAB_REQUIRE(in.good(), io, "cannot read case file ", path.string());
   std::vector<CaseLine> out;
   std::uintmax_t total = 0;

@@ -132,7 +132,8 @@ std::vector<Problem> parse_metadata(const std::filesystem::path& path, const jso
 std::string_view safetensors_dtype_name(DType dtype) { return safetensors::dtype_code(dtype); }
 
 VectorsFile::VectorsFile(std::filesystem::path path) : path_(std::move(path)) {
-  file_.fd = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: a FIFO would otherwise wait for a writer forever; it is refused below.
+  file_.fd = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (file_.fd < 0) io_error(path_, "open", errno);
   struct stat st {};
   if (::fstat(file_.fd, &st) != 0) io_error(path_, "fstat", errno);

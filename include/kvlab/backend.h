@@ -42,6 +42,9 @@ class Backend {
   virtual void fill(const DTensor& dst, std::uint32_t element_bits) = 0;
   virtual void finish() {}  // waits until submitted work is complete
   DTensor upload(const Tensor& t);
+  // How upload(const Tensor&) moves a deferred tensor (kvlab/tensor.h): by default its
+  // bytes are read whole and uploaded; a backend that needs no bytes overrides it.
+  virtual void upload_deferred(const DTensor& dst, const Tensor& src);
   Tensor download(const DTensor& t);
 
   // ---- kernels (kvlab/op_list.h) -----------------------------------------------

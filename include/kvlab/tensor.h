@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
 #include <variant>
@@ -60,6 +61,15 @@ struct TensorView : BasicTensorView<std::byte> {
   operator ConstTensorView() const { return {data, dtype, shape}; }
 };
 
+// Where a deferred tensor's bytes live (Tensor::deferred): typically a region of a file
+// too large to hold in memory. read() copies `size` bytes of the tensor's row-major
+// bytes, starting at byte `offset` of the tensor; the caller keeps within nbytes().
+class TensorBytes {
+ public:
+  virtual ~TensorBytes() = default;
+  virtual void read(std::uint64_t offset, void* dst, std::size_t size) const = 0;
+};
+
 // Owning host tensor. Float data keeps its storage dtype; to_f32() gives an
 // xtensor expression-friendly copy for math, from_f32() rounds back once.
 class Tensor {
@@ -88,18 +98,38 @@ class Tensor {
 
   // The typed xtensor storage; T must match the dtype's storage type
   // (float for f32, uint16_t for f16/bf16, uint32_t, int32_t, uint8_t).
-  template <class T> xt::xarray<T>& storage() { return std::get<xt::xarray<T>>(data_); }
-  template <class T> const xt::xarray<T>& storage() const { return std::get<xt::xarray<T>>(data_); }
+  template <class T> xt::xarray<T>& storage() {
+    if (is_deferred()) fail_deferred();
+    return std::get<xt::xarray<T>>(data_);
+  }
+  template <class T> const xt::xarray<T>& storage() const {
+    if (is_deferred()) fail_deferred();
+    return std::get<xt::xarray<T>>(data_);
+  }
 
   // Copies of sub-blocks along one axis: [begin, end) of `axis`.
+  // A slice of a deferred tensor is deferred too (nothing is read).
   Tensor slice(int axis, std::int64_t begin, std::int64_t end) const;
 
+  // A tensor whose bytes stay where `bytes` keeps them until asked for (cache files of
+  // tens of GB are converted and inspected this way, one chunk in memory at a time).
+  // dtype and shape are known; data(), view() and storage() throw Error{misuse};
+  // read_bytes() fetches a range, materialize() the whole.
+  static Tensor deferred(DType dtype, Shape shape, std::shared_ptr<const TensorBytes> bytes);
+  bool is_deferred() const { return bytes_ != nullptr; }
+  // Bytes [offset, offset + size) of the row-major data, from memory or from the source.
+  void read_bytes(std::uint64_t offset, void* dst, std::size_t size) const;
+  Tensor materialize() const;  // a tensor holding its bytes (a copy of *this when it does)
+
  private:
+  [[noreturn]] void fail_deferred() const;
+
   DType dtype_ = DType::f32;
   Shape shape_;
   std::variant<xt::xarray<float>, xt::xarray<std::uint16_t>, xt::xarray<std::uint32_t>,
-               xt::xarray<std::int32_t>, xt::xarray<std::uint8_t>>
+               xt::xarray<std::int32_t>, xt::xarray<std::uint8_t>, std::monostate>
       data_;
+  std::shared_ptr<const TensorBytes> bytes_;  // set iff deferred (data_ holds monostate)
 };
 
 // Throws shape_mismatch naming `what` unless v.shape == expected.

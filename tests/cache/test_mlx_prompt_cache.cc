@@ -16,6 +16,7 @@
 #include "cache/catalogue.h"
 #include "cache/mlx_prompt_cache.h"
 #include "cache/registry.h"
+#include "cache/shape_backend.h"
 #include "reference/reference_backend.h"
 #include "tests/cache/cache_test_util.h"
 #include "tests/unit/test_util.h"
@@ -174,8 +175,6 @@ struct Malformed {
 
 const std::vector<Malformed>& malformed_files() {
   static const std::vector<Malformed> table = {
-      {"unknown class", [](File& f) { f.header["__metadata__"]["1.0"] = "MambaCache"; return f.bytes(); },
-       {"MambaCache", "KVCache, RotatingKVCache"}},
       {"class whose fields are missing", [](File& f) { f.header["__metadata__"]["1.0"] = "RotatingKVCache"; return f.bytes(); },
        {"RotatingKVCache", "\"0.3\""}},
       {"offset stored as a float", [](File& f) { f.header["0.2"]["dtype"] = "F32"; return f.bytes(); },
@@ -207,15 +206,94 @@ const std::vector<Malformed>& malformed_files() {
   return table;
 }
 
+// Read eagerly or deferred (every tensor left in the file), a malformed file is the same
+// error: the deferred path checks everything the eager one does, from shapes and scalars.
 TEST(MlxPromptCache, MalformedFilesAreCorruptNamingTheBadValue) {
   const fs::path path = scratch("bad.safetensors");
   for (const Malformed& m : malformed_files()) {
     SCOPED_TRACE(m.what);
     File f = File::valid();
     write_bytes(path, m.damage(f));
-    testing::expect_error([&] { load_mlx_prompt_cache(path); }, ErrorKind::corrupt, m.named);
+    for (const TensorLoad load : {TensorLoad::eager, TensorLoad::deferred_all})
+      testing::expect_error([&] { load_mlx_prompt_cache(path, load); }, ErrorKind::corrupt, m.named);
   }
   fs::remove_all(path.parent_path());
+}
+
+// A class kvlab does not model (an SSM model's MambaCache) is unsupported, not corrupt;
+// described on request with the layers kvlab does read.
+TEST(MlxPromptCache, AClassKvlabDoesNotModelIsUnsupportedAndCanBeDescribed) {
+  const fs::path path = scratch("mamba.safetensors");
+  File f = File::valid();
+  f.header["__metadata__"]["1.0"] = "MambaCache";
+  write_bytes(path, f.bytes());
+  for (const TensorLoad load : {TensorLoad::eager, TensorLoad::deferred_all})
+    testing::expect_error([&] { load_mlx_prompt_cache(path, load); }, ErrorKind::unsupported,
+                          {"MambaCache", "KVCache, RotatingKVCache"});
+  const LoadedStates described = load_mlx_prompt_cache(path, TensorLoad::deferred, /*keep_unsupported=*/true);
+  ASSERT_EQ(described.layers.size(), 1u);
+  EXPECT_EQ(described.layers[0].class_name, "MambaCache");
+  EXPECT_EQ(described.layers[0].tensors.size(), 3u);  // its raw fields "0", "1", "2"
+  ASSERT_EQ(described.unsupported.count(0), 1u);
+  EXPECT_NE(described.unsupported.at(0).find("MambaCache"), std::string::npos);
+  fs::remove_all(path.parent_path());
+}
+
+// ---- deferred loading (files larger than memory) ----------------------------------------
+
+CacheState materialized(const CacheState& s) {
+  CacheState out = s;
+  for (auto& [name, t] : out.tensors) t = t.materialize();
+  return out;
+}
+
+std::size_t deferred_count(const LoadedStates& states) {
+  std::size_t n = 0;
+  for (const CacheState& s : states.layers)
+    for (const auto& [name, t] : s.tensors) n += t.is_deferred() ? 1 : 0;
+  return n;
+}
+
+// Every class, from either format: a deferred load holds the same states as an eager
+// one, restores on a ShapeBackend to the same offsets and length as on the oracle, and
+// writes (tensors copied from the file) byte for byte the file an eager load writes.
+TEST(MlxPromptCache, DeferredLoadingDescribesChecksAndConvertsLikeEagerLoading) {
+  ReferenceBackend be;
+  std::vector<CacheState> states;
+  for (const Built& b : built_caches()) states.push_back(build(be, b));
+  const fs::path mlx = scratch("deferred.safetensors"), kv = scratch("deferred.kvlab");
+  save_mlx_prompt_cache(mlx, states, {{"model", "m"}});
+  save_cache_states(kv, states, {{"model", "m"}});
+  for (const fs::path& in : {mlx, kv}) {
+    SCOPED_TRACE(in.string());
+    const LoadedStates eager = load_any_cache_states(in);
+    const LoadedStates deferred = load_any_cache_states(in, nullptr, TensorLoad::deferred_all);
+    EXPECT_EQ(deferred_count(eager), 0u);
+    EXPECT_GT(deferred_count(deferred), states.size());
+    ASSERT_EQ(deferred.layers.size(), eager.layers.size());
+    ShapeBackend shapes;
+    for (std::size_t i = 0; i < eager.layers.size(); ++i) {
+      SCOPED_TRACE(built_caches()[i].name);
+      expect_same_state(eager.layers[i], materialized(deferred.layers[i]));
+      const auto real = cache_from_state(be, eager.layers[i]);
+      const auto shape_only = cache_from_state(shapes, deferred.layers[i]);
+      EXPECT_EQ(real->offsets(), shape_only->offsets());
+      EXPECT_EQ(real->kv_length(), shape_only->kv_length());
+    }
+    for (const StateFileFormat to : {StateFileFormat::kvlab, StateFileFormat::mlx_lm}) {
+      const fs::path a = scratch("from_eager"), b = scratch("from_deferred");
+      const auto save = [&](const fs::path& p, const LoadedStates& st) {
+        if (to == StateFileFormat::kvlab)
+          save_cache_states(p, st.layers, st.user_metadata);
+        else
+          save_mlx_prompt_cache(p, st.layers, st.user_metadata);
+      };
+      save(a, eager);
+      save(b, deferred);
+      EXPECT_EQ(read_bytes(a), read_bytes(b)) << state_file_format_name(to);
+    }
+  }
+  fs::remove_all(mlx.parent_path());
 }
 
 TEST(MlxPromptCache, AKvlabFileIsNotAnMlxFile) {

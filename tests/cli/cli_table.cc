@@ -9,7 +9,8 @@
 // split like a shell's words ('single' and "double" quotes group; no escapes), and
 // @F/ and @T/ expand to the fixtures and the scratch directory. FRAGMENT must occur in
 // stdout + stderr (empty: not checked). A row also fails when the command runs longer
-// than the time limit or its peak RSS exceeds the memory limit: "no input runs away".
+// than the time limit or its peak RSS exceeds the memory limit: "no input runs away";
+// `EXIT@MiB` sets a row's own, tighter memory limit (the streaming file tools).
 // The scratch directory is made afresh with the generated fixtures (files too large or
 // too odd to check in). Prints one line per row and `N passed, M failed` at the end.
 #include <fcntl.h>
@@ -20,6 +21,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -42,6 +44,7 @@ constexpr long kRssLimitKiB = 1536 * 1024;
 struct Row {
   int line = 0;
   int exit = 0;
+  long rss_limit_kib = kRssLimitKiB;  // "EXIT@MiB" sets a tighter one
   std::string fragment;
   std::vector<std::string> args;
 };
@@ -98,7 +101,9 @@ std::vector<Row> read_table(const fs::path& path, const std::string& fixtures, c
     if (b == std::string::npos) throw std::runtime_error("table line " + std::to_string(number) + ": not EXIT | FRAGMENT | ARGS");
     Row r;
     r.line = number;
-    r.exit = std::stoi(trim(text.substr(0, a)));
+    const std::string status = trim(text.substr(0, a));
+    r.exit = std::stoi(status);
+    if (const auto at = status.find('@'); at != std::string::npos) r.rss_limit_kib = std::stol(status.substr(at + 1)) * 1024;
     r.fragment = trim(text.substr(a + 3, b - a - 3));
     for (std::string w : words(text.substr(b + 3), number)) {
       r.args.push_back(replace_all(replace_all(w, "@F/", fixtures + "/"), "@T/", scratch + "/"));
@@ -111,6 +116,42 @@ std::vector<Row> read_table(const fs::path& path, const std::string& fixtures, c
 void write_file(const fs::path& p, const std::string& content) {
   std::ofstream out(p, std::ios::binary);
   out << content;
+}
+
+// An mlx-lm prompt cache of kBigLayers KVCache layers of f16 (1, 8, kBigRows, 128) keys
+// and values, 512 MiB, written sparse (header and offsets only): the memory-limited rows
+// show that inspect and convert never hold the file (docs/large-files.md).
+constexpr int kBigLayers = 4;
+constexpr long kBigRows = 32768;
+void write_big_prompt_cache(const fs::path& path) {
+  const long block = 8L * kBigRows * 128 * 2;
+  std::string header = "{", meta = R"("__metadata__":{"2.0":"")";
+  long at = 0;
+  for (int l = 0; l < kBigLayers; ++l) {
+    const std::string i = std::to_string(l);
+    header += "\"" + i + R"(.2":{"dtype":"I32","shape":[],"data_offsets":[)" + std::to_string(at) + "," +
+              std::to_string(at + 4) + "]},";
+    at += 4;
+    meta += ",\"1." + i + R"(":"KVCache","2.)" + std::to_string(l + 1) + R"(.0":")" + i + R"(.2","2.)" +
+            std::to_string(l + 1) + R"(.1":"scalar")";
+  }
+  const long small = at;
+  for (int l = 0; l < kBigLayers; ++l)
+    for (const char* field : {".0", ".1"}) {
+      header += "\"" + std::to_string(l) + field + R"(":{"dtype":"F16","shape":[1,8,)" + std::to_string(kBigRows) +
+                R"(,128],"data_offsets":[)" + std::to_string(at) + "," + std::to_string(at + block) + "]},";
+      at += block;
+    }
+  header += meta + "}}";
+  std::string length(8, '\0');
+  for (std::size_t i = 0; i < 8; ++i) length[i] = static_cast<char>((header.size() >> (8 * i)) & 0xffu);
+  std::string offsets;
+  for (int l = 0; l < kBigLayers; ++l) {
+    const auto rows = static_cast<std::uint32_t>(kBigRows - l);  // live rows: offset < buffer for all but layer 0
+    offsets += std::string(reinterpret_cast<const char*>(&rows), 4);
+  }
+  write_file(path, length + header + offsets.substr(0, static_cast<std::size_t>(small)));
+  fs::resize_file(path, 8 + header.size() + static_cast<std::uintmax_t>(at));
 }
 
 // Fixtures made at run time: too large to check in, or binary.
@@ -152,6 +193,8 @@ void make_scratch(const fs::path& dir) {
   write_file(dir / "empty_kv.safetensors", prompt_cache("KVCache", 4));
   write_file(dir / "unknown_class.safetensors", prompt_cache("MambaCache", 4));
   write_file(dir / "truncated_cache.safetensors", prompt_cache("KVCache", 2));
+  write_big_prompt_cache(dir / "big.safetensors");
+  if (::mkfifo((dir / "fifo").c_str(), 0600) != 0) throw std::runtime_error("mkfifo failed");
   fs::permissions(dir, fs::perms::owner_all | fs::perms::group_all | fs::perms::others_all);
 }
 
@@ -254,7 +297,7 @@ int main(int argc, char** argv) {
       why = "exit " + std::to_string(o.exit) + ", expected " + std::to_string(r.exit);
     } else if (!r.fragment.empty() && o.output.find(r.fragment) == std::string::npos) {
       why = "output lacks \"" + r.fragment + "\"";
-    } else if (o.max_rss_kib > kRssLimitKiB) {
+    } else if (o.max_rss_kib > r.rss_limit_kib) {
       why = "peak RSS " + std::to_string(o.max_rss_kib / 1024) + " MiB over the limit";
     }
     char head[96];

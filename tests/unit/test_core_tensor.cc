@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -416,6 +417,73 @@ TEST(TensorSlice, BadRangeOrAxisIsAnErrorNamingIt) {
   EXPECT_THAT(msg(-3, 0, 1), MatchesRegex(".*axis -3\\b.*"));
   EXPECT_THAT(error_message([] { (void)Tensor(DType::f32, {}).slice(0, 0, 1); }, ErrorKind::invalid_argument),
               HasSubstr("rank 0"));
+}
+
+// ---- deferred tensors ----------------------------------------------------------------------
+
+// Bytes held elsewhere, counting what is read (a deferred tensor reads nothing until asked).
+class CountingBytes final : public TensorBytes {
+ public:
+  explicit CountingBytes(const Tensor& source) : source_(source) {}
+  void read(std::uint64_t offset, void* dst, std::size_t size) const override {
+    ASSERT_LE(offset + size, source_.nbytes());
+    std::memcpy(dst, source_.data() + offset, size);
+    read_ += size;
+  }
+  std::uint64_t read_total() const { return read_; }
+
+ private:
+  Tensor source_;
+  mutable std::uint64_t read_ = 0;
+};
+
+// A slice of a deferred tensor is deferred, reads nothing, and holds the same bytes as
+// the slice of the tensor in memory, along every axis and range (the mlx-lm reader keeps
+// live rows this way: a slice of axis 2 of (B, H, L, W)).
+TEST(TensorDeferred, SlicesAreDeferredAndReadTheSameBytes) {
+  for (DType t : {DType::f32, DType::f16, DType::u8}) {
+    for (const Shape& shape : {Shape{3, 4, 5}, Shape{2, 1, 3, 2}, Shape{7}}) {
+      const Tensor x = iota(t, shape);
+      const auto bytes = std::make_shared<CountingBytes>(x);
+      const Tensor d = Tensor::deferred(t, shape, bytes);
+      EXPECT_TRUE(testing::bit_equal(d.materialize(), x));
+      for (int axis = 0; axis < x.rank(); ++axis) {
+        const std::int64_t extent = shape[static_cast<std::size_t>(axis)];
+        for (std::int64_t b = 0; b < extent; ++b) {
+          for (std::int64_t e = b + 1; e <= extent; ++e) {
+            SCOPED_TRACE(::testing::Message() << dtype_name(t) << shape_str(shape) << " axis " << axis << " [" << b
+                                              << ", " << e << ")");
+            const std::uint64_t before = bytes->read_total();
+            const Tensor s = d.slice(axis, b, e);
+            ASSERT_TRUE(s.is_deferred());
+            EXPECT_EQ(bytes->read_total(), before);
+            EXPECT_TRUE(testing::bit_equal(s.materialize(), x.slice(axis, b, e)));
+            // A range starting inside the slice crosses its runs correctly.
+            if (s.nbytes() > 3) {
+              std::vector<std::byte> part(s.nbytes() - 3), want(s.nbytes() - 3);
+              s.read_bytes(3, part.data(), part.size());
+              std::memcpy(want.data(), x.slice(axis, b, e).data() + 3, want.size());
+              EXPECT_EQ(part, want);
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+// Its bytes are not in memory: every raw access is Error{misuse}, copies still work.
+TEST(TensorDeferred, RawAccessIsMisuseAndCopiesRead) {
+  const Tensor x = iota(DType::i32, {2, 3});
+  const Tensor d = Tensor::deferred(DType::i32, {2, 3}, std::make_shared<CountingBytes>(x));
+  EXPECT_THAT(error_message([&] { (void)d.data(); }, ErrorKind::misuse), HasSubstr("deferred"));
+  EXPECT_THAT(error_message([&] { (void)d.view(); }, ErrorKind::misuse), HasSubstr("(2, 3)"));
+  EXPECT_THAT(error_message([&] { (void)d.storage<std::int32_t>(); }, ErrorKind::misuse), HasSubstr("deferred"));
+  EXPECT_EQ(d.to_ints(), x.to_ints());
+  std::byte one[4];
+  EXPECT_THAT(error_message([&] { d.read_bytes(21, one, 4); }, ErrorKind::invalid_argument), HasSubstr("24-byte"));
+  EXPECT_THAT(error_message([] { (void)Tensor::deferred(DType::f32, {1}, nullptr); }, ErrorKind::invalid_argument),
+              HasSubstr("source"));
 }
 
 // ---- require_* ---------------------------------------------------------------------------

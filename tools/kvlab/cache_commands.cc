@@ -1,10 +1,13 @@
 #include "tools/kvlab/cache_commands.h"
 
+#include <filesystem>
+#include <map>
 #include <ostream>
 
 #include "cache/catalogue.h"
 #include "cache/mlx_prompt_cache.h"
 #include "cache/registry.h"
+#include "cache/shape_backend.h"
 #include "core/safetensors_file.h"
 #include "harness/backends.h"
 #include "kvlab/error.h"
@@ -19,11 +22,16 @@ std::string join_shape(const Shape& s) {
 }
 
 // What the kvlab caches make of the states: every layer restored through the registry
-// (from_state), so a file that converts is also one kvlab can continue from.
+// (from_state), so a file that converts is also one kvlab can continue from. On a
+// ShapeBackend (states loaded deferred) this reads no K/V: only bookkeeping is restored.
 std::vector<std::unique_ptr<Cache>> restore_all(Backend& backend, const LoadedStates& states,
                                                 const std::string& path) {
   std::vector<std::unique_ptr<Cache>> caches;
   for (std::size_t i = 0; i < states.layers.size(); ++i) {
+    if (states.unsupported.count(i) != 0) {
+      caches.push_back(nullptr);
+      continue;
+    }
     try {
       caches.push_back(cache_from_state(backend, states.layers[i]));
     } catch (const Error& e) {
@@ -39,6 +47,16 @@ StateFileFormat parse_format(const std::string& name, StateFileFormat input) {
   return name == "kvlab" ? StateFileFormat::kvlab : StateFileFormat::mlx_lm;
 }
 
+// mlx-lm's load_prompt_cache opens exactly the path it is given with mx.load, which
+// decides the format by the extension: a file without ".safetensors" is not read as one.
+void require_writable_as(const std::string& path, StateFileFormat format) {
+  if (format != StateFileFormat::mlx_lm) return;
+  const std::string ext = std::filesystem::path(path).extension().string();
+  KVLAB_REQUIRE(ext == ".safetensors", invalid_argument, "'", path,
+                "': an mlx-lm prompt cache must end in .safetensors (mlx-lm's load_prompt_cache reads the format from"
+                " the extension)");
+}
+
 void save_states(const std::string& path, StateFileFormat format, const LoadedStates& states) {
   if (format == StateFileFormat::kvlab)
     save_cache_states(path, states.layers, states.user_metadata);
@@ -48,18 +66,26 @@ void save_states(const std::string& path, StateFileFormat format, const LoadedSt
 
 int inspect(const std::string& path, std::ostream& out) {
   StateFileFormat format{};
-  const LoadedStates states = load_any_cache_states(path, &format);
-  auto backend = harness::make_backend("reference");
-  const auto caches = restore_all(*backend, states, path);
+  const LoadedStates states = load_any_cache_states(path, &format, TensorLoad::deferred, /*keep_unsupported=*/true);
+  ShapeBackend backend;
+  const auto caches = restore_all(backend, states, path);
   out << path << ": " << state_file_format_name(format) << " format"
       << (format == StateFileFormat::mlx_lm ? cat(" (", kMlxPromptCacheVersion, ")") : "") << ", "
-      << states.layers.size() << " layer(s)\n";
+      << states.layers.size() << " layer(s)";
+  if (!states.unsupported.empty())
+    out << ", " << states.unsupported.size() << " of them of a class kvlab does not model";
+  out << "\n";
   for (const auto& [key, value] : states.user_metadata) out << "  metadata " << key << " = " << value << "\n";
   for (std::size_t i = 0; i < states.layers.size(); ++i) {
     const CacheState& s = states.layers[i];
-    out << "  layer " << i << ": " << s.class_name << ", offsets";
-    for (const std::int32_t o : caches[i]->offsets()) out << " " << o;
-    out << ", " << caches[i]->kv_length() << " rows attended\n";
+    out << "  layer " << i << ": " << s.class_name;
+    if (caches[i]) {
+      out << ", offsets";
+      for (const std::int32_t o : caches[i]->offsets()) out << " " << o;
+      out << ", " << caches[i]->kv_length() << " rows attended\n";
+    } else {
+      out << ", unsupported: " << states.unsupported.at(i) << "\n";
+    }
     for (const auto& [key, value] : s.meta) out << "    meta " << key << " = " << value << "\n";
     for (const auto& [name, t] : s.tensors)
       out << "    tensor " << name << ": " << dtype_name(t.dtype()) << " " << join_shape(t.shape()) << "\n";
@@ -72,10 +98,11 @@ int inspect(const std::string& path, std::ostream& out) {
 
 int convert(const std::string& in, const std::string& out_path, const std::string& to, std::ostream& out) {
   StateFileFormat format{};
-  const LoadedStates states = load_any_cache_states(in, &format);
-  auto backend = harness::make_backend("reference");
-  (void)restore_all(*backend, states, in);  // refuse what kvlab could not continue from
+  const LoadedStates states = load_any_cache_states(in, &format, TensorLoad::deferred);
   const StateFileFormat target = parse_format(to, format);
+  require_writable_as(out_path, target);
+  ShapeBackend backend;
+  (void)restore_all(backend, states, in);  // refuse what kvlab could not continue from
   save_states(out_path, target, states);
   out << "wrote " << out_path << " (" << state_file_format_name(target) << ", " << states.layers.size()
       << " layer(s), from " << state_file_format_name(format) << ")\n";
@@ -88,8 +115,8 @@ std::map<std::size_t, std::map<std::size_t, std::pair<Tensor, Tensor>>> read_ste
                                                                                   std::size_t layers) {
   const safetensors::FileErrors errors{ErrorKind::corrupt, cat("steps file '", path, "' is corrupt: "), "data region",
                                        ')', "gap", "trailing bytes", "has unknown dtype ", ""};
-  const safetensors::InputFile file(path, "steps file", errors);
-  const safetensors::Header h = safetensors::read_header(file, errors);
+  const auto file = std::make_shared<const safetensors::InputFile>(path, "steps file", errors);
+  const safetensors::Header h = safetensors::read_header(*file, errors);
   std::vector<safetensors::Entry> entries;
   for (const auto& [key, entry] : h.json.items())
     if (key != safetensors::kMetadataKey) entries.push_back(safetensors::parse_entry(key, entry, h.data_size, errors));
@@ -115,8 +142,7 @@ std::map<std::size_t, std::map<std::size_t, std::pair<Tensor, Tensor>>> read_ste
     }
     if (side != "keys" && side != "values") errors.raise(cat("tensor \"", e.key, "\" is not <layer>.<step>.keys|values"));
     if (layer >= layers) errors.raise(cat("tensor \"", e.key, "\" names layer ", layer, " of ", layers));
-    Tensor t(e.dtype, e.shape);
-    if (e.end > e.begin) file.read(h.data_start + e.begin, t.data(), static_cast<std::size_t>(e.end - e.begin));
+    Tensor t = safetensors::read_entry(file, h.data_start, e, safetensors::kDeferAboveBytes);  // read when applied
     auto& slot = steps[layer][step];
     (side == "keys" ? slot.first : slot.second) = std::move(t);
   }
@@ -134,14 +160,21 @@ std::map<std::size_t, std::map<std::size_t, std::pair<Tensor, Tensor>>> read_ste
 
 int continue_from(const std::string& in, const std::string& steps_path, const std::string& out_path,
                   const std::string& to, std::ostream& out) {
+  const StateFileFormat target = to == "mlx-lm" ? StateFileFormat::mlx_lm : StateFileFormat::kvlab;
+  require_writable_as(out_path, target);
   StateFileFormat format{};
-  LoadedStates states = load_any_cache_states(in, &format);
+  LoadedStates states = load_any_cache_states(in, &format, TensorLoad::deferred);
+  ShapeBackend shapes;
+  const std::size_t layers = restore_all(shapes, states, in).size();
+  const auto steps = read_steps(steps_path, layers);
+  // Only the layers the steps update are read (and computed on the oracle); the others
+  // are copied from the input file as they are.
   auto backend = harness::make_backend("reference");
-  auto caches = restore_all(*backend, states, in);
-  const auto steps = read_steps(steps_path, caches.size());
+  std::map<std::size_t, std::unique_ptr<Cache>> caches;
+  for (const auto& [layer, by_step] : steps) caches.emplace(layer, cache_from_state(*backend, states.layers[layer]));
   std::size_t applied = 0;
   for (const auto& [layer, by_step] : steps) {
-    Cache& cache = *caches[layer];
+    Cache& cache = *caches.at(layer);
     for (const auto& [step, kv] : by_step) {
       const DTensor k = backend->upload(kv.first), v = backend->upload(kv.second);
       try {
@@ -158,8 +191,7 @@ int continue_from(const std::string& in, const std::string& steps_path, const st
       ++applied;
     }
   }
-  for (std::size_t i = 0; i < caches.size(); ++i) states.layers[i] = caches[i]->state();
-  const StateFileFormat target = to == "mlx-lm" ? StateFileFormat::mlx_lm : StateFileFormat::kvlab;
+  for (const auto& [layer, cache] : caches) states.layers[layer] = cache->state();
   save_states(out_path, target, states);
   out << "applied " << applied << " update(s); wrote " << out_path << " (" << state_file_format_name(target) << ")\n";
   return 0;
