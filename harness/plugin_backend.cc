@@ -3,8 +3,10 @@
 #include <dlfcn.h>
 
 #include <array>
+#include <cstdlib>
 #include <cstring>
 
+#include "harness/isolated_call.h"
 #include "kvlab/error.h"
 #include "kvlab/plugin.h"
 #include "reference/affine_quantize.h"
@@ -92,9 +94,13 @@ void require_slot(Fn fn, const std::string& plugin, const char* op) {
 }
 
 template <class Fn, class Args>
-void call(Fn fn, const Args& args, const std::string& plugin, const char* op) {
+void call(Fn fn, const Args& args, const std::string& plugin, const char* op, const Isolation& isolation) {
   std::array<char, 1024> msg{};
-  const std::int32_t status = fn(&args, msg.data(), msg.size());
+  const auto body = [&](char* text, std::size_t cap) { return fn(&args, text, cap); };
+  const std::int32_t status =
+      isolation.enabled ? run_isolated(body, msg.data(), msg.size(), isolation.timeout_seconds,
+                                       cat("plugin ", plugin, " op ", op))
+                        : body(msg.data(), msg.size());
   if (status == KVLAB_PLUGIN_OK) return;
   msg.back() = '\0';
   const std::string text = msg[0] != '\0' ? cat(": ", msg.data()) : std::string(" (no message)");
@@ -108,15 +114,15 @@ void call(Fn fn, const Args& args, const std::string& plugin, const char* op) {
 // The moves that take (src, a host index vector, dst) — scatter, gather, roll — differ
 // only in their validator and argument struct.
 template <class CArgs, class Fn, class Validate>
-void call_move(Fn fn, const std::string& plugin, const char* op, const DTensor& src_t, const ConstTensorView& index,
-               const DTensor& dst_t, Validate validate) {
+void call_move(Fn fn, const std::string& plugin, const Isolation& isolation, const char* op, const DTensor& src_t,
+               const ConstTensorView& index, const DTensor& dst_t, Validate validate) {
   require_slot(fn, plugin, op);
   const ConstTensorView src = host_cview(src_t);
   const TensorView dst = host_view(dst_t);
   validate(src, index, dst);
   const kvlab_tensor cs = c_tensor(src), ci = c_tensor(index), cd = c_tensor(dst);
   const CArgs args{&cs, &ci, &cd};
-  call(fn, args, plugin, op);
+  call(fn, args, plugin, op, isolation);
 }
 
 std::string dl_reason() {
@@ -124,9 +130,34 @@ std::string dl_reason() {
   return e != nullptr ? std::string(e) : std::string("unknown dlerror");
 }
 
+// "PATH[,inprocess][,timeout=SECONDS]": the flags are the trailing comma-separated
+// words that are flags; everything before them is the path.
+void parse_plugin_variant(std::string_view variant, std::string& path, Isolation& isolation) {
+  path = std::string(variant);
+  for (;;) {
+    const std::size_t comma = path.rfind(',');
+    if (comma == std::string::npos) return;
+    const std::string flag = path.substr(comma + 1);
+    if (flag == "inprocess") {
+      isolation.enabled = false;
+    } else if (flag.rfind("timeout=", 0) == 0) {
+      const std::string value = flag.substr(8);
+      char* end = nullptr;
+      const double seconds = std::strtod(value.c_str(), &end);
+      KVLAB_REQUIRE(!value.empty() && end == value.c_str() + value.size() && seconds > 0 && seconds <= 86400,
+                    invalid_argument, "plugin flag '", flag, "': the timeout must be seconds in (0, 86400]");
+      isolation.timeout_seconds = seconds;
+    } else {
+      return;  // part of the path
+    }
+    path.erase(comma);
+  }
+}
+
 }  // namespace
 
-PluginBackend::PluginBackend(std::string_view path) : path_(path) {
+PluginBackend::PluginBackend(std::string_view variant) : variant_(variant) {
+  parse_plugin_variant(variant, path_, isolation_);
   KVLAB_REQUIRE(!path_.empty(), invalid_argument,
                 "backend 'plugin' needs the path of a shared library: --backend plugin:/path/to/libkernels.so");
   dlerror();
@@ -140,6 +171,12 @@ PluginBackend::PluginBackend(std::string_view path) : path_(path) {
     kvlab_plugin_entry_fn entry = nullptr;
     static_assert(sizeof entry == sizeof sym);
     std::memcpy(&entry, &sym, sizeof entry);  // object pointer -> function pointer, as POSIX allows
+    if (isolation_.enabled) {
+      // A library whose entry point crashes is named here, before kvlab calls it itself.
+      char unused[1];
+      (void)run_isolated([&](char*, std::size_t) { return entry() != nullptr ? 0 : 1; }, unused, sizeof unused,
+                         isolation_.timeout_seconds, cat("plugin ", path_, ": ", KVLAB_PLUGIN_ENTRY_SYMBOL, "()"));
+    }
     table_ = entry();
     KVLAB_REQUIRE(table_ != nullptr, invalid_argument, "plugin ", path_, ": ", KVLAB_PLUGIN_ENTRY_SYMBOL,
                   "() returned a null table");
@@ -157,6 +194,10 @@ PluginBackend::~PluginBackend() {
   if (handle_ != nullptr) dlclose(handle_);
 }
 
+BufferPtr PluginBackend::allocate(std::size_t bytes) {
+  return isolation_.enabled ? make_shared_host_buffer(bytes) : HostMemoryBackend::allocate(bytes);
+}
+
 void PluginBackend::quantize(const QuantizeArgs& a) {
   require_slot(table_->quantize, plugin_name_, "quantize");
   const ConstTensorView x = host_cview(a.x);
@@ -169,7 +210,7 @@ void PluginBackend::quantize(const QuantizeArgs& a) {
   const kvlab_tensor cx = c_tensor(x);
   const kvlab_quantized cout = c_quantized(out);
   const kvlab_quantize_args args{&cx, static_cast<std::int32_t>(a.rounding), &cout};
-  call(table_->quantize, args, plugin_name_, "quantize");
+  call(table_->quantize, args, plugin_name_, "quantize", isolation_);
 }
 
 void PluginBackend::dequantize(const DequantizeArgs& a) {
@@ -184,7 +225,7 @@ void PluginBackend::dequantize(const DequantizeArgs& a) {
   const kvlab_quantized cin = c_quantized(in);
   const kvlab_tensor cout = c_tensor(out);
   const kvlab_dequantize_args args{&cin, &cout, static_cast<std::int32_t>(a.flavour)};
-  call(table_->dequantize, args, plugin_name_, "dequantize");
+  call(table_->dequantize, args, plugin_name_, "dequantize", isolation_);
 }
 
 void PluginBackend::rope(const RopeArgs& a) {
@@ -207,7 +248,7 @@ void PluginBackend::rope(const RopeArgs& a) {
   args.offset = a.offsets.scalar;
   args.per_row_offsets = c_optional(per_row ? &*per_row : nullptr, cper_row);
   args.out = &cout;
-  call(table_->rope, args, plugin_name_, "rope");
+  call(table_->rope, args, plugin_name_, "rope", isolation_);
 }
 
 void PluginBackend::sdpa(const SdpaArgs& a) {
@@ -222,7 +263,7 @@ void PluginBackend::sdpa(const SdpaArgs& a) {
   kvlab_tensor cm{}, cs{};
   const kvlab_attention_params params = c_attention(a.params);
   const kvlab_sdpa_args args{&cq, &ck, &cv, &params, c_optional(mask, cm), c_optional(sinks, cs), &cout};
-  call(table_->sdpa, args, plugin_name_, "sdpa");
+  call(table_->sdpa, args, plugin_name_, "sdpa", isolation_);
 }
 
 void PluginBackend::quantized_sdpa(const QuantizedSdpaArgs& a) {
@@ -239,7 +280,7 @@ void PluginBackend::quantized_sdpa(const QuantizedSdpaArgs& a) {
   kvlab_tensor cm{}, cs{};
   const kvlab_attention_params params = c_attention(a.params);
   const kvlab_quantized_sdpa_args args{&cq, &ck, &cv, &params, c_optional(mask, cm), c_optional(sinks, cs), &cout};
-  call(table_->quantized_sdpa, args, plugin_name_, "quantized_sdpa");
+  call(table_->quantized_sdpa, args, plugin_name_, "quantized_sdpa", isolation_);
 }
 
 // TurboQuant has no separate validator in the oracle beyond the codec's; the dtypes are
@@ -255,7 +296,7 @@ void PluginBackend::turboquant_encode(const TurboQuantEncodeArgs& a) {
   const kvlab_tensor cx = c_tensor(x), cn = c_tensor(norms), ci = c_tensor(indices);
   const kvlab_turboquant_codec codec = c_codec(a.codec);
   const kvlab_turboquant_encode_args args{&cx, &codec, &cn, &ci};
-  call(table_->turboquant_encode, args, plugin_name_, "turboquant_encode");
+  call(table_->turboquant_encode, args, plugin_name_, "turboquant_encode", isolation_);
 }
 
 void PluginBackend::turboquant_decode(const TurboQuantDecodeArgs& a) {
@@ -269,16 +310,16 @@ void PluginBackend::turboquant_decode(const TurboQuantDecodeArgs& a) {
   const kvlab_tensor cn = c_tensor(norms), ci = c_tensor(indices), cout = c_tensor(out);
   const kvlab_turboquant_codec codec = c_codec(a.codec);
   const kvlab_turboquant_decode_args args{&cn, &ci, &codec, &cout};
-  call(table_->turboquant_decode, args, plugin_name_, "turboquant_decode");
+  call(table_->turboquant_decode, args, plugin_name_, "turboquant_decode", isolation_);
 }
 
 void PluginBackend::kv_scatter(const KvScatterArgs& a) {
-  call_move<kvlab_kv_scatter_args>(table_->kv_scatter, plugin_name_, "kv_scatter", a.src, a.slots, a.dst,
+  call_move<kvlab_kv_scatter_args>(table_->kv_scatter, plugin_name_, isolation_, "kv_scatter", a.src, a.slots, a.dst,
                                    ref::validate_kv_scatter);
 }
 
 void PluginBackend::kv_gather(const KvGatherArgs& a) {
-  call_move<kvlab_kv_gather_args>(table_->kv_gather, plugin_name_, "kv_gather", a.src, a.batch_index, a.dst,
+  call_move<kvlab_kv_gather_args>(table_->kv_gather, plugin_name_, isolation_, "kv_gather", a.src, a.batch_index, a.dst,
                                   ref::validate_kv_gather);
 }
 
@@ -294,11 +335,11 @@ void PluginBackend::kv_copy_blocks(const KvCopyBlocksArgs& a) {
   const kvlab_tensor cs = c_tensor(src), cd = c_tensor(dst);
   const kvlab_kv_copy_blocks_args args{&cs, blocks.empty() ? nullptr : blocks.data(),
                                        static_cast<std::int64_t>(blocks.size()), &cd};
-  call(table_->kv_copy_blocks, args, plugin_name_, "kv_copy_blocks");
+  call(table_->kv_copy_blocks, args, plugin_name_, "kv_copy_blocks", isolation_);
 }
 
 void PluginBackend::kv_roll(const KvRollArgs& a) {
-  call_move<kvlab_kv_roll_args>(table_->kv_roll, plugin_name_, "kv_roll", a.src, a.shifts, a.dst,
+  call_move<kvlab_kv_roll_args>(table_->kv_roll, plugin_name_, isolation_, "kv_roll", a.src, a.shifts, a.dst,
                                 ref::validate_kv_roll);
 }
 
@@ -310,7 +351,7 @@ void PluginBackend::kv_append_advance(const KvAppendAdvanceArgs& a) {
   const kvlab_tensor ck = c_tensor(k), cv = c_tensor(v), cl = c_tensor(a.left_padding), co = c_tensor(offsets),
                      ckc = c_tensor(k_cache), cvc = c_tensor(v_cache);
   const kvlab_kv_append_advance_args args{&ck, &cv, &cl, &co, &ckc, &cvc};
-  call(table_->kv_append_advance, args, plugin_name_, "kv_append_advance");
+  call(table_->kv_append_advance, args, plugin_name_, "kv_append_advance", isolation_);
 }
 
 void PluginBackend::kv_snapshot(const KvSnapshotArgs& a) {
@@ -320,9 +361,9 @@ void PluginBackend::kv_snapshot(const KvSnapshotArgs& a) {
   ref::validate_kv_snapshot(src, dst);
   const kvlab_tensor cs = c_tensor(src), cd = c_tensor(dst);
   const kvlab_kv_snapshot_args args{&cs, &cd};
-  call(table_->kv_snapshot, args, plugin_name_, "kv_snapshot");
+  call(table_->kv_snapshot, args, plugin_name_, "kv_snapshot", isolation_);
 }
 
-std::unique_ptr<Backend> make_plugin_backend(std::string_view path) { return std::make_unique<PluginBackend>(path); }
+std::unique_ptr<Backend> make_plugin_backend(std::string_view variant) { return std::make_unique<PluginBackend>(variant); }
 
 }  // namespace kvlab

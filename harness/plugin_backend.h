@@ -14,14 +14,21 @@
 // status mapped to Error (1 unsupported, 2 invalid_argument, other internal) carrying
 // the plugin's message.
 //
-// name() is "plugin:" + path, so reports and repro lines name the backend as the command
-// line did (`kvlab repro --backend plugin:PATH '<line>'` reruns verbatim).
+// Crash isolation (docs/plugins.md): by default every plugin call runs in a forked child
+// (harness/isolated_call.h) over buffers shared with it, under a watchdog, so a plugin
+// that crashes or hangs fails that case (Error{device}: the signal, or the time limit)
+// and the run goes on. Flags after the path: `,timeout=SECONDS` (default 60) and
+// `,inprocess` (no child: faster, but a crash ends kvlab).
+//
+// name() is "plugin:" + the variant, so reports and repro lines name the backend as the
+// command line did (`kvlab repro --backend plugin:PATH '<line>'` reruns verbatim).
 #pragma once
 
 #include <memory>
 #include <string>
 #include <string_view>
 
+#include "harness/isolated_call.h"
 #include "kvlab/host_buffer.h"
 
 struct kvlab_plugin_v1;
@@ -30,22 +37,26 @@ namespace kvlab {
 
 class PluginBackend final : public HostMemoryBackend {
  public:
-  explicit PluginBackend(std::string_view path);  // throws Error(invalid_argument) when it cannot load
+  // "PATH[,inprocess][,timeout=SECONDS]"; throws Error(invalid_argument) when it cannot load.
+  explicit PluginBackend(std::string_view variant);
   ~PluginBackend() override;
   PluginBackend(const PluginBackend&) = delete;
   PluginBackend& operator=(const PluginBackend&) = delete;
 
-  std::string name() const override { return "plugin:" + path_; }
+  std::string name() const override { return "plugin:" + variant_; }
+  using HostMemoryBackend::allocate;
+  BufferPtr allocate(std::size_t bytes) override;
   const std::string& plugin_name() const { return plugin_name_; }  // the table's name
   KVLAB_OVERRIDE_ALL_OPS
 
  private:
-  std::string path_;
+  std::string variant_, path_;
   std::string plugin_name_;
+  Isolation isolation_;
   void* handle_ = nullptr;
   const kvlab_plugin_v1* table_ = nullptr;
 };
 
-std::unique_ptr<Backend> make_plugin_backend(std::string_view path);
+std::unique_ptr<Backend> make_plugin_backend(std::string_view variant);
 
 }  // namespace kvlab

@@ -21,6 +21,13 @@
 #ifndef KVLAB_EXAMPLE_BUG
 #define KVLAB_EXAMPLE_BUG 0
 #endif
+/* -DKVLAB_EXAMPLE_CRASH=1: the plugin a newcomer writes first. rope dereferences a null
+ * pointer on sequences of exactly 3 tokens and kv_gather never returns when it gathers
+ * 3 batch rows of 9 f32 rows of 128; kvlab's crash isolation turns each into that case's FAILED
+ * (docs/plugins.md) and judges every other case. */
+#ifndef KVLAB_EXAMPLE_CRASH
+#define KVLAB_EXAMPLE_CRASH 0
+#endif
 
 #if defined(_WIN32)
 #define KVLAB_EXPORT __declspec(dllexport)
@@ -75,6 +82,13 @@ static int32_t kv_gather(const kvlab_kv_gather_args* a, char* msg, size_t msg_le
   int64_t d;
   (void)msg, (void)msg_len;
   if (batch_bytes == 0) return KVLAB_PLUGIN_OK;
+#if KVLAB_EXAMPLE_CRASH
+  if (Bd == 3 && L == 9 && row_bytes(a->src) == 512) { /* two ci cases: f32 rows of 128 */
+    volatile int spin = 1;
+    while (spin) {
+    }
+  }
+#endif
   for (d = 0; d < Bd; ++d) memcpy(row_at(a->dst, d, 0, 0), row_at(a->src, index[d], 0, 0), batch_bytes);
   return KVLAB_PLUGIN_OK;
 }
@@ -123,6 +137,12 @@ static int32_t rope(const kvlab_rope_args* a, char* msg, size_t msg_len) {
   const int64_t rows = numel(x) / d;
   const int half = a->dims / 2;
   const float* in = (const float*)x->data;
+#if KVLAB_EXAMPLE_CRASH
+  if (seq == 3) {
+    volatile float* nowhere = NULL;
+    *nowhere = 1.0f;
+  }
+#endif
   float* out = (float*)a->out->data;
   const int32_t* per_row = a->per_row_offsets != NULL ? (const int32_t*)a->per_row_offsets->data : NULL;
   double inv_freq[4096];
@@ -194,6 +214,8 @@ static const kvlab_plugin_v1 table = {
     KVLAB_PLUGIN_ABI_VERSION,
 #if KVLAB_EXAMPLE_BUG
     "example-c-buggy",
+#elif KVLAB_EXAMPLE_CRASH
+    "example-c-crashing",
 #else
     "example-c",
 #endif
