@@ -4,6 +4,7 @@
 
 #include "harness/plugin_backend.h"
 #include "kvlab/error.h"
+#include "kvlab/suggest.h"
 #include "reference/reference_backend.h"
 #ifdef KVLAB_HAVE_SIMD
 #include "kernels/simd/simd_backend.h"
@@ -82,11 +83,14 @@ std::pair<std::string_view, std::string_view> split_name(std::string_view name) 
 BackendEntry find_entry(std::string_view base) {
   const std::lock_guard lock(registry_mutex());
   std::string known;
+  std::vector<std::string> names;
   for (const BackendEntry& e : registry()) {
     if (e.name == base) return e;
     known += cat(known.empty() ? "" : ", ", e.name);
+    names.emplace_back(e.name);
   }
-  fail(ErrorKind::invalid_argument, cat("unknown backend '", base, "' (known: ", known, ")"));
+  fail(ErrorKind::invalid_argument,
+       cat("unknown backend '", base, "'", did_you_mean(base, names), " (known: ", known, ")"));
 }
 
 }  // namespace

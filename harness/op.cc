@@ -10,6 +10,7 @@
 #include "harness/ops/ops.h"
 #include "harness/rng.h"
 #include "kvlab/error.h"
+#include "kvlab/suggest.h"
 
 namespace kvlab::harness {
 
@@ -96,11 +97,13 @@ std::vector<const OpInfo*> all_ops() {
 
 const OpInfo& find_op(std::string_view name) {
   std::string known;
+  std::vector<std::string> names;
   for (const OpInfo* op : all_ops()) {
     if (op->name() == name) return *op;
     known += cat(known.empty() ? "" : ", ", op->name());
+    names.emplace_back(op->name());
   }
-  fail(ErrorKind::invalid_argument, cat("unknown op '", name, "' (known: ", known, ")"));
+  fail(ErrorKind::invalid_argument, cat("unknown op '", name, "'", did_you_mean(name, names), " (known: ", known, ")"));
 }
 
 ParamSpec int_param(std::string key, std::int64_t def, bool shrink, std::int64_t shrink_min) {
