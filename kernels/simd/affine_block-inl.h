@@ -1,8 +1,8 @@
 // Per-target pieces of the SIMD affine kernels that work on a block of kBlock groups
 // (kernels/simd/affine_quantize.cc, whose header gives the exactness argument, and
-// affine_dequantize.cc): rounding to codes, the spec §1.2 parameters of a block, the
-// block's extreme reductions, parameter loads and stores, the 16-bit scan's ordered keys,
-// and the Block scratch of the quantizer's pipeline.
+// affine_dequantize.cc): rounding to codes, the parameters of a block
+// (docs/quantization.md §Affine parameters), the block's extreme reductions, parameter loads and
+// stores, the 16-bit scan's ordered keys, and the Block scratch of the quantizer's pipeline.
 #if defined(KVLAB_SIMD_AFFINE_BLOCK_INL_H_) == defined(HWY_TARGET_TOGGLE)
 #ifdef KVLAB_SIMD_AFFINE_BLOCK_INL_H_
 #undef KVLAB_SIMD_AFFINE_BLOCK_INL_H_
@@ -32,10 +32,10 @@ using DI = hn::RebindToSigned<DF>;
 using VF = hn::Vec<DF>;
 using VI = hn::Vec<DI>;
 
-// R of spec §1.2 on every lane: rint (ties to even) for mlx_cpu, round (ties away from
-// zero) for mlx_gpu. round() exactly: q − trunc(q) is exact (Sterbenz for |q| >= 1,
-// trivially below), so |frac| >= 0.5 is the true test; adding 0.5 then truncating would
-// round 0.49999997 up (its sum rounds to 1.0f).
+// R of docs/quantization.md §Affine parameters on every lane: rint (ties to even) for mlx_cpu,
+// round (ties away from zero) for mlx_gpu. round() exactly: q − trunc(q) is exact (Sterbenz
+// for |q| >= 1, trivially below), so |frac| >= 0.5 is the true test; adding 0.5 then
+// truncating would round 0.49999997 up (its sum rounds to 1.0f).
 template <bool kGpu>
 HWY_INLINE VF RoundToCode(VF q) {
   if constexpr (kGpu) {

@@ -1,7 +1,7 @@
 // What the SIMD affine kernels (affine_quantize.cc, affine_dequantize.cc) share outside
 // the per-target code: the group constants, the job description handed to each target,
-// the oracle's scalar steps (spec §1.2 parameters, the non-finite fallback), the
-// parameter conversions, and the task split.
+// the oracle's scalar steps (the parameters of docs/quantization.md §Affine parameters, the
+// non-finite fallback), the parameter conversions, and the task split.
 #pragma once
 #include <algorithm>
 #include <bit>
@@ -58,7 +58,8 @@ inline float largest_code(int bits) { return static_cast<float>((1 << bits) - 1)
 
 inline float round_to_code(float v, bool gpu) { return gpu ? std::round(v) : std::rint(v); }
 
-// Spec §1.2 from the group's extremes, operation for operation as the oracle.
+// The parameters of docs/quantization.md §Affine parameters from the group's extremes,
+// operation for operation as the oracle.
 inline GroupParams group_params(float alpha, float beta, int bits, bool gpu) {
   const float s0 = std::max((alpha - beta) / largest_code(bits), kScaleFloor);
   const bool anchor_on_min = std::abs(beta) > std::abs(alpha);
