@@ -1,8 +1,9 @@
 // Batch properties that need BatchHooks (fault-injection points of the zoo):
 //   B4 BatchRotatingKVCache: extract(i) == the newest min(offset_i, max_size) real tokens
-//      of row i in temporal order (spec §4.10, §7 row 7; vllm-mlx#256, mlx-lm#1114)
+//      of row i in temporal order (docs/semantics.md §Batch rotating cache,
+//      docs/upstream-bugs.md row 7; vllm-mlx#256, mlx-lm#1114)
 //   B5 PrefixCache: a hit has exactly the per-layer format (class, quantization spec)
-//      of the request (spec §4.15/§4.17; SharpAI/SwiftLM PR 73 review)
+//      of the request (docs/semantics.md §Prefix cache; SharpAI/SwiftLM PR 73 review)
 // and the property list the zoo runs after all_properties().
 #include <algorithm>
 #include <memory>

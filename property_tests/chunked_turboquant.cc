@@ -2,14 +2,15 @@
 //
 // Both run the shared stateful machinery (stateful.cc: one rc::state instantiation) with
 // their own parts of the model, which live here:
-// - ChunkedKVCache (spec §4.5, Appendix B.4): the model keeps start_position next to the
-//   offset; maybe_trim_front drops the oldest valid − chunk_size rows (mlx-lm#1673 rule);
-//   trim never goes below start; the attention oracle applies llama4's chunk rule on
-//   absolute positions; state → restore keeps offset and start (B.4: mlx-lm reloads with
+// - ChunkedKVCache (docs/semantics.md §Chunked cache, docs/upstream-bugs.md §U4): the model keeps
+//   start_position next to the offset; maybe_trim_front drops the oldest valid − chunk_size rows
+//   (mlx-lm#1673 rule); trim never goes below start; the attention oracle applies llama4's chunk
+//   rule on absolute positions; state → restore keeps offset and start (U4: mlx-lm reloads with
 //   offset = buffer rows).
-// - TurboQuantKVCache (spec §6): the expected content of a logged token is the reference
-//   codec's round trip of its row, with codecs rebuilt independently from spec §6.1
-//   (seeds, resolve_kv_bits, the split channels picked from the first tensor).
+// - TurboQuantKVCache (docs/semantics.md §TurboQuant cache): the expected content of a logged token
+//   is the reference codec's round trip of its row, with codecs rebuilt independently from
+//   docs/turboquant.md §Bit widths (seeds, resolve_kv_bits, the split channels picked from the
+//   first tensor).
 // And two metamorphic properties:
 //   M6 attention through a TurboQuant cache == attention over its decoded content (run
 //      inside Stateful.TurboQuantKVCache's Attend command)
@@ -63,8 +64,8 @@ TurboQuantCodec codec_for(int dim, int bits, std::uint64_t seed) {
 // ---- TurboQuant oracle ----------------------------------------------------------------
 
 std::vector<TurboQuantCodec> turbo_codecs(const Config& cfg, bool keys, const Tensor& first) {
-  // resolve_kv_bits (spec §6.1) only under k_floor_v_ceil; split_channels keeps `bits` on
-  // both sides and splits channels instead. Overrides win under both meanings.
+  // resolve_kv_bits (docs/turboquant.md §Bit widths) only under k_floor_v_ceil; split_channels
+  // keeps `bits` on both sides and splits channels instead. Overrides win under both meanings.
   const bool kv_split = cfg.tq_meaning == FractionalBits::k_floor_v_ceil && fractional(cfg.tq_bits);
   const double bits = keys ? cfg.tq_key_bits.value_or(kv_split ? std::floor(cfg.tq_bits) : cfg.tq_bits)
                            : cfg.tq_value_bits.value_or(kv_split ? std::ceil(cfg.tq_bits) : cfg.tq_bits);
