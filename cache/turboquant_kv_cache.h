@@ -95,7 +95,8 @@ class TurboQuantKVCache final : public Cache {
   FetchedKV update(const DTensor& k, const DTensor& v) override;
   std::int64_t kv_length() const override { return offset_; }
   std::vector<std::int32_t> offsets() const override { return {static_cast<std::int32_t>(offset_)}; }
-  CacheMask make_mask(std::int64_t n, int window) const override;  // KVCache's rule (docs/semantics.md §TurboQuant cache)
+  // KVCache's rule (docs/semantics.md §TurboQuant cache).
+  CacheMask make_mask(std::int64_t n, int window) const override;
   bool is_trimmable() const override { return true; }
   std::int64_t trim(std::int64_t n) override;
   bool empty() const override { return !has_rows(); }
