@@ -410,9 +410,8 @@ void prefix_reuse_continues(const Hooks&, const BatchHooks& bh) {
 
 // The zoo tries these in this order on every batch mutant and stops at the first kill,
 // so the cheap lifecycle properties (which kill most batch mutants within a few dozen
-// cases) come first and the costly row-log properties B1/B2 later (measured CPU time per
-// 200 cases, Release: L1 0.07 s, L2 0.2 s, L3 0.09 s, B4 0.08 s, B5 0.2 s, B1 1.1 s,
-// B2 0.9 s, B3 0.6 s).
+// cases) come first and the costly row-log properties B1/B2 later (their measured CPU
+// times: docs/ci.md §Test costs).
 const std::vector<NamedBatchProperty>& batch_properties() {
   static const std::vector<NamedBatchProperty> props{
       {"L1.BatchRotatingLifecycle", batch_rotating_lifecycle},

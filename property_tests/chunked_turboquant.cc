@@ -37,8 +37,9 @@ bool fractional(double bits) { return bits != std::floor(bits); }
 
 // The reference codec of (dim, bits, seed), as ref::make_turboquant_codec builds it
 // (automatic rotation: RHT for a power-of-two dim, dense Haar otherwise). Its Lloyd–Max
-// codebook depends on (dim, bits) only and takes 2–30 ms to build (up to 1 s at 8 bits),
-// so the oracle builds each one once per process; the rotation is cheap.
+// codebook depends on (dim, bits) only and takes milliseconds to build, up to a second at
+// 8 bits (docs/ci.md §Test costs), so the oracle builds each one once per process; the
+// rotation is cheap.
 TurboQuantCodec codec_for(int dim, int bits, std::uint64_t seed) {
   static std::map<std::pair<int, int>, std::vector<float>> codebooks;
   auto it = codebooks.find({dim, bits});
@@ -122,8 +123,8 @@ void gen_chunked_options(Config& c) {
 
 void gen_turbo_options(Config& c) {
   // Widths 1..4.5 in steps of 0.5; the deep run adds 5..8 in 1 case of 20. The cache
-  // builds a Lloyd–Max codebook per codec on every creation and restore: ~2–15 ms up to
-  // 4.5 bits, ~30 ms at 5, 0.1–1 s at 6–8.
+  // builds a Lloyd–Max codebook per codec on every creation and restore, which grows
+  // steeply with the width (docs/ci.md §Test costs).
   std::vector<double> low, all;
   for (double b = 1.0; b <= 8.0; b += 0.5) (b <= 4.5 ? low : all).push_back(b);
   all.insert(all.begin(), low.begin(), low.end());

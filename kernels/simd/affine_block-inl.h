@@ -75,9 +75,9 @@ HWY_INLINE VI CodeOf(VF q, VF vn, VI vmask) {
 // every target's f32 lane count). Batching turns the per-group chain of dependent
 // scalar divisions into a few vector ops and lets the extremes of 32 groups overlap.
 // 32 rather than 16: a Finish (reduction tree, four vector divisions) costs about the
-// same for 16 or 32 groups, and twice the groups per Finish measured 3 % faster (4-bit,
-// one thread, 70 -> 68 us per 256K elements, alternated processes). Its latency is not
-// what costs: issuing it half a block early measured 5 % slower.
+// same for 16 or 32 groups, and twice the groups per Finish measured faster. Its latency
+// is not what costs: issuing it half a block early measured slower
+// (docs/benchmarks.md §Measurements behind kernel choices).
 constexpr std::size_t kBlock = 32;
 static_assert(kBlock % HWY_LANES(float) == 0, "a block is whole vectors");
 
