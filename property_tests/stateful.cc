@@ -267,7 +267,8 @@ rc::Gen<Config> gen_config(Kind kind) {
     Config c;
     c.kind = kind;
     // B 1..2 in CI: the rows of a single-sequence cache share one offset and one code
-    // path, and every check scales with B (3..8 now and then costs ~30% more CI time).
+    // path, and every check scales with B (3..8 now and then costs markedly more CI time:
+    // docs/ci.md §Test costs).
     // The deep run draws B up to 8; in CI, R1/R2 (regressions.cc), where rows differ
     // (per-row RoPE offsets, per-row padding), and the batch properties run B up to 8.
     c.batch = real_dims() ? *rc::gen::weightedOneOf<std::int64_t>({{3, rc::gen::inRange<std::int64_t>(1, 3)},

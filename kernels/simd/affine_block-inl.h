@@ -230,8 +230,9 @@ constexpr bool kScanBits = false;  // one lane per vector: no i16 pairs to fold
 
 // The scan asks for the same group of the block after next's scan (kBlock groups ahead)
 // to be fetched: the scan is where a cold group is first read, and while the encoding of
-// the previous block keeps the core busy the hardware streamers alone left ~40 % of a
-// cold call's time waiting on DRAM (measured 8–15 % faster cold with it, no change hot).
+// the previous block keeps the core busy the hardware streamers alone left much of a cold
+// call's time waiting on DRAM (measured faster cold with it, no change hot:
+// docs/benchmarks.md §Measurements behind kernel choices).
 // An integer address: a prefetch never faults, past the input's end included.
 HWY_INLINE void PrefetchAhead(const void* group, std::size_t group_bytes) {
   const std::uintptr_t ahead = reinterpret_cast<std::uintptr_t>(group) + kBlock * group_bytes;

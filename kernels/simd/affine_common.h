@@ -25,12 +25,11 @@ constexpr float kScaleFloor = 1e-7f;  // MLX's eps on the group step (as the ora
 constexpr int kMaxGroup = 128;        // QuantSpec::validate allows 32, 64, 128
 // Elements per parallel task: the problem's over kTasks, within [64K, 256K]. Each task
 // pays the pipeline's ramp (a block scanned alone, a block encoded alone), the pool's
-// claim and a new input stream whose first lines no prefetch has asked for: at 16K
-// elements 2 threads lost ~5 % against 64K, and 64K lost 6 % (4-bit) and 10 % (8-bit)
-// against 256K on the perf shape (4M f16 elements, cold, 2 threads; tools/bench_ab.py,
-// 6 processes a side, p <= 0.009). The floor keeps small problems split as before (a
-// tensor of 128K elements still has two tasks); from 1M to 4M elements there are 16
-// tasks, so a machine of more cores still gets one each.
+// claim and a new input stream whose first lines no prefetch has asked for: smaller tasks
+// measured slower on the perf shape, 16K against 64K and 64K against 256K elements
+// (tools/bench_ab.py; docs/benchmarks.md §Measurements behind kernel choices). The floor keeps
+// small problems split as before (a tensor of 128K elements still has two tasks); from 1M to 4M
+// elements there are 16 tasks, so a machine of more cores still gets one each.
 constexpr std::int64_t kMinElementsPerTask = 65536, kMaxElementsPerTask = 262144, kTasks = 16;
 inline std::int64_t elements_per_task(std::int64_t elements) {
   return std::clamp(elements / kTasks, kMinElementsPerTask, kMaxElementsPerTask);

@@ -22,7 +22,7 @@ using testing::SeededRng;
 constexpr double kAnchorDmse[4] = {0.361, 0.1167, 0.0340, 0.0093};  // b = 1..4, d = 128
 
 // Sample sizes. Release builds use the anchors' 10^4 vectors; sanitizer builds (which
-// run the same code ~10× slower) use a fifth, still far inside the 2 % tolerance (the
+// run the same code many times slower) use a fifth, still far inside the 2 % tolerance (the
 // Monte-Carlo error of D_mse at 2000 vectors of d = 96..128 is ~0.3 %). (Until
 // testing::kSanitized, the test asked __SANITIZE_ADDRESS__ alone, which clang 14 does not
 // define: the asan preset ran the full samples.)
