@@ -224,8 +224,9 @@ void register_device_copy_baselines(const SuiteOptions& o, const std::set<std::s
 
 // ---- adjacent baselines -------------------------------------------------------------
 //
-// This machine's bandwidth drifts 2-3x within minutes, so a ratio over the run-start
-// baseline rows says little about a kernel timed minutes later. Each host kernel's run
+// This machine's bandwidth drifts severalfold within minutes
+// (docs/benchmarks.md §How a row is measured), so a ratio over the run-start baseline rows
+// says little about a kernel timed minutes later. Each host kernel's run
 // therefore samples the read and memcpy baselines right before and right after its timed
 // loop (outside it: Google Benchmark times only the loop) over the run-start rows'
 // buffers, and records them as plain counters of that repetition; tools/bench_table.py

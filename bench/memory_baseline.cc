@@ -54,7 +54,8 @@ namespace {
 
 constexpr std::size_t kPage = 4096;
 // Fixed chunking (1 MiB): enough chunks for the pool to balance, each long enough that
-// the per-task overhead (a few hundred ns) is noise against ~30 µs of streaming.
+// the per-task overhead is noise against its streaming time
+// (docs/benchmarks.md §Measurements behind kernel choices).
 constexpr std::size_t kChunk = std::size_t{1} << 20;
 
 std::size_t chunk_count(std::size_t bytes) { return (bytes + kChunk - 1) / kChunk; }
@@ -108,9 +109,9 @@ void chunked_memcpy(const BigBuffer& src, BigBuffer& dst, bool use_pool) {
 BaselineSample sample_baselines(const BigBuffer& src, BigBuffer& dst) {
   using Clock = std::chrono::steady_clock;
   // The faster of two passes: the first pass over buffers left idle while a kernel ran
-  // can be slowed several-fold by the host bringing their pages back (seen: a 256 MiB
-  // read at 1.1 GB/s next to 20 GB/s), which no streaming kernel that reuses its buffers
-  // pays; the second pass reads what the machine's bandwidth is now.
+  // can be slowed many-fold by the host bringing their pages back
+  // (docs/benchmarks.md §Measurements behind kernel choices), which no streaming kernel
+  // that reuses its buffers pays; the second pass reads what the machine's bandwidth is now.
   const auto best_of_two = [](const auto& pass) {
     double best = 0;
     for (int i = 0; i < 2; ++i) {

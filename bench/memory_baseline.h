@@ -3,7 +3,7 @@
 // over the SIMD kernels' own worker pool (kernels/simd/parallel.h) so both use the
 // thread count the kernels get. Every kernel's GB/s is read as a fraction of these: the
 // run-start rows, and a sample taken right before and after each host kernel's timed loop
-// (sample_baselines), since this machine's bandwidth drifts 2-3x within minutes.
+// (sample_baselines), since this machine's bandwidth drifts severalfold within minutes.
 #pragma once
 
 #include <cstddef>

@@ -2,11 +2,12 @@
 // kernels: one device-local buffer copied into another, timed by the device's timestamp
 // queries around the copy alone (no submission or host overhead), two ways — the copy
 // command (vkCmdCopyBuffer) and a compute shader (bench/shaders/copy_blocks.comp). On
-// lavapipe both are CPU memcpy loops; on an NVIDIA H100 the command moved ~0.8 TB/s and
-// the shader cores far more, so the bench table reads a kernel against the faster of the
-// two: the rate at which the device itself can stream. Like the host memcpy baseline
-// each is credited with read + written bytes. The same pair of buffers, copied untimed,
-// evicts a kernel's data from the device caches between timed calls (bench/vulkan_bench.h).
+// lavapipe both are CPU memcpy loops; on an NVIDIA H100 the shader cores moved far more
+// than the command (bench/records/2026-11-26-nvidia-h100.md), so the bench table reads a
+// kernel against the faster of the two: the rate at which the device itself can stream. Like the
+// host memcpy baseline each is credited with read + written bytes. The same pair of buffers, copied
+// untimed, evicts a kernel's data from the device caches between timed calls
+// (bench/vulkan_bench.h).
 //
 // Only public runtime APIs (vk::Device, vk::DeviceBuffer, vk::CommandStream, vk::ComputePipeline).
 #pragma once

@@ -1,12 +1,12 @@
-// The attention step through a cache, in the order every model must follow (spec §3.4,
-// §5.3): snapshot the positions → RoPE on Q and K at those positions → build the mask
-// from the pre-update state → update the cache through the path its kind requires →
-// attention over what the update returned.
+// The attention step through a cache, in the order every model must follow
+// (docs/lifecycle.md §Attention step, docs/lifecycle.md §Offset snapshot): snapshot the positions →
+// RoPE on Q and K at those positions → build the mask from the pre-update state → update the cache
+// through the path its kind requires → attention over what the update returned.
 //
 // Guards, by construction, against: queries roped at post-update offsets (the offset
 // aliasing of mlx-lm#1097 / #1384 / vlm#966); update() reached on a quantized cache
 // (mlx-swift-lm#71: attend picks update_quantized for quantized caches); a mask built
-// after the update (spec §0.5).
+// after the update (docs/lifecycle.md §Mask before the update).
 #pragma once
 
 #include <optional>
@@ -29,7 +29,7 @@ struct AttendResult {
   // read before the update (a value snapshot, never a handle into the cache).
   std::vector<std::int32_t> positions;
   CacheMask mask;  // the mask used, built from the pre-update state
-  // What the update returned; KV-sharing layers read it (spec §5.3).
+  // What the update returned; KV-sharing layers read it (docs/lifecycle.md §Offset snapshot).
   std::optional<FetchedKV> kv;
   std::optional<FetchedQuantizedKV> quantized_kv;
 };

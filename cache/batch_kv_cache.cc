@@ -109,7 +109,8 @@ void BatchLayout::prepare(const std::optional<std::vector<std::int32_t>>& left_p
                           const std::optional<std::vector<std::int32_t>>& right_padding) {
   std::vector<std::int32_t> next_left = left_padding_;
   if (left_padding) {
-    // Left padding describes columns that precede everything stored (spec §4.9).
+    // Left padding describes columns that precede everything stored
+    // (docs/semantics.md §Batch cache).
     KVLAB_REQUIRE(empty(), misuse, owner_, " prepare(left_padding) after ", idx_,
                   " columns were stored; left padding is only valid while empty");
     require_row_vector(*left_padding, "prepare left_padding");
@@ -145,8 +146,9 @@ void BatchLayout::finalize() {
     KVLAB_REQUIRE(rp[b] == 0 || rp[b] <= off[b], misuse, owner_, " finalize: right_padding[", b, "] = ", rp[b],
                   " exceeds the ", off[b], " tokens row ", b, " holds");
   }
-  // Roll over the whole capacity (spec §4.8, §4.9): the trailing pads move past _idx, the
-  // front receives wrapped junk that the larger left padding hides.
+  // Roll over the whole capacity (docs/kernels.md §Cache data movement,
+  // docs/semantics.md §Batch cache): the trailing pads move past _idx, the front receives wrapped
+  // junk that the larger left padding hides.
   std::vector<DTensor> next;
   for (const DTensor& c : components_) next.push_back(seq::roll(*backend_, c, rp));
   components_ = std::move(next);
@@ -162,9 +164,9 @@ CacheMask batch_causal_mask(std::string_view owner, std::int64_t n, int window,
                             const std::vector<std::int32_t>& left_padding) {
   KVLAB_REQUIRE(n >= 1, invalid_argument, owner, " make_mask for N = ", n, " tokens");
   KVLAB_REQUIRE(window >= 0, invalid_argument, owner, " make_mask window ", window, " is negative");
-  // create_causal_mask(N, offset=_idx, left_padding) (spec §4.9): the structured causal
-  // mask is lower-right aligned (offset = Lk − Lq = _idx), so the two are identical. It
-  // is always a mask, even for N == 1, because padded columns must stay hidden. Using
+  // create_causal_mask(N, offset=_idx, left_padding) (docs/semantics.md §Batch cache): the
+  // structured causal mask is lower-right aligned (offset = Lk − Lq = _idx), so the two are
+  // identical. It is always a mask, even for N == 1, because padded columns must stay hidden. Using
   // _idx rather than the per-row offset is mlx-vlm#1208's fix.
   CacheMask mask;
   mask.spec.kind = MaskKind::causal;
@@ -191,7 +193,8 @@ void BatchLayout::filter(const std::vector<std::int32_t>& batch_indices) {
   if (right_padding_) rp.emplace();
   for (const std::int32_t i : batch_indices) {
     lp.push_back(left_padding_[static_cast<std::size_t>(i)]);
-    // Appendix B.7: mlx-lm leaves _right_padding at the old batch size; mlx-vlm filters it.
+    // docs/upstream-bugs.md §U7: mlx-lm leaves _right_padding at the old batch size; mlx-vlm
+    // filters it.
     if (rp) rp->push_back((*right_padding_)[static_cast<std::size_t>(i)]);
   }
   // Shift left by the smallest padding (never past the cursor, which trim can put
@@ -367,7 +370,7 @@ void BatchLayout::save(CacheState& s) const {
   for (std::size_t c = 0; c < live.size(); ++c) s.tensors.emplace(names_[c], backend_->download(live[c]));
   s.tensors.emplace("left_padding", i32_tensor(left_padding_));
   s.tensors.emplace("offset", i32_tensor(offsets()));
-  // Appendix B.6: mlx-lm's from_state lacks _right_padding, so a save between prepare
+  // docs/upstream-bugs.md §U6: mlx-lm's from_state lacks _right_padding, so a save between prepare
   // and finalize loses it.
   if (right_padding_) s.tensors.emplace("right_padding", i32_tensor(*right_padding_));
   s.meta["idx"] = std::to_string(idx_);
@@ -469,7 +472,8 @@ std::unique_ptr<BatchKVCache> BatchKVCache::merge(Backend& backend, std::span<co
     KVLAB_REQUIRE(c != nullptr, invalid_argument, "BatchKVCache merge: cache ", r, " is null");
     KVLAB_REQUIRE(&c->backend() == &backend, invalid_argument, "BatchKVCache merge: cache ", r, " lives on backend '",
                   c->backend().name(), "', not '", backend.name(), "'");
-    // The stored rows [0, offset) of the buffers (spec §4.9 merge reads c.keys[..., :c.offset]).
+    // The stored rows [0, offset) of the buffers (mlx-lm's merge reads c.keys[..., :c.offset];
+    // docs/semantics.md §Batch cache).
     if (c->empty() || c->offset() == 0) rows.push_back({{}, 0});
     else rows.push_back({{c->key_buffer(), c->value_buffer()}, c->offset()});
   }

@@ -1,5 +1,5 @@
-// BatchKVCache(left_padding) (spec §4.9): B sequences of unequal length in one growing
-// cache, right-aligned at a shared cursor _idx, with per-row left padding.
+// BatchKVCache(left_padding) (docs/semantics.md §Batch cache): B sequences of unequal length in one
+// growing cache, right-aligned at a shared cursor _idx, with per-row left padding.
 //
 // The bookkeeping (padding, offsets, filter/extend/extract/merge/prepare/finalize/trim,
 // state) is BatchLayout's (cache/batch_layout.h), shared with BatchQuantizedKVCache;
@@ -52,7 +52,7 @@ class BatchKVCache final : public Cache {
   // Row i as a KVCache holding its real tokens [max(0, lp[i]), _idx).
   std::unique_ptr<KVCache> extract(std::int64_t i) const;
   // Single-sequence caches (B = 1 each, same backend, H, D, dtype) right-aligned into
-  // one batch (spec §4.9 merge; mlx-lm KVCache.merge).
+  // one batch (mlx-lm KVCache.merge; docs/semantics.md §Batch cache).
   static std::unique_ptr<BatchKVCache> merge(Backend& backend, std::span<const KVCache* const> caches);
 
   std::int64_t batch_size() const { return layout_.batch_size(); }

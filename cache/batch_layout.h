@@ -1,5 +1,6 @@
 // BatchLayout: the bookkeeping shared by BatchKVCache and BatchQuantizedKVCache
-// (spec §4.9, §4.11), written once over a list of component blocks.
+// (docs/semantics.md §Batch cache, docs/semantics.md §Batch quantized cache), written once over a
+// list of component blocks.
 //
 // A batch cache is B rows right-aligned at one cursor `_idx`:
 //   row b = [left_padding[b] invalid columns][offset[b] real tokens], offset = _idx − lp.
@@ -12,10 +13,11 @@
 //
 // Deviations from mlx-lm, on purpose (each guards against a listed upstream bug):
 // - offset is not stored: it is derived as _idx − left_padding, so the invariant of
-//   §4.9 cannot break, and offsets() is a fresh vector (spec §5, mlx-lm#1097/#1848).
-// - filter also filters the pending right padding (Appendix B.7; mlx-vlm does).
+//   docs/semantics.md §Batch cache cannot break, and offsets() is a fresh vector
+//   (docs/lifecycle.md §Offset snapshot, mlx-lm#1097/#1848).
+// - filter also filters the pending right padding (docs/upstream-bugs.md §U7; mlx-vlm does).
 // - extract while a right padding is pending is rejected (mlx-lm PR #1746).
-// - the state carries the pending right padding (Appendix B.6).
+// - the state carries the pending right padding (docs/upstream-bugs.md §U6).
 // - unused / padding columns are NaN poison (codes all ones), not zeros; masks hide
 //   them (reference/sdpa.h: hidden keys are never read).
 // Every mutator validates first, builds new buffers, then commits: a kvlab::Error
@@ -34,7 +36,7 @@ namespace kvlab {
 
 class BatchLayout {
  public:
-  static constexpr std::int64_t kStep = 256;  // mlx-lm's growth step (spec §4.0)
+  static constexpr std::int64_t kStep = 256;  // mlx-lm's growth step (docs/semantics.md §Common rules)
 
   // One row handed to merge: `length` tokens in rows [0, length) of each buffer
   // (1, H_c, >= length, W_c); no buffers when length == 0.

@@ -99,7 +99,8 @@ QuantizedDTensor BatchQuantizedKVCache::value_buffer() const { return packed(lay
 
 void BatchQuantizedKVCache::extend(const BatchQuantizedKVCache& other) {
   // Codes of another spec have other widths or meanings; another rounding would mix two
-  // quantizers in one cache (spec §0.2). Either is an Error before anything moves.
+  // quantizers in one cache (docs/quantization.md §Rounding flavours). Either is an Error before
+  // anything moves.
   KVLAB_REQUIRE(spec_ == other.spec_ && rounding_ == other.rounding_, invalid_argument, kBatchQuantized, " cannot extend a ",
                 to_string(spec_), " / ", rounding_name(rounding_), " cache with a ", to_string(other.spec_), " / ",
                 rounding_name(other.rounding_), " one");

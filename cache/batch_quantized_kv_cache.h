@@ -1,6 +1,7 @@
 // BatchQuantizedKVCache(left_padding, spec, rounding): BatchKVCache's semantics over
-// packed data (spec §4.11, mlx-vlm's class; mlx-lm has none: PRs #941, #1322, #1584
-// closed, so quantized prompt caches could never be batched, spec §7 row 34).
+// packed data (docs/semantics.md §Batch quantized cache, mlx-vlm's class; mlx-lm has none: PRs
+// #941, #1322, #1584 closed, so quantized prompt caches could never be batched,
+// docs/upstream-bugs.md row 34).
 //
 // The bookkeeping is BatchLayout's (cache/batch_layout.h), shared with BatchKVCache;
 // only the components differ: keys.{wq, scales, biases} and values.{wq, scales, biases}
@@ -10,14 +11,15 @@
 //
 // Differences from mlx-vlm, on purpose:
 // - Allocation width is QuantSpec::packed_words (D·bits/32), not dim // (32 // bits),
-//   which breaks the first update for 3/5/6 bits (spec Appendix B.1).
+//   which breaks the first update for 3/5/6 bits (docs/upstream-bugs.md §U1).
 // - extend rejects caches of another spec or rounding (mlx-vlm would concatenate codes
 //   of different widths or meanings); merge exists (QuantizedKVCache → batch).
 // - is_trimmable() is true and trim works, where mlx-vlm returns False / 0. Quantization
 //   is per token row, so dropping the newest columns leaves every other stored bit as it
-//   was (the same reason QuantizedKVCache is trimmable in mlx-lm, spec §4.4). mlx-vlm's
-//   False makes trim_prompt_cache skip the layer silently and desynchronise it from the
-//   plain layers it leaves unquantized (the last layer, §4.11 "Cache policy").
+//   was (the same reason QuantizedKVCache is trimmable in mlx-lm,
+//   docs/semantics.md §Quantized cache). mlx-vlm's False makes trim_prompt_cache skip the layer
+//   silently and desynchronise it from the plain layers it leaves unquantized (the last layer:
+//   docs/lifecycle.md §Quantization policy).
 // - Padding / unused columns are poison (codes all ones, NaN scales and biases), not the
 //   zeros that decode to 0; masks hide them.
 // - The rest as in batch_layout.h (right padding filtered and saved, extract rejected
@@ -72,7 +74,7 @@ class BatchQuantizedKVCache final : public Cache {
   // Row i as a QuantizedKVCache holding its real tokens [max(0, lp[i]), _idx).
   std::unique_ptr<QuantizedKVCache> extract(std::int64_t i) const;
   // Single-sequence quantized caches (B = 1, one spec and rounding, same backend) right-
-  // aligned into one batch; the spec comes from caches[0].
+  // aligned into one batch; the QuantSpec comes from caches[0].
   static std::unique_ptr<BatchQuantizedKVCache> merge(Backend& backend,
                                                       std::span<const QuantizedKVCache* const> caches);
 

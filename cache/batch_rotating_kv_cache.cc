@@ -77,7 +77,7 @@ BatchRotatingKVCache::BatchRotatingKVCache(Backend& backend, I64 max_size, std::
   require_rows(left_padding, static_cast<I64>(left_padding.size()), "left_padding", true);
   for (const std::int32_t lp : left_padding) {
     left_padding_.push_back(lp);
-    offset_.push_back(-lp);  // padding tokens get negative positions (spec §0.4)
+    offset_.push_back(-lp);  // padding tokens get negative positions (docs/lifecycle.md §Attention step)
   }
 }
 
@@ -122,7 +122,8 @@ FetchedKV BatchRotatingKVCache::update(const DTensor& k, const DTensor& v) {
   KVLAB_REQUIRE(top + k.shape[2] <= std::numeric_limits<std::int32_t>::max(), invalid_argument,
                 "BatchRotatingKVCache update of ", k.shape[2], " tokens would take offset ", top, " past INT32_MAX");
   // mlx-lm raises for S == 1 while a right pad is pending; mlx-vlm 75f50e84 sends it
-  // through the concat path, so a prefill whose last chunk is one token works (§7 row 25).
+  // through the concat path, so a prefill whose last chunk is one token works
+  // (docs/upstream-bugs.md row 25).
   if (k.shape[2] == 1 && !lengths_) return update_in_place(k, v);
   return update_concat(k, v);
 }
@@ -150,7 +151,7 @@ FetchedKV BatchRotatingKVCache::update_concat(const DTensor& k, const DTensor& v
     }
     // Keep max_size − 1 old columns so the first new query still sees max_size keys.
     const I64 trim = std::max<I64>(0, len - max_size_ + 1);
-    for (I64& p : lp) p -= trim;  // goes negative once the padding is gone (Appendix A.4)
+    for (I64& p : lp) p -= trim;  // goes negative once the padding is gone (docs/traces.md §T4)
     nk = splice(be, t.keys, trim, len, k);
     nv = splice(be, t.values, trim, len, v);
   }
@@ -214,8 +215,9 @@ FetchedKV BatchRotatingKVCache::update_in_place(const DTensor& k, const DTensor&
 CacheMask BatchRotatingKVCache::make_mask(I64 n, int window) const {
   KVLAB_REQUIRE(n >= 1, invalid_argument, "BatchRotatingKVCache::make_mask for N = ", n, " tokens");
   KVLAB_REQUIRE(window >= 0, invalid_argument, "BatchRotatingKVCache::make_mask window ", window, " is negative");
-  // One mask serves every layer and is built before any update (spec §0.5), so it
-  // describes the layout the coming update returns: trims and rotation anticipated.
+  // One mask serves every layer and is built before any update
+  // (docs/lifecycle.md §Mask before the update), so it describes the layout the coming update
+  // returns: trims and rotation anticipated.
   const I64 w = window > 0 ? window : max_size_;
   const I64 o = std::min(max_size_ - 1, columns_);
   const I64 len = o + n;
@@ -370,7 +372,7 @@ void BatchRotatingKVCache::filter(const std::vector<std::int32_t>& indices) {
   values_ = std::move(nv);
   left_padding_ = std::move(lp);
   offset_ = std::move(off);
-  // mlx-lm leaves _lengths at the old batch size (Appendix B.7); mlx-vlm 570afed3
+  // mlx-lm leaves _lengths at the old batch size (docs/upstream-bugs.md §U7); mlx-vlm 570afed3
   // filters it, which keeps a pending right pad usable across a filter.
   if (lengths_) lengths_ = std::move(len);
 }
@@ -445,7 +447,7 @@ FetchedKV BatchRotatingKVCache::extract_rows(I64 i) const {
   const I64 len = temporal_length();
   // Clamp at 0: left_padding goes negative after eviction, and mlx-lm's negative slice
   // start then dropped the window (mlx-lm#1114, vllm-mlx#256). Also at most max_size
-  // columns: right after a concat the buffer holds max_size − 1 + S (spec §7 row 7).
+  // columns: right after a concat the buffer holds max_size − 1 + S (docs/upstream-bugs.md row 7).
   const I64 start = std::max({I64{0}, left_padding_[static_cast<std::size_t>(i)], len - max_size_});
   if (start >= len) return {};
   std::vector<SeqBlock> blocks;
@@ -472,7 +474,7 @@ std::unique_ptr<BatchRotatingKVCache> BatchRotatingKVCache::merge(Backend& backe
     KVLAB_REQUIRE(c != nullptr, invalid_argument, "BatchRotatingKVCache::merge cache ", b, " is null");
     KVLAB_REQUIRE(c->max_size() == caches[0]->max_size(), invalid_argument, "BatchRotatingKVCache::merge cache ", b,
                   " has max_size ", c->max_size(), ", cache 0 has ", caches[0]->max_size());
-    // Taking the newest len columns would drop the sinks (Appendix B.10); batching
+    // Taking the newest len columns would drop the sinks (docs/upstream-bugs.md §U10); batching
     // requires keep == 0 in mlx-lm too.
     KVLAB_REQUIRE(c->keep() == 0, invalid_argument, "BatchRotatingKVCache::merge cache ", b, " has keep ", c->keep(),
                   "; only keep 0 can be batched");

@@ -1,9 +1,10 @@
-// BatchRotatingKVCache(max_size, left_padding) (spec §4.10): a batch of sliding-window
-// caches sharing one ring buffer (B, H, C, D), as mlx-lm's BatchGenerator uses it.
+// BatchRotatingKVCache(max_size, left_padding) (docs/semantics.md §Batch rotating cache): a batch
+// of sliding-window caches sharing one ring buffer (B, H, C, D), as mlx-lm's BatchGenerator uses
+// it.
 //
 // Bookkeeping (host side, all by value):
 //   left_padding[b]  invalid columns at the front of row b's temporal order. Every
-//                    eviction lowers it, so it legitimately goes negative (Appendix A.4);
+//                    eviction lowers it, so it legitimately goes negative (docs/traces.md §T4);
 //                    anything that slices with it clamps at 0 (vllm-mlx#256, mlx-lm#1114).
 //   offset[b]        true token count of row b (keeps growing past the window).
 //   idx              physical write cursor (mlx-lm _idx).
@@ -19,13 +20,13 @@
 //    has wrapped (mlx-lm uses the cursor and hides one real key in that case).
 //  * rolling consumed right padding to the front sets left_padding = max(0, lp) + roll
 //    (mlx-lm adds to a negative lp, so extract later returns pads as tokens).
-//  * filter also filters the pending lengths (mlx-vlm 570afed3, Appendix B.7), and
+//  * filter also filters the pending lengths (mlx-vlm 570afed3, docs/upstream-bugs.md §U7), and
 //    rejects duplicate rows; trim is rejected while a right pad is pending (as in
 //    BatchLayout, batch_layout.h).
 //  * extract rejects a pending right pad (mlx-lm PR #1746) and returns at most max_size
-//    tokens (the last ones, spec §7 row 7).
-//  * merge skips empty rows (mlx-vlm#1916) and rejects keep > 0 (Appendix B.10).
-//  * state()/from_state keep `rotated` as "true"/"false" (Appendix B.5: mlx-lm's
+//    tokens (the last ones, docs/upstream-bugs.md row 7).
+//  * merge skips empty rows (mlx-vlm#1916) and rejects keep > 0 (docs/upstream-bugs.md §U10).
+//  * state()/from_state keep `rotated` as "true"/"false" (docs/upstream-bugs.md §U5: mlx-lm's
 //    bool("False") is True) and the pending lengths (B.6); corrupt states throw.
 //  * extend rejects different max_size, and either side with a pending right pad; it
 //    does not reorder `other` (mlx-lm linearises both caches in place).
@@ -78,7 +79,8 @@ class BatchRotatingKVCache final : public Cache {
   // target offsets lengths + offset until finalize().
   void prepare(const std::vector<std::int32_t>& left_padding, const std::vector<std::int32_t>& lengths,
                const std::vector<std::int32_t>& right_padding);
-  // Rolls the consumed right padding of each row to its front (spec §4.10 finalize).
+  // Rolls the consumed right padding of each row to its front
+  // (docs/semantics.md §Batch rotating cache finalize).
   void finalize();
   // Keeps the given rows, in that order (no left shift, as in mlx-lm); each index once.
   void filter(const std::vector<std::int32_t>& indices);
@@ -89,7 +91,8 @@ class BatchRotatingKVCache final : public Cache {
   std::unique_ptr<RotatingKVCache> extract(std::int64_t i) const;
   // What extract(i) adopts: (1, H, L, D) keys and values in temporal order, L <= max_size.
   FetchedKV extract_rows(std::int64_t i) const;
-  // One row per cache, right-aligned; all max_size equal, keep == 0 (spec §4.10 merge).
+  // One row per cache, right-aligned; all max_size equal, keep == 0
+  // (docs/semantics.md §Batch rotating cache merge).
   static std::unique_ptr<BatchRotatingKVCache> merge(Backend& backend,
                                                      const std::vector<const RotatingKVCache*>& caches);
 

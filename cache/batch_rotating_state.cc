@@ -21,12 +21,13 @@ CacheState BatchRotatingKVCache::state() const {
   s.meta = {{"max_size", std::to_string(max_size_)},
             {"_offset", std::to_string(columns_)},
             {"_idx", std::to_string(idx_)},
-            // Appendix B.5: mlx-lm writes str(rotated) and reads bool("False") == True.
+            // docs/upstream-bugs.md §U5: mlx-lm writes str(rotated) and reads bool("False") ==
+            // True.
             {"rotated", rotated_ ? "true" : "false"}};
   const auto ints = [](const Rows& v) { return Tensor::from_ints(DType::i32, {static_cast<I64>(v.size())}, v); };
   s.tensors.emplace("offset", ints(offset_));
   s.tensors.emplace("left_padding", ints(left_padding_));
-  if (lengths_) s.tensors.emplace("lengths", ints(*lengths_));  // Appendix B.6: mlx-lm drops it
+  if (lengths_) s.tensors.emplace("lengths", ints(*lengths_));  // docs/upstream-bugs.md §U6: mlx-lm drops it
   // A cache trimmed back to no columns saves none, like an empty one (from_state rejects
   // zero-length blocks; found by the lifecycle property: decode, trim(1), save → load).
   if (keys_ && temporal_length() > 0) {

@@ -1,11 +1,12 @@
-// The cache types' common vocabulary (spec §4.0). Every cache is written once over a
-// Backend&: bookkeeping (offsets, padding, ring cursor, capacity) lives here on the
+// The cache types' common vocabulary (docs/semantics.md §Common rules). Every cache is written once
+// over a Backend&: bookkeeping (offsets, padding, ring cursor, capacity) lives here on the
 // host, the data lives in the backend's buffers and is moved by its kernels
 // (reference/kv_move.h). A cache over the ReferenceBackend is the reference cache.
 //
-// Rules every cache type follows (DESIGN.md "Observables"):
+// Rules every cache type follows (docs/design.md §Observables):
 // - offsets() returns a value snapshot; no API hands out a mutable handle to an offset
-//   (spec §5, mlx-lm#1097 / #1848). Positions for a chunk are read before update.
+//   (docs/lifecycle.md §Offset snapshot, mlx-lm#1097 / #1848). Positions for a chunk are read
+//   before update.
 // - update() is the plain path and update_quantized() the quantized path; calling the
 //   wrong one is a kvlab::Error of kind misuse, never a crash (mlx-swift-lm#71).
 // - Unused and evicted slots hold NaN poison so that a read of them fails loudly.
@@ -39,8 +40,8 @@ struct FetchedQuantizedKV {
 };
 
 // The mask attention must use with the K/V the coming update will return. It is built
-// before the update from pre-update state (spec §0.5): either no mask, the structured
-// causal form, or an explicit boolean array of shape (1|B, 1, N, L).
+// before the update from pre-update state (docs/lifecycle.md §Mask before the update): either no
+// mask, the structured causal form, or an explicit boolean array of shape (1|B, 1, N, L).
 struct CacheMask {
   MaskSpec spec;                // kind none, causal or boolean
   std::optional<Tensor> array;  // set iff spec.kind == MaskKind::boolean
@@ -48,7 +49,7 @@ struct CacheMask {
 
 // Serialized form of one cache: tensors plus string metadata, written to safetensors by
 // cache/state_file.h. Every field the cache needs to continue is in here (the mlx-lm
-// round trips of spec §4.12 / Appendix B that lose fields are not reproduced).
+// round trips that lose fields, docs/upstream-bugs.md §U4, §U5, §U6, are not reproduced).
 struct CacheState {
   std::string class_name;
   std::map<std::string, Tensor> tensors;
@@ -74,7 +75,7 @@ auto meta_enum(const CacheState& st, const char* who, const std::string& field, 
 // A rank-1 i32 tensor holding `v` (per-sequence offsets and padding in a state).
 Tensor i32_tensor(const std::vector<std::int32_t>& v);
 
-// ---- observables (DESIGN.md "Observables" 2) ---------------------------------------------
+// ---- observables (docs/design.md §Observables, item 2) ------------------------------------------
 // What a cache holds, read without knowing its type: harness scripts, properties and the
 // zoo compare these with a model, so no consumer rebuilds them through a cast.
 
@@ -164,7 +165,7 @@ class Cache {
 SequenceContent newest_content(std::int64_t offset, std::int64_t length, std::vector<ContentPart> parts);
 // Plain parts "keys", "values" of fetched K/V.
 std::vector<ContentPart> plain_parts(const FetchedKV& kv);
-// Packed parts "keys.wq", ... of fetched codes (biases only where the spec has them).
+// Packed parts "keys.wq", ... of fetched codes (biases only where the QuantSpec has them).
 std::vector<ContentPart> packed_parts(const FetchedQuantizedKV& kv);
 
 // NaN bit pattern of a float dtype, used to poison unused slots.

@@ -110,7 +110,7 @@ CacheState ChunkedKVCache::state() const {
                 {"offset", std::to_string(offset_)}}};
   if (keys_) {
     // Only the valid rows: mlx-lm slices [:offset], which is the whole (poisoned here)
-    // buffer once start_position > 0 (Appendix B.4).
+    // buffer once start_position > 0 (docs/upstream-bugs.md §U4).
     const FetchedKV kv = fetch();
     s.tensors.emplace("keys", backend().download(kv.keys));
     s.tensors.emplace("values", backend().download(kv.values));
@@ -125,7 +125,7 @@ std::unique_ptr<ChunkedKVCache> ChunkedKVCache::from_state(Backend& backend, con
   const std::int64_t start = meta_integer(state, "ChunkedKVCache", "start_position");
   const std::int64_t offset = meta_integer(state, "ChunkedKVCache", "offset");
   KVLAB_REQUIRE(chunk > 0, corrupt, "ChunkedKVCache state chunk_size ", chunk, " must be positive");
-  // The offset comes from the metadata, never from the buffer shape (Appendix B.4,
+  // The offset comes from the metadata, never from the buffer shape (docs/upstream-bugs.md §U4,
   // maclocal-api#46), and must be consistent with what is stored.
   KVLAB_REQUIRE(start <= offset && offset <= std::numeric_limits<std::int32_t>::max(), corrupt,
                 "ChunkedKVCache state start_position ", start, " and offset ", offset,

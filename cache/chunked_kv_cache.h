@@ -1,6 +1,6 @@
-// ChunkedKVCache(chunk_size) (spec §4.5): the cache of llama4's chunked local-attention
-// layers. It holds the tokens [start_position, offset): buffer row r is absolute token
-// start_position + r. The model calls maybe_trim_front() before each layer update; it
+// ChunkedKVCache(chunk_size) (docs/semantics.md §Chunked cache): the cache of llama4's chunked
+// local-attention layers. It holds the tokens [start_position, offset): buffer row r is absolute
+// token start_position + r. The model calls maybe_trim_front() before each layer update; it
 // drops the oldest tokens so that at most chunk_size of them stay, and the chunk mask
 // (make_mask) hides whatever attention must not see from the rows that remain.
 //
@@ -11,7 +11,7 @@
 // - state() holds exactly the valid rows [0, offset − start_position) and the meta
 //   holds offset as well as chunk_size and start_position. mlx-lm slices [:offset] and
 //   reloads with offset = buffer rows, so a reload could give offset < start_position
-//   (Appendix B.4: 300 → 260 with start 295).
+//   (docs/upstream-bugs.md §U4: 300 → 260 with start 295).
 // - make_mask() exists (mlx-lm has none; llama4 builds the mask itself) and returns the
 //   same boolean chunk mask, so every cache hands attention its mask the same way.
 // - Unused rows are NaN poison, k/v must already have the cache's dtype, and a shape
@@ -50,7 +50,7 @@ class ChunkedKVCache final : public Cache {
   // maybe_trim_front): a boolean u8 array (1, 1, n, L) with L = offset − start + n. Key
   // column j is absolute position k = start + j, query row i is q = offset + i; they
   // attend iff ⌊k/chunk⌋ == ⌊q/chunk⌋ and k <= q, and, when window > 0, q − k < window
-  // (the window of spec §2.3 applied on top; llama4 itself passes none). Always an
+  // (the window of docs/kernels.md §Masks applied on top; llama4 itself passes none). Always an
   // array, even for n == 1: the rows kept in front may belong to the previous chunk.
   CacheMask make_mask(std::int64_t n, int window) const override;
 

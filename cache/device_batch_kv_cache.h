@@ -1,6 +1,7 @@
 // DeviceBatchKVCache(left_padding): BatchKVCache's layout (B rows right-aligned at one
 // shared column cursor, per-row left padding) with the per-row offsets held in a backend
-// tensor, as an engine keeps them on its device (spec §5, the offset-aliasing hazard).
+// tensor, as an engine keeps them on its device (docs/lifecycle.md §Offset snapshot, the
+// offset-aliasing hazard).
 //
 // Writes go through kv_append_advance, which reads each row's offset where it lives and
 // advances it there (reference/kv_append.h). The host keeps only the shared cursor, to

@@ -86,8 +86,8 @@ CacheMask KVCache::make_mask(std::int64_t n, int window) const {
   KVLAB_REQUIRE(n >= 1, invalid_argument, "make_mask for N = ", n, " tokens");
   KVLAB_REQUIRE(window >= 0, invalid_argument, "make_mask window ", window, " is negative");
   CacheMask mask;
-  // spec §2.3 create_attention_mask: a window always needs a mask, even for N == 1
-  // (mlx-lm#843); otherwise one token sees everything and needs none.
+  // mlx-lm's create_attention_mask (docs/kernels.md §Masks): a window always needs a mask, even for
+  // N == 1 (mlx-lm#843); otherwise one token sees everything and needs none.
   if (n > 1 || window > 0) {
     mask.spec.kind = MaskKind::causal;
     mask.spec.window = window;

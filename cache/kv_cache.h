@@ -1,4 +1,5 @@
-// KVCache (spec §4.1): a growing per-layer cache for one batch of equal-length rows.
+// KVCache (docs/semantics.md §KV cache): a growing per-layer cache for one batch of equal-length
+// rows.
 //
 // Capacity grows in steps of 256 exactly as mlx-lm does (when the cursor is not on a
 // step boundary the buffer is first cut to the cursor, then a block of ceil(S/256)·256

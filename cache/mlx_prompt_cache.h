@@ -3,8 +3,8 @@
 // kvlab and mlx-lm. The container is the same safetensors file as kvlab's own state
 // files (cache/state_file.h); the naming and metadata are mlx-lm's.
 //
-// The layout, as mlx-lm 0.32.2 writes it (read from its cache.py; the spec's §4.12
-// describes a later layout with meta_state, see "Differences from the spec" below):
+// The layout, as mlx-lm 0.32.2 writes it (read from its cache.py; later layouts add
+// per-class meta_state strings, see "Differences from later layouts" below):
 //   tensors  "<layer>.<field>"        one per entry of the class's `state` tuple;
 //            "<layer>.<field>.<part>" for a tuple inside it (QuantizedKVCache's keys and
 //                                     values are (wq, scales, biases));
@@ -44,11 +44,12 @@
 //   a BatchRotatingKVCache with pending _lengths (same), user metadata keys that
 //   tree_unflatten would not give back verbatim (empty, containing '.', all digits).
 //
-// Differences from the spec (§4.12, Appendix B), where the pinned library wins:
+// Differences from later layouts and their losses (docs/semantics.md §mlx-lm prompt-cache files,
+// docs/upstream-bugs.md §U4, §U5), where the pinned library wins:
 // * 0.32.2 has no meta_state in the file: metadata is [user, classes, scalars], not
 //   [meta_states, user, classes], and integer fields are 0-d I32 tensors.
 // * BatchRotatingKVCache `rotated` is a 0-d BOOL tensor read back with .item(), so it
-//   round-trips; the bool("False") == True loss of the spec does not happen here.
+//   round-trips; the bool("False") == True loss of later layouts does not happen here.
 // * ChunkedKVCache's state is its whole buffer with offset and start_position, so the
 //   "wrong offset after trimming" loss does not happen either.
 // * An empty KVCache can be saved (keys None becomes a "none" scalar).

@@ -53,8 +53,8 @@ CacheFormat CacheFormat::uniform(std::size_t n, const std::string& layer) {
 
 std::string CacheFormat::kv() { return "KVCache"; }
 
-// Spec and rounding both change the stored bits (spec §0.2: CPU and GPU round ties
-// differently), so either one differing makes the states incompatible.
+// Spec and rounding both change the stored bits (docs/quantization.md §Rounding flavours: CPU and
+// GPU round ties differently), so either one differing makes the states incompatible.
 std::string CacheFormat::quantized(const QuantSpec& spec, Rounding r) {
   return cat("QuantizedKVCache ", to_string(spec), " ", rounding_name(r));
 }
@@ -192,8 +192,9 @@ bool PrefixCache::insert(const std::string& model, const CacheFormat& format, co
   touch({bucket, entry});
   ++stats_.inserts;
 
-  // mlx-lm §4.15: a trimmable entry serves its stored prefixes through trim(), so they
-  // only cost memory. An untrimmable one (a wrapped ring) cannot, so they stay.
+  // mlx-lm's insertion rule (docs/semantics.md §Prefix cache): a trimmable entry serves its stored
+  // prefixes through trim(), so they only cost memory. An untrimmable one (a wrapped ring) cannot,
+  // so they stay.
   if (config_.drop_trimmable_prefixes && trimmable) {
     for (auto it = bucket->second.begin(); it != bucket->second.end();) {
       const auto next = std::next(it);

@@ -1,9 +1,9 @@
-// PrefixCache: prompt-cache reuse across requests (spec §4.15 mlx-lm LRUPromptCache,
-// §4.17 vllm-mlx MemoryAwarePrefixCache).
+// PrefixCache: prompt-cache reuse across requests, after mlx-lm's LRUPromptCache and
+// vllm-mlx's MemoryAwarePrefixCache (docs/semantics.md §Prefix cache).
 //
 // An entry is the per-layer caches after processing a token sequence, stored as deep
 // copies made through the registry (clone_cache: state → from_state). So an entry never
-// aliases a live buffer (vllm-mlx#642, spec §7 row 48), a quantized layer is restored
+// aliases a live buffer (vllm-mlx#642, docs/upstream-bugs.md row 48), a quantized layer is restored
 // from state + meta and never infers its offset from packed shapes (maclocal-api#46,
 // row 54), and everything stored has a serializable state (vllm-mlx#443/#451, row 49).
 //
@@ -22,19 +22,20 @@
 // candidates; the scan is simpler to audit.
 //
 // Matching (fetch). For every stored entry E with l = lcp(E, T):
-//  * E == T (exact): reused |T|, remaining [] — mlx-lm's literal behaviour (§4.15). The
-//    model then has no token to produce logits from, so the caller must keep them from
-//    the request that stored the entry. With Config::exact_keeps_last_token the entry is
-//    instead trimmed by one token (only when every layer is trimmable) and the last
-//    prompt token is returned to process; an untrimmable exact entry then falls through
-//    to the other kinds.
+//  * E == T (exact): reused |T|, remaining [] — mlx-lm's literal behaviour
+//    (docs/semantics.md §Prefix cache). The model then has no token to produce logits from, so the
+//    caller must keep them from the request that stored the entry. With
+//    Config::exact_keeps_last_token the entry is instead trimmed by one token (only when every
+//    layer is trimmable) and the last prompt token is returned to process; an untrimmable exact
+//    entry then falls through to the other kinds.
 //  * E a proper prefix of T (prefix): reused |E|, no trim; usable for every layer kind
 //    (a wrapped ring continued with the rest equals the ring built from scratch).
 //  * E extends T (supersequence) or diverges from T after l tokens (lcp): usable only
 //    when every layer is trimmable; reused r = min(l, |T| − 1) — at least one prompt
 //    token is left to process (mlx-lm) — and each layer of the copy goes through its own
 //    trim(|E| − r). Entries with an untrimmable layer (a wrapped RotatingKVCache, hybrid
-//    caches) are skipped, never sliced by hand (mlx-vlm#1715 / #1748, spec §7 row 42).
+//    caches) are skipped, never sliced by hand (mlx-vlm#1715 / #1748, docs/upstream-bugs.md row
+//    42).
 //  The candidate reusing the most tokens wins (mlx-lm: "the longer cached sequence when
 //  its common prefix is longer than any shorter hit"); ties go to the one trimming fewer
 //  tokens, so a stored prefix beats an equally long trimmed neighbour. This is vllm-mlx's
@@ -43,10 +44,10 @@
 //
 // Insertion: deep copies are made first, so a failing clone or a misuse Error changes
 // nothing. Replacing the same key replaces its entry. When the new entry is trimmable,
-// stored proper prefixes of it under the same key are dropped (mlx-lm §4.15): the new
-// entry serves them through a trim. LRU eviction (global over models and formats) keeps
-// entry count <= max_entries and the exact sum of the stored copies' nbytes() <=
-// max_bytes. An entry larger than max_bytes on its own is not stored (insert returns
+// stored proper prefixes of it under the same key are dropped (mlx-lm;
+// docs/semantics.md §Prefix cache): the new entry serves them through a trim. LRU eviction (global
+// over models and formats) keeps entry count <= max_entries and the exact sum of the stored copies'
+// nbytes() <= max_bytes. An entry larger than max_bytes on its own is not stored (insert returns
 // false, counted in rejected_too_large) and evicts nothing. mlx-lm's per-type eviction
 // order (assistant / user / system) is not modelled: one LRU order.
 //
@@ -126,7 +127,7 @@ class PrefixCache {
     std::size_t max_entries = 64;
     std::size_t max_bytes = std::size_t{1} << 30;
     bool exact_keeps_last_token = false;  // false: mlx-lm (exact hit returns [] remaining)
-    bool drop_trimmable_prefixes = true;  // mlx-lm §4.15 insertion rule
+    bool drop_trimmable_prefixes = true;  // mlx-lm's insertion rule (docs/semantics.md §Prefix cache)
   };
 
   PrefixCache();  // default Config

@@ -55,7 +55,7 @@ const Tensor& state_tensor(const CacheState& st, const std::string& name) {
   return it->second;
 }
 
-// Checks one side ("keys" / "values") against the spec and the offset, then uploads it.
+// Checks one side ("keys" / "values") against the QuantSpec and the offset, then uploads it.
 QuantizedDTensor load_side(Backend& be, const CacheState& st, const std::string& side, const QuantSpec& spec,
                            std::int64_t offset) {
   const Tensor& wq = state_tensor(st, side + ".wq");
@@ -196,7 +196,8 @@ void QuantizedKVCache::reserve(const QuantizedDTensor& qk, const QuantizedDTenso
   const std::int64_t prev = offset_;
   if (keys_.wq && prev + s <= capacity()) return;
   if (keys_.wq) {
-    // spec §4.4 step 1: the KVCache growth rule, applied to each of the three arrays.
+    // The KVCache growth rule (docs/semantics.md §Common rules), applied to each of the three
+    // arrays.
     const std::int64_t grown = seq::grown_capacity(prev, capacity(), s, kStep);
     const auto regrow = [&](const DTensor& t) { return seq::regrow(be, t, prev, grown); };
     keys_ = map_parts(keys_, regrow);
@@ -249,8 +250,8 @@ FetchedQuantizedKV QuantizedKVCache::fetch() const {
 }
 
 CacheMask QuantizedKVCache::make_mask(std::int64_t n, int window) const {
-  // Same rule as KVCache (spec §4.4); the mask does not depend on the buffers, so a
-  // bufferless KVCache states it once for both.
+  // Same rule as KVCache (docs/semantics.md §Quantized cache); the mask does not depend on the
+  // buffers, so a bufferless KVCache states it once for both.
   return KVCache(backend()).make_mask(n, window);
 }
 

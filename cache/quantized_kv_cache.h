@@ -1,6 +1,6 @@
-// QuantizedKVCache (spec §4.4), the conversion KVCache → QuantizedKVCache (spec §4.1
-// to_quantized) and the per-layer quantization policy (spec §4.13
-// maybe_quantize_kv_cache).
+// QuantizedKVCache (docs/semantics.md §Quantized cache), the conversion KVCache →
+// QuantizedKVCache (mlx-lm's to_quantized, same section) and the per-layer quantization
+// policy (mlx-lm's maybe_quantize_kv_cache; docs/lifecycle.md §Quantization policy).
 //
 // The cache stores keys and values as packed tensors (codes u32 (B, H, capacity, words),
 // scales and — affine only — biases (B, H, capacity, groups)). Every incoming chunk is
@@ -11,7 +11,7 @@
 // Differences from mlx-lm, on purpose:
 // - The allocation width is QuantSpec::packed_words (D·bits/32). mlx-lm's first
 //   allocation uses dim // (32 // bits), which is wrong for 3, 5 and 6 bits and breaks
-//   the first update at D = 128 (bits 5, 6) and D = 256 (bits 3) (spec Appendix B.1).
+//   the first update at D = 128 (bits 5, 6) and D = 256 (bits 3) (docs/upstream-bugs.md §U1).
 // - Unused and trimmed rows are poison (NaN scales/biases, all-ones codes), not zeros.
 // - A dtype or shape change between updates is an Error; mlx-lm casts silently into
 //   the dtype of the first keys.
@@ -33,7 +33,7 @@ namespace kvlab {
 
 // Quantizes every row of a cache block x (B, H, S, D) with `spec` through the backend:
 // codes (B, H, S, D·bits/32) — D·bits/32 words, not mlx-lm's dim // (32 // bits)
-// (spec Appendix B.1) — and scales (+ biases for affine) (B, H, S, D/group). Shared by
+// (docs/upstream-bugs.md §U1) — and scales (+ biases for affine) (B, H, S, D/group). Shared by
 // every quantized cache type.
 QuantizedDTensor quantize_rows(Backend& backend, const DTensor& x, const QuantSpec& spec, Rounding rounding);
 
@@ -42,8 +42,8 @@ class QuantizedKVCache final : public Cache {
   static constexpr std::int64_t kStep = 256;
 
   // mlx-lm's QuantizedKVCache defaults to 8 bits, group 64 (KVCache.to_quantized to 4
-  // bits: spec Appendix B.9); here the spec is always explicit. Throws invalid_argument
-  // for a spec outside MLX's table (spec §1.1).
+  // bits: docs/upstream-bugs.md §U9); here the QuantSpec is always explicit. Throws
+  // invalid_argument for a spec outside MLX's table (docs/quantization.md §Format table).
   QuantizedKVCache(Backend& backend, QuantSpec spec, Rounding rounding);
   // Adopts packed keys and values as `offset` stored tokens, without re-quantizing (the
   // counterpart of KVCache's adopting constructor; BatchQuantizedKVCache::extract hands
@@ -69,7 +69,7 @@ class QuantizedKVCache final : public Cache {
   std::int64_t trim(std::int64_t n) override;
   bool empty() const override { return !keys_.wq; }
   // Codes + scales + biases of the whole allocated capacity; nothing else is held (no
-  // float shadow copy: kvquant-anchors §6.B.15).
+  // float shadow copy: docs/quantization.md §P15).
   std::size_t nbytes() const override;
   std::vector<SequenceContent> content(ContentForm form = ContentForm::stored) const override;
   std::vector<BackingBuffer> buffers() const override;
@@ -77,7 +77,7 @@ class QuantizedKVCache final : public Cache {
   // (biases only for affine; none when offset is 0) and meta offset, bits, group_size,
   // mode, rounding.
   CacheState state() const override;
-  // Validates everything (class, fields, shapes against the spec) and throws corrupt
+  // Validates everything (class, fields, shapes against the QuantSpec) and throws corrupt
   // naming the field; the offset comes from meta and must equal the stored rows.
   static std::unique_ptr<QuantizedKVCache> from_state(Backend& backend, const CacheState& state);
 
@@ -127,7 +127,7 @@ struct QuantizeDecision {
 // mlx-lm maybe_quantize_kv_cache, decided per layer (mlx-lm#495 / #477: the old code
 // looked only at layer 0 and used `>`; the threshold here is offset >= start). Ring
 // caches stay plain and are reported instead of raising mid-generation (mlx-lm#1573,
-// #1583). Validates the spec and start first and converts into a side list, so an
+// #1583). Validates the QuantSpec and start first and converts into a side list, so an
 // Error (bad spec, a head dim that is not a multiple of the group) replaces no layer.
 std::vector<QuantizeDecision> maybe_quantize_kv_caches(std::vector<std::unique_ptr<Cache>>& layers,
                                                        const QuantSpec& spec, Rounding rounding,

@@ -1,4 +1,5 @@
-// RotatingKVCache (spec §4.3), mlx-lm semantics with these deliberate differences:
+// RotatingKVCache (docs/semantics.md §Rotating cache), mlx-lm semantics with these deliberate
+// differences:
 //  * live rows are tracked as `stored_`, not inferred from offset. mlx-lm grows by
 //    min(step, max_size - offset), negative when the buffer is shorter than max_size
 //    while offset > max_size (adopted or restored caches, mlx-lm#950); here growth is
@@ -6,11 +7,12 @@
 //    never the poison tail. On mlx-lm's own paths both rules give identical results.
 //  * the single-token windowed mask is placed by each slot's temporal rank instead of
 //    mlx-lm's roll by _idx+1; the two agree for keep == 0, the roll misplaces the
-//    window once keep > 0 (the Appendix B item 10 family).
-//  * a chunk's causal window ignores keep exactly as mlx-lm does (Appendix B item 10):
+//    window once keep > 0 (the docs/upstream-bugs.md §U10 family).
+//  * a chunk's causal window ignores keep exactly as mlx-lm does (docs/upstream-bugs.md §U10):
 //    with keep > 0, later queries of a chunk can lose the sinks. Reproduced on purpose.
 //  * k/v must have the cache's dtype; unused rows are NaN poison, not zeros; the state
-//    carries every field and from_state validates it (no silent clamps, §4.12).
+//    carries every field and from_state validates it (no silent clamps;
+//    docs/semantics.md §Common rules).
 #include "cache/rotating_kv_cache.h"
 
 #include <algorithm>
@@ -33,8 +35,8 @@ struct Run {
 };
 
 // Physical runs, in temporal order, of a live region of `live` rows with cursor idx
-// (spec §4.3 _temporal_order). Linear regions have idx == live; a ring with idx <= keep
-// is already in temporal order.
+// (mlx-lm's _temporal_order; docs/semantics.md §Rotating cache). Linear regions have idx == live; a
+// ring with idx <= keep is already in temporal order.
 std::vector<Run> temporal_runs(std::int64_t live, std::int64_t idx, std::int64_t keep) {
   if (idx >= live || idx <= keep) return {{0, live}};
   return {{0, keep}, {idx, live - idx}, {keep, idx - keep}};
@@ -133,7 +135,8 @@ RotatingKVCache::InPlacePlan RotatingKVCache::plan_in_place() const {
     p.slot = 0;
   } else if (cap > max_size_) {
     // A chunk left more than max_size rows (linear, temporal): cut to max_size, the
-    // cursor lands on max_size and rotates to keep (spec §4.3 steps 2-3).
+    // cursor lands on max_size and rotates to keep (mlx-lm's single-token steps 2-3;
+    // docs/semantics.md §Rotating cache).
     p.trim = true;
     p.slot = keep_;
   } else if (stored_ < cap) {
@@ -174,7 +177,8 @@ FetchedKV RotatingKVCache::update_in_place(const DTensor& k, const DTensor& v) {
   idx_ = p.idx_after;
   stored_ = p.live_after;
   // mlx-lm returns keys[:offset] below max_size, else the whole buffer; both are "the
-  // live rows" on its paths. Physical order is fine for one query (spec §4.3).
+  // live rows" on its paths. Physical order is fine for one query
+  // (docs/semantics.md §Rotating cache).
   return {seq::slice(be, keys_, 0, stored_), seq::slice(be, values_, 0, stored_)};
 }
 
@@ -183,8 +187,9 @@ FetchedKV RotatingKVCache::update_concat(const DTensor& k, const DTensor& v) {
   const std::int64_t s = k.shape[2];
   DTensor nk, nv;
   if (!keys_) {
-    // First chunk: stored as is, no trim even when S > max_size (spec §4.3). Copied so
-    // the cache never aliases a caller's tensor (vllm-mlx#642).
+    // First chunk: stored as is, no trim even when S > max_size
+    // (docs/semantics.md §Rotating cache). Copied so the cache never aliases a caller's tensor
+    // (vllm-mlx#642).
     nk = seq::slice(be, k, 0, s);
     nv = seq::slice(be, v, 0, s);
   } else {

@@ -1,5 +1,5 @@
-// RotatingKVCache(max_size, keep) (spec §4.3): a sliding-window / bounded cache.
-// API pinned here because BatchRotatingKVCache builds on it; see the .cc for details.
+// RotatingKVCache(max_size, keep) (docs/semantics.md §Rotating cache): a sliding-window / bounded
+// cache. API pinned here because BatchRotatingKVCache builds on it; see the .cc for details.
 //
 // Physical layout (what key_buffer()/value_buffer() hold, B rows of equal length):
 //  * linear: rows [0, stored) in temporal order, rows [stored, capacity) NaN poison,
@@ -61,7 +61,8 @@ class RotatingKVCache final : public Cache {
   const DTensor& value_buffer() const { return values_; }
 
  private:
-  // What the next single-token update does to the layout (spec §4.3 _update_in_place).
+  // What the next single-token update does to the layout (mlx-lm's _update_in_place;
+  // docs/semantics.md §Rotating cache).
   struct InPlacePlan {
     std::int64_t alloc = 0;      // > 0: first allocation of this many rows
     std::int64_t grow_to = 0;    // > 0: regrow the (full, linear) buffer to this capacity

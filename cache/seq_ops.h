@@ -26,14 +26,15 @@ DTensor concat(Backend& be, const DTensor& a, const DTensor& b);
 // Writes src (B, H, S, W) into dst rows [at, at+S) of every batch row.
 void write_rows(Backend& be, const DTensor& src, const DTensor& dst, std::int64_t at);
 
-// Per-row right roll: out[b, :, i] = src[b, :, (i - shifts[b]) mod L] (spec §4.8).
+// Per-row right roll: out[b, :, i] = src[b, :, (i - shifts[b]) mod L]
+// (docs/kernels.md §Cache data movement).
 DTensor roll(Backend& be, const DTensor& src, const std::vector<std::int32_t>& shifts);
 
 // Batch rows of src picked by index: (index.size(), H, L, W).
 DTensor gather(Backend& be, const DTensor& src, const std::vector<std::int32_t>& index);
 
-// mlx-lm's growth rule for step-allocated caches (spec §4.1 step 1): when `s` new rows
-// do not fit after `prev`, a buffer whose cursor is off a step boundary is first cut to
+// mlx-lm's growth rule for step-allocated caches (docs/semantics.md §Common rules): when `s` new
+// rows do not fit after `prev`, a buffer whose cursor is off a step boundary is first cut to
 // the cursor, then ceil(s/step)·step rows are appended. Returns the new capacity
 // (`capacity` = 0 means no buffer yet). Every cache that grows uses this one rule, so
 // nbytes() matches mlx-lm's allocation everywhere.

@@ -1,5 +1,5 @@
 // The cache state file: a list of per-layer CacheStates in one safetensors container
-// (spec §4.12), written atomically and read strictly.
+// (docs/semantics.md §State files), written atomically and read strictly.
 //
 // Layout (standard safetensors, readable by any safetensors reader):
 //   [8 bytes: header length N, u64 little-endian]
@@ -14,7 +14,8 @@
 //       "L.<layer>.class"    = the cache's class name (required, non-empty)
 //       "L.<layer>.meta.<k>" = the cache's meta[k]
 //       "user.<key>"         = user metadata; keys round-trip verbatim, dots included
-//                              (mlx-lm's tree_unflatten nests dotted keys, §4.12).
+//                              (mlx-lm's tree_unflatten nests dotted keys,
+//                              docs/semantics.md §mlx-lm prompt-cache files).
 // Layer indices are canonical decimals (no sign, no leading zeros). A tensor or meta
 // name is everything after "L.<layer>.", so it may itself contain dots.
 //

@@ -240,7 +240,7 @@ FetchedKV TurboQuantKVCache::fetch() const {
 }
 
 CacheMask TurboQuantKVCache::make_mask(std::int64_t n, int window) const {
-  return KVCache(backend()).make_mask(n, window);  // spec §6.5: the same as KVCache's
+  return KVCache(backend()).make_mask(n, window);  // docs/semantics.md §TurboQuant cache: the same as KVCache's
 }
 
 std::int64_t TurboQuantKVCache::trim(std::int64_t n) {
@@ -388,7 +388,7 @@ CacheState TurboQuantKVCache::state() const {
     const TurboQuantSide& side = *sides[i];
     const std::string name = kSideNames[i];
     // The outlier choice depends on the first tensor seen; without it a split cache
-    // could not be rebuilt (spec Appendix B.16).
+    // could not be rebuilt (docs/upstream-bugs.md §U16).
     if (fractional(side.bits)) s.meta.emplace(name + ".high_channels", join(side.parts[1].codec.channels));
     if (offset_ == 0) continue;
     const auto prefixes = part_prefixes(side, name);

@@ -1,11 +1,12 @@
-// TurboQuantKVCache (spec §6.1, §6.5; kvquant-anchors §1.1 item 5, §6.A.6): a growing
+// TurboQuantKVCache (docs/semantics.md §TurboQuant cache; widths: docs/turboquant.md §Bit widths,
+// docs/turboquant.md §A6): a growing
 // per-layer cache whose K and V are stored as TurboQuant MSE codes (reference/turboquant.h)
 // and read back dequantized.
 //
 // Bits. `bits` >= 1 in steps of 0.5, at most 8 (the codec's widths are 1..8). A
 // fractional width has two meanings in the wild; `meaning` picks one and describe()
 // reports it:
-// - split_channels (the paper, kvquant-anchors): each side whose bits are fractional
+// - split_channels (the paper; docs/turboquant.md §Bit widths): each side whose bits are fractional
 //   uses a split codec: round-half-even(frac·D) "outlier" channels (clamped to [1, D−1])
 //   with the largest mean |x| over the first tensor seen get ceil(bits), the rest
 //   floor(bits); two codecs with their own rotation and norm, seeded side_seed (low) and
@@ -24,7 +25,8 @@
 //
 // Reading. update() stores the new tokens and returns K/V for [0, offset) *dequantized*
 // (x̂ = norm · R⁻¹ codebook[idx], computed in double and rounded once to the dtype of
-// the first keys): spec §6.4's reference path, dequantize then SDPA. is_quantized()
+// the first keys): the reference path of docs/turboquant.md §Attention over TurboQuant,
+// dequantize then SDPA. is_quantized()
 // stays false on purpose: Cache::update_quantized() returns the affine-typed
 // FetchedQuantizedKV, which cannot carry TurboQuant codes, and a caller of this cache
 // reads plain tensors through update(); calling update_quantized() is a misuse Error.
@@ -40,8 +42,8 @@
 //   default_rng: same construction and distribution, different bits.
 // - The Lloyd–Max codebook is iterated to convergence (reference/turboquant.cc).
 // - The split channel lists, head dims and dtype are part of state(), so from_state()
-//   rebuilds every codec exactly and a split cache reloads faithfully (spec Appendix
-//   B.16: mlx-vlm's state drops the codecs and the outlier choice).
+//   rebuilds every codec exactly and a split cache reloads faithfully
+//   (docs/upstream-bugs.md §U16: mlx-vlm's state drops the codecs and the outlier choice).
 // - Ties in the outlier score go to the higher channel index (numpy's argsort is
 //   unstable there); the count rounds half to even like Python's round().
 // - A dtype or head-dim change between updates is an Error; fused decode kernels,
@@ -93,7 +95,8 @@ class TurboQuantKVCache final : public Cache {
   FetchedKV update(const DTensor& k, const DTensor& v) override;
   std::int64_t kv_length() const override { return offset_; }
   std::vector<std::int32_t> offsets() const override { return {static_cast<std::int32_t>(offset_)}; }
-  CacheMask make_mask(std::int64_t n, int window) const override;  // KVCache's rule (spec §6.5)
+  // KVCache's rule (docs/semantics.md §TurboQuant cache).
+  CacheMask make_mask(std::int64_t n, int window) const override;
   bool is_trimmable() const override { return true; }
   std::int64_t trim(std::int64_t n) override;
   bool empty() const override { return !has_rows(); }

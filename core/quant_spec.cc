@@ -26,12 +26,12 @@ Rounding rounding_from_name(std::string_view name) {
 namespace {
 
 constexpr int kAffineGroups[] = {32, 64, 128};
-// MLX 0.32.4 accepts 1-bit affine (measured with mx.quantize; the spec's source snapshot
+// MLX 0.32.4 accepts 1-bit affine (measured with mx.quantize; MLX's older sources
 // listed 2..8): the real library wins.
 constexpr int kAffineBits[] = {1, 2, 3, 4, 5, 6, 8};
 constexpr int kGroup32[] = {32}, kGroup16[] = {16}, kBits4[] = {4}, kBits8[] = {8};
 
-// The format table (spec §1.1), in QuantMode order.
+// The format table (docs/quantization.md §Format table), in QuantMode order.
 constexpr QuantFormat kFormats[] = {
     {QuantMode::affine, "affine", QuantEncoder::affine, kAffineBits, kAffineGroups, 4, 64, true,
      ScaleEncoding::input_dtype, ElementEncoding::unsigned_int, false},

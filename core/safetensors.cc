@@ -61,7 +61,9 @@ namespace {
 // A first pass over the header with no tree: nesting depth and duplicate keys, stopping at
 // the first problem. (nlohmann's callback parser would do it while building the tree, but
 // it rescans the parent object after every nested one: quadratic in the tensors of a file,
-// 13 s for a 4000-problem vectors file. This pass and the plain parse are both linear.)
+// seconds for a vectors file of a few thousand problems
+// (docs/benchmarks.md §Measurements behind kernel choices). This pass and the plain parse
+// are both linear.)
 class HeaderCheck final : public json::json_sax_t {
  public:
   std::string problem;

@@ -30,8 +30,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   // The memory cap: small, so each run takes milliseconds and nothing big is allocated
   // (the footprint check skips larger problems before prepare()).
   options.max_bytes = 64u << 20;
-  // And the work cap: ~1 s of the instrumented reference (a 1282-step cache script passed
-  // the memory cap and ran 15 s, quadratic in its trace).
+  // And the work cap: about a second of the instrumented reference (a long cache script
+  // passed the memory cap and ran far longer, quadratic in its trace;
+  // docs/ci.md §Test costs).
   options.max_work = 20'000'000;
   const CaseResult r = run_case(problem, *backend, *reference, options);
   if (r.status == Status::failed || r.status == Status::unimplemented) {

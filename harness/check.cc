@@ -51,9 +51,9 @@ std::vector<std::filesystem::path> tier_files(const std::filesystem::path& op_di
   const auto add = [&](const char* role) {
     if (std::filesystem::exists(op_dir / role)) files.push_back(op_dir / role);
   };
-  // The lavapipe tier is the ci tier sized for a CPU Vulkan driver (~4x slower than native
-  // code, and each small dispatch waits on its worker threads): an op whose ci files are
-  // too slow there supplies a `lavapipe` file that stands in for ci, edges and decode shapes.
+  // The lavapipe tier is the ci tier sized for a CPU Vulkan driver (several times slower
+  // than native code, and each small dispatch waits on its worker threads): an op whose ci files
+  // are too slow there supplies a `lavapipe` file that stands in for ci, edges and decode shapes.
   if (tier == "lavapipe" && std::filesystem::exists(op_dir / "lavapipe")) {
     add("smoke");
     add("lavapipe");

@@ -4,8 +4,8 @@
 // The spine (harness/spine.h) is the same for every op; an op only describes itself.
 // Extension point for cache-level cases: a cache op is an OpInfo whose invoke() drives
 // a cache type over the Backend (a command sequence read from the problem) and whose
-// outputs are the observables of DESIGN.md (logical content, attention output, offsets);
-// register it in op.cc beside the kernel ops.
+// outputs are the observables of docs/design.md §Observables (logical content, attention output,
+// offsets); register it in op.cc beside the kernel ops.
 #pragma once
 
 #include <cstdint>

@@ -1,4 +1,6 @@
-// Batch lifecycle properties (spec §4.10, §4.14, App. A.4/A.5, §7 rows 19/20/24/25/26/41/44/45/51):
+// Batch lifecycle properties (docs/semantics.md §Batch rotating cache,
+// docs/lifecycle.md §Batch lifecycle, docs/traces.md §T4, docs/traces.md §T5,
+// docs/upstream-bugs.md rows 19/20/24/25/26/41/44/45/51):
 //   L1 BatchRotatingKVCache through a BatchGenerator-like life: right-padded prompts over
 //      several chunks (last chunk possibly one token), decode, chunks, trim, filter (also
 //      with bad indices), extend (fresh, empty, merged, restored, itself), merge of rings
@@ -32,8 +34,9 @@ struct RotatingRig {
     bh.rotating_update(cache, be.upload(next_block(Stream::key, rows, n, heads, dim, pending)),
                        be.upload(next_block(Stream::value, rows, n, heads, dim, pending)));
     for (RowLog& r : rows) {
-      // Each concat first rolls the pads a row already wrote to its front (spec §4.10
-      // _update_concat with _lengths, App. A.5), so the offset counts only the newest.
+      // Each concat first rolls the pads a row already wrote to its front (mlx-lm's
+      // _update_concat with _lengths: docs/semantics.md §Batch rotating cache,
+      // docs/traces.md §T5), so the offset counts only the newest.
       if (pending) r.pads = 0;
       advance(r, n, pending);
     }
@@ -67,7 +70,7 @@ struct RotatingRig {
   }
 
   // A fresh batch of 1..max_b rows: left-padded prompts (lengths 1..12) in chunks, a
-  // right-padded prompt over several chunks ending in finalize (App. A.5), or (1 in 8)
+  // right-padded prompt over several chunks ending in finalize (docs/traces.md §T5), or (1 in 8)
   // nothing stored yet.
   std::unique_ptr<BatchRotatingKVCache> fresh(std::int64_t max_b, std::vector<RowLog>& rows) {
     const std::int64_t count = *rc::gen::inRange<std::int64_t>(1, max_b + 1);
@@ -197,7 +200,8 @@ void batch_rotating_lifecycle(const Hooks&, const BatchHooks& bh) {
         pending = {};
       } else {
         const std::int64_t most = pending ? pending.left : 2 * rig.max_size + 2;
-        // In a pending prompt, decode = a one-token chunk (mlx-vlm 75f50e84, §7 row 25).
+        // In a pending prompt, decode = a one-token chunk (mlx-vlm 75f50e84,
+        // docs/upstream-bugs.md row 25).
         const std::int64_t n = op == LifecycleOp::decode ? 1 : gen_chunk(most);
         rig.write(cache, rows, n, pending.on);
         if (pending) pending.left -= n;
@@ -278,7 +282,7 @@ struct AttendRig {
   };
 
   // Attends the rows' next n columns (token index c − lp: padding queries are unspecified,
-  // spec §0.7, and never compared); returns the output (B, Hq, n, Dv).
+  // docs/kernels.md §Fully masked rows, and never compared); returns the output (B, Hq, n, Dv).
   Tensor step(Batch& c, std::vector<RowLog>& rows, std::int64_t n) {
     const AttendResult r =
         bh.attend(c.cache(), be.upload(next_block(Stream::query, rows, n, cfg.q_heads(), cfg.dk, false)),

@@ -1,4 +1,6 @@
-// Batch-cache properties (spec §4.9, §4.11, §4.14, §5.5, App. A.3, Appendix C "Batch caches").
+// Batch-cache properties (docs/semantics.md §Batch cache, including its invariants,
+// docs/semantics.md §Batch quantized cache, docs/lifecycle.md §Batch lifecycle,
+// docs/lifecycle.md §Offset snapshot, docs/traces.md §T3).
 //   B1 BatchKVCache rows == token logs == single KVCaches through decode, chunks of
 //      1..300 tokens, right-padded prompts over several chunks, trim, filter (bad
 //      indices rejected), extend (empty, merged, restored, itself), merge, to_quantized,
@@ -74,7 +76,8 @@ struct PlainOps {
     expect_same_tensor(st.tensors.at("values"), memo->get(Stream::value, id, n), at + " values");
   }
   // The batch through to_quantized: mlx-lm has none for batch caches, so each row's
-  // KVCache.to_quantized, then a quantized merge (spec §4.1, §4.11, §7 row 34). Every row
+  // KVCache.to_quantized, then a quantized merge (docs/semantics.md §Quantized cache,
+  // docs/semantics.md §Batch quantized cache, docs/upstream-bugs.md row 34). Every row
   // must hold the bits of quantizing its own tokens.
   void check_to_quantized(Backend& be, const Batch& cache, const std::vector<RowLog>& rows) const {
     const QuantSpec spec = QuantSpec::make(QuantMode::affine, *rc::gen::element(3, 4, 8), 32);
@@ -154,8 +157,8 @@ struct QuantOps {
   void extend(std::unique_ptr<Batch>& c, const Batch& other) const { c->extend(other); }
   std::unique_ptr<Single> extract(const Batch& c, std::int64_t i) const { return c.extract(i); }
   std::unique_ptr<Batch> restore(Backend& be, const CacheState& s) const { return Batch::from_state(be, s); }
-  // mlx-lm has no quantized merge at all (§7 row 34); one that silently dequantizes, or
-  // changes the spec, is as wrong as one that misplaces packed rows.
+  // mlx-lm has no quantized merge at all (docs/upstream-bugs.md row 34); one that silently
+  // dequantizes, or changes the QuantSpec, is as wrong as one that misplaces packed rows.
   std::unique_ptr<Batch> merge(Backend& be, std::span<const Single* const> rows) const {
     std::unique_ptr<Cache> merged = hooks->quantized_merge(be, rows);
     if (merged->class_name() != cache_kind_info(CacheKind::batch_quantized).class_name)
@@ -198,7 +201,7 @@ std::int64_t start_prompt(typename Ops::Batch& cache, std::vector<RowLog>& rows)
 }
 
 // A fresh batch of 1..max_b prompts (lengths 1..12): left-padded in random chunks,
-// right-padded over several chunks with prepare/finalize (App. A.5), or (1 in 8) empty:
+// right-padded over several chunks with prepare/finalize (docs/traces.md §T5), or (1 in 8) empty:
 // only left padding, nothing stored yet (mlx-lm#1141: extend with an empty side).
 template <class Ops>
 std::unique_ptr<typename Ops::Batch> fresh_batch(const Ops& ops, Backend& be, std::int64_t max_b, std::int64_t& next_id,
@@ -426,7 +429,7 @@ void rows_match_logs(const Ops& ops) {
   }
 }
 
-// ---- B3: batched attention == per-row attention (spec §5.5) ----------------------------
+// ---- B3: batched attention == per-row attention (docs/lifecycle.md §Offset snapshot) -------
 
 }  // namespace
 
@@ -456,8 +459,8 @@ void batch_quantized_rows_match_logs(const Hooks&, const BatchHooks& bh) {
 // token c − lp_b), as the row's own KVCache. The reference SDPA never reads a hidden key
 // and reduces each (row, head, query) over the visible keys in key order, so the two
 // computations perform the same floating-point operations: the comparison is bit-exact
-// (tolerance 0), not a derived bound. Padding queries are unspecified (spec §0.7) and
-// are not compared.
+// (tolerance 0), not a derived bound. Padding queries are unspecified
+// (docs/kernels.md §Fully masked rows) and are not compared.
 void batch_attend_equals_per_row(const Hooks&, const BatchHooks& bh) {
   Config cfg;
   cfg.kind = Kind::kv;

@@ -1,8 +1,9 @@
 // Batch properties that need BatchHooks (fault-injection points of the zoo):
 //   B4 BatchRotatingKVCache: extract(i) == the newest min(offset_i, max_size) real tokens
-//      of row i in temporal order (spec §4.10, §7 row 7; vllm-mlx#256, mlx-lm#1114)
+//      of row i in temporal order (docs/semantics.md §Batch rotating cache,
+//      docs/upstream-bugs.md row 7; vllm-mlx#256, mlx-lm#1114)
 //   B5 PrefixCache: a hit has exactly the per-layer format (class, quantization spec)
-//      of the request (spec §4.15/§4.17; SharpAI/SwiftLM PR 73 review)
+//      of the request (docs/semantics.md §Prefix cache; SharpAI/SwiftLM PR 73 review)
 // and the property list the zoo runs after all_properties().
 #include <algorithm>
 #include <memory>
@@ -409,9 +410,8 @@ void prefix_reuse_continues(const Hooks&, const BatchHooks& bh) {
 
 // The zoo tries these in this order on every batch mutant and stops at the first kill,
 // so the cheap lifecycle properties (which kill most batch mutants within a few dozen
-// cases) come first and the costly row-log properties B1/B2 later (measured CPU time per
-// 200 cases, Release: L1 0.07 s, L2 0.2 s, L3 0.09 s, B4 0.08 s, B5 0.2 s, B1 1.1 s,
-// B2 0.9 s, B3 0.6 s).
+// cases) come first and the costly row-log properties B1/B2 later (their measured CPU
+// times: docs/ci.md §Test costs).
 const std::vector<NamedBatchProperty>& batch_properties() {
   static const std::vector<NamedBatchProperty> props{
       {"L1.BatchRotatingLifecycle", batch_rotating_lifecycle},

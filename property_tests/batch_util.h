@@ -104,7 +104,7 @@ inline std::int64_t gen_chunk(std::int64_t most) {
 // so the row is a pure function of (id, count) and of what a pending right-padded prompt
 // wrote: while a prompt is pending, each new column of the row is its next real token
 // while real_left > 0, then a right pad; the offset counts those pads until finalize()
-// rolls them to the front (spec §4.9 prepare/finalize, App. A.5).
+// rolls them to the front (prepare/finalize: docs/semantics.md §Batch cache, docs/traces.md §T5).
 struct RowLog {
   std::int64_t id = 0;
   std::int64_t count = 0;      // real tokens so far (negative: left padding still ahead)

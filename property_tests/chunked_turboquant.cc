@@ -2,14 +2,15 @@
 //
 // Both run the shared stateful machinery (stateful.cc: one rc::state instantiation) with
 // their own parts of the model, which live here:
-// - ChunkedKVCache (spec §4.5, Appendix B.4): the model keeps start_position next to the
-//   offset; maybe_trim_front drops the oldest valid − chunk_size rows (mlx-lm#1673 rule);
-//   trim never goes below start; the attention oracle applies llama4's chunk rule on
-//   absolute positions; state → restore keeps offset and start (B.4: mlx-lm reloads with
+// - ChunkedKVCache (docs/semantics.md §Chunked cache, docs/upstream-bugs.md §U4): the model keeps
+//   start_position next to the offset; maybe_trim_front drops the oldest valid − chunk_size rows
+//   (mlx-lm#1673 rule); trim never goes below start; the attention oracle applies llama4's chunk
+//   rule on absolute positions; state → restore keeps offset and start (U4: mlx-lm reloads with
 //   offset = buffer rows).
-// - TurboQuantKVCache (spec §6): the expected content of a logged token is the reference
-//   codec's round trip of its row, with codecs rebuilt independently from spec §6.1
-//   (seeds, resolve_kv_bits, the split channels picked from the first tensor).
+// - TurboQuantKVCache (docs/semantics.md §TurboQuant cache): the expected content of a logged token
+//   is the reference codec's round trip of its row, with codecs rebuilt independently from
+//   docs/turboquant.md §Bit widths (seeds, resolve_kv_bits, the split channels picked from the
+//   first tensor).
 // And two metamorphic properties:
 //   M6 attention through a TurboQuant cache == attention over its decoded content (run
 //      inside Stateful.TurboQuantKVCache's Attend command)
@@ -36,8 +37,9 @@ bool fractional(double bits) { return bits != std::floor(bits); }
 
 // The reference codec of (dim, bits, seed), as ref::make_turboquant_codec builds it
 // (automatic rotation: RHT for a power-of-two dim, dense Haar otherwise). Its Lloyd–Max
-// codebook depends on (dim, bits) only and takes 2–30 ms to build (up to 1 s at 8 bits),
-// so the oracle builds each one once per process; the rotation is cheap.
+// codebook depends on (dim, bits) only and takes milliseconds to build, up to a second at
+// 8 bits (docs/ci.md §Test costs), so the oracle builds each one once per process; the
+// rotation is cheap.
 TurboQuantCodec codec_for(int dim, int bits, std::uint64_t seed) {
   static std::map<std::pair<int, int>, std::vector<float>> codebooks;
   auto it = codebooks.find({dim, bits});
@@ -63,8 +65,8 @@ TurboQuantCodec codec_for(int dim, int bits, std::uint64_t seed) {
 // ---- TurboQuant oracle ----------------------------------------------------------------
 
 std::vector<TurboQuantCodec> turbo_codecs(const Config& cfg, bool keys, const Tensor& first) {
-  // resolve_kv_bits (spec §6.1) only under k_floor_v_ceil; split_channels keeps `bits` on
-  // both sides and splits channels instead. Overrides win under both meanings.
+  // resolve_kv_bits (docs/turboquant.md §Bit widths) only under k_floor_v_ceil; split_channels
+  // keeps `bits` on both sides and splits channels instead. Overrides win under both meanings.
   const bool kv_split = cfg.tq_meaning == FractionalBits::k_floor_v_ceil && fractional(cfg.tq_bits);
   const double bits = keys ? cfg.tq_key_bits.value_or(kv_split ? std::floor(cfg.tq_bits) : cfg.tq_bits)
                            : cfg.tq_value_bits.value_or(kv_split ? std::ceil(cfg.tq_bits) : cfg.tq_bits);
@@ -121,8 +123,8 @@ void gen_chunked_options(Config& c) {
 
 void gen_turbo_options(Config& c) {
   // Widths 1..4.5 in steps of 0.5; the deep run adds 5..8 in 1 case of 20. The cache
-  // builds a Lloyd–Max codebook per codec on every creation and restore: ~2–15 ms up to
-  // 4.5 bits, ~30 ms at 5, 0.1–1 s at 6–8.
+  // builds a Lloyd–Max codebook per codec on every creation and restore, which grows
+  // steeply with the width (docs/ci.md §Test costs).
   std::vector<double> low, all;
   for (double b = 1.0; b <= 8.0; b += 0.5) (b <= 4.5 ? low : all).push_back(b);
   all.insert(all.begin(), low.begin(), low.end());

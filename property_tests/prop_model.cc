@@ -77,7 +77,8 @@ std::int64_t max_tokens(Kind k) { return k == Kind::turboquant ? 256 : 1000; }
 
 namespace {
 // Rotating: the positions of `len` live rows in temporal order. Sinks [0, keep) stay;
-// the rest is the newest run ending at offset (spec §4.3 _temporal_order).
+// the rest is the newest run ending at offset (mlx-lm's _temporal_order;
+// docs/semantics.md §Rotating cache).
 std::vector<std::int64_t> rotating_positions(const Model& m, std::int64_t len) {
   if (len >= m.offset) return range(0, m.offset);
   std::vector<std::int64_t> out = range(0, m.cfg.keep);
@@ -101,8 +102,9 @@ std::vector<std::int64_t> Model::held_positions() const {
 
 void Model::append(std::int64_t n, bool roped_keys) {
   if (cfg.kind == Kind::rotating) {
-    // S == 1: cut a post-chunk overhang to max, then grow until full (spec §4.3
-    // _update_in_place). S > 1: keep max-1 old rows and append (_update_concat).
+    // S == 1: cut a post-chunk overhang to max, then grow until full (mlx-lm's
+    // _update_in_place). S > 1: keep max-1 old rows and append (_update_concat). Both:
+    // docs/semantics.md §Rotating cache.
     stored = n == 1 ? std::min(std::min(stored, cfg.max_size) + 1, cfg.max_size)
                     : std::min(stored, cfg.max_size - 1) + n;
   } else {
@@ -475,8 +477,9 @@ void check_fetched(Sut& sut, const Model& after, const std::vector<std::int64_t>
     expect_same(sut.be.download(kv->values), sut.expected(Stream::value, positions, after), "update values");
     return;
   }
-  // A single-token rotating update returns the ring in physical order (spec §4.3):
-  // compare the per-(b, h, d) sums over keys, which do not depend on the order.
+  // A single-token rotating update returns the ring in physical order
+  // (docs/semantics.md §Rotating cache): compare the per-(b, h, d) sums over keys, which do not
+  // depend on the order.
   for (const Stream s : {Stream::key, Stream::value}) {
     const Tensor a = sut.be.download(s == Stream::key ? kv->keys : kv->values);
     const Tensor e = sut.expected(s, positions, after);
@@ -505,7 +508,7 @@ Tensor oracle_attention(Sut& sut, const Model& after, const std::vector<std::int
     v = ref::affine_dequantize(ref::affine_quantize(v, c.spec, c.rounding));
   }
   // The window, by index into the returned keys: the cache's own max_size for a ring
-  // (its chunk mask, spec §4.3 make_mask), attend's window otherwise.
+  // (its chunk mask: docs/semantics.md §Rotating cache), attend's window otherwise.
   std::int64_t w = c.window > 0 ? c.window : std::numeric_limits<std::int64_t>::max();
   if (c.kind == Kind::rotating && c.window == 0) w = c.max_size;
   Tensor out(DType::f32, {c.batch, c.q_heads(), n, c.dv});

@@ -1,4 +1,4 @@
-// The property framework (DESIGN.md "Observables"): a per-sequence token-log model of a
+// The property framework (docs/design.md §Observables): a per-sequence token-log model of a
 // single-sequence cache, deterministic K/V/Q content per (row, absolute position, head,
 // feature), an attention oracle over the model, and checks that compare what a cache
 // shows with what the model says it must show.
@@ -8,7 +8,7 @@
 // position p is content(p) (roped at p when it came in through attend, quantized per
 // row when the cache is quantized). So the model never stores tensors, only offsets,
 // per-position flags and, for rotating caches, the live row count (which parts ways with
-// min(offset, max) after a chunk, spec §4.3).
+// min(offset, max) after a chunk, docs/semantics.md §Rotating cache).
 //
 // Faults are injected only through Hooks (test-only code in property_tests/zoo/): the
 // production hooks call the real cache/attend/registry functions.
@@ -71,7 +71,7 @@ std::ostream& operator<<(std::ostream& os, const Config& c);
 void showValue(const Config& c, std::ostream& os);
 
 // Head dims for the generators: CI uses {32, 64, 128} (cheap, still hits the
-// Appendix B.1 widths at 128); KVLAB_PROP_DIMS=real (label property-deep) uses the
+// docs/upstream-bugs.md §U1 widths at 128); KVLAB_PROP_DIMS=real (label property-deep) uses the
 // model dims 64/80/128/256 (80 only for unquantized caches: not a multiple of a group).
 bool real_dims();
 
@@ -87,11 +87,13 @@ struct Model {
   std::int64_t stored = 0;  // rotating: live rows (may exceed max_size after a chunk)
   std::vector<std::uint8_t> roped;  // per absolute position [0, offset): K stored roped
   std::int64_t start = 0;  // chunked: start_position, the tokens dropped from the front
-  // turboquant: the first update (its tensor fixes the codecs' split channels, spec §6.1)
+  // turboquant: the first update (its tensor fixes the codecs' split channels,
+  // docs/turboquant.md §Bit widths)
   std::int64_t tq_first = 0;
   bool tq_first_roped = false;
 
-  // The positions an update of n tokens returns, in temporal order (spec §4.1, §4.3).
+  // The positions an update of n tokens returns, in temporal order (docs/semantics.md §KV cache,
+  // docs/semantics.md §Rotating cache).
   std::vector<std::int64_t> returned_positions(std::int64_t n) const;
   // The positions the cache holds now in temporal order (rotating: temporal()).
   std::vector<std::int64_t> held_positions() const;
@@ -99,7 +101,8 @@ struct Model {
   void append(std::int64_t n, bool roped_keys);
   void trim(std::int64_t n);
   bool trimmable() const { return cfg.kind != Kind::rotating || offset < cfg.max_size; }
-  // What trim(n) can remove: chunked never goes below start_position (spec §4.5).
+  // What trim(n) can remove: chunked never goes below start_position
+  // (docs/semantics.md §Chunked cache).
   std::int64_t trim_limit() const { return cfg.kind == Kind::chunked ? offset - start : offset; }
   // ChunkedKVCache::maybe_trim_front (mlx-lm#1673 rule: on the valid count).
   void trim_front();
@@ -183,8 +186,8 @@ class Sut {
 
 // ---- TurboQuant oracle (chunked_turboquant.cc) --------------------------------------
 // The codec parts (one, or {low, high} for split bits) a TurboQuantKVCache of `cfg` builds
-// for one side, rebuilt from spec §6.1 and reference/turboquant.h: seeds (keys seed,
-// values seed + 1, high part + 97), side bits (resolve_kv_bits under k_floor_v_ceil) and
+// for one side, rebuilt from docs/turboquant.md §Bit widths and reference/turboquant.h: seeds (keys
+// seed, values seed + 1, high part + 97), side bits (resolve_kv_bits under k_floor_v_ceil) and
 // the split channels picked from `first`, the first tensor the cache saw (largest mean
 // |x|, ties to the higher channel).
 std::vector<TurboQuantCodec> turbo_codecs(const Config& cfg, bool keys, const Tensor& first);

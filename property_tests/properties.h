@@ -51,7 +51,7 @@ void positions_are_pre_update_offsets(const Hooks& hooks);     // M5
 void check_turbo_attend_reads_decoded(Sut& sut, const AttendResult& r, std::int64_t p0, std::int64_t n);
 void turboquant_prefill_split_invariant(const Hooks& hooks);   // M7 (chunked_turboquant.cc, vlm#973)
 
-// Regression properties for spec §7 rows (regressions.cc).
+// Regression properties for docs/upstream-bugs.md rows (regressions.cc).
 void rope_vector_offsets_per_row(const Hooks& hooks);          // R1 rows 29/31/33
 void quantized_batch_gqa_padded_mask(const Hooks& hooks);      // R2 rows 10/11
 void quantized_pv_value_dims(const Hooks& hooks);              // R3 row 56
@@ -138,25 +138,32 @@ BatchHooks production_batch_hooks();
 // indices, which must be rejected), extend (with empty, merged and restored batches of
 // other capacities), extract, merge, state round trips (also while a right pad is
 // pending); after every step each row equals its token log and a single cache built
-// from that row alone (spec §4.9, §4.11, App. A.3, App. C).
+// from that row alone (docs/semantics.md §Batch cache and its invariants,
+// docs/semantics.md §Batch quantized cache, docs/traces.md §T3).
 void batch_kv_rows_match_logs(const Hooks& hooks, const BatchHooks& batch);
 void batch_quantized_rows_match_logs(const Hooks& hooks, const BatchHooks& batch);
-// B3: attend on a BatchKVCache (B >= 2, unequal prompts) == each row alone (spec §5.5).
+// B3: attend on a BatchKVCache (B >= 2, unequal prompts) == each row alone
+// (docs/lifecycle.md §Offset snapshot).
 void batch_attend_equals_per_row(const Hooks& hooks, const BatchHooks& batch);
-// B4: BatchRotatingKVCache extract(i) == newest min(offset_i, max_size) tokens (§7 row 7).
+// B4: BatchRotatingKVCache extract(i) == newest min(offset_i, max_size) tokens
+// (docs/upstream-bugs.md row 7).
 void batch_rotating_extract_newest(const Hooks& hooks, const BatchHooks& batch);
-// B5: a prefix-cache hit has exactly the requested per-layer format (§7, SwiftLM PR 73).
+// B5: a prefix-cache hit has exactly the requested per-layer format
+// (docs/semantics.md §Prefix cache, SwiftLM PR 73).
 void prefix_fetch_matches_format(const Hooks& hooks, const BatchHooks& batch);
-// L1: BatchRotatingKVCache lifecycle: right-padded prompts over several chunks (App.
-// A.5), decode, chunks, trim, filter, extend, merge of wrapped rings, state round trips
-// (also while a right pad is pending), extract; rows == token logs (spec §4.10, §4.14).
+// L1: BatchRotatingKVCache lifecycle: right-padded prompts over several chunks
+// (docs/traces.md §T5), decode, chunks, trim, filter, extend, merge of wrapped rings, state round
+// trips (also while a right pad is pending), extract; rows == token logs
+// (docs/semantics.md §Batch rotating cache, docs/lifecycle.md §Batch lifecycle).
 void batch_rotating_lifecycle(const Hooks& hooks, const BatchHooks& batch);
 // L2: filter and extend leave the surviving rows' attention outputs unchanged, bit for
-// bit (BatchKVCache and BatchRotatingKVCache; spec §4.14, §7 rows 41/44/45/51).
+// bit (BatchKVCache and BatchRotatingKVCache; docs/lifecycle.md §Batch lifecycle,
+// docs/upstream-bugs.md rows 41/44/45/51).
 void batch_attend_survives_filter_extend(const Hooks& hooks, const BatchHooks& batch);
 // L3: prefix reuse: a hit holds exactly the reused tokens of the request, continues to
 // the cache built from all of them, and never changes with the live caches it was taken
-// from (KV, rotating and quantized layers; spec §4.15, §4.17, §7 rows 42/48).
+// from (KV, rotating and quantized layers; docs/semantics.md §Prefix cache,
+// docs/upstream-bugs.md rows 42/48).
 void prefix_reuse_continues(const Hooks& hooks, const BatchHooks& batch);
 
 struct NamedBatchProperty {

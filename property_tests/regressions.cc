@@ -1,5 +1,5 @@
-// Regression properties for rows of spec §7 that the stateful and metamorphic properties
-// do not reach (each names the upstream bug it guards):
+// Regression properties for rows of docs/upstream-bugs.md that the stateful and metamorphic
+// properties do not reach (each names the upstream bug it guards):
 //   R1 RoPE with (B,) offsets == each row roped alone at its own offset, and the input
 //      is never modified (mlx-lm#707, vlm#1883, mlx-lm#1003)
 //   R2 quantized attention for B >= 2, GQA R > 1 and unequal left padding == attention
@@ -8,7 +8,7 @@
 //   R3 the P·V step of quantized attention for Dv in {64, 80, 96, 128} (mlx#4250)
 //   R4 the quantize policy decides per layer with offset >= start (mlx-lm#495 / #477)
 //   R5 a restore whose offset disagrees with the stored rows is an Error, the offset is
-//      never inferred from the tensors (maclocal-api#46, Appendix B.4)
+//      never inferred from the tensors (maclocal-api#46, docs/upstream-bugs.md §U4)
 //   R6 a truncated or count-corrupted state file is an Error and the caches in memory
 //      stay as they were (mlx-swift-lm PR #451)
 //   R7 a cache trimmed back to no tokens saves, restores to the same state and continues
@@ -122,7 +122,7 @@ void rope_vector_offsets_per_row(const Hooks& hooks) {
   p.traditional = *rc::gen::arbitrary<bool>();
   p.base = *rc::gen::elementOf(std::vector<float>{10000.0f, 500000.0f});
   p.scale = *rc::gen::elementOf(std::vector<float>{1.0f, 0.25f});
-  // Left padding gives padding tokens negative positions (spec §3.4).
+  // Left padding gives padding tokens negative positions (docs/lifecycle.md §Attention step).
   const auto offsets = *rc::gen::container<std::vector<std::int32_t>>(static_cast<std::size_t>(batch),
                                                                        rc::gen::inRange<std::int32_t>(-16, 5000));
   sized(CaseSize{1, batch * seq}, [&] {
@@ -186,7 +186,8 @@ void quantized_batch_gqa_padded_mask(const Hooks& hooks) {
       const Tensor expected =
           ref::sdpa(q_rot, dequantized(be, r.quantized_kv->keys), dequantized(be, r.quantized_kv->values), p, &mask);
       const Tensor got = be.download(r.out);
-      // Rows of padding queries are unspecified (spec §2.1); compare the real ones.
+      // Rows of padding queries are unspecified (docs/kernels.md §Attention); compare the real
+      // ones.
       for (std::int64_t b = 0; b < cfg.batch; ++b) {
         const std::int64_t first_real = std::clamp<std::int64_t>(lp[idx(b)] - idx_before, 0, n);
         if (first_real == n) continue;

@@ -3,10 +3,10 @@
 // ChunkedKVCache and TurboQuantKVCache (their model parts: chunked_turboquant.cc).
 //
 // One Model/Sut/Command type for every kind keeps rc::state instantiated once (compile
-// cost, toolchain.md §4). After every command the observables of DESIGN.md are checked
-// against the token-log model: offsets, kind, kv_length, trimmability, logical content
-// (exact bits; quantized: the packed codes of the per-row quantized model rows), what
-// the update returned, attention output, positions, state round trips.
+// cost, docs/toolchain.md §Test frameworks). After every command the observables
+// (docs/design.md §Observables) are checked against the token-log model: offsets, kind, kv_length,
+// trimmability, logical content (exact bits; quantized: the packed codes of the per-row quantized
+// model rows), what the update returned, attention output, positions, state round trips.
 #include <rapidcheck/state.h>
 
 #include <algorithm>
@@ -30,7 +30,7 @@ struct CacheCmd : Cmd {
 };
 
 // Chunk lengths 1..300: mostly short (CI time), sometimes long enough to cross the
-// 256-row growth step of KVCache/QuantizedKVCache (spec §4.1) in one update.
+// 256-row growth step of KVCache/QuantizedKVCache (docs/semantics.md §Common rules) in one update.
 rc::Gen<std::int64_t> gen_chunk() {
   return rc::gen::weightedOneOf<std::int64_t>({{12, rc::gen::inRange<std::int64_t>(1, 9)},
                                                {6, rc::gen::inRange<std::int64_t>(9, 48)},
@@ -267,7 +267,8 @@ rc::Gen<Config> gen_config(Kind kind) {
     Config c;
     c.kind = kind;
     // B 1..2 in CI: the rows of a single-sequence cache share one offset and one code
-    // path, and every check scales with B (3..8 now and then costs ~30% more CI time).
+    // path, and every check scales with B (3..8 now and then costs markedly more CI time:
+    // docs/ci.md §Test costs).
     // The deep run draws B up to 8; in CI, R1/R2 (regressions.cc), where rows differ
     // (per-row RoPE offsets, per-row padding), and the batch properties run B up to 8.
     c.batch = real_dims() ? *rc::gen::weightedOneOf<std::int64_t>({{3, rc::gen::inRange<std::int64_t>(1, 3)},

@@ -1,7 +1,8 @@
-// Reference affine quantize/dequantize (spec §1.2–§1.4). Plain loops over rows and
-// groups; the per-group arithmetic is float32 on purpose (MLX computes the group
-// parameters and the codes in float32 whatever the input dtype, ml-explore/mlx#1925),
-// so a double here would drift off MLX's bits.
+// Reference affine quantize/dequantize
+// (docs/quantization.md §Affine parameters, §Affine dequantization, §Bit packing). Plain loops over
+// rows and groups; the per-group arithmetic is float32 on purpose (MLX computes the group
+// parameters and the codes in float32 whatever the input dtype, ml-explore/mlx#1925), so a double
+// here would drift off MLX's bits.
 #include "reference/affine_quantize.h"
 
 #include <algorithm>
@@ -28,8 +29,9 @@ void require_code_width(int bits) {
 
 float largest_code(int bits) { return static_cast<float>((1 << bits) - 1); }
 
-// R of spec §1.2. rint honours the current rounding direction; kvlab never changes the
-// default (to nearest, ties to even), which is what MLX's CPU kernel relies on too.
+// R of docs/quantization.md §Affine parameters. rint honours the current rounding direction; kvlab
+// never changes the default (to nearest, ties to even), which is what MLX's CPU kernel relies on
+// too.
 float round_to_code(float v, Rounding rounding) {
   switch (rounding) {
     case Rounding::mlx_cpu:
@@ -59,8 +61,9 @@ std::uint8_t gpu_wrapped_code(float r, int bits) {
 // 53 ≥ 2·24 + 2 (double rounding is innocuous; Figueroa 1995). Mul then add is what
 // MLX's CPU dequantize graph does for f32 data, so f32 outputs match it bit for bit.
 // For f16/bf16 metadata MLX 0.32.4 computes in T: code·scale rounded to T, then + bias
-// rounded to T (Rounding::mlx). That is not within 1 ulp of the single rounding (as spec
-// §1.3 says): with cancellation against the bias, measured up to 6 ulps of f16.
+// rounded to T (Rounding::mlx). That is not within 1 ulp of the single rounding, as a reading
+// of the source once assumed (docs/quantization.md §Affine dequantization): with cancellation
+// against the bias, measured up to 6 ulps of f16.
 float f32_mul(float a, float b) { return static_cast<float>(double{a} * double{b}); }
 float f32_add(float a, float b) { return static_cast<float>(double{a} + double{b}); }
 
@@ -76,7 +79,8 @@ void require_rank_at_least_1(const ConstTensorView& v, const char* what) {
 }
 
 // The last dim D that a (wq, scales) pair describes, after checking that the word count
-// and the group count agree: words·32/bits == groups·group_size (spec §1.1).
+// and the group count agree: words·32/bits == groups·group_size
+// (docs/quantization.md §Format table).
 std::int64_t dequantized_dim(const ConstTensorView& wq, const ConstTensorView& scales, const QuantSpec& spec) {
   const std::int64_t words = wq.dim(-1), groups = scales.dim(-1);
   // Compared in bits so that a word count not divisible by bits/32 is caught, not truncated.
@@ -94,9 +98,10 @@ AffineGroupParams affine_group_params(std::span<const float> group, int bits, Ro
   const float n = largest_code(bits);
 
   // alpha: the GPU kernels start the running max at 0 (ml-explore/mlx#1282 onwards), so
-  // an all-negative group is quantized over [min, 0] (spec §1.2 (a)). beta: the GPU
-  // starts at Limits<T>::max, which equals the true min for any finite T input.
-  // `>`/`<` comparisons skip NaN like MLX's std::max/min reductions (NaN is unspecified).
+  // an all-negative group is quantized over [min, 0] (the GPU's running maximum,
+  // docs/quantization.md §Affine parameters). beta: the GPU starts at Limits<T>::max, which equals
+  // the true min for any finite T input. `>`/`<` comparisons skip NaN like MLX's std::max/min
+  // reductions (NaN is unspecified).
   float alpha = rounding == Rounding::mlx_gpu ? 0.0f : -std::numeric_limits<float>::infinity();
   float beta = std::numeric_limits<float>::infinity();
   for (const float g : group) {
@@ -109,7 +114,8 @@ AffineGroupParams affine_group_params(std::span<const float> group, int bits, Ro
   // min, 1e-7) > 0, bias = min, so a value decodes to min or max (measured against MLX's
   // CPU; Metal's 1-bit arithmetic is not measured here, the rule is shared).
   if (bits == 1) return {s0, beta};
-  // Anchor on the larger-magnitude extreme; strict '>' so a tie picks alpha (spec §1.2).
+  // Anchor on the larger-magnitude extreme; strict '>' so a tie picks alpha
+  // (docs/quantization.md §Affine parameters).
   const bool anchor_on_min = std::abs(beta) > std::abs(alpha);
   const float s1 = anchor_on_min ? s0 : -s0;
   const float edge = anchor_on_min ? beta : alpha;
@@ -123,14 +129,14 @@ std::uint8_t affine_code(float value, const AffineGroupParams& p, int bits, Roun
   require_code_width(bits);
   const float n = largest_code(bits);
   const float r = round_to_code((value - p.bias) / p.scale, rounding);
-  // NaN/Inf input is unspecified upstream (spec §1.2); NaN would make the integer
-  // conversion below UB, so the oracle pins it to code 0.
+  // NaN/Inf input is unspecified upstream (docs/quantization.md §Affine parameters); NaN would make
+  // the integer conversion below UB, so the oracle pins it to code 0.
   if (std::isnan(r)) return 0;
   switch (rounding) {
     case Rounding::mlx_cpu:
     case Rounding::mlx: return static_cast<std::uint8_t>(std::min(std::max(r, 0.0f), n));
     case Rounding::mlx_gpu: {
-      const float capped = std::min(r, n);  // no lower clamp on the GPU (spec §1.8)
+      const float capped = std::min(r, n);  // no lower clamp on the GPU (docs/quantization.md §Rounding flavours)
       if (capped >= 0.0f) return static_cast<std::uint8_t>(capped);
       return gpu_wrapped_code(capped, bits);
     }
@@ -176,7 +182,7 @@ void affine_quantize(const ConstTensorView& x, const QuantSpec& spec, Rounding r
       for (std::size_t j = 0; j < gs; ++j) group[j] = x.load(first + static_cast<std::int64_t>(j));
       const AffineGroupParams p = affine_group_params(group, spec.bits, rounding);
       // Codes come from the f32 parameters; only the stored copies are rounded (RNE) to
-      // x.dtype, exactly like MLX (spec §1.2: "before those are rounded to T").
+      // x.dtype, exactly like MLX (docs/quantization.md §Affine parameters, step 6).
       scales.store(r * groups_per_row + g, p.scale);
       biases.store(r * groups_per_row + g, p.bias);
       for (std::size_t j = 0; j < gs; ++j) {
@@ -225,8 +231,9 @@ void affine_dequantize(const ConstTensorView& wq, const ConstTensorView& scales,
       for (std::int64_t j = 0; j < spec.group_size; ++j) {
         const std::int64_t i = g * spec.group_size + j;
         const auto code = static_cast<float>(code_at(row_words, spec.bits, i));
-        // f32 multiply, f32 add, then one storage rounding to out.dtype (spec §1.3); the
-        // mlx flavour rounds the product and the sum to T, as MLX computes in T.
+        // f32 multiply, f32 add, then one storage rounding to out.dtype
+        // (docs/quantization.md §Affine dequantization); the mlx flavour rounds the product and the
+        // sum to T, as MLX computes in T.
         const float value = in_t ? round_to_dtype(f32_add(round_to_dtype(f32_mul(code, scale), t), bias), t)
                                  : f32_add(f32_mul(code, scale), bias);
         out.store(r * d + i, value);

@@ -1,12 +1,13 @@
 // Reference affine quantization and dequantization, MLX's algorithm bit for bit
-// (spec §1.2–1.4). The code's behaviour, not the mx.quantize docstring (spec §0.1).
+// (docs/quantization.md §Affine parameters, §Affine dequantization, §Bit packing). The code's
+// behaviour, not the mx.quantize docstring.
 //
 // quantize: x (..., D) in f32/f16/bf16, rank >= 1, D % group_size == 0, D > 0.
 //   wq     (..., D·bits/32) u32  — LSB-first bitstream per row (reference/bitpack.h)
 //   scales (..., D/group)   x.dtype
 //   biases (..., D/group)   x.dtype
 // Leading axes are independent rows; groups are consecutive elements of a row.
-// Per group, in float32 whatever the input dtype (spec §1.2):
+// Per group, in float32 whatever the input dtype (docs/quantization.md §Affine parameters):
 //   n = 2^bits − 1; alpha = max g (mlx_gpu: max(0, max g)); beta = min g
 //   s0 = max((alpha − beta)/n, 1e-7); side = |beta| > |alpha|; s1 = side ? s0 : −s0
 //   edge = side ? beta : alpha; q0 = R(edge/s1)
@@ -35,7 +36,8 @@
 //
 // dequantize: out[i] = code_i·scale_g + bias_g computed in f32 (multiply, then add,
 //   never fused) from the stored scale/bias and rounded once to out.dtype. For f32 data
-//   that is MLX's CPU graph bit for bit; otherwise it is spec §1.3's recommendation.
+//   that is MLX's CPU graph bit for bit; otherwise it is the single rounding of
+//   docs/quantization.md §Affine dequantization.
 //   The mlx flavour is MLX 0.32.4's CPU for f16/bf16 metadata T: T(T(code·scale) + bias),
 //   then out.dtype; it can differ from the single rounding by several ulps of T where
 //   code·scale and bias cancel (measured: 6 ulps of f16). out dtype: any float dtype.
@@ -59,7 +61,8 @@ struct AffineGroupParams {
   float bias = 0;
 };
 
-// The per-group parameters of spec §1.2 for one group (any length >= 1).
+// The per-group parameters (docs/quantization.md §Affine parameters) of one group (any
+// length >= 1).
 AffineGroupParams affine_group_params(std::span<const float> group, int bits, Rounding rounding);
 // The code of one value given the f32 group parameters (includes the clamp rules).
 std::uint8_t affine_code(float value, const AffineGroupParams& p, int bits, Rounding rounding);

@@ -1,5 +1,5 @@
-// Reference bit packing (spec §1.4): each row is one LSB-first little-endian
-// bitstream. Code i occupies stream bits [i·b, i·b + b); stream bit k is bit
+// Reference bit packing (docs/quantization.md §Bit packing): each row is one LSB-first
+// little-endian bitstream. Code i occupies stream bits [i·b, i·b + b); stream bit k is bit
 // (k mod 32) of word ⌊k/32⌋. 3-, 5- and 6-bit codes straddle word boundaries.
 //
 // Contract: bits in 1..8; codes must be < 2^bits (else Error naming the code and

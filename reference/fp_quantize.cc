@@ -26,8 +26,8 @@ constexpr float kE4M3Max = 448.0f;
 constexpr float kNvfp4Range = kE4M3Max * kE2M1Max;  // 2688
 
 // MLX's Metal E2M1 encoder: round to nearest, ties to even, written as the threshold
-// table of spec §1.7. `<` vs `<=` at each boundary is exactly the tie rule: the even
-// mantissa (codes 0, 2, 4, 6) owns both of its boundaries.
+// table of docs/quantization.md §Microscaling formats. `<` vs `<=` at each boundary is exactly the
+// tie rule: the even mantissa (codes 0, 2, 4, 6) owns both of its boundaries.
 std::uint8_t e2m1_encode_gpu(float x) {
   if (std::isnan(x)) return 0x7;  // NaN has no sign test in Metal: it becomes +6
   const std::uint8_t sign = std::signbit(x) ? 0x8 : 0x0;
@@ -185,7 +185,8 @@ std::uint8_t quantize_group(std::span<const float> group, const QuantSpec& spec,
     }
     return scale_code;
   }
-  // E4M3 group scales (nvfp4). Operation order as in spec §1.7: (amax/6)·enc, then (w·enc)/s.
+  // E4M3 group scales (nvfp4). Operation order as in docs/quantization.md §Microscaling formats:
+  // (amax/6)·enc, then (w·enc)/s.
   const std::uint8_t scale_code = e4m3_encode(amax / kE2M1Max * enc);
   const float scale = e4m3_decode(scale_code);
   for (std::size_t i = 0; i < group.size(); ++i) {
@@ -325,7 +326,8 @@ void fp_dequantize(const ConstTensorView& wq, const ConstTensorView& scales, con
   const std::int64_t words_per_row = wq.dim(-1);
   const std::int64_t groups_per_row = scales.dim(-1);
 
-  // nvfp4's second-level factor; spec §1.7 applies it after lut·scale.
+  // nvfp4's second-level factor; docs/quantization.md §Microscaling formats applies it after
+  // lut·scale.
   const float global_factor = global_scale ? *global_scale / kNvfp4Range : 1.0f;
   const std::int64_t rows = d == 0 ? 0 : out.numel() / d;
   const auto gs = static_cast<std::int64_t>(spec.group_size);

@@ -1,4 +1,5 @@
-// Reference microscaling fp quantization: mxfp4, mxfp8 (e4m3) and nvfp4 (spec §1.7).
+// Reference microscaling fp quantization: mxfp4, mxfp8 (e4m3) and nvfp4
+// (docs/quantization.md §Microscaling formats).
 //
 // quantize: x (..., D) f32/f16/bf16, rank >= 1, D % group_size == 0 (32 for mx modes,
 //   16 for nvfp4), D > 0.
@@ -22,8 +23,8 @@
 //   E8M0 exponent = rint, an all-zero group stores scale code 127.
 // Rounding::mlx is the pinned MLX 0.32.4 CPU, measured bit for bit: nvfp4 takes amax/6,
 //   the decoded scale and w/s in the input dtype T, multiplying by the f32 factor enc
-//   after each (so the spec's (w·enc)/s becomes T(w/s)·enc), argmin in f32;
-//   mx modes (changed since the spec's source snapshot, which rounded the log): E8M0
+//   after each (so the older (w·enc)/s becomes T(w/s)·enc), argmin in f32;
+//   mx modes (changed since MLX's older sources, which rounded the log): E8M0
 //   exponent e = ceil(log2 s) of s = amax/max rounded to the input dtype T (e = 0 when
 //   s is 0), stored as (e + 127) mod 256 without a clamp; elements w/2^e rounded to T;
 //   E2M1 by the argmin with distances rounded to T. Non-finite amax is undefined in MLX
@@ -40,7 +41,7 @@
 // shape or dtype; global_scale with a mode other than nvfp4, or a non-finite one;
 // dequantize inputs whose shapes do not fit together.
 //
-// Deliberate choices where MLX is unspecified or where the spec leaves a gap:
+// Deliberate choices where MLX is unspecified or where its sources leave a gap:
 // * The CPU graph evaluates amax/6, log2 and w/scale in the input dtype; here both
 //   roundings use f32 (identical for f32 input; for f16/bf16 the graph may move a code
 //   by one near a tie, or underflow a tiny f16 group's scale to 0).
@@ -52,8 +53,9 @@
 // * Non-finite input: NaN elements are skipped by amax and encoded alone (E2M1 gpu +6,
 //   cpu +0; E4M3 ±448). A ±inf element makes an mx scale 0xFF (+inf), so its group
 //   dequantizes to NaN/inf; in nvfp4 it saturates the E4M3 scale at 448.
-// * nvfp4 evaluates (amax/6)·enc and (w·enc)/s left to right as spec §1.7 writes them
-//   (Metal may fold enc/s into one factor; that can move a code only at a tie).
+// * nvfp4 evaluates (amax/6)·enc and (w·enc)/s left to right as
+//   docs/quantization.md §Microscaling formats writes them (Metal may fold enc/s into one factor;
+//   that can move a code only at a tie).
 // * nvfp4 with a zero scale stores element code 0 in both modes (the CPU graph would
 //   divide 0 by 0).
 #pragma once

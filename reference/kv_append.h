@@ -1,5 +1,6 @@
 // Reference kernels for caches whose per-row offsets live in backend memory
-// (cache/device_batch_kv_cache.h; DESIGN.md "Observables" 4, the offset-snapshot rule).
+// (cache/device_batch_kv_cache.h; docs/design.md §Observables, item 4: the offset-snapshot
+// rule).
 //
 // kv_append_advance(k (B,H,S,Dk), v (B,H,S,Dv), left_padding i32 (B,) host,
 //                   offsets i32 (B,) backend, k_cache (B,H,C,Dk), v_cache (B,H,C,Dv)):

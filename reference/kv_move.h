@@ -29,10 +29,11 @@
 //   destination rows overlap (the message names both).
 // kv_roll(src (B,H,L,W), shifts i32 (B,), dst (B,H,L,W)):
 //   dst[b,h,i] = src[b,h,(i − shifts[b]) mod L] (mathematical mod, result in [0, L)) —
-//   mlx-lm's dynamic_roll (spec §4.8). Any int32 shift is legal, negative (a left roll)
-//   or beyond L; L == 0 is a no-op. src and dst have the same shape and dtype.
+//   mlx-lm's dynamic_roll (docs/kernels.md §Cache data movement). Any int32 shift is legal,
+//   negative (a left roll) or beyond L; L == 0 is a no-op. src and dst have the same shape and
+//   dtype.
 //
-// How the cache operations of spec §4.1–4.11 map onto these kernels (tested in
+// How the cache operations of docs/semantics.md map onto these kernels (tested in
 // tests/unit/test_kv_move.cc, CacheOps.*):
 //   append S rows at the cursor / ring write ........ kv_scatter (slots (cursor+s) mod L)
 //   grow, trim oldest columns, extract(i), merge,

@@ -13,7 +13,7 @@ void require_paddings(std::span<const std::int32_t> padding, const char* what) {
   }
 }
 
-// The one visibility rule of spec §2.3, for query position `pos` (= offset + i) over
+// The one visibility rule of docs/kernels.md §Masks, for query position `pos` (= offset + i) over
 // keys 0..lk-1 of batch row b.
 bool visible(std::int64_t pos, std::int64_t j, std::int64_t lk, int window, std::int64_t left, std::int64_t right) {
   if (j > pos) return false;                       // causal

@@ -1,4 +1,5 @@
-// Reference attention masks (spec §2.3 and §2.1 "causal").
+// Reference attention masks (docs/kernels.md §Masks, and the structured causal mask of
+// docs/kernels.md §Attention).
 //
 // create_causal_mask(N, offset, window, left_padding, right_padding, form):
 //   Query rows are positions offset..offset+N−1; key columns 0..offset+N−1.

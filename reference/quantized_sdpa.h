@@ -1,4 +1,4 @@
-// Reference attention over quantized K and V (spec §2.2, mlx-lm's
+// Reference attention over quantized K and V (docs/kernels.md §Quantized attention, mlx-lm's
 // quantized_scaled_dot_product_attention), as a contract rather than a copy.
 //
 // q (B, Hq, Lq, Dk) float; K packed as (B, Hkv, Lk, Dk·bits/32) u32 codes with scales

@@ -1,4 +1,4 @@
-// Reference RoPE (spec §3).
+// Reference RoPE (docs/kernels.md §RoPE).
 //
 // x: float tensor of rank >= 3 read as (B, *, T, D): batch is axis 0, the sequence is
 // axis −2, features the last axis. out: same shape and dtype; x is never modified, and

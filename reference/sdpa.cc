@@ -182,8 +182,8 @@ void attend(const ConstTensorView& q, const ConstTensorView& k, const ConstTenso
 
         const std::int64_t out_row = ((b * hq + h) * lq + i) * dv;
         if (!any_visible) {
-          // Unspecified in MLX (spec §2.1); the policy picks one backend's answer. It
-          // depends on the mask alone, so sinks do not change it (see sdpa.h).
+          // Unspecified in MLX (docs/kernels.md §Attention); the policy picks one backend's answer.
+          // It depends on the mask alone, so sinks do not change it (see sdpa.h).
           for (std::int64_t c = 0; c < dv; ++c) {
             double mean = 0;
             if (params.fully_masked == FullyMaskedRow::mean_of_values) {

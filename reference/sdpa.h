@@ -1,4 +1,4 @@
-// Reference scaled dot-product attention (spec §2.1).
+// Reference scaled dot-product attention (docs/kernels.md §Attention).
 //
 // q (B, Hq, Lq, Dk), k (B, Hkv, Lk, Dk), v (B, Hkv, Lk, Dv), out (B, Hq, Lq, Dv); q, k,
 // v and out share one float dtype. Hq % Hkv == 0; query head h reads kv head ⌊h/R⌋,

@@ -16,7 +16,7 @@ namespace kvlab::ref {
 
 namespace {
 
-// Lloyd–Max schedule. spec §6.2 gives mlx-vlm's: 32 768 grid points, at most 100
+// Lloyd–Max schedule. mlx-vlm's (docs/turboquant.md §MSE codec): 32 768 grid points, at most 100
 // iterations, stop below 1e-6. That leaves b = 4 short of the fixed point (Lloyd moves
 // the outer levels by ~1e-4/iteration after 100 steps), so the oracle iterates to
 // convergence instead: the levels are the Lloyd–Max optimum to ~1e-9·√d.
@@ -114,8 +114,8 @@ std::int64_t channel(const TurboQuantCodec& codec, int j) {
 // bounded for every D >= 2 (the x form is infinite at ±1 for D = 2). The cell mass F is
 // the trapezoid integral over 32 768 equal θ intervals, interpolated exactly (quadratic)
 // inside an interval, and the first moment ∫ x f = −cos^(D−1)θ/(D−1) is exact. Both are
-// continuous in the cell boundaries: a Lloyd iteration over a sampled grid (as spec §6.2
-// describes mlx-vlm's) stalls once the boundaries move less than one grid step, which at
+// continuous in the cell boundaries: a Lloyd iteration over a sampled grid (mlx-vlm's,
+// docs/turboquant.md §MSE codec) stalls once the boundaries move less than one grid step, which at
 // b = 4 freezes the outer levels up to 1.5e-2·/√d short of the optimum.
 std::vector<double> turboquant_codebook(int dim, int bits) {
   require_dim(dim);

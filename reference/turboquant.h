@@ -1,4 +1,5 @@
-// Reference TurboQuant MSE codec (spec §6.2; kvquant-anchors §1, §6.A.3, §7).
+// Reference TurboQuant MSE codec (docs/turboquant.md §MSE codec; targets docs/turboquant.md §A3,
+// §Reference codebooks).
 //
 // make_turboquant_codec(dim, bits, seed), bits 1..8, dim >= 1:
 // - rotation: a randomized Hadamard transform (RHT) when dim is a power of two — signs
@@ -22,8 +23,8 @@
 // - x (..., W) float. codec.channels empty: W == dim and the codec reads every channel;
 //   else it reads x[..., channels[j]] for j < dim (split codec; W > max channel).
 // - norms: f16, shape (...) or (..., 1) (the cache keeps row-aligned (B, H, L, 1) blocks).
-// - indices: u32 (..., ceil(dim·bits/32)), the §1.4 LSB-first bitstream
-//   (reference/bitpack.h), bits past the last code zero.
+// - indices: u32 (..., ceil(dim·bits/32)), the LSB-first bitstream of
+//   docs/quantization.md §Bit packing (reference/bitpack.h), bits past the last code zero.
 // - per vector: norm = ‖x‖ accumulated in double and rounded to f32 (mlx computes it in
 //   f32: within an ulp), stored f16; u = x / max(norm_f32, 1e-6); y = R u in double
 //   (RHT: H(signs ⊙ u)/√dim with an unnormalised fast Walsh–Hadamard transform; dense:
@@ -53,7 +54,7 @@ namespace kvlab::ref {
 
 // Which rotation a codec uses. automatic = RHT for powers of two, dense otherwise (what
 // mlx-vlm does). hadamard / dense force one (tests compare both at the same dim);
-// identity is the no-rotation control of kvquant-anchors §6.A.4, expressed as a dense
+// identity is the no-rotation control of docs/turboquant.md §A4, expressed as a dense
 // identity matrix so the kernels have no special path.
 enum class TurboQuantRotation : std::uint8_t { automatic, hadamard, dense, identity };
 

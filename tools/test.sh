@@ -43,7 +43,7 @@ run_config() {
 
 # ci before asan: the ci run's lavapipe checks fill Mesa's shader cache with the
 # pipelines the asan Vulkan tests use, which lavapipe would otherwise compile inside ASan
-# processes, 3-4x slower (harness/cases/quantized_sdpa/lavapipe).
+# processes, several times slower (docs/ci.md §Phases).
 run_config ci "-LE ^(property-deep|conformance-deep)$"
 run_config asan "-L ^(unit|property|zoo|cli|fuzz)$"
 # Each fuzz target's executions, from libFuzzer's last line ("Done N runs in S second(s)").

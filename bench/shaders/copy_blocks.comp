@@ -1,9 +1,9 @@
 #version 450
 // The device copy by the shader cores (bench/vulkan_baseline.h): 16-byte blocks, each
 // invocation striding over the whole dispatch. On an NVIDIA H100, vkCmdCopyBuffer ran at
-// ~0.8 TB/s (read + written) where HBM3 streams ~3 TB/s: on a discrete GPU the copy
-// command need not reach what a kernel can, so the bench reads its kernels against the
-// faster of the two copies.
+// a fraction of what the shader cores stream (bench/records/2026-11-26-nvidia-h100.md): on
+// a discrete GPU the copy command need not reach what a kernel can, so the bench reads its
+// kernels against the faster of the two copies.
 #include "common.glsl"
 
 layout(std430, set = 0, binding = 0) readonly buffer src_block { uvec4 src[]; };

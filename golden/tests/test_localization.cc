@@ -91,7 +91,7 @@ TEST(Localization, TheSlidingLayersRopeBaseShowsFirstAtPositionOneOnASlidingLaye
 }
 
 // Quantized against unquantized caches: reported, not failed (README, issue 18), beside
-// the anchors of spec/kvquant-anchors.md: attention-output relative error of the
+// the anchors of docs/quantization.md §A7: attention-output relative error of the
 // quantizer at logit scale ~1/4: K8V8 0.7 % / 1.5 %, K4V4 g64 12 % / 24 %; model-level
 // mean KLD <= 0.0015 for 8 bits (Llama-3-8B, llama.cpp#7412). What is asserted is what
 // must hold exactly: steps before the cache is quantized are bit-identical, and the first

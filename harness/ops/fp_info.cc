@@ -4,7 +4,7 @@
 // log2 may round differently within a few ulps of 2^(k+1/2), where a ±1 scale code
 // should be tolerated; random normal data essentially never lands there, so the
 // harness stays strict until a backend shows such a case — then add a tie-aware
-// comparison here that counts those elements, as DESIGN.md "Numerics policy" says.)
+// comparison here that counts those elements, as docs/design.md §Tolerance objects says.)
 #include <cmath>
 
 #include "harness/ops/ops.h"

@@ -85,7 +85,7 @@ TEST(Work, GrowsWithTheSquareOfADecodeScriptAndOfAttentionLength) {
     return static_cast<double>(cache.work(parse_problem(std::string("cache script=") + script)));
   };
   EXPECT_GT(w("p7.d1280") / w("p7.d640"), 3.0);
-  EXPECT_GT(w("p7.d1282.t4.d"), 1e8);  // the fuzzed script that ran 15 s under ASan
+  EXPECT_GT(w("p7.d1282.t4.d"), 1e8);  // the fuzzed script of docs/ci.md §Test costs
   const OpInfo& sdpa = find_op("sdpa");
   const double a = static_cast<double>(sdpa.work(parse_problem("sdpa Lq=1000 Lk=1000")));
   const double b = static_cast<double>(sdpa.work(parse_problem("sdpa Lq=2000 Lk=2000")));

@@ -1,6 +1,6 @@
 // The cache op (harness/ops/cache_info.cc): its script grammar and problem lines round-
-// trip; its observables are the cache semantics of the spec (hand-derived below); a
-// backend whose data movement is off by one row is caught at the cache level and shrunk
+// trip; its observables are the cache semantics of docs/semantics.md (hand-derived below);
+// a backend whose data movement is off by one row is caught at the cache level and shrunk
 // to a short script; an unsupported kernel reads UNIMPLEMENTED, a misuse line INVALID.
 #include <gtest/gtest.h>
 
@@ -174,7 +174,7 @@ TEST(CacheOp, UpdateStoresWithoutAttending) {
 
 TEST(CacheOp, RotatingWrapKeepsTheLastWindowInTemporalOrder) {
   // max_size 8: after p6 and four decodes the ring has wrapped; kv_length is
-  // min(stored, max_size) and offsets count every token (spec §4.3).
+  // min(stored, max_size) and offsets count every token (docs/semantics.md §Rotating cache).
   Prepared prep;
   const auto out = outputs_of(parse_problem("cache kind=rotating Hq=2 Hkv=2 max=8 script=p6.d4"), &prep);
   EXPECT_EQ(ints(out.at("kv_length")), (std::vector<std::int64_t>{6, 7, 8, 8, 8}));
@@ -194,9 +194,9 @@ TEST(CacheOp, RotatingWrapKeepsTheLastWindowInTemporalOrder) {
 }
 
 TEST(CacheOp, BatchFilterKeepsRowsInOrderWithTheirPadding) {
-  // lpad 4 over B = 3 gives left padding (0, 2, 4); offsets = _idx − padding (spec §4.9).
-  // The filter keeps rows 2 and 0 in that order; their padding (4, 0) has minimum 0, so
-  // nothing shifts and _idx stays 7.
+  // lpad 4 over B = 3 gives left padding (0, 2, 4); offsets = _idx − padding
+  // (docs/semantics.md §Batch cache). The filter keeps rows 2 and 0 in that order; their padding
+  // (4, 0) has minimum 0, so nothing shifts and _idx stays 7.
   Prepared prep;
   const auto out = outputs_of(parse_problem("cache kind=batch_kv B=3 Hq=2 Hkv=1 lpad=4 script=p6.d.k2_0"), &prep);
   EXPECT_EQ(ints(out.at("kv_length")), (std::vector<std::int64_t>{6, 7, 7}));

@@ -2,7 +2,7 @@
 //
 // Every invalid input (bad bits, group size, shape, dtype, misuse of a cache API,
 // corrupt file) throws an Error whose message names the offending value. Nothing
-// in kvlab aborts on user input; see DESIGN.md "Errors".
+// in kvlab aborts on user input; see docs/design.md §Errors.
 #pragma once
 
 #include <sstream>

@@ -7,7 +7,7 @@
 
 namespace kvlab {
 
-// RoPE (spec §3). Positions are scale·(t + offset_b); pairs are (2i, 2i+1) when
+// RoPE (docs/kernels.md §RoPE). Positions are scale·(t + offset_b); pairs are (2i, 2i+1) when
 // `traditional`, else (i, i + dims/2). Features [dims, D) pass through.
 struct RopeParams {
   int dims = 0;             // rotary dims: positive, even, <= D
@@ -21,7 +21,7 @@ struct RopeParams {
   bool mlx_arithmetic = false;
 };
 
-// What SDPA returns for a query row whose every key is masked (spec §2.1: backend
+// What SDPA returns for a query row whose every key is masked (docs/kernels.md §Attention: backend
 // dependent). zero: MLX's fused vector kernel; mean_of_values: MLX's fallback, which
 // fills masked scores with finfo.min and so averages V uniformly.
 enum class FullyMaskedRow : std::uint8_t { zero, mean_of_values };
@@ -60,8 +60,8 @@ struct SeqBlock {
   std::int64_t length = 0;
 };
 
-// A TurboQuant MSE codec (spec §6.2) for vectors of `dim` channels (or the subset
-// `channels` of a wider vector, for the split codec of fractional bits): a random
+// A TurboQuant MSE codec (docs/turboquant.md §MSE codec) for vectors of `dim` channels (or the
+// subset `channels` of a wider vector, for the split codec of fractional bits): a random
 // rotation — randomized Hadamard (`signs`, dim a power of two) or a dense orthogonal
 // matrix (`rotation`, dim×dim row-major) — and a Lloyd–Max `codebook` of 2^bits levels,
 // ascending. Built deterministically by reference/turboquant.h make_turboquant_codec().

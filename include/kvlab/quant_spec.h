@@ -33,7 +33,7 @@ enum class ScaleEncoding : std::uint8_t { input_dtype, e8m0, e4m3 };
 // How one element's code is interpreted.
 enum class ElementEncoding : std::uint8_t { unsigned_int, e2m1, e4m3 };
 
-// One row of the format table (spec §1.1: MLX's validation table).
+// One row of the format table (docs/quantization.md §Format table: MLX's validation table).
 struct QuantFormat {
   QuantMode mode;
   std::string_view name;
@@ -54,16 +54,17 @@ std::string_view quant_mode_name(QuantMode m);
 QuantMode quant_mode_from_name(std::string_view name);  // throws Error naming the bad name
 
 // Which arithmetic a quantizer (and affine dequantize) reproduces: three flavours.
-//   mlx_cpu: the single-rounding contract written from MLX's CPU sources (spec §1.2,
-//            §1.7): running max from the data, rint (ties to even), lower clamp; fp
-//            modes in f32 whatever the input dtype: argmin LUT tie-break, E8M0 via rint,
+//   mlx_cpu: the single-rounding contract written from MLX's CPU sources
+//            (docs/quantization.md §Affine parameters, §Microscaling formats): running
+//            max from the data, rint (ties to even), lower clamp; fp modes in f32
+//            whatever the input dtype: argmin LUT tie-break, E8M0 via rint,
 //            zero group -> 127; affine dequantize rounds code·scale + bias once to T.
 //   mlx_gpu: Metal's arithmetic: running max starts at 0, round (ties away from zero);
 //            fp modes: RNE thresholds, E8M0 half-away, zero group -> 0.
 //   mlx:     the pinned MLX (0.32.4, CPU backend) bit for bit, measured against the
 //            real library over the conformance grid. Affine quantize and nvfp4 are
 //            mlx_cpu's arithmetic. It differs from mlx_cpu in two places (changed since
-//            the source snapshot of the spec): mx modes take the E8M0 exponent as
+//            MLX's older sources): mx modes take the E8M0 exponent as
 //            ceil(log2(amax/max)) of amax/max rounded to the input dtype, the element
 //            division and the E2M1 argmin distances also rounded to it
 //            (reference/fp_quantize.h); affine dequantize to f16/bf16 rounds code·scale

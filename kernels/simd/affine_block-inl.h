@@ -1,8 +1,8 @@
 // Per-target pieces of the SIMD affine kernels that work on a block of kBlock groups
 // (kernels/simd/affine_quantize.cc, whose header gives the exactness argument, and
-// affine_dequantize.cc): rounding to codes, the spec §1.2 parameters of a block, the
-// block's extreme reductions, parameter loads and stores, the 16-bit scan's ordered keys,
-// and the Block scratch of the quantizer's pipeline.
+// affine_dequantize.cc): rounding to codes, the parameters of a block
+// (docs/quantization.md §Affine parameters), the block's extreme reductions, parameter loads and
+// stores, the 16-bit scan's ordered keys, and the Block scratch of the quantizer's pipeline.
 #if defined(KVLAB_SIMD_AFFINE_BLOCK_INL_H_) == defined(HWY_TARGET_TOGGLE)
 #ifdef KVLAB_SIMD_AFFINE_BLOCK_INL_H_
 #undef KVLAB_SIMD_AFFINE_BLOCK_INL_H_
@@ -32,10 +32,10 @@ using DI = hn::RebindToSigned<DF>;
 using VF = hn::Vec<DF>;
 using VI = hn::Vec<DI>;
 
-// R of spec §1.2 on every lane: rint (ties to even) for mlx_cpu, round (ties away from
-// zero) for mlx_gpu. round() exactly: q − trunc(q) is exact (Sterbenz for |q| >= 1,
-// trivially below), so |frac| >= 0.5 is the true test; adding 0.5 then truncating would
-// round 0.49999997 up (its sum rounds to 1.0f).
+// R of docs/quantization.md §Affine parameters on every lane: rint (ties to even) for mlx_cpu,
+// round (ties away from zero) for mlx_gpu. round() exactly: q − trunc(q) is exact (Sterbenz
+// for |q| >= 1, trivially below), so |frac| >= 0.5 is the true test; adding 0.5 then
+// truncating would round 0.49999997 up (its sum rounds to 1.0f).
 template <bool kGpu>
 HWY_INLINE VF RoundToCode(VF q) {
   if constexpr (kGpu) {
@@ -75,9 +75,9 @@ HWY_INLINE VI CodeOf(VF q, VF vn, VI vmask) {
 // every target's f32 lane count). Batching turns the per-group chain of dependent
 // scalar divisions into a few vector ops and lets the extremes of 32 groups overlap.
 // 32 rather than 16: a Finish (reduction tree, four vector divisions) costs about the
-// same for 16 or 32 groups, and twice the groups per Finish measured 3 % faster (4-bit,
-// one thread, 70 -> 68 us per 256K elements, alternated processes). Its latency is not
-// what costs: issuing it half a block early measured 5 % slower.
+// same for 16 or 32 groups, and twice the groups per Finish measured faster. Its latency
+// is not what costs: issuing it half a block early measured slower
+// (docs/benchmarks.md §Measurements behind kernel choices).
 constexpr std::size_t kBlock = 32;
 static_assert(kBlock % HWY_LANES(float) == 0, "a block is whole vectors");
 
@@ -230,8 +230,9 @@ constexpr bool kScanBits = false;  // one lane per vector: no i16 pairs to fold
 
 // The scan asks for the same group of the block after next's scan (kBlock groups ahead)
 // to be fetched: the scan is where a cold group is first read, and while the encoding of
-// the previous block keeps the core busy the hardware streamers alone left ~40 % of a
-// cold call's time waiting on DRAM (measured 8–15 % faster cold with it, no change hot).
+// the previous block keeps the core busy the hardware streamers alone left much of a cold
+// call's time waiting on DRAM (measured faster cold with it, no change hot:
+// docs/benchmarks.md §Measurements behind kernel choices).
 // An integer address: a prefetch never faults, past the input's end included.
 HWY_INLINE void PrefetchAhead(const void* group, std::size_t group_bytes) {
   const std::uintptr_t ahead = reinterpret_cast<std::uintptr_t>(group) + kBlock * group_bytes;

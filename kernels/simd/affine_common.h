@@ -1,7 +1,7 @@
 // What the SIMD affine kernels (affine_quantize.cc, affine_dequantize.cc) share outside
 // the per-target code: the group constants, the job description handed to each target,
-// the oracle's scalar steps (spec §1.2 parameters, the non-finite fallback), the
-// parameter conversions, and the task split.
+// the oracle's scalar steps (the parameters of docs/quantization.md §Affine parameters, the
+// non-finite fallback), the parameter conversions, and the task split.
 #pragma once
 #include <algorithm>
 #include <bit>
@@ -25,12 +25,11 @@ constexpr float kScaleFloor = 1e-7f;  // MLX's eps on the group step (as the ora
 constexpr int kMaxGroup = 128;        // QuantSpec::validate allows 32, 64, 128
 // Elements per parallel task: the problem's over kTasks, within [64K, 256K]. Each task
 // pays the pipeline's ramp (a block scanned alone, a block encoded alone), the pool's
-// claim and a new input stream whose first lines no prefetch has asked for: at 16K
-// elements 2 threads lost ~5 % against 64K, and 64K lost 6 % (4-bit) and 10 % (8-bit)
-// against 256K on the perf shape (4M f16 elements, cold, 2 threads; tools/bench_ab.py,
-// 6 processes a side, p <= 0.009). The floor keeps small problems split as before (a
-// tensor of 128K elements still has two tasks); from 1M to 4M elements there are 16
-// tasks, so a machine of more cores still gets one each.
+// claim and a new input stream whose first lines no prefetch has asked for: smaller tasks
+// measured slower on the perf shape, 16K against 64K and 64K against 256K elements
+// (tools/bench_ab.py; docs/benchmarks.md §Measurements behind kernel choices). The floor keeps
+// small problems split as before (a tensor of 128K elements still has two tasks); from 1M to 4M
+// elements there are 16 tasks, so a machine of more cores still gets one each.
 constexpr std::int64_t kMinElementsPerTask = 65536, kMaxElementsPerTask = 262144, kTasks = 16;
 inline std::int64_t elements_per_task(std::int64_t elements) {
   return std::clamp(elements / kTasks, kMinElementsPerTask, kMaxElementsPerTask);
@@ -58,7 +57,8 @@ inline float largest_code(int bits) { return static_cast<float>((1 << bits) - 1)
 
 inline float round_to_code(float v, bool gpu) { return gpu ? std::round(v) : std::rint(v); }
 
-// Spec §1.2 from the group's extremes, operation for operation as the oracle.
+// The parameters of docs/quantization.md §Affine parameters from the group's extremes,
+// operation for operation as the oracle.
 inline GroupParams group_params(float alpha, float beta, int bits, bool gpu) {
   const float s0 = std::max((alpha - beta) / largest_code(bits), kScaleFloor);
   const bool anchor_on_min = std::abs(beta) > std::abs(alpha);

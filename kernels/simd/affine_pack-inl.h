@@ -1,6 +1,6 @@
-// Per-target bit packing of affine codes (kernels/simd/affine_quantize.cc), spec §1.4:
-// each row is an LSB-first bitstream read as little-endian u32 words, so on a
-// little-endian host the stream is plain byte order and a group of gs codes (gs a
+// Per-target bit packing of affine codes (kernels/simd/affine_quantize.cc),
+// docs/quantization.md §Bit packing: each row is an LSB-first bitstream read as little-endian u32
+// words, so on a little-endian host the stream is plain byte order and a group of gs codes (gs a
 // multiple of 32) fills exactly gs·bits/32 whole words of its own.
 //
 // In registers, for the widths whose codes never straddle a byte (2, 4, 8): N codes in

@@ -4,9 +4,9 @@
 // Layout of the work: rows are contiguous and groups are consecutive elements of a row,
 // so group k of the flattened tensor owns elements [k·gs, (k+1)·gs), scale/bias k and
 // stream bytes [k·gs·bits/8, (k+1)·gs·bits/8) (gs·bits is a multiple of 32: whole words,
-// spec §1.4). Groups are independent: parallel_for runs tasks of elements_per_task/gs
-// groups (a split fixed by the problem, never by the thread count). Scratch lives on
-// the stack (two Blocks of kBlock groups), so nothing is allocated per call or row.
+// docs/quantization.md §Bit packing). Groups are independent: parallel_for runs tasks of
+// elements_per_task/gs groups (a split fixed by the problem, never by the thread count). Scratch
+// lives on the stack (two Blocks of kBlock groups), so nothing is allocated per call or row.
 //
 // Quantize, in blocks of kBlock = 32 groups, software-pipelined (the encoding of one
 // block interleaved with the scan of the next):
@@ -15,9 +15,9 @@
 //           beyond ±inf's flags NaN/±inf); f32 (and 16-bit input on SCALAR): running
 //           Max/Min and a sum that flags NaN/±inf;
 //   finish  the 32 groups' extremes reduced to one lane per group (ReduceBlock), the
-//           spec §1.2 parameters for all 32 at once, one group per lane (BlockParams),
-//           1/scale, whether each group's codes can skip the clamp (not where the
-//           packs clamp, below), the scalar redo of flagged groups, scales/biases
+//           the parameters (docs/quantization.md §Affine parameters) for all 32 at once, one group
+//           per lane (BlockParams), 1/scale, whether each group's codes can skip the clamp (not
+//           where the packs clamp, below), the scalar redo of flagged groups, scales/biases
 //           stored with kvlab's RNE conversion (half_convert-inl.h); flags move as
 //           mask bits (AVX3: straight from k-registers; a byte store reloaded as a u32
 //           stalls every block), and only the non-finite groups are visited;
@@ -252,7 +252,8 @@ class GroupQuantizer {
     const std::size_t N = hn::Lanes(df);
     const std::byte* src = job_.in + (b.first + j) * len_ * elem_size_;
     PrefetchAhead(src, len_ * elem_size_);
-    // GPU kernels start the running max at 0 (oracle header, spec §1.2 (a)).
+    // GPU kernels start the running max at 0 (oracle header,
+    // docs/quantization.md §Affine parameters).
     const VF max_init = hn::Set(df, kGpu ? 0.0f : -std::numeric_limits<float>::infinity());
     const VF min_init = hn::Set(df, std::numeric_limits<float>::infinity());
     // Two accumulator sets (even/odd vectors; len/N is even) halve the dependency

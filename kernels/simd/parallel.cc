@@ -19,9 +19,9 @@ thread_local bool t_inside_task = false;
 // How long a thread polls before it sleeps on a condition variable: a worker after its
 // last task, waiting for the next job; the caller after its last task, waiting for the
 // workers to finish theirs. A sleeping thread's vCPU halts, and on this kind of host
-// waking it took 26 us (median, job after job) to 95-120 us (after 1-5 ms idle), often
-// longer than the whole task (a 1 MiB cache append runs ~100 us): measured with a
-// 2-task job whose second task records when the worker started it. Polling that long
+// waking it took as long as a whole short task (a 1 MiB cache append), or longer: measured
+// with a 2-task job whose second task records when the worker started it
+// (docs/benchmarks.md §Measurements behind kernel choices). Polling that long
 // costs nothing the kernels need (the pool has one thread per core), and a spinning
 // thread yields the core every few microseconds to any other runnable thread.
 constexpr auto kPollFor = std::chrono::microseconds(500);

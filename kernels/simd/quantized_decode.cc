@@ -29,8 +29,8 @@
 // 16 code unpacks (4-bit: widen + shift + 2 lookups per 32 codes; 8-bit: widen +
 // convert per 16, plus 8 dequantize FMAs), ~11 uops of score reduction and ~8 of
 // softmax, about 120 vector uops: ~60 cycles at two per cycle, f32 FMAs the floor.
-// Measured on the 2-core Xeon VM (one thread, chunk in L2): ~95-110 cycles per key at
-// either width, the K and V loops each near 1.3-1.6 vector uops per cycle.
+// Measured on the 2-core Xeon VM (one thread, chunk in L2) it takes well over that floor at
+// either width (docs/benchmarks.md §Measurements behind kernel choices).
 // No AVX-512 VNNI (vpdpbusd, u8 codes × s8 queries): rounding q to s8 per (row, group)
 // moves each q_d by up to max_g|q|/254, so the logit moves by up to
 // |scale|·Σ_g (max_g|q|/254)·Σ_{d∈g}|s·c_d|. The tolerance allows eps_T·S with

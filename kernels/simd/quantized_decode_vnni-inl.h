@@ -40,9 +40,9 @@
 // scores stand when Ê <= eps_T/4·Ŝ: then S >= Ŝ − Ê·(1 + G·u) >= Ŝ/2 and every logit is
 // within eps_T/2·S. A non-finite q, scale, bias or bound fails it too (the f32 path's
 // NaN/inf semantics hold there: 0·inf of a zero code, hidden keys' poisoned scales).
-// On Zen 4 (one zmm vpdpbusd or FMA per cycle) a standalone tile loop measured ~36
-// cycles per key against ~51 for the f32 path's 34 FMAs; the 4/4-bit perf rows gained
-// 12-24 % (commit message).
+// On Zen 4 (one zmm vpdpbusd or FMA per cycle) a standalone tile loop measured fewer
+// cycles per key than the f32 path's 34 FMAs, and the 4/4-bit perf rows gained
+// (docs/benchmarks.md §Measurements behind kernel choices).
 #if HWY_TARGET == HWY_AVX3_DL
 namespace vnni {
 
@@ -53,13 +53,12 @@ constexpr std::size_t kMaxVectors = kMaxDk / 4;  // tile vectors: four dims each
 
 // Whether a chunk may take this path (the certificate decides the rest). 4-bit K only:
 // an 8-bit K side built the same way (dims 4jj + b, two transposes per key) measured
-// 5-12 % slower than the f32 path at S 32 768-65 536 on Zen 4, so 8-bit K and the widths
+// slower than the f32 path at S 32 768-65 536 on Zen 4, so 8-bit K and the widths
 // unpacked to bytes stay there.
 // Below kMinKeys keys per (b, kv head), making the q digits (MakeDigits, once per (call,
-// b, kv head) and thread) costs what the integer side saves. Single thread, in cache,
-// 4/4-bit, Hq 32/Hkv 8/D 128, integer against f32 path, runs alternated: 128 keys
-// +0..18 %, 256 −2 %, 512 ±3 %, 768 −2..−10 %, 1024 0..−6 %, 1536 +7..−7 % (with
-// the scalar MakeDigits of before: 128 +40 %, 512 +5 %, 2048 ±0, so the gate was 2048).
+// b, kv head) and thread) costs what the integer side saves: 768 is where the integer path
+// started to win in alternated single-thread runs
+// (docs/benchmarks.md §Measurements behind kernel choices).
 constexpr std::int64_t kMinKeys = 768;
 
 inline bool Eligible(float slack, std::int64_t keys, int storage_bits, std::size_t dk, std::size_t gs) {

@@ -76,8 +76,7 @@ constexpr std::size_t kTaskBytes = std::size_t{64} << 10;
 // Outputs at least this large are written with streaming stores: far larger than the
 // per-core L2, so the consumer would not find them in cache anyway, and skipping the
 // read-for-ownership of each output line saves a third of the traffic (measured on the
-// perf shape, 1 thread, min of 30 calls, 4 alternating runs: 6.6–7.2 ms with, 7.7–8.3
-// ms without).
+// perf shape: docs/benchmarks.md §Measurements behind kernel choices).
 constexpr std::size_t kStreamBytes = std::size_t{16} << 20;
 
 }  // namespace kvlab::simd::rope_detail
@@ -194,7 +193,7 @@ HWY_INLINE VF Rotated2(VF x1, VF x2, VF c, VF s) { return CanonicalNaN(hn::Add(h
 // without first reading them (no read-for-ownership), for outputs too large to be
 // re-read from cache. Only vectors of a whole 64-byte line at a line-aligned address
 // are streamed (AVX3): streaming half lines measured slower than plain stores here
-// (perf shape, 1 thread: AVX2 10.5 ms streamed vs 7.8 ms plain).
+// (AVX2, perf shape: docs/benchmarks.md §Measurements behind kernel choices).
 template <class D, typename T>
 HWY_INLINE void Put(D d, hn::Vec<D> v, T* HWY_RESTRICT p, bool stream) {
   constexpr std::size_t kLine = 64;

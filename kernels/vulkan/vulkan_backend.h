@@ -31,9 +31,9 @@
 namespace kvlab {
 
 // The workgroups an attention call aims for by default. A CPU device (lavapipe) runs a
-// workgroup per core thread and gains nothing from more. On an NVIDIA H100 (132 SMs), a
-// 64K-key decode of 8 kv heads took 7.9 ms at 256, 3.6 ms at 1024 and 3.8 ms at 4096
-// (device timestamps, kvlab_bench ',wg=<N>', 2026-11-26).
+// workgroup per core thread and gains nothing from more. On an NVIDIA H100 (132 SMs) a
+// 64K-key decode ran fastest near 1024 of the targets swept with kvlab_bench ',wg=<N>'
+// (bench/records/2026-11-26-nvidia-h100.md).
 inline constexpr std::uint32_t kCpuAttentionWorkgroups = 256, kGpuAttentionWorkgroups = 1024;
 
 struct VulkanOptions {
@@ -64,7 +64,7 @@ struct VulkanOptions {
   // Tests: never take the hardware fast paths of the affine kernels (exact arithmetic only).
   bool exact_arithmetic_only = false;
   // Bracket each kernel's submission with timestamp queries (last_kernel_seconds());
-  // off by default: reading them back costs ~160 µs per submission on lavapipe.
+  // off by default: reading them back costs more than a small kernel on lavapipe.
   bool timestamps = false;
 };
 

@@ -1,5 +1,5 @@
-// Mutants for the spec §7 mechanisms of the attention step, RoPE, quantized attention,
-// TurboQuant, restore, the quantize policy, kv_length, state files and ChunkedKVCache.
+// Mutants for the docs/upstream-bugs.md mechanisms of the attention step, RoPE, quantized
+// attention, TurboQuant, restore, the quantize policy, kv_length, state files and ChunkedKVCache.
 // Each reproduces one upstream mechanism as test-only code (a Hooks override, a wrapper
 // cache or an alternative implementation); the comment above each names the bug.
 #include <algorithm>
@@ -52,7 +52,7 @@ DTensor attend_update(Cache& cache, const DTensor& q, const DTensor& k, const DT
   return q_rot;
 }
 
-// ---- (i) offsets aliasing the live array (spec §7 rows 1, 4, 5) ------------------------
+// ---- (i) offsets aliasing the live array (docs/upstream-bugs.md rows 1, 4, 5) -------------------
 
 // mlx-lm#1097 / #1806, vlm#966: BatchKVCache keeps its offsets in an mx.array advanced by
 // `self.offset += S`, which overwrites the array in place; the model's `offset =
@@ -318,7 +318,7 @@ void trim_front_on_capacity(std::unique_ptr<Cache>& c) {
   c = ChunkedKVCache::from_state(c->backend(), s);
 }
 
-// Appendix B.4: ChunkedKVCache's meta_state has no offset and the state setter sets
+// docs/upstream-bugs.md §U4: ChunkedKVCache's meta_state has no offset and the state setter sets
 // offset = keys.shape[2] (the stored rows), so a reload after a front trim puts the
 // offset at the row count (300 → 260 with start 295 in the stand-in run).
 std::unique_ptr<Cache> chunked_restore_offset_from_rows(Backend& be, const CacheState& s) {

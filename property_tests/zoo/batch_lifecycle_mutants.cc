@@ -1,4 +1,4 @@
-// Batch lifecycle mutants (test-only): spec §7 mechanisms of BatchKVCache,
+// Batch lifecycle mutants (test-only): docs/upstream-bugs.md mechanisms of BatchKVCache,
 // BatchQuantizedKVCache and BatchRotatingKVCache, each a BatchHooks override. The real
 // caches reject or repair every one of these states, so the mutants build them from the
 // public API: run the real operation, then rewrite the cache's state (CacheState) the
@@ -54,8 +54,8 @@ std::unique_ptr<KVCache> extract_with_pending_pads(const BatchKVCache& c, I64 i)
   return BatchKVCache::from_state(c.backend(), s)->extract(i);
 }
 
-// 26 (App. B.6, mlx-lm BatchKVCache.from_state): the pending right padding is not part of
-// the state; a cache saved mid-prompt never rolls its pads.
+// 26 (docs/upstream-bugs.md §U6, mlx-lm BatchKVCache.from_state): the pending right padding is not
+// part of the state; a cache saved mid-prompt never rolls its pads.
 std::unique_ptr<BatchKVCache> restore_without_right_padding(Backend& be, const CacheState& s) {
   CacheState t = s;
   t.tensors.erase("right_padding");
@@ -138,7 +138,7 @@ void extend_cuts_head(std::unique_ptr<BatchKVCache>& c, const BatchKVCache& othe
   if (changed) c = BatchKVCache::from_state(c->backend(), s);
 }
 
-// ---- BatchQuantizedKVCache (spec §7 row 34: mlx-lm PRs #941 / #1322 never merged) --------
+// ---- BatchQuantizedKVCache (docs/upstream-bugs.md row 34: mlx-lm PRs #941 / #1322 never merged)
 
 // A quantized merge that right-aligns the codes but leaves the scales and biases of each
 // row at column 0: packed rows and their group parameters no longer line up.
@@ -245,14 +245,15 @@ std::unique_ptr<BatchRotatingKVCache> merge_offsets_are_lengths(Backend& be,
   return BatchRotatingKVCache::from_state(be, s);
 }
 
-// 26 (App. B.6, mlx-lm BatchRotatingKVCache.from_state): _lengths is not restored.
+// 26 (docs/upstream-bugs.md §U6, mlx-lm BatchRotatingKVCache.from_state): _lengths is not restored.
 std::unique_ptr<BatchRotatingKVCache> restore_without_lengths(Backend& be, const CacheState& s) {
   CacheState t = s;
   t.tensors.erase("lengths");
   return BatchRotatingKVCache::from_state(be, t);
 }
 
-// 26 (App. B.5): meta_state writes str(rotated) and the setter reads bool("False"), True.
+// 26 (docs/upstream-bugs.md §U5): meta_state writes str(rotated) and the setter reads
+// bool("False"), True.
 std::unique_ptr<BatchRotatingKVCache> restore_rotated_from_string(Backend& be, const CacheState& s) {
   CacheState t = s;
   t.meta["rotated"] = "True";

@@ -5,7 +5,7 @@
 //
 // batch-rotating-extract-negative-padding (vllm-mlx PR 256 / mlx-lm#1114):
 //   extract slices the temporal order from left_padding[i] unclamped. Evictions drive
-//   left_padding negative (Appendix A.4); Python's keys[..., lp:] with lp < 0 counts from
+//   left_padding negative (docs/traces.md §T4); Python's keys[..., lp:] with lp < 0 counts from
 //   the end, so the row loses its oldest real tokens. Rebuilt here from the cache's
 //   public state (physical buffers, cursor, rotated, left_padding).
 // prefix-cache-mixes-kv-bits (SharpAI/SwiftLM PR 73 review):

@@ -68,7 +68,7 @@ AttendResult mutant_attend(AttendFault fault, Cache& cache, const DTensor& q, co
 // ---- wrapper caches ------------------------------------------------------------------
 
 // (f) mlx-lm QuantizedKVCache's first allocation is dim // (32 // bits) words wide
-// (spec Appendix B.1); writing the real D·bits/32 words into it is a broadcast error
+// (docs/upstream-bugs.md §U1); writing the real D·bits/32 words into it is a broadcast error
 // for bits 5/6 at D = 128 and bits 3 at D = 256. to_quantized and regrowth take the
 // width from the existing array, so only a fresh cache's first update fails.
 class MlxAllocWidthCache final : public ForwardingCache {
@@ -97,7 +97,7 @@ class TrimKeepsOffsetCache final : public ForwardingCache {
   }
 };
 
-// (g2) mlx-lm ConcatenateKVCache (spec §4.2, Appendix B.3): every update concatenates
+// (g2) mlx-lm ConcatenateKVCache (docs/upstream-bugs.md §U3): every update concatenates
 // onto the untrimmed buffer and sets offset = its length; trim lowers the offset only,
 // so trimmed tokens come back with the next update. Serialises as a KVCache.
 class ConcatenateKVCache final : public Cache {
@@ -168,7 +168,7 @@ class ZeroRowEmptyStateCache final : public ForwardingCache {
 // ---- mutant restore / policy / extract ---------------------------------------------
 
 // (e) quantized and unquantized states mixed: the restore dequantizes a
-// QuantizedKVCache state into a plain KVCache, dropping the spec (vllm-mlx#443/#451:
+// QuantizedKVCache state into a plain KVCache, dropping the QuantSpec (vllm-mlx#443/#451:
 // the quantized wrapper had no state, prefix entries were stored as plain K/V).
 std::unique_ptr<Cache> restore_drops_spec(Backend& be, const CacheState& s) {
   if (s.class_name != "QuantizedKVCache" || s.tensors.empty()) return cache_from_state(be, s);

@@ -1,9 +1,9 @@
 // v1.rope-q-reads-live-offsets: DeviceBatchKVCache's attention step over a Backend
 // wrapper whose RoPE, once an append has advanced the offsets, reads those live offsets
 // instead of the snapshot it was handed — queries roped S positions too far, the device
-// form of the offset alias of mlx-lm#1097 / #1806 and vlm#966 (spec §5, §7 rows 1, 4, 5).
-// The cache is production code, unchanged; the fault is all in the wrapper, which
-// forwards every other call to the Vulkan backend.
+// form of the offset alias of mlx-lm#1097 / #1806 and vlm#966 (docs/lifecycle.md §Offset snapshot,
+// docs/upstream-bugs.md rows 1, 4, 5). The cache is production code, unchanged; the fault is all in
+// the wrapper, which forwards every other call to the Vulkan backend.
 // Killer: the device-step property (tests/vulkan/device_step_property.h) comparing the
 // step with BatchKVCache over the reference and host RoPE at the pre-update offsets.
 #include "property_tests/zoo/vulkan_mutants.h"

@@ -60,8 +60,9 @@ TEST(Attend, IncrementalDecodeEqualsOneShotPrefill) {
   }
 }
 
-// Q and K of a chunk are roped at the offset read before the update (spec §3.4); a
-// query roped at the post-update offset (the mlx-lm#1097 alias) gives a different result.
+// Q and K of a chunk are roped at the offset read before the update
+// (docs/lifecycle.md §Attention step); a query roped at the post-update offset (the mlx-lm#1097
+// alias) gives a different result.
 TEST(Attend, QueriesAreRopedAtThePreUpdateOffset) {
   KVLAB_SEEDED_RNG(rng, 4102);
   ReferenceBackend be;

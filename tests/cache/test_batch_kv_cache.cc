@@ -1,5 +1,5 @@
-// BatchKVCache (spec §4.9): the Appendix A.3 trace, padding flows, filter / extend /
-// extract / merge, snapshots of offsets, state, and misuse.
+// BatchKVCache (docs/semantics.md §Batch cache): the docs/traces.md §T3 trace, padding flows,
+// filter / extend / extract / merge, snapshots of offsets, state, and misuse.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -102,7 +102,7 @@ Error error_of(F&& f) {
 
 bool mentions(const Error& e, const std::string& s) { return std::string(e.what()).find(s) != std::string::npos; }
 
-// ---- Appendix A.3 --------------------------------------------------------------------------
+// ---- docs/traces.md §T3 -------------------------------------------------------------------------
 
 TEST(BatchKVCache, AppendixA3Prefill) {
   ReferenceBackend be;
@@ -331,7 +331,7 @@ TEST(BatchKVCache, ExtendAcrossDifferentCapacities) {
   EXPECT_EQ(row(small, 1), Ids(300, 9.0f));
 }
 
-// Appendix B.7: mlx-lm's filter keeps _right_padding at the old batch size.
+// docs/upstream-bugs.md §U7: mlx-lm's filter keeps _right_padding at the old batch size.
 TEST(BatchKVCache, FilterAlsoFiltersPendingRightPadding) {
   ReferenceBackend be;
   BatchKVCache cache(be, {0, 0, 0});
@@ -346,8 +346,9 @@ TEST(BatchKVCache, FilterAlsoFiltersPendingRightPadding) {
 
 // ---- end to end ---------------------------------------------------------------------------------
 
-// spec §5.5: batched prefill + decode with unequal prompts gives, for every real query,
-// the attention output of running that row alone (the mask is built before the update).
+// docs/lifecycle.md §Offset snapshot: batched prefill + decode with unequal prompts gives, for
+// every real query, the attention output of running that row alone (the mask is built before the
+// update).
 TEST(BatchKVCache, BatchedAttentionEqualsPerRowAttention) {
   ReferenceBackend be;
   constexpr std::int64_t kQHeads = 4;  // GQA, R = 2
@@ -398,7 +399,8 @@ TEST(BatchKVCache, BatchedAttentionEqualsPerRowAttention) {
 
 // ---- snapshots, state, misuse -------------------------------------------------------------------
 
-// spec §5 (mlx-lm#1097, #1848): offsets() is a value; nothing the caller holds moves.
+// docs/lifecycle.md §Offset snapshot (mlx-lm#1097, #1848): offsets() is a value; nothing the caller
+// holds moves.
 TEST(BatchKVCache, OffsetsAreValueSnapshots) {
   ReferenceBackend be;
   BatchKVCache cache(be, {1, 0});
@@ -420,7 +422,7 @@ TEST(BatchKVCache, StateRoundTripsIncludingPendingRightPadding) {
   cache.prepare(std::nullopt, I32{0, 1});
   put(cache, {{kPad, 1, 2}, {3, 4, kPad}});
   const CacheState s = cache.state();
-  EXPECT_EQ(s.tensors.count("right_padding"), 1u);  // Appendix B.6
+  EXPECT_EQ(s.tensors.count("right_padding"), 1u);  // docs/upstream-bugs.md §U6
   auto restored = BatchKVCache::from_state(be, s);
   EXPECT_EQ(restored->right_padding(), (I32{0, 1}));
   for (BatchKVCache* c : {&cache, restored.get()}) {

@@ -1,6 +1,6 @@
-// BatchQuantizedKVCache (spec §4.11): BatchKVCache's flows on packed data. Every row's
-// stored bits must equal quantizing that row's tokens alone (quantization is per token
-// row), so the checks compare codes, scales and biases bit for bit with a
+// BatchQuantizedKVCache (docs/semantics.md §Batch quantized cache): BatchKVCache's flows on packed
+// data. Every row's stored bits must equal quantizing that row's tokens alone (quantization is per
+// token row), so the checks compare codes, scales and biases bit for bit with a
 // QuantizedKVCache fed the same tokens, and read token ids back through dequantize.
 #include <gtest/gtest.h>
 
@@ -222,7 +222,7 @@ TEST(BatchQuantizedKVCache, TrimGrowthAndBytes) {
   EXPECT_EQ(row(cache, 1), (Ids{4, 7}));
 }
 
-// Appendix B.1: mlx-vlm's first allocation (dim // (32 // bits)) breaks for 5 bits at
+// docs/upstream-bugs.md §U1: mlx-vlm's first allocation (dim // (32 // bits)) breaks for 5 bits at
 // D = 128; the packed width here is D·bits/32 = 20 words.
 TEST(BatchQuantizedKVCache, OddBitWidthsAllocateTheRealPackedWidth) {
   ReferenceBackend be;

@@ -1,5 +1,6 @@
-// BatchRotatingKVCache (spec §4.10): Appendix A.4 / A.5 traces, a seeded model-based
-// property test (masks, returned keys, extract, offsets), batch surgery, state, misuse.
+// BatchRotatingKVCache (docs/semantics.md §Batch rotating cache): the traces
+// docs/traces.md §T4, §T5, a seeded model-based property test (masks, returned keys, extract,
+// offsets), batch surgery, state, misuse.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -89,7 +90,7 @@ void expect_error(const std::function<void()>& f, ErrorKind kind, const std::vec
   }
 }
 
-// ---- Appendix A.4: left_padding goes negative ------------------------------------------
+// ---- docs/traces.md §T4: left_padding goes negative ------------------------------------------
 
 TEST(BatchRotatingKVCache, AppendixA4LeftPaddingGoesNegative) {
   Rig rig;
@@ -134,7 +135,7 @@ TEST(BatchRotatingKVCache, AppendixA4LeftPaddingGoesNegative) {
   EXPECT_EQ(s.meta.at("_offset"), "7");
   EXPECT_EQ(s.meta.at("_idx"), "3");
   EXPECT_EQ(s.meta.at("rotated"), "true");
-  // Appendix B.5: mlx-lm's bool("False") is True. Here false stays false ...
+  // docs/upstream-bugs.md §U5: mlx-lm's bool("False") is True. Here false stays false ...
   EXPECT_EQ(unrotated.meta.at("rotated"), "false");
   EXPECT_FALSE(BatchRotatingKVCache::from_state(rig.be, unrotated)->rotated());
   CacheState mlx_false = unrotated;
@@ -154,7 +155,7 @@ TEST(BatchRotatingKVCache, AppendixA4LeftPaddingGoesNegative) {
   EXPECT_EQ(restored->offsets(), cache.offsets());
 }
 
-// ---- Appendix A.5: right-padded prefill across two chunks ---------------------------------
+// ---- docs/traces.md §T5: right-padded prefill across two chunks ---------------------------------
 
 TEST(BatchRotatingKVCache, AppendixA5RightPaddedPrefillAcrossChunks) {
   Rig rig;
@@ -189,8 +190,8 @@ TEST(BatchRotatingKVCache, AppendixA5RightPaddedPrefillAcrossChunks) {
   EXPECT_EQ(e1->offset(), 6);
 }
 
-// mlx-vlm 75f50e84 (spec §7 row 25): a final one-token prefill chunk while the right pad is
-// pending goes through the concat path; mlx-lm raised "finalize() should be called".
+// mlx-vlm 75f50e84 (docs/upstream-bugs.md row 25): a final one-token prefill chunk while the right
+// pad is pending goes through the concat path; mlx-lm raised "finalize() should be called".
 TEST(BatchRotatingKVCache, SingleTokenChunkWhileRightPadPendingConcatenates) {
   Rig rig;
   BatchRotatingKVCache cache(rig.be, 4, {0, 0});
@@ -213,7 +214,8 @@ TEST(BatchRotatingKVCache, SingleTokenChunkWhileRightPadPendingConcatenates) {
 // that the mask computed before the update shows exactly the last min(W, n) real tokens
 // up to the query among the returned keys (so padding and evicted columns are never
 // visible and no real key is hidden), that the mask width equals the returned key count,
-// and that extract(i) is the last min(offset_i, max_size) real tokens (spec §7 row 7).
+// and that extract(i) is the last min(offset_i, max_size) real tokens (docs/upstream-bugs.md row
+// 7).
 
 struct Model {
   Rig& rig;
@@ -240,7 +242,7 @@ struct Model {
     for (std::size_t b = 0; b < chunk.size(); ++b) {
       const Ids keys = rig.keys_of(kv.keys, static_cast<std::int64_t>(b));
       for (std::size_t i = 0; i < chunk[b].size(); ++i) {
-        if (chunk[b][i] == kPad) continue;  // padding queries are unspecified (spec §0.7)
+        if (chunk[b][i] == kPad) continue;  // padding queries are unspecified (docs/kernels.md §Fully masked rows)
         rows[b].push_back(chunk[b][i]);
         Ids seen, expect;
         for (std::size_t j = 0; j < keys.size(); ++j)
@@ -371,7 +373,7 @@ TEST(BatchRotatingKVCache, FilterKeepsRowsWithoutShiftAndFiltersPendingLengths) 
   BatchRotatingKVCache cache(rig.be, 8, {0, 0, 0});
   cache.prepare({}, {1, 3, 2}, {2, 0, 1});
   rig.update(cache, {{10, kPad, kPad}, {20, 21, 22}, {30, 31, kPad}});
-  // mlx-vlm 570afed3 / Appendix B.7: the pending target offsets follow the rows.
+  // mlx-vlm 570afed3 / docs/upstream-bugs.md §U7: the pending target offsets follow the rows.
   cache.filter({2, 0});
   EXPECT_EQ(cache.pending_lengths(), i64({2, 1}));
   EXPECT_EQ(cache.offsets(), (std::vector<std::int32_t>{3, 3}));
@@ -543,7 +545,7 @@ TEST(BatchRotatingKVCache, StateKeepsPendingLengthsAndRejectsCorruption) {
   cache.prepare({}, {1, 3}, {2, 0});
   rig.update(cache, {{10, kPad}, {20, 21}});
   const CacheState s = cache.state();
-  ASSERT_EQ(s.tensors.count("lengths"), 1u);  // Appendix B.6: mlx-lm loses _lengths
+  ASSERT_EQ(s.tensors.count("lengths"), 1u);  // docs/upstream-bugs.md §U6: mlx-lm loses _lengths
   auto restored = BatchRotatingKVCache::from_state(rig.be, s);
   EXPECT_EQ(restored->pending_lengths(), i64({1, 3}));
   rig.update(*restored, {{kPad}, {22}});

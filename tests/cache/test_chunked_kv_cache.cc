@@ -1,6 +1,6 @@
-// ChunkedKVCache (spec §4.5): front trimming (mlx-lm#1673), content per step against a
-// trivially-correct model, the llama4 chunk mask, state through the state file
-// (Appendix B.4), trim, poison and misuse.
+// ChunkedKVCache (docs/semantics.md §Chunked cache): front trimming (mlx-lm#1673), content per step
+// against a trivially-correct model, the llama4 chunk mask, state through the state file
+// (docs/upstream-bugs.md §U4), trim, poison and misuse.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -106,8 +106,8 @@ TEST(ChunkedKVCache, PerStepContentIsTheExpectedAbsoluteTokens) {
   check_schedule(5, sizes);
 }
 
-// The spec's stand-in scenario: chunk 4, 300 decode steps. After each front trim the
-// buffer is exactly 4 rows; the next token regrows it by the step rule to 4 + 256.
+// The stand-in run of docs/upstream-bugs.md §U4: chunk 4, 300 decode steps. After each front trim
+// the buffer is exactly 4 rows; the next token regrows it by the step rule to 4 + 256.
 TEST(ChunkedKVCache, DecodeTraceMatchesTheStandInRun) {
   ReferenceBackend be;
   ChunkedKVCache cache(be, 4);
@@ -165,8 +165,8 @@ class ChunkedStateTest : public ::testing::Test {
   std::filesystem::path dir_;
 };
 
-// Appendix B.4: mlx-lm reloads this cache with offset 260 (< start 295). Here the state
-// holds the 5 valid rows and offset/start in meta, and the reload continues identically.
+// docs/upstream-bugs.md §U4: mlx-lm reloads this cache with offset 260 (< start 295). Here the
+// state holds the 5 valid rows and offset/start in meta, and the reload continues identically.
 TEST_F(ChunkedStateTest, ReloadAfterTrimmingPastTheBufferKeepsOffsetAndStart) {
   ReferenceBackend be;
   ChunkedKVCache cache(be, 4);
@@ -194,7 +194,7 @@ TEST_F(ChunkedStateTest, ReloadAfterTrimmingPastTheBufferKeepsOffsetAndStart) {
   EXPECT_TRUE(empty->empty());
   EXPECT_EQ(empty->chunk_size(), 2);
 
-  // save → load → continue equals continue (DESIGN.md observable 5).
+  // save → load → continue equals continue (docs/design.md §Observables, item 5).
   for (std::int64_t s : {1, 3, 1, 6}) {
     cache.maybe_trim_front();
     restored->maybe_trim_front();

@@ -1,4 +1,4 @@
-// KVCache (spec §4.1): growth, fetch, trim, masks, state, misuse.
+// KVCache (docs/semantics.md §KV cache): growth, fetch, trim, masks, state, misuse.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -37,7 +37,7 @@ TEST(KVCache, ChunksConcatenateInTemporalOrder) {
 }
 
 // mlx-lm grows by ceil(S/256)·256 rows; off a step boundary it first cuts to the cursor,
-// so capacity becomes prev + steps·256 (spec §4.1 step 1).
+// so capacity becomes prev + steps·256 (docs/semantics.md §Common rules).
 TEST(KVCache, CapacityFollowsMlxStepGrowth) {
   ReferenceBackend be;
   KVCache cache(be);
@@ -55,7 +55,7 @@ TEST(KVCache, TrimRemovesNewestAndPoisonsThem) {
   KVCache cache(be);
   cache.update(token_block(be, {range_ids(1, 6)}, 1, 2), token_block(be, {range_ids(1, 6)}, 1, 2));
   EXPECT_EQ(cache.trim(2), 2);
-  EXPECT_EQ(cache.trim(100), 4);  // clamps to what is stored (spec §4.0)
+  EXPECT_EQ(cache.trim(100), 4);  // clamps to what is stored (docs/semantics.md §Common rules)
   EXPECT_EQ(cache.offsets(), std::vector<std::int32_t>{0});
   const FetchedKV kv = cache.update(token_block(be, {range_ids(7, 1)}, 1, 2), token_block(be, {range_ids(7, 1)}, 1, 2));
   EXPECT_EQ(token_ids(be, kv.keys), range_ids(7, 1));

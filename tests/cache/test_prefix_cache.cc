@@ -1,8 +1,8 @@
-// PrefixCache (spec §4.15 mlx-lm LRUPromptCache, §4.17 vllm-mlx MemoryAwarePrefixCache;
-// §7 rows 42, 48, 49, 54). Every layer is fed token-id K/V (cache_test_util.h), so a
-// fetched cache is checked against a cache built from scratch on the matched tokens:
-// same class, same offsets, bit-equal K/V (temporal order for rings, packed codes for
-// quantized layers), and continuing it with the remaining tokens equals scratch on all.
+// PrefixCache (docs/semantics.md §Prefix cache: mlx-lm LRUPromptCache, vllm-mlx
+// MemoryAwarePrefixCache; docs/upstream-bugs.md rows 42, 48, 49, 54). Every layer is fed token-id
+// K/V (cache_test_util.h), so a fetched cache is checked against a cache built from scratch on the
+// matched tokens: same class, same offsets, bit-equal K/V (temporal order for rings, packed codes
+// for quantized layers), and continuing it with the remaining tokens equals scratch on all.
 #include <gtest/gtest.h>
 
 #include <functional>
@@ -98,7 +98,7 @@ Tokens concat(Tokens a, const Tokens& b) {
   return r;
 }
 
-// Same class, offsets and logical content (DESIGN.md Observables 2) per layer.
+// Same class, offsets and logical content (docs/design.md §Observables, item 2) per layer.
 void expect_same_content(Backend& be, const LayerCaches& got, const LayerCaches& want) {
   ASSERT_EQ(got.size(), want.size());
   for (std::size_t l = 0; l < got.size(); ++l) {
@@ -160,7 +160,7 @@ TEST(PrefixCache, FormatKeysNameClassAndQuantization) {
   EXPECT_EQ(CacheFormat::of(build(be, hybrid(8), {1})).describe(), "[KVCache, RotatingKVCache max_size:8 keep:0]");
 }
 
-// mlx-lm §4.15: an exact hit is a deep copy with [] left to process.
+// mlx-lm (docs/semantics.md §Prefix cache): an exact hit is a deep copy with [] left to process.
 TEST(PrefixCache, ExactHitReturnsEverythingAndNoRemainingTokens) {
   ReferenceBackend be;
   PrefixCache pc;
@@ -255,8 +255,8 @@ TEST(PrefixCache, MostReusedTokensWinThenLeastTrim) {
   expect_reuse_is_exact(be, plain(), b, {4, 5, 6, 7});
 }
 
-// mlx-lm §4.15: a trimmable insert drops its stored prefixes (served through trim);
-// an untrimmable one (wrapped ring) keeps them.
+// mlx-lm (docs/semantics.md §Prefix cache): a trimmable insert drops its stored prefixes (served
+// through trim); an untrimmable one (wrapped ring) keeps them.
 TEST(PrefixCache, TrimmableInsertDropsStoredPrefixes) {
   ReferenceBackend be;
   PrefixCache pc;
@@ -280,7 +280,7 @@ TEST(PrefixCache, TrimmableInsertDropsStoredPrefixes) {
   EXPECT_TRUE(pc.contains(kModel, f, head(t, 3)));
 }
 
-// vllm-mlx#642 (spec §7 row 48): stored snapshots are deep copies.
+// vllm-mlx#642 (docs/upstream-bugs.md row 48): stored snapshots are deep copies.
 TEST(PrefixCache, StoredEntryIsIndependentOfFetchedAndOriginalCaches) {
   ReferenceBackend be;
   PrefixCache pc;
@@ -348,7 +348,7 @@ TEST(PrefixCache, QuantizedEntryTrimsAndContinuesBitExactly) {
   expect_reuse_is_exact(be, q, hit, t);
 }
 
-// mlx-vlm#1715 / #1748 (spec §7 row 42): a wrapped ring cannot be trimmed, so entries
+// mlx-vlm#1715 / #1748 (docs/upstream-bugs.md row 42): a wrapped ring cannot be trimmed, so entries
 // with one are reused only as exact or stored-prefix matches; an unwrapped ring is
 // trimmed through its own trim().
 TEST(PrefixCache, WrappedRotatingLayersAreNotTrimmedForReuse) {

@@ -1,7 +1,8 @@
 // QuantizedKVCache's adopting constructor: packed K/V + offset become a cache without a
 // round trip through quantization or a state (what BatchQuantizedKVCache::extract hands
 // over). Expected values come from hand-packed codes and the affine formula
-// x = scale·q + bias (spec §1.3), or from a cache fed the same tokens.
+// x = scale·q + bias (docs/quantization.md §Affine dequantization), or from a cache fed the same
+// tokens.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -29,7 +30,8 @@ using testing::random_uniform;
 constexpr Rounding kRound = Rounding::mlx_cpu;
 
 // 4-bit codes of a (1, 1, rows, 32) block: element i of row r holds (i + r) % 16, packed
-// little-endian, eight codes per u32 word (spec §1.4); scale 0.5, bias −1 per group.
+// little-endian, eight codes per u32 word (docs/quantization.md §Bit packing); scale 0.5, bias −1
+// per group.
 struct HandPacked {
   Tensor wq{DType::u32, {1, 1, 3, 4}}, scales{DType::f32, {1, 1, 3, 1}}, biases{DType::f32, {1, 1, 3, 1}};
   HandPacked() {
@@ -80,7 +82,8 @@ TEST(QuantizedKVCacheAdopt, KeepsHandPackedBitsAndDecodesByTheFormula) {
   EXPECT_EQ(cache.capacity(), 3);
   EXPECT_EQ(cache.key_buffer().wq.buffer, key_codes) << "adopted, not copied";
   // Re-quantizing the decoded rows would not give scale 0.5 / bias −1 back (the affine
-  // quantizer anchors the group on its extreme, spec §1.2): the bits must be the input's.
+  // quantizer anchors the group on its extreme, docs/quantization.md §Affine parameters): the bits
+  // must be the input's.
   const FetchedQuantizedKV f = cache.fetch();
   EXPECT_TRUE(bit_equal(be.download(f.keys.wq), k.wq));
   EXPECT_TRUE(bit_equal(be.download(f.keys.scales), k.scales));

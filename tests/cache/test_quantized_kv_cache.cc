@@ -1,9 +1,11 @@
-// QuantizedKVCache (spec §4.4), KVCache → QuantizedKVCache (spec §4.1 to_quantized) and
-// the per-layer quantization policy (spec §4.13, §7 rows 8, 9, 34–36, 53, 54).
+// QuantizedKVCache (docs/semantics.md §Quantized cache), KVCache → QuantizedKVCache (to_quantized)
+// and the per-layer quantization policy (docs/lifecycle.md §Quantization policy,
+// docs/upstream-bugs.md rows 8, 9, 34–36, 53, 54).
 //
 // Expectations come from the oracle applied to the whole token history in one call
 // (quantization is per token row, so how the cache chunked it must not matter), from
-// the worked examples of spec §1.6, and from hand arithmetic for shapes and bytes.
+// the worked examples of docs/quantization.md §Worked examples, and from hand arithmetic for shapes
+// and bytes.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -23,7 +25,8 @@ namespace test_quantized_kv_cache {
 namespace {
 
 // (B, H, T, D) tokens, seeded per case: each token row has its own magnitude and sign
-// skew so groups hit both anchors (min- and max-dominated, spec §1.2).
+// skew so groups hit both anchors (min- and max-dominated,
+// docs/quantization.md §Affine parameters).
 Tensor random_tokens(DType dtype, std::int64_t b, std::int64_t h, std::int64_t t, std::int64_t d,
                      std::uint32_t seed) {
   std::mt19937 rng(seed);
@@ -141,8 +144,9 @@ TEST(QuantizedKVCache, FpModesStoreScalesOnly) {
   EXPECT_EQ(cache.nbytes(), std::size_t{2 * 256 * (32 + 4)});
 }
 
-// spec §1.6: the worked examples, derived from the kernel formulas independently of
-// the oracle. Every stored token carries the same row, so every row has these words.
+// docs/quantization.md §Worked examples: the worked examples, derived from the kernel formulas
+// independently of the oracle. Every stored token carries the same row, so every row has these
+// words.
 TEST(QuantizedKVCache, MatchesTheWorkedExamplesOfTheSpec) {
   ReferenceBackend be;
   struct Example {
@@ -196,7 +200,7 @@ TEST(QuantizedKVCache, DequantizedFetchMatchesOracleAndTokens) {
   }
 }
 
-// Appendix B.1: mlx-lm allocates dim // (32 // bits) words (D 128: 21 at 5 bits, 25 at
+// docs/upstream-bugs.md §U1: mlx-lm allocates dim // (32 // bits) words (D 128: 21 at 5 bits, 25 at
 // 6 bits; D 256: 25 at 3 bits) and its first update fails. The width is D·bits/32.
 TEST(QuantizedKVCache, FirstAllocationUsesDTimesBitsOver32Words) {
   ReferenceBackend be;
@@ -223,8 +227,9 @@ TEST(QuantizedKVCache, GrowthFollowsKVCacheSteps) {
   EXPECT_EQ(cache.kv_length(), 303);
 }
 
-// 4-bit g64 over f16 is 4 + 2·16/64 = 4.5 bits per element of capacity (spec §4.4;
-// kvquant-anchors §6.B.15: nothing else, in particular no float shadow copy).
+// 4-bit g64 over f16 is 4 + 2·16/64 = 4.5 bits per element of capacity
+// (docs/semantics.md §Quantized cache; docs/quantization.md §P15: nothing else, in particular no
+// float shadow copy).
 TEST(QuantizedKVCache, NbytesIsExactPackedCapacity) {
   ReferenceBackend be;
   QuantizedKVCache cache(be, affine(4, 64), Rounding::mlx_cpu);
@@ -265,7 +270,7 @@ TEST(QuantizedKVCache, TrimLowersOffsetPoisonsRowsAndContinues) {
   const FetchedQuantizedKV kv = feed(be, cache, x, x, {2}, 5);
   const Tensor kept_then_new = pick_rows(x, {0, 1, 2, 5, 6});
   expect_same_packed(download(be, kv.keys), ref::affine_quantize(kept_then_new, spec, Rounding::mlx_cpu), "after trim");
-  EXPECT_EQ(cache.trim(100), 5);  // clamps to what is stored (spec §4.0)
+  EXPECT_EQ(cache.trim(100), 5);  // clamps to what is stored (docs/semantics.md §Common rules)
   EXPECT_EQ(cache.kv_length(), 0);
 }
 
@@ -412,8 +417,8 @@ TEST(QuantizedKVCache, CorruptStatesAreRejectedNamingTheField) {
   }
 }
 
-// spec §4.1 to_quantized: same offset (and capacity, so nbytes is mlx-lm's); the live
-// rows equal the oracle's quantization of the stored tokens.
+// to_quantized (docs/semantics.md §Quantized cache): same offset (and capacity, so nbytes is
+// mlx-lm's); the live rows equal the oracle's quantization of the stored tokens.
 TEST(ToQuantized, PreservesOffsetCapacityAndContent) {
   ReferenceBackend be;
   KVCache plain(be);

@@ -61,7 +61,8 @@ TEST(Registry, UnknownClassIsCorrupt) {
 }
 
 // A model with mixed layer kinds saved to one file and loaded back continues exactly
-// like the original (DESIGN.md observable 5: save → load → continue equals continue).
+// like the original (docs/design.md §Observables, item 5: save → load → continue equals
+// continue).
 TEST(Registry, MixedLayersRoundTripThroughAFile) {
   ReferenceBackend be;
   KVCache plain(be);

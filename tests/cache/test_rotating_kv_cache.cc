@@ -1,6 +1,6 @@
-// RotatingKVCache (spec §4.3): the Appendix A.1/A.2 traces, random-sequence properties
-// against a list-of-tokens model, masks, state round trips, trim, poison, misuse.
-// Token ids are 1-based positions (token p has id p), values carry id + 1000.
+// RotatingKVCache (docs/semantics.md §Rotating cache): the traces docs/traces.md §T1, §T2,
+// random-sequence properties against a list-of-tokens model, masks, state round trips, trim,
+// poison, misuse. Token ids are 1-based positions (token p has id p), values carry id + 1000.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -84,7 +84,7 @@ void expect_error(const std::function<void()>& f, ErrorKind kind, const std::str
   }
 }
 
-// ---- Appendix A traces -------------------------------------------------------------
+// ---- the traces of docs/traces.md -------------------------------------------------------------
 
 TEST(RotatingKVCache, TraceA1MaxSize4Keep0) {
   ReferenceBackend be;
@@ -211,7 +211,7 @@ FetchedKV checked_step(Backend& be, RotatingKVCache& c, std::int64_t s, int wind
     for (std::int64_t j = 0; j < lk; ++j) {
       const float tok = got[static_cast<std::size_t>(j)];
       // keep == 0: exactly the last W positions up to the query. keep > 0: mlx-lm's
-      // rank arithmetic (Appendix B item 10): the last W keys of the temporal order.
+      // rank arithmetic (docs/upstream-bugs.md §U10): the last W keys of the temporal order.
       const std::int64_t r = rank[static_cast<std::size_t>(j)], qrank = lk - s + i;  // new tokens are newest
       const bool want = keep == 0 ? (tok <= p && tok > p - static_cast<float>(w)) : (r <= qrank && r > qrank - w);
       EXPECT_EQ(visible(mask, i, j, s, lk), want) << "query " << p << " key " << tok << " window " << window;
@@ -329,7 +329,8 @@ TEST(RotatingKVCache, TrimLowersOffsetAndCursorAndPoisonsRows) {
   const Ids buf = token_ids(be, c.key_buffer());
   for (std::size_t r = 0; r < buf.size(); ++r) EXPECT_EQ(std::isnan(buf[r]), r >= 4) << "row " << r;
   EXPECT_EQ(token_ids(be, feed(be, c, {5}).keys), range_ids(1, 5));  // the trimmed slot is reused
-  EXPECT_EQ(c.trim(100), 5);                                        // clamps to offset (spec §4.0)
+  // clamps to offset (docs/semantics.md §Common rules)
+  EXPECT_EQ(c.trim(100), 5);
   EXPECT_EQ(c.offset(), 0);
   EXPECT_EQ(token_ids(be, feed(be, c, {1, 2}).keys), range_ids(1, 2));
   expect_error([&] { c.trim(-3); }, ErrorKind::invalid_argument, "n = -3");
@@ -407,7 +408,8 @@ TEST(RotatingKVCache, RestoredEmptyCacheWithOffsetPastMaxSize) {
 
 // ---- masks -----------------------------------------------------------------------------
 
-// mlx-lm rolls arange(L) >= L - W by _idx+1 into ring order (spec §4.3, keep == 0).
+// mlx-lm rolls arange(L) >= L - W by _idx+1 into ring order (docs/semantics.md §Rotating cache,
+// keep == 0).
 TEST(RotatingKVCache, SingleTokenWindowMaskIsInRingOrder) {
   ReferenceBackend be;
   RotatingKVCache c(be, 4);

@@ -1,6 +1,6 @@
-// TurboQuantKVCache (spec §6.5; kvquant-anchors §6.A.6): dequantized reads equal the
-// reference codec, one basis per cache (vlm#973), the two meanings of fractional bits,
-// the exact bits accounting, growth/trim/poison, state round trips, misuse errors.
+// TurboQuantKVCache (docs/semantics.md §TurboQuant cache; docs/turboquant.md §A6): dequantized
+// reads equal the reference codec, one basis per cache (vlm#973), the two meanings of fractional
+// bits, the exact bits accounting, growth/trim/poison, state round trips, misuse errors.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -113,7 +113,7 @@ TEST(TurboQuantKVCache, ChunkingDoesNotChangeBitsOneBasisPerCache) {
 }
 
 TEST(TurboQuantKVCache, FractionalBitsAccuracyAndExactAccounting) {
-  // kvquant-anchors §6.A.6 on isotropic N(0,1) data, D = 128, split_channels.
+  // docs/turboquant.md §A6 on isotropic N(0,1) data, D = 128, split_channels.
   ReferenceBackend be;
   KVLAB_SEEDED_RNG(rng, 2525);
   const Tensor k = gaussian(rng, {1, 4, 256, 128}), v = gaussian(rng, {1, 4, 256, 128});

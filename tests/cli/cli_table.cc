@@ -36,8 +36,8 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// Runaway guards, not speed targets: a correct CLI answers these rows in well under a
-// second natively; ASan+UBSan and a loaded 2-core CI machine take up to ~10x that.
+// Runaway guards, not speed targets: a correct CLI answers these rows quickly, and the
+// limits leave room for ASan+UBSan on a loaded 2-core CI machine (docs/ci.md §Test costs).
 constexpr double kTimeLimitSeconds = 30;
 constexpr long kRssLimitKiB = 1536 * 1024;
 
@@ -163,7 +163,7 @@ void make_scratch(const fs::path& dir) {
   write_file(dir / "long_line", "rope " + std::string(2u << 20, 'x') + "\n");
   write_file(dir / "nul_byte", std::string("rope T=4\0 D=64\n", 15));
   write_file(dir / "binary", std::string("\x7f" "ELF\x02\x01\x01\0\0\0\xff\xfe", 12));
-  // ~4·10^7 cases from one line (the run that once reached 9.5 GB in 20 s).
+  // ~4·10^7 cases from one line (a run that once exhausted memory: docs/ci.md §Test costs).
   std::string values;
   for (int i = 1; i <= 200; ++i) values += (i > 1 ? "," : "") + std::to_string(i);
   write_file(dir / "huge_product", "kv_roll B=" + values + " H=" + values + " L=" + values + " shift=" + values.substr(0, 9) + "\n");

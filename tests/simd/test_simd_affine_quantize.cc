@@ -235,7 +235,7 @@ TEST_F(SimdAffine, ValuesWithinUlpsOfHalfSteps) {
 // 1114 groups of 128 (2 full tasks + 90 = 2·32 + 26).
 // Under ASan (testing::kSanitized) each bit width takes one of the two roundings, in
 // turn: the rounding changes arithmetic, not the memory accessed, and the ci build runs
-// every combination on every target (61 s of the asan phase on a Zen 3 before).
+// every combination on every target (docs/ci.md §Test costs).
 TEST_F(SimdAffine, ManyGroupsAcrossTasksAndPartialBlocksMatchTheOracle) {
   KVLAB_SEEDED_RNG(rng, 20240612);
   const Shape shape = {557, 256};

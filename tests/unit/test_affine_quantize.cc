@@ -1,5 +1,6 @@
-// Unit tests of the reference affine quantizer (spec §1.1–§1.6, §1.8) and its accuracy
-// anchors (kvquant-anchors §6.A.1). Expected numbers come from the spec or are derived
+// Unit tests of the reference affine quantizer (docs/quantization.md §Format table through
+// §Worked examples, and §Rounding flavours) and its accuracy anchors (docs/quantization.md §A1).
+// Expected numbers come from docs/quantization.md or are derived
 // by hand in the comments, never from running the implementation.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -63,7 +64,7 @@ std::uint16_t f16_bits_at(const Tensor& t, std::int64_t i) {
 }
 
 // ---------------------------------------------------------------------------------
-// Spec §1.6 worked examples. Neither has a value on a rounding tie (4-bit: the code
+// docs/quantization.md §Worked examples. Neither has a value on a rounding tie (4-bit: the code
 // arguments are 11k/23, fractions k·11 mod 23 / 23, never 1/2; q0 argument −11.129;
 // 3-bit: 7k/31, never 1/2), and both groups contain 0 and a positive max, so the GPU's
 // running max starting at 0 changes nothing: the numbers apply to both roundings.
@@ -127,10 +128,10 @@ TEST(AffineWorkedExample, ThreeBitF32MatchesSpec) {
 }
 
 // ---------------------------------------------------------------------------------
-// Structural properties of spec §1.2 on random groups.
+// Structural properties of docs/quantization.md §Affine parameters on random groups.
 
 // The extreme a group is anchored on: the larger-magnitude of (alpha, beta), ties to
-// alpha; the GPU's alpha starts at 0 (spec §1.2).
+// alpha; the GPU's alpha starts at 0 (docs/quantization.md §Affine parameters).
 float anchored_extreme(const std::vector<float>& g, Rounding rounding) {
   float alpha = *std::max_element(g.begin(), g.end());
   const float beta = *std::min_element(g.begin(), g.end());
@@ -170,7 +171,8 @@ TEST(AffineProperties, CodeZeroDecodesToTheLargerMagnitudeEdge) {
 }
 
 // Zero maps to the integer code −q0 = −bias/scale, which decodes to 0 up to the f32
-// rounding of scale = edge/q0 (spec §1.2: exactly 0 in ~93 % of a sweep).
+// rounding of scale = edge/q0 (docs/quantization.md §Affine parameters: exactly 0 in ~93 % of a
+// sweep).
 TEST(AffineProperties, ZeroMapsToCodeMinusQ0) {
   KVLAB_SEEDED_RNG(rng, 1002);
   int exact_zero = 0, total = 0;
@@ -260,7 +262,8 @@ TEST(AffineProperties, ScaleIsNegativeWhenTheMaxDominates) {
 }
 
 // ---------------------------------------------------------------------------------
-// CPU vs GPU (spec §1.2 (a), (b); §1.8).
+// CPU vs GPU (the GPU's running maximum and rounding, docs/quantization.md §Affine parameters,
+// docs/quantization.md §Rounding flavours).
 
 double max_abs_error(const Tensor& x, const Tensor& xhat) {
   const std::vector<float> a = values_of(x), b = values_of(xhat);
@@ -391,9 +394,9 @@ TEST(AffineCpuVsGpu, OutOfGroupCodesClampOnCpuWrapOnGpu) {
 //         + (c·s + b − x)           quantization       ≤ |s|/2 + 2^-23·(n+1)·|s| (the f32
 //                                   (x − b)/s is rounded twice before R)
 // The last term has one exception: a value clamped to code n is |x − b| − n|s| away,
-// and the edge/q0 rescale can put the far extreme up to one full step past n (spec §1.2
-// says "slightly"; it is up to |s|), so the quantization term is
-// max(|s|/2, |x − b| − n|s|) there — not |s|/2 as a naive bound would say.
+// and the edge/q0 rescale can put the far extreme up to one full step past n (a reading of MLX's
+// source said "slightly"; it is up to |s|: docs/quantization.md §Affine parameters), so the
+// quantization term is max(|s|/2, |x − b| − n|s|) there — not |s|/2 as a naive bound would say.
 
 double smallest_subnormal(DType t) { return t == DType::f32 ? 0x1p-149 : t == DType::f16 ? 0x1p-24 : 0x1p-133; }
 
@@ -471,7 +474,7 @@ TEST(AffineAccuracy, ClampCanCostAFullStep) {
   }
 }
 
-// kvquant-anchors §6.A.1: Σ(x̂ − x)²/Σx² on N(0,1) rows, d = 128, group 64, fp16 input
+// docs/quantization.md §A1: Σ(x̂ − x)²/Σx² on N(0,1) rows, d = 128, group 64, fp16 input
 // (so fp16 scales/biases), 10^4 rows. Anchors asserted within ±3 % for mlx_cpu; the
 // GPU rounding and an f32-input run are printed for comparison.
 double relative_mse(const Tensor& x, const QuantizedTensor& q) {
@@ -507,7 +510,7 @@ TEST(AffineAccuracy, RelativeMseOnGaussianRowsMatchesAnchors) {
 }
 
 // ---------------------------------------------------------------------------------
-// Shapes and validation (spec §1.1).
+// Shapes and validation (docs/quantization.md §Format table).
 
 TEST(AffineShapes, LeadingAxesAreIndependentRows) {
   KVLAB_SEEDED_RNG(rng, 1005);

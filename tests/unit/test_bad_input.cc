@@ -35,7 +35,7 @@ DTensor T(Backend& be, DType dt, Shape s) {
 QuantSpec affine(int bits, int group) { return QuantSpec{QuantMode::affine, bits, group}; }
 
 void quantize(Backend& be, const QuantSpec& spec, std::int64_t d, DType x_dtype = DType::f32) {
-  // Output shapes are only plausible guesses here (the spec is invalid on purpose);
+  // Output shapes are only plausible guesses here (the QuantSpec is invalid on purpose);
   // guard the arithmetic so the test itself cannot divide by zero.
   const std::int64_t words = std::max<std::int64_t>(1, d * spec.bits / 32);
   const std::int64_t groups = std::max<std::int64_t>(1, d / std::max(1, spec.group_size));
@@ -69,7 +69,8 @@ RopeParams rope_dims(int dims) {
 
 std::vector<BadCall> bad_calls() {
   std::vector<BadCall> t;
-  // --- quantization parameters (spec §1.1; 1-bit affine is valid since MLX 0.32.4) ---
+  // --- quantization parameters (docs/quantization.md §Format table; 1-bit affine is valid since
+  // MLX 0.32.4) ---
   for (int bits : {0, 7, 9, 16}) {
     t.push_back({"affine_bits_" + std::to_string(bits), [bits](Backend& be) { quantize(be, affine(bits, 64), 128); },
                  "bits " + std::to_string(bits)});
@@ -96,7 +97,7 @@ std::vector<BadCall> bad_calls() {
   t.push_back({"global_scale_on_mxfp8", [](Backend& be) {
                  be.quantize({T(be, DType::f32, {1, 32}), Rounding::mlx_gpu, {T(be, DType::u32, {1, 8}), T(be, DType::u8, {1, 1}), {}, QuantSpec{QuantMode::mxfp8, 8, 32}, 2.0f}});
                }, "global_scale"});
-  // --- attention (spec §2.1) ---
+  // --- attention (docs/kernels.md §Attention) ---
   t.push_back({"sdpa_hq_not_multiple_of_hkv", [](Backend& be) { Attn a; a.hq = 6; a.hkv = 4; attend(be, a); }, "6"});
   t.push_back({"sdpa_dk_mismatch", [](Backend& be) {
                  be.sdpa({T(be, DType::f32, {1, 2, 3, 64}), T(be, DType::f32, {1, 2, 5, 32}), T(be, DType::f32, {1, 2, 5, 32}),
@@ -134,7 +135,7 @@ std::vector<BadCall> bad_calls() {
                  be.quantized_sdpa({T(be, DType::f32, {1, 2, 3, 32}), k, k, AttentionParams{}, nullptr, nullptr,
                                    T(be, DType::f32, {1, 2, 3, 32})});
                }, "bias"});
-  // --- RoPE (spec §3.1) ---
+  // --- RoPE (docs/kernels.md §RoPE) ---
   t.push_back({"rope_odd_dims", [](Backend& be) { rope(be, {1, 2, 3, 8}, rope_dims(5)); }, "5"});
   t.push_back({"rope_dims_above_d", [](Backend& be) { rope(be, {1, 2, 3, 8}, rope_dims(10)); }, "10"});
   t.push_back({"rope_zero_dims", [](Backend& be) { rope(be, {1, 2, 3, 8}, rope_dims(0)); }, "0"});

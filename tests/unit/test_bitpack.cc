@@ -1,5 +1,5 @@
-// Unit tests of reference/bitpack (spec §1.4): one LSB-first little-endian bitstream
-// per row, code i at stream bits [i·b, i·b + b). The expectations below are written
+// Unit tests of reference/bitpack (docs/quantization.md §Bit packing): one LSB-first little-endian
+// bitstream per row, code i at stream bits [i·b, i·b + b). The expectations below are written
 // independently of bitpack.cc: a 64-bit window extraction, the per-byte decodes the
 // MLX kernels use, and hand-computed words for the straddling example.
 #include <gmock/gmock.h>
@@ -49,7 +49,7 @@ std::uint32_t stream_byte(const std::vector<std::uint32_t>& words, std::size_t k
   return (words[k / 4] >> (8 * (k % 4))) & 0xFFu;
 }
 
-// Bits [lo, hi) of a byte, as the spec writes w[lo:hi].
+// Bits [lo, hi) of a byte, as docs/quantization.md §Bit packing writes w[lo:hi].
 std::uint32_t bits_of(std::uint32_t byte, int lo, int hi) { return (byte >> lo) & ((1u << (hi - lo)) - 1u); }
 
 TEST(Bitpack, WordCountIsCeilOfStreamBits) {
@@ -98,7 +98,7 @@ TEST(Bitpack, ElementIAtStreamBitsIbToIbPlusB) {
   }
 }
 
-// Spec §0.3 / §1.4: "3-bit element 10 = word0 bits 30–31 plus word1 bit 0".
+// docs/quantization.md §Bit packing: "3-bit element 10 = word0 bits 30–31 plus word1 bit 0".
 TEST(Bitpack, ThreeBitElementTenStraddlesWordsZeroAndOne) {
   for (std::uint8_t value = 0; value < 8; ++value) {
     std::vector<std::uint8_t> codes(11, 0);
@@ -117,7 +117,8 @@ TEST(Bitpack, ThreeBitElementTenStraddlesWordsZeroAndOne) {
   EXPECT_EQ(code_at(words, 3, 11), 0u);
 }
 
-// Spec §1.4, the per-byte decodes of the kernels (3 bytes → 8 three-bit codes).
+// docs/quantization.md §Bit packing, the per-byte decodes of the kernels (3 bytes → 8 three-bit
+// codes).
 TEST(Bitpack, ThreeBitMatchesPerByteKernelDecode) {
   KVLAB_SEEDED_RNG(rng, 3);
   const std::vector<std::uint8_t> codes = random_codes(rng, 8 * 40, 3);
@@ -139,7 +140,7 @@ TEST(Bitpack, ThreeBitMatchesPerByteKernelDecode) {
   }
 }
 
-// Spec §1.4: 3 bytes → 4 six-bit codes.
+// docs/quantization.md §Bit packing: 3 bytes → 4 six-bit codes.
 TEST(Bitpack, SixBitMatchesPerByteKernelDecode) {
   KVLAB_SEEDED_RNG(rng, 6);
   const std::vector<std::uint8_t> codes = random_codes(rng, 4 * 64, 6);
@@ -157,7 +158,8 @@ TEST(Bitpack, SixBitMatchesPerByteKernelDecode) {
   }
 }
 
-// Spec §1.4: 5-bit "follows the same bitstream over 5 bytes" (8 codes per 40-bit unit).
+// docs/quantization.md §Bit packing: 5-bit "follows the same bitstream over 5 bytes" (8 codes per
+// 40-bit unit).
 TEST(Bitpack, FiveBitUnitIsFortyBitLittleEndian) {
   KVLAB_SEEDED_RNG(rng, 5);
   const std::vector<std::uint8_t> codes = random_codes(rng, 8 * 32, 5);
@@ -171,8 +173,8 @@ TEST(Bitpack, FiveBitUnitIsFortyBitLittleEndian) {
   }
 }
 
-// Spec §1.4 table: 2, 4, 8 bits never straddle; element j of a word sits at bits
-// [b·(j mod 32/b), …) of word ⌊j/(32/b)⌋, element 0 in the low bits.
+// docs/quantization.md §Bit packing table: 2, 4, 8 bits never straddle; element j of a word sits at
+// bits [b·(j mod 32/b), …) of word ⌊j/(32/b)⌋, element 0 in the low bits.
 TEST(Bitpack, PowerOfTwoWidthsAlignToWords) {
   KVLAB_SEEDED_RNG(rng, 248);
   for (int bits : {2, 4, 8}) {

@@ -1,7 +1,9 @@
-// Unit tests of QuantSpec (MLX's validation table, spec §1.1, and the shapes it implies)
-// and of kvlab::Error / KVLAB_REQUIRE, the error vocabulary every other check relies on.
+// Unit tests of QuantSpec (MLX's validation table, docs/quantization.md §Format table, and the
+// shapes it implies) and of kvlab::Error / KVLAB_REQUIRE, the error vocabulary every other check
+// relies on.
 //
-// The validation table is re-typed here from the spec rather than read from the code, and
+// The validation table is re-typed here from docs/quantization.md §Format table rather than read
+// from the code, and
 // the whole (mode, bits, group) grid around it is probed, so a wrongly accepted entry
 // (bits 7, group 48 — MLX rejects both) fails as surely as a wrongly rejected one.
 #include <gmock/gmock.h>
@@ -30,7 +32,8 @@ using ::testing::MatchesRegex;
 
 constexpr QuantMode kModes[] = {QuantMode::affine, QuantMode::mxfp4, QuantMode::mxfp8, QuantMode::nvfp4};
 
-// spec §1.1, row by row, with MLX 0.32.4's 1-bit affine (the real library wins).
+// docs/quantization.md §Format table, row by row, with MLX 0.32.4's 1-bit affine (the real library
+// wins).
 bool spec_allows(QuantMode m, int bits, int group) {
   switch (m) {
     case QuantMode::affine:
@@ -96,7 +99,7 @@ TEST(QuantSpecValidate, MessagesNameTheBadBitsOrGroup) {
     return error_message([&] { QuantSpec::make(m, bits, group); }, ErrorKind::invalid_argument);
   };
   // bits 7, 0 and 16: MLX 0.32.4 rejects them (it accepts 1-bit affine, measured with
-  // mx.quantize; the spec's source snapshot predates it: ml-explore/mlx#3161)
+  // mx.quantize; MLX's older sources predate it: ml-explore/mlx#3161)
   EXPECT_NO_THROW(QuantSpec::make(QuantMode::affine, 1, 64));
   for (int bits : {0, 7, 16}) {
     const std::string m = msg(QuantMode::affine, bits, 64);
@@ -135,7 +138,7 @@ TEST(QuantSpecShapes, PackedWordsAndGroupsForValidD) {
         for (std::int64_t k = 1; k <= 9; ++k) {
           const std::int64_t d = k * group;
           SCOPED_TRACE(to_string(s) + " D=" + std::to_string(d));
-          ASSERT_EQ(d * bits % 32, 0);  // spec §1.1 shapes are exact for every table entry
+          ASSERT_EQ(d * bits % 32, 0);  // docs/quantization.md §Format table shapes are exact for every table entry
           EXPECT_EQ(s.packed_words(d) * 32, d * bits);
           EXPECT_EQ(s.groups(d) * group, d);
           EXPECT_NO_THROW(s.validate_dim(d));
@@ -182,8 +185,8 @@ TEST(QuantSpecShapes, InvalidSpecIsRejectedBeforeTheShape) {
               HasSubstr("7"));
 }
 
-// DESIGN.md: never UB on user input. D = 2^62 is a multiple of every group size and its
-// packed width 2^62·8/32 = 2^60 fits int64, but computing D·bits first overflows (signed
+// docs/design.md §Errors: never UB on user input. D = 2^62 is a multiple of every group size and
+// its packed width 2^62·8/32 = 2^60 fits int64, but computing D·bits first overflows (signed
 // overflow: UB; in practice the result wraps to 0). Expect the exact answer or an Error.
 TEST(QuantSpecShapes, HugeDDoesNotOverflow) {
   const QuantSpec s = QuantSpec::make(QuantMode::affine, 8, 64);

@@ -4,7 +4,7 @@
 // Expected values are computed here from first principles: row-major offsets by hand,
 // f16/bf16 storage rounding through the scalar conversions (themselves verified
 // exhaustively in test_core_dtype.cc) or from hand-derived ties. Error messages must name
-// the offending value (DESIGN.md "Errors"), so each error test checks the kind and that
+// the offending value (docs/design.md §Errors), so each error test checks the kind and that
 // the bad value appears in what().
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -163,8 +163,8 @@ TEST(TensorShape, RowMajorIndexMatchesHandFormula) {
   EXPECT_THAT(error_message([&] { row_major_index(s, {1, 2}); }, ErrorKind::internal), HasSubstr("(3, 4, 5)"));
 }
 
-// Tensor::dim with an axis outside [-rank, rank) is invalid input: DESIGN.md requires a
-// kvlab::Error naming it. (Currently std::vector::at throws std::out_of_range instead.)
+// Tensor::dim with an axis outside [-rank, rank) is invalid input: docs/design.md §Errors requires
+// a kvlab::Error naming it. (Currently std::vector::at throws std::out_of_range instead.)
 TEST(TensorShape, DimWithBadAxisIsAKvlabError) {
   const Tensor x(DType::f32, {2, 3});
   EXPECT_THAT(error_message([&] { (void)x.dim(2); }, ErrorKind::invalid_argument), HasSubstr("2"));
@@ -260,7 +260,7 @@ TEST(TensorInts, FromIntsToIntsRoundTripsAtTheTypeLimits) {
   }
 }
 
-// DESIGN.md: "never a silent clamp of user input". from_ints takes int64 values; one
+// docs/design.md §Errors: never a silent clamp of user input. from_ints takes int64 values; one
 // that does not fit the target dtype must be rejected, not wrapped (300 -> 44 in u8,
 // -1 -> 4294967295 in u32).
 TEST(TensorInts, FromIntsOutOfRangeIsAnErrorNamingTheValue) {

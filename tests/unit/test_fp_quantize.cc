@@ -1,4 +1,5 @@
-// Unit tests of the microscaling fp oracle (reference/fp_quantize.h, spec §1.4, §1.7).
+// Unit tests of the microscaling fp oracle (reference/fp_quantize.h,
+// docs/quantization.md §Bit packing, docs/quantization.md §Microscaling formats).
 //
 // Expectations come from independent sources: the element formats' bit-field formulas,
 // brute-force nearest-value searches over those formulas, hand-derived values, and error
@@ -87,7 +88,8 @@ double element_error_bound(double y, bool fp8) {
   return std::ldexp(1.0, exponent - 1 - 4);
 }
 
-// Code j of a row read with the layout of spec §1.4 (bits 4 or 8 never straddle words).
+// Code j of a row read with the layout of docs/quantization.md §Bit packing (bits 4 or 8 never
+// straddle words).
 int code_of(const QuantizedTensor& q, std::int64_t row, std::int64_t j) {
   const std::int64_t words_per_row = q.wq.dim(-1), per_word = 32 / q.spec.bits;
   const auto word = static_cast<std::uint32_t>(q.wq.view().load_int(row * words_per_row + j / per_word));
@@ -153,7 +155,8 @@ TEST(FpFormats, E8M0DecodesPowersOfTwo) {
   EXPECT_EQ(e8m0_decode(0xFF), kInf);
 }
 
-// Spec §1.7 table: each boundary b with the code at b, just below and just above.
+// docs/quantization.md §Microscaling formats table: each boundary b with the code at b, just below
+// and just above.
 struct E2M1Boundary { float b; int at, below, above; };
 constexpr E2M1Boundary kE2M1Table[] = {{0.25f, 0, 0, 1}, {0.75f, 2, 1, 2}, {1.25f, 2, 2, 3}, {1.75f, 4, 3, 4},
                                        {2.5f, 4, 4, 5},  {3.5f, 6, 5, 6},  {5.0f, 6, 6, 7}};

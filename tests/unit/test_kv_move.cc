@@ -7,8 +7,8 @@
 //    which any float round trip would alter;
 //  * cache_rows(): cell (b, h, t, w) holds cell_bits(token, h, w), so tokens_of() reads
 //    a buffer back as token rows and flags any cell whose head/word bits disagree.
-// Expected results are written from the formulas or typed from spec §4.9–4.10 and its
-// Appendix A traces; none was produced by running the kernels.
+// Expected results are written from the formulas or typed from docs/semantics.md and the
+// traces of docs/traces.md; none was produced by running the kernels.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -268,7 +268,7 @@ TEST(KvMove, EmptyExtentsDoNothing) {
                   TensorView{{nullptr, DType::u32, {0, 1, 4, 1}}});
 }
 
-// ---- cache operations of spec §4.3, §4.9–4.11, written with the kernels --------------------
+// ---- cache operations of docs/semantics.md, written with the kernels --------------------
 
 TEST(CacheOps, BatchKVCacheExtendRightJustifiesAtMaxIdx) {
   // self: capacity 6, _idx 3, left_padding [1, 0]. other: capacity 4, _idx 4, lp [1].
@@ -288,7 +288,7 @@ TEST(CacheOps, BatchKVCacheExtendRightJustifiesAtMaxIdx) {
 }
 
 TEST(CacheOps, BatchKVCacheFilterGathersThenShiftsByMinPadding) {
-  // Appendix A.3: rows [p,1,3,5] [p,p,p,7] [2,6,8,9], lp [1,3,0], _idx 4, capacity 5.
+  // docs/traces.md §T3: rows [p,1,3,5] [p,p,p,7] [2,6,8,9], lp [1,3,0], _idx 4, capacity 5.
   const Tensor keys = cache_rows({{kPad, 1, 3, 5, kJunk}, {kPad, kPad, kPad, 7, kJunk}, {2, 6, 8, 9, kJunk}});
   auto filter = [&](std::vector<std::int64_t> keep, Idx m) {
     Tensor picked = junk(static_cast<Idx>(keep.size()), 5), out = junk(static_cast<Idx>(keep.size()), 5 - m);
@@ -304,7 +304,7 @@ TEST(CacheOps, BatchKVCacheFilterGathersThenShiftsByMinPadding) {
 }
 
 TEST(CacheOps, BatchKVCacheFinalizeRollsThenExtractSlices) {
-  // Appendix A.3 right-padding flow: prepare(right_padding [2, 0]); update with
+  // docs/traces.md §T3 right-padding flow: prepare(right_padding [2, 0]); update with
   // [[10,11,p,p],[20,21,22,23]]; capacity 6, so two unused columns wrap to the front.
   const Tensor keys = cache_rows({{10, 11, kPad, kPad, kJunk, kJunk}, {20, 21, 22, 23, kJunk, kJunk}});
   Tensor rolled = junk(2, 6);
@@ -332,7 +332,7 @@ TEST(CacheOps, BatchKVCacheMergeRightAlignsSingleCaches) {
 }
 
 TEST(CacheOps, RotatingKVCacheTemporalOrderWithSinks) {
-  // Appendix A.2 (max_size 6, keep 2) after decode 9: [1,2,7,8,9,6], _idx 5.
+  // docs/traces.md §T2 (max_size 6, keep 2) after decode 9: [1,2,7,8,9,6], _idx 5.
   // temporal order = v[:keep] ++ v[_idx:] ++ v[keep:_idx].
   Tensor out = junk(1, 6);
   copy(cache_rows({{1, 2, 7, 8, 9, 6}}), {{0, 0, 0, 0, 2}, {0, 5, 0, 2, 1}, {0, 2, 0, 3, 3}}, out);
@@ -340,7 +340,7 @@ TEST(CacheOps, RotatingKVCacheTemporalOrderWithSinks) {
 }
 
 TEST(CacheOps, BatchRotatingDecodeWrapsThenExtractUnrolls) {
-  // Appendix A.4: max_size 4, rows [p,p,1,2] / [5,6,7,8], lp [2,0]; three decodes write
+  // docs/traces.md §T4: max_size 4, rows [p,p,1,2] / [5,6,7,8], lp [2,0]; three decodes write
   // columns 0, 1, 2 of the ring (_idx wraps to 0 first).
   Tensor keys = cache_rows({{kPad, kPad, 1, 2}, {5, 6, 7, 8}});
   for (int step = 0; step < 3; ++step)
@@ -357,7 +357,7 @@ TEST(CacheOps, BatchRotatingDecodeWrapsThenExtractUnrolls) {
 }
 
 TEST(CacheOps, BatchRotatingRightPaddedPrefillAcrossChunks) {
-  // Appendix A.5: max_size 4, lengths [2, 5], right padding [3, 0].
+  // docs/traces.md §T5: max_size 4, lengths [2, 5], right padding [3, 0].
   const Tensor chunk1 = cache_rows({{10, 11, kPad}, {20, 21, 22}});
   // Chunk 2: roll = max(0, offset − _lengths) = [1, 0]; trim 0; append [[p,p],[23,24]].
   Tensor rolled = junk(2, 3), buf = junk(2, 5);

@@ -1,4 +1,5 @@
-// Unit tests of the reference mask builders (reference/mask.h, spec §2.3 and §2.1).
+// Unit tests of the reference mask builders (reference/mask.h, docs/kernels.md §Masks and
+// docs/kernels.md §Attention).
 //
 // Expected masks are either written out by hand or derived from counting arguments
 // (a windowed query sees exactly min(W, pos+1) keys), never from the builder itself.

@@ -94,10 +94,10 @@ TEST(QuantizedSdpa, AffineEveryBitsAndGroupEqualsSdpaOverDequantized) {
 }
 
 // Affine groups holding the integers 0..n (n = 2^bits − 1, both ends present) quantize
-// exactly: scale −1, bias n, code n − g, and n − g decodes back to g (spec §1.2). mxfp8
-// groups whose amax is 448 get scale 2^0, so e4m3-representable values survive too.
-// Then quantized attention must equal sdpa over the original K and V, whatever the
-// dequantizer does internally.
+// exactly: scale −1, bias n, code n − g, and n − g decodes back to g
+// (docs/quantization.md §Affine parameters). mxfp8 groups whose amax is 448 get scale 2^0, so
+// e4m3-representable values survive too. Then quantized attention must equal sdpa over the original
+// K and V, whatever the dequantizer does internally.
 TEST(QuantizedSdpa, ExactlyQuantizableKvEqualsPlainSdpa) {
   KVLAB_SEEDED_RNG(rng, 43);
   const std::int64_t lk = 7;

@@ -1,8 +1,8 @@
-// Unit tests of the reference RoPE (reference/rope.h, spec §3).
+// Unit tests of the reference RoPE (reference/rope.h, docs/kernels.md §RoPE).
 //
 // Expectations come from the rotation's algebra (norms, inverses, composition,
-// batching) or from the spec formula evaluated here in double; no number below was
-// printed by the implementation.
+// batching) or from the formula of docs/kernels.md §RoPE evaluated here in double; no number below
+// was printed by the implementation.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -39,7 +39,7 @@ Tensor i32_vector(const std::vector<std::int64_t>& values) {
   return Tensor::from_ints(DType::i32, {static_cast<std::int64_t>(values.size())}, values);
 }
 
-// Feature indices (first, second) of rotation pair i, straight from spec §3.2.
+// Feature indices (first, second) of rotation pair i, straight from docs/kernels.md §RoPE.
 std::pair<std::int64_t, std::int64_t> pair_features(const RopeParams& p, int i) {
   if (p.traditional) return {2 * i, 2 * i + 1};
   return {i, i + p.dims / 2};
@@ -350,7 +350,7 @@ TEST(Rope, HalfPrecisionIsRoundedF32WithinOneUlp) {
   }
 }
 
-// Stronger than the above: each output is the spec formula evaluated in double and
+// Stronger than the above: each output is the RoPE formula evaluated in double and
 // rounded to the nearest dtype value (|out − exact| ≤ ½ spacing). Rounding through
 // f32 first would fail here for about 2^-14 (f16) / 2^-17 (bf16) of the elements, so
 // the tensors are large enough to contain many such cases.

@@ -138,7 +138,8 @@ MaskSpec causal(int window = 0, std::vector<std::int32_t> left = {}, std::vector
 }
 MaskSpec array_mask(MaskKind kind) { return MaskSpec{kind, 0, {}, {}}; }
 
-// Whether a structured causal mask shows key j to (b, i), written from spec §2.3 directly.
+// Whether a structured causal mask shows key j to (b, i), written from docs/kernels.md §Masks
+// directly.
 bool sees(const MaskSpec& m, std::int64_t b, std::int64_t i, std::int64_t j, std::int64_t lq, std::int64_t lk) {
   const std::int64_t pos = i + (lk - lq);
   const auto ub = static_cast<std::size_t>(b);

@@ -1,4 +1,5 @@
-// Reference TurboQuant MSE codec: accuracy against kvquant-anchors §1.2 / §6.A.3–4 / §7,
+// Reference TurboQuant MSE codec: accuracy against docs/turboquant.md §A3, §A4,
+// §Reference codebooks,
 // rotation properties, determinism, the index and packing rules, validation.
 #include <gtest/gtest.h>
 
@@ -21,7 +22,7 @@ using testing::SeededRng;
 constexpr double kAnchorDmse[4] = {0.361, 0.1167, 0.0340, 0.0093};  // b = 1..4, d = 128
 
 // Sample sizes. Release builds use the anchors' 10^4 vectors; sanitizer builds (which
-// run the same code ~10× slower) use a fifth, still far inside the 2 % tolerance (the
+// run the same code many times slower) use a fifth, still far inside the 2 % tolerance (the
 // Monte-Carlo error of D_mse at 2000 vectors of d = 96..128 is ~0.3 %). (Until
 // testing::kSanitized, the test asked __SANITIZE_ADDRESS__ alone, which clang 14 does not
 // define: the asan preset ran the full samples.)
@@ -29,7 +30,7 @@ constexpr std::int64_t kSampleDivisor = testing::kSanitized ? 5 : 1;
 
 // n random unit vectors of dim d (Gaussian, normalised in double, stored f32); with
 // outliers, channels 3 and d−5 get ±30·(1 + 0.1·N(0,1)) on top of N(0,1) first, so the
-// unit vectors are dominated by two coordinates (kvquant-anchors §1.2).
+// unit vectors are dominated by two coordinates (docs/turboquant.md §A4).
 Tensor unit_vectors(SeededRng& rng, std::int64_t n, int d, bool outliers = false) {
   Tensor t(DType::f32, {n, d});
   float* out = t.storage<float>().data();
@@ -89,7 +90,7 @@ const char* rotation_name(const TurboQuantCodec& c) { return c.signs.empty() ? "
 TEST(TurboQuantCodebook, CentroidsMatchAnchorTable) {
   struct Row {
     int d, b;
-    std::vector<double> positive;  // × √d, kvquant-anchors §7
+    std::vector<double> positive;  // × √d, docs/turboquant.md §Reference codebooks
   };
   const std::vector<Row> table = {
       {64, 2, {0.4521, 1.4999}},
@@ -117,7 +118,7 @@ TEST(TurboQuantCodebook, CentroidsMatchAnchorTable) {
       std::printf(" %.4f", got);
     }
     std::printf("   max |Δ| = %.2e\n", worst);
-    // The §7 rows for b = 4 are short of the Lloyd–Max fixed point by up to 2.2e-3 (their
+    // The table's rows for b = 4 are short of the Lloyd–Max fixed point by up to 2.2e-3 (their
     // d = 128 and d = 256 rows share the inner levels 0.1275 / 0.3852, which converged
     // levels cannot: they grow with d). A 2^20-point grid Lloyd run to a standstill gives
     // the same levels as this oracle (d = 128: 0.1278 0.3862 … 2.6886); the oracle's levels
@@ -161,7 +162,7 @@ double dmse_over_rotations(const Tensor& x, int b, ref::TurboQuantRotation rotat
 }
 
 TEST(TurboQuantAccuracy, RotationIsRealOnOutlierChannels) {
-  // kvquant-anchors §6.A.4: rotated D_mse on two-coordinate-dominated inputs stays within
+  // docs/turboquant.md §A4: rotated D_mse on two-coordinate-dominated inputs stays within
   // 1.15× the isotropic value; without rotation it is ≥ 40× worse at 4 bits.
   KVLAB_SEEDED_RNG(rng, 4242);
   const std::int64_t n = 4000 / kSampleDivisor;
@@ -282,7 +283,8 @@ TEST(TurboQuantIndex, TiesGoToTheLowerIndex) {
 
 TEST(TurboQuantIndex, CodesFollowTheDefinitionAndTheSection14Bitstream) {
   // idx_d = #{m : y_d > mid_m} recomputed from turboquant_rotate, read back with the
-  // §1.4 reader code_at; 3 bits at d = 80 straddle words and leave 16 zero pad bits.
+  // docs/quantization.md §Bit packing reader code_at; 3 bits at d = 80 straddle words and leave 16
+  // zero pad bits.
   KVLAB_SEEDED_RNG(rng, 31);
   for (const auto& [d, b] : {std::pair{80, 3}, std::pair{128, 3}, std::pair{64, 5}}) {
     const auto codec = ref::make_turboquant_codec(d, b, 1);

@@ -18,7 +18,7 @@
 namespace kvlab::testing {
 
 // True in a build with AddressSanitizer (the asan preset). GCC defines
-// __SANITIZE_ADDRESS__; clang 14 only answers __has_feature (toolchain.md §6). Tests
+// __SANITIZE_ADDRESS__; clang 14 only answers __has_feature (docs/toolchain.md §Sanitizers). Tests
 // whose whole matrix runs in the optimized ci build use it to run a smaller sample, or a
 // diagonal of the matrix that still visits every value of every axis, under ASan.
 #if defined(__SANITIZE_ADDRESS__)

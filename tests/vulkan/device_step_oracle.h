@@ -1,7 +1,7 @@
 // The oracle of the device-offset cache tests (DeviceBatchKVCache): BatchKVCache over the reference backend with
-// host RoPE at the offsets read BEFORE the update (spec §5.3), and the ulp distance the
-// Vulkan rope tests hold rope outputs to (tests/vulkan/test_vulkan_rope.cc: every output
-// is the oracle's or its neighbour in the dtype).
+// host RoPE at the offsets read BEFORE the update (docs/lifecycle.md §Offset snapshot), and the ulp
+// distance the Vulkan rope tests hold rope outputs to (tests/vulkan/test_vulkan_rope.cc: every
+// output is the oracle's or its neighbour in the dtype).
 #pragma once
 
 #include <bit>

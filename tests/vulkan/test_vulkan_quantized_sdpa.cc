@@ -160,7 +160,7 @@ TEST(VulkanQuantizedSdpa, TakesTheDecodePassExactlyWhereItApplies) {
       random_inputs(rng, {1, 8, 2, 1, 300, 128, 128}, DType::f16, affine(4, 64), affine(4, 64), DType::f16, DType::f16),
       random_inputs(rng, {2, 6, 2, 1, 70, 64, 64}, DType::bf16, affine(8, 32), affine(2, 64), DType::bf16, DType::bf16)};
   // The default path and the forced shared reductions (the storage paths choose alike;
-  // each pipeline compiles in ~1.5 s on lavapipe).
+  // each pipeline takes lavapipe long to compile: docs/toolchain.md §Shaders and Vulkan).
   const std::vector<VulkanBackend*> backends = {paths.front().get(), paths.back().get()};
   for (const Inputs& in : decode_shapes) {
     for (VulkanBackend* be : backends) {

@@ -66,7 +66,8 @@ Outcome exhaustive_half_round_trip(std::mt19937_64&) {
   return {bad == 0, cat("2 x 65536 bit patterns (f16, bf16) -> f32 -> back: ", bad, " mismatches")};
 }
 
-// spec §1.6: the worked 4-bit (fp16) and 3-bit (f32) examples, words compared exactly.
+// docs/quantization.md §Worked examples: the worked 4-bit (fp16) and 3-bit (f32) examples, words
+// compared exactly.
 Outcome worked_examples(std::mt19937_64&) {
   std::vector<float> w4(32), w3(32);
   for (int i = 0; i < 32; ++i) {
@@ -96,7 +97,8 @@ Outcome pack_identity(std::mt19937_64& rng) {
   return {bad == 0, "unpack(pack(c)) == c for 1000 random codes at every width 1..8"};
 }
 
-// spec §1.2: 32 values evenly over [-4, -3], 4 bits: CPU scale ~0.0667, GPU ~0.2667.
+// docs/quantization.md §Affine parameters: 32 values evenly over [-4, -3], 4 bits: CPU scale
+// ~0.0667, GPU ~0.2667.
 Outcome cpu_gpu_divergence(std::mt19937_64&) {
   std::vector<float> g(32);
   for (int i = 0; i < 32; ++i) g[static_cast<std::size_t>(i)] = -4.0f + static_cast<float>(i) / 31.0f;
@@ -106,7 +108,7 @@ Outcome cpu_gpu_divergence(std::mt19937_64&) {
   return {ok, cat("all-negative group: scale cpu ", cpu.scale, ", gpu ", gpu.scale, " (spec: 0.0667 vs 0.2667)")};
 }
 
-// kvquant-anchors §6.A.1: relative MSE on N(0,1) rows, d = 128, group 64, f16 metadata.
+// docs/quantization.md §A1: relative MSE on N(0,1) rows, d = 128, group 64, f16 metadata.
 Outcome relative_mse_anchors(std::mt19937_64& rng) {
   const std::array<std::pair<int, double>, 4> anchors{{{2, 0.156}, {3, 0.0361}, {4, 8.24e-3}, {8, 2.94e-5}}};
   const Tensor x = normal(rng, DType::f16, {8192, 128});

@@ -1,5 +1,6 @@
-// `kvlab selfcheck`: verifies the reference oracle against the spec's worked
-// examples and analytic properties, and prints one line per verified fact.
+// `kvlab selfcheck`: verifies the reference oracle against the worked examples of
+// docs/quantization.md §Worked examples and analytic properties, and prints one line per
+// verified fact.
 #pragma once
 
 #include <cstdint>

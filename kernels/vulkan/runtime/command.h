@@ -8,7 +8,8 @@
 // Optionally, timestamp queries bracket each submission and follow each of its commands
 // (where the queue supports them): the submission's device time and each command's
 // (last_steps(): which pass of a kernel takes the time). Off by default because reading
-// them back costs ~160 µs per submission on lavapipe, more than a small kernel.
+// them back costs more than a small kernel on lavapipe
+// (docs/benchmarks.md §Measurements behind kernel choices).
 #pragma once
 
 #include <vulkan/vulkan.h>

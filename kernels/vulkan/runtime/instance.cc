@@ -9,7 +9,8 @@
 #include "kernels/vulkan/runtime/vk_error.h"
 #include "kvlab/error.h"
 
-// GCC defines __SANITIZE_ADDRESS__; clang 14 only answers __has_feature (toolchain.md §6).
+// GCC defines __SANITIZE_ADDRESS__; clang 14 only answers __has_feature
+// (docs/toolchain.md §Sanitizers).
 #if defined(__SANITIZE_ADDRESS__)
 #define KVLAB_VK_ASAN 1
 #elif defined(__has_feature)
@@ -27,7 +28,7 @@ constexpr const char* kValidationLayer = "VK_LAYER_KHRONOS_validation";
 // Under ASan, LeakSanitizer reports a false 128-byte leak inside LLVM for every instance:
 // the loader dlclose()s lavapipe at vkDestroyInstance, unmapping the LLVM static data
 // that still points at the block. Suppressions cannot match the unloaded module, so the
-// driver is pinned in memory instead (toolchain.md §6); harmless where it is absent.
+// driver is pinned in memory instead (docs/toolchain.md §Sanitizers); harmless where it is absent.
 void pin_lavapipe_under_asan() {
 #ifdef KVLAB_VK_ASAN
   static void* const pinned = dlopen("libvulkan_lvp.so", RTLD_NOW | RTLD_NODELETE);

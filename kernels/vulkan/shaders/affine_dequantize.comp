@@ -1,7 +1,7 @@
 #version 450
-// Affine dequantize (reference/affine_quantize.h, spec §1.3), bit-exact with the oracle:
-// out = fl(fl(code·scale) + bias) in binary32 from the stored scale/bias, then one
-// storage rounding (RNE) to out's dtype. One invocation per group.
+// Affine dequantize (reference/affine_quantize.h, docs/quantization.md §Affine dequantization),
+// bit-exact with the oracle: out = fl(fl(code·scale) + bias) in binary32 from the stored
+// scale/bias, then one storage rounding (RNE) to out's dtype. One invocation per group.
 #include "common.glsl"
 #include "affine_common.glsl"
 

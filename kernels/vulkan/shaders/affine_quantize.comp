@@ -1,6 +1,6 @@
 #version 450
-// Affine quantize (reference/affine_quantize.h, spec §1.2), bit-exact with the oracle:
-// one invocation per group of `group_size` consecutive elements.
+// Affine quantize (reference/affine_quantize.h, docs/quantization.md §Affine parameters), bit-exact
+// with the oracle: one invocation per group of `group_size` consecutive elements.
 //
 // Group parameters (a dozen operations per group) use the exact integer arithmetic of
 // softfloat.glsl, operation for operation as the oracle. Per element, the code

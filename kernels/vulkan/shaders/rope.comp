@@ -1,5 +1,5 @@
 #version 450
-// RoPE (reference/rope.h, spec §3) with per-row offsets read from a device buffer.
+// RoPE (reference/rope.h, docs/kernels.md §RoPE) with per-row offsets read from a device buffer.
 //
 // Numerics (needs shaderFloat64): like the oracle, positions and angles are computed in
 // double from the same inputs — θ = (scale·(t + offset_b))·inv_i with inv_i computed on

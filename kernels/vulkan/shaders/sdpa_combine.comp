@@ -15,8 +15,8 @@ KVLAB_TENSOR16(out, 2)
 
 // The chunks are read BATCH at a time: the batch's loads are issued before any of their
 // values is used, so a row's hundreds of chunks cost hundreds / BATCH memory latencies, not
-// one each (a chunk at a time cost ~0.77 µs per chunk on an NVIDIA H200: 99 µs of a 585 µs
-// decode call at 128 chunks, 392 µs at 512: bench/records/2026-11-27-nvidia-h200.md).
+// one each (one chunk at a time made the combine a large share of a decode call on an
+// NVIDIA H200, growing with the chunk count: bench/records/2026-11-27-nvidia-h200.md).
 // The sums still run over the chunks in order (lavapipe's FMA contraction of them moved
 // the last bit in 54 of 1026 ci cases: kvlab check --tier ci --op sdpa,quantized_sdpa).
 const uint BATCH = 8u;

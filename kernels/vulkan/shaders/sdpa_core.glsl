@@ -71,7 +71,8 @@ uint divide(uint x, uint n, uint shift) { return shift < 32u ? x >> shift : x / 
 // The parameters the per-key code reads, loaded from the table once per invocation
 // (load_hot_params, first thing in main). Read through P[] in the loops, they were global
 // loads again after every barrier() (the table shares its buffer with the partials the
-// shader writes); on an NVIDIA H100 the decode ran at ~1 % of the device's copy rate.
+// shader writes); on an NVIDIA H100 the decode ran at a tiny fraction of the device's copy
+// rate (bench/records/2026-11-26-nvidia-h100.md).
 uint g_dk, g_dv, g_k_off, g_v_off;
 #if KVLAB_QUANTIZED
 uint g_kbits, g_kgroup, g_vbits, g_vgroup;  // (dtypes and meta offsets: sdpa_quantized_meta.glsl)

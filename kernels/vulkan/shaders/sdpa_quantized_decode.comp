@@ -7,8 +7,9 @@
 // for every head), Dv·vbits/32 a power of two <= 64, and compute-stage subgroup arithmetic.
 //
 // Why a second pass: on an NVIDIA H100 the general pass decoded 4-bit attention at
-// Lk 65536 at ~1 % of the device's copy rate, this one 5x faster (still ~4 %; the record
-// bench/records/2026-11-26-nvidia-h100.md says what is left):
+// Lk 65536 at a tiny fraction of the device's copy rate, and this one is several times
+// faster, still far from the target (bench/records/2026-11-26-nvidia-h100.md has the
+// figures and what is left):
 // run-time bit widths and group sizes kept every loop rolled and every code load
 // waiting on the one before; V was read one feature per invocation per key, with a
 // scale and bias load per feature. Here the bit widths and the heads per workgroup are
@@ -40,7 +41,7 @@
 
 // What the loops unroll over (kernels/vulkan/quantized_sdpa.cc, same order); the head
 // dims and group sizes stay run-time values (table), so a lavapipe run compiles one
-// pipeline per bit widths and block, not one per shape (~1.5 s each there).
+// pipeline per bit widths and block, not one per shape (each takes lavapipe long to compile).
 layout(constant_id = 0) const uint KBITS = 4;
 layout(constant_id = 1) const uint VBITS = 4;
 layout(constant_id = 2) const uint R = 4;  // room for the heads per workgroup (P_R_BLOCK <= R)
