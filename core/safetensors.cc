@@ -219,6 +219,12 @@ void encode_length(std::uint64_t length, unsigned char (&bytes)[8]) {
   for (int i = 0; i < 8; ++i) bytes[i] = static_cast<unsigned char>(length >> (8 * i));
 }
 
-void pad_header(std::string& text) { text.append((8 - text.size() % 8) % 8, ' '); }
+void pad_header(std::string& text) {
+  text.append((8 - text.size() % 8) % 8, ' ');
+  // Every kvlab reader refuses a header over kMaxHeaderBytes, so a writer must not make
+  // one: a file kvlab writes is one kvlab reads back.
+  KVLAB_REQUIRE(text.size() <= kMaxHeaderBytes, invalid_argument, "the file's header would be ", text.size(),
+                " bytes, over the ", kMaxHeaderBytes, " every kvlab reader accepts (metadata or tensor names too long)");
+}
 
 }  // namespace kvlab::safetensors

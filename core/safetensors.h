@@ -95,6 +95,8 @@ ReadResult read_exact_at(int fd, std::uint64_t offset, void* dst, std::size_t si
 // the data buffer starts 8-byte aligned, as the reference writer does.
 std::uint64_t decode_length(const unsigned char (&bytes)[8]);
 void encode_length(std::uint64_t length, unsigned char (&bytes)[8]);
+// Error{invalid_argument} when the padded header exceeds kMaxHeaderBytes (the readers'
+// limit): writers call it before they touch the file system.
 void pad_header(std::string& text);
 
 }  // namespace kvlab::safetensors

@@ -11,7 +11,13 @@ cd "$(dirname "$0")/.."
 export CCACHE_BASEDIR="$PWD" CCACHE_NOHASHDIR=1
 bash tools/setup.sh
 cmake --preset release >/dev/null
-cmake --build --preset release --target kvlab >/dev/null
+# A first build takes minutes on a small machine: say so, and show its progress (every
+# tenth step of ninja's [done/total], and every line that is not progress: warnings and
+# errors) instead of staying silent.
+echo "kvlab: building the release CLI (build/release; a first build takes several minutes)"
+cmake --build --preset release --target kvlab 2>&1 |
+  awk '/^\[[0-9]+\/[0-9]+\]/ { split(substr($1, 2), f, "/"); if (++n % 10 == 1 || f[1] == f[2]) { print "kvlab: build step " f[1] " of " f[2]; fflush() } next } { print; fflush() }'
+echo "kvlab: built $PWD/build/release/tools/kvlab"
 kvlab=build/release/tools/kvlab
 if (($# > 0)); then exec "$kvlab" "$@"; fi
 

@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cache/state_file.h"
+#include "core/safetensors.h"
 
 namespace kvlab {
 // Its own namespace: the test files of one executable share a unity TU in the CI builds.
@@ -146,6 +147,23 @@ TEST_F(StateFileTest, EmptyListAndEmptyMetadataRoundTrip) {
   const LoadedStates loaded = load_cache_states(file);
   EXPECT_TRUE(loaded.layers.empty());
   EXPECT_TRUE(loaded.user_metadata.empty());
+}
+
+// The writers' header limit is the readers' (core/safetensors.h kMaxHeaderBytes): every
+// writer pads its header with pad_header before it touches the file system, which
+// accepts exactly the limit and refuses a byte more. Before, no writer had a limit: a
+// long user metadata value made a file that every kvlab reader then refused. (An
+// end-to-end save of a 100 MB header takes ~25 s under ASan, for nothing more.)
+TEST(SafetensorsHeader, PaddingAcceptsExactlyTheReadersLimit) {
+  for (const std::size_t size : {safetensors::kMaxHeaderBytes - 8, safetensors::kMaxHeaderBytes - 7,
+                                 safetensors::kMaxHeaderBytes}) {
+    std::string text(size, '{');
+    safetensors::pad_header(text);
+    EXPECT_EQ(text.size() % 8, 0u);
+    EXPECT_LE(text.size(), safetensors::kMaxHeaderBytes);
+  }
+  std::string over(safetensors::kMaxHeaderBytes + 1, '{');
+  EXPECT_KVLAB_ERROR(safetensors::pad_header(over), invalid_argument, "every kvlab reader accepts");
 }
 
 TEST_F(StateFileTest, SaveOverwritesAnExistingFile) {
