@@ -52,7 +52,7 @@ void GoldenCommands::add_to(CLI::App& app) {
   };
   models_ = golden_->add_subcommand("models", "Write every tiny model as a folder mlx-lm loads, and check its hash");
   where(models_);
-  models_->add_option("--model", models_filter_, "Only these model ids");
+  models_->add_option("--model", models_filter_, "Only these model ids")->delimiter(',');
   allow_empty(models_);
 
   record_ = golden_->add_subcommand(
@@ -88,8 +88,8 @@ void GoldenCommands::add_to(CLI::App& app) {
   check_ = golden_->add_subcommand("check", "Re-run every checked-in golden on a backend and diff it");
   where(check_);
   check_->add_option("--backend", backend_, "Backend to check")->default_val("reference");
-  check_->add_option("--model", models_filter_, "Only these model ids");
-  check_->add_option("--scenario", scenarios_filter_, "Only these scenarios");
+  check_->add_option("--model", models_filter_, "Only these model ids (comma-separated or repeated)")->delimiter(',');
+  check_->add_option("--scenario", scenarios_filter_, "Only these scenarios (comma-separated or repeated)")->delimiter(',');
   check_->add_option("--report-dir", report_dir_, "Write each failing run's golden, JSON and HTML report here");
   check_->add_option("--summary-json", summary_json_, "Write one summary row per golden (tools/golden_table.py table)");
   allow_empty(check_);
@@ -97,8 +97,8 @@ void GoldenCommands::add_to(CLI::App& app) {
   update_ = golden_->add_subcommand("update", "Re-record the checked-in goldens; rewrites only with --accept");
   where(update_);
   update_->add_option("--backend", backend_, "Backend to record on")->default_val("reference");
-  update_->add_option("--model", models_filter_, "Only these model ids");
-  update_->add_option("--scenario", scenarios_filter_, "Only these scenarios");
+  update_->add_option("--model", models_filter_, "Only these model ids (comma-separated or repeated)")->delimiter(',');
+  update_->add_option("--scenario", scenarios_filter_, "Only these scenarios (comma-separated or repeated)")->delimiter(',');
   update_->add_flag("--accept", accept_, "Rewrite the goldens that moved (atomically)");
   allow_empty(update_);
 }
