@@ -2,8 +2,9 @@
 # (find_package(kvlab): namespaced targets kvlab::core, ::reference, ::cache, ::simd,
 # ::vulkan, ::mlx and ::harness, as built), the public headers in kvlab's own layout
 # (P/include/{kvlab,harness,reference,cache}), the kvlab CLI and kvlab_bench (P/bin), and
-# the case files (P/share/kvlab/cases, P/share/kvlab/known), which installed binaries
-# find beside themselves (harness/check.h default_cases_dir). examples/downstream uses
+# the case files (P/share/kvlab/cases, P/share/kvlab/known) and the golden folder
+# (P/share/kvlab/golden), which installed binaries find beside themselves
+# (harness/check.h default_cases_dir, tools/kvlab/golden_select.h default_golden_dir). examples/downstream uses
 # the package; tools/test_install.sh (CTest install.downstream) proves it.
 include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
@@ -57,6 +58,13 @@ endforeach()
 if(KVLAB_WITH_HARNESS)
   install(DIRECTORY ${PROJECT_SOURCE_DIR}/harness/cases/ DESTINATION ${CMAKE_INSTALL_DATADIR}/kvlab/cases)
   install(DIRECTORY ${PROJECT_SOURCE_DIR}/harness/known/ DESTINATION ${CMAKE_INSTALL_DATADIR}/kvlab/known)
+  # What `kvlab golden` reads (--golden-dir): the models' configs and hashes, the
+  # scenarios, the checked-in goldens and the registers. An installed kvlab finds them
+  # beside itself (tools/kvlab/golden_select.h) and generates model folders in a per-user
+  # cache, never in the prefix.
+  foreach(dir IN ITEMS models scenarios data known)
+    install(DIRECTORY ${PROJECT_SOURCE_DIR}/golden/${dir}/ DESTINATION ${CMAKE_INSTALL_DATADIR}/kvlab/golden/${dir})
+  endforeach()
   set(kvlab_install_programs kvlab)
   if(TARGET kvlab_bench)
     list(APPEND kvlab_install_programs kvlab_bench)

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <iomanip>
 #include <limits>
+#include <optional>
 #include <sstream>
 
 #include "kvlab/error.h"
@@ -101,15 +102,51 @@ double percentile(std::vector<double> v, double q) {
 
 }  // namespace
 
-Tolerance tolerance_of(const Golden& golden) {
-  const std::string line = golden.get("scenario_line");
-  if (line.empty()) return {};
-  return parse_scenario(line, "the golden's scenario_line").tolerance;
+ToleranceChoice scenario_tolerance(const Golden& a, const Golden& b,
+                                   const std::function<std::filesystem::path(const Golden&)>& scenario_file_of) {
+  ToleranceChoice out;
+  std::vector<std::string> found, missing;
+  bool any = false;
+  for (const Golden* g : {&a, &b}) {
+    const std::string name = g->get("scenario");
+    const std::filesystem::path file = scenario_file_of(*g);
+    std::error_code ec;
+    std::optional<Scenario> hit;
+    if (!name.empty() && !file.empty() && std::filesystem::exists(file, ec))
+      for (Scenario& s : read_scenarios(file))
+        if (s.name == name) hit = std::move(s);
+    const std::string what = cat("scenario '", name, "' of model '", g->get("model"), "'");
+    if (!hit) {
+      missing.push_back(cat(what, file.empty() ? std::string() : cat(" (not in ", file.string(), ")")));
+      continue;
+    }
+    const std::string place = cat(file.string(), " '", name, "'");
+    if (std::find(found.begin(), found.end(), place) == found.end()) found.push_back(place);
+    const Tolerance& t = hit->tolerance;
+    Tolerance& m = out.tolerance;
+    m = any ? Tolerance{std::min(m.max_dlogit, t.max_dlogit), std::min(m.max_mean_kld, t.max_mean_kld),
+                        std::max(m.min_top1, t.min_top1), std::min(m.attn_rel, t.attn_rel)}
+            : t;
+    any = true;
+  }
+  for (const std::string& f : found) out.from += (out.from.empty() ? "from " : ", the stricter of it and ") + f;
+  if (!any) {
+    out.from = "the README defaults: no checked-in ";
+    for (std::size_t i = 0; i < missing.size(); ++i) out.from += (i ? "; " : "") + missing[i];
+  }
+  return out;
 }
 
 json diff_goldens(const DiffInput& in_a, const DiffInput& in_b, const Tolerance& tol) {
   const Golden& A = *in_a.golden;
   const Golden& B = *in_b.golden;
+  const auto model = [](const Golden& g) {
+    return cat("model '", g.get("model"), "' (model_sha256 ", g.get("model_sha256").empty() ? "none" : g.get("model_sha256"),
+               ")");
+  };
+  KVLAB_REQUIRE(A.get("model_sha256") == B.get("model_sha256"), invalid_argument,
+                "the goldens are not comparable: A is of ", model(A), ", B of ", model(B),
+                "; a diff compares runs over the same weights");
   const std::int64_t vocab = A.vocab();
   KVLAB_REQUIRE(vocab == B.vocab() || A.sequences.empty() || B.sequences.empty(), invalid_argument,
                 "the goldens are not comparable: vocabulary ", vocab, " vs ", B.vocab());
@@ -255,9 +292,15 @@ std::string diff_text(const json& r) {
     const json& m = r.at(key).at("meta");
     const auto get = [&](const char* k) { return m.contains(k) ? m.at(k).get<std::string>() : std::string("?"); };
     return cat(r.at(key).at("path").get<std::string>(), " (", get("engine"), " ", get("engine_version"), ", ",
-               get("backend"), ")");
+               get("backend"), "; model ", get("model"), " sha256 ", get("model_sha256"), ")");
   };
   o << "A: " << side("a") << "\nB: " << side("b") << "\n" << diff_line(r) << "\n";
+  const json& t = r.at("tolerance");
+  o << "  tolerance: max|dlogit| " << fmt(as_double(t.at("max_dlogit"))) << ", mean KLD "
+    << fmt(as_double(t.at("max_mean_kld"))) << ", top-1 >= " << fmt(100 * as_double(t.at("min_top1"))) << "%, attn_rel "
+    << fmt(as_double(t.at("attn_rel")));
+  if (r.contains("tolerance_from")) o << " (" << r.at("tolerance_from").get<std::string>() << ")";
+  o << "\n";
   for (const json& reason : r.at("reasons")) o << "  reason: " << reason.get<std::string>() << "\n";
   const json& s = r.at("summary");
   const json& k = s.at("kld");

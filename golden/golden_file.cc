@@ -4,6 +4,7 @@
 #include <set>
 
 #include "core/safetensors_file.h"
+#include "golden/inputs.h"
 #include "kvlab/error.h"
 
 namespace kvlab::golden {
@@ -80,6 +81,7 @@ void write_golden(const std::filesystem::path& path, const Golden& golden) {
 }
 
 Golden read_golden(const std::filesystem::path& path) {
+  require_regular_file(path, kNoun);
   const safetensors::FileErrors errors = errors_for(path);
   safetensors::TensorFile file = safetensors::read_tensor_file(path, kNoun, errors, kMaxGoldenBytes);
   Golden g;

@@ -6,6 +6,7 @@
 #include "cache/batch_rotating_kv_cache.h"
 #include "cache/kv_cache.h"
 #include "cache/rotating_kv_cache.h"
+#include "golden/inputs.h"
 #include "golden/model_internal.h"
 
 namespace kvlab::golden {
@@ -193,6 +194,8 @@ std::unique_ptr<Model> Model::load(const std::filesystem::path& dir) {
   const std::filesystem::path config_path = dir / "config.json";
   // A config is a few hundred bytes; a megabyte bounds what a damaged file can make us read.
   constexpr std::uintmax_t kMaxConfigBytes = 1u << 20;
+  require_regular_file(config_path, "model config");
+  require_regular_file(dir / "model.safetensors", "model weights file");
   std::error_code ec;
   const std::uintmax_t size = std::filesystem::file_size(config_path, ec);
   KVLAB_REQUIRE(!ec, io, "cannot read '", config_path.string(), "': ", ec.message());

@@ -5,6 +5,7 @@
 #include <map>
 #include <set>
 
+#include "golden/inputs.h"
 #include "harness/rng.h"
 #include "kvlab/error.h"
 
@@ -163,6 +164,7 @@ Scenario parse_scenario(std::string_view raw, const std::string& where) {
 }
 
 std::vector<Scenario> read_scenarios(const std::filesystem::path& path) {
+  require_regular_file(path, "scenario file");
   std::ifstream in(path);
   if (!in) fail(ErrorKind::io, cat("cannot open scenario file '", path.string(), "'"));
   std::vector<Scenario> out;

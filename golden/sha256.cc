@@ -6,6 +6,7 @@
 #include <string>
 #include <string_view>
 
+#include "golden/inputs.h"
 #include "golden/model.h"
 #include "kvlab/error.h"
 
@@ -98,6 +99,7 @@ std::string sha256_hex(std::string_view bytes) {
 }
 
 std::string sha256_file(const std::filesystem::path& path) {
+  require_regular_file(path, "file");
   std::ifstream in(path, std::ios::binary);
   KVLAB_REQUIRE(in, io, "cannot open '", path.string(), "' to hash it");
   Sha256 h;

@@ -198,6 +198,35 @@ void make_scratch(const fs::path& dir) {
   fs::permissions(dir, fs::perms::owner_all | fs::perms::group_all | fs::perms::others_all);
 }
 
+// The goldens' fixtures (issue 44), all under @T/golden_gates/: a FIFO, golden folders
+// made of the checked-in model llama_dense with an empty, a FIFO and a loose scenario
+// file, model folders holding a user's weights, stale weights kvlab stamped, and a FIFO,
+// and the example plugin (it lacks sdpa) when CTest names it.
+void make_golden_scratch(const fs::path& dir, const fs::path& golden) {
+  const fs::path g = dir / "golden_gates";
+  fs::create_directories(g);
+  if (::mkfifo((g / "fifo").c_str(), 0600) != 0) throw std::runtime_error("mkfifo failed in " + g.string());
+  const auto golden_dir = [&](const std::string& name) {
+    const fs::path m = g / name / "models" / "llama_dense";
+    fs::create_directories(m);
+    fs::create_directories(g / name / "scenarios");
+    for (const char* f : {"config.json", "model.sha256"}) fs::copy_file(golden / "models" / "llama_dense" / f, m / f);
+    return g / name / "scenarios" / "llama_dense";
+  };
+  write_file(golden_dir("empty"), "# no scenario\n");
+  write_file(golden_dir("loose"), "plain prompts=13 steps=24 max_dlogit=1e30 max_mean_kld=1e30 min_top1=0\n");
+  if (::mkfifo(golden_dir("fifo_golden").c_str(), 0600) != 0) throw std::runtime_error("mkfifo failed in " + g.string());
+  for (const char* m : {"user_models", "stale_models", "fifo_models"}) fs::create_directories(g / m / "llama_dense");
+  write_file(g / "user_models/llama_dense/model.safetensors", "a user's own weights\n");
+  write_file(g / "stale_models/llama_dense/model.safetensors", "stale kvlab weights\n");
+  write_file(g / "stale_models/llama_dense/model.kvlab-generated",  // sha256 of the line above
+             "2f8ebe333bf8e28eb16a520e01e773c7292c382b9397f75a802bfe7e0a3a8b8b  model.safetensors\n");
+  if (::mkfifo((g / "fifo_models/llama_dense/model.safetensors").c_str(), 0600) != 0)
+    throw std::runtime_error("mkfifo failed in " + g.string());
+  if (const char* plugin = std::getenv("KVLAB_CLI_EXAMPLE_PLUGIN"); plugin != nullptr && *plugin != '\0')
+    fs::create_symlink(plugin, g / "example_plugin.so");
+}
+
 // A leading NAME=value word sets the child's environment, as in a shell.
 bool is_assignment(const std::string& w) {
   const std::size_t eq = w.find('=');
@@ -282,6 +311,7 @@ int main(int argc, char** argv) {
   std::vector<Row> rows;
   try {
     make_scratch(scratch);
+    make_golden_scratch(scratch, fs::path(fixtures) / ".." / ".." / ".." / "golden");
     rows = read_table(argv[2], fixtures, scratch.string());
   } catch (const std::exception& e) {
     std::cerr << "cli_table: " << e.what() << "\n";

@@ -1,5 +1,5 @@
 """python -m kvlab_mlx run IN -o OUT [--ops a,b] | info FILE | prompt-cache --kvlab KVLAB --work DIR
-                  | golden --model DIR --scenarios FILE --out OUTDIR"""
+                  | golden --model DIR --scenarios FILE --out OUTDIR [--scenario NAME --teacher GOLDEN]"""
 
 from __future__ import annotations
 
@@ -111,7 +111,7 @@ def _cmd_prompt_cache(args):
 def _cmd_golden(args):
     from .golden_replay import main as golden  # imports MLX and mlx-lm
 
-    return golden(args.model, args.scenarios, args.scenario, args.out, args.model_id)
+    return golden(args.model, args.scenarios, args.scenario, args.out, args.model_id, args.teacher)
 
 
 def main(argv=None):
@@ -155,6 +155,10 @@ def main(argv=None):
     gr.add_argument("--out", required=True, metavar="OUTDIR",
                     help="writes OUTDIR/<model id>.<scenario>.mlx-lm.safetensors")
     gr.add_argument("--model-id", metavar="ID", help="model id (default: the scenario file's name)")
+    gr.add_argument("--teacher", metavar="GOLDEN",
+                    help="feed this golden's tokens as inputs (teacher forcing, as kvlab golden record --teacher): "
+                         "each step's logits compare with the teacher's over the whole stream; one --scenario, "
+                         "not a batch")
     gr.set_defaults(fn=_cmd_golden)
     args = ap.parse_args(argv)
     try:

@@ -33,6 +33,7 @@ import copy
 import hashlib
 import json
 import os
+import stat
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -105,11 +106,14 @@ def _error(e: BaseException) -> str:
 
 class _Steps:
     """The processor and sampler for generate_step: step s is the s-th call that ran the
-    logits processor, and is complete once the sampler ran for it."""
+    logits processor, and is complete once the sampler ran for it. With a teacher (the
+    tokens of steps first, first + 1, ...), the sampler still records its own greedy
+    token but returns the teacher's, which generate_step feeds as the next input."""
 
-    def __init__(self, taps: Taps):
+    def __init__(self, taps: Taps, teacher: list[int] | None = None, first: int = 0):
         self.taps = taps
-        self.logits, self.call_of_step, self.sampled = [], [], []
+        self.teacher, self.first = teacher, first
+        self.logits, self.call_of_step, self.sampled, self.fed = [], [], [], []
 
     def processor(self, tokens, logits):
         self.logits.append(logits[0])
@@ -119,23 +123,29 @@ class _Steps:
     def sampler(self, logprobs):
         y = greedy_sampler(logprobs)
         self.sampled.append(y)
+        step = self.first + len(self.sampled) - 1
+        # Past the teacher's tokens only the look-ahead call is left, whose step is dropped.
+        if self.teacher is not None and step < len(self.teacher):
+            y = mx.array([self.teacher[step]], dtype=y.dtype)
+        self.fed.append(y)
         return y
 
     def take(self, seq: Sequence, limit: int):
-        """Append the first `limit` completed steps to seq."""
+        """Append the first `limit` completed steps to seq; returns (count, tokens fed)."""
         n = min(limit, len(self.sampled))
-        mx.eval(self.sampled[:n], self.logits[:n])
+        mx.eval(self.sampled[:n], self.logits[:n], self.fed[:n])
         seq.tokens += [int(y.item()) for y in self.sampled[:n]]
         seq.logits += self.logits[:n]
         seq.attn += [[calls[self.call_of_step[s]][0] for calls in self.taps.calls] for s in range(n)]
-        return n
+        return n, [int(y.item()) for y in self.fed[:n]]
 
 
-def _generate(model, taps, seq, prompt, steps, sc, cache):
+def _generate(model, taps, seq, prompt, steps, sc, cache, teacher=None, first=0):
     """generate_step over `prompt` on `cache` with max_tokens=steps: appends the completed
     steps (at most steps + 1: the call after the last yield is complete too) to seq and
-    returns (steps appended, exception or None)."""
-    rec = _Steps(taps)
+    returns (steps appended, tokens fed after them, exception or None). `teacher`, when
+    given, is the sequence's teacher tokens; `first` the step this call pattern starts at."""
+    rec = _Steps(taps, teacher, first)
     yielded = []
     gen = generate_step(mx.array(prompt), model, max_tokens=steps, sampler=rec.sampler,
                         logits_processors=[rec.processor], max_kv_size=sc.max_kv_size, prompt_cache=cache,
@@ -149,9 +159,9 @@ def _generate(model, taps, seq, prompt, steps, sc, cache):
         err = e
     finally:
         gen.close()
-    n = rec.take(seq, steps + 1)
-    assert seq.tokens[len(seq.tokens) - n:][: len(yielded)] == yielded, "yields differ from the sampler's tokens"
-    return n, err
+    n, fed = rec.take(seq, steps + 1)
+    assert fed[: len(yielded)] == yielded, "yields differ from the tokens the sampler fed"
+    return n, fed, err
 
 
 def _offsets(cache):
@@ -164,10 +174,10 @@ def _classes(cache, layers: int) -> list[str]:
     return [type(cache[l]).__name__ if l < len(cache) else "shared" for l in range(layers)]
 
 
-def _replay_single(model, taps, sc: Scenario, prompt) -> tuple[list[Sequence], list]:
+def _replay_single(model, taps, sc: Scenario, prompt, teacher=None) -> tuple[list[Sequence], list]:
     seq = Sequence(prompt)
     cache = lm_cache.make_prompt_cache(model, max_kv_size=sc.max_kv_size)
-    n, err = _generate(model, taps, seq, prompt, sc.steps, sc, cache)
+    _, _, err = _generate(model, taps, seq, prompt, sc.steps, sc, cache, teacher)
     _finish(seq, sc.steps, err)
     return [seq], cache
 
@@ -179,12 +189,12 @@ def _finish(seq: Sequence, steps: int, err):
         seq.status = _error(err)
 
 
-def _replay_save_load(model, taps, sc: Scenario, prompt):
+def _replay_save_load(model, taps, sc: Scenario, prompt, teacher=None):
     seq = Sequence(prompt)
     k = sc.save_at
     cache = lm_cache.make_prompt_cache(model, max_kv_size=sc.max_kv_size)
     # max_tokens=K: the calls over the prompt and tokens 0..K-1; the last one produced token K.
-    n, err = _generate(model, taps, seq, prompt, k, sc, cache)
+    n, fed, err = _generate(model, taps, seq, prompt, k, sc, cache, teacher)
     if err is not None:
         _finish(seq, sc.steps, err)
         return [seq], cache
@@ -201,22 +211,24 @@ def _replay_save_load(model, taps, sc: Scenario, prompt):
         return [seq], cache
     assert [type(c) for c in loaded] == [type(c) for c in cache], "load_prompt_cache changed the classes"
     assert _offsets(loaded) == _offsets(cache), (_offsets(loaded), _offsets(cache))
-    # Token K is the prompt of the continuation: its first call produces token K+1.
-    n2, err = _generate(model, taps, seq, [seq.tokens[k]], sc.steps - k - 1, sc, loaded)
+    # Token K (the one fed: the teacher's when forced) is the prompt of the continuation:
+    # its first call produces token K+1.
+    _, _, err = _generate(model, taps, seq, [fed[k]], sc.steps - k - 1, sc, loaded, teacher, k + 1)
     _finish(seq, sc.steps, err)
     return [seq], loaded
 
 
-def _replay_prefix(model, taps, sc: Scenario, prompts, model_key: str):
+def _replay_prefix(model, taps, sc: Scenario, prompts, model_key: str, teachers=(None, None)):
     first = Sequence(prompts[0])
     cache0 = lm_cache.make_prompt_cache(model, max_kv_size=sc.max_kv_size)
-    _, err0 = _generate(model, taps, first, prompts[0], sc.steps, sc, cache0)
+    _, fed0, err0 = _generate(model, taps, first, prompts[0], sc.steps, sc, cache0, teachers[0])
     _finish(first, sc.steps, err0)
     store = lm_cache.LRUPromptCache()
     if err0 is None:
-        # As mlx-lm's server stores a finished request: under prompt + every generated
-        # token, which the look-ahead call of generate_step has put into the cache too.
-        key = prompts[0] + first.tokens
+        # As mlx-lm's server stores a finished request: under prompt + every token fed
+        # back (the generated ones, or the teacher's), which the look-ahead call of
+        # generate_step has put into the cache too.
+        key = prompts[0] + fed0[: sc.steps]
         assert all(o == len(key) for o in _offsets(cache0)), (_offsets(cache0), len(key))
         store.insert_cache(model_key, key, cache0)
     second = Sequence(prompts[1])
@@ -225,7 +237,7 @@ def _replay_prefix(model, taps, sc: Scenario, prompts, model_key: str):
     if cache1 is None:
         cache1 = lm_cache.make_prompt_cache(model, max_kv_size=sc.max_kv_size)
     assert all(o == second.reused for o in _offsets(cache1)), (_offsets(cache1), second.reused)
-    _, err1 = _generate(model, taps, second, rest, sc.steps, sc, cache1)
+    _, _, err1 = _generate(model, taps, second, rest, sc.steps, sc, cache1, teachers[1])
     _finish(second, sc.steps, err1)
     return [first, second], cache1
 
@@ -347,6 +359,7 @@ class Result:
     cache_classes: list[str]
     seconds: float
     path: Path | None = None
+    teacher_forced: bool = False
 
 
 class Replayer:
@@ -364,26 +377,30 @@ class Replayer:
         self.sha256 = sha256_file(self.dir / "model.safetensors")
         self.engine_version = mlx_lm.__version__
 
-    def replay(self, sc: Scenario) -> Result:
+    def replay(self, sc: Scenario, teacher: list[list[int]] | None = None) -> Result:
+        """One scenario; `teacher` (check_teacher's result) feeds each sequence its
+        teacher's tokens instead of its own (teacher forcing)."""
         t0 = time.perf_counter()
         prompts = sc.request_prompts(self.vocab)
+        t = teacher if teacher is not None else [None] * len(prompts)
         with Taps(self.model) as taps:
             widths = taps.widths
             kind = sc.kind
             if kind == "single":
-                seqs, cache = _replay_single(self.model, taps, sc, prompts[0])
+                seqs, cache = _replay_single(self.model, taps, sc, prompts[0], t[0])
             elif kind == "save_load":
-                seqs, cache = _replay_save_load(self.model, taps, sc, prompts[0])
+                seqs, cache = _replay_save_load(self.model, taps, sc, prompts[0], t[0])
             elif kind == "prefix":
-                seqs, cache = _replay_prefix(self.model, taps, sc, prompts, self.model_id)
+                seqs, cache = _replay_prefix(self.model, taps, sc, prompts, self.model_id, t)
             else:
                 seqs, cache = None, None
         if kind == "batch":
+            assert teacher is None, "check_teacher refuses batch scenarios"
             seqs, classes = _replay_batch(self.model, sc, prompts, self.layers)
         else:
             classes = _classes(cache, self.layers)
         self._widths = widths
-        return Result(sc, seqs, classes, time.perf_counter() - t0)
+        return Result(sc, seqs, classes, time.perf_counter() - t0, teacher_forced=teacher is not None)
 
     def metadata(self, r: Result) -> dict[str, str]:
         sc = r.scenario
@@ -392,6 +409,8 @@ class Replayer:
                 "engine_version": self.engine_version, "backend": f"mlx-{mx.default_device().type.name}",
                 "kvlab_commit": _kvlab_commit(), "sequences": str(len(r.sequences)),
                 "layers": str(self.layers), "cache_classes": ",".join(r.cache_classes)}
+        if r.teacher_forced:
+            meta["teacher_forced"] = "1"
         for i, s in enumerate(r.sequences):
             meta[f"seq.{i}.status"] = s.status
             if s.reused is not None:
@@ -414,8 +433,62 @@ def summary(r: Result) -> str:
             f"cache_classes={','.join(r.cache_classes)} {r.seconds:.2f}s")
 
 
-def main(model_dir, scenarios_path, names, out_dir, model_id=None) -> int:
+def require_regular_file(path, noun: str):
+    """A FIFO would block open() forever, a directory or a device reads as nonsense."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError as e:
+        raise ValueError(f"cannot open {noun} '{path}': {e.strerror}") from None
+    if not stat.S_ISREG(mode):
+        raise ValueError(f"{noun} '{path}' is not a regular file")
+
+
+def read_teacher(path) -> tuple[dict, list[tuple[list[int], list[int]]]]:
+    """A golden's metadata and (prompt, tokens) per sequence (golden/README.md)."""
+    from safetensors import safe_open
+
+    require_regular_file(path, "teacher golden")
+    with safe_open(str(path), framework="numpy") as f:
+        meta = f.metadata() or {}
+        if meta.get("kvlab.golden") != "1":
+            raise ValueError(f"teacher '{path}': metadata kvlab.golden is {meta.get('kvlab.golden')!r}, not '1'")
+        count = int(meta.get("sequences", "-1"))
+        names = set(f.keys())
+        seqs = []
+        for i in range(count):
+            if f"seq.{i}.prompt" not in names or f"seq.{i}.tokens" not in names:
+                raise ValueError(f"teacher '{path}': sequence {i} has no prompt or tokens")
+            seqs.append((f.get_tensor(f"seq.{i}.prompt").tolist(), f.get_tensor(f"seq.{i}.tokens").tolist()))
+    return meta, seqs
+
+
+def check_teacher(sc: Scenario, vocab: int, seqs) -> list[list[int]]:
+    """As kvlab's check_teacher (golden/runner.cc): one sequence per request with the same
+    prompt and a token for every input the scenario feeds. Returns the token lists."""
+    if sc.kind == "batch":
+        raise ValueError(f"--teacher: scenario '{sc.name}' is a batch; the adapter forces single requests only "
+                         "(BatchGenerator samples every row with one sampler)")
+    prompts = sc.request_prompts(vocab)
+    if len(seqs) != len(prompts):
+        raise ValueError(f"--teacher: scenario '{sc.name}' runs {len(prompts)} sequence(s), "
+                         f"the teacher has {len(seqs)}")
+    for i, ((prompt, tokens), want) in enumerate(zip(seqs, prompts)):
+        if prompt != want:
+            raise ValueError(f"--teacher: the teacher's sequence {i} has another prompt than scenario "
+                             f"'{sc.name}' gives it")
+        if len(tokens) < sc.steps - 1:
+            raise ValueError(f"--teacher: the teacher's sequence {i} has {len(tokens)} tokens, "
+                             f"the scenario feeds {sc.steps - 1}")
+    return [tokens for _, tokens in seqs]
+
+
+def main(model_dir, scenarios_path, names, out_dir, model_id=None, teacher_path=None) -> int:
+    require_regular_file(scenarios_path, "scenario file")
+    for f in ("config.json", "model.safetensors"):
+        require_regular_file(Path(model_dir) / f, "model file")
     scenarios = read_scenarios(scenarios_path)
+    if teacher_path is not None and (not names or len(names) != 1):
+        raise ValueError("--teacher needs exactly one --scenario (the teacher's)")
     if names:
         known = {s.name for s in scenarios}
         missing = [n for n in names if n not in known]
@@ -425,8 +498,15 @@ def main(model_dir, scenarios_path, names, out_dir, model_id=None) -> int:
     model_id = model_id or Path(scenarios_path).name
     os.makedirs(out_dir, exist_ok=True)
     rp = Replayer(model_dir, model_id)
+    teacher = None
+    if teacher_path is not None:
+        meta, seqs = read_teacher(teacher_path)
+        if meta.get("model_sha256") not in (None, rp.sha256):
+            raise ValueError(f"--teacher: '{teacher_path}' is a golden of other weights (model_sha256 "
+                             f"{meta.get('model_sha256')}, this model's is {rp.sha256})")
+        teacher = check_teacher(scenarios[0], rp.vocab, seqs)
     for sc in scenarios:
-        r = rp.replay(sc)
+        r = rp.replay(sc, teacher)
         rp.write(r, out_dir)
         print(summary(r), flush=True)
     return 0

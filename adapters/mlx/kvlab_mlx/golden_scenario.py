@@ -31,6 +31,11 @@ _AT = re.compile(r"^([0-9]+)@([0-9]+)$")
 _REAL = re.compile(r"^[+]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?$")
 
 KV_BITS = (2, 3, 4, 5, 6, 8)  # what mx.quantize's affine mode takes
+# kvlab's caps (golden/scenario.cc): a line asking for more is a mistake, and a replay of
+# it would run for hours and write gigabytes before anyone noticed.
+MAX_STEPS = 4096
+MAX_PROMPT = 4096
+MAX_REQUESTS = 16
 KV_GROUP_SIZES = (32, 64, 128)
 
 
@@ -133,8 +138,14 @@ def parse_line(text: str, where: str = "") -> Scenario | None:
     for part in kv["prompts"].split(","):
         if not _UINT.match(part) or int(part) < 1:
             fail(f"prompts={kv['prompts']}: {part!r} is not a prompt length >= 1")
+        if int(part) > MAX_PROMPT:
+            fail(f"prompts={kv['prompts']}: {part} is above the cap of {MAX_PROMPT} tokens")
         prompts.append(int(part))
+    if len(prompts) > MAX_REQUESTS:
+        fail(f"prompts={kv['prompts']}: more than {MAX_REQUESTS} requests")
     s = Scenario(name=name, line=line, prompts=prompts, steps=uint("steps", 1))
+    if s.steps > MAX_STEPS:
+        fail(f"steps={s.steps}: above the cap of {MAX_STEPS} (kvlab's)")
     if "seed" in kv:
         s.seed = uint("seed")
         if s.seed > _M64:
@@ -166,6 +177,8 @@ def parse_line(text: str, where: str = "") -> Scenario | None:
         p, st = at_pair("join")
         if p < 1:
             fail(f"join={kv['join']}: prompt length must be >= 1")
+        if p > MAX_PROMPT:
+            fail(f"join={kv['join']}: prompt length above the cap of {MAX_PROMPT} tokens")
         if st >= s.steps:
             fail(f"join={kv['join']}: step S must be < steps")
         s.join = (p, st)
@@ -173,6 +186,8 @@ def parse_line(text: str, where: str = "") -> Scenario | None:
         fail("keys 'prefix' and 'second' go together")
     if "prefix" in kv:
         s.prefix, s.second = uint("prefix", 1), uint("second", 1)
+        if s.second > MAX_PROMPT:
+            fail(f"second={s.second}: above the cap of {MAX_PROMPT} tokens")
         if s.prefix > prompts[0]:
             fail(f"prefix={s.prefix}: longer than prompt 0 ({prompts[0]})")
     if "save_at" in kv:

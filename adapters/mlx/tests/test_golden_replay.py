@@ -74,6 +74,10 @@ class ParseLine(unittest.TestCase):
             "a prompts=14 steps=8 max_dlogit=-1": "max_dlogit=-1",
             "a prompts=14 steps=8 seed": "'seed' is not key=value",
             "x=1 prompts=14 steps=8": "'x=1' is not a scenario name",
+            "a prompts=14 steps=4097": "steps=4097: above the cap of 4096",
+            "a prompts=14 steps=100000000": "steps=100000000: above the cap",
+            "a prompts=4097 steps=2": "4097 is above the cap of 4096 tokens",
+            "a prompts=" + ",".join(["1"] * 17) + " steps=2": "more than 16 requests",
         }
         for line, what in bad.items():
             with self.subTest(line=line):
@@ -267,6 +271,83 @@ class EndToEnd(unittest.TestCase):
         self.assertEqual((t["seq.0.tokens"].shape, t["seq.0.logits"].shape, t["seq.0.attn.0"].shape),
                          ((3,), (3, 256), (3, 128)))
         np.testing.assert_array_equal(t["seq.0.logits"], np.stack([np.array(x) for x in plain.sequences[0].logits[:3]]))
+
+
+class TeacherForcing(unittest.TestCase):
+    """--teacher: each step's input is the teacher's token; the record is the model's own
+    greedy token and the logits of that forced input (kvlab golden record --teacher)."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.TemporaryDirectory()
+        root = Path(cls.tmp.name)
+        cls.dense = make_model_dir(GOLDEN / "models/llama_dense/config.json", root / "models/llama_dense")
+        cls.scenarios = str(GOLDEN / "scenarios/llama_dense")
+        cls.rp = gr.Replayer(cls.dense, "llama_dense")
+        # A teacher whose tokens are not the model's: every greedy token shifted by one.
+        plain = cls.rp.replay(gr.parse_line("plain prompts=13 steps=24"))
+        cls.shifted = [(t + 1) % 256 for t in plain.sequences[0].tokens]
+        teacher = gr.Sequence(plain.sequences[0].prompt, tokens=list(cls.shifted),
+                              logits=list(plain.sequences[0].logits), attn=None)
+        cls.teacher = root / "teacher.safetensors"
+        gr.write_golden(cls.teacher, gr.golden_tensors([teacher], 256, []),
+                        {"kvlab.golden": "1", "sequences": "1", "model_sha256": cls.rp.sha256})
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.tmp.cleanup()
+
+    def _golden(self, *extra):
+        out = Path(self.tmp.name, "out")
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+            rc = cli.main(["golden", "--model", self.dense, "--scenarios", self.scenarios, "--out", str(out), *extra])
+        return rc, out
+
+    def test_forced_inputs_give_the_logits_of_the_teachers_stream(self):
+        rc, out = self._golden("--scenario", "plain", "--teacher", str(self.teacher))
+        self.assertEqual(rc, 0)
+        t, meta = _read(out / "llama_dense.plain.mlx-lm.safetensors")
+        self.assertEqual(meta["teacher_forced"], "1")
+        prompt = t["seq.0.prompt"].tolist()
+        for step in (0, 1, 7, 23):  # step s sees the prompt and the teacher's first s tokens
+            with self.subTest(step=step):
+                logits = self.rp.model(mx.array(prompt + self.shifted[:step])[None])[0, -1]
+                np.testing.assert_allclose(t["seq.0.logits"][step], np.array(logits), atol=1e-4, rtol=0)
+        # What is recorded is the model's own choice under those inputs, not the teacher's.
+        self.assertEqual(t["seq.0.tokens"].tolist(), t["seq.0.logits"].argmax(-1).tolist())
+        self.assertNotEqual(t["seq.0.tokens"].tolist(), self.shifted)
+
+    def test_save_load_and_prefix_are_forced_too(self):
+        for name in ("save_load", "prefix"):
+            sc = next(s for s in gr.read_scenarios(self.scenarios) if s.name == name)
+            prompts = sc.request_prompts(256)
+            teacher = [[(7 * i + j) % 256 for j in range(sc.steps)] for i in range(len(prompts))]
+            r = self.rp.replay(sc, teacher)
+            with self.subTest(name=name):
+                self.assertTrue(r.teacher_forced)
+                for i, seq in enumerate(r.sequences):
+                    self.assertEqual(seq.status, "ok")
+                    # The last step's logits are those of the prompt and every fed token.
+                    logits = self.rp.model(mx.array(prompts[i] + teacher[i][: sc.steps - 1])[None])[0, -1]
+                    np.testing.assert_allclose(np.array(seq.logits[-1]), np.array(logits), atol=1e-4, rtol=0)
+
+    def test_unfit_teachers_are_refused(self):
+        sc = gr.parse_line("plain prompts=13 steps=24")
+        prompt = sc.request_prompts(256)[0]
+        with self.assertRaisesRegex(ValueError, "runs 1 sequence"):
+            gr.check_teacher(sc, 256, [])
+        with self.assertRaisesRegex(ValueError, "another prompt"):
+            gr.check_teacher(sc, 256, [(prompt[:-1], [0] * 24)])
+        with self.assertRaisesRegex(ValueError, "has 3 tokens, the scenario feeds 23"):
+            gr.check_teacher(sc, 256, [(prompt, [0] * 3)])
+        with self.assertRaisesRegex(ValueError, "is a batch"):
+            gr.check_teacher(gr.parse_line("b prompts=3,4 steps=2"), 256, [])
+        rc, _ = self._golden("--teacher", str(self.teacher))  # which scenario?
+        self.assertEqual(rc, 2)
+        fifo = Path(self.tmp.name, "fifo")
+        os.mkfifo(fifo)
+        rc, _ = self._golden("--scenario", "plain", "--teacher", str(fifo))  # refused, not blocked
+        self.assertEqual(rc, 2)
 
 
 if __name__ == "__main__":
