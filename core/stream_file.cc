@@ -14,14 +14,39 @@
 
 namespace kvlab {
 
-InputKind input_kind(const std::filesystem::path& path, const std::string& noun) {
+namespace {
+
+const char* kind_of(mode_t mode) {
+  if (S_ISFIFO(mode)) return "a FIFO";
+  if (S_ISDIR(mode)) return "a directory";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  if (S_ISSOCK(mode)) return "a socket";
+  return "not a file";
+}
+
+struct stat stat_or_fail(const std::filesystem::path& path, std::string_view noun) {
   struct stat st {};
-  if (::stat(path.c_str(), &st) != 0)
-    fail(ErrorKind::io, cat("cannot read ", noun, " '", path.string(), "': ", std::strerror(errno)));
+  if (::stat(path.c_str(), &st) != 0) {
+    const int err = errno;
+    fail(ErrorKind::io, cat("cannot open ", noun, " '", path.string(), "': ", std::strerror(err)));
+  }
+  return st;
+}
+
+}  // namespace
+
+void require_regular_file(const std::filesystem::path& path, std::string_view noun) {
+  const struct stat st = stat_or_fail(path, noun);
+  if (!S_ISREG(st.st_mode))
+    fail(ErrorKind::io, cat(noun, " '", path.string(), "' is not a regular file (it is ", kind_of(st.st_mode), ")"));
+}
+
+InputKind input_kind(const std::filesystem::path& path, const std::string& noun) {
+  const struct stat st = stat_or_fail(path, noun);
   if (S_ISREG(st.st_mode)) return InputKind::regular;
   if (S_ISFIFO(st.st_mode)) return InputKind::fifo;
-  fail(ErrorKind::io, cat(noun, " '", path.string(), "' is ", S_ISDIR(st.st_mode) ? "a directory" : "a special file",
-                          ", not a regular file or a FIFO"));
+  fail(ErrorKind::io, cat(noun, " '", path.string(), "' is ", kind_of(st.st_mode), ", not a regular file or a FIFO"));
 }
 
 std::string read_fifo(const std::filesystem::path& path, const std::string& noun, std::uint64_t max_bytes,

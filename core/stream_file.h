@@ -6,8 +6,14 @@
 #include <cstdint>
 #include <filesystem>
 #include <string>
+#include <string_view>
 
 namespace kvlab {
+
+// Throws Error(io) naming `noun`, the path and what it is instead (a FIFO, a directory,
+// a device, a socket, nothing) unless the path, links followed, is a regular file. Only
+// stat() is called: nothing is opened, so a FIFO cannot block.
+void require_regular_file(const std::filesystem::path& path, std::string_view noun);
 
 // The kind of input a reader accepts at `path`: a regular file, or a FIFO to stream.
 // Error{io} naming `noun` and the path for anything else (a directory, a device).

@@ -9,16 +9,16 @@
 #include <string_view>
 #include <vector>
 
+#include "core/stream_file.h"
+#include "kvlab/suggest.h"
+
 namespace kvlab::golden {
 
-// Throws Error(io) naming `noun`, the path and what it is instead (a FIFO, a directory,
-// a device, a socket, nothing) unless the path, links followed, is a regular file. Only
-// stat() is called: nothing is opened, so a FIFO cannot block.
-void require_regular_file(const std::filesystem::path& path, std::string_view noun);
+// A path that must be a regular file, checked by stat() alone: core/stream_file.h.
+using ::kvlab::require_regular_file;
 
-// The known name nearest `name` (edit distance with adjacent transpositions), or "" when
-// even the nearest needs more edits than a typo would: more than max(2, |name| / 3).
-std::string closest_name(std::string_view name, const std::vector<std::string>& known);
+// The nearest known name: kvlab::closest_name (kvlab/suggest.h).
+using ::kvlab::closest_name;
 
 // "(did you mean '<closest>'? <what>s: a, b, c)"; without the question when nothing is
 // close.

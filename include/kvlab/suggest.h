@@ -9,8 +9,12 @@
 
 namespace kvlab {
 
-// " (did you mean 'rope'?)" for the closest of `known` within max(2, |name|/3) edits,
-// else "".
+// The known name nearest `name` (case-insensitive edit distance, a swap of neighbours
+// counting one), or "" when even the nearest needs more edits than a typo would: more
+// than max(2, |name| / 3). The first of equally near names wins.
+std::string closest_name(std::string_view name, const std::vector<std::string>& known);
+
+// " (did you mean 'rope'?)" for that name, else "".
 std::string did_you_mean(std::string_view name, const std::vector<std::string>& known);
 
 }  // namespace kvlab
