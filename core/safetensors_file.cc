@@ -194,7 +194,8 @@ TensorFile read_tensor_file(const std::filesystem::path& path, const std::string
   return out;
 }
 
-void write_tensor_file(const std::filesystem::path& path, const std::string& noun, const TensorFile& file) {
+void write_tensor_file(const std::filesystem::path& path, const std::string& noun, const TensorFile& file,
+                       std::uint64_t max_bytes) {
   nlohmann::json header = nlohmann::json::object();
   std::uint64_t offset = 0;
   for (const auto& [name, t] : file.tensors) {
@@ -205,6 +206,8 @@ void write_tensor_file(const std::filesystem::path& path, const std::string& nou
   if (!file.metadata.empty()) header[std::string(kMetadataKey)] = file.metadata;
   std::string text = header.dump();
   pad_header(text);
+  KVLAB_REQUIRE(offset <= max_bytes && 8 + text.size() <= max_bytes - offset, invalid_argument, "a ", noun, " of ",
+                8 + text.size() + offset, " bytes would be over the ", max_bytes, " its reader accepts");
   unsigned char length[8];
   encode_length(text.size(), length);
   TempFile tmp(path, noun);

@@ -100,6 +100,8 @@ struct TensorFile {
 };
 TensorFile read_tensor_file(const std::filesystem::path& path, const std::string& noun, const FileErrors& errors,
                             std::uint64_t max_bytes);
-void write_tensor_file(const std::filesystem::path& path, const std::string& noun, const TensorFile& file);
+// `max_bytes`: the reader's cap on the whole file, refused before anything is written.
+void write_tensor_file(const std::filesystem::path& path, const std::string& noun, const TensorFile& file,
+                       std::uint64_t max_bytes = UINT64_MAX);
 
 }  // namespace kvlab::safetensors

@@ -63,6 +63,13 @@ std::int64_t Golden::vocab() const {
 }
 
 void write_golden(const std::filesystem::path& path, const Golden& golden) {
+  // The reader's caps, checked before anything is written: a golden kvlab writes is one
+  // kvlab reads back.
+  KVLAB_REQUIRE(golden.sequences.size() <= kMaxSequences, invalid_argument, "a golden holds at most ", kMaxSequences,
+                " sequences, not ", golden.sequences.size());
+  for (std::size_t i = 0; i < golden.sequences.size(); ++i)
+    KVLAB_REQUIRE(golden.sequences[i].attention.size() <= kMaxLayers, invalid_argument, "sequence ", i, " records ",
+                  golden.sequences[i].attention.size(), " attention layers, over the ", kMaxLayers, " a golden holds");
   safetensors::TensorFile file;
   file.metadata = golden.meta;
   file.metadata["kvlab.golden"] = "1";
@@ -77,7 +84,7 @@ void write_golden(const std::filesystem::path& path, const Golden& golden) {
     file.metadata[seq_key(i, "status")] = s.status;
     if (s.reused) file.metadata[seq_key(i, "reused")] = std::to_string(*s.reused);
   }
-  safetensors::write_tensor_file(path, kNoun, file);
+  safetensors::write_tensor_file(path, kNoun, file, kMaxGoldenBytes);
 }
 
 Golden read_golden(const std::filesystem::path& path) {

@@ -135,6 +135,28 @@ TEST(GoldenFile, RejectsInconsistentRecordsBeforeWriting) {
   EXPECT_FALSE(std::filesystem::exists(temp("bad.safetensors")));
 }
 
+// The writer holds the reader's caps: 4096 sequences and 1024 attention layers are
+// written and read back, one more of either is refused before anything is written.
+// (Before, write_golden checked neither: it wrote goldens read_golden then refused.)
+TEST(GoldenFile, WriterAndReaderShareTheirCaps) {
+  const auto golden_of = [](std::size_t sequences, std::size_t layers) {
+    Golden g;
+    SequenceRecord s = record({0}, {{1.f}});
+    s.attention.assign(layers, Tensor::from_values(DType::f32, Shape{1, 1}, std::vector<float>{2}));
+    g.sequences.assign(sequences, s);
+    return g;
+  };
+  write_golden(temp("cap.safetensors"), golden_of(4096, 1));
+  EXPECT_EQ(read_golden(temp("cap.safetensors")).sequences.size(), 4096u);
+  write_golden(temp("cap.safetensors"), golden_of(1, 1024));
+  EXPECT_EQ(read_golden(temp("cap.safetensors")).sequences[0].attention.size(), 1024u);
+  EXPECT_THAT(error_of([&] { write_golden(temp("over.safetensors"), golden_of(4097, 1)); }),
+              HasSubstr("at most 4096 sequences"));
+  EXPECT_THAT(error_of([&] { write_golden(temp("over.safetensors"), golden_of(1, 1025)); }),
+              HasSubstr("1025 attention layers"));
+  EXPECT_FALSE(std::filesystem::exists(temp("over.safetensors")));
+}
+
 TEST(GoldenFile, ReadingIsStrict) {
   Golden g;
   g.sequences.push_back(record({1}, {{0.f, 1.f}}));
