@@ -26,6 +26,15 @@ class WrongRope final : public harness::ForwardingBackend {
   }
 };
 
+// A right rope of the backend's own (here the oracle's arithmetic, called as a kernel of
+// this backend: a ForwardingBackend's forwarded ops are delegated, and a delegated op is
+// never verified as the backend's, kvlab/backend.h).
+class RightRope final : public harness::ForwardingBackend {
+ public:
+  std::string name() const override { return "right_rope"; }
+  void rope(const RopeArgs& a) override { ref_.rope(a); }
+};
+
 // rope not written yet, like the SIMD kernels other helpers are still writing.
 class UnsupportedRope final : public harness::ForwardingBackend {
  public:
@@ -41,7 +50,10 @@ void register_test_backends() {
   harness::register_backend({"unsupported_rope", "test", "rope throws unsupported", [](std::string_view) -> std::unique_ptr<Backend> {
                                return std::make_unique<UnsupportedRope>();
                              }});
-  harness::register_backend({"forwarding", "test", "the reference behind a wrapper",
+  harness::register_backend({"right_rope", "test", "a right rope", [](std::string_view) -> std::unique_ptr<Backend> {
+                               return std::make_unique<RightRope>();
+                             }});
+  harness::register_backend({"forwarding", "test", "the reference behind a wrapper (every op delegated)",
                              [](std::string_view) -> std::unique_ptr<Backend> {
                                return std::make_unique<harness::ForwardingBackend>();
                              }});
@@ -70,12 +82,12 @@ TEST(Verification, AnUnsupportedKernelIsASkipWithTheReason) {
 
 TEST(Verification, ARightKernelIsTimedOnItsUploadedBuffers) {
   register_test_backends();
-  TimedCase& tc = acquire_timed_case("rope/forwarding/x", kRope, "forwarding");
+  TimedCase& tc = acquire_timed_case("rope/right_rope/x", kRope, "right_rope");
   EXPECT_TRUE(tc.failure.empty()) << tc.failure;
   EXPECT_TRUE(tc.skip.empty()) << tc.skip;
   ASSERT_NE(tc.backend, nullptr);
   // The same key returns the same live case: no second upload or verification.
-  EXPECT_EQ(&acquire_timed_case("rope/forwarding/x", kRope, "forwarding"), &tc);
+  EXPECT_EQ(&acquire_timed_case("rope/right_rope/x", kRope, "right_rope"), &tc);
   tc.invoke();
   const Tensor out = tc.backend->download(tc.out.tensors[0]);
   EXPECT_FALSE(std::isnan(out.view().load(0)));  // the poison was overwritten
@@ -86,28 +98,38 @@ TEST(Verification, TheOracleRunsOncePerProblemAndItsReplayStillCatchesAWrongKern
   register_test_backends();
   const harness::Problem p = harness::parse_problem("rope B=2 H=2 T=5 D=32 dims=32 dtype=bf16 offset=9");
   const int before = oracle_calls_computed();
-  EXPECT_TRUE(acquire_timed_case("a", p, "forwarding").failure.empty());
-  EXPECT_TRUE(acquire_timed_case("b", p, "forwarding").failure.empty());
+  EXPECT_TRUE(acquire_timed_case("a", p, "right_rope").failure.empty());
+  EXPECT_TRUE(acquire_timed_case("b", p, "right_rope").failure.empty());
   // The third verification compares against the replayed oracle output, and fails.
   EXPECT_NE(acquire_timed_case("c", p, "wrong_rope").failure.find("FAILED"), std::string::npos);
   EXPECT_EQ(oracle_calls_computed() - before, 1);
   // Another problem computes again.
-  EXPECT_TRUE(acquire_timed_case("d", kRope, "forwarding").failure.empty());
+  EXPECT_TRUE(acquire_timed_case("d", kRope, "right_rope").failure.empty());
   EXPECT_EQ(oracle_calls_computed() - before, 2);
+  release_timed_case();
+}
+
+// A backend that hands the op to the oracle is never timed as if the oracle were its
+// kernel: the row is skipped, naming the delegation.
+TEST(Verification, ADelegatedOpIsASkipNotATimedRow) {
+  register_test_backends();
+  const TimedCase& tc = acquire_timed_case("rope/forwarding/x", kRope, "forwarding");
+  EXPECT_TRUE(tc.failure.empty()) << tc.failure;
+  EXPECT_NE(tc.skip.find("delegated to the reference"), std::string::npos) << tc.skip;
   release_timed_case();
 }
 
 TEST(Verification, TheSuiteExitsNonZeroWhenAVerificationFails) {
   register_test_backends();
   std::vector<std::string> args{"kvlab_bench", "--kvlab_tier=smoke", "--kvlab_ops=rope",
-                                "--kvlab_backends=forwarding,wrong_rope,unsupported_rope"};
+                                "--kvlab_backends=right_rope,wrong_rope,unsupported_rope"};
   std::vector<char*> argv;
   for (std::string& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
   const std::size_t failures = suite_outcome().failures.size(), skips = suite_outcome().skipped.size();
   EXPECT_EQ(run_suite_main(static_cast<int>(args.size()), argv.data()), 1);
   // Every rope line of the smoke file fails on wrong_rope and is skipped on
-  // unsupported_rope; the forwarding backend passes them all.
+  // unsupported_rope; right_rope passes them all.
   const std::size_t lines = harness::load_case_file(harness::default_cases_dir() / "rope" / "smoke").size();
   ASSERT_GT(lines, 0u);
   EXPECT_EQ(suite_outcome().failures.size() - failures, lines);

@@ -2,6 +2,9 @@
 
 #include "kvlab/error.h"
 
+#include <algorithm>
+#include <utility>
+
 namespace kvlab {
 
 DTensor Backend::allocate(DType dtype, Shape shape) {
@@ -26,6 +29,20 @@ Tensor Backend::download(const DTensor& t) {
   download(t, out.data());
   return out;
 }
+
+namespace {
+std::vector<std::string>& delegated_here() {
+  thread_local std::vector<std::string> ops;
+  return ops;
+}
+}  // namespace
+
+void note_delegated(const char* op) {
+  auto& ops = delegated_here();
+  if (std::find(ops.begin(), ops.end(), op) == ops.end()) ops.emplace_back(op);
+}
+
+std::vector<std::string> take_delegated() { return std::exchange(delegated_here(), {}); }
 
 #define KVLAB_DEFAULT_OP(op, Args, stem)                                                  \
   void Backend::op(const Args&) {                                                           \

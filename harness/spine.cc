@@ -254,7 +254,9 @@ void compare_sides(CaseResult& r, const OpInfo& op, const Problem& problem, cons
 CaseResult judge_backend(const OpInfo& op, const Problem& problem, const Prepared& prep, Backend& backend,
                          const SideRun& want, const RunOptions& options) {
   CaseResult r = new_result(problem, backend.name());
+  (void)take_delegated();  // what earlier runs noted is not this side's
   const SideRun got = run_side(op, problem, prep, backend, options.rerun);
+  const std::vector<std::string> delegated = take_delegated();
   if (!want.error.empty()) {
     if (!got.error.empty()) {
       r.status = Status::invalid;
@@ -282,6 +284,15 @@ CaseResult judge_backend(const OpInfo& op, const Problem& problem, const Prepare
       }
     }
     if (!again.error.empty()) set_failed(r, cat("rerun threw: ", again.error));
+  }
+  // A pass that ran the oracle's own code on the backend's side proves nothing about the
+  // backend (a failure still does: the rest of its side ran its own kernels).
+  if (r.status == Status::passed && !delegated.empty()) {
+    std::string ops;
+    for (const std::string& o : delegated) ops += (ops.empty() ? "" : ", ") + o;
+    r.status = Status::unimplemented;
+    r.reason = cat("delegated to the reference: ", backend.name(), " has no kernel of its own for ", ops,
+                   ", so its outputs would be the oracle's compared with themselves");
   }
   return r;
 }

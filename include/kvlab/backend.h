@@ -16,6 +16,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "kvlab/dtensor.h"
 #include "kvlab/op_list.h"
@@ -52,5 +53,16 @@ class Backend {
   KVLAB_OPS(KVLAB_DECLARE_OP)
 #undef KVLAB_DECLARE_OP
 };
+
+// ---- delegation ------------------------------------------------------------------
+// A backend that runs an op by handing it to the reference oracle, having no kernel of
+// its own for it (the SIMD backend's TurboQuant codec and device-offset ops, the
+// ForwardingBackend's ops not overridden), says so with note_delegated(op) during the
+// call. The harness takes the record around each backend run: a case whose backend side
+// delegated is UNIMPLEMENTED ("delegated to the reference"), never PASSED, since its
+// comparison would be the oracle's with itself. Per thread; take_delegated() returns the
+// ops noted since the last take, each once, and clears them.
+void note_delegated(const char* op);
+std::vector<std::string> take_delegated();
 
 }  // namespace kvlab

@@ -132,24 +132,30 @@ void SimdBackend::quantized_sdpa_kernel(const QuantizedSdpaArgs& a) {
                        host_cview(a.sinks, s), host_view(a.out));
 }
 
-// TurboQuant is not vectorized (the SIMD kernel list does not include it): the
-// SIMD backend runs the oracle's codec explicitly, so caches over this backend work.
+// TurboQuant is not vectorized: the SIMD backend runs the oracle's codec, so caches over
+// this backend work, and notes the delegation so no case counts it as a SIMD pass.
 void SimdBackend::turboquant_encode_kernel(const TurboQuantEncodeArgs& a) {
+  note_delegated("turboquant_encode");  // the oracle runs it: never judged as SIMD
   ref::turboquant_encode(host_cview(a.x), a.codec, host_view(a.norms), host_view(a.indices));
 }
 
 void SimdBackend::turboquant_decode_kernel(const TurboQuantDecodeArgs& a) {
+  note_delegated("turboquant_decode");  // the oracle runs it: never judged as SIMD
   ref::turboquant_decode(host_cview(a.norms), host_cview(a.indices), a.codec, host_view(a.out));
 }
 
 // The device-offset ops are a few row memcpys and B integer adds, which vector code
-// would not speed up: the SIMD backend runs the oracle's host code explicitly.
+// would not speed up: the SIMD backend runs the oracle's host code (noted as delegated).
 void SimdBackend::kv_append_advance_kernel(const KvAppendAdvanceArgs& a) {
+  note_delegated("kv_append_advance");  // the oracle runs it: never judged as SIMD
   ref::kv_append_advance(host_cview(a.k), host_cview(a.v), a.left_padding, host_view(a.offsets), host_view(a.k_cache),
                          host_view(a.v_cache));
 }
 
-void SimdBackend::kv_snapshot_kernel(const KvSnapshotArgs& a) { ref::kv_snapshot(host_cview(a.src), host_view(a.dst)); }
+void SimdBackend::kv_snapshot_kernel(const KvSnapshotArgs& a) {
+  note_delegated("kv_snapshot");
+  ref::kv_snapshot(host_cview(a.src), host_view(a.dst));
+}
 
 void SimdBackend::kv_scatter_kernel(const KvScatterArgs& a) {
   simd::kv_scatter(host_cview(a.src), a.slots, host_view(a.dst));
