@@ -16,7 +16,7 @@ cmake --preset release >/dev/null
 # errors) instead of staying silent.
 echo "kvlab: building the release CLI (build/release; a first build takes several minutes)"
 cmake --build --preset release --target kvlab 2>&1 |
-  awk '/^\[[0-9]+\/[0-9]+\]/ { split(substr($1, 2), f, "/"); if (++n % 10 == 1 || f[1] == f[2]) { print "kvlab: build step " f[1] " of " f[2]; fflush() } next } { print; fflush() }'
+  awk '/^\[[0-9]+\/[0-9]+\]/ { s = $1; gsub(/[][]/, "", s); split(s, f, "/"); if (++n % 10 == 1 || f[1] == f[2]) { print "kvlab: build step " f[1] " of " f[2]; fflush() } next } { print; fflush() }'
 echo "kvlab: built $PWD/build/release/tools/kvlab"
 kvlab=build/release/tools/kvlab
 if (($# > 0)); then exec "$kvlab" "$@"; fi
