@@ -3,6 +3,8 @@
 #include <dlfcn.h>
 
 #include <array>
+#include <cstddef>
+#include <iterator>
 #include <cstdlib>
 #include <cstring>
 
@@ -22,6 +24,38 @@
 namespace kvlab {
 
 namespace {
+
+// The C ABI spells kvlab's enums as integers and the marshalling casts them: each
+// constant must keep the value of its enumerator, or a reorder of an enum would silently
+// hand a plugin another dtype, format or mask.
+template <class E>
+constexpr int value_of(E e) {
+  return static_cast<int>(e);
+}
+static_assert(KVLAB_DTYPE_F32 == value_of(DType::f32) && KVLAB_DTYPE_F16 == value_of(DType::f16) &&
+              KVLAB_DTYPE_BF16 == value_of(DType::bf16) && KVLAB_DTYPE_U32 == value_of(DType::u32) &&
+              KVLAB_DTYPE_I32 == value_of(DType::i32) && KVLAB_DTYPE_U8 == value_of(DType::u8));
+static_assert(KVLAB_QUANT_AFFINE == value_of(QuantMode::affine) && KVLAB_QUANT_MXFP4 == value_of(QuantMode::mxfp4) &&
+              KVLAB_QUANT_MXFP8 == value_of(QuantMode::mxfp8) && KVLAB_QUANT_NVFP4 == value_of(QuantMode::nvfp4));
+static_assert(KVLAB_ROUNDING_MLX_CPU == value_of(Rounding::mlx_cpu) &&
+              KVLAB_ROUNDING_MLX_GPU == value_of(Rounding::mlx_gpu) && KVLAB_ROUNDING_MLX == value_of(Rounding::mlx));
+static_assert(KVLAB_MASK_NONE == value_of(MaskKind::none) && KVLAB_MASK_CAUSAL == value_of(MaskKind::causal) &&
+              KVLAB_MASK_BOOLEAN == value_of(MaskKind::boolean) && KVLAB_MASK_ADDITIVE == value_of(MaskKind::additive));
+static_assert(KVLAB_FULLY_MASKED_ZERO == value_of(FullyMaskedRow::zero) &&
+              KVLAB_FULLY_MASKED_MEAN_OF_VALUES == value_of(FullyMaskedRow::mean_of_values));
+
+// The slot table is the op list (kvlab/op_list.h) in C: a slot named after every listed
+// op, in the list's order, one after another, and no slot more.
+#define KVLAB_PLUGIN_SLOT_OFFSET(op, Args, stem) offsetof(kvlab_plugin_v1, op),
+constexpr std::size_t kSlotOffsets[] = {KVLAB_OPS(KVLAB_PLUGIN_SLOT_OFFSET)};
+#undef KVLAB_PLUGIN_SLOT_OFFSET
+constexpr bool slots_follow_the_op_list() {
+  constexpr std::size_t slot = sizeof(kvlab_plugin_v1::quantize);
+  for (std::size_t i = 0; i < std::size(kSlotOffsets); ++i)
+    if (kSlotOffsets[i] != kSlotOffsets[0] + i * slot) return false;
+  return sizeof(kvlab_plugin_v1) == kSlotOffsets[0] + std::size(kSlotOffsets) * slot;
+}
+static_assert(slots_follow_the_op_list(), "kvlab_plugin_v1's slots must be KVLAB_OPS, in order");
 
 // ---- marshalling: kvlab views -> the C structs of kvlab/plugin.h --------------------
 
