@@ -1,5 +1,6 @@
-// What golden/html_report.cc renders: the diff JSON (golden/README.md "--json schema")
-// validated into plain structs by html_report_parse.cc. Not part of the library's
+// What the HTML report renders (html_report.cc, html_report_sequence.cc): the diff JSON
+// (golden/README.md "--json schema") validated into plain structs by html_report_parse.cc,
+// and the formatting and section renderers those files share. Not part of the library's
 // interface.
 #pragma once
 
@@ -7,6 +8,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -59,5 +61,17 @@ struct Diff {
 // Every type check names its field: a malformed diff throws kvlab::Error
 // (invalid_argument) before any output exists; limits as html_report.h states them.
 Diff parse_diff(const nlohmann::json& j);
+
+// Formatting shared by the page's sections (html_report.cc).
+inline constexpr const char* kNone = "\xe2\x80\x94";  // "—": a value that is absent
+std::string esc(std::string_view s);  // markup-escaped text
+std::string num(double v);            // three significant digits ("1e-8", "8.73e-3", "2.5e5")
+std::string num(const OptNum& v);     // kNone when absent
+std::string str(std::int64_t v);
+std::string str(std::size_t v);
+
+// One sequence's section of the page: status, heat map, plots, top-1 strip and tokens
+// (html_report_sequence.cc).
+void render_sequence(std::string& o, const Diff& d, const Sequence& seq);
 
 }  // namespace kvlab::golden::html
