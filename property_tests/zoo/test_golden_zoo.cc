@@ -15,7 +15,7 @@
 #include <gtest/gtest.h>
 
 #include "golden/diff.h"
-#include "golden/runner.h"
+#include "golden/runner/runner.h"
 #include "golden/tests/scratch_dir.h"
 #include "harness/backends.h"
 #include "property_tests/zoo/batch_mutants.h"

@@ -13,7 +13,7 @@
 #include "golden/html_report.h"
 #include "golden/known_goldens.h"
 #include "golden/model_folder.h"
-#include "golden/runner.h"
+#include "golden/runner/runner.h"
 #include "harness/backends.h"
 #include "kvlab/error.h"
 #include "tools/kvlab/golden_commands.h"

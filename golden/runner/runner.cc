@@ -1,4 +1,4 @@
-#include "golden/runner.h"
+#include "golden/runner/runner.h"
 
 #include <algorithm>
 #include <limits>
