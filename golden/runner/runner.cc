@@ -31,7 +31,7 @@ std::unique_ptr<Cache> wrap(const RunContext& ctx, std::unique_ptr<Cache> cache,
   return ctx.wrap_cache ? ctx.wrap_cache(std::move(cache), layer) : std::move(cache);
 }
 
-// mlx-lm's make_cache (golden/model.h make_caches), then kvlab's window policy and the
+// mlx-lm's make_cache (golden/model/model.h make_caches), then kvlab's window policy and the
 // context's wrapper.
 Caches single_caches(const Model& model, const Scenario& s, const RunContext& ctx) {
   Caches out = make_caches(model, *ctx.backend);

@@ -11,9 +11,9 @@
 
 #include "cache/batch_kv_cache.h"
 #include "cache/cache.h"
-#include "golden/golden_file.h"
-#include "golden/model.h"
-#include "golden/scenario.h"
+#include "golden/files/golden_file.h"
+#include "golden/model/model.h"
+#include "golden/files/scenario.h"
 
 namespace kvlab::golden {
 

@@ -6,8 +6,8 @@
 #include <cstdint>
 #include <vector>
 
-#include "golden/model.h"
-#include "golden/scenario.h"
+#include "golden/model/model.h"
+#include "golden/files/scenario.h"
 
 namespace kvlab::golden::test {
 

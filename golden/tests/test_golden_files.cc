@@ -7,9 +7,9 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "golden/diff.h"
-#include "golden/golden_file.h"
-#include "golden/scenario.h"
+#include "golden/files/diff.h"
+#include "golden/files/golden_file.h"
+#include "golden/files/scenario.h"
 #include "golden/tests/scratch_dir.h"
 #include "kvlab/error.h"
 

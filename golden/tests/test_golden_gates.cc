@@ -11,9 +11,9 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "golden/diff.h"
-#include "golden/inputs.h"
-#include "golden/known_goldens.h"
+#include "golden/files/diff.h"
+#include "golden/files/inputs.h"
+#include "golden/files/known_goldens.h"
 #include "golden/tests/scratch_dir.h"
 #include "kvlab/error.h"
 

@@ -1,4 +1,4 @@
-// The HTML report of a golden diff (golden/html_report.h): structure, markings of the
+// The HTML report of a golden diff (golden/html/html_report.h): structure, markings of the
 // first divergence, escaping, non-finite numbers, missing fields, malformed input.
 //
 // KVLAB_HTML_REPORT_EXAMPLE=<path> makes HtmlReport.RealisticExample also write its page
@@ -12,7 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "golden/html_report.h"
+#include "golden/html/html_report.h"
 #include "kvlab/error.h"
 
 namespace kvlab::golden {

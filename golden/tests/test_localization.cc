@@ -10,7 +10,7 @@
 
 #include <gtest/gtest.h>
 
-#include "golden/diff.h"
+#include "golden/files/diff.h"
 #include "golden/runner/runner.h"
 #include "golden/tests/scratch_dir.h"
 #include "harness/backends.h"

@@ -10,7 +10,7 @@
 #include <set>
 #include <sstream>
 
-#include "golden/model_internal.h"
+#include "golden/model/model_internal.h"
 #include "golden/tests/model_test_util.h"
 #include "golden/tests/scratch_dir.h"
 #include "reference/reference_backend.h"

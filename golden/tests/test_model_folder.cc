@@ -1,4 +1,4 @@
-// The generated model folders (golden/model_folder.h): generated and stamped on demand,
+// The generated model folders (golden/model/model_folder.h): generated and stamped on demand,
 // reused when intact, regenerated only when kvlab's stamp names the weights there, and a
 // user's own weights never overwritten — refused naming the path and both hashes.
 #include <sys/stat.h>
@@ -10,8 +10,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "golden/model.h"
-#include "golden/model_folder.h"
+#include "golden/model/model.h"
+#include "golden/model/model_folder.h"
 #include "golden/tests/scratch_dir.h"
 #include "kvlab/error.h"
 

@@ -6,7 +6,7 @@
 #include <cmath>
 
 #include "cache/attend.h"
-#include "golden/model_internal.h"
+#include "golden/model/model_internal.h"
 
 namespace kvlab::golden::detail {
 

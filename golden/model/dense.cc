@@ -1,4 +1,4 @@
-#include "golden/dense.h"
+#include "golden/model/dense.h"
 
 #include <cmath>
 #include <numbers>

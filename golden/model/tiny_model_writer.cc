@@ -19,7 +19,7 @@
 #include <fstream>
 
 #include "core/safetensors_file.h"
-#include "golden/model_internal.h"
+#include "golden/model/model_internal.h"
 #include "harness/rng.h"
 
 namespace kvlab::golden {

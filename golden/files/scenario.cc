@@ -1,11 +1,11 @@
-#include "golden/scenario.h"
+#include "golden/files/scenario.h"
 
 #include <charconv>
 #include <fstream>
 #include <map>
 #include <set>
 
-#include "golden/inputs.h"
+#include "golden/files/inputs.h"
 #include "harness/rng.h"
 #include "kvlab/error.h"
 

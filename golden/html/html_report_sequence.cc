@@ -11,7 +11,7 @@
 #include <utility>
 #include <vector>
 
-#include "golden/html_report_internal.h"
+#include "golden/html/html_report_internal.h"
 
 namespace kvlab::golden::html {
 namespace {

@@ -1,4 +1,4 @@
-// What golden/model.cc, llama.cc, gemma4_text.cc and tiny_model_writer.cc share: config
+// What golden/model/model.cc, llama.cc, gemma4_text.cc and tiny_model_writer.cc share: config
 // reading that names the key, the expected parameter list of an architecture, the
 // weight store, and the hop between host rows and the backend's (B, H, L, D) tensors.
 #pragma once
@@ -14,8 +14,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "golden/dense.h"
-#include "golden/model.h"
+#include "golden/model/dense.h"
+#include "golden/model/model.h"
 #include "kvlab/backend.h"
 #include "kvlab/tensor.h"
 

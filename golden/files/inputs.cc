@@ -1,4 +1,4 @@
-#include "golden/inputs.h"
+#include "golden/files/inputs.h"
 
 #include <algorithm>
 #include <cerrno>

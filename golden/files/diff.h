@@ -9,8 +9,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "golden/golden_file.h"
-#include "golden/scenario.h"
+#include "golden/files/golden_file.h"
+#include "golden/files/scenario.h"
 
 namespace kvlab::golden {
 

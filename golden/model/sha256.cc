@@ -6,8 +6,8 @@
 #include <string>
 #include <string_view>
 
-#include "golden/inputs.h"
-#include "golden/model.h"
+#include "golden/files/inputs.h"
+#include "golden/model/model.h"
 #include "kvlab/error.h"
 
 namespace kvlab::golden {

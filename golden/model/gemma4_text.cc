@@ -9,7 +9,7 @@
 #include <optional>
 
 #include "cache/attend.h"
-#include "golden/model_internal.h"
+#include "golden/model/model_internal.h"
 
 namespace kvlab::golden::detail {
 

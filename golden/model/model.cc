@@ -6,8 +6,8 @@
 #include "cache/batch_rotating_kv_cache.h"
 #include "cache/kv_cache.h"
 #include "cache/rotating_kv_cache.h"
-#include "golden/inputs.h"
-#include "golden/model_internal.h"
+#include "golden/files/inputs.h"
+#include "golden/model/model_internal.h"
 
 namespace kvlab::golden {
 

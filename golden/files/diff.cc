@@ -1,4 +1,4 @@
-#include "golden/diff.h"
+#include "golden/files/diff.h"
 
 #include <algorithm>
 #include <cmath>

@@ -7,8 +7,8 @@
 #include <string_view>
 #include <utility>
 
-#include "golden/html_report.h"
-#include "golden/html_report_internal.h"
+#include "golden/html/html_report.h"
+#include "golden/html/html_report_internal.h"
 #include "kvlab/error.h"
 
 namespace kvlab::golden::html {

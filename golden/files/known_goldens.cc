@@ -6,13 +6,13 @@
 #endif
 #include <regex>
 
-#include "golden/known_goldens.h"
+#include "golden/files/known_goldens.h"
 
 #include <algorithm>
 #include <fstream>
 #include <sstream>
 
-#include "golden/inputs.h"
+#include "golden/files/inputs.h"
 #include "kvlab/error.h"
 
 namespace kvlab::golden {

@@ -2,7 +2,7 @@
 // as the strict primitives of core/safetensors*.h check it.
 #include "core/safetensors.h"
 #include "core/safetensors_file.h"
-#include "golden/model_internal.h"
+#include "golden/model/model_internal.h"
 
 namespace kvlab::golden::detail {
 

@@ -1,4 +1,4 @@
-#include "golden/model_folder.h"
+#include "golden/model/model_folder.h"
 
 #include <fstream>
 #include <iterator>
@@ -6,8 +6,8 @@
 #include <nlohmann/json.hpp>
 
 #include "core/safetensors_file.h"
-#include "golden/inputs.h"
-#include "golden/model.h"
+#include "golden/files/inputs.h"
+#include "golden/model/model.h"
 #include "kvlab/error.h"
 
 namespace kvlab::golden {

@@ -1,10 +1,10 @@
-#include "golden/golden_file.h"
+#include "golden/files/golden_file.h"
 
 #include <charconv>
 #include <set>
 
 #include "core/safetensors_file.h"
-#include "golden/inputs.h"
+#include "golden/files/inputs.h"
 #include "kvlab/error.h"
 
 namespace kvlab::golden {

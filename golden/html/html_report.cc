@@ -5,7 +5,7 @@
 // output exists), then the render_* functions write the page from those structs: the
 // page's frame, verdict, metadata and summary here, each sequence's section in
 // html_report_sequence.cc.
-#include "golden/html_report.h"
+#include "golden/html/html_report.h"
 
 #include <algorithm>
 #include <cmath>
@@ -20,7 +20,7 @@
 #include <vector>
 
 #include "core/markup.h"
-#include "golden/html_report_internal.h"
+#include "golden/html/html_report_internal.h"
 #include "kvlab/error.h"
 
 namespace kvlab::golden {
