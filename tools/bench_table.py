@@ -85,9 +85,9 @@ import statistics
 import sys
 
 # The result files' reading and the targets live beside this script (bench_results.py).
-# This script is also loaded by path (bench/test_bench_table.py, tools/bench_ab.py), so its
-# own folder goes on the import path first. UNIT_SECONDS, base_name and parse_label are
-# here for those callers.
+# This script is also loaded by path (tests/bench/test_bench_table.py, tools/bench_ab.py),
+# so its own folder goes on the import path first. UNIT_SECONDS, base_name and
+# parse_label are here for those callers.
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_results import (  # noqa: E402  pylint: disable=wrong-import-position
     DEVICE_COPIES, DRIFT_MARK_PCT, MIN_REPS_FOR_NOISE, NOT_A_TARGET, PEERS, UNIT_SECONDS, ResultError,

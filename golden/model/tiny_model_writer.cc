@@ -8,7 +8,7 @@
 // bytes; the file's SHA-256 is checked in next to the config.
 //
 // Scales (chosen so that greedy decoding of a 13-token prompt neither collapses onto one
-// token nor sits on near-ties; see golden/tests/test_model.cc):
+// token nor sits on near-ties; see tests/golden/test_model.cc):
 //   linear weights (out, in): 4 / 2^e with 4^e the smallest power of 4 >= in, i.e.
 //     about 4/√in, so each projection keeps activations O(1);
 //   embed_tokens: 2^-2 for llama; 2^-4 for gemma4_text, whose embeddings enter the

@@ -16,7 +16,7 @@
 
 #include "golden/files/diff.h"
 #include "golden/runner/runner.h"
-#include "golden/tests/scratch_dir.h"
+#include "tests/golden/scratch_dir.h"
 #include "harness/backends.h"
 #include "property_tests/zoo/batch_mutants.h"
 

@@ -14,7 +14,7 @@ import unittest
 from contextlib import redirect_stderr, redirect_stdout
 
 SCRIPT = os.environ.get("KVLAB_BENCH_AB",
-                        os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tools", "bench_ab.py"))
+                        os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools", "bench_ab.py"))
 spec = importlib.util.spec_from_file_location("bench_ab", SCRIPT)
 ab = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(ab)

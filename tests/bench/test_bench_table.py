@@ -12,7 +12,7 @@ import tempfile
 import unittest
 
 SCRIPT = os.environ.get("KVLAB_BENCH_TABLE",
-                        os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tools", "bench_table.py"))
+                        os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools", "bench_table.py"))
 spec = importlib.util.spec_from_file_location("bench_table", SCRIPT)
 bt = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(bt)

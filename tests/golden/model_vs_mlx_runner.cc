@@ -8,7 +8,7 @@
 #include <fstream>
 #include <iostream>
 
-#include "golden/tests/model_test_util.h"
+#include "tests/golden/model_test_util.h"
 #include "reference/reference_backend.h"
 
 namespace {

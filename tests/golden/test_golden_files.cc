@@ -10,7 +10,7 @@
 #include "golden/files/diff.h"
 #include "golden/files/golden_file.h"
 #include "golden/files/scenario.h"
-#include "golden/tests/scratch_dir.h"
+#include "tests/golden/scratch_dir.h"
 #include "kvlab/error.h"
 
 namespace kvlab::golden {

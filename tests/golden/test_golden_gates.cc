@@ -14,7 +14,7 @@
 #include "golden/files/diff.h"
 #include "golden/files/inputs.h"
 #include "golden/files/known_goldens.h"
-#include "golden/tests/scratch_dir.h"
+#include "tests/golden/scratch_dir.h"
 #include "kvlab/error.h"
 
 namespace kvlab::golden::test_golden_gates {

@@ -12,7 +12,7 @@
 
 #include "golden/files/diff.h"
 #include "golden/runner/runner.h"
-#include "golden/tests/scratch_dir.h"
+#include "tests/golden/scratch_dir.h"
 #include "harness/backends.h"
 
 namespace kvlab::golden {

@@ -1,6 +1,6 @@
 // The tiny golden models: SHA-256, deterministic weight files (checked-in hashes),
 // strict loading, greedy decoding that does not collapse, and batch rows that equal the
-// rows run alone. The comparison with mlx-lm itself is golden/tests/model_vs_mlx.py.
+// rows run alone. The comparison with mlx-lm itself is tests/golden/model_vs_mlx.py.
 
 #include <gtest/gtest.h>
 
@@ -11,8 +11,8 @@
 #include <sstream>
 
 #include "golden/model/model_internal.h"
-#include "golden/tests/model_test_util.h"
-#include "golden/tests/scratch_dir.h"
+#include "tests/golden/model_test_util.h"
+#include "tests/golden/scratch_dir.h"
 #include "reference/reference_backend.h"
 
 namespace kvlab::golden {

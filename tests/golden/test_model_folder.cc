@@ -12,7 +12,7 @@
 
 #include "golden/model/model.h"
 #include "golden/model/model_folder.h"
-#include "golden/tests/scratch_dir.h"
+#include "tests/golden/scratch_dir.h"
 #include "kvlab/error.h"
 
 namespace kvlab::golden::test_model_folder {
