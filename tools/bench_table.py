@@ -24,9 +24,9 @@ table: one row per kernel benchmark: kernel | shape | backend | GB/s | % read | 
       each repetition's timed loop, outside smoke runs): per repetition, its GB/s
       (bytes_per_iter / its wall time) over its own adjacent baseline; the column is the
       median of these ratios over the repetitions, and the target is judged on it. The
-      machine's bandwidth drifts 2-3x within minutes, so a kernel timed minutes after the
-      run-start rows is read against the bandwidth it actually had. The header prints the
-      range (min-max) of the adjacent read and memcpy over the run.
+      machine's bandwidth drifts severalfold within minutes, so a kernel timed minutes
+      after the run-start rows is read against the bandwidth it actually had. The header
+      prints the range (min-max) of the adjacent read and memcpy over the run.
     - run-start (rows without those counters: older files, smoke runs, files with only
       aggregates): the median GB/s over the same run's baseline_read / baseline_memcpy rows
       with the pool's thread count.
@@ -40,9 +40,9 @@ table: one row per kernel benchmark: kernel | shape | backend | GB/s | % read | 
   * % vkcopy: a Vulkan row's GB/s over the same run's device buffer copy on the same device,
     the faster of baseline_vkcopy/<device> (vkCmdCopyBuffer between device-local buffers)
     and baseline_vkshadercopy/<device> (a compute shader copying the same buffers), read +
-    written, all timed on the device: on an NVIDIA H100 the copy command moved ~0.8 TB/s,
-    well under what the shader cores stream, so the command alone would flatter every
-    kernel. Vulkan rows only; the host columns stay blank.
+    written, all timed on the device: on an NVIDIA H100 the copy command moved well under
+    what the shader cores stream (bench/records/2026-11-26-nvidia-h100.md), so the command
+    alone would flatter every kernel. Vulkan rows only; the host columns stay blank.
     A Vulkan row whose calls were not all timed on the device (a kernel of several
     submissions, timed by the host's wall clock: an upper bound) is marked "(wall)" and
     its target is not judged.
