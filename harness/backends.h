@@ -16,7 +16,7 @@
 //    missing device makes the factory throw Error(unsupported), which `kvlab check`
 //    reports as every case UNIMPLEMENTED with the reason, not as a failure.
 //  * Tests register wrappers at run time with register_backend() (e.g. the deliberately
-//    wrong kernel of harness/tests).
+//    wrong kernel of tests/harness).
 #pragma once
 
 #include <functional>

@@ -32,7 +32,7 @@ constexpr std::string_view kProblemsKey = "problems";
 constexpr std::string_view kProblemPrefix = "problem.";
 constexpr std::string_view kInfoKeys[] = {"engine", "engine_version", "flavour", "writer"};
 // prepare() may make up to this factor more bytes than the tensors it names (f32 copies
-// for tolerances; harness/tests/test_bounds.cc), plus a constant: a problem whose
+// for tolerances; tests/harness/test_bounds.cc), plus a constant: a problem whose
 // footprint is beyond that of the bytes the file holds for it cannot match them, and is
 // refused before prepare() allocates anything.
 constexpr std::uint64_t kFootprintFactor = 64;

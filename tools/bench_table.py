@@ -24,9 +24,9 @@ table: one row per kernel benchmark: kernel | shape | backend | GB/s | % read | 
       each repetition's timed loop, outside smoke runs): per repetition, its GB/s
       (bytes_per_iter / its wall time) over its own adjacent baseline; the column is the
       median of these ratios over the repetitions, and the target is judged on it. The
-      machine's bandwidth drifts 2-3x within minutes, so a kernel timed minutes after the
-      run-start rows is read against the bandwidth it actually had. The header prints the
-      range (min-max) of the adjacent read and memcpy over the run.
+      machine's bandwidth drifts severalfold within minutes, so a kernel timed minutes
+      after the run-start rows is read against the bandwidth it actually had. The header
+      prints the range (min-max) of the adjacent read and memcpy over the run.
     - run-start (rows without those counters: older files, smoke runs, files with only
       aggregates): the median GB/s over the same run's baseline_read / baseline_memcpy rows
       with the pool's thread count.
@@ -40,9 +40,9 @@ table: one row per kernel benchmark: kernel | shape | backend | GB/s | % read | 
   * % vkcopy: a Vulkan row's GB/s over the same run's device buffer copy on the same device,
     the faster of baseline_vkcopy/<device> (vkCmdCopyBuffer between device-local buffers)
     and baseline_vkshadercopy/<device> (a compute shader copying the same buffers), read +
-    written, all timed on the device: on an NVIDIA H100 the copy command moved ~0.8 TB/s,
-    well under what the shader cores stream, so the command alone would flatter every
-    kernel. Vulkan rows only; the host columns stay blank.
+    written, all timed on the device: on an NVIDIA H100 the copy command moved well under
+    what the shader cores stream (bench/records/2026-11-26-nvidia-h100.md), so the command
+    alone would flatter every kernel. Vulkan rows only; the host columns stay blank.
     A Vulkan row whose calls were not all timed on the device (a kernel of several
     submissions, timed by the host's wall clock: an upper bound) is marked "(wall)" and
     its target is not judged.
@@ -80,288 +80,18 @@ Python 3 standard library only.
 """
 
 import argparse
-import json
-import re
+import os
 import statistics
 import sys
 
-UNIT_SECONDS = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0}
-# Components Google Benchmark appends to a name (iterations, repetitions, time type ...).
-SUFFIX = re.compile(r"^(iterations|repeats|min_time|min_warmup_time|threads):|^(real_time|manual_time|process_time)$")
-MIN_REPS_FOR_NOISE = 3
-MAD_TO_SIGMA = 1.4826  # MAD of a normal sample times this estimates its standard deviation
-DRIFT_MARK_PCT = 10.0  # a verdict is marked when a baseline moved more than this across a timed loop
-
-
-def base_name(run_name):
-    """'op/backend/shape/iterations:1/real_time' -> 'op/backend/shape'."""
-    parts = run_name.split("/")
-    while len(parts) > 1 and SUFFIX.search(parts[-1]):
-        parts.pop()
-    return "/".join(parts)
-
-
-def parse_label(label):
-    """A canonical problem line 'op k=v ... seed=N' -> {k: v} (op under 'op')."""
-    words = (label or "").split()
-    if not words or "=" in words[0]:
-        return {}
-    params = {"op": words[0]}
-    for w in words[1:]:
-        if "=" in w:
-            k, v = w.split("=", 1)
-            params[k] = v
-    return params
-
-
-class Row:
-    """All repetitions of one benchmark in one file."""
-
-    def __init__(self, name):
-        self.name = name
-        parts = name.split("/", 2)
-        self.op = parts[0]
-        self.backend = parts[1] if len(parts) > 1 else ""
-        self.shape = parts[2] if len(parts) > 2 else ""
-        self.times = []       # seconds per iteration, one per repetition
-        self.aggregates = {}  # aggregate_name -> seconds (when only aggregates were written)
-        self.bytes_per_iter = None
-        self.flops_per_second = []
-        self.device_timed = []  # Vulkan rows: fraction of calls timed on the device, per repetition
-        self.adjacent = []  # host rows: (seconds, adj read GB/s, adj memcpy GB/s, adj drift) per repetition
-        self.passes = {}  # Vulkan rows: pass name -> its mean device µs per call, one per repetition
-        self.label = ""
-        self.error = None
-
-    def add(self, b):
-        unit = UNIT_SECONDS[b.get("time_unit", "ns")]
-        if b.get("error_occurred"):
-            self.error = b.get("error_message", "error")
-            return
-        if b.get("run_type") == "aggregate":
-            # Aggregates aggregate the counters too (stddev of bytes_per_iter is 0): take the
-            # bytes from a repetition row, or from the mean/median when only aggregates exist.
-            name = b.get("aggregate_name", "")
-            self.aggregates[name] = b["real_time"] * unit
-            if name in ("mean", "median") and self.bytes_per_iter is None:
-                self.bytes_per_iter = b.get("bytes_per_iter")
-            return
-        self.label = b.get("label", self.label)
-        if "bytes_per_iter" in b:
-            self.bytes_per_iter = b["bytes_per_iter"]
-        self.times.append(b["real_time"] * unit)
-        if "flops" in b:
-            self.flops_per_second.append(b["flops"])
-        if "device_timed" in b:
-            self.device_timed.append(b["device_timed"])
-        for key, value in b.items():
-            if key.startswith("us:") and isinstance(value, (int, float)):
-                self.passes.setdefault(key[3:], []).append(value)
-        if b.get("adj_read_gbps") and b.get("adj_memcpy_gbps"):
-            self.adjacent.append((self.times[-1], b["adj_read_gbps"], b["adj_memcpy_gbps"], b.get("adj_drift", 0.0)))
-
-    @property
-    def timed(self):
-        return bool(self.times) or "median" in self.aggregates or "mean" in self.aggregates
-
-    def median(self):
-        if self.times:
-            return statistics.median(self.times)
-        return self.aggregates.get("median", self.aggregates.get("mean"))
-
-    def noise(self):
-        """Robust standard deviation of the repetition times, or None when unknown."""
-        if len(self.times) >= MIN_REPS_FOR_NOISE:
-            m = statistics.median(self.times)
-            return MAD_TO_SIGMA * statistics.median([abs(t - m) for t in self.times])
-        if not self.times and "stddev" in self.aggregates:
-            return self.aggregates["stddev"]
-        return None
-
-    def gbps(self):
-        m = self.median()
-        if self.bytes_per_iter is None or not m:
-            return None
-        return self.bytes_per_iter / m / 1e9
-
-    def adjacent_pct(self):
-        """(% read, % memcpy): the median over the repetitions of each one's GB/s over its own
-        adjacent baselines, or None without adjacent samples."""
-        if not self.adjacent or self.bytes_per_iter is None:
-            return None
-        gbps = [(self.bytes_per_iter / t / 1e9, read, copy) for t, read, copy, _ in self.adjacent if t]
-        if not gbps:
-            return None
-        return (statistics.median(100 * g / read for g, read, _ in gbps),
-                statistics.median(100 * g / copy for g, _, copy in gbps))
-
-    def repetition_pcts(self, basis, run_start_gbps):
-        """Each repetition's GB/s in % of `basis` ('read' or 'memcpy'): over its own adjacent
-        sample when the row has them, else over the run-start baseline `run_start_gbps`."""
-        if self.bytes_per_iter is None:
-            return []
-        if self.adjacent:
-            column = 1 if basis == "read" else 2
-            return [100 * self.bytes_per_iter / a[0] / 1e9 / a[column] for a in self.adjacent if a[0]]
-        if not run_start_gbps:
-            return []
-        return [100 * self.bytes_per_iter / t / 1e9 / run_start_gbps for t in self.times if t]
-
-    def drift_pct(self):
-        """The largest baseline drift across one of the row's timed loops, in %, or None."""
-        return max(100 * d for *_, d in self.adjacent) if self.adjacent else None
-
-    def params(self):
-        return parse_label(self.label)
-
-    def wall_timed(self):
-        """A Vulkan row some of whose calls were timed by the host's wall clock (several
-        submissions per call: the device's timestamps could not time the whole call)."""
-        return any(f < 1 for f in self.device_timed)
-
-
-class ResultError(Exception):
-    """A result file that is not a kvlab_bench JSON result (the message names the file and why)."""
-
-
-def salvage(path, text, error):
-    """The context and the complete benchmark entries of a result file cut short (a run killed
-    by a timeout leaves its JSON unterminated): Google Benchmark writes the context first,
-    then one entry per repetition, so every entry before the cut is whole. A warning on
-    stderr says where the file ends and how many entries were kept."""
-    decoder = json.JSONDecoder()
-    context = {}
-    at = text.find('"context"')
-    if at >= 0:
-        try:
-            context, _ = decoder.raw_decode(text, text.index("{", at))
-        except (ValueError, json.JSONDecodeError):
-            context = {}
-    start = text.find('"benchmarks"')
-    if start < 0 or not isinstance(context, dict):
-        raise ResultError(f"{path}: not a kvlab_bench JSON result ({error})")
-    at = text.index("[", start) + 1
-    entries = []
-    while True:
-        while at < len(text) and text[at] in " \t\r\n,":
-            at += 1
-        try:
-            entry, at = decoder.raw_decode(text, at)
-        except json.JSONDecodeError:
-            break
-        if not isinstance(entry, dict):
-            break
-        entries.append(entry)
-    sys.stderr.write(f"bench_table: {path} is cut short ({error}); using its {len(entries)} complete "
-                     "benchmark entries\n")
-    return {"context": context, "benchmarks": entries}
-
-
-def load(path):
-    with open(path, encoding="utf-8") as f:
-        text = f.read()
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as e:
-        data = salvage(path, text, e)
-    if not isinstance(data, dict):
-        raise ResultError(f"{path}: not a kvlab_bench JSON result (top level is {type(data).__name__})")
-    rows = {}
-    for b in data.get("benchmarks", []):
-        name = base_name(b.get("run_name", b["name"]))
-        rows.setdefault(name, Row(name)).add(b)
-    return data.get("context", {}), rows
-
-
-def baselines(rows):
-    """The pool (multi-thread) and single-thread read and memcpy baselines, keyed (op, 'pool'|'single'),
-    and each Vulkan device's buffer copies, keyed ('baseline_vkcopy' | 'baseline_vkshadercopy', device key)."""
-    out = {}
-    for r in rows.values():
-        if r.op in ("baseline_read", "baseline_memcpy") + DEVICE_COPIES and r.timed:
-            out[(r.op, r.backend)] = r
-    return out
-
-
-def adjacent_range(rows):
-    """((min, max) adjacent read GB/s, (min, max) adjacent memcpy GB/s) over every repetition
-    of the file, or None when no row carries adjacent samples."""
-    samples = [a for r in rows.values() for a in r.adjacent]
-    if not samples:
-        return None
-    reads, copies = [a[1] for a in samples], [a[2] for a in samples]
-    return (min(reads), max(reads)), (min(copies), max(copies))
-
-
-def is_vulkan(backend):
-    return backend == "vulkan" or backend.startswith("vulkan:")
-
-
-def device_key(backend):
-    """'vulkan:1,words' -> 'vulkan:1', 'vulkan:,staging' -> 'vulkan' (bench/vulkan_bench.h)."""
-    device = backend.split(",", 1)[0]
-    return "vulkan" if device == "vulkan:" else device
-
-
-def device_type(context, backend):
-    """The Vulkan device type kvlab_bench recorded for a backend ('cpu', 'discrete', ...), or None."""
-    m = re.search(r"\[(\w+)\]\s*$", context.get("kvlab_vulkan_device:" + device_key(backend), ""))
-    return m.group(1) if m else None
-
-
-# The issue's targets: (predicate on the problem's parameters, baseline, minimum %).
-def _qsdpa_target(bits):
-    """Llama-3 8B decode, f16 q, affine g64; K at `bits`, V at any width; 32 K or 64 K keys."""
-    def match(p):
-        want = {"op": "quantized_sdpa", "B": "1", "Hq": "32", "Hkv": "8", "Lq": "1",
-                "Dk": "128", "Dv": "128", "dtype": "f16", "kmode": "affine", "vmode": "affine",
-                "kgroup": "64", "vgroup": "64", "kbits": str(bits)}
-        return all(p.get(k) == v for k, v in want.items()) and p.get("Lk") in ("32768", "65536")
-    return match
-
-
-# The performance issue's targets (issue 20): decode attention at the memory limit for
-# every bit width, K and V alike or mixed, at 64 K and 32 K keys; RoPE, quantize and the
-# cache append at the copy limit. (The first targets, 45 % / 30 % of read and 50-60 % of
-# memcpy, were met; these are the machine's own limit.)
-TARGETS = [
-    (_qsdpa_target(8), "read", 80.0),
-    (_qsdpa_target(4), "read", 80.0),
-    (lambda p: p.get("op") == "affine_quantize", "memcpy", 70.0),
-    (lambda p: p.get("op") == "rope", "memcpy", 80.0),
-    (lambda p: p.get("op") == "kv_scatter", "memcpy", 80.0),
-]
-# Peers timed in the same run (kvlab_bench --kvlab_backends=...,mlx): a column each, the
-# peer's median time over this backend's on the same problem.
-PEERS = ("mlx",)
-
-
-def _int(p, key, default=0):
-    try:
-        return int(p.get(key, default))
-    except ValueError:
-        return default
-
-
-# The issue's GPU target: fused quantized decode attention at S >= 32768, affine K and V.
-DEVICE_TARGETS = [
-    (lambda p: p.get("op") == "quantized_sdpa" and _int(p, "Lq") == 1 and _int(p, "Lk") >= 32768
-     and p.get("kmode", "affine") == "affine" and p.get("vmode", "affine") == "affine", "vkcopy", 70.0),
-]
-NOT_A_TARGET = "lavapipe: not a target"
-# The device copies a Vulkan row is read against (the faster one): the copy command, the shader copy.
-DEVICE_COPIES = ("baseline_vkcopy", "baseline_vkshadercopy")
-
-
-def target_of(row):
-    """(basis, minimum %) of the target that applies to a row, or None."""
-    if row.backend == "reference":
-        return None
-    p = row.params()
-    for match, base, pct in (DEVICE_TARGETS if is_vulkan(row.backend) else TARGETS):
-        if match(p):
-            return base, pct
-    return None
+# The result files' reading and the targets live beside this script (bench_results.py).
+# This script is also loaded by path (tests/bench/test_bench_table.py, tools/bench_ab.py),
+# so its own folder goes on the import path first. UNIT_SECONDS, base_name and
+# parse_label are here for those callers.
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_results import (  # noqa: E402  pylint: disable=wrong-import-position
+    DEVICE_COPIES, DRIFT_MARK_PCT, MIN_REPS_FOR_NOISE, NOT_A_TARGET, PEERS, UNIT_SECONDS, ResultError,
+    adjacent_range, base_name, baselines, device_key, device_type, is_vulkan, load, parse_label, target_of)
 
 
 def fmt(x, spec, missing="-"):

@@ -14,9 +14,9 @@
 
 #include <gtest/gtest.h>
 
-#include "golden/diff.h"
-#include "golden/runner.h"
-#include "golden/tests/scratch_dir.h"
+#include "golden/files/diff.h"
+#include "golden/runner/runner.h"
+#include "tests/golden/scratch_dir.h"
 #include "harness/backends.h"
 #include "property_tests/zoo/batch_mutants.h"
 

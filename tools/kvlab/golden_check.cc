@@ -9,11 +9,11 @@
 
 #include <nlohmann/json.hpp>
 
-#include "golden/diff.h"
-#include "golden/html_report.h"
-#include "golden/known_goldens.h"
-#include "golden/model_folder.h"
-#include "golden/runner.h"
+#include "golden/files/diff.h"
+#include "golden/html/html_report.h"
+#include "golden/files/known_goldens.h"
+#include "golden/model/model_folder.h"
+#include "golden/runner/runner.h"
 #include "harness/backends.h"
 #include "kvlab/error.h"
 #include "tools/kvlab/golden_commands.h"

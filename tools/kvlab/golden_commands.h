@@ -17,9 +17,9 @@
 
 #include <CLI/CLI.hpp>
 
-#include "golden/golden_file.h"
-#include "golden/model.h"
-#include "golden/scenario.h"
+#include "golden/files/golden_file.h"
+#include "golden/model/model.h"
+#include "golden/files/scenario.h"
 #include "kvlab/backend.h"
 
 namespace kvlab::tools {

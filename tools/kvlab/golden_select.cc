@@ -7,7 +7,7 @@
 #include <cmath>
 #include <cstdlib>
 
-#include "golden/inputs.h"
+#include "golden/files/inputs.h"
 #include "kvlab/error.h"
 
 #ifndef KVLAB_GOLDEN_DIR

@@ -10,7 +10,7 @@
 #include <utility>
 #include <vector>
 
-#include "golden/scenario.h"
+#include "golden/files/scenario.h"
 
 namespace kvlab::tools::golden_cli {
 

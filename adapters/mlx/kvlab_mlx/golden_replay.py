@@ -463,7 +463,7 @@ def read_teacher(path) -> tuple[dict, list[tuple[list[int], list[int]]]]:
 
 
 def check_teacher(sc: Scenario, vocab: int, seqs) -> list[list[int]]:
-    """As kvlab's check_teacher (golden/runner.cc): one sequence per request with the same
+    """As kvlab's check_teacher (golden/runner/runner.cc): one sequence per request with the same
     prompt and a token for every input the scenario feeds. Returns the token lists."""
     if sc.kind == "batch":
         raise ValueError(f"--teacher: scenario '{sc.name}' is a batch; the adapter forces single requests only "

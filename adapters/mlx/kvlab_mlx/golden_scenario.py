@@ -1,4 +1,4 @@
-"""golden/README.md's scenario lines and prompt tokens, as kvlab's golden/scenario.cc reads
+"""golden/README.md's scenario lines and prompt tokens, as kvlab's golden/files/scenario.cc reads
 them (no MLX: tools and tests use it without the engine)."""
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ _AT = re.compile(r"^([0-9]+)@([0-9]+)$")
 _REAL = re.compile(r"^[+]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?$")
 
 KV_BITS = (2, 3, 4, 5, 6, 8)  # what mx.quantize's affine mode takes
-# kvlab's caps (golden/scenario.cc): a line asking for more is a mistake, and a replay of
+# kvlab's caps (golden/files/scenario.cc): a line asking for more is a mistake, and a replay of
 # it would run for hours and write gigabytes before anyone noticed.
 MAX_STEPS = 4096
 MAX_PROMPT = 4096
