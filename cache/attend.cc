@@ -4,21 +4,11 @@ namespace kvlab {
 
 namespace {
 
-// Per-row base positions for a batch of B rows; single-sequence caches report one
-// offset shared by all rows.
-std::vector<std::int32_t> per_row(const std::vector<std::int32_t>& offsets, std::int64_t batch) {
-  if (static_cast<std::int64_t>(offsets.size()) == batch) return offsets;
-  KVLAB_REQUIRE(offsets.size() == 1, shape_mismatch, "cache reports ", offsets.size(), " offsets for a batch of ",
-                batch, " rows");
-  return std::vector<std::int32_t>(static_cast<std::size_t>(batch), offsets[0]);
-}
-
-DTensor rope_at(Backend& be, const DTensor& x, const RopeParams& rope, const std::vector<std::int32_t>& positions) {
+// x roped with token t of row b at positions[b] + t (an i32 (B,) tensor on `be`).
+DTensor rope_at(Backend& be, const DTensor& x, const RopeParams& rope, const DTensor& positions) {
   if (rope.dims == 0) return x;
-  DTensor offsets = be.allocate(DType::i32, {static_cast<std::int64_t>(positions.size())});
-  be.upload(offsets, positions.data());
   DTensor out = be.allocate(x.dtype, x.shape);
-  be.rope({x, rope, Offsets{0, offsets}, out});
+  be.rope({x, rope, Offsets{0, positions}, out});
   return out;
 }
 
@@ -37,20 +27,36 @@ DTensor attention(Backend& be, const DTensor& q, const AttendResult& r, const At
   return out;
 }
 
+// Everything the step's kernels would refuse after the update, checked before it: a
+// step that fails leaves the cache as it was.
+void check_step(const DTensor& q, const DTensor& k, const DTensor& v) {
+  KVLAB_REQUIRE(q.shape.size() == 4 && k.shape.size() == 4 && v.shape.size() == 4, shape_mismatch,
+                "attend needs rank-4 q, k and v, got q ", shape_str(q.shape), ", k ", shape_str(k.shape), " and v ",
+                shape_str(v.shape));
+  KVLAB_REQUIRE(is_float(q.dtype) && q.dtype == k.dtype && k.dtype == v.dtype, dtype_mismatch, "attend: q is ",
+                dtype_name(q.dtype), ", k ", dtype_name(k.dtype), " and v ", dtype_name(v.dtype),
+                ", expected one float dtype");
+  KVLAB_REQUIRE(q.shape[2] == k.shape[2] && k.shape[2] == v.shape[2], shape_mismatch, "attend: q has ", q.shape[2],
+                " tokens, k ", k.shape[2], " and v ", v.shape[2], " (q ", shape_str(q.shape), ", k ",
+                shape_str(k.shape), ", v ", shape_str(v.shape), ")");
+  KVLAB_REQUIRE(q.shape[0] == k.shape[0] && k.shape[0] == v.shape[0] && k.shape[1] == v.shape[1] &&
+                    k.shape[1] > 0 && q.shape[1] % k.shape[1] == 0 && q.shape[3] == k.shape[3],
+                shape_mismatch, "attend: q ", shape_str(q.shape), ", k ", shape_str(k.shape), " and v ",
+                shape_str(v.shape), " are not (B, Hq, L, Dk), (B, Hkv, L, Dk), (B, Hkv, L, Dv) with Hkv dividing Hq");
+}
+
 }  // namespace
 
 AttendResult attend(Cache& cache, const DTensor& q, const DTensor& k, const DTensor& v, const AttendOptions& options) {
-  KVLAB_REQUIRE(q.shape.size() == 4 && k.shape.size() == 4, shape_mismatch, "attend needs rank-4 q and k, got q ",
-                shape_str(q.shape), " and k ", shape_str(k.shape));
-  KVLAB_REQUIRE(q.shape[2] == k.shape[2], shape_mismatch, "attend: q has ", q.shape[2], " tokens but k has ",
-                k.shape[2]);
+  check_step(q, k, v);
   Backend& be = cache.backend();
   AttendResult r;
-  // 1. Positions are a copy taken now; nothing the update does can move them.
-  r.positions = per_row(cache.offsets(), q.shape[0]);
+  // 1. Positions are a copy taken now, where the cache keeps its offsets; nothing the
+  //    update does can move them.
+  r.position_offsets = cache.snapshot_positions(q.shape[0]);
   // 2. Q and K share the positions offset_b + t.
-  const DTensor q_rot = rope_at(be, q, options.rope, r.positions);
-  const DTensor k_rot = rope_at(be, k, options.rope, r.positions);
+  const DTensor q_rot = rope_at(be, q, options.rope, r.position_offsets);
+  const DTensor k_rot = rope_at(be, k, options.rope, r.position_offsets);
   // 3. The mask describes the keys the coming update will return.
   r.mask = cache.make_mask(q.shape[2], options.window);
   // 4. The update path the cache kind requires.
@@ -58,15 +64,19 @@ AttendResult attend(Cache& cache, const DTensor& q, const DTensor& k, const DTen
   else r.kv = cache.update(k_rot, v);
   // 5. Attention over what the update returned.
   r.out = attention(be, q_rot, r, options);
+  r.positions.resize(static_cast<std::size_t>(q.shape[0]));
+  be.download(r.position_offsets, r.positions.data());
   return r;
 }
 
 DTensor attend_shared(Backend& backend, const AttendResult& producer, const DTensor& q, const AttendOptions& options) {
   KVLAB_REQUIRE(producer.kv || producer.quantized_kv, misuse, "attend_shared needs a producer result holding K/V");
-  KVLAB_REQUIRE(q.shape.size() == 4 && static_cast<std::int64_t>(producer.positions.size()) == q.shape[0],
-                shape_mismatch, "attend_shared: q ", shape_str(q.shape), " does not match the producer's ",
-                producer.positions.size(), " rows");
-  const DTensor q_rot = rope_at(backend, q, options.rope, producer.positions);
+  KVLAB_REQUIRE(producer.position_offsets.buffer != nullptr, misuse,
+                "attend_shared needs the producer's position_offsets (the snapshot its RoPE read)");
+  KVLAB_REQUIRE(q.shape.size() == 4 && producer.position_offsets.shape == Shape{q.shape[0]}, shape_mismatch,
+                "attend_shared: q ", shape_str(q.shape), " does not match the producer's ",
+                shape_str(producer.position_offsets.shape), " positions");
+  const DTensor q_rot = rope_at(backend, q, options.rope, producer.position_offsets);
   return attention(backend, q_rot, producer, options);
 }
 

@@ -26,7 +26,9 @@ struct AttendOptions {
 struct AttendResult {
   DTensor out;  // (B, Hq, L, Dv) in q's dtype
   // Positions of token t of row b are positions[b] + t, for Q and K alike: the offsets
-  // read before the update (a value snapshot, never a handle into the cache).
+  // snapshotted before the update (Cache::snapshot_positions), as the i32 (B,) tensor the
+  // RoPE read on the cache's backend, and its host copy for observers.
+  DTensor position_offsets;
   std::vector<std::int32_t> positions;
   CacheMask mask;  // the mask used, built from the pre-update state
   // What the update returned; KV-sharing layers read it (docs/lifecycle.md §Offset snapshot).
@@ -38,9 +40,9 @@ struct AttendResult {
 AttendResult attend(Cache& cache, const DTensor& q, const DTensor& k, const DTensor& v, const AttendOptions& options);
 
 // A KV-shared layer (Gemma-3n / Gemma-4 style): no cache of its own; its queries are
-// roped at the producer layer's pre-update positions and attend over the K/V the
-// producer's update returned, with the producer's mask (mlx-lm#1384: reading the
-// producer's offset after its update shifts every query by L).
+// roped at the producer layer's pre-update positions (its position_offsets tensor) and
+// attend over the K/V the producer's update returned, with the producer's mask
+// (mlx-lm#1384: reading the producer's offset after its update shifts every query by L).
 DTensor attend_shared(Backend& backend, const AttendResult& producer, const DTensor& q, const AttendOptions& options);
 
 }  // namespace kvlab

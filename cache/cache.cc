@@ -17,6 +17,18 @@ FetchedQuantizedKV Cache::update_quantized(const DTensor&, const DTensor&) {
                               ", which stores plain data; use update()"));
 }
 
+DTensor Cache::snapshot_positions(std::int64_t batch) const {
+  std::vector<std::int32_t> offs = offsets();
+  if (static_cast<std::int64_t>(offs.size()) != batch) {
+    KVLAB_REQUIRE(offs.size() == 1, shape_mismatch, class_name(), " reports ", offs.size(), " offsets for a batch of ",
+                  batch, " rows");
+    offs.assign(static_cast<std::size_t>(batch), offs[0]);
+  }
+  DTensor out = backend().allocate(DType::i32, {batch});
+  backend().upload(out, offs.data());
+  return out;
+}
+
 const std::string& meta_field(const CacheState& st, const char* who, const std::string& field) {
   const auto it = st.meta.find(field);
   KVLAB_REQUIRE(it != st.meta.end(), corrupt, who, " state has no '", field, "'");

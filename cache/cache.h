@@ -138,6 +138,13 @@ class Cache {
   // Per-sequence offsets (the next real position of each row), by value. Size 1 for
   // single-sequence caches.
   virtual std::vector<std::int32_t> offsets() const = 0;
+  // The positions of the next token of each of `batch` rows, as an i32 (batch,) tensor on
+  // the cache's backend: a copy taken now, which nothing the cache does later changes
+  // (docs/lifecycle.md §Offset snapshot). attend() takes it before the update and ropes Q
+  // and K at it. The default uploads offsets(), one entry repeated for every row of a
+  // single-sequence cache; a cache whose offsets live in backend memory copies them there,
+  // so no step reads them back to the host.
+  virtual DTensor snapshot_positions(std::int64_t batch) const;
   // The mask for an update of n tokens, from the pre-update state. window 0 = none.
   virtual CacheMask make_mask(std::int64_t n, int window) const = 0;
 

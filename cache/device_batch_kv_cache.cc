@@ -38,9 +38,7 @@ DeviceBatchKVCache::DeviceBatchKVCache(Backend& backend, std::vector<std::int32_
     start.push_back(-left_padding_[b]);
   }
   live_ = backend.allocate(DType::i32, {batch_size()});
-  snapshot_ = backend.allocate(DType::i32, {batch_size()});
   backend.upload(live_, start.data());
-  backend.upload(snapshot_, start.data());
 }
 
 void DeviceBatchKVCache::check_chunk(const DTensor& k, const DTensor& v) const {
@@ -85,26 +83,11 @@ FetchedKV DeviceBatchKVCache::update(const DTensor& k, const DTensor& v) {
   return fetch();
 }
 
-DeviceBatchKVCache::AttentionInputs DeviceBatchKVCache::rope_and_update(const DTensor& q, const DTensor& k,
-                                                                       const DTensor& v, const RopeParams& rope) {
-  check_chunk(k, v);
-  seq::require_block(q, "q");
-  KVLAB_REQUIRE(q.dtype == k.dtype, dtype_mismatch, kOwner, ": q is ", dtype_name(q.dtype), ", k is ",
-                dtype_name(k.dtype));
-  KVLAB_REQUIRE(seq::batch(q) == batch_size() && seq::length(q) == seq::length(k) && seq::width(q) == seq::width(k),
-                shape_mismatch, kOwner, ": q ", shape_str(q.shape), ", expected (", batch_size(), ", Hq, ",
-                seq::length(k), ", ", seq::width(k), ") (B, Hq, S of k, Dk)");
-  Backend& be = backend();
-  // Every position of this step comes from the snapshot: the append below advances the
-  // live offsets, and Q is roped after it.
-  be.kv_snapshot({live_, snapshot_});
-  const Offsets positions{0, snapshot_};
-  const DTensor k_rot = be.allocate(k.dtype, k.shape);
-  be.rope({k, rope, positions, k_rot});
-  AttentionInputs out;
-  out.kv = update(k_rot, v);
-  out.queries = be.allocate(q.dtype, q.shape);
-  be.rope({q, rope, positions, out.queries});
+DTensor DeviceBatchKVCache::snapshot_positions(std::int64_t batch) const {
+  KVLAB_REQUIRE(batch == batch_size(), shape_mismatch, kOwner, " holds ", batch_size(),
+                " sequences but the step has ", batch, " rows");
+  DTensor out = backend().allocate(DType::i32, {batch});
+  backend().kv_snapshot({live_, out});
   return out;
 }
 
@@ -120,7 +103,7 @@ CacheMask DeviceBatchKVCache::make_mask(std::int64_t n, int window) const {
 }
 
 std::size_t DeviceBatchKVCache::nbytes() const {
-  std::size_t n = live_.nbytes() + snapshot_.nbytes();
+  std::size_t n = live_.nbytes();
   if (!empty()) n += keys_.nbytes() + values_.nbytes();
   return n;
 }

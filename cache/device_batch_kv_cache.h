@@ -8,11 +8,11 @@
 // size the buffers and check capacity before anything is recorded; offsets() downloads
 // the device tensor, so what the observables report is what the kernels produced.
 //
-// rope_and_update() is the attention step and the one place the offset-snapshot rule
-// is written: it snapshots the live offsets (kv_snapshot) before the append advances
-// them, and ropes both K (before the append) and Q (after it, as an engine that attends
-// after updating its cache does) at positions read from the snapshot. Reading the live
-// tensor for Q would give positions S too far (mlx-lm#1097 / #1806, vlm#966).
+// Its positions stay where its offsets are: snapshot_positions() copies the live offsets
+// into a new backend tensor (kv_snapshot) before attend() appends, and both RoPEs read that
+// copy, so no step reads the offsets back to the host. Roping at the live tensor instead
+// would give positions S too far once the append has advanced it (mlx-lm#1097 / #1806,
+// vlm#966; docs/lifecycle.md §Offset snapshot).
 //
 // Not a full BatchKVCache: no prepare/finalize/filter/extend and no trim (the offsets
 // would need device-side rewinds that no engine step performs); those verbs are a
@@ -38,18 +38,10 @@ class DeviceBatchKVCache final : public Cache {
   // Appends k (B, H, S, Dk) and v (B, H, S, Dv) at each row's device offset and advances it.
   FetchedKV update(const DTensor& k, const DTensor& v) override;
 
-  // What attention reads after one step: Q roped at the pre-append positions, and the
-  // cached K (roped at the same positions) and V.
-  struct AttentionInputs {
-    DTensor queries;
-    FetchedKV kv;
-  };
-  // q (B, Hq, S, Dk), k (B, H, S, Dk), v (B, H, S, Dv), one float dtype. Shape and dtype
-  // errors (and rope's own, raised by the K rope) come before the cache changes.
-  AttentionInputs rope_and_update(const DTensor& q, const DTensor& k, const DTensor& v, const RopeParams& rope);
-
   std::int64_t kv_length() const override { return idx_; }
   std::vector<std::int32_t> offsets() const override;  // downloaded from the device tensor
+  // A copy of the live offsets made in backend memory (kv_snapshot); batch must be B.
+  DTensor snapshot_positions(std::int64_t batch) const override;
   CacheMask make_mask(std::int64_t n, int window) const override;
   bool is_trimmable() const override { return false; }
   std::int64_t trim(std::int64_t) override { return 0; }
@@ -73,8 +65,7 @@ class DeviceBatchKVCache final : public Cache {
   std::vector<std::int32_t> left_padding_;
   std::int64_t idx_ = 0;  // columns written, shared by every row
   DTensor keys_, values_;
-  DTensor live_;      // i32 (B,): the offsets the kernels read and advance
-  DTensor snapshot_;  // i32 (B,): live_ as it was before the current step's append
+  DTensor live_;  // i32 (B,): the offsets the kernels read and advance
 };
 
 }  // namespace kvlab

@@ -44,7 +44,7 @@ DTensor attention_over(Backend& be, const DTensor& q_rot, const AttendResult& r,
 DTensor attend_update(Cache& cache, const DTensor& q, const DTensor& k, const DTensor& v, const AttendOptions& o,
                       AttendResult& r) {
   Backend& be = cache.backend();
-  r.positions = per_row(cache.offsets(), q.shape.at(0));
+  set_positions(be, r, per_row(cache.offsets(), q.shape.at(0)));
   const DTensor q_rot = rope_at(be, q, o.rope, r.positions), k_rot = rope_at(be, k, o.rope, r.positions);
   r.mask = cache.make_mask(q.shape.at(2), o.window);
   if (cache.is_quantized()) r.quantized_kv = cache.update_quantized(k_rot, v);
@@ -100,7 +100,7 @@ AttendResult alias_attend(Cache& cache, const DTensor& q, const DTensor& k, cons
   r.mask = cache.make_mask(q.shape.at(2), o.window);
   if (cache.is_quantized()) r.quantized_kv = cache.update_quantized(k_rot, v);
   else r.kv = cache.update(k_rot, v);
-  r.positions = per_row(offset, batch);
+  set_positions(be, r, per_row(offset, batch));
   r.out = attention_over(be, rope_at(be, q, o.rope, r.positions), r, o);
   return r;
 }
@@ -349,7 +349,7 @@ std::vector<Mutant> attention_mutants() {
   out.back().hooks.attend_shared = [](Backend& be, const AttendResult& producer, const DTensor& q,
                                       const AttendOptions& o, const Cache& cache) {
     AttendResult late = producer;
-    late.positions = per_row(cache.offsets(), q.shape.at(0));
+    set_positions(be, late, per_row(cache.offsets(), q.shape.at(0)));
     return attend_shared(be, late, q, o);
   };
 

@@ -26,6 +26,12 @@ DTensor rope_at(Backend& be, const DTensor& x, const RopeParams& rope, const std
   return out;
 }
 
+void set_positions(Backend& be, AttendResult& r, const std::vector<std::int32_t>& positions) {
+  r.positions = positions;
+  r.position_offsets = be.allocate(DType::i32, {static_cast<std::int64_t>(positions.size())});
+  be.upload(r.position_offsets, positions.data());
+}
+
 namespace {
 
 // ---- mutant attention steps --------------------------------------------------------
@@ -41,7 +47,7 @@ AttendResult mutant_attend(AttendFault fault, Cache& cache, const DTensor& q, co
                            const AttendOptions& o) {
   Backend& be = cache.backend();
   AttendResult r;
-  r.positions = per_row(cache.offsets(), q.shape.at(0));
+  set_positions(be, r, per_row(cache.offsets(), q.shape.at(0)));
   const DTensor k_rot = rope_at(be, k, o.rope, r.positions);
   if (fault != AttendFault::mask_after_update) r.mask = cache.make_mask(q.shape.at(2), o.window);
   if (cache.is_quantized() && fault != AttendFault::plain_update_always) r.quantized_kv = cache.update_quantized(k_rot, v);

@@ -92,5 +92,8 @@ void unwrapping_trim_front(std::unique_ptr<Cache>& c);
 // Pieces of cache/attend.cc for mutant attention steps.
 std::vector<std::int32_t> per_row(const std::vector<std::int32_t>& offsets, std::int64_t batch);
 DTensor rope_at(Backend& be, const DTensor& x, const RopeParams& rope, const std::vector<std::int32_t>& positions);
+// r.positions and r.position_offsets (the tensor attend_shared ropes at) both set to
+// `positions`, as attend() leaves them.
+void set_positions(Backend& be, AttendResult& r, const std::vector<std::int32_t>& positions);
 
 }  // namespace kvlab::prop::zoo

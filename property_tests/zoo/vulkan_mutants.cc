@@ -1,19 +1,25 @@
 // v1.rope-q-reads-live-offsets: DeviceBatchKVCache's attention step over a Backend
 // wrapper whose RoPE, once an append has advanced the offsets, reads those live offsets
-// instead of the snapshot it was handed — queries roped S positions too far, the device
-// form of the offset alias of mlx-lm#1097 / #1806 and vlm#966 (docs/lifecycle.md §Offset snapshot,
-// docs/upstream-bugs.md rows 1, 4, 5). The cache is production code, unchanged; the fault is all in
-// the wrapper, which forwards every other call to the Vulkan backend.
-// Killer: the device-step property (tests/vulkan/device_step_property.h) comparing the
-// step with BatchKVCache over the reference and host RoPE at the pre-update offsets.
+// instead of the snapshot it was handed. attend() ropes the producer's Q and K before the
+// append, so the fault bites where a step reads positions after it: the KV-shared layer,
+// whose queries are roped at the producer's snapshot (attend_shared), land S positions too
+// far — the device form of the offset alias of mlx-lm#1097 / #1384 / #1806 and vlm#966
+// (docs/lifecycle.md §Offset snapshot, docs/upstream-bugs.md rows 1, 2, 4, 5). The cache is
+// production code, unchanged; the fault is all in the wrapper, which forwards every other
+// call to the Vulkan backend.
+// Killer: the device-step property (property_tests/device_step.h): the device cache on the
+// wrapper against BatchKVCache on the wrapped backend, bit for bit.
 #include "property_tests/zoo/vulkan_mutants.h"
+
+#include <gtest/gtest.h>
 
 #include <memory>
 #include <optional>
 
+#include "kernels/vulkan/runtime/instance.h"
+#include "kernels/vulkan/vulkan_backend.h"
+#include "property_tests/device_step.h"
 #include "property_tests/properties.h"
-#include "tests/vulkan/device_step_property.h"
-#include "tests/vulkan/vulkan_test_util.h"
 
 namespace kvlab::prop::zoo {
 
@@ -70,22 +76,36 @@ class LiveOffsetsRope final : public Backend {
   std::optional<DTensor> advanced_;
 };
 
+// The device with the validation layer on where installed (every message a test
+// failure), or the reason there is none.
+void open_device(SharedDevice& device) {
+  VulkanOptions o;
+  o.validation = vk::Instance::validation_layer_available();
+  o.on_validation_message = [](const std::string& m) { ADD_FAILURE() << "Vulkan validation layer: " << m; };
+  try {
+    device.backend = std::make_unique<VulkanBackend>(o);
+  } catch (const Error& e) {
+    if (e.kind() != ErrorKind::unsupported) throw;
+    device.reason = e.what();
+  }
+}
+
 }  // namespace
 
 std::vector<DeviceMutant> device_mutants() {
   auto device = std::make_shared<SharedDevice>();
   DeviceMutant live;
   live.id = "v1.rope-q-reads-live-offsets";
-  live.upstream = "mlx-lm#1097 / #1806, vlm#966 (device offsets)";
+  live.upstream = "mlx-lm#1097 / #1384 / #1806, vlm#966 (device offsets)";
   live.unavailable = [device] {
-    if (!device->backend) device->backend = testing::try_vulkan(VulkanOptions{}, device->reason);
+    if (!device->backend && device->reason.empty()) open_device(*device);
     return device->backend ? std::string() : "no usable Vulkan device: " + device->reason;
   };
-  live.properties.emplace_back("V1.DeviceStepMatchesReference", [device] {
-    testing::DeviceStepPropertyOptions options;
+  live.properties.emplace_back("V1.DeviceStepMatchesBatchKVCache", [device] {
+    prop::DeviceStepOptions options;
     options.on_failure = [](const std::vector<std::int64_t>& chunks) { record_case(chunks); };
     LiveOffsetsRope mutant(*device->backend);
-    testing::device_step_matches_reference(mutant, options);
+    prop::device_step_matches_batch_cache(mutant, *device->backend, options);
   });
   return {live};
 }

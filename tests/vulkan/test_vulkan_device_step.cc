@@ -1,11 +1,13 @@
 // DeviceBatchKVCache (cache/device_batch_kv_cache.h) on the Vulkan backend: offsets that
-// live on the device, the pre-append snapshot of its attention step.
-//  - Seeded random prefill + decode sequences on every storage/memory path against
-//    BatchKVCache over the reference with host RoPE at the pre-update offsets
-//    (device_step_oracle.h): offsets exact, V bit for bit, K and Q within one ulp.
+// live on the device, snapshotted there by attend() (cache/attend.h) before the append.
+//  - Seeded random prefill + decode sequences on every storage/memory path, through
+//    attend() and a KV-shared layer: against BatchKVCache over the reference (offsets and
+//    positions exact, V bit for bit, K within one ulp: the Vulkan rope tolerance) and
+//    against BatchKVCache on the same device (every output bit for bit: same kernels).
 //  - Hand-derived positions: with D = 2, rope dims 2 and wavelength 1, RoPE maps (1, 0)
-//    to (cos p, sin p), so every position the kernels used can be checked by formula.
-//  - The RapidCheck property (device_step_property.h) passes on Vulkan and on the
+//    to (cos p, sin p), so every position the cached keys were roped at is checked by
+//    formula.
+//  - The RapidCheck property (property_tests/device_step.h) passes on Vulkan and on the
 //    reference (the bug zoo shows it fails on a backend whose RoPE reads the live offsets).
 //  - The Context batch: several commands, one submission, barriers in order; transfers
 //    that need their own submission are refused inside it.
@@ -13,24 +15,24 @@
 #include <gtest/gtest.h>
 #include <rapidcheck.h>
 
+#include <bit>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <iostream>
-#include <numeric>
 #include <vector>
 
-#include "kernels/vulkan/context.h"
+#include "cache/attend.h"
+#include "cache/batch_kv_cache.h"
 #include "cache/device_batch_kv_cache.h"
+#include "kernels/vulkan/context.h"
+#include "property_tests/device_step.h"
 #include "reference/reference_backend.h"
 #include "tests/unit/test_util.h"
-#include "tests/vulkan/device_step_oracle.h"
-#include "tests/vulkan/device_step_property.h"
 #include "tests/vulkan/vulkan_test_util.h"
 
 namespace kvlab {
 namespace {
-
-using testing::ReferenceDecodeStep;
 
 Tensor random_tensor(testing::SeededRng& rng, DType dtype, Shape shape) {
   return testing::random_normal(rng, dtype, std::move(shape), 1.0);
@@ -45,7 +47,29 @@ std::vector<std::int64_t> random_chunks(testing::SeededRng& rng) {
   return chunks;
 }
 
-TEST(VulkanDeviceStep, MatchesBatchKVCacheOverTheReferenceOnEveryPath) {
+// Position of element i in the dtype's total order of encodings (sign-magnitude →
+// offset binary), so |key(a) − key(b)| counts the representable values between a and b.
+std::int64_t order_key(const ConstTensorView& v, std::int64_t i) {
+  if (v.dtype == DType::f32) {
+    const auto u = std::bit_cast<std::uint32_t>(v.load(i));
+    return (u & 0x80000000u) ? -static_cast<std::int64_t>(u & 0x7FFFFFFFu) : static_cast<std::int64_t>(u);
+  }
+  const std::uint16_t h = v.as<const std::uint16_t>()[i];
+  return (h & 0x8000u) ? -static_cast<std::int64_t>(h & 0x7FFFu) : static_cast<std::int64_t>(h);
+}
+
+// The largest distance in representable values between got and want (-1: dtype or shape
+// differ).
+std::int64_t max_ulps(const Tensor& got, const Tensor& want) {
+  if (got.dtype() != want.dtype() || got.shape() != want.shape()) return -1;
+  std::int64_t worst = 0;
+  for (std::int64_t i = 0; i < got.numel(); ++i) {
+    worst = std::max(worst, std::abs(order_key(got.view(), i) - order_key(want.view(), i)));
+  }
+  return worst;
+}
+
+TEST(VulkanDeviceStep, MatchesBatchKVCacheOnEveryPath) {
   KVLAB_SEEDED_RNG(rng, 5101);
   struct Head {
     std::int64_t dim;
@@ -54,7 +78,8 @@ TEST(VulkanDeviceStep, MatchesBatchKVCacheOverTheReferenceOnEveryPath) {
   // D 64 and 128 (128 with half of it rotated: a copied tail), and an odd D whose 16-bit
   // rows straddle words (the u32-word path's masked stores).
   const std::vector<Head> heads_shapes = {{64, 64}, {128, 64}, {9, 8}};
-  std::int64_t steps = 0, q_off_by_one_ulp = 0;
+  std::int64_t steps = 0, k_off_by_one_ulp = 0;
+  ReferenceBackend ref;
   KVLAB_FOR_EACH_VULKAN_PATH([&](VulkanBackend& be, const testing::VulkanPath&) {
     for (const DType dtype : {DType::f16, DType::bf16, DType::f32})
       for (const Head& head : heads_shapes) {
@@ -64,34 +89,39 @@ TEST(VulkanDeviceStep, MatchesBatchKVCacheOverTheReferenceOnEveryPath) {
           pads.push_back(static_cast<std::int32_t>(batch == 1 ? 0 : rng.integer(0, 5)));
         }
         const std::vector<std::int64_t> chunks = random_chunks(rng);
-        RopeParams rope;
-        rope.dims = head.rope_dims;
-        rope.traditional = rng.integer(0, 1) == 1;
+        AttendOptions options;
+        options.rope.dims = head.rope_dims;
+        options.rope.traditional = rng.integer(0, 1) == 1;
+        options.attention.scale = 1.0f / std::sqrt(static_cast<float>(head.dim));
         SCOPED_TRACE(::testing::Message() << dtype_name(dtype) << " B " << batch << " H " << heads << " Hq " << q_heads
                                           << " D " << head.dim << " dims " << head.rope_dims);
         DeviceBatchKVCache device(be, pads);
-        ReferenceDecodeStep oracle(pads, rope);
+        BatchKVCache same_device(be, pads), oracle(ref, pads);
         for (const std::int64_t s : chunks) {
           SCOPED_TRACE(::testing::Message() << "chunk of " << s << " at column " << device.idx());
           const Tensor q = random_tensor(rng, dtype, {batch, q_heads, s, head.dim});
           const Tensor k = random_tensor(rng, dtype, {batch, heads, s, head.dim});
           const Tensor v = random_tensor(rng, dtype, {batch, heads, s, head.dim});
-          const Tensor q_want = oracle.step(q, k, v);
-          const auto step = device.rope_and_update(be.upload(q), be.upload(k), be.upload(v), rope);
-          const Tensor q_got = be.download(step.queries);
+          const AttendResult got = attend(device, be.upload(q), be.upload(k), be.upload(v), options);
+          const AttendResult host = attend(same_device, be.upload(q), be.upload(k), be.upload(v), options);
+          const AttendResult want = attend(oracle, ref.upload(q), ref.upload(k), ref.upload(v), options);
           ASSERT_EQ(device.offsets(), oracle.offsets());
-          EXPECT_TRUE(testing::bit_equal(be.download(step.kv.values), oracle.values()));
-          const testing::UlpDistance dk = testing::ulp_distance(be.download(step.kv.keys), oracle.keys());
-          const testing::UlpDistance dq = testing::ulp_distance(q_got, q_want);
-          EXPECT_TRUE(dk.worst == 0 || dk.worst == 1) << "cached K: " << dk.worst << " ulp at " << dk.worst_at;
-          EXPECT_TRUE(dq.worst == 0 || dq.worst == 1) << "roped Q: " << dq.worst << " ulp at " << dq.worst_at;
-          q_off_by_one_ulp += dq.worst;
+          ASSERT_EQ(got.positions, want.positions);
+          EXPECT_TRUE(testing::bit_equal(be.download(got.kv->values), ref.download(want.kv->values)));
+          const std::int64_t dk = max_ulps(be.download(got.kv->keys), ref.download(want.kv->keys));
+          EXPECT_TRUE(dk == 0 || dk == 1) << "cached K: " << dk << " ulp from the reference";
+          k_off_by_one_ulp += dk;
+          EXPECT_TRUE(testing::bit_equal(be.download(got.kv->keys), be.download(host.kv->keys)));
+          EXPECT_TRUE(testing::bit_equal(be.download(got.out), be.download(host.out)));
+          const DTensor q2 = be.upload(q);
+          EXPECT_TRUE(testing::bit_equal(be.download(attend_shared(be, got, q2, options)),
+                                         be.download(attend_shared(be, host, q2, options))));
           ++steps;
         }
       }
   });
-  std::cout << "[ step     ] " << steps << " steps compared with the oracle; " << q_off_by_one_ulp
-            << " had a roped Q element 1 ulp away\n";
+  std::cout << "[ step     ] " << steps << " steps compared; " << k_off_by_one_ulp
+            << " had a cached K element 1 ulp from the reference\n";
 }
 
 // D = 2, rope dims 2, wavelength 1: θ = position, and (1, 0) ropes to (cos p, sin p).
@@ -121,25 +151,29 @@ void expect_positions(const Tensor& x, const std::vector<std::int64_t>& first, c
     }
 }
 
-TEST(VulkanDeviceStep, KeysAndQueriesAreRopedAtThePreAppendOffsets) {
+TEST(VulkanDeviceStep, KeysAreRopedAtThePreAppendOffsets) {
   KVLAB_FOR_EACH_VULKAN_PATH([&](VulkanBackend& be, const testing::VulkanPath&) {
     DeviceBatchKVCache cache(be, {0, 3});
-    const RopeParams rope = unit_circle();
+    AttendOptions options;
+    options.rope = unit_circle();
     auto step = [&](std::int64_t s) {
       const DTensor x = be.upload(ones_then_zeros(2, s));
-      return cache.rope_and_update(x, x, x, rope);
+      return attend(cache, x, x, x, options);
     };
     EXPECT_EQ(cache.offsets(), (std::vector<std::int32_t>{0, -3}));
     // Prefill of 4 (row 1: three padding tokens at positions -3..-1, then position 0).
-    expect_positions(be.download(step(4).queries), {0, -3}, "prefill Q");
+    const AttendResult prefill = step(4);
+    EXPECT_EQ(prefill.positions, (std::vector<std::int32_t>{0, -3}));
+    expect_positions(be.download(prefill.kv->keys), {0, -3}, "prefill K");
     EXPECT_EQ(cache.offsets(), (std::vector<std::int32_t>{4, 1}));
-    // A decode step: positions 4 and 1.
-    const DeviceBatchKVCache::AttentionInputs decode = step(1);
-    expect_positions(be.download(decode.queries), {4, 1}, "decode Q");
+    // A decode step: positions 4 and 1; the snapshot it was roped at stays 4 and 1.
+    const AttendResult decode = step(1);
+    EXPECT_EQ(decode.positions, (std::vector<std::int32_t>{4, 1}));
     EXPECT_EQ(cache.offsets(), (std::vector<std::int32_t>{5, 2}));
+    EXPECT_EQ(be.download(decode.position_offsets).to_ints(), (std::vector<std::int64_t>{4, 1}));
     // Column c of row b holds K roped at c − pad[b]: rows as (B, 1, 5, 2), first −pad[b].
-    expect_positions(be.download(decode.kv.keys), {0, -3}, "cached K");
-    EXPECT_TRUE(testing::bit_equal(be.download(decode.kv.values), ones_then_zeros(2, 5)));
+    expect_positions(be.download(decode.kv->keys), {0, -3}, "cached K");
+    EXPECT_TRUE(testing::bit_equal(be.download(decode.kv->values), ones_then_zeros(2, 5)));
   });
 }
 
@@ -153,9 +187,8 @@ std::string run_property(Backend& be, int cases) {
   std::cout << "[ seed     ] " << params.seed << " (RapidCheck), " << cases << " cases\n";
   rc::detail::TestMetadata meta;
   meta.id = meta.description = "device step on " + be.name();
-  const testing::DeviceStepPropertyOptions options;
   const rc::detail::TestResult result =
-      rc::detail::checkTestable([&] { testing::device_step_matches_reference(be, options); }, meta, params);
+      rc::detail::checkTestable([&] { prop::device_step_matches_batch_cache(be, be); }, meta, params);
   rc::detail::FailureResult failure;
   if (result.match(failure)) return failure.description.empty() ? "failed" : failure.description;
   rc::detail::Error error;
@@ -163,14 +196,14 @@ std::string run_property(Backend& be, int cases) {
   return {};
 }
 
-TEST(VulkanDeviceStepProperty, MatchesTheReference) {
+TEST(VulkanDeviceStepProperty, MatchesBatchKVCache) {
   KVLAB_VULKAN_OR_SKIP(be, VulkanOptions{});
   const std::string failure = run_property(*be, 100);
   EXPECT_TRUE(failure.empty()) << failure;
 }
 
 // The cache is written once over Backend&: the same property over the oracle itself.
-TEST(DeviceBatchKVCacheProperty, MatchesTheReferenceOnTheReferenceBackend) {
+TEST(DeviceBatchKVCacheProperty, MatchesBatchKVCacheOnTheReferenceBackend) {
   ReferenceBackend be;
   const std::string failure = run_property(be, 50);
   EXPECT_TRUE(failure.empty()) << failure;
@@ -227,27 +260,30 @@ TEST(VulkanDeviceStep, InvalidInputIsAnErrorNamingTheValues) {
   EXPECT_KVLAB_ERROR(DeviceBatchKVCache(*be, {0, -2}), invalid_argument, "left_padding[1] = -2");
 
   DeviceBatchKVCache cache(*be, {0, 1});
-  RopeParams rope;
-  rope.dims = 8;
+  AttendOptions options;
+  options.rope.dims = 8;
   auto f16 = [&](Shape s) { return be->allocate(DType::f16, std::move(s)); };
   const DTensor q = f16({2, 4, 3, 8}), k = f16({2, 2, 3, 8}), v = f16({2, 2, 3, 8});
   for (const DTensor& t : {q, k, v}) be->fill(t, 0);
-  EXPECT_KVLAB_ERROR(cache.rope_and_update(q, f16({2, 3, 3, 8}), v, rope), shape_mismatch, "(2, 3, 3, 8)");
-  EXPECT_KVLAB_ERROR(cache.rope_and_update(q, k, f16({2, 2, 2, 8}), rope), shape_mismatch, "(2, 2, 2, 8)");
-  EXPECT_KVLAB_ERROR(cache.rope_and_update(f16({2, 4, 1, 8}), k, v, rope), shape_mismatch, "q (2, 4, 1, 8)");
-  EXPECT_KVLAB_ERROR(cache.rope_and_update(f16({1, 4, 3, 8}), k, v, rope), shape_mismatch, "q (1, 4, 3, 8)");
-  EXPECT_KVLAB_ERROR(cache.rope_and_update(q, be->allocate(DType::f32, {2, 2, 3, 8}), v, rope), dtype_mismatch,
-                     "f32");
-  RopeParams too_wide = rope;
-  too_wide.dims = 10;
-  EXPECT_KVLAB_ERROR(cache.rope_and_update(q, k, v, too_wide), invalid_argument, "10");
+  EXPECT_KVLAB_ERROR(attend(cache, q, f16({2, 3, 3, 8}), v, options), shape_mismatch, "(2, 3, 3, 8)");
+  EXPECT_KVLAB_ERROR(attend(cache, q, k, f16({2, 2, 2, 8}), options), shape_mismatch, "(2, 2, 2, 8)");
+  EXPECT_KVLAB_ERROR(attend(cache, f16({2, 4, 1, 8}), k, v, options), shape_mismatch, "q has 1 tokens");
+  EXPECT_KVLAB_ERROR(attend(cache, f16({1, 4, 3, 8}), k, v, options), shape_mismatch, "q (1, 4, 3, 8)");
+  EXPECT_KVLAB_ERROR(attend(cache, f16({2, 4, 3, 9}), k, v, options), shape_mismatch, "q (2, 4, 3, 9)");
+  EXPECT_KVLAB_ERROR(attend(cache, q, be->allocate(DType::f32, {2, 2, 3, 8}), v, options), dtype_mismatch, "f32");
+  const DTensor k1 = f16({1, 2, 3, 8}), v1 = f16({1, 2, 3, 8});
+  EXPECT_KVLAB_ERROR(attend(cache, f16({1, 4, 3, 8}), k1, v1, options), shape_mismatch,
+                     "holds 2 sequences but the step has 1 rows");
+  AttendOptions too_wide = options;
+  too_wide.rope.dims = 10;
+  EXPECT_KVLAB_ERROR(attend(cache, q, k, v, too_wide), invalid_argument, "10");
   ReferenceBackend ref;
-  EXPECT_KVLAB_ERROR(cache.rope_and_update(q, ref.allocate(DType::f16, {2, 2, 3, 8}), v, rope), misuse,
+  EXPECT_KVLAB_ERROR(attend(cache, q, ref.allocate(DType::f16, {2, 2, 3, 8}), v, options), misuse,
                      "not allocated by this Vulkan");
   // Nothing above changed the cache.
   EXPECT_TRUE(cache.empty());
   EXPECT_EQ(cache.offsets(), (std::vector<std::int32_t>{0, -1}));
-  (void)cache.rope_and_update(q, k, v, rope);
+  (void)attend(cache, q, k, v, options);
   EXPECT_EQ(cache.offsets(), (std::vector<std::int32_t>{3, 2}));
 
   // The kernel's own check reads the offsets on the device: a column range past the
