@@ -37,7 +37,7 @@ struct CacheKindInfo {
   CacheKind kind;
   std::string_view name;        // in problem lines: "kv", "batch_rotating", ...
   std::string_view class_name;  // CacheState::class_name and Cache::class_name()
-  bool batch;     // one sequence per row: prepare / finalize / filter / extend below
+  bool batch;     // one sequence per row (the verbs of Cache::batch(), where the kind has them)
   bool packed;    // K/V stored as codes (content() parts are codes, not float rows)
   bool quantized; // written through update_quantized() (Cache::is_quantized())
   std::unique_ptr<Cache> (*make)(Backend&, const CacheSetup&);
@@ -52,17 +52,10 @@ const CacheKindInfo* find_cache_class(std::string_view class_name);
 // An empty cache of `kind`.
 std::unique_ptr<Cache> make_cache(Backend& backend, CacheKind kind, const CacheSetup& setup);
 
-// ---- the verbs of one kind, for drivers holding a Cache& ---------------------------------
-// Each throws misuse naming the class when `cache` is not of a kind that has the verb.
-
-// Batch kinds: a chunk of `tokens` per row whose last right_padding[b] are padding
-// (prepare(right_padding); the batch ring also needs the real lengths).
-void batch_prepare_right(Cache& cache, const std::vector<std::int32_t>& right_padding, std::int64_t tokens);
-void batch_finalize(Cache& cache);
-void batch_filter(Cache& cache, const std::vector<std::int32_t>& keep);
-void batch_extend(Cache& cache, const Cache& other);  // `other` of the same kind
-// ChunkedKVCache::maybe_trim_front, which llama4 calls before every attention; other
-// kinds have no front to trim and are left as they are. True when `cache` is chunked.
-bool trim_front_if_chunked(Cache& cache);
+// The row of `cache`'s class (by its class name); nullptr for a class the catalogue
+// does not list. The verbs only some kinds have are Cache's own virtuals (batch(),
+// quantized_form(), maybe_trim_front()), so no driver needs the concrete class.
+const CacheKindInfo* kind_of(const Cache& cache);
+bool is_kind(const Cache& cache, CacheKind kind);
 
 }  // namespace kvlab

@@ -163,7 +163,7 @@ Hooks production_hooks() {
     be.rope({x, p, o, out});
   };
   h.trim_front = [](std::unique_ptr<Cache>& c) {
-    KVLAB_REQUIRE(trim_front_if_chunked(*c), misuse, "maybe_trim_front needs a ChunkedKVCache, got ", c->class_name());
+    KVLAB_REQUIRE(c->maybe_trim_front(), misuse, "maybe_trim_front needs a ChunkedKVCache, got ", c->class_name());
   };
   h.load_into = [](const std::filesystem::path& path, Backend& be, std::vector<std::unique_ptr<Cache>>& layers) {
     LoadedCaches loaded = load_caches(path, be);  // builds new objects; throws before anything is replaced

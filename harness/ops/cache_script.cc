@@ -6,6 +6,7 @@
 #include <cstring>
 #include <optional>
 
+#include "cache/batch_cache.h"
 #include "cache/kv_cache.h"
 #include "cache/quantized_kv_cache.h"
 #include "cache/registry.h"
@@ -423,7 +424,7 @@ std::unique_ptr<Cache> run_script(Backend& be, const Setup& setup, const Script&
   std::optional<AttendResult> producer;
   auto attend_step = [&](Cache& target) {
     const Step& st = plan.steps.at(next++);
-    trim_front_if_chunked(target);  // llama4's order
+    target.maybe_trim_front();  // llama4's order
     const DTensor qs = rows_of(q, st.q_row, {st.batch, setup.hq, st.tokens, setup.dim});
     const DTensor ks = rows_of(k, st.kv_row, {st.batch, setup.hkv, st.tokens, setup.dim});
     const DTensor vs = rows_of(v, st.kv_row, {st.batch, setup.hkv, st.tokens, setup.dim});
@@ -443,7 +444,7 @@ std::unique_ptr<Cache> run_script(Backend& be, const Setup& setup, const Script&
         break;
       case Verb::update: {
         const Step& st = plan.steps.at(next++);
-        trim_front_if_chunked(*cache);  // as before an attention
+        cache->maybe_trim_front();  // as before an attention
         const DTensor ks = rows_of(k, st.kv_row, {st.batch, setup.hkv, st.tokens, setup.dim});
         const DTensor vs = rows_of(v, st.kv_row, {st.batch, setup.hkv, st.tokens, setup.dim});
         if (cache->is_quantized()) {
@@ -465,22 +466,23 @@ std::unique_ptr<Cache> run_script(Backend& be, const Setup& setup, const Script&
         break;
       }
       case Verb::right_chunk:
-        batch_prepare_right(*cache, setup.right_padding(static_cast<std::int64_t>(cache->offsets().size())), c.n);
+        prepare_right(batch_verbs(*cache, "prepare"),
+                      setup.right_padding(static_cast<std::int64_t>(cache->offsets().size())), c.n);
         producer = attend_step(*cache);
         break;
       case Verb::reload: cache = cache_from_state(be, cache->state()); break;
-      case Verb::finalize: batch_finalize(*cache); break;
-      case Verb::filter: batch_filter(*cache, c.keep); break;
+      case Verb::finalize: batch_verbs(*cache, "finalize").finalize(); break;
+      case Verb::filter: batch_verbs(*cache, "filter").filter(c.keep); break;
       case Verb::extend: {
         std::unique_ptr<Cache> other = make_cache(be, setup, c.rows);
         attend_step(*other);
-        batch_extend(*cache, *other);
+        batch_verbs(*cache, "extend").extend(*other);
         break;
       }
       case Verb::quantize: {
-        const auto* plain = dynamic_cast<const KVCache*>(cache.get());
-        KVLAB_REQUIRE(plain != nullptr, invalid_argument, "command 'q' needs a KVCache, not ", cache->class_name());
-        cache = to_quantized(*plain, setup.spec, Rounding::mlx_cpu);
+        std::unique_ptr<Cache> quantized = cache->quantized_form(setup.spec, Rounding::mlx_cpu);
+        KVLAB_REQUIRE(quantized != nullptr, invalid_argument, "command 'q' needs a KVCache, not ", cache->class_name());
+        cache = std::move(quantized);
         break;
       }
     }
