@@ -20,17 +20,28 @@ enum class CacheKind : std::uint8_t {
   kv, rotating, quantized, chunked, batch_kv, batch_rotating, batch_quantized, turboquant, device_batch_kv
 };
 
-// Everything a kind's constructor may need; each kind reads its own fields.
+// The one setup of a cache: everything a kind's constructor may need (each kind reads its
+// own fields), and what a command script (harness/ops/cache_script.h) runs it with: the
+// shape of its inputs, its attention and the padding rules of the rows it adds.
 struct CacheSetup {
+  CacheKind kind = CacheKind::kv;
+  // ---- the constructor's
   std::vector<std::int32_t> left_padding{0};  // batch kinds: one entry per row
   std::int64_t max_size = 16, keep = 0;       // rotating kinds (the batch ring has no keep)
   std::int64_t chunk = 16;                    // chunked
-  QuantSpec spec;                             // quantized kinds
+  QuantSpec spec;                             // quantized kinds (and kind kv converted by a script)
   Rounding rounding = Rounding::mlx_cpu;
   double tq_bits = 4;  // turboquant: TurboQuantKVCache(tq_bits, seed, key, value bits, meaning)
   std::uint64_t seed = 0;
   std::optional<double> tq_key_bits, tq_value_bits;
   FractionalBits tq_meaning = FractionalBits::split_channels;
+  // ---- a script's
+  std::int64_t batch = 1, hq = 4, hkv = 2, dim = 64;  // rows, query and kv heads, head dim
+  DType dtype = DType::f32;
+  bool rope = true;
+  int window = 0;
+  bool quantizes = false;           // kind kv whose script converts it (`q`): packed from then on
+  std::int64_t lpad = 0, rpad = 0;  // the largest padding the rules spread over the rows
 };
 
 struct CacheKindInfo {

@@ -196,24 +196,11 @@ const std::vector<std::string>& kind_names() {
 bool is_batch(Kind k) { return cache_kind_info(k).batch; }
 bool is_packed(Kind k) { return cache_kind_info(k).packed; }
 
-CacheSetup Setup::cache_setup(std::int64_t rows) const {
-  CacheSetup c;
-  c.left_padding = left_padding(rows);
-  c.max_size = max_size;
-  c.keep = keep;
-  c.chunk = chunk;
-  c.spec = spec;
-  c.rounding = Rounding::mlx_cpu;
-  c.tq_bits = static_cast<double>(tq_bits);
-  c.seed = seed;
-  return c;
-}
-
-AttendOptions Setup::attend_options() const {
+AttendOptions attend_options(const CacheSetup& s) {
   AttendOptions o;
-  o.rope.dims = rope ? static_cast<int>(dim) : 0;
-  o.attention.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(dim)));
-  o.window = window;
+  o.rope.dims = s.rope ? static_cast<int>(s.dim) : 0;
+  o.attention.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(s.dim)));
+  o.window = s.window;
   return o;
 }
 
@@ -231,8 +218,14 @@ std::vector<std::int32_t> spread(std::int64_t pad, std::int64_t rows) {
 
 }  // namespace
 
-std::vector<std::int32_t> Setup::left_padding(std::int64_t rows) const { return spread(lpad, rows); }
-std::vector<std::int32_t> Setup::right_padding(std::int64_t rows) const { return spread(rpad, rows); }
+std::vector<std::int32_t> left_padding_rule(const CacheSetup& s, std::int64_t rows) { return spread(s.lpad, rows); }
+std::vector<std::int32_t> right_padding_rule(const CacheSetup& s, std::int64_t rows) { return spread(s.rpad, rows); }
+
+CacheSetup with_rows(const CacheSetup& s, std::int64_t rows) {
+  CacheSetup c = s;
+  c.left_padding = left_padding_rule(s, rows);
+  return c;
+}
 
 namespace {
 
@@ -251,7 +244,7 @@ std::int64_t sat_mul(std::int64_t a, std::int64_t b) {
 
 }  // namespace
 
-PlanTotals plan_totals(const Setup& setup, const Script& script) {
+PlanTotals plan_totals(const CacheSetup& setup, const Script& script) {
   PlanTotals t;
   std::int64_t batch = std::min(setup.batch, kSaturated), producer_rows = 0, producer_tokens = 0;
   t.max_batch = batch;
@@ -322,7 +315,7 @@ PlanTotals plan_totals(const Setup& setup, const Script& script) {
   return t;
 }
 
-Plan plan_script(const Setup& setup, const Script& script) {
+Plan plan_script(const CacheSetup& setup, const Script& script) {
   Plan plan;
   std::int64_t batch = setup.batch;
   std::optional<Step> producer;  // the last attention of the main cache
@@ -399,8 +392,8 @@ Plan plan_script(const Setup& setup, const Script& script) {
 
 namespace {
 
-std::unique_ptr<Cache> make_cache(Backend& be, const Setup& s, std::int64_t rows) {
-  return kvlab::make_cache(be, s.kind, s.cache_setup(rows));
+std::unique_ptr<Cache> make_cache(Backend& be, const CacheSetup& s, std::int64_t rows) {
+  return kvlab::make_cache(be, s.kind, with_rows(s, rows));
 }
 
 // Rows [row, row + numel/D) of a flat (rows, D) tensor, seen as `shape`.
@@ -411,14 +404,14 @@ DTensor rows_of(const DTensor& flat, std::int64_t row, Shape shape) {
 
 }  // namespace
 
-std::unique_ptr<Cache> run_script(Backend& be, const Setup& setup, const Script& script, const DTensor& q,
+std::unique_ptr<Cache> run_script(Backend& be, const CacheSetup& setup, const Script& script, const DTensor& q,
                                   const DTensor& k, const DTensor& v, Observer& observer) {
   const Plan plan = plan_script(setup, script);
   KVLAB_REQUIRE(q.shape == (Shape{plan.q_rows, setup.dim}) && k.shape == (Shape{plan.kv_rows, setup.dim}) &&
                     v.shape == k.shape,
                 internal, "cache script inputs q ", shape_str(q.shape), ", k ", shape_str(k.shape),
                 " do not fit its plan");
-  const AttendOptions options = setup.attend_options();
+  const AttendOptions options = attend_options(setup);
   std::unique_ptr<Cache> cache = make_cache(be, setup, setup.batch);
   std::size_t next = 0;
   std::optional<AttendResult> producer;
@@ -467,7 +460,7 @@ std::unique_ptr<Cache> run_script(Backend& be, const Setup& setup, const Script&
       }
       case Verb::right_chunk:
         prepare_right(batch_verbs(*cache, "prepare"),
-                      setup.right_padding(static_cast<std::int64_t>(cache->offsets().size())), c.n);
+                      right_padding_rule(setup, static_cast<std::int64_t>(cache->offsets().size())), c.n);
         producer = attend_step(*cache);
         break;
       case Verb::reload: cache = cache_from_state(be, cache->state()); break;
@@ -521,13 +514,13 @@ class Rows {
   std::vector<std::byte> bytes_;
 };
 
-std::vector<Rows> packed_rows(const Setup& s) {
+std::vector<Rows> packed_rows(const CacheSetup& s) {
   std::vector<Rows> out;
   for (const char* side : {"keys", "values"}) {
     const std::string n(side);
     if (s.kind == Kind::turboquant) {
       out.emplace_back(n + ".norms", DType::f16, 1);
-      out.emplace_back(n + ".indices", DType::u32, (s.dim * s.tq_bits + 31) / 32);
+      out.emplace_back(n + ".indices", DType::u32, (s.dim * static_cast<std::int64_t>(s.tq_bits) + 31) / 32);
       continue;
     }
     out.emplace_back(n + ".wq", DType::u32, s.spec.packed_words(s.dim));
@@ -539,7 +532,7 @@ std::vector<Rows> packed_rows(const Setup& s) {
 
 }  // namespace
 
-std::vector<Component> cache_content(const Cache& cache, const Setup& s) {
+std::vector<Component> cache_content(const Cache& cache, const CacheSetup& s) {
   Backend& be = cache.backend();
   // The components come from the setup, so an empty cache still has every (0, W) one.
   std::vector<Rows> rows;

@@ -73,24 +73,14 @@ const std::vector<std::string>& kind_names();  // in catalogue order; kv first (
 bool is_batch(Kind k);
 bool is_packed(Kind k);  // K/V stored as codes
 
-struct Setup {
-  Kind kind = Kind::kv;
-  std::int64_t batch = 1, hq = 4, hkv = 2, dim = 64;
-  DType dtype = DType::f32;
-  bool rope = true;
-  int window = 0;
-  std::int64_t max_size = 16, keep = 0, chunk = 16;
-  QuantSpec spec;   // quantized kinds
-  int tq_bits = 4;  // turboquant
-  bool quantizes = false;  // kind kv whose script has `q`: quantized with `spec` from then on
-  std::int64_t lpad = 0, rpad = 0;
-  std::uint64_t seed = 1;
-
-  AttendOptions attend_options() const;
-  CacheSetup cache_setup(std::int64_t rows) const;  // the catalogue's setup for `rows` rows
-  std::vector<std::int32_t> left_padding(std::int64_t rows) const;   // the lpad rule
-  std::vector<std::int32_t> right_padding(std::int64_t rows) const;  // the rpad rule
-};
+// A script runs with the catalogue's one setup (CacheSetup): its kind, the constructor's
+// fields, the inputs' shape and the padding rules (the cache op leaves the rounding at
+// mlx_cpu and gives a turboquant cache a whole width and the problem's seed).
+AttendOptions attend_options(const CacheSetup& setup);
+// The setup of a cache of `rows` rows: left_padding by the lpad rule.
+CacheSetup with_rows(const CacheSetup& setup, std::int64_t rows);
+std::vector<std::int32_t> left_padding_rule(const CacheSetup& setup, std::int64_t rows);
+std::vector<std::int32_t> right_padding_rule(const CacheSetup& setup, std::int64_t rows);
 
 // One attention of the script, in order: where its inputs sit in the flat (rows, D)
 // input tensors and its output in the flat output. Known before anything runs.
@@ -111,7 +101,7 @@ struct Plan {
 };
 // Throws invalid_argument for a script the kind cannot run (batch commands on a single
 // cache, `a` before any attention, a filter emptying the batch).
-Plan plan_script(const Setup& setup, const Script& script);
+Plan plan_script(const CacheSetup& setup, const Script& script);
 // The totals of plan_script() without listing its steps (a decode count in the billions
 // costs nothing), saturating at 2^62: the cache op's footprint, checked before anything
 // is planned or allocated. plan_script() checks that its totals agree.
@@ -123,7 +113,7 @@ struct PlanTotals {
   // trims and windows. Quadratic in a script's decode count.
   std::int64_t attention_work = 0;
 };
-PlanTotals plan_totals(const Setup& setup, const Script& script);
+PlanTotals plan_totals(const CacheSetup& setup, const Script& script);
 
 class Observer {
  public:
@@ -140,7 +130,7 @@ class Observer {
 
 // Inputs: q (plan.q_rows, D), k and v (plan.kv_rows, D) in setup.dtype on `backend`.
 // Returns the main cache after the last command.
-std::unique_ptr<Cache> run_script(Backend& backend, const Setup& setup, const Script& script, const DTensor& q,
+std::unique_ptr<Cache> run_script(Backend& backend, const CacheSetup& setup, const Script& script, const DTensor& q,
                                   const DTensor& k, const DTensor& v, Observer& observer);
 
 // The logical content of a cache: per component (keys, values, or their packed parts),
@@ -151,6 +141,6 @@ struct Component {
   std::string name;
   Tensor rows;
 };
-std::vector<Component> cache_content(const Cache& cache, const Setup& setup);
+std::vector<Component> cache_content(const Cache& cache, const CacheSetup& setup);
 
 }  // namespace kvlab::harness::cache_script
