@@ -21,7 +21,7 @@ enum class CacheKind : std::uint8_t {
 };
 
 // The one setup of a cache: everything a kind's constructor may need (each kind reads its
-// own fields), and what a command script (harness/ops/cache_script.h) runs it with: the
+// own fields), and what a command script (cache/cache_script.h) runs it with: the
 // shape of its inputs, its attention and the padding rules of the rows it adds.
 struct CacheSetup {
   CacheKind kind = CacheKind::kv;

@@ -1,5 +1,5 @@
 // cache: cache-level cases (issue 4). One problem is a cache kind, its shape and a
-// command script (harness/ops/cache_script.h); invoke() builds the cache over the backend
+// command script (cache/cache_script.h); invoke() builds the cache over the backend
 // under test and runs the script, every attention through attend() (snapshot → RoPE →
 // update → SDPA / quantized SDPA) or attend_shared(), so the backend's RoPE, quantize,
 // data-movement and attention kernels run in sequence exactly as a model drives them.
@@ -24,7 +24,7 @@
 #include <memory>
 #include <mutex>
 
-#include "harness/ops/cache_script.h"
+#include "cache/cache_script.h"
 #include "harness/ops/ops.h"
 #include "reference/quantized_sdpa.h"
 #include "reference/reference_backend.h"
@@ -34,7 +34,7 @@ namespace kvlab::harness::ops {
 
 namespace {
 
-namespace cs = cache_script;
+namespace cs = kvlab::cache_script;
 
 constexpr double kU = 0x1p-24;  // f32 unit roundoff
 
@@ -94,9 +94,9 @@ CacheSetup setup_of(const Problem& p) {
   // follows. With rope=0 the stored inputs are bit-exact, and so are the stored codes
   // (affine/fp quantization is a bit-exact kernel), which are compared bit for bit.
   const cs::Script script = cs::parse_script(p.word("script"));
-  s.quantizes = std::any_of(script.begin(), script.end(), [](const cs::Command& c) { return c.verb == cs::Verb::quantize; });
+  s.quantizes = cs::script_quantizes(s, script);
   KVLAB_REQUIRE(!s.rope || !(cs::is_packed(s.kind) || s.quantizes), invalid_argument, "kind=", kind,
-                s.quantizes ? " quantized by 'q'" : "", " stores codes, compared bit-exactly, which needs bit-exact "
+                s.quantizes ? " quantized by 'q' or 'm'" : "", " stores codes, compared bit-exactly, which needs bit-exact "
                 "inputs: use rope=0");
   const bool rotating = s.kind == cs::Kind::rotating || s.kind == cs::Kind::batch_rotating;
   const bool quantized = s.kind == cs::Kind::quantized || s.kind == cs::Kind::batch_quantized || s.quantizes;

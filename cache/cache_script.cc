@@ -1,4 +1,4 @@
-#include "harness/ops/cache_script.h"
+#include "cache/cache_script.h"
 
 #include <algorithm>
 #include <charconv>
@@ -10,9 +10,10 @@
 #include "cache/kv_cache.h"
 #include "cache/quantized_kv_cache.h"
 #include "cache/registry.h"
+#include "cache/rotating_kv_cache.h"
 #include "kvlab/error.h"
 
-namespace kvlab::harness::cache_script {
+namespace kvlab::cache_script {
 
 namespace {
 
@@ -41,7 +42,7 @@ std::optional<std::int64_t> number(std::string_view s) {
 Command parse_command(std::string_view word, std::string_view text) {
   auto bad = [&](std::string_view why) -> Command {
     fail(ErrorKind::invalid_argument, cat("script '", text, "': command '", word, "' ", why,
-                                          " (commands: pN, d, dN, uN, tN, a, s, q, rN, f, kI_J_..., xRpN)"));
+                                          " (commands: pN, d, dN, uN, tN, a, s, q, mN, e, c, rN, f, kI_J_..., xRpN)"));
   };
   if (word.empty()) return bad("is empty");
   const char head = word[0];
@@ -57,13 +58,22 @@ Command parse_command(std::string_view word, std::string_view text) {
     case 't': return {Verb::trim, count(1), 0, {}};
     case 'u': return {Verb::update, count(1), 0, {}};
     case 'r': return {Verb::right_chunk, count(1), 0, {}};
+    case 'm': return {Verb::policy, count(0), 0, {}};
     case 'a':
     case 's':
     case 'f':
     case 'q':
+    case 'e':
+    case 'c': {
       if (!rest.empty()) return bad("takes no argument");
-      return {head == 'a' ? Verb::shared : head == 's' ? Verb::reload : head == 'f' ? Verb::finalize : Verb::quantize,
-              0, 0, {}};
+      const Verb verb = head == 'a'   ? Verb::shared
+                        : head == 's' ? Verb::reload
+                        : head == 'f' ? Verb::finalize
+                        : head == 'q' ? Verb::quantize
+                        : head == 'e' ? Verb::extract
+                                      : Verb::trim_front;
+      return {verb, 0, 0, {}};
+    }
     case 'k': {
       Command c{Verb::filter, 0, 0, {}};
       for (std::string_view index : split(rest, '_')) {
@@ -101,6 +111,9 @@ std::string command_str(const Command& c) {
     }
     case Verb::extend: return cat("x", c.rows, "p", c.n);
     case Verb::quantize: return "q";
+    case Verb::policy: return cat("m", c.n);
+    case Verb::extract: return "e";
+    case Verb::trim_front: return "c";
   }
   return "?";
 }
@@ -309,17 +322,49 @@ PlanTotals plan_totals(const CacheSetup& setup, const Script& script) {
       case Verb::trim:
       case Verb::reload:
       case Verb::finalize:
-      case Verb::quantize: done(1); break;
+      case Verb::quantize:
+      case Verb::policy:
+      case Verb::extract:
+      case Verb::trim_front: done(1); break;
     }
   }
   return t;
+}
+
+namespace {
+
+// A kind kv cache's offset through the script, and whether it has been converted: what
+// decides an `mN` (the other kinds never convert).
+struct KvTrack {
+  std::int64_t offset = 0;
+  bool quantized = false;
+  void after(const Command& c) {
+    switch (c.verb) {
+      case Verb::chunk:
+      case Verb::decode:
+      case Verb::update: offset = sat_add(offset, c.n); break;
+      case Verb::trim: offset -= std::min(c.n, offset); break;  // KV and quantized caches always trim
+      case Verb::quantize: quantized = true; break;
+      case Verb::policy: quantized = quantized || offset >= c.n; break;
+      default: break;
+    }
+  }
+};
+
+}  // namespace
+
+bool script_quantizes(const CacheSetup& setup, const Script& script) {
+  if (setup.kind != Kind::kv) return false;
+  KvTrack track;
+  for (const Command& c : script) track.after(c);
+  return track.quantized;
 }
 
 Plan plan_script(const CacheSetup& setup, const Script& script) {
   Plan plan;
   std::int64_t batch = setup.batch;
   std::optional<Step> producer;  // the last attention of the main cache
-  bool quantized = false;        // a `q` has run
+  KvTrack track;                 // kind kv: converted by a `q` or an `mN`
   auto add = [&](StepKind kind, std::int64_t rows, std::int64_t tokens) {
     plan.steps.push_back({kind, rows, tokens, plan.q_rows, kind == StepKind::shared ? 0 : plan.kv_rows});
     if (kind != StepKind::update) plan.q_rows += rows * setup.hq * tokens;
@@ -370,16 +415,24 @@ Plan plan_script(const CacheSetup& setup, const Script& script) {
         done();
         break;
       case Verb::quantize:
-        KVLAB_REQUIRE(setup.kind == Kind::kv && !quantized, invalid_argument,
+        KVLAB_REQUIRE(setup.kind == Kind::kv && !track.quantized, invalid_argument,
                       "command 'q' quantizes a plain KVCache once (kind=kv), not ",
-                      quantized ? "a cache already quantized" : kind_names()[static_cast<std::size_t>(setup.kind)]);
-        quantized = true;
+                      track.quantized ? "a cache already quantized" : kind_names()[static_cast<std::size_t>(setup.kind)]);
         done();
         break;
+      case Verb::extract:
+        KVLAB_REQUIRE(setup.kind == Kind::rotating && setup.keep == 0, invalid_argument,
+                      "command 'e' snapshots a ring without sinks (kind=rotating keep=0), not kind=",
+                      kind_names()[static_cast<std::size_t>(setup.kind)], " keep=", setup.keep);
+        done();
+        break;
+      case Verb::policy:
+      case Verb::trim_front: done(); break;
       case Verb::trim:
       case Verb::reload:
       case Verb::finalize: done(); break;
     }
+    track.after(c);
   }
   const PlanTotals t = plan_totals(setup, script);
   KVLAB_REQUIRE(t.q_rows == plan.q_rows && t.kv_rows == plan.kv_rows && t.offset_entries == plan.offset_entries &&
@@ -478,10 +531,37 @@ std::unique_ptr<Cache> run_script(Backend& be, const CacheSetup& setup, const Sc
         cache = std::move(quantized);
         break;
       }
+      case Verb::policy: {
+        std::vector<std::unique_ptr<Cache>> layers;
+        layers.push_back(std::move(cache));
+        try {
+          (void)maybe_quantize_kv_caches(layers, setup.spec, Rounding::mlx_cpu, c.n);
+        } catch (...) {
+          cache = std::move(layers[0]);  // the policy replaces nothing when it throws
+          throw;
+        }
+        cache = std::move(layers[0]);
+        break;
+      }
+      case Verb::extract: cache = extract_newest(be, *cache); break;
+      case Verb::trim_front: (void)cache->maybe_trim_front(); break;
     }
     observer.after_command(*cache);
   }
   return cache;
+}
+
+std::unique_ptr<Cache> extract_newest(Backend& be, const Cache& cache) {
+  KVLAB_REQUIRE(is_kind(cache, Kind::rotating), misuse, "extract needs a RotatingKVCache, got ", cache.class_name());
+  // The temporal rows from content(), the window from the state's metadata.
+  const SequenceContent held = cache.content().at(0);
+  const CacheState state = cache.state();
+  const std::int64_t max_size = std::stoll(state.meta.at("max_size")), offset = cache.offsets().at(0);
+  const FetchedKV t{held.part("keys"), held.part("values")};
+  const std::int64_t len = t.length(), keep_rows = std::min(offset, max_size);
+  const Tensor k = be.download(t.keys), v = be.download(t.values);
+  return std::make_unique<RotatingKVCache>(be, max_size, be.upload(k.slice(2, len - keep_rows, len)),
+                                           be.upload(v.slice(2, len - keep_rows, len)), offset);
 }
 
 // ---- content ----------------------------------------------------------------------------
@@ -554,4 +634,4 @@ std::vector<Component> cache_content(const Cache& cache, const CacheSetup& s) {
   return out;
 }
 
-}  // namespace kvlab::harness::cache_script
+}  // namespace kvlab::cache_script
