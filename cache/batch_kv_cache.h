@@ -13,12 +13,13 @@
 #include <span>
 #include <vector>
 
+#include "cache/batch_cache.h"
 #include "cache/batch_layout.h"
 #include "cache/kv_cache.h"
 
 namespace kvlab {
 
-class BatchKVCache final : public Cache {
+class BatchKVCache final : public Cache, public BatchCache {
  public:
   static constexpr std::int64_t kStep = BatchLayout::kStep;
 
@@ -46,16 +47,25 @@ class BatchKVCache final : public Cache {
                const std::optional<std::vector<std::int32_t>>& right_padding = std::nullopt) {
     layout_.prepare(left_padding, right_padding);
   }
-  void finalize() { layout_.finalize(); }
-  void filter(const std::vector<std::int32_t>& batch_indices) { layout_.filter(batch_indices); }
+  // BatchCache::prepare: lengths are not needed (no ring).
+  void prepare(const std::vector<std::int32_t>& left_padding, const std::vector<std::int32_t>& /*lengths*/,
+               const std::vector<std::int32_t>& right_padding) override {
+    layout_.prepare(given_rows(left_padding), given_rows(right_padding));
+  }
+  void finalize() override { layout_.finalize(); }
+  void filter(const std::vector<std::int32_t>& batch_indices) override { layout_.filter(batch_indices); }
   void extend(const BatchKVCache& other) { layout_.extend(other.layout_); }
+  void extend(const Cache& other) override { extend(extend_operand(*this, other)); }
   // Row i as a KVCache holding its real tokens [max(0, lp[i]), _idx).
   std::unique_ptr<KVCache> extract(std::int64_t i) const;
+  std::unique_ptr<Cache> extract_sequence(std::int64_t i) const override { return extract(i); }
+  BatchCache* batch() override { return this; }
+  const BatchCache* batch() const override { return this; }
   // Single-sequence caches (B = 1 each, same backend, H, D, dtype) right-aligned into
   // one batch (mlx-lm KVCache.merge; docs/semantics.md §Batch cache).
   static std::unique_ptr<BatchKVCache> merge(Backend& backend, std::span<const KVCache* const> caches);
 
-  std::int64_t batch_size() const { return layout_.batch_size(); }
+  std::int64_t batch_size() const override { return layout_.batch_size(); }
   std::int64_t idx() const { return layout_.idx(); }
   std::int64_t capacity() const { return layout_.capacity(); }
   std::vector<std::int32_t> left_padding() const { return layout_.left_padding(); }

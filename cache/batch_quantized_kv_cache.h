@@ -31,12 +31,13 @@
 #include <span>
 #include <vector>
 
+#include "cache/batch_cache.h"
 #include "cache/batch_layout.h"
 #include "cache/quantized_kv_cache.h"
 
 namespace kvlab {
 
-class BatchQuantizedKVCache final : public Cache {
+class BatchQuantizedKVCache final : public Cache, public BatchCache {
  public:
   static constexpr std::int64_t kStep = BatchLayout::kStep;
 
@@ -68,11 +69,20 @@ class BatchQuantizedKVCache final : public Cache {
                const std::optional<std::vector<std::int32_t>>& right_padding = std::nullopt) {
     layout_.prepare(left_padding, right_padding);
   }
-  void finalize() { layout_.finalize(); }
-  void filter(const std::vector<std::int32_t>& batch_indices) { layout_.filter(batch_indices); }
+  // BatchCache::prepare: lengths are not needed (no ring).
+  void prepare(const std::vector<std::int32_t>& left_padding, const std::vector<std::int32_t>& /*lengths*/,
+               const std::vector<std::int32_t>& right_padding) override {
+    layout_.prepare(given_rows(left_padding), given_rows(right_padding));
+  }
+  void finalize() override { layout_.finalize(); }
+  void filter(const std::vector<std::int32_t>& batch_indices) override { layout_.filter(batch_indices); }
   void extend(const BatchQuantizedKVCache& other);
+  void extend(const Cache& other) override { extend(extend_operand(*this, other)); }
   // Row i as a QuantizedKVCache holding its real tokens [max(0, lp[i]), _idx).
   std::unique_ptr<QuantizedKVCache> extract(std::int64_t i) const;
+  std::unique_ptr<Cache> extract_sequence(std::int64_t i) const override { return extract(i); }
+  BatchCache* batch() override { return this; }
+  const BatchCache* batch() const override { return this; }
   // Single-sequence quantized caches (B = 1, one spec and rounding, same backend) right-
   // aligned into one batch; the QuantSpec comes from caches[0].
   static std::unique_ptr<BatchQuantizedKVCache> merge(Backend& backend,
@@ -80,7 +90,7 @@ class BatchQuantizedKVCache final : public Cache {
 
   const QuantSpec& spec() const { return spec_; }
   Rounding rounding() const { return rounding_; }
-  std::int64_t batch_size() const { return layout_.batch_size(); }
+  std::int64_t batch_size() const override { return layout_.batch_size(); }
   std::int64_t idx() const { return layout_.idx(); }
   std::int64_t capacity() const { return layout_.capacity(); }
   std::vector<std::int32_t> left_padding() const { return layout_.left_padding(); }

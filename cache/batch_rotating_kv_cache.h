@@ -37,12 +37,13 @@
 #include <memory>
 #include <optional>
 
+#include "cache/batch_cache.h"
 #include "cache/cache.h"
 #include "cache/rotating_kv_cache.h"
 
 namespace kvlab {
 
-class BatchRotatingKVCache final : public Cache {
+class BatchRotatingKVCache final : public Cache, public BatchCache {
  public:
   static constexpr std::int64_t kStep = 256;
 
@@ -78,17 +79,21 @@ class BatchRotatingKVCache final : public Cache {
   // given". left_padding only while empty. A positive right padding stores the pending
   // target offsets lengths + offset until finalize().
   void prepare(const std::vector<std::int32_t>& left_padding, const std::vector<std::int32_t>& lengths,
-               const std::vector<std::int32_t>& right_padding);
+               const std::vector<std::int32_t>& right_padding) override;
   // Rolls the consumed right padding of each row to its front
   // (docs/semantics.md §Batch rotating cache finalize).
-  void finalize();
+  void finalize() override;
   // Keeps the given rows, in that order (no left shift, as in mlx-lm); each index once.
-  void filter(const std::vector<std::int32_t>& indices);
+  void filter(const std::vector<std::int32_t>& indices) override;
   // Appends other's rows after this cache's rows. other is not modified.
   void extend(const BatchRotatingKVCache& other);
+  void extend(const Cache& other) override { extend(extend_operand(*this, other)); }
   // Row i as a single RotatingKVCache(max_size): its last min(offset_i, max_size) real
   // tokens in temporal order, with offset offset_i.
   std::unique_ptr<RotatingKVCache> extract(std::int64_t i) const;
+  std::unique_ptr<Cache> extract_sequence(std::int64_t i) const override { return extract(i); }
+  BatchCache* batch() override { return this; }
+  const BatchCache* batch() const override { return this; }
   // What extract(i) adopts: (1, H, L, D) keys and values in temporal order, L <= max_size.
   FetchedKV extract_rows(std::int64_t i) const;
   // One row per cache, right-aligned; all max_size equal, keep == 0
@@ -96,7 +101,7 @@ class BatchRotatingKVCache final : public Cache {
   static std::unique_ptr<BatchRotatingKVCache> merge(Backend& backend,
                                                      const std::vector<const RotatingKVCache*>& caches);
 
-  std::int64_t batch_size() const { return static_cast<std::int64_t>(left_padding_.size()); }
+  std::int64_t batch_size() const override { return static_cast<std::int64_t>(left_padding_.size()); }
   std::int64_t max_size() const { return max_size_; }
   std::vector<std::int64_t> left_padding() const { return left_padding_; }
   std::int64_t cursor() const { return idx_; }          // mlx-lm _idx

@@ -109,6 +109,8 @@ enum class ContentForm : std::uint8_t { stored, decoded };
 // One buffer of the cache's own storage (not a copy), (B, H, capacity, W): rows
 // [0, used) along axis 2 may hold data, the rest must be poison. For poison and guard
 // checks; what attention sees is content().
+class BatchCache;
+
 struct BackingBuffer {
   std::string name;  // as the content part it backs ("keys", "values.scales", ...)
   DTensor buffer;
@@ -162,6 +164,21 @@ class Cache {
   virtual std::vector<SequenceContent> content(ContentForm form = ContentForm::stored) const = 0;
   // The backing buffers; none while the cache has allocated nothing.
   virtual std::vector<BackingBuffer> buffers() const = 0;
+
+  // ---- what only some kinds have: a default that says "not this kind" -----------------
+  // The batch verbs (cache/batch_cache.h); nullptr for a cache without them.
+  virtual BatchCache* batch() { return nullptr; }
+  virtual const BatchCache* batch() const { return nullptr; }
+  // What besides the class decides the tokens and bits the cache stores ("max_size:8
+  // keep:4", a QuantSpec and rounding); empty when nothing does. Keys that must not mix
+  // states are built from it (the prefix cache's CacheFormat).
+  virtual std::string parameters() const { return {}; }
+  // mlx-lm's to_quantized: a quantized cache with the same offset and capacity, or nullptr
+  // for a kind with no quantized form (docs/lifecycle.md §Quantization policy).
+  virtual std::unique_ptr<Cache> quantized_form(const QuantSpec&, Rounding) const { return nullptr; }
+  // llama4's maybe_trim_front before every attention (docs/semantics.md §Chunked cache);
+  // true for a kind that has a front to trim, which the other kinds do not.
+  virtual bool maybe_trim_front() { return false; }
 
  protected:
   Backend* backend_;

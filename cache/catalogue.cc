@@ -44,24 +44,6 @@ std::unique_ptr<Cache> make_turboquant(Backend& be, const CacheSetup& s) {
   return std::make_unique<TurboQuantKVCache>(be, s.tq_bits, s.seed, s.tq_key_bits, s.tq_value_bits, s.tq_meaning);
 }
 
-// The verbs below need the concrete class. A checked cast keeps a wrong kind (or a
-// wrapper) a named misuse instead of undefined behaviour.
-template <class T>
-T* as(Cache& c) {
-  return dynamic_cast<T*>(&c);
-}
-template <class T>
-const T& same_kind(const Cache& cache, const Cache& other) {
-  const auto* o = dynamic_cast<const T*>(&other);
-  KVLAB_REQUIRE(o != nullptr, misuse, "extend() of a ", cache.class_name(), " with a ", other.class_name());
-  return *o;
-}
-[[noreturn]] void no_verb(const Cache& c, const char* verb) {
-  fail(ErrorKind::misuse, cat(verb, "() needs a batch cache (BatchKVCache, BatchRotatingKVCache, "
-                                    "BatchQuantizedKVCache), got ",
-                              c.class_name()));
-}
-
 }  // namespace
 
 const std::vector<CacheKindInfo>& cache_catalogue() {
@@ -109,42 +91,11 @@ std::unique_ptr<Cache> make_cache(Backend& backend, CacheKind kind, const CacheS
   return cache_kind_info(kind).make(backend, setup);
 }
 
-void batch_prepare_right(Cache& cache, const std::vector<std::int32_t>& right_padding, std::int64_t tokens) {
-  if (auto* c = as<BatchKVCache>(cache)) return c->prepare(std::nullopt, right_padding);
-  if (auto* c = as<BatchQuantizedKVCache>(cache)) return c->prepare(std::nullopt, right_padding);
-  if (auto* c = as<BatchRotatingKVCache>(cache)) {
-    std::vector<std::int32_t> lengths;
-    for (const std::int32_t pad : right_padding) lengths.push_back(static_cast<std::int32_t>(tokens - pad));
-    return c->prepare({}, lengths, right_padding);
-  }
-  no_verb(cache, "prepare");
-}
+const CacheKindInfo* kind_of(const Cache& cache) { return find_cache_class(cache.class_name()); }
 
-void batch_finalize(Cache& cache) {
-  if (auto* c = as<BatchKVCache>(cache)) return c->finalize();
-  if (auto* c = as<BatchQuantizedKVCache>(cache)) return c->finalize();
-  if (auto* c = as<BatchRotatingKVCache>(cache)) return c->finalize();
-  no_verb(cache, "finalize");
-}
-
-void batch_filter(Cache& cache, const std::vector<std::int32_t>& keep) {
-  if (auto* c = as<BatchKVCache>(cache)) return c->filter(keep);
-  if (auto* c = as<BatchQuantizedKVCache>(cache)) return c->filter(keep);
-  if (auto* c = as<BatchRotatingKVCache>(cache)) return c->filter(keep);
-  no_verb(cache, "filter");
-}
-
-void batch_extend(Cache& cache, const Cache& other) {
-  if (auto* c = as<BatchKVCache>(cache)) return c->extend(same_kind<BatchKVCache>(cache, other));
-  if (auto* c = as<BatchQuantizedKVCache>(cache)) return c->extend(same_kind<BatchQuantizedKVCache>(cache, other));
-  if (auto* c = as<BatchRotatingKVCache>(cache)) return c->extend(same_kind<BatchRotatingKVCache>(cache, other));
-  no_verb(cache, "extend");
-}
-
-bool trim_front_if_chunked(Cache& cache) {
-  auto* c = as<ChunkedKVCache>(cache);
-  if (c != nullptr) c->maybe_trim_front();
-  return c != nullptr;
+bool is_kind(const Cache& cache, CacheKind kind) {
+  const CacheKindInfo* k = kind_of(cache);
+  return k != nullptr && k->kind == kind;
 }
 
 }  // namespace kvlab

@@ -20,24 +20,35 @@ enum class CacheKind : std::uint8_t {
   kv, rotating, quantized, chunked, batch_kv, batch_rotating, batch_quantized, turboquant, device_batch_kv
 };
 
-// Everything a kind's constructor may need; each kind reads its own fields.
+// The one setup of a cache: everything a kind's constructor may need (each kind reads its
+// own fields), and what a command script (cache/cache_script.h) runs it with: the
+// shape of its inputs, its attention and the padding rules of the rows it adds.
 struct CacheSetup {
+  CacheKind kind = CacheKind::kv;
+  // ---- the constructor's
   std::vector<std::int32_t> left_padding{0};  // batch kinds: one entry per row
   std::int64_t max_size = 16, keep = 0;       // rotating kinds (the batch ring has no keep)
   std::int64_t chunk = 16;                    // chunked
-  QuantSpec spec;                             // quantized kinds
+  QuantSpec spec;                             // quantized kinds (and kind kv converted by a script)
   Rounding rounding = Rounding::mlx_cpu;
   double tq_bits = 4;  // turboquant: TurboQuantKVCache(tq_bits, seed, key, value bits, meaning)
   std::uint64_t seed = 0;
   std::optional<double> tq_key_bits, tq_value_bits;
   FractionalBits tq_meaning = FractionalBits::split_channels;
+  // ---- a script's
+  std::int64_t batch = 1, hq = 4, hkv = 2, dim = 64;  // rows, query and kv heads, head dim
+  DType dtype = DType::f32;
+  bool rope = true;
+  int window = 0;
+  bool quantizes = false;           // kind kv whose script converts it (`q`): packed from then on
+  std::int64_t lpad = 0, rpad = 0;  // the largest padding the rules spread over the rows
 };
 
 struct CacheKindInfo {
   CacheKind kind;
   std::string_view name;        // in problem lines: "kv", "batch_rotating", ...
   std::string_view class_name;  // CacheState::class_name and Cache::class_name()
-  bool batch;     // one sequence per row: prepare / finalize / filter / extend below
+  bool batch;     // one sequence per row (the verbs of Cache::batch(), where the kind has them)
   bool packed;    // K/V stored as codes (content() parts are codes, not float rows)
   bool quantized; // written through update_quantized() (Cache::is_quantized())
   std::unique_ptr<Cache> (*make)(Backend&, const CacheSetup&);
@@ -52,17 +63,10 @@ const CacheKindInfo* find_cache_class(std::string_view class_name);
 // An empty cache of `kind`.
 std::unique_ptr<Cache> make_cache(Backend& backend, CacheKind kind, const CacheSetup& setup);
 
-// ---- the verbs of one kind, for drivers holding a Cache& ---------------------------------
-// Each throws misuse naming the class when `cache` is not of a kind that has the verb.
-
-// Batch kinds: a chunk of `tokens` per row whose last right_padding[b] are padding
-// (prepare(right_padding); the batch ring also needs the real lengths).
-void batch_prepare_right(Cache& cache, const std::vector<std::int32_t>& right_padding, std::int64_t tokens);
-void batch_finalize(Cache& cache);
-void batch_filter(Cache& cache, const std::vector<std::int32_t>& keep);
-void batch_extend(Cache& cache, const Cache& other);  // `other` of the same kind
-// ChunkedKVCache::maybe_trim_front, which llama4 calls before every attention; other
-// kinds have no front to trim and are left as they are. True when `cache` is chunked.
-bool trim_front_if_chunked(Cache& cache);
+// The row of `cache`'s class (by its class name); nullptr for a class the catalogue
+// does not list. The verbs only some kinds have are Cache's own virtuals (batch(),
+// quantized_form(), maybe_trim_front()), so no driver needs the concrete class.
+const CacheKindInfo* kind_of(const Cache& cache);
+bool is_kind(const Cache& cache, CacheKind kind);
 
 }  // namespace kvlab

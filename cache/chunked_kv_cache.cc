@@ -27,11 +27,11 @@ ChunkedKVCache::ChunkedKVCache(Backend& backend, std::int64_t chunk_size) : Cach
   KVLAB_REQUIRE(chunk_size > 0, invalid_argument, "ChunkedKVCache chunk_size ", chunk_size, " must be positive");
 }
 
-void ChunkedKVCache::maybe_trim_front() {
+bool ChunkedKVCache::maybe_trim_front() {
   const std::int64_t valid = offset_ - start_position_;
   // mlx-lm#1673: the old rule compared keys.shape[2] (the step-padded capacity) with
   // chunk_size, so with chunk_size < 256 it cut into rows that were still live.
-  if (valid <= chunk_size_) return;
+  if (valid <= chunk_size_) return true;
   const std::int64_t drop = valid - chunk_size_;
   // The kept rows become a buffer of exactly chunk_size rows, as mlx-lm's keys[trim:valid];
   // the next update regrows it by the step rule (so nbytes follows mlx-lm).
@@ -40,6 +40,7 @@ void ChunkedKVCache::maybe_trim_front() {
   keys_ = std::move(keys);
   values_ = std::move(values);
   start_position_ += drop;
+  return true;
 }
 
 FetchedKV ChunkedKVCache::update(const DTensor& k, const DTensor& v) {

@@ -35,7 +35,8 @@ class ChunkedKVCache final : public Cache {
 
   // With valid = offset − start_position: if valid > chunk_size, drops the oldest
   // valid − chunk_size rows and advances start_position by as many (mlx-lm#1673).
-  void maybe_trim_front();
+  // Always true: the chunked cache is the kind with a front to trim.
+  bool maybe_trim_front() override;
 
   // Like KVCache::update relative to start_position: writes rows
   // [offset − start, offset − start + S) (growing in steps of 256, cutting to the cursor

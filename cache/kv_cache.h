@@ -36,6 +36,8 @@ class KVCache final : public Cache {
   std::vector<SequenceContent> content(ContentForm form = ContentForm::stored) const override;
   std::vector<BackingBuffer> buffers() const override;
   CacheState state() const override;
+  // to_quantized(*this, spec, rounding) (cache/quantized_kv_cache.h).
+  std::unique_ptr<Cache> quantized_form(const QuantSpec& spec, Rounding rounding) const override;
   static std::unique_ptr<KVCache> from_state(Backend& backend, const CacheState& state);
 
   std::int64_t offset() const { return offset_; }

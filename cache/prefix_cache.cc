@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "cache/catalogue.h"
 #include "cache/kv_cache.h"
 #include "cache/quantized_kv_cache.h"
 #include "cache/registry.h"
@@ -66,9 +67,12 @@ std::string CacheFormat::rotating(std::int64_t max_size, std::int64_t keep) {
 }
 
 std::string CacheFormat::layer(const Cache& cache) {
-  if (const auto* q = dynamic_cast<const QuantizedKVCache*>(&cache)) return quantized(q->spec(), q->rounding());
-  if (const auto* r = dynamic_cast<const RotatingKVCache*>(&cache)) return rotating(r->max_size(), r->keep());
-  if (dynamic_cast<const KVCache*>(&cache) != nullptr) return kv();
+  // The three deep-copyable kinds; each key is the class and its parameters(), as
+  // kv(), rotating() and quantized() spell them.
+  if (is_kind(cache, CacheKind::kv) || is_kind(cache, CacheKind::rotating) || is_kind(cache, CacheKind::quantized)) {
+    const std::string parameters = cache.parameters();
+    return parameters.empty() ? std::string(cache.class_name()) : cat(cache.class_name(), " ", parameters);
+  }
   // Other classes have parameters this key does not know yet (TurboQuant bits, chunk
   // size) and no registry entry to deep-copy them: refuse rather than mix states.
   fail(ErrorKind::unsupported, cat(kPrefixCache, ": cannot store a '", cache.class_name(),

@@ -77,6 +77,7 @@ class QuantizedKVCache final : public Cache {
   // (biases only for affine; none when offset is 0) and meta offset, bits, group_size,
   // mode, rounding.
   CacheState state() const override;
+  std::string parameters() const override;  // its QuantSpec and rounding
   // Validates everything (class, fields, shapes against the QuantSpec) and throws corrupt
   // naming the field; the offset comes from meta and must equal the stored rows.
   static std::unique_ptr<QuantizedKVCache> from_state(Backend& backend, const CacheState& state);

@@ -25,6 +25,8 @@
 
 namespace kvlab {
 
+std::string RotatingKVCache::parameters() const { return cat("max_size:", max_size_, " keep:", keep_); }
+
 namespace {
 
 constexpr const char* kRotating = "RotatingKVCache";

@@ -44,6 +44,7 @@ class RotatingKVCache final : public Cache {
   std::vector<SequenceContent> content(ContentForm form = ContentForm::stored) const override;
   std::vector<BackingBuffer> buffers() const override;
   CacheState state() const override;
+  std::string parameters() const override;  // "max_size:M keep:K"
   static std::unique_ptr<RotatingKVCache> from_state(Backend& backend, const CacheState& state);
 
   std::int64_t offset() const { return offset_; }

@@ -9,12 +9,14 @@
 #include <memory>
 #include <string>
 
+#include "cache/cache_script.h"
 #include "cache/kv_cache.h"
 #include "cache/quantized_kv_cache.h"
 #include "cache/rotating_kv_cache.h"
 #include "cache/seq_ops.h"
 #include "property_tests/batch_util.h"
 #include "property_tests/properties.h"
+#include "property_tests/repro_line.h"
 
 namespace kvlab::prop {
 
@@ -74,6 +76,14 @@ void batch_rotating_extract_newest(const Hooks&, const BatchHooks& bh) {
 
   ReferenceBackend be;
   BatchRotatingKVCache cache(be, max_size, pad);
+  // The case as a `cache kind=batch_rotating` line of the command language, printed when
+  // it fails: every step is an update (`uN`) or a filter (`kI_J_…`).
+  BatchCase line_case;
+  line_case.kind = Kind::batch_rotating;
+  line_case.batch = count, line_case.heads = heads, line_case.dim = dim, line_case.max_size = max_size;
+  line_case.lpad = longest - *std::min_element(counts.begin(), counts.end());
+  ReproScript line;
+  const ReproOnFailure log_line(line_case, line);
   std::vector<std::int64_t> filled(counts.size(), 0);  // expected offset per row (−padding still ahead)
   const auto check = [&](const std::string& when) {
     RC_ASSERT(cache.batch_size() == static_cast<std::int64_t>(ids.size()));
@@ -109,22 +119,29 @@ void batch_rotating_extract_newest(const Hooks&, const BatchHooks& bh) {
     cache.update(be.upload(block(Stream::key, ids, n, heads, dim, tok)),
                  be.upload(block(Stream::value, ids, n, heads, dim, tok)));
     c0 += n;
+    line.tokens.push_back("u" + std::to_string(n));
     for (std::size_t b = 0; b < ids.size(); ++b) filled[b] = c0 - pad[b];
     ++size.steps;
     size.tokens += n;
     check("prefill chunk");
   }
-  enum class Op { decode, chunk, filter };
-  const auto script = *rc::gen::container<std::vector<Op>>(
-      static_cast<std::size_t>(*rc::gen::inRange(1, 13)), rc::gen::weightedElement<Op>({{4, Op::decode}, {1, Op::chunk}, {1, Op::filter}}));
-  for (const Op op : script) {
+  // Then commands of the cache language (cache/cache_script.h): decodes and short chunks
+  // as updates (u1, u2..u6), and filters, whose rows are drawn when they run (they depend
+  // on the rows left).
+  namespace cs = kvlab::cache_script;
+  const auto update = [](std::int64_t n) { return cs::Command{cs::Verb::update, n, 0, {}}; };
+  const auto script = *rc::gen::container<cs::Script>(
+      static_cast<std::size_t>(*rc::gen::inRange(1, 13)),
+      rc::gen::weightedElement<cs::Command>({{4, update(1)}, {1, update(0)}, {1, cs::Command{cs::Verb::filter, 0, 0, {}}}}));
+  for (cs::Command c : script) {
     ++size.steps;
-    if (op == Op::filter) {
+    if (c.verb == cs::Verb::filter) {
       const auto keep = *rc::gen::container<std::vector<bool>>(ids.size(), rc::gen::arbitrary<bool>());
-      std::vector<std::int32_t> idx;
       for (std::size_t b = 0; b < ids.size(); ++b)
-        if (keep[b]) idx.push_back(static_cast<std::int32_t>(b));
-      if (idx.empty()) idx.push_back(0);
+        if (keep[b]) c.keep.push_back(static_cast<std::int32_t>(b));
+      if (c.keep.empty()) c.keep.push_back(0);
+      line.tokens.push_back(cs::script_str({c}));
+      const std::vector<std::int32_t>& idx = c.keep;
       cache.filter(idx);
       std::vector<std::int64_t> ids2, filled2;
       for (const std::int32_t i : idx) {
@@ -136,13 +153,15 @@ void batch_rotating_extract_newest(const Hooks&, const BatchHooks& bh) {
       check("filter");
       continue;
     }
-    const std::int64_t n = op == Op::decode ? 1 : *rc::gen::inRange<std::int64_t>(2, 7);
+    // update(0) stands for a chunk of 2..6 tokens, drawn here as the old generator did.
+    const std::int64_t n = c.n == 1 ? 1 : *rc::gen::inRange<std::int64_t>(2, 7);
+    line.tokens.push_back("u" + std::to_string(n));
     const auto tok = [&filled](std::int64_t b, std::int64_t j) { return filled[static_cast<std::size_t>(b)] + j; };
     cache.update(be.upload(block(Stream::key, ids, n, heads, dim, tok)),
                  be.upload(block(Stream::value, ids, n, heads, dim, tok)));
     for (std::int64_t& f : filled) f += n;
     size.tokens += n;
-    check(op == Op::decode ? "decode" : "chunk");
+    check(n == 1 ? "decode" : "chunk");
   }
 }
 

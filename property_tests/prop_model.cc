@@ -9,6 +9,7 @@
 #include <limits>
 #include <sstream>
 
+#include "cache/cache_script.h"
 #include "cache/registry.h"
 #include "cache/rotating_kv_cache.h"
 #include "harness/ops/ops.h"
@@ -133,20 +134,6 @@ void Model::trim_front() {
 
 // ---- hooks -------------------------------------------------------------------------
 
-std::unique_ptr<Cache> extract_rotating(Backend& be, const Cache& cache) {
-  KVLAB_REQUIRE(cache.class_name() == cache_kind_info(Kind::rotating).class_name, misuse,
-                "extract needs a RotatingKVCache, got ", cache.class_name());
-  // The temporal rows from content(), the window from the state's metadata.
-  const SequenceContent held = cache.content().at(0);
-  const CacheState state = cache.state();
-  const std::int64_t max_size = std::stoll(state.meta.at("max_size")), offset = cache.offsets().at(0);
-  const FetchedKV t{held.part("keys"), held.part("values")};
-  const std::int64_t len = t.length(), keep_rows = std::min(offset, max_size);
-  const Tensor k = be.download(t.keys), v = be.download(t.values);
-  return std::make_unique<RotatingKVCache>(be, max_size, be.upload(k.slice(2, len - keep_rows, len)),
-                                           be.upload(v.slice(2, len - keep_rows, len)), offset);
-}
-
 Hooks production_hooks() {
   Hooks h;
   h.attend = [](Cache& c, const DTensor& q, const DTensor& k, const DTensor& v, const AttendOptions& o) {
@@ -154,7 +141,7 @@ Hooks production_hooks() {
   };
   h.restore = [](Backend& be, const CacheState& s) { return cache_from_state(be, s); };
   h.quantize_policy = maybe_quantize_kv_caches;
-  h.extract = extract_rotating;
+  h.extract = cache_script::extract_newest;
   h.wrap = [](std::unique_ptr<Cache> c) { return c; };
   h.attend_shared = [](Backend& be, const AttendResult& r, const DTensor& q, const AttendOptions& o, const Cache&) {
     return attend_shared(be, r, q, o);
@@ -163,7 +150,7 @@ Hooks production_hooks() {
     be.rope({x, p, o, out});
   };
   h.trim_front = [](std::unique_ptr<Cache>& c) {
-    KVLAB_REQUIRE(trim_front_if_chunked(*c), misuse, "maybe_trim_front needs a ChunkedKVCache, got ", c->class_name());
+    KVLAB_REQUIRE(c->maybe_trim_front(), misuse, "maybe_trim_front needs a ChunkedKVCache, got ", c->class_name());
   };
   h.load_into = [](const std::filesystem::path& path, Backend& be, std::vector<std::unique_ptr<Cache>>& layers) {
     LoadedCaches loaded = load_caches(path, be);  // builds new objects; throws before anything is replaced

@@ -135,7 +135,6 @@ struct Hooks {
 Hooks production_hooks();
 // A fresh, empty cache of cfg's kind and options.
 std::unique_ptr<Cache> make_cache(Backend& be, const Config& cfg);
-std::unique_ptr<Cache> extract_rotating(Backend& be, const Cache& cache);  // the correct snapshot
 
 // The system under test: a backend, the cache, the hooks and a memo of expected rows.
 // The backend is the one KVLAB_PROP_BACKEND names (repro_line.h), reference by default;

@@ -78,7 +78,7 @@ std::unique_ptr<Cache> filled_cache(Backend& be, const Config& cfg, std::int64_t
   std::int64_t at = 0;
   while (at < tokens) {
     const std::int64_t n = std::min(tokens - at, *rc::gen::inRange<std::int64_t>(1, tokens + 1));
-    trim_front_if_chunked(*c);
+    c->maybe_trim_front();
     feed(be, *c, cfg, at, n);
     at += n;
   }

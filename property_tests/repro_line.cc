@@ -9,13 +9,13 @@
 #include <sstream>
 
 #include "harness/backends.h"
-#include "harness/ops/cache_script.h"
+#include "cache/cache_script.h"
 #include "harness/problem.h"
 #include "kvlab/error.h"
 
 namespace kvlab::prop {
 
-namespace cs = harness::cache_script;
+namespace cs = kvlab::cache_script;
 
 std::string ReproLine::text(const std::string& backend) const {
   if (line.empty()) return "repro: none (" + notes + ")";
@@ -52,10 +52,31 @@ ReproLine finish_line(const ReproScript& r, const std::string& head, std::uint64
 
 }  // namespace
 
+namespace {
+
+// Whether the case's commands convert its kind kv cache (`q`, or an `mN` it reaches): the
+// line then needs the format, and rope=0 as for a packed kind. False for a token the
+// grammar rejects (finish_line reports that).
+bool converts(Kind kind, const ReproScript& r) {
+  CacheSetup setup;
+  setup.kind = kind;
+  try {
+    cs::Script s;
+    for (const std::string& t : r.tokens)
+      for (cs::Command& cmd : cs::parse_script(t)) s.push_back(std::move(cmd));
+    return cs::script_quantizes(setup, s);
+  } catch (const Error&) {
+    return false;
+  }
+}
+
+}  // namespace
+
 ReproLine repro_line(const Config& c, const ReproScript& script) {
   ReproScript r = script;
   // The case's options, as close as the cache op's parameters allow.
-  const bool packed = cache_kind_info(c.kind).packed;
+  const bool quantizes = converts(c.kind, r);
+  const bool packed = cache_kind_info(c.kind).packed || quantizes;
   std::ostringstream os;
   os << "cache kind=" << cache_kind_info(c.kind).name << " B=" << c.batch << " Hq=" << c.q_heads()
      << " Hkv=" << c.kv_heads << " D=" << c.dk;
@@ -70,7 +91,7 @@ ReproLine repro_line(const Config& c, const ReproScript& script) {
   os << " rope=" << rope << " window=" << c.window;
   if (c.kind == Kind::rotating) os << " max=" << c.max_size << " keep=" << c.keep;
   if (c.kind == Kind::chunked) os << " chunk=" << c.chunk_size;
-  if (c.kind == Kind::quantized) {
+  if (c.kind == Kind::quantized || quantizes) {
     os << " qmode=" << quant_mode_name(c.spec.mode) << " bits=" << c.spec.bits << " group=" << c.spec.group_size;
     if (c.rounding != Rounding::mlx_cpu) r.note("rounding=" + std::string(rounding_name(c.rounding)));
   }

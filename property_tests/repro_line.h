@@ -1,5 +1,5 @@
 // One command language for caches: a single-sequence property case written as a `cache`
-// problem line (harness/ops/cache_info.cc, grammar in harness/ops/cache_script.h), so a
+// problem line (harness/ops/cache_info.cc, grammar in cache/cache_script.h), so a
 // shrunk counterexample replays with `kvlab repro '<line>' --backend <b>` on any backend,
 // not only inside the property binary. The line replays the same kind, shape and command
 // sequence; its inputs are the harness's seeded random fill, not the property's hash

@@ -174,12 +174,8 @@ struct QuantizePolicy : CacheCmd {
     apply(after);
     check_observables(sut, after);
   }
-  void show(std::ostream& os) const override { os << "QuantizePolicy(start=" << start << ") [no verb]"; }
-  // A policy that converts has no verb (the line's cache stays plain from then on); one
-  // that leaves the layer as it is changes nothing the line would replay.
-  void script(ReproScript& r, const Model& before) const override {
-    if (converts(before, start)) r.note("QuantizePolicy (to_quantized mid-sequence)");
-  }
+  void show(std::ostream& os) const override { os << "QuantizePolicy(start=" << start << ")"; }
+  void script(ReproScript& r, const Model&) const override { r.tokens.push_back("m" + std::to_string(start)); }
 };
 
 // Prefix-cache snapshot of a ring (keep 0, B 1): the last min(offset, max) tokens,
@@ -198,8 +194,8 @@ struct Extract : CacheCmd {
     apply(after);
     check_observables(sut, after);
   }
-  void show(std::ostream& os) const override { os << "Extract [no verb]"; }
-  void script(ReproScript& r, const Model&) const override { r.note("Extract (prefix snapshot of the ring)"); }
+  void show(std::ostream& os) const override { os << "Extract"; }
+  void script(ReproScript& r, const Model&) const override { r.tokens.push_back("e"); }
 };
 
 // llama4 calls maybe_trim_front() before each chunked layer's update; here it is its own
@@ -214,12 +210,13 @@ struct TrimFront : CacheCmd {
     after.trim_front();
     check_observables(sut, after);
   }
-  void show(std::ostream& os) const override { os << "TrimFront [implicit]"; }
-  // The cache op trims a chunked cache's front before every update and attention
-  // (llama4's order), so an explicit TrimFront is there already; only a case that relies
-  // on updating an untrimmed cache replays differently, hence the note.
+  void show(std::ostream& os) const override { os << "TrimFront"; }
+  // The script also trims a chunked cache's front before every update and attention
+  // (llama4's order); only a case that relies on updating an untrimmed cache replays
+  // differently, hence the note.
   void script(ReproScript& r, const Model&) const override {
-    r.note("TrimFront placement (the script trims before every update/attention)");
+    r.tokens.push_back("c");
+    r.note("TrimFront placement (the script also trims before every update/attention)");
   }
 };
 

@@ -4,8 +4,7 @@
 #include <limits>
 #include <span>
 
-#include "cache/batch_kv_cache.h"
-#include "cache/batch_rotating_kv_cache.h"
+#include "cache/batch_cache.h"
 #include "cache/kv_cache.h"
 #include "cache/prefix_cache.h"
 #include "cache/quantized_kv_cache.h"
@@ -217,50 +216,16 @@ std::vector<SequenceRecord> run_single(const Model& model, const Scenario& s, co
   return out;
 }
 
-// A BatchKVCache slot as the unique_ptr<BatchKVCache> the hooks take, and back.
-template <class Op>
-void as_batch_kv(std::unique_ptr<Cache>& slot, Op&& op) {
-  KVLAB_REQUIRE(dynamic_cast<BatchKVCache*>(slot.get()) != nullptr, misuse, "batch operation on a ", slot->class_name());
-  std::unique_ptr<BatchKVCache> typed(static_cast<BatchKVCache*>(slot.release()));
-  try {
-    op(typed);
-  } catch (...) {
-    slot = std::move(typed);
-    throw;
-  }
-  slot = std::move(typed);
+// The batch verbs through Cache::batch(): a wrapped cache (a zoo mutant) answers with
+// its own, so the runner never needs the class.
+void filter_caches(Caches& caches, const std::vector<std::int32_t>& keep) {
+  for (auto& c : caches)
+    if (c) batch_verbs(*c, "filter").filter(keep);
 }
 
-void filter_caches(Caches& caches, const std::vector<std::int32_t>& keep, const RunContext& ctx) {
-  for (auto& c : caches) {
-    if (!c) continue;
-    if (auto* ring = dynamic_cast<BatchRotatingKVCache*>(c.get())) {
-      ring->filter(keep);
-      continue;
-    }
-    as_batch_kv(c, [&](std::unique_ptr<BatchKVCache>& b) {
-      if (ctx.kv_filter) ctx.kv_filter(b, keep);
-      else b->filter(keep);
-    });
-  }
-}
-
-void extend_caches(Caches& caches, const Caches& other, const RunContext& ctx) {
-  for (std::size_t l = 0; l < caches.size(); ++l) {
-    if (!caches[l]) continue;
-    if (auto* ring = dynamic_cast<BatchRotatingKVCache*>(caches[l].get())) {
-      const auto* o = dynamic_cast<const BatchRotatingKVCache*>(other[l].get());
-      KVLAB_REQUIRE(o != nullptr, misuse, "batch extend of a BatchRotatingKVCache by a ", other[l]->class_name());
-      ring->extend(*o);
-      continue;
-    }
-    const auto* o = dynamic_cast<const BatchKVCache*>(other[l].get());
-    KVLAB_REQUIRE(o != nullptr, misuse, "batch extend of a BatchKVCache by a ", other[l]->class_name());
-    as_batch_kv(caches[l], [&](std::unique_ptr<BatchKVCache>& b) {
-      if (ctx.kv_extend) ctx.kv_extend(b, *o);
-      else b->extend(*o);
-    });
-  }
+void extend_caches(Caches& caches, const Caches& other) {
+  for (std::size_t l = 0; l < caches.size(); ++l)
+    if (caches[l]) batch_verbs(*caches[l], "extend").extend(*other[l]);
 }
 
 // Left-padded prompts in one prefill call; each row's step 0 is the call's last column.
@@ -311,7 +276,7 @@ std::vector<SequenceRecord> run_batch(const Model& model, const Scenario& s, con
           next.push_back(token);
         }
       }
-      if (keep.size() != rows.size()) filter_caches(caches, keep, ctx);
+      if (keep.size() != rows.size()) filter_caches(caches, keep);
       rows = kept_rows;
       if (s.join && step == s.join->after_step) {
         const std::size_t joiner = s.prompts.size();
@@ -320,7 +285,7 @@ std::vector<SequenceRecord> run_batch(const Model& model, const Scenario& s, con
         const std::int32_t token = next_input(ctx, joiner, 0, requests[joiner].add(first, 0));
         if (requests[joiner].steps() < quota(joiner)) {
           if (rows.empty()) caches = std::move(own);
-          else extend_caches(caches, own, ctx);
+          else extend_caches(caches, own);
           rows.push_back(static_cast<int>(joiner));
           next.push_back(token);
         }

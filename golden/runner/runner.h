@@ -9,7 +9,6 @@
 #include <memory>
 #include <string>
 
-#include "cache/batch_kv_cache.h"
 #include "cache/cache.h"
 #include "golden/files/golden_file.h"
 #include "golden/model/model.h"
@@ -23,12 +22,9 @@ struct RunContext {
   std::string model_id, model_sha256;
   std::filesystem::path scratch;  // where save/load scenarios put their cache file
   // Applied to every cache the runner creates or restores; tests swap in a bug-zoo
-  // mutant this way. Identity when empty.
+  // mutant this way (a wrapper around the real cache, its batch verbs included).
+  // Identity when empty.
   std::function<std::unique_ptr<Cache>(std::unique_ptr<Cache>, int layer)> wrap_cache;
-  // BatchKVCache's filter and extend as the batch scenarios call them (the zoo's batch
-  // lifecycle mutants have this shape); the cache's own members when empty.
-  std::function<void(std::unique_ptr<BatchKVCache>&, const std::vector<std::int32_t>&)> kv_filter;
-  std::function<void(std::unique_ptr<BatchKVCache>&, const BatchKVCache&)> kv_extend;
   // Teacher forcing: when set, sequence i is fed teacher->sequences[i].tokens[step] as its
   // next input instead of its own greedy token (which is still what it records), so two
   // runs see the same inputs at every step and their logits compare over the whole

@@ -1,5 +1,5 @@
 // cache: cache-level cases (issue 4). One problem is a cache kind, its shape and a
-// command script (harness/ops/cache_script.h); invoke() builds the cache over the backend
+// command script (cache/cache_script.h); invoke() builds the cache over the backend
 // under test and runs the script, every attention through attend() (snapshot → RoPE →
 // update → SDPA / quantized SDPA) or attend_shared(), so the backend's RoPE, quantize,
 // data-movement and attention kernels run in sequence exactly as a model drives them.
@@ -24,7 +24,7 @@
 #include <memory>
 #include <mutex>
 
-#include "harness/ops/cache_script.h"
+#include "cache/cache_script.h"
 #include "harness/ops/ops.h"
 #include "reference/quantized_sdpa.h"
 #include "reference/reference_backend.h"
@@ -34,7 +34,7 @@ namespace kvlab::harness::ops {
 
 namespace {
 
-namespace cs = cache_script;
+namespace cs = kvlab::cache_script;
 
 constexpr double kU = 0x1p-24;  // f32 unit roundoff
 
@@ -70,8 +70,8 @@ void require_default(const Problem& p, std::string_view key, std::string_view ki
   }
 }
 
-cs::Setup setup_of(const Problem& p) {
-  cs::Setup s;
+CacheSetup setup_of(const Problem& p) {
+  CacheSetup s;
   const std::string& kind = p.word("kind");
   const auto& names = cs::kind_names();
   s.kind = static_cast<cs::Kind>(std::find(names.begin(), names.end(), kind) - names.begin());
@@ -94,9 +94,9 @@ cs::Setup setup_of(const Problem& p) {
   // follows. With rope=0 the stored inputs are bit-exact, and so are the stored codes
   // (affine/fp quantization is a bit-exact kernel), which are compared bit for bit.
   const cs::Script script = cs::parse_script(p.word("script"));
-  s.quantizes = std::any_of(script.begin(), script.end(), [](const cs::Command& c) { return c.verb == cs::Verb::quantize; });
+  s.quantizes = cs::script_quantizes(s, script);
   KVLAB_REQUIRE(!s.rope || !(cs::is_packed(s.kind) || s.quantizes), invalid_argument, "kind=", kind,
-                s.quantizes ? " quantized by 'q'" : "", " stores codes, compared bit-exactly, which needs bit-exact "
+                s.quantizes ? " quantized by 'q' or 'm'" : "", " stores codes, compared bit-exactly, which needs bit-exact "
                 "inputs: use rope=0");
   const bool rotating = s.kind == cs::Kind::rotating || s.kind == cs::Kind::batch_rotating;
   const bool quantized = s.kind == cs::Kind::quantized || s.kind == cs::Kind::batch_quantized || s.quantizes;
@@ -249,7 +249,7 @@ xt::xarray<float> dequantized(Backend& be, const QuantizedDTensor& t) {
 
 class Tracer final : public cs::Observer {
  public:
-  Tracer(Backend& be, const cs::Setup& s, const Tensor& k, const Tensor& v, Trace& trace)
+  Tracer(Backend& be, const CacheSetup& s, const Tensor& k, const Tensor& v, Trace& trace)
       : be_(be), s_(s), k_(k.to_f32()), v_(v.to_f32()), trace_(trace),
         key_rope_abs_(static_cast<std::size_t>(s.dim), 0.0) {
     // A script of updates alone (uN) has no attention to publish this: its keys were
@@ -262,7 +262,7 @@ class Tracer final : public cs::Observer {
     const xt::xarray<float> q_pre = be_.download(q).to_f32();
     ReadError e;
     if (s_.rope) {
-      e.q_abs = rope_abs_slack(q_pre, source.positions, s_.attend_options().rope, s_.dtype);
+      e.q_abs = rope_abs_slack(q_pre, source.positions, cs::attend_options(s_).rope, s_.dtype);
       e.k_abs = key_rope_abs_;
       e.q_rel = e.k_rel = dtype_epsilon(s_.dtype);
     }
@@ -282,7 +282,7 @@ class Tracer final : public cs::Observer {
     }
     const xt::xarray<float> q_rot = s_.rope ? rotated(q, source.positions) : q_pre;
     trace_.steps.push_back(
-        {step.q_row, attention_row_budgets(q_rot, keys, values, e, s_.attend_options().attention.scale, s_.dtype)});
+        {step.q_row, attention_row_budgets(q_rot, keys, values, e, cs::attend_options(s_).attention.scale, s_.dtype)});
     trace_.key_rope_abs = key_rope_abs_;
   }
   void after_command(const Cache&) override {}
@@ -294,7 +294,7 @@ class Tracer final : public cs::Observer {
   // max |c| of the TurboQuant codebook (the same levels for keys and values: one width).
   double max_level() {
     if (max_level_ == 0) {
-      for (const double c : ref::turboquant_codebook(static_cast<int>(s_.dim), s_.tq_bits)) {
+      for (const double c : ref::turboquant_codebook(static_cast<int>(s_.dim), static_cast<int>(s_.tq_bits))) {
         max_level_ = std::max(max_level_, std::abs(c) * (1 + 0x1p-23));  // stored as f32
       }
     }
@@ -317,7 +317,7 @@ class Tracer final : public cs::Observer {
       max_norm_ = std::max({max_norm_, std::sqrt(kk), std::sqrt(vv)});
     }
     if (!s_.rope || step.kind == cs::StepKind::update) return;
-    const xt::xarray<double> slack = rope_abs_slack(chunk, positions, s_.attend_options().rope, s_.dtype);
+    const xt::xarray<double> slack = rope_abs_slack(chunk, positions, cs::attend_options(s_).rope, s_.dtype);
     for (std::size_t i = 0; i < slack.size(); ++i) key_rope_abs_[i % D] = std::max(key_rope_abs_[i % D], slack.flat(i));
   }
   // q rotated at `positions` by the reference backend: what attend() handed to attention.
@@ -325,12 +325,12 @@ class Tracer final : public cs::Observer {
     DTensor offsets = be_.allocate(DType::i32, {static_cast<std::int64_t>(positions.size())});
     be_.upload(offsets, positions.data());
     DTensor out = be_.allocate(q.dtype, q.shape);
-    be_.rope({q, s_.attend_options().rope, Offsets{0, offsets}, out});
+    be_.rope({q, cs::attend_options(s_).rope, Offsets{0, offsets}, out});
     return be_.download(out).to_f32();
   }
 
   Backend& be_;
-  const cs::Setup& s_;
+  const CacheSetup& s_;
   xt::xarray<float> k_, v_;
   Trace& trace_;
   std::vector<double> key_rope_abs_;
@@ -338,7 +338,7 @@ class Tracer final : public cs::Observer {
 };
 
 std::shared_ptr<const Trace> run_trace(const Problem& p, const Prepared& prep) {
-  const cs::Setup s = setup_of(p);
+  const CacheSetup s = setup_of(p);
   ReferenceBackend be;
   auto trace = std::make_shared<Trace>();
   Tracer tracer(be, s, prep.input("k"), prep.input("v"), *trace);
@@ -421,7 +421,7 @@ class CacheOp final : public OpInfo {
   // outputs (at most every K/V row, as f32); and the trace's reference cache, whose
   // buffers hold every row of the batch at its longest, grown in steps of 256 tokens.
   std::uint64_t footprint(const Problem& p) const override {
-    const cs::Setup s = setup_of(p);
+    const CacheSetup s = setup_of(p);
     const cs::PlanTotals t = cs::plan_totals(s, cs::parse_script(p.word("script")));
     Footprint f;
     f.add(s.dtype, {t.q_rows, s.dim}).add(s.dtype, {t.q_rows, s.dim}).add(s.dtype, {t.kv_rows, s.dim, 2});
@@ -436,7 +436,7 @@ class CacheOp final : public OpInfo {
   }
 
   Prepared prepare(const Problem& p) const override {
-    const cs::Setup s = setup_of(p);
+    const CacheSetup s = setup_of(p);
     const cs::Plan plan = cs::plan_script(s, cs::parse_script(p.word("script")));
     Prepared prep;
     prep.add_input("q", random_normal(p, "q", s.dtype, {plan.q_rows, s.dim}));
@@ -453,7 +453,7 @@ class CacheOp final : public OpInfo {
   }
 
   void invoke(Backend& be, const Problem& p, const Bound& in, const Bound& out) const override {
-    const cs::Setup s = setup_of(p);
+    const CacheSetup s = setup_of(p);
     Writer writer(be, out, s.dim);
     const std::unique_ptr<Cache> cache =
         cs::run_script(be, s, cs::parse_script(p.word("script")), in["q"], in["k"], in["v"], writer);

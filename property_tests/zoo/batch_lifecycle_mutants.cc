@@ -6,8 +6,11 @@
 // rows == token logs) and L1 (rotating lifecycle); see the kill matrix of test_zoo.
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <limits>
+#include <typeinfo>
 
+#include "cache/catalogue.h"
 #include "cache/seq_ops.h"
 #include "property_tests/zoo/batch_mutants.h"
 
@@ -260,6 +263,46 @@ std::unique_ptr<BatchRotatingKVCache> restore_rotated_from_string(Backend& be, c
   return BatchRotatingKVCache::from_state(be, t);
 }
 
+// A BatchKVCache whose filter and extend are a mutant's; everything else is the real
+// cache's. Its extend takes a real BatchKVCache or another such wrapper (the joiner of a
+// golden batch is wrapped too); any other cache is rebuilt as a BatchKVCache from its
+// state, which throws naming the class when it is not one.
+class MutantBatchKVCache final : public BasicForwardingCache<std::unique_ptr<BatchKVCache>>, public BatchCache {
+ public:
+  MutantBatchKVCache(std::unique_ptr<BatchKVCache> inner, const BatchHooks& hooks)
+      : BasicForwardingCache(std::move(inner)), filter_(hooks.kv_filter), extend_(hooks.kv_extend) {}
+  BatchCache* batch() override { return this; }
+  const BatchCache* batch() const override { return this; }
+  std::int64_t batch_size() const override { return inner_->batch_size(); }
+  void prepare(const Indices& left, const Indices& lengths, const Indices& right) override {
+    inner_->prepare(left, lengths, right);
+  }
+  void finalize() override { inner_->finalize(); }
+  void filter(const Indices& rows) override {
+    if (filter_) filter_(inner_, rows);
+    else inner_->filter(rows);
+  }
+  void extend(const Cache& other) override {
+    std::unique_ptr<BatchKVCache> rebuilt;
+    const BatchKVCache* o = nullptr;
+    if (typeid(other) == typeid(MutantBatchKVCache)) {
+      o = static_cast<const MutantBatchKVCache&>(other).inner_.get();
+    } else if (typeid(other) == typeid(BatchKVCache)) {
+      o = &static_cast<const BatchKVCache&>(other);
+    } else {
+      rebuilt = BatchKVCache::from_state(backend(), other.state());
+      o = rebuilt.get();
+    }
+    if (extend_) extend_(inner_, *o);
+    else inner_->extend(*o);
+  }
+  std::unique_ptr<Cache> extract_sequence(std::int64_t i) const override { return inner_->extract(i); }
+
+ private:
+  std::function<void(std::unique_ptr<BatchKVCache>&, const Indices&)> filter_;
+  std::function<void(std::unique_ptr<BatchKVCache>&, const BatchKVCache&)> extend_;
+};
+
 BatchMutant batch_mutant(std::string id, std::string upstream) {
   return {std::move(id), std::move(upstream), production_batch_hooks()};
 }
@@ -301,6 +344,13 @@ std::vector<BatchMutant> batch_lifecycle_mutants() {
   out.push_back(batch_mutant("filter-accepts-bad-indices", "mlx-lm BatchKVCache.filter / vlm#1441"));
   out.back().batch.kv_filter = filter_sanitizes_indices;
   return out;
+}
+
+std::unique_ptr<Cache> wrap_batch_kv(const BatchMutant& m, std::unique_ptr<Cache> cache) {
+  const Cache& real = *cache;
+  if (typeid(real) != typeid(BatchKVCache)) return cache;
+  std::unique_ptr<BatchKVCache> typed(static_cast<BatchKVCache*>(cache.release()));
+  return std::make_unique<MutantBatchKVCache>(std::move(typed), m.batch);
 }
 
 }  // namespace kvlab::prop::zoo

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "property_tests/properties.h"
+#include "property_tests/zoo/mutants.h"
 
 namespace kvlab::prop::zoo {
 
@@ -23,5 +24,10 @@ std::vector<BatchMutant> batch_mutants();
 // The lifecycle mutants of BatchKVCache, BatchQuantizedKVCache and BatchRotatingKVCache
 // (batch_lifecycle_mutants.cc).
 std::vector<BatchMutant> batch_lifecycle_mutants();
+
+// `cache` behind a wrapper whose batch verbs filter and extend are `m`'s (the BatchKVCache
+// lifecycle mutants), for drivers that reach a batch cache through Cache::batch() (the
+// golden runner). A cache of another class comes back as it is.
+std::unique_ptr<Cache> wrap_batch_kv(const BatchMutant& m, std::unique_ptr<Cache> cache);
 
 }  // namespace kvlab::prop::zoo

@@ -3,6 +3,7 @@
 #include <memory>
 #include <utility>
 
+#include "cache/cache_script.h"
 #include "cache/chunked_kv_cache.h"
 #include "cache/kv_cache.h"
 #include "cache/registry.h"
@@ -250,7 +251,7 @@ std::vector<QuantizeDecision> unwrapping_policy(std::vector<std::unique_ptr<Cach
 
 std::unique_ptr<Cache> unwrapping_extract(Backend& be, const Cache& c) {
   const auto* f = dynamic_cast<const ForwardingCache*>(&c);
-  return extract_rotating(be, f != nullptr ? f->inner() : c);
+  return cache_script::extract_newest(be, f != nullptr ? f->inner() : c);
 }
 
 void unwrapping_trim_front(std::unique_ptr<Cache>& c) {

@@ -59,6 +59,11 @@ class BasicForwardingCache : public Cache {
     return cache_from_state(backend(), state())->content(form);
   }
   std::vector<BackingBuffer> buffers() const override { return cache_from_state(backend(), state())->buffers(); }
+  // The batch verbs and the parameters are the real cache's; a wrapper is no KVCache to
+  // quantized_form() or maybe_trim_front() (see unwrap() below).
+  BatchCache* batch() override { return inner_->batch(); }
+  const BatchCache* batch() const override { return inner_->batch(); }
+  std::string parameters() const override { return inner_->parameters(); }
 
  protected:
   Handle inner_;

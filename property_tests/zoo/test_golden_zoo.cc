@@ -44,7 +44,8 @@ TEST(GoldenZoo, TheDiffNamesTheRequestAndStepWhereTheExtendMutantBites) {
   const auto it = std::find_if(mutants.begin(), mutants.end(),
                                [](const BatchMutant& m) { return m.id == "41a.extend-keeps-left-padding"; });
   ASSERT_NE(it, mutants.end());
-  ctx.kv_extend = it->batch.kv_extend;
+  const BatchMutant& mutant = *it;
+  ctx.wrap_cache = [&mutant](std::unique_ptr<Cache> c, int) { return wrap_batch_kv(mutant, std::move(c)); };
   const golden::Golden bad = golden::run_scenario(*model, scenario, ctx);
 
   const auto report = golden::diff_goldens({&good, "production"}, {&bad, it->id}, scenario.tolerance);

@@ -532,6 +532,35 @@ TEST(BatchKVCache, MisuseIsANamedErrorAndChangesNothing) {
   EXPECT_TRUE(mentions(e, "cache 0")) << e.what();
 }
 
+// The batch verbs through Cache::batch() (cache/batch_cache.h): the same cache, no cast;
+// extend with a cache of another class is a misuse naming both classes, and a cache
+// without the verbs says which verb it lacks.
+TEST(BatchKVCache, BatchVerbsThroughTheCacheInterface) {
+  ReferenceBackend be;
+  BatchKVCache cache(be, {1, 0});
+  Cache& any = cache;
+  ASSERT_EQ(any.batch(), static_cast<BatchCache*>(&cache));
+  BatchCache& verbs = batch_verbs(any, "filter");
+  put(cache, {{kPad, 1, 2}, {3, 4, 5}});
+  BatchKVCache joiner(be, {0});
+  put(joiner, {{6}});
+  verbs.extend(joiner);
+  EXPECT_EQ(verbs.batch_size(), 3);
+  EXPECT_EQ(token_ids(be, verbs.extract_sequence(2)->content()[0].part("keys")), (Ids{6}));
+  verbs.filter({2, 0});
+  EXPECT_EQ(cache.offsets(), (I32{1, 2}));
+  KVCache plain(be);
+  Error e = error_of([&] { verbs.extend(plain); });
+  EXPECT_EQ(e.kind(), ErrorKind::misuse);
+  EXPECT_TRUE(mentions(e, "extend() of a BatchKVCache with a KVCache")) << e.what();
+  EXPECT_EQ(cache.offsets(), (I32{1, 2}));
+  EXPECT_EQ(plain.batch(), nullptr);
+  e = error_of([&] { batch_verbs(plain, "finalize"); });
+  EXPECT_EQ(e.kind(), ErrorKind::misuse);
+  EXPECT_TRUE(mentions(e, "finalize() needs a batch cache")) << e.what();
+  EXPECT_TRUE(mentions(e, "KVCache")) << e.what();
+}
+
 }  // namespace
 }  // namespace test_batch_kv_cache
 }  // namespace kvlab

@@ -13,6 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "cache/batch_cache.h"
 #include "cache/catalogue.h"
 #include "cache/mlx_prompt_cache.h"
 #include "cache/registry.h"
@@ -85,7 +86,7 @@ CacheState build(Backend& be, const Built& b) {
   auto cache = make_cache(be, b.kind, setup);
   const auto batch = static_cast<std::int64_t>(cache_kind_info(b.kind).batch ? setup.left_padding.size() : 1);
   if (b.prefill > 0) feed(be, *cache, batch, 1, b.prefill);
-  if (b.trim_front) trim_front_if_chunked(*cache);
+  if (b.trim_front) cache->maybe_trim_front();
   for (std::int64_t i = 0; i < b.decodes; ++i) feed(be, *cache, batch, 100 + static_cast<float>(i), 1);
   if (b.trim > 0) (void)cache->trim(b.trim);
   return cache->state();
@@ -323,7 +324,7 @@ TEST(MlxPromptCache, UnrepresentableStatesAreRefusedBeforeWriting) {
   refused(make_cache(be, CacheKind::quantized, setup)->state(), {}, {"mxfp4"});
   setup.left_padding = {1, 0};
   auto batch = make_cache(be, CacheKind::batch_kv, setup);
-  batch_prepare_right(*batch, {0, 2}, 4);
+  prepare_right(batch_verbs(*batch, "prepare"), {0, 2}, 4);
   refused(batch->state(), {}, {"right padding"});
   const CacheState plain = build(be, built_caches()[0]);
   refused(plain, {{"a.b", "x"}}, {"'a.b'"});

@@ -180,7 +180,7 @@ int continue_from(const std::string& in, const std::string& steps_path, const st
       try {
         // llama4 trims a chunked cache's front before every attention; the Python side
         // (prompt_cache.py) puts a "front" step before each update of a chunked case.
-        (void)trim_front_if_chunked(cache);
+        (void)cache.maybe_trim_front();
         if (cache.is_quantized())
           (void)cache.update_quantized(k, v);
         else

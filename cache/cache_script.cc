@@ -1,4 +1,4 @@
-#include "harness/ops/cache_script.h"
+#include "cache/cache_script.h"
 
 #include <algorithm>
 #include <charconv>
@@ -6,12 +6,14 @@
 #include <cstring>
 #include <optional>
 
+#include "cache/batch_cache.h"
 #include "cache/kv_cache.h"
 #include "cache/quantized_kv_cache.h"
 #include "cache/registry.h"
+#include "cache/rotating_kv_cache.h"
 #include "kvlab/error.h"
 
-namespace kvlab::harness::cache_script {
+namespace kvlab::cache_script {
 
 namespace {
 
@@ -40,7 +42,7 @@ std::optional<std::int64_t> number(std::string_view s) {
 Command parse_command(std::string_view word, std::string_view text) {
   auto bad = [&](std::string_view why) -> Command {
     fail(ErrorKind::invalid_argument, cat("script '", text, "': command '", word, "' ", why,
-                                          " (commands: pN, d, dN, uN, tN, a, s, q, rN, f, kI_J_..., xRpN)"));
+                                          " (commands: pN, d, dN, uN, tN, a, s, q, mN, e, c, rN, f, kI_J_..., xRpN)"));
   };
   if (word.empty()) return bad("is empty");
   const char head = word[0];
@@ -56,13 +58,22 @@ Command parse_command(std::string_view word, std::string_view text) {
     case 't': return {Verb::trim, count(1), 0, {}};
     case 'u': return {Verb::update, count(1), 0, {}};
     case 'r': return {Verb::right_chunk, count(1), 0, {}};
+    case 'm': return {Verb::policy, count(0), 0, {}};
     case 'a':
     case 's':
     case 'f':
     case 'q':
+    case 'e':
+    case 'c': {
       if (!rest.empty()) return bad("takes no argument");
-      return {head == 'a' ? Verb::shared : head == 's' ? Verb::reload : head == 'f' ? Verb::finalize : Verb::quantize,
-              0, 0, {}};
+      const Verb verb = head == 'a'   ? Verb::shared
+                        : head == 's' ? Verb::reload
+                        : head == 'f' ? Verb::finalize
+                        : head == 'q' ? Verb::quantize
+                        : head == 'e' ? Verb::extract
+                                      : Verb::trim_front;
+      return {verb, 0, 0, {}};
+    }
     case 'k': {
       Command c{Verb::filter, 0, 0, {}};
       for (std::string_view index : split(rest, '_')) {
@@ -100,6 +111,9 @@ std::string command_str(const Command& c) {
     }
     case Verb::extend: return cat("x", c.rows, "p", c.n);
     case Verb::quantize: return "q";
+    case Verb::policy: return cat("m", c.n);
+    case Verb::extract: return "e";
+    case Verb::trim_front: return "c";
   }
   return "?";
 }
@@ -195,24 +209,11 @@ const std::vector<std::string>& kind_names() {
 bool is_batch(Kind k) { return cache_kind_info(k).batch; }
 bool is_packed(Kind k) { return cache_kind_info(k).packed; }
 
-CacheSetup Setup::cache_setup(std::int64_t rows) const {
-  CacheSetup c;
-  c.left_padding = left_padding(rows);
-  c.max_size = max_size;
-  c.keep = keep;
-  c.chunk = chunk;
-  c.spec = spec;
-  c.rounding = Rounding::mlx_cpu;
-  c.tq_bits = static_cast<double>(tq_bits);
-  c.seed = seed;
-  return c;
-}
-
-AttendOptions Setup::attend_options() const {
+AttendOptions attend_options(const CacheSetup& s) {
   AttendOptions o;
-  o.rope.dims = rope ? static_cast<int>(dim) : 0;
-  o.attention.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(dim)));
-  o.window = window;
+  o.rope.dims = s.rope ? static_cast<int>(s.dim) : 0;
+  o.attention.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(s.dim)));
+  o.window = s.window;
   return o;
 }
 
@@ -230,8 +231,14 @@ std::vector<std::int32_t> spread(std::int64_t pad, std::int64_t rows) {
 
 }  // namespace
 
-std::vector<std::int32_t> Setup::left_padding(std::int64_t rows) const { return spread(lpad, rows); }
-std::vector<std::int32_t> Setup::right_padding(std::int64_t rows) const { return spread(rpad, rows); }
+std::vector<std::int32_t> left_padding_rule(const CacheSetup& s, std::int64_t rows) { return spread(s.lpad, rows); }
+std::vector<std::int32_t> right_padding_rule(const CacheSetup& s, std::int64_t rows) { return spread(s.rpad, rows); }
+
+CacheSetup with_rows(const CacheSetup& s, std::int64_t rows) {
+  CacheSetup c = s;
+  c.left_padding = left_padding_rule(s, rows);
+  return c;
+}
 
 namespace {
 
@@ -250,7 +257,7 @@ std::int64_t sat_mul(std::int64_t a, std::int64_t b) {
 
 }  // namespace
 
-PlanTotals plan_totals(const Setup& setup, const Script& script) {
+PlanTotals plan_totals(const CacheSetup& setup, const Script& script) {
   PlanTotals t;
   std::int64_t batch = std::min(setup.batch, kSaturated), producer_rows = 0, producer_tokens = 0;
   t.max_batch = batch;
@@ -315,17 +322,49 @@ PlanTotals plan_totals(const Setup& setup, const Script& script) {
       case Verb::trim:
       case Verb::reload:
       case Verb::finalize:
-      case Verb::quantize: done(1); break;
+      case Verb::quantize:
+      case Verb::policy:
+      case Verb::extract:
+      case Verb::trim_front: done(1); break;
     }
   }
   return t;
 }
 
-Plan plan_script(const Setup& setup, const Script& script) {
+namespace {
+
+// A kind kv cache's offset through the script, and whether it has been converted: what
+// decides an `mN` (the other kinds never convert).
+struct KvTrack {
+  std::int64_t offset = 0;
+  bool quantized = false;
+  void after(const Command& c) {
+    switch (c.verb) {
+      case Verb::chunk:
+      case Verb::decode:
+      case Verb::update: offset = sat_add(offset, c.n); break;
+      case Verb::trim: offset -= std::min(c.n, offset); break;  // KV and quantized caches always trim
+      case Verb::quantize: quantized = true; break;
+      case Verb::policy: quantized = quantized || offset >= c.n; break;
+      default: break;
+    }
+  }
+};
+
+}  // namespace
+
+bool script_quantizes(const CacheSetup& setup, const Script& script) {
+  if (setup.kind != Kind::kv) return false;
+  KvTrack track;
+  for (const Command& c : script) track.after(c);
+  return track.quantized;
+}
+
+Plan plan_script(const CacheSetup& setup, const Script& script) {
   Plan plan;
   std::int64_t batch = setup.batch;
   std::optional<Step> producer;  // the last attention of the main cache
-  bool quantized = false;        // a `q` has run
+  KvTrack track;                 // kind kv: converted by a `q` or an `mN`
   auto add = [&](StepKind kind, std::int64_t rows, std::int64_t tokens) {
     plan.steps.push_back({kind, rows, tokens, plan.q_rows, kind == StepKind::shared ? 0 : plan.kv_rows});
     if (kind != StepKind::update) plan.q_rows += rows * setup.hq * tokens;
@@ -376,16 +415,24 @@ Plan plan_script(const Setup& setup, const Script& script) {
         done();
         break;
       case Verb::quantize:
-        KVLAB_REQUIRE(setup.kind == Kind::kv && !quantized, invalid_argument,
+        KVLAB_REQUIRE(setup.kind == Kind::kv && !track.quantized, invalid_argument,
                       "command 'q' quantizes a plain KVCache once (kind=kv), not ",
-                      quantized ? "a cache already quantized" : kind_names()[static_cast<std::size_t>(setup.kind)]);
-        quantized = true;
+                      track.quantized ? "a cache already quantized" : kind_names()[static_cast<std::size_t>(setup.kind)]);
         done();
         break;
+      case Verb::extract:
+        KVLAB_REQUIRE(setup.kind == Kind::rotating && setup.keep == 0, invalid_argument,
+                      "command 'e' snapshots a ring without sinks (kind=rotating keep=0), not kind=",
+                      kind_names()[static_cast<std::size_t>(setup.kind)], " keep=", setup.keep);
+        done();
+        break;
+      case Verb::policy:
+      case Verb::trim_front: done(); break;
       case Verb::trim:
       case Verb::reload:
       case Verb::finalize: done(); break;
     }
+    track.after(c);
   }
   const PlanTotals t = plan_totals(setup, script);
   KVLAB_REQUIRE(t.q_rows == plan.q_rows && t.kv_rows == plan.kv_rows && t.offset_entries == plan.offset_entries &&
@@ -394,169 +441,4 @@ Plan plan_script(const Setup& setup, const Script& script) {
   return plan;
 }
 
-// ---- running ------------------------------------------------------------------------------
-
-namespace {
-
-std::unique_ptr<Cache> make_cache(Backend& be, const Setup& s, std::int64_t rows) {
-  return kvlab::make_cache(be, s.kind, s.cache_setup(rows));
-}
-
-// Rows [row, row + numel/D) of a flat (rows, D) tensor, seen as `shape`.
-DTensor rows_of(const DTensor& flat, std::int64_t row, Shape shape) {
-  const std::size_t row_bytes = static_cast<std::size_t>(flat.shape.at(1)) * dtype_size(flat.dtype);
-  return DTensor{flat.buffer, flat.offset + static_cast<std::size_t>(row) * row_bytes, flat.dtype, std::move(shape)};
-}
-
-}  // namespace
-
-std::unique_ptr<Cache> run_script(Backend& be, const Setup& setup, const Script& script, const DTensor& q,
-                                  const DTensor& k, const DTensor& v, Observer& observer) {
-  const Plan plan = plan_script(setup, script);
-  KVLAB_REQUIRE(q.shape == (Shape{plan.q_rows, setup.dim}) && k.shape == (Shape{plan.kv_rows, setup.dim}) &&
-                    v.shape == k.shape,
-                internal, "cache script inputs q ", shape_str(q.shape), ", k ", shape_str(k.shape),
-                " do not fit its plan");
-  const AttendOptions options = setup.attend_options();
-  std::unique_ptr<Cache> cache = make_cache(be, setup, setup.batch);
-  std::size_t next = 0;
-  std::optional<AttendResult> producer;
-  auto attend_step = [&](Cache& target) {
-    const Step& st = plan.steps.at(next++);
-    trim_front_if_chunked(target);  // llama4's order
-    const DTensor qs = rows_of(q, st.q_row, {st.batch, setup.hq, st.tokens, setup.dim});
-    const DTensor ks = rows_of(k, st.kv_row, {st.batch, setup.hkv, st.tokens, setup.dim});
-    const DTensor vs = rows_of(v, st.kv_row, {st.batch, setup.hkv, st.tokens, setup.dim});
-    AttendResult r = attend(target, qs, ks, vs, options);
-    observer.attention(st, qs, r, r.out);
-    return r;
-  };
-  for (const Command& c : script) {
-    switch (c.verb) {
-      case Verb::chunk: producer = attend_step(*cache); break;
-      case Verb::decode:
-        for (std::int64_t i = 0; i + 1 < c.n; ++i) {
-          producer = attend_step(*cache);
-          observer.after_command(*cache);
-        }
-        producer = attend_step(*cache);
-        break;
-      case Verb::update: {
-        const Step& st = plan.steps.at(next++);
-        trim_front_if_chunked(*cache);  // as before an attention
-        const DTensor ks = rows_of(k, st.kv_row, {st.batch, setup.hkv, st.tokens, setup.dim});
-        const DTensor vs = rows_of(v, st.kv_row, {st.batch, setup.hkv, st.tokens, setup.dim});
-        if (cache->is_quantized()) {
-          cache->update_quantized(ks, vs);
-        } else {
-          cache->update(ks, vs);
-        }
-        observer.stored(st);
-        break;
-      }
-      case Verb::trim:
-        if (cache->is_trimmable()) cache->trim(c.n);
-        break;
-      case Verb::shared: {
-        const Step& st = plan.steps.at(next++);
-        const DTensor qs = rows_of(q, st.q_row, {st.batch, setup.hq, st.tokens, setup.dim});
-        const DTensor out = attend_shared(be, *producer, qs, options);
-        observer.attention(st, qs, *producer, out);
-        break;
-      }
-      case Verb::right_chunk:
-        batch_prepare_right(*cache, setup.right_padding(static_cast<std::int64_t>(cache->offsets().size())), c.n);
-        producer = attend_step(*cache);
-        break;
-      case Verb::reload: cache = cache_from_state(be, cache->state()); break;
-      case Verb::finalize: batch_finalize(*cache); break;
-      case Verb::filter: batch_filter(*cache, c.keep); break;
-      case Verb::extend: {
-        std::unique_ptr<Cache> other = make_cache(be, setup, c.rows);
-        attend_step(*other);
-        batch_extend(*cache, *other);
-        break;
-      }
-      case Verb::quantize: {
-        const auto* plain = dynamic_cast<const KVCache*>(cache.get());
-        KVLAB_REQUIRE(plain != nullptr, invalid_argument, "command 'q' needs a KVCache, not ", cache->class_name());
-        cache = to_quantized(*plain, setup.spec, Rounding::mlx_cpu);
-        break;
-      }
-    }
-    observer.after_command(*cache);
-  }
-  return cache;
-}
-
-// ---- content ----------------------------------------------------------------------------
-
-namespace {
-
-// Appends the (b, H, L, W) blocks' rows into one (N, W) host tensor.
-class Rows {
- public:
-  Rows(std::string name, DType dtype, std::int64_t width) : name_(std::move(name)), dtype_(dtype), width_(width) {}
-  void add(const Tensor& block) {
-    const auto* p = block.data();
-    bytes_.insert(bytes_.end(), p, p + block.nbytes());
-  }
-  void add(Backend& be, const DTensor& block) {
-    if (block && block.numel() > 0) add(be.download(block));
-  }
-  const std::string& name() const { return name_; }
-  Component done() const {
-    const std::int64_t row_bytes = width_ * static_cast<std::int64_t>(dtype_size(dtype_));
-    Tensor t(dtype_, {static_cast<std::int64_t>(bytes_.size()) / row_bytes, width_});
-    if (!bytes_.empty()) std::memcpy(t.data(), bytes_.data(), bytes_.size());
-    return {name_, std::move(t)};
-  }
-
- private:
-  std::string name_;
-  DType dtype_;
-  std::int64_t width_;
-  std::vector<std::byte> bytes_;
-};
-
-std::vector<Rows> packed_rows(const Setup& s) {
-  std::vector<Rows> out;
-  for (const char* side : {"keys", "values"}) {
-    const std::string n(side);
-    if (s.kind == Kind::turboquant) {
-      out.emplace_back(n + ".norms", DType::f16, 1);
-      out.emplace_back(n + ".indices", DType::u32, (s.dim * s.tq_bits + 31) / 32);
-      continue;
-    }
-    out.emplace_back(n + ".wq", DType::u32, s.spec.packed_words(s.dim));
-    out.emplace_back(n + ".scales", s.spec.scale_dtype(s.dtype), s.spec.groups(s.dim));
-    if (s.spec.has_biases()) out.emplace_back(n + ".biases", s.dtype, s.spec.groups(s.dim));
-  }
-  return out;
-}
-
-}  // namespace
-
-std::vector<Component> cache_content(const Cache& cache, const Setup& s) {
-  Backend& be = cache.backend();
-  // The components come from the setup, so an empty cache still has every (0, W) one.
-  std::vector<Rows> rows;
-  if (is_packed(s.kind) || s.quantizes) {
-    rows = packed_rows(s);
-  } else {
-    rows = {Rows("keys", s.dtype, s.dim), Rows("values", s.dtype, s.dim)};
-  }
-  if (!cache.empty()) {
-    for (const SequenceContent& seq : cache.content()) {
-      for (const ContentPart& part : seq.parts) {
-        for (Rows& r : rows)
-          if (r.name() == part.name) r.add(be, part.rows);
-      }
-    }
-  }
-  std::vector<Component> out;
-  for (const Rows& r : rows) out.push_back(r.done());
-  return out;
-}
-
-}  // namespace kvlab::harness::cache_script
+}  // namespace kvlab::cache_script
