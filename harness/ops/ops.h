@@ -31,6 +31,7 @@
   X(kv_roll, kv_roll)                               \
   X(kv_append_advance, kv_append_advance)           \
   X(kv_snapshot, kv_snapshot)                       \
+  X(kv_cast, kv_cast)                               \
   X(cache, turboquant_encode, turboquant_decode)
 
 namespace kvlab::harness::ops {
