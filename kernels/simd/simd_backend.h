@@ -37,7 +37,8 @@ namespace kvlab {
   X(kv_copy_blocks, KvCopyBlocksArgs)            \
   X(kv_roll, KvRollArgs)                         \
   X(kv_append_advance, KvAppendAdvanceArgs)      \
-  X(kv_snapshot, KvSnapshotArgs)
+  X(kv_snapshot, KvSnapshotArgs)                 \
+  X(kv_cast, KvCastArgs)
 
 // One Highway target compiled into this binary.
 struct SimdTarget {
