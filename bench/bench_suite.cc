@@ -109,7 +109,7 @@ std::vector<BenchCase> collect(const SuiteOptions& o, std::ostream& log) {
     for (BenchCase& c : read_cases(f)) {
       if (!wanted.empty() && !wanted.count(c.problem.op())) continue;
       KVLAB_REQUIRE(has_traffic_model(c.problem.op()), invalid_argument, f.string(), ": op '", c.problem.op(),
-                    "' has no bytes model (bench/bytes_model.cc), so it cannot be benchmarked");
+                    "' has no traffic model (OpInfo::traffic_model), so it cannot be benchmarked");
       if (seen.insert(c.problem.line()).second) out.push_back(std::move(c));
     }
   }

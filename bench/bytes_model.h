@@ -1,26 +1,17 @@
-// The traffic and work a kernel call is credited with, per op, written out by hand from
-// the op's parameters (never measured, never taken from the buffers a backend happens to
-// allocate): the numerator of every GB/s and flop/s figure the benchmarks report.
-//
-// Bytes are the logical bytes the kernel must read plus the bytes it must write, each
-// counted once (a cache-line write-allocate or an extra pass a kernel chooses to make is
-// not credited). The memory baselines count the same way (memcpy: read + written), so
-// "% of memcpy" compares like with like.
+// The traffic and work a kernel call is credited with: each harness op's traffic model
+// (OpInfo::traffic_model in harness/op.h, defined beside the op's footprint and work in
+// harness/ops/<stem>_info.cc, with its derivation), looked up by the problem's op. The
+// numerator of every GB/s and flop/s figure the benchmarks report.
 #pragma once
 
-#include <cstdint>
 #include <string>
 
+#include "harness/op.h"
 #include "harness/problem.h"
 
 namespace kvlab::bench {
 
-struct Traffic {
-  std::int64_t read_bytes = 0;
-  std::int64_t write_bytes = 0;
-  std::int64_t flops = 0;  // arithmetic the op needs (comparisons, rounding, exp not counted)
-  std::int64_t bytes() const { return read_bytes + write_bytes; }
-};
+using Traffic = harness::Traffic;
 
 // Throws kvlab::Error (invalid_argument) for an op without a model, naming it.
 Traffic traffic_of(const harness::Problem& p);

@@ -90,7 +90,7 @@ std::vector<Problem> OpInfo::shrink_candidates(const Problem& p) const {
 }
 
 std::vector<const OpInfo*> all_ops() {
-#define KVLAB_HARNESS_OP_ADDRESS(name) &ops::name(),
+#define KVLAB_HARNESS_OP_ADDRESS(name, ...) &ops::name(),
   return {KVLAB_HARNESS_OPS(KVLAB_HARNESS_OP_ADDRESS)};
 #undef KVLAB_HARNESS_OP_ADDRESS
 }

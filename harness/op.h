@@ -83,6 +83,21 @@ class Footprint {
   std::uint64_t bytes_ = 0;
 };
 
+// The traffic and work a kernel call is credited with, written out by hand from the
+// op's parameters (never measured, never taken from the buffers a backend happens to
+// allocate): the numerator of every GB/s and flop/s figure the benchmarks report
+// (bench/bytes_model.h). Bytes are the logical bytes the kernel must read plus those it
+// must write, each counted once (a cache-line write-allocate or an extra pass a kernel
+// chooses to make is not credited); the memory baselines count the same way (memcpy:
+// read + written), so "% of memcpy" compares like with like.
+struct Traffic {
+  std::int64_t read_bytes = 0;
+  std::int64_t write_bytes = 0;
+  std::int64_t flops = 0;  // arithmetic the op needs (comparisons, rounding, exp not counted)
+  std::int64_t bytes() const { return read_bytes + write_bytes; }
+};
+using TrafficModel = Traffic (*)(const Problem& p);
+
 class OpInfo {
  public:
   virtual ~OpInfo() = default;
@@ -103,6 +118,11 @@ class OpInfo {
   // trace grows with the square of its length). Default: the footprint, one pass over
   // every tensor byte; ops with more than linear work override it (saturating).
   virtual std::uint64_t work(const Problem& p) const { return footprint(p); }
+  // The op's traffic model, beside its footprint and work: a function of the parameters
+  // alone, with its derivation in a comment where it is defined. nullptr (the default):
+  // none, for an op that is no single kernel call (the cache op drives many), which the
+  // benchmarks then skip.
+  virtual TrafficModel traffic_model() const { return nullptr; }
   // create + fill. May throw kvlab::Error for a problem the op cannot express (INVALID).
   virtual Prepared prepare(const Problem& p) const = 0;
   // Calls the backend kernel; `out` are the output slots in Prepared order.

@@ -44,10 +44,12 @@ static_assert(KVLAB_MASK_NONE == value_of(MaskKind::none) && KVLAB_MASK_CAUSAL =
 static_assert(KVLAB_FULLY_MASKED_ZERO == value_of(FullyMaskedRow::zero) &&
               KVLAB_FULLY_MASKED_MEAN_OF_VALUES == value_of(FullyMaskedRow::mean_of_values));
 
-// The slot table is the op list (kvlab/op_list.h) in C: a slot named after every listed
-// op, in the list's order, one after another, and no slot more.
-#define KVLAB_PLUGIN_SLOT_OFFSET(op, Args, stem) offsetof(kvlab_plugin_v1, op),
-constexpr std::size_t kSlotOffsets[] = {KVLAB_OPS(KVLAB_PLUGIN_SLOT_OFFSET)};
+// The slot table is the plugin's op list (KVLAB_PLUGIN_OPS, each entry a KVLAB_OPS op)
+// in C: a slot named after every listed op, in the list's order, one after another, and
+// no slot more. A slot added to the table without its list entry, or the reverse, fails
+// here; so does a reorder, which would hand a plugin's function the wrong arguments.
+#define KVLAB_PLUGIN_SLOT_OFFSET(op, Args) offsetof(kvlab_plugin_v1, op),
+constexpr std::size_t kSlotOffsets[] = {KVLAB_PLUGIN_OPS(KVLAB_PLUGIN_SLOT_OFFSET)};
 #undef KVLAB_PLUGIN_SLOT_OFFSET
 constexpr bool slots_follow_the_op_list() {
   constexpr std::size_t slot = sizeof(kvlab_plugin_v1::quantize);

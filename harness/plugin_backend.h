@@ -6,8 +6,8 @@
 // file, not a shared library, no entry symbol, a null table, another ABI version) throws
 // Error(invalid_argument) naming the path and the reason.
 //
-// Memory is host memory (HostMemoryBackend). Each op: a null slot throws
-// Error(unsupported) "plugin NAME does not implement the op X"; otherwise the call is
+// Memory is host memory (HostMemoryBackend). Each op with a slot (KVLAB_PLUGIN_OPS): a
+// null slot throws Error(unsupported) "plugin NAME does not implement the op X"; otherwise the call is
 // validated with the oracle's own checks (reference/<stem>.h validate_*, as the SIMD
 // backend does) so a plugin rejects the same calls with the same messages and sees only
 // valid input, then the operands are marshalled into the C structs and the plugin's
@@ -35,6 +35,27 @@ struct kvlab_plugin_v1;
 
 namespace kvlab {
 
+// X(op, ArgumentStruct): the ops of kvlab/op_list.h the plugin ABI carries, one slot
+// each in kvlab_plugin_v1, in this order (plugin_backend.cc checks the table against
+// this list at compile time, and `override` checks each entry against KVLAB_OPS). An op
+// added to KVLAB_OPS has no slot until the ABI grows one (a slot appended to the table,
+// KVLAB_PLUGIN_ABI_VERSION bumped, an entry here): until then a plugin does not offer it
+// and the op throws Backend's Error{unsupported} naming it.
+#define KVLAB_PLUGIN_OPS(X)                  \
+  X(quantize, QuantizeArgs)                  \
+  X(dequantize, DequantizeArgs)              \
+  X(rope, RopeArgs)                          \
+  X(sdpa, SdpaArgs)                          \
+  X(quantized_sdpa, QuantizedSdpaArgs)       \
+  X(turboquant_encode, TurboQuantEncodeArgs) \
+  X(turboquant_decode, TurboQuantDecodeArgs) \
+  X(kv_scatter, KvScatterArgs)               \
+  X(kv_gather, KvGatherArgs)                 \
+  X(kv_copy_blocks, KvCopyBlocksArgs)        \
+  X(kv_roll, KvRollArgs)                     \
+  X(kv_append_advance, KvAppendAdvanceArgs)  \
+  X(kv_snapshot, KvSnapshotArgs)
+
 class PluginBackend final : public HostMemoryBackend {
  public:
   // "PATH[,inprocess][,timeout=SECONDS]"; throws Error(invalid_argument) when it cannot load.
@@ -47,7 +68,9 @@ class PluginBackend final : public HostMemoryBackend {
   using HostMemoryBackend::allocate;
   BufferPtr allocate(std::size_t bytes) override;
   const std::string& plugin_name() const { return plugin_name_; }  // the table's name
-  KVLAB_OVERRIDE_ALL_OPS
+#define KVLAB_PLUGIN_OP(op, Args) void op(const Args& a) override;
+  KVLAB_PLUGIN_OPS(KVLAB_PLUGIN_OP)
+#undef KVLAB_PLUGIN_OP
 
  private:
   std::string variant_, path_;

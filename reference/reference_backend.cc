@@ -1,6 +1,7 @@
 #include "reference/reference_backend.h"
 
 #include "reference/kv_append.h"
+#include "reference/kv_cast.h"
 #include "reference/kv_move.h"
 #include "reference/quantize.h"
 #include "reference/quantized_sdpa.h"
@@ -60,5 +61,7 @@ void ReferenceBackend::kv_append_advance(const KvAppendAdvanceArgs& a) {
 }
 
 void ReferenceBackend::kv_snapshot(const KvSnapshotArgs& a) { ref::kv_snapshot(host_cview(a.src), host_view(a.dst)); }
+
+void ReferenceBackend::kv_cast(const KvCastArgs& a) { ref::kv_cast(host_cview(a.src), host_view(a.dst)); }
 
 }  // namespace kvlab

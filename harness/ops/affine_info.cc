@@ -31,6 +31,19 @@ Tensor quant_input(const Problem& p) {
   return value_family_fill(p, "x", dtype_from_name(p.word("dtype")), bhtd_shape(p), p.word("dist"));
 }
 
+// affine_quantize's traffic: reads x (n·es); writes the codes, scales and biases. 2 flops
+// per element: (x − bias) / scale (the group min/max scan and the rounding are compares).
+Traffic affine_quantize_traffic(const Problem& p) {
+  const std::int64_t n = bhtd_numel(p), es = dtype_bytes(p);
+  return {n * es, packed_bytes({QuantMode::affine, p.int32("bits"), p.int32("group")}, n, es), 2 * n};
+}
+
+// affine_dequantize's: the mirror image; 2 flops per element: code·scale + bias.
+Traffic affine_dequantize_traffic(const Problem& p) {
+  const std::int64_t n = bhtd_numel(p), es = dtype_bytes(p);
+  return {packed_bytes({QuantMode::affine, p.int32("bits"), p.int32("group")}, n, es), n * es, 2 * n};
+}
+
 // x, its codes (at most a byte per element plus a padding word per row), two
 // parameters per group, and row scratch sized by D alone (so also when B·H·T = 0).
 Footprint quant_footprint(const Problem& p) {
@@ -50,6 +63,7 @@ class AffineQuantize final : public OpInfo {
   std::vector<ParamSpec> declared_params() const override { return quant_params(); }
 
   std::uint64_t footprint(const Problem& p) const override { return quant_footprint(p).bytes(); }
+  TrafficModel traffic_model() const override { return affine_quantize_traffic; }
 
   Prepared prepare(const Problem& p) const override {
     const QuantSpec spec = affine_spec(p);
@@ -84,6 +98,7 @@ class AffineDequantize final : public OpInfo {
   std::string_view summary() const override { return "packed codes -> values (1 ulp of T + fma slack)"; }
   std::vector<ParamSpec> declared_params() const override { return quant_params(); }
 
+  TrafficModel traffic_model() const override { return affine_dequantize_traffic; }
   std::uint64_t footprint(const Problem& p) const override {
     const std::int64_t B = p.integer("B"), H = p.integer("H"), T = p.integer("T"), D = p.integer("D");
     return quant_footprint(p).add(dtype_from_name(p.word("dtype")), {B, H, T, D}).bytes();  // + out

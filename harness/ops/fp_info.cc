@@ -41,6 +41,21 @@ std::vector<ParamSpec> fp_params() {
 
 QuantSpec fp_spec(const Problem& p) { return QuantSpec::make(quant_mode_from_name(p.word("mode"))); }
 
+// fp_quantize's traffic: reads x; writes fp4/fp8 codes and u8 scale codes. 1 flop per
+// element (x / scale; the code is a table search), +1 with nvfp4's global scale.
+Traffic fp_quantize_traffic(const Problem& p) {
+  const std::int64_t n = bhtd_numel(p), es = dtype_bytes(p);
+  const std::int64_t per = p.word("global_scale") == "none" ? 1 : 2;
+  return {n * es, packed_bytes(fp_spec(p), n, es), per * n};
+}
+
+// fp_dequantize's: codes + scale codes in, values out; lut(code)·scale (·global).
+Traffic fp_dequantize_traffic(const Problem& p) {
+  const std::int64_t n = bhtd_numel(p), es = dtype_bytes(p);
+  const std::int64_t per = p.word("global_scale") == "none" ? 1 : 2;
+  return {packed_bytes(fp_spec(p), n, es), n * es, per * n};
+}
+
 Tensor fp_input(const Problem& p) {
   return value_family_fill(p, "x", dtype_from_name(p.word("dtype")), bhtd_shape(p), p.word("dist"), p.real("stddev"));
 }
@@ -72,6 +87,7 @@ class FpQuantize final : public OpInfo {
   std::vector<ParamSpec> declared_params() const override { return fp_params(); }
 
   std::uint64_t footprint(const Problem& p) const override { return fp_footprint(p, false).bytes(); }
+  TrafficModel traffic_model() const override { return fp_quantize_traffic; }
 
   Prepared prepare(const Problem& p) const override {
     const QuantSpec spec = fp_spec(p);
@@ -105,6 +121,7 @@ class FpDequantize final : public OpInfo {
   std::vector<ParamSpec> declared_params() const override { return fp_params(); }
 
   std::uint64_t footprint(const Problem& p) const override { return fp_footprint(p, true).bytes(); }
+  TrafficModel traffic_model() const override { return fp_dequantize_traffic; }
 
   Prepared prepare(const Problem& p) const override {
     const Tensor x = fp_input(p);

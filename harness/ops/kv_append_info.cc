@@ -40,6 +40,21 @@ RowPlacement placement(const Problem& p) {
   return r;
 }
 
+// kv_append_advance's traffic (the device-offset cache append): the B·H·S new K and V
+// rows are read and written into the caches; B offsets are read and written, B left
+// paddings read.
+Traffic kv_append_advance_traffic(const Problem& p) {
+  const std::int64_t rows = p.integer("B") * p.integer("H") * p.integer("S");
+  const std::int64_t moved = rows * (p.integer("Dk") + p.integer("Dv")) * dtype_bytes(p);
+  return {moved + p.integer("B") * 8, moved + p.integer("B") * 4, 0};
+}
+
+// kv_snapshot's: N elements read and written.
+Traffic kv_snapshot_traffic(const Problem& p) {
+  const std::int64_t moved = p.integer("N") * dtype_bytes(p);
+  return {moved, moved, 0};
+}
+
 class KvAppendAdvance final : public OpInfo {
  public:
   std::string_view name() const override { return "kv_append_advance"; }
@@ -48,6 +63,7 @@ class KvAppendAdvance final : public OpInfo {
     return {int_param("B", 2, true), int_param("H", 2, true), int_param("S", 3, true), int_param("C", 16, true),
             int_param("Dk", 64, true), int_param("Dv", 64, true), append_dtype(), int_param("start", 0, true, 0)};
   }
+  TrafficModel traffic_model() const override { return kv_append_advance_traffic; }
   std::uint64_t footprint(const Problem& p) const override {
     const DType dtype = dtype_from_name(p.word("dtype"));
     const std::int64_t B = p.integer("B"), H = p.integer("H"), S = p.integer("S"), C = p.integer("C");
@@ -84,6 +100,7 @@ class KvSnapshot final : public OpInfo {
   std::vector<ParamSpec> declared_params() const override {
     return {int_param("N", 4, true), {"dtype", ParamKind::word, "i32", {"i32", "f32", "f16", "u8"}, false, 1}};
   }
+  TrafficModel traffic_model() const override { return kv_snapshot_traffic; }
   std::uint64_t footprint(const Problem& p) const override {
     return Footprint{}.add(dtype_from_name(p.word("dtype")), {p.integer("N"), 2}).bytes();
   }

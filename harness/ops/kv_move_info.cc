@@ -41,6 +41,34 @@ Tensor int_tensor(Shape shape, const std::vector<std::int64_t>& values) {
   return Tensor::from_ints(DType::i32, std::move(shape), values);
 }
 
+// Traffic of the moves: only the moved rows are credited, each read once and written
+// once. kv_scatter (the cache append): the B·H·S rows of W elements read from src and
+// written into dst (the rest of dst is not touched, so it is not credited), plus the
+// (B, S) i32 slot indices read.
+Traffic kv_scatter_traffic(const Problem& p) {
+  const std::int64_t moved = p.integer("B") * p.integer("H") * p.integer("S") * p.integer("W") * dtype_bytes(p);
+  return {moved + p.integer("B") * p.integer("S") * 4, moved, 0};
+}
+
+// kv_gather: every dst row (Bd, H, L, W) is read from src and written; Bd i32 indices.
+Traffic kv_gather_traffic(const Problem& p) {
+  const std::int64_t moved = p.integer("Bd") * p.integer("H") * p.integer("L") * p.integer("W") * dtype_bytes(p);
+  return {moved + p.integer("Bd") * 4, moved, 0};
+}
+
+// kv_copy_blocks: `blocks` blocks of len rows per head are read and written.
+Traffic kv_copy_blocks_traffic(const Problem& p) {
+  const std::int64_t moved =
+      p.integer("blocks") * p.integer("H") * p.integer("len") * p.integer("W") * dtype_bytes(p);
+  return {moved, moved, 0};
+}
+
+// kv_roll: the whole (B, H, L, W) tensor is read and written; B i32 shifts.
+Traffic kv_roll_traffic(const Problem& p) {
+  const std::int64_t moved = p.integer("B") * p.integer("H") * p.integer("L") * p.integer("W") * dtype_bytes(p);
+  return {moved + p.integer("B") * 4, moved, 0};
+}
+
 // Keys added after the case files were written: left out of a line at their default.
 class KvScatter final : public OpInfo {
  public:
@@ -53,6 +81,7 @@ class KvScatter final : public OpInfo {
             int_param("W", 64, true), move_dtype(), int_param("start", 0, true, 0),
             quiet(word_param("order", {"ring", "perm"}, true))};
   }
+  TrafficModel traffic_model() const override { return kv_scatter_traffic; }
   std::uint64_t footprint(const Problem& p) const override {
     const DType dtype = dtype_from_name(p.word("dtype"));
     const std::int64_t B = p.integer("B"), H = p.integer("H"), S = p.integer("S"), L = p.integer("L"), W = p.integer("W");
@@ -99,6 +128,7 @@ class KvGather final : public OpInfo {
     return {int_param("Bs", 2, true), int_param("Bd", 2, true), int_param("H", 2, true), int_param("L", 8, true),
             int_param("W", 64, true), move_dtype()};
   }
+  TrafficModel traffic_model() const override { return kv_gather_traffic; }
   std::uint64_t footprint(const Problem& p) const override {
     const DType dtype = dtype_from_name(p.word("dtype"));
     const std::int64_t Bs = p.integer("Bs"), Bd = p.integer("Bd"), H = p.integer("H"), L = p.integer("L"), W = p.integer("W");
@@ -141,6 +171,7 @@ class KvCopyBlocks final : public OpInfo {
             int_param("Ld", 16, true), int_param("W", 64, true), move_dtype(), int_param("blocks", 3, true),
             int_param("len", 4, true, 0)};
   }
+  TrafficModel traffic_model() const override { return kv_copy_blocks_traffic; }
   std::uint64_t footprint(const Problem& p) const override {
     const DType dtype = dtype_from_name(p.word("dtype"));
     const std::int64_t Bs = p.integer("Bs"), Bd = p.integer("Bd"), H = p.integer("H"), W = p.integer("W");
@@ -176,6 +207,7 @@ class KvRoll final : public OpInfo {
     return {int_param("B", 2, true), int_param("H", 2, true), int_param("L", 16, true), int_param("W", 64, true),
             move_dtype(), int_param("shift", 3, true, 0), quiet(word_param("shifts", {"linear", "extreme"}, true))};
   }
+  TrafficModel traffic_model() const override { return kv_roll_traffic; }
   std::uint64_t footprint(const Problem& p) const override {
     const DType dtype = dtype_from_name(p.word("dtype"));
     const std::int64_t B = p.integer("B"), H = p.integer("H"), L = p.integer("L"), W = p.integer("W");

@@ -57,6 +57,16 @@ RopeParams rope_params(const Problem& p) {
 }
 
 // Tolerance of rope.
+// rope's traffic: reads x, writes out (same size; per-row offsets, B·4 bytes, when
+// given). The first `dims` features of a row are rotated in pairs, 3 flops per rotated
+// element (x1·c − x2·s: two products and a sum); cos/sin are per (position, pair),
+// shared by the heads, and not counted.
+Traffic rope_traffic(const Problem& p) {
+  const std::int64_t n = bhtd_numel(p), es = dtype_bytes(p);
+  const std::int64_t offsets = p.flag("per_row") ? p.integer("B") * 4 : 0;
+  return {n * es + offsets, n * es, 3 * (n / p.integer("D")) * p.integer("dims")};
+}
+
 // The oracle evaluates in double and rounds once (≤ ½ ulp of T). A backend in f32:
 //   inv_i = base^(−2i/dims) via powf/exp2: relative error ≤ 4·u (u = 2^-24);
 //   θ = p·inv_i: absolute error ≤ |θ|·5u (inv_i's error plus the product's rounding);
@@ -82,6 +92,7 @@ class Rope final : public OpInfo {
             quiet(word_param("flavour", {"contract", "mlx"}, true))};
   }
 
+  TrafficModel traffic_model() const override { return rope_traffic; }
   std::uint64_t footprint(const Problem& p) const override {
     const DType dtype = dtype_from_name(p.word("dtype"));
     const std::int64_t B = p.integer("B"), H = p.integer("H"), T = p.integer("T"), D = p.integer("D");

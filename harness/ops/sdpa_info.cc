@@ -332,6 +332,41 @@ std::vector<Problem> attention_shrink(const Problem& p, std::vector<Problem> gen
   return out;
 }
 
+// Traffic, the part shared by sdpa and quantized_sdpa: q read, out written, the mask
+// array (bool: 1 byte, additive: f32 per (b, query, key)) and the sinks (Hq f32) read
+// when present. Flops: 2·Dk per logit (q·k) and 2·Dv per weighted value (p·v) for every
+// (b, query head, query, key), the dense count also under a causal mask; softmax's exp
+// and the normalization are not counted.
+Traffic attention_traffic(const Problem& p) {
+  const std::int64_t B = p.integer("B"), Hq = p.integer("Hq"), Lq = p.integer("Lq"), Lk = p.integer("Lk");
+  const std::int64_t Dk = p.integer("Dk"), Dv = p.integer("Dv"), es = dtype_bytes(p);
+  const std::string& mask = p.word("mask");
+  const std::int64_t mask_bytes = mask == "bool" ? B * Lq * Lk : (mask == "additive" ? B * Lq * Lk * 4 : 0);
+  const std::int64_t sink_bytes = p.flag("sinks") ? Hq * 4 : 0;
+  return {B * Hq * Lq * Dk * es + mask_bytes + sink_bytes, B * Hq * Lq * Dv * es, 2 * B * Hq * Lq * Lk * (Dk + Dv)};
+}
+
+// sdpa: plus K (B, Hkv, Lk, Dk) and V (B, Hkv, Lk, Dv) in `dtype`, each read once.
+Traffic sdpa_traffic(const Problem& p) {
+  Traffic t = attention_traffic(p);
+  const std::int64_t rows = p.integer("B") * p.integer("Hkv") * p.integer("Lk");
+  t.read_bytes += rows * (p.integer("Dk") + p.integer("Dv")) * dtype_bytes(p);
+  return t;
+}
+
+// quantized_sdpa: plus packed K and V (codes, scales, biases per side's spec), each read
+// once: the point of a fused kernel, the dequantized K/V never exist in memory.
+Traffic quantized_sdpa_traffic(const Problem& p) {
+  Traffic t = attention_traffic(p);
+  const std::int64_t rows = p.integer("B") * p.integer("Hkv") * p.integer("Lk"), es = dtype_bytes(p);
+  for (const char* side : {"k", "v"}) {
+    const std::string s(side);
+    const QuantSpec spec{quant_mode_from_name(p.word(s + "mode")), p.int32(s + "bits"), p.int32(s + "group")};
+    t.read_bytes += packed_bytes(spec, rows * p.integer(s == "k" ? "Dk" : "Dv"), es);
+  }
+  return t;
+}
+
 class Sdpa final : public OpInfo {
  public:
   std::string_view name() const override { return "sdpa"; }
@@ -343,6 +378,7 @@ class Sdpa final : public OpInfo {
   }
 
   std::uint64_t footprint(const Problem& p) const override { return attention_footprint(p, false).bytes(); }
+  TrafficModel traffic_model() const override { return sdpa_traffic; }
   std::uint64_t work(const Problem& p) const override { return attention_work(p, false); }
 
   Prepared prepare(const Problem& p) const override {
@@ -411,6 +447,7 @@ class QuantizedSdpa final : public OpInfo {
   }
 
   std::uint64_t footprint(const Problem& p) const override { return attention_footprint(p, true).bytes(); }
+  TrafficModel traffic_model() const override { return quantized_sdpa_traffic; }
   std::uint64_t work(const Problem& p) const override { return attention_work(p, true); }
 
   Prepared prepare(const Problem& p) const override {

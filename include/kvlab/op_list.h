@@ -134,6 +134,14 @@ struct KvSnapshotArgs {
   std::vector<const DTensor*> outputs() const { return {&dst}; }
 };
 
+// dst = src converted element-wise between float dtypes (reference/kv_cast.h): K/V of
+// one dtype written into a cache of another.
+struct KvCastArgs {
+  const DTensor& src;
+  const DTensor& dst;
+  std::vector<const DTensor*> outputs() const { return {&dst}; }
+};
+
 // X(op, ArgumentStruct, reference stem)
 #define KVLAB_OPS(X)                                       \
   X(quantize, QuantizeArgs, "quantize")                    \
@@ -148,7 +156,8 @@ struct KvSnapshotArgs {
   X(kv_copy_blocks, KvCopyBlocksArgs, "kv_move")           \
   X(kv_roll, KvRollArgs, "kv_move")                        \
   X(kv_append_advance, KvAppendAdvanceArgs, "kv_append")   \
-  X(kv_snapshot, KvSnapshotArgs, "kv_append")
+  X(kv_snapshot, KvSnapshotArgs, "kv_append")              \
+  X(kv_cast, KvCastArgs, "kv_cast")
 
 // Declares `void op(const Args&) override;` for every listed op (a backend that
 // implements them all, e.g. the reference).

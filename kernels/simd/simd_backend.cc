@@ -173,5 +173,7 @@ void SimdBackend::kv_roll_kernel(const KvRollArgs& a) {
   simd::kv_roll(host_cview(a.src), a.shifts, host_view(a.dst));
 }
 
+void SimdBackend::kv_cast_kernel(const KvCastArgs& a) { simd::kv_cast(host_cview(a.src), host_view(a.dst)); }
+
 }  // namespace kvlab
 #endif  // HWY_ONCE

@@ -40,6 +40,7 @@ void kv_scatter(const ConstTensorView& src, const ConstTensorView& slots, const 
 void kv_gather(const ConstTensorView& src, const ConstTensorView& batch_index, const TensorView& dst);
 void kv_copy_blocks(const ConstTensorView& src, std::span<const SeqBlock> blocks, const TensorView& dst);
 void kv_roll(const ConstTensorView& src, const ConstTensorView& shifts, const TensorView& dst);
+void kv_cast(const ConstTensorView& src, const TensorView& dst);
 
 void rope(const ConstTensorView& x, const RopeParams& params, std::int32_t offset,
           const std::optional<ConstTensorView>& per_row_offsets, const TensorView& out);

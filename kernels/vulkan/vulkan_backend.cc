@@ -1,6 +1,6 @@
-// VulkanBackend: construction, names, memory operations and the kernels of later phases.
-// The implemented kernels live beside their shaders' stems (affine_quantize.cc, rope.cc,
-// kv_move.cc, sdpa.cc, quantized_sdpa.cc).
+// VulkanBackend: construction, names and memory operations. The kernels live beside their
+// shaders' stems (affine_quantize.cc, rope.cc, kv_move.cc, sdpa.cc, quantized_sdpa.cc,
+// kv_append.cc); an op without one is not overridden (vulkan_backend.h).
 #include "kernels/vulkan/vulkan_backend.h"
 
 #include <charconv>
@@ -9,14 +9,6 @@
 #include "kvlab/error.h"
 
 namespace kvlab {
-
-namespace {
-
-[[noreturn]] void not_yet(const char* kernel) {
-  fail(ErrorKind::unsupported, cat("VulkanBackend: ", kernel, " is not implemented yet"));
-}
-
-}  // namespace
 
 VulkanBackend::VulkanBackend(VulkanOptions options) : context_(std::make_unique<Context>(options)) {}
 
@@ -61,9 +53,6 @@ void VulkanBackend::fill(const DTensor& dst, std::uint32_t element_bits) {
   const std::uint64_t words = (std::uint64_t{b.offset} + v.nbytes() + 3) / 4 - b.offset / 4;
   context_->dispatch(vulkan::ShaderId::fill, {b}, &push, sizeof push, words);
 }
-
-void VulkanBackend::turboquant_encode(const TurboQuantEncodeArgs&) { not_yet("turboquant_encode"); }
-void VulkanBackend::turboquant_decode(const TurboQuantDecodeArgs&) { not_yet("turboquant_decode"); }
 
 VulkanOptions vulkan_options_from_variant(std::string_view variant) {
   VulkanOptions options;

@@ -115,9 +115,20 @@ class VulkanBackend final : public Backend {
   void download(const DTensor& src, void* dst) override;
   void fill(const DTensor& dst, std::uint32_t element_bits) override;
 
-  // Kernels (kvlab/op_list.h). The affine format only: fp formats and TurboQuant throw
-  // unsupported naming the op and mode.
-  KVLAB_OVERRIDE_ALL_OPS
+  // Kernels (kvlab/op_list.h), each in kernels/vulkan/<stem>.cc. The affine format only:
+  // fp formats throw unsupported naming the op and mode. Ops not declared here (TurboQuant,
+  // any op added to the list since) keep Backend's default, Error{unsupported} naming the op.
+  void quantize(const QuantizeArgs& a) override;
+  void dequantize(const DequantizeArgs& a) override;
+  void rope(const RopeArgs& a) override;
+  void sdpa(const SdpaArgs& a) override;
+  void quantized_sdpa(const QuantizedSdpaArgs& a) override;
+  void kv_scatter(const KvScatterArgs& a) override;
+  void kv_gather(const KvGatherArgs& a) override;
+  void kv_copy_blocks(const KvCopyBlocksArgs& a) override;
+  void kv_roll(const KvRollArgs& a) override;
+  void kv_append_advance(const KvAppendAdvanceArgs& a) override;
+  void kv_snapshot(const KvSnapshotArgs& a) override;
 
   // The runtime context (kernels/vulkan/context.h); for the kernels' translation units
   // and the runtime tests.
