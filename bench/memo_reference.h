@@ -2,8 +2,8 @@
 // verified backend.
 //
 // Every SIMD target is verified against the oracle on the same perf problem, and at perf
-// shapes the oracle is what costs (sdpa with Lq=512, Lk=4096 is ~34 Gflop in double: about
-// four minutes here). harness::run_case places identical inputs for a problem each time
+// shapes the oracle is what costs (sdpa with Lq=512, Lk=4096 is ~34 Gflop in double, far
+// more than any verified kernel). harness::run_case places identical inputs for a problem each time
 // (the fill is keyed by the problem line) and makes the same reference calls (no rerun),
 // so the oracle's outputs of the n-th call after expect(line) can be replayed byte for
 // byte for the next backend verified on that line. Only the latest problem is kept:

@@ -223,7 +223,7 @@ std::uint64_t attention_work(const Problem& p, bool quantized) {
 // mean(ref²) ~ e/Lk (long softmax averages are small), so a kernel whose running softmax
 // sum and P·V accumulator are half precision passes it on long sequences: at Lk 4096 its
 // NMSE is ~0.02 (f16) / ~2 (bf16, the sum stagnates) against budget bounds of ~3 / ~200
-// (harness/tests/test_precision_ceiling.cc). The kernels declare f32 accumulation
+// (tests/harness/test_precision_ceiling.cc). The kernels declare f32 accumulation
 // (Backend::accumulation); what that allows, as NMSE against the oracle's once-rounded
 // output, u = unit roundoff of T (2^-11 f16, 2^-8 bf16), from independent roundings whose
 // relative errors are uniform in ±u (mean square u²/3), each term taken at 3x its mean
