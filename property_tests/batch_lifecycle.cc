@@ -12,10 +12,12 @@
 // The row model is batch_util.h's RowLog: token t of row `id` is content(·, id, t, ·).
 #include <algorithm>
 #include <memory>
+#include <string>
 
 #include "cache/rotating_kv_cache.h"
 #include "property_tests/batch_util.h"
 #include "property_tests/properties.h"
+#include "property_tests/repro_line.h"
 
 namespace kvlab::prop {
 
@@ -29,6 +31,12 @@ struct RotatingRig {
   ReferenceBackend be;
   std::int64_t heads = 1, dim = 16, max_size = 4;
   std::int64_t next_id = 0;
+  // What the last fresh() did, for the case's repro line: stored nothing, a left-padded
+  // prompt of `tokens` columns (pads up to `lpad`), or a right-padded one (pads up to `rpad`).
+  struct Made {
+    bool right = false;
+    std::int64_t tokens = 0, lpad = 0, rpad = 0;
+  } made;
 
   void write(std::unique_ptr<BatchRotatingKVCache>& cache, std::vector<RowLog>& rows, std::int64_t n, bool pending) {
     bh.rotating_update(cache, be.upload(next_block(Stream::key, rows, n, heads, dim, pending)),
@@ -80,7 +88,9 @@ struct RotatingRig {
     if (kind == 1) {
       for (std::int64_t b = 0; b < count; ++b) mine.push_back({next_id++, 0});
       cache = std::make_unique<BatchRotatingKVCache>(be, max_size, std::vector<std::int32_t>(mine.size(), 0));
-      for (std::int64_t left = start_prompt(*cache, mine); left > 0;) {
+      made = {true, start_prompt(*cache, mine), 0, 0};
+      for (const RowLog& r : mine) made.rpad = std::max(made.rpad, r.pad_left);
+      for (std::int64_t left = made.tokens; left > 0;) {
         const std::int64_t n = *rc::gen::inRange<std::int64_t>(1, std::min<std::int64_t>(left, 6) + 1);
         write(cache, mine, n, true);
         left -= n;
@@ -100,6 +110,7 @@ struct RotatingRig {
         r.count = -pad;
       }
       cache = std::make_unique<BatchRotatingKVCache>(be, max_size, lp);
+      made = {false, kind == 0 ? longest : 0, *std::max_element(lp.begin(), lp.end()), 0};
       if (kind == 0)
         for (const std::int64_t n : gen_split(longest)) write(cache, mine, n, false);
     }
@@ -162,14 +173,6 @@ struct RotatingRig {
   }
 };
 
-enum class LifecycleOp { decode, chunk, prompt, trim, filter, bad_filter, extend, merge, state };
-const char* lifecycle_op_name(LifecycleOp op) {
-  static const char* const names[] = {"decode", "chunk", "prompt", "trim", "filter",
-                                      "bad filter", "extend", "merge", "state"};
-  return names[static_cast<int>(op)];
-}
-void showValue(LifecycleOp op, std::ostream& os) { os << lifecycle_op_name(op); }
-
 }  // namespace
 
 void batch_rotating_lifecycle(const Hooks&, const BatchHooks& bh) {
@@ -182,55 +185,89 @@ void batch_rotating_lifecycle(const Hooks&, const BatchHooks& bh) {
   auto cache = rig.fresh(6, rows);
   Pending pending;
   RC_LOG() << "max_size " << rig.max_size << ", fresh rows " << rows_str(rows) << "\n";
+  // The case as a `cache kind=batch_rotating` line (repro_line.h), logged if a check fails.
+  BatchCase line_case;
+  line_case.kind = Kind::batch_rotating;
+  line_case.batch = static_cast<std::int64_t>(rows.size());
+  line_case.heads = rig.heads, line_case.dim = rig.dim, line_case.max_size = rig.max_size;
+  ReproScript line;
+  const ReproOnFailure log_line(line_case, line);
+  line.note("the property's K/V go through update(), not attend()");
+  const auto say = [&line](const cs::Command& c) { line.tokens.push_back(cs::script_str({c})); };
+  const auto say_fresh = [&](const RotatingRig::Made& m) {
+    line_case.lpad = std::max(line_case.lpad, m.lpad);
+    line_case.rpad = std::max(line_case.rpad, m.rpad);
+  };
+  say_fresh(rig.made);
+  if (rig.made.right) {
+    say({cs::Verb::right_chunk, rig.made.tokens, 0, {}});
+    say({cs::Verb::finalize, 1, 0, {}});
+  } else if (rig.made.tokens > 0) {
+    say({cs::Verb::update, rig.made.tokens, 0, {}});
+  }
   rig.check(*cache, rows, false, "prefill");
-  const auto script = *rc::gen::container<std::vector<LifecycleOp>>(
+  const auto script = *rc::gen::container<std::vector<Draw>>(
       static_cast<std::size_t>(*rc::gen::inRange(1, 13)),
-      rc::gen::weightedElement<LifecycleOp>({{4, LifecycleOp::decode}, {2, LifecycleOp::chunk}, {3, LifecycleOp::prompt}, {1, LifecycleOp::trim}, {1, LifecycleOp::filter},
-                                    {1, LifecycleOp::bad_filter}, {2, LifecycleOp::extend}, {2, LifecycleOp::merge}, {2, LifecycleOp::state}}));
-  for (LifecycleOp op : script) {
+      rc::gen::weightedElement<Draw>({{4, kDecode}, {2, kChunk}, {3, kPrompt}, {1, kTrim}, {1, kFilter},
+                                      {1, kBadFilter}, {2, kExtend}, {2, kMerge}, {2, kState}}));
+  for (Draw d : script) {
     ++size.steps;
-    if (op == LifecycleOp::prompt && pending) op = LifecycleOp::chunk;
-    if (op == LifecycleOp::prompt && std::any_of(rows.begin(), rows.end(), [](const RowLog& r) { return r.count < 0; }))
-      op = LifecycleOp::decode;  // a prompt needs every row's left padding consumed
-    if (op == LifecycleOp::merge && pending) op = LifecycleOp::state;
-    if (op == LifecycleOp::extend && rows.size() >= 6) op = LifecycleOp::filter;
-    if (op == LifecycleOp::decode || op == LifecycleOp::chunk) {
+    if (d == kPrompt && pending) d = kChunk;
+    if (d == kPrompt && std::any_of(rows.begin(), rows.end(), [](const RowLog& r) { return r.count < 0; }))
+      d = kDecode;  // a prompt needs every row's left padding consumed
+    if (d == kMerge && pending) d = kState;
+    if (d == kExtend && rows.size() >= 6) d = kFilter;
+    const cs::Verb verb = d ? d->verb : cs::Verb::reload;
+    if (!d) {
+      line.note("merge of the extracted rows, each continued alone (no verb)");
+      cache = rig.merge_rows(*cache, rows);
+    } else if (verb == cs::Verb::update) {
       if (pending && pending.left == 0) {
         RotatingRig::finish_prompt(*cache, rows);
         pending = {};
+        say({cs::Verb::finalize, 1, 0, {}});
       } else {
         const std::int64_t most = pending ? pending.left : 2 * rig.max_size + 2;
         // In a pending prompt, decode = a one-token chunk (mlx-vlm 75f50e84,
         // docs/upstream-bugs.md row 25).
-        const std::int64_t n = op == LifecycleOp::decode ? 1 : gen_chunk(most);
+        const std::int64_t n = d->n == 1 ? 1 : gen_chunk(most);
+        if (!pending) say({cs::Verb::update, n, 0, {}});  // a prompt's columns are in its rN
         rig.write(cache, rows, n, pending.on);
         if (pending) pending.left -= n;
         size.tokens += n;
       }
-    } else if (op == LifecycleOp::prompt) {
+    } else if (verb == cs::Verb::right_chunk) {
       pending = {true, rig.start_prompt(*cache, rows)};
-    } else if (op == LifecycleOp::trim) {
+      // The whole right-padded prompt is one rN here; the property writes it in pieces.
+      say({cs::Verb::right_chunk, pending.left, 0, {}});
+      for (const RowLog& r : rows) line_case.rpad = std::max(line_case.rpad, r.pad_left);
+    } else if (verb == cs::Verb::trim) {
       std::int64_t most = 0;
       for (const RowLog& r : rows) most = std::max(most, r.count);
       const std::int64_t n = *rc::gen::inRange<std::int64_t>(0, most + 1);
       if (pending) {
+        if (n > 0) line.note("a trim rejected while a right pad is pending");
         expect_rejected([&] { cache->trim(n); }, ErrorKind::misuse, "trim while a right pad is pending");
       } else if (!cache->is_trimmable() && n > 0) {
+        say({cs::Verb::trim, n, 0, {}});  // tN leaves a wrapped ring as it is
         expect_rejected([&] { cache->trim(n); }, ErrorKind::misuse, "trim of a ring that evicted tokens");
       } else {
+        if (n > 0) say({cs::Verb::trim, n, 0, {}});
         const std::int64_t removed = cache->trim(n);
         if (removed != n) RC_FAIL("trim(" + std::to_string(n) + ") removed " + std::to_string(removed));
         for (RowLog& r : rows) r.count -= n;
       }
-    } else if (op == LifecycleOp::filter) {
+    } else if (verb == cs::Verb::filter && d->keep.empty()) {
       const std::vector<std::int32_t> idx = gen_keep(rows.size());
+      say({cs::Verb::filter, 0, 0, idx});
       cache->filter(idx);
       rows = pick(rows, idx);
-    } else if (op == LifecycleOp::bad_filter) {
+    } else if (verb == cs::Verb::filter) {
       const std::vector<std::int32_t> idx = gen_bad_keep(rows.size());
+      line.note("a rejected filter");
       expect_rejected([&] { cache->filter(idx); }, ErrorKind::invalid_argument,
                       "filter(" + list_str(idx) + ") of " + std::to_string(rows.size()) + " rows");
-    } else if (op == LifecycleOp::extend) {
+    } else if (verb == cs::Verb::extend) {
       std::vector<RowLog> joined;
       const int kind = *rc::gen::inRange(0, 4);
       std::unique_ptr<BatchRotatingKVCache> other;
@@ -243,23 +280,34 @@ void batch_rotating_lifecycle(const Hooks&, const BatchHooks& bh) {
       }
       const BatchRotatingKVCache& with = other ? *other : *cache;
       if (pending) {
+        line.note("an extend rejected while a right pad is pending");
         expect_rejected([&] { cache->extend(with); }, ErrorKind::misuse, "extend while a right pad is pending");
       } else {
+        if (!other) {
+          line.note("extend by itself");
+        } else {
+          // The line's new rows attend one left-padded chunk; the property's may be a
+          // right-padded prompt, empty, or merged rows.
+          if (rig.made.right || rig.made.tokens == 0 || kind == 1) line.note("extend by another kind of batch");
+          say_fresh(rig.made);
+          say({cs::Verb::extend, std::max<std::int64_t>(1, rig.made.tokens),
+               static_cast<std::int64_t>(joined.size()), {}});
+        }
         cache->extend(with);
         rows.insert(rows.end(), joined.begin(), joined.end());
       }
-    } else if (op == LifecycleOp::merge) {
-      cache = rig.merge_rows(*cache, rows);
-    } else if (op == LifecycleOp::state) {
+    } else {
+      say({cs::Verb::reload, 1, 0, {}});
       cache = bh.rotating_restore(rig.be, cache->state());
     }
-    RC_LOG() << lifecycle_op_name(op) << " -> rows " << rows_str(rows)
+    RC_LOG() << draw_name(d) << " -> rows " << rows_str(rows)
              << (pending ? " pending " + std::to_string(pending.left) : "") << "\n";
-    rig.check(*cache, rows, pending.on, lifecycle_op_name(op));
+    rig.check(*cache, rows, pending.on, draw_name(d));
   }
   if (pending) {
     if (pending.left > 0) rig.write(cache, rows, pending.left, true);
     RotatingRig::finish_prompt(*cache, rows);
+    say({cs::Verb::finalize, 1, 0, {}});
     rig.check(*cache, rows, false, "finalize");
   }
 }

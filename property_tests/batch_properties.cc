@@ -32,6 +32,20 @@ namespace kvlab::prop {
 namespace {
 
 using batch::block;
+using batch::draw_name;
+using batch::Draw;
+using batch::kBadFilter;
+using batch::kChunk;
+using batch::kDecode;
+using batch::kExtend;
+using batch::kFilter;
+using batch::kMerge;
+using batch::kPrompt;
+using batch::kState;
+using batch::kToQuantized;
+using batch::kTrim;
+using batch::word;
+namespace cs = kvlab::cache_script;
 using batch::expect_rejected;
 using batch::expect_same_tensor;
 using batch::gen_bad_keep;
@@ -267,14 +281,6 @@ void check_rows(const Ops& ops, Backend& be, const typename Ops::Batch& cache, c
   }
 }
 
-enum class Op { decode, chunk, prompt, trim, filter, bad_filter, extend, merge, state, to_quantized };
-const char* op_name(Op op) {
-  static const char* const names[] = {"decode", "chunk", "prompt", "trim",  "filter",
-                                      "bad filter", "extend", "merge", "state", "to_quantized"};
-  return names[static_cast<int>(op)];
-}
-void showValue(Op op, std::ostream& os) { os << op_name(op); }
-
 // A state round trip: in memory, or (1 in 6) through a state file (cache/state_file.h).
 CacheState round_trip(const CacheState& s) {
   if (*rc::gen::inRange(0, 6) != 0) return s;
@@ -324,68 +330,71 @@ void rows_match_logs(const Ops& ops) {
     std::int64_t hi = 0, lo = 0;
     for (const RowLog& r : rows) hi = std::max(hi, r.count), lo = std::min(lo, r.count);
     line_case.lpad = -lo;
-    if (hi - lo > 0) line.tokens.push_back("u" + std::to_string(hi - lo));
+    if (hi - lo > 0) line.tokens.push_back(word({cs::Verb::update, hi - lo, 0, {}}));
     line.note("the property's K/V go through update(), not attend()");
   }
   check_rows(ops, be, *cache, rows, false, "prefill");
-  const auto script = *rc::gen::container<std::vector<Op>>(
+  // The steps: commands of the cache language, drawn as batch_util.h's Draw says.
+  const auto script = *rc::gen::container<std::vector<Draw>>(
       static_cast<std::size_t>(*rc::gen::inRange(1, 13)),
-      rc::gen::weightedElement<Op>({{3, Op::decode}, {3, Op::chunk}, {2, Op::prompt}, {1, Op::trim}, {1, Op::filter},
-                                    {1, Op::bad_filter}, {2, Op::extend}, {1, Op::merge}, {2, Op::state},
-                                    {1, Op::to_quantized}}));
+      rc::gen::weightedElement<Draw>({{3, kDecode}, {3, kChunk}, {2, kPrompt}, {1, kTrim}, {1, kFilter},
+                                      {1, kBadFilter}, {2, kExtend}, {1, kMerge}, {2, kState},
+                                      {1, kToQuantized}}));
   const auto finish_prompt = [&] {
     cache->finalize();
     for (RowLog& r : rows) r.pads = 0;
     pending = {};
   };
-  for (Op op : script) {
+  for (Draw d : script) {
     ++size.steps;
-    if (op == Op::prompt && pending) op = Op::chunk;
-    if (op == Op::prompt && std::any_of(rows.begin(), rows.end(), [](const RowLog& r) { return r.count < 0; }))
-      op = Op::decode;  // a prompt needs every row's left padding consumed (finalize rolls into it)
-    if (((op == Op::merge || op == Op::to_quantized) && pending) || (op == Op::extend && rows.size() >= 8))
-      op = Op::state;
-    if (op == Op::decode || op == Op::chunk) {
+    if (d == kPrompt && pending) d = kChunk;
+    if (d == kPrompt && std::any_of(rows.begin(), rows.end(), [](const RowLog& r) { return r.count < 0; }))
+      d = kDecode;  // a prompt needs every row's left padding consumed (finalize rolls into it)
+    if (((d == kMerge || d == kToQuantized) && pending) || (d == kExtend && rows.size() >= 8)) d = kState;
+    const cs::Verb verb = d ? d->verb : cs::Verb::reload;
+    if (!d) {  // merge of the extracted rows, then extract, is the identity
+      line.note("merge of the extracted rows (no verb)");
+      cache = merged_copy(ops, be, *cache, rows.size());
+      for (RowLog& r : rows) r.count = std::max<std::int64_t>(r.count, 0);
+    } else if (verb == cs::Verb::update) {
       if (pending && pending.left == 0) {
         finish_prompt();
-        line.tokens.push_back("f");
+        line.tokens.push_back(word({cs::Verb::finalize, 1, 0, {}}));
       } else {
-        const std::int64_t n = op == Op::decode ? 1 : gen_chunk(pending ? pending.left : 300);
-        if (!pending) line.tokens.push_back("u" + std::to_string(n));
+        const std::int64_t n = d->n == 1 ? 1 : gen_chunk(pending ? pending.left : 300);
+        if (!pending) line.tokens.push_back(word({cs::Verb::update, n, 0, {}}));
         write_chunk(ops, be, *cache, rows, n, pending.on);
         if (pending) pending.left -= n;
         size.tokens += n;
       }
-    } else if (op == Op::prompt) {
+    } else if (verb == cs::Verb::right_chunk) {
       pending = {true, start_prompt<Ops>(*cache, rows)};
       // The whole right-padded prompt is one rN here; the property writes it in pieces.
-      line.tokens.push_back("r" + std::to_string(pending.left));
+      line.tokens.push_back(word({cs::Verb::right_chunk, pending.left, 0, {}}));
       for (const RowLog& r : rows) line_case.rpad = std::max(line_case.rpad, r.pad_left);
-    } else if (op == Op::trim) {
+    } else if (verb == cs::Verb::trim) {
       std::int64_t most = 0;
       for (const RowLog& r : rows) most = std::max(most, r.count);
       const std::int64_t n = *rc::gen::inRange<std::int64_t>(0, most + 1);
       if (pending) {
         expect_rejected([&] { cache->trim(n); }, ErrorKind::misuse, "trim while a right pad is pending");
       } else {
-        if (n > 0) line.tokens.push_back("t" + std::to_string(n));
+        if (n > 0) line.tokens.push_back(word({cs::Verb::trim, n, 0, {}}));
         const std::int64_t removed = cache->trim(n);
         if (removed != n) RC_FAIL("trim(" + std::to_string(n) + ") removed " + std::to_string(removed));
         for (RowLog& r : rows) r.count -= n;
       }
-    } else if (op == Op::filter) {
+    } else if (verb == cs::Verb::filter && d->keep.empty()) {
       const std::vector<std::int32_t> idx = gen_keep(rows.size());
-      std::string k = "k";
-      for (std::size_t i = 0; i < idx.size(); ++i) k += (i ? "_" : "") + std::to_string(idx[i]);
-      line.tokens.push_back(k);
+      line.tokens.push_back(word({cs::Verb::filter, 0, 0, idx}));
       ops.filter(cache, idx);
       rows = pick(rows, idx);
-    } else if (op == Op::bad_filter) {
+    } else if (verb == cs::Verb::filter) {
       const std::vector<std::int32_t> idx = gen_bad_keep(rows.size());
       line.note("a rejected filter");
       expect_rejected([&] { ops.filter(cache, idx); }, ErrorKind::invalid_argument,
                       "filter(" + list_str(idx) + ") of " + std::to_string(rows.size()) + " rows");
-    } else if (op == Op::extend) {
+    } else if (verb == cs::Verb::extend) {
       std::vector<RowLog> joined;
       const int kind = *rc::gen::inRange(0, 4);
       if (kind == 3 && rows.size() * 2 <= 8) {  // with itself
@@ -400,31 +409,27 @@ void rows_match_logs(const Ops& ops) {
         if (kind == 2) other = ops.restore(be, other->state());
         std::int64_t longest = 1;
         for (const RowLog& r : joined) longest = std::max(longest, r.count);
-        line.tokens.push_back("x" + std::to_string(joined.size()) + "p" + std::to_string(longest));
+        line.tokens.push_back(word({cs::Verb::extend, longest, static_cast<std::int64_t>(joined.size()), {}}));
         ops.extend(cache, *other);
         for (RowLog& r : joined)
           if (pending) r.real_left = pending.left, r.pad_left = 0, r.pads = 0;  // real tokens to the prompt's end
       }
       rows.insert(rows.end(), joined.begin(), joined.end());
-    } else if (op == Op::to_quantized) {
-      line.note("to_quantized");
+    } else if (verb == cs::Verb::quantize) {
+      line.note("to_quantized of a batch (the language's q is kind kv only)");
       ops.check_to_quantized(be, *cache, rows);
-    } else if (op == Op::merge) {  // merge of the extracted rows, then extract, is the identity
-      line.note("merge of the extracted rows");
-      cache = merged_copy(ops, be, *cache, rows.size());
-      for (RowLog& r : rows) r.count = std::max<std::int64_t>(r.count, 0);
-    } else if (op == Op::state) {
-      line.tokens.push_back("s");
+    } else {
+      line.tokens.push_back(word({cs::Verb::reload, 1, 0, {}}));
       cache = ops.restore(be, round_trip(cache->state()));
     }
-    RC_LOG() << op_name(op) << " -> rows " << rows_str(rows)
+    RC_LOG() << draw_name(d) << " -> rows " << rows_str(rows)
              << (pending ? " pending " + std::to_string(pending.left) : "") << "\n";
-    check_rows(ops, be, *cache, rows, pending.on, op_name(op));
+    check_rows(ops, be, *cache, rows, pending.on, draw_name(d));
   }
   if (pending) {  // the rest of a pending prompt, then finalize
     if (pending.left > 0) write_chunk(ops, be, *cache, rows, pending.left, true);
     finish_prompt();
-    line.tokens.push_back("f");
+    line.tokens.push_back(word({cs::Verb::finalize, 1, 0, {}}));
     check_rows(ops, be, *cache, rows, false, "finalize");
   }
 }
