@@ -11,6 +11,7 @@
 #include "cache/quantized_kv_cache.h"
 #include "cache/registry.h"
 #include "cache/rotating_kv_cache.h"
+#include "core/split.h"
 #include "kvlab/error.h"
 
 namespace kvlab::cache_script {
@@ -18,17 +19,6 @@ namespace kvlab::cache_script {
 namespace {
 
 // ---- grammar ---------------------------------------------------------------------------
-
-std::vector<std::string_view> split(std::string_view s, char sep) {
-  std::vector<std::string_view> out;
-  std::size_t start = 0;
-  while (true) {
-    const std::size_t end = s.find(sep, start);
-    out.push_back(s.substr(start, end == std::string_view::npos ? std::string_view::npos : end - start));
-    if (end == std::string_view::npos) return out;
-    start = end + 1;
-  }
-}
 
 // A decimal without sign or leading zeros that fits int32; nullopt otherwise.
 std::optional<std::int64_t> number(std::string_view s) {
@@ -76,7 +66,7 @@ Command parse_command(std::string_view word, std::string_view text) {
     }
     case 'k': {
       Command c{Verb::filter, 0, 0, {}};
-      for (std::string_view index : split(rest, '_')) {
+      for (std::string_view index : split_fields(rest, '_')) {
         const auto i = number(index);
         if (!i) return bad("needs row indices joined by '_'");
         c.keep.push_back(static_cast<std::int32_t>(*i));
@@ -137,7 +127,7 @@ Script normalized(const Script& script) {
 Script parse_script(std::string_view text) {
   KVLAB_REQUIRE(!text.empty(), invalid_argument, "script is empty");
   Script script;
-  for (std::string_view word : split(text, '.')) script.push_back(parse_command(word, text));
+  for (std::string_view word : split_fields(text, '.')) script.push_back(parse_command(word, text));
   const std::string canonical = script_str(script);
   KVLAB_REQUIRE(canonical == text, invalid_argument, "script '", text, "' is not canonical: write '", canonical,
                 "' (decodes merge: d.d is d2; p1 is d)");

@@ -7,22 +7,12 @@
 
 #include "harness/op.h"
 #include "core/stream_file.h"
+#include "core/split.h"
 #include "kvlab/error.h"
 
 namespace kvlab::harness {
 
 namespace {
-
-std::vector<std::string_view> split(std::string_view s, char sep) {
-  std::vector<std::string_view> out;
-  std::size_t start = 0;
-  while (true) {
-    const std::size_t end = s.find(sep, start);
-    out.push_back(s.substr(start, end == std::string_view::npos ? std::string_view::npos : end - start));
-    if (end == std::string_view::npos) return out;
-    start = end + 1;
-  }
-}
 
 std::vector<std::string_view> tokens(std::string_view s) {
   std::vector<std::string_view> out;
@@ -178,7 +168,7 @@ LineExpansion::LineExpansion(std::string_view line) {
     }
     KVLAB_REQUIRE(index < specs.size(), invalid_argument, "op '", op_, "' has no parameter '", key, "'");
     KVLAB_REQUIRE(values_[index].empty(), invalid_argument, "parameter '", key, "' given twice");
-    for (std::string_view v : split(toks[t].substr(eq + 1), ',')) {
+    for (std::string_view v : split_fields(toks[t].substr(eq + 1), ',')) {
       values_[index].push_back(canonical_value(specs[index], v));
     }
     order_.push_back(index);
