@@ -32,7 +32,7 @@ std::optional<std::int64_t> number(std::string_view s) {
 Command parse_command(std::string_view word, std::string_view text) {
   auto bad = [&](std::string_view why) -> Command {
     fail(ErrorKind::invalid_argument, cat("script '", text, "': command '", word, "' ", why,
-                                          " (commands: pN, d, dN, uN, tN, a, s, q, mN, e, c, rN, f, kI_J_..., xRpN)"));
+                                          " (commands: pN, d, dN, uN, tN, a, s, q, mN, e, c, rN, f, kI_J_..., xRpN, wI_J_..., i, gI_J_...)"));
   };
   if (word.empty()) return bad("is empty");
   const char head = word[0];
@@ -64,15 +64,21 @@ Command parse_command(std::string_view word, std::string_view text) {
                                       : Verb::trim_front;
       return {verb, 0, 0, {}};
     }
-    case 'k': {
-      Command c{Verb::filter, 0, 0, {}};
+    case 'k':
+    case 'w':
+    case 'g': {
+      Command c{head == 'k' ? Verb::filter : head == 'w' ? Verb::write_ids : Verb::get, 0, 0, {}};
+      std::vector<std::int32_t>& list = head == 'k' ? c.keep : c.ids;
       for (std::string_view index : split_fields(rest, '_')) {
         const auto i = number(index);
-        if (!i) return bad("needs row indices joined by '_'");
-        c.keep.push_back(static_cast<std::int32_t>(*i));
+        if (!i) return bad(head == 'k' ? "needs row indices joined by '_'" : "needs token ids joined by '_'");
+        list.push_back(static_cast<std::int32_t>(*i));
       }
       return c;
     }
+    case 'i':
+      if (!rest.empty()) return bad("takes no argument");
+      return {Verb::insert, 0, 0, {}};
     case 'x': {
       const std::size_t at = rest.find('p');
       const auto rows = number(rest.substr(0, at));
@@ -94,11 +100,15 @@ std::string command_str(const Command& c) {
     case Verb::reload: return "s";
     case Verb::right_chunk: return cat("r", c.n);
     case Verb::finalize: return "f";
-    case Verb::filter: {
-      std::string s = "k";
-      for (std::size_t i = 0; i < c.keep.size(); ++i) s += cat(i ? "_" : "", c.keep[i]);
+    case Verb::filter:
+    case Verb::write_ids:
+    case Verb::get: {
+      std::string s = c.verb == Verb::filter ? "k" : c.verb == Verb::write_ids ? "w" : "g";
+      const std::vector<std::int32_t>& list = c.verb == Verb::filter ? c.keep : c.ids;
+      for (std::size_t i = 0; i < list.size(); ++i) s += cat(i ? "_" : "", list[i]);
       return s;
     }
+    case Verb::insert: return "i";
     case Verb::extend: return cat("x", c.rows, "p", c.n);
     case Verb::quantize: return "q";
     case Verb::policy: return cat("m", c.n);
@@ -149,7 +159,7 @@ std::vector<std::string> simpler_scripts(std::string_view text) {
     if (word != text && std::find(out.begin(), out.end(), word) == out.end()) out.push_back(word);
   };
   // Most reduced first: whole commands dropped, then counts cut to their minimum, halved,
-  // and less one, then filters keeping one row fewer.
+  // and less one, then filters keeping one row fewer and id lists one id shorter.
   for (std::size_t i = 0; i < script.size(); ++i) {
     Script s = script;
     s.erase(s.begin() + static_cast<std::ptrdiff_t>(i));
@@ -178,6 +188,13 @@ std::vector<std::string> simpler_scripts(std::string_view text) {
       for (std::size_t j = 0; j < c.keep.size(); ++j) {
         Script s = script;
         s[i].keep.erase(s[i].keep.begin() + static_cast<std::ptrdiff_t>(j));
+        push(s);
+      }
+    }
+    if ((c.verb == Verb::write_ids || c.verb == Verb::get) && c.ids.size() > 1) {
+      for (std::size_t j = 0; j < c.ids.size(); ++j) {
+        Script s = script;
+        s[i].ids.erase(s[i].ids.begin() + static_cast<std::ptrdiff_t>(j));
         push(s);
       }
     }
@@ -247,6 +264,25 @@ std::int64_t sat_mul(std::int64_t a, std::int64_t b) {
 
 }  // namespace
 
+namespace {
+
+bool is_prefix_verb(Verb v) { return v == Verb::write_ids || v == Verb::insert || v == Verb::get; }
+
+// The id table's tokens: 1 + the largest id a `w` writes (0 without one).
+std::int64_t id_table_tokens(const Script& script) {
+  std::int64_t tokens = 0;
+  for (const Command& c : script)
+    if (c.verb == Verb::write_ids)
+      for (const std::int32_t id : c.ids) tokens = std::max<std::int64_t>(tokens, std::int64_t{id} + 1);
+  return tokens;
+}
+
+}  // namespace
+
+bool is_prefix_script(const Script& script) {
+  return std::any_of(script.begin(), script.end(), [](const Command& c) { return is_prefix_verb(c.verb); });
+}
+
 PlanTotals plan_totals(const CacheSetup& setup, const Script& script) {
   PlanTotals t;
   std::int64_t batch = std::min(setup.batch, kSaturated), producer_rows = 0, producer_tokens = 0;
@@ -315,9 +351,13 @@ PlanTotals plan_totals(const CacheSetup& setup, const Script& script) {
       case Verb::quantize:
       case Verb::policy:
       case Verb::extract:
-      case Verb::trim_front: done(1); break;
+      case Verb::trim_front:
+      case Verb::write_ids:
+      case Verb::insert:
+      case Verb::get: done(1); break;
     }
   }
+  t.kv_rows = sat_add(t.kv_rows, sat_mul(id_table_tokens(script), setup.hkv));
   return t;
 }
 
@@ -364,6 +404,19 @@ Plan plan_script(const CacheSetup& setup, const Script& script) {
     plan.offset_entries += is_batch(setup.kind) ? batch : 1;
     ++plan.commands;
   };
+  const bool prefix = is_prefix_script(script);
+  if (prefix) {
+    KVLAB_REQUIRE(setup.kind == Kind::kv || setup.kind == Kind::rotating || setup.kind == Kind::quantized,
+                  invalid_argument, "the prefix commands (w, i, g) need kind kv, rotating or quantized (the classes a "
+                  "prefix cache stores), not ", kind_names()[static_cast<std::size_t>(setup.kind)]);
+    for (const Command& c : script) {
+      const bool allowed = is_prefix_verb(c.verb) || c.verb == Verb::trim || c.verb == Verb::reload;
+      KVLAB_REQUIRE(allowed, invalid_argument, "command '", command_str(c),
+                    "' cannot share a script with the prefix commands w, i, g (their tokens are named by id; "
+                    "a prefix script has only w, i, g, tN and s)");
+    }
+  }
+  const std::int64_t table = id_table_tokens(script);
   for (const Command& c : script) {
     const bool batch_only = c.verb == Verb::right_chunk || c.verb == Verb::finalize || c.verb == Verb::filter ||
                             c.verb == Verb::extend;
@@ -420,10 +473,17 @@ Plan plan_script(const CacheSetup& setup, const Script& script) {
       case Verb::trim_front: done(); break;
       case Verb::trim:
       case Verb::reload:
-      case Verb::finalize: done(); break;
+      case Verb::finalize:
+      case Verb::insert:
+      case Verb::get: done(); break;
+      case Verb::write_ids:
+        plan.steps.push_back({StepKind::update, 1, table, plan.q_rows, 0});
+        done();
+        break;
     }
     track.after(c);
   }
+  plan.kv_rows += table * setup.hkv;
   const PlanTotals t = plan_totals(setup, script);
   KVLAB_REQUIRE(t.q_rows == plan.q_rows && t.kv_rows == plan.kv_rows && t.offset_entries == plan.offset_entries &&
                     t.commands == plan.commands,

@@ -34,6 +34,17 @@
 //            the cache decides)
 //   xRpN     extend by a new cache of R >= 1 rows (left padding by the lpad rule) that
 //            attended a chunk of N >= 1 tokens
+//   prefix scripts (kinds kv, rotating, quantized: the classes a PrefixCache stores):
+//   the run keeps a prefix store (cache/prefix_cache.h) and the token log of the main
+//   cache; tokens are named by id, and token I's K/V is row block I of the inputs
+//   (rows I·Hkv … I·Hkv + Hkv − 1 of k and v), wherever it sits: equal ids, equal data
+//   wI_J_…   store tokens I, J, … (ids >= 0) through update() alone, as one update (as
+//            uN: never merged), and append them to the log
+//   i        insert a deep copy of the cache into the store under the log (non-empty)
+//   gI_J_…   a request for tokens I, J, …: the store's best match replaces the cache (a
+//            miss: an empty cache), and the log becomes the tokens the match reused; the
+//            rest of the request is for later w commands to store
+//   A prefix script has only w, i, g, tN (which trims the log with the cache) and s.
 // Canonical spelling: consecutive decodes merge (`d.d` is `d2`) and `p1` is `d`. A
 // non-canonical spelling is rejected with the canonical one in the message, so one
 // problem has exactly one line (the line is also the key of the random fill).
@@ -57,7 +68,8 @@
 namespace kvlab::cache_script {
 
 enum class Verb : std::uint8_t {
-  chunk, decode, update, trim, shared, reload, right_chunk, finalize, filter, extend, quantize, policy, extract, trim_front
+  chunk, decode, update, trim, shared, reload, right_chunk, finalize, filter, extend, quantize, policy, extract, trim_front,
+  write_ids, insert, get
 };
 
 struct Command {
@@ -65,6 +77,7 @@ struct Command {
   std::int64_t n = 1;               // tokens (chunk, decode count, update, right_chunk, extend), trim count, policy start
   std::int64_t rows = 0;            // extend: rows of the new cache
   std::vector<std::int32_t> keep;   // filter: the rows kept
+  std::vector<std::int32_t> ids;    // write_ids, get: the token ids
   friend bool operator==(const Command&, const Command&) = default;
 };
 using Script = std::vector<Command>;
@@ -117,8 +130,13 @@ bool script_quantizes(const CacheSetup& setup, const Script& script);
 // A ring's newest min(offset, max_size) tokens re-adopted by a new RotatingKVCache: what
 // a prefix cache keeps of it (`e`; mlx-lm#1114, vllm-mlx#256). Misuse for another class.
 std::unique_ptr<Cache> extract_newest(Backend& backend, const Cache& ring);
+// True when the script has a prefix command (w, i, g).
+bool is_prefix_script(const Script& script);
 // Throws invalid_argument for a script the kind cannot run (batch commands on a single
-// cache, `a` before any attention, a filter emptying the batch).
+// cache, `a` before any attention, a filter emptying the batch, prefix commands beside
+// positional ones or on a kind a prefix cache cannot store). A prefix script's inputs are
+// its id table: k and v have (1 + the largest id written)·Hkv rows, q none; each `w` is
+// an update step whose rows are the whole table (what it may read).
 Plan plan_script(const CacheSetup& setup, const Script& script);
 // The totals of plan_script() without listing its steps (a decode count in the billions
 // costs nothing), saturating at 2^62: the cache op's footprint, checked before anything

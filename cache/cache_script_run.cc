@@ -7,6 +7,7 @@
 #include "cache/batch_cache.h"
 #include "cache/cache_script.h"
 #include "cache/kv_cache.h"
+#include "cache/prefix_cache.h"
 #include "cache/quantized_kv_cache.h"
 #include "cache/registry.h"
 #include "cache/rotating_kv_cache.h"
@@ -27,6 +28,67 @@ DTensor rows_of(const DTensor& flat, std::int64_t row, Shape shape) {
   return DTensor{flat.buffer, flat.offset + static_cast<std::size_t>(row) * row_bytes, flat.dtype, std::move(shape)};
 }
 
+// The prefix commands' state: the store, the main cache's token log and the id table
+// (downloaded once, on the first `w`).
+class PrefixRun {
+ public:
+  PrefixRun(Backend& be, const CacheSetup& s, const DTensor& k, const DTensor& v) : be_(be), s_(s), k_(k), v_(v) {}
+
+  // Tokens `ids` through update() alone, each its row block of the table.
+  void write(Cache& cache, const std::vector<std::int32_t>& ids) {
+    if (!loaded_) {
+      kt_ = be_.download(k_), vt_ = be_.download(v_);
+      loaded_ = true;
+    }
+    const auto n = static_cast<std::int64_t>(ids.size());
+    const std::size_t row = static_cast<std::size_t>(s_.dim) * dtype_size(s_.dtype);
+    Tensor kb(s_.dtype, {1, s_.hkv, n, s_.dim}), vb(s_.dtype, {1, s_.hkv, n, s_.dim});
+    for (std::int64_t h = 0; h < s_.hkv; ++h)
+      for (std::int64_t j = 0; j < n; ++j) {
+        const auto from = static_cast<std::size_t>(ids[static_cast<std::size_t>(j)] * s_.hkv + h) * row;
+        const auto to = static_cast<std::size_t>(h * n + j) * row;
+        std::memcpy(kb.data() + to, kt_.data() + from, row);
+        std::memcpy(vb.data() + to, vt_.data() + from, row);
+      }
+    if (cache.is_quantized()) {
+      cache.update_quantized(be_.upload(kb), be_.upload(vb));
+    } else {
+      cache.update(be_.upload(kb), be_.upload(vb));
+    }
+    log_.insert(log_.end(), ids.begin(), ids.end());
+  }
+  void insert(std::unique_ptr<Cache>& cache) {
+    KVLAB_REQUIRE(!log_.empty(), invalid_argument, "command 'i' inserts a cache that holds no token yet");
+    LayerCaches layers;
+    layers.push_back(std::move(cache));
+    try {
+      (void)store_.insert(kModel, CacheFormat::of(layers), log_, layers);
+    } catch (...) {
+      cache = std::move(layers[0]);
+      throw;
+    }
+    cache = std::move(layers[0]);
+  }
+  // The best stored match for `ids`, or an empty cache.
+  std::unique_ptr<Cache> get(const Cache& cache, const std::vector<std::int32_t>& ids) {
+    PrefixFetch got = store_.fetch(kModel, CacheFormat({CacheFormat::layer(cache)}), ids);
+    log_.assign(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(got.reused));
+    if (got.kind == MatchKind::miss) return make_cache(be_, s_, 1);
+    return std::move(got.caches.at(0));
+  }
+  void trimmed(std::int64_t n) { log_.resize(log_.size() - std::min(log_.size(), static_cast<std::size_t>(n))); }
+
+ private:
+  static constexpr const char* kModel = "script";
+  Backend& be_;
+  const CacheSetup& s_;
+  const DTensor &k_, &v_;
+  bool loaded_ = false;
+  Tensor kt_, vt_;
+  std::vector<std::int32_t> log_;
+  PrefixCache store_;
+};
+
 }  // namespace
 
 std::unique_ptr<Cache> run_script(Backend& be, const CacheSetup& setup, const Script& script, const DTensor& q,
@@ -40,6 +102,7 @@ std::unique_ptr<Cache> run_script(Backend& be, const CacheSetup& setup, const Sc
   std::unique_ptr<Cache> cache = make_cache(be, setup, setup.batch);
   std::size_t next = 0;
   std::optional<AttendResult> producer;
+  PrefixRun prefix(be, setup, k, v);
   auto attend_step = [&](Cache& target) {
     const Step& st = plan.steps.at(next++);
     target.maybe_trim_front();  // llama4's order
@@ -74,8 +137,14 @@ std::unique_ptr<Cache> run_script(Backend& be, const CacheSetup& setup, const Sc
         break;
       }
       case Verb::trim:
-        if (cache->is_trimmable()) cache->trim(c.n);
+        if (cache->is_trimmable()) prefix.trimmed(cache->trim(c.n));
         break;
+      case Verb::write_ids:
+        prefix.write(*cache, c.ids);
+        observer.stored(plan.steps.at(next++));
+        break;
+      case Verb::insert: prefix.insert(cache); break;
+      case Verb::get: cache = prefix.get(*cache, c.ids); break;
       case Verb::shared: {
         const Step& st = plan.steps.at(next++);
         const DTensor qs = rows_of(q, st.q_row, {st.batch, setup.hq, st.tokens, setup.dim});

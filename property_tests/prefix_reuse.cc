@@ -6,15 +6,18 @@
 #include <memory>
 #include <string>
 
+#include "cache/cache_script.h"
 #include "cache/kv_cache.h"
 #include "cache/quantized_kv_cache.h"
 #include "cache/rotating_kv_cache.h"
 #include "cache/seq_ops.h"
 #include "property_tests/batch_util.h"
 #include "property_tests/properties.h"
+#include "property_tests/repro_line.h"
 
 namespace kvlab::prop {
 
+namespace cs = kvlab::cache_script;
 using batch::gen_split;
 namespace {
 
@@ -60,9 +63,13 @@ struct PrefixRig {
     }
     return out;
   }
-  // Feeds tokens [p0, end) of t in random chunks (single tokens write a ring in place).
-  void feed(LayerCaches& caches, const Tokens& t, std::int64_t p0) {
+  // Feeds tokens [p0, end) of t in random chunks (single tokens write a ring in place),
+  // each a `w` command of the line.
+  void feed(LayerCaches& caches, const Tokens& t, std::int64_t p0, ReproScript& line) {
     for (const std::int64_t n : gen_split(static_cast<std::int64_t>(t.size()) - p0)) {
+      cs::Command w{cs::Verb::write_ids, 0, 0, {}};
+      w.ids.assign(t.begin() + p0, t.begin() + p0 + n);
+      line.tokens.push_back(cs::script_str({w}));
       for (std::size_t l = 0; l < caches.size(); ++l) {
         const DTensor k = be.upload(data(Stream::key, l, t, p0, n)), v = be.upload(data(Stream::value, l, t, p0, n));
         if (caches[l]->is_quantized()) caches[l]->update_quantized(k, v);
@@ -109,17 +116,18 @@ Tokens gen_prefix_tokens(std::size_t min_len) {
                                      rc::gen::inRange<std::int32_t>(1, 4));
 }
 
-enum class PrefixOp { session, extend, trim, insert, fetch };
-
 }  // namespace
 
-// Live sessions (layer caches fed a token sequence) are stored in a PrefixCache, then
-// keep changing — more tokens, decode-sized ring writes that wrap, trims — while requests
-// derived from them are fetched. A hit must hold exactly the reused tokens of the
-// request in every layer (whatever happened to the live caches since: stored entries are
-// deep copies, vllm-mlx#642), and continuing it with the remaining tokens must give the
-// layers built from the whole request (a ring reused through a raw slice, or a wrapped
-// one, does not: mlx-vlm#1715 / #1748).
+// The live caches of one layer stack, fed a token sequence, go through the commands of
+// the cache language's prefix scripts (cache/cache_script.h): `g` a request (the store's
+// best match replaces the live caches; the remaining tokens follow as `w`), `w` more
+// tokens (decode-sized ring writes that wrap), `t` a trim, `i` an insert. Requests are
+// derived from the live tokens or from what was inserted, cut and continued. A hit must
+// hold exactly the reused tokens of the request in every layer, whatever the live caches
+// did since it was stored (stored entries are deep copies, vllm-mlx#642), and continuing
+// it must give the layers built from the whole request (a ring reused through a raw
+// slice, or a wrapped one, does not: mlx-vlm#1715 / #1748). A failing case prints its
+// commands as a `cache` line of layer 0's kind.
 void prefix_reuse_continues(const Hooks&, const BatchHooks& bh) {
   PrefixRig rig{bh, {}, {}};
   const auto layers = *rc::gen::inRange<std::size_t>(1, 3);
@@ -130,67 +138,86 @@ void prefix_reuse_continues(const Hooks&, const BatchHooks& bh) {
   const CacheFormat format = rig.format();
   const std::string model = "m";
   PrefixCache pc;
-  struct Live {
-    Tokens t;
-    LayerCaches c;
-  };
-  std::vector<Live> live;
-  const auto insert = [&](Live& s) {
-    if (!s.t.empty()) bh.prefix_insert(pc, model, format, s.t, s.c);
-  };
+
+  BatchCase line_case;
+  line_case.kind = rig.kinds[0] == LayerKind::kv ? Kind::kv : rig.kinds[0] == LayerKind::ring ? Kind::rotating
+                                                                                               : Kind::quantized;
+  line_case.heads = PrefixRig::kHeads, line_case.dim = PrefixRig::kDim, line_case.max_size = rig.max_size;
+  if (line_case.kind == Kind::quantized) line_case.spec = rig.spec;
+  ReproScript line;
+  if (layers > 1) line.note("layers after the first (" + format.describe() + "; the line replays layer 0)");
+  line.note("token data: the property's depends on id and position, the line's on the id");
+  const ReproOnFailure log_line(line_case, line);
+
+  LayerCaches live = rig.make();
+  Tokens log;                   // the tokens the live caches hold
+  std::vector<Tokens> stored;   // every sequence inserted
   CaseSize& size = last_failure_size();
   size = {0, 0};
-  auto script = *rc::gen::container<std::vector<PrefixOp>>(
+  const auto command = [](cs::Verb v) { return cs::Command{v, 0, 0, {}}; };
+  auto script = *rc::gen::container<cs::Script>(
       static_cast<std::size_t>(*rc::gen::inRange(1, 13)),
-      rc::gen::weightedElement<PrefixOp>({{2, PrefixOp::session}, {3, PrefixOp::extend}, {1, PrefixOp::trim},
-                                          {2, PrefixOp::insert}, {4, PrefixOp::fetch}}));
-  script.insert(script.begin(), PrefixOp::session);
-  for (const PrefixOp op : script) {
+      rc::gen::weightedElement<cs::Command>({{4, command(cs::Verb::get)}, {3, command(cs::Verb::write_ids)},
+                                             {1, command(cs::Verb::trim)}, {2, command(cs::Verb::insert)}}));
+  // A first request on the empty store, stored once fed.
+  script.insert(script.begin(), {command(cs::Verb::get), command(cs::Verb::insert)});
+  for (const cs::Command& c : script) {
     ++size.steps;
-    if (op == PrefixOp::session || live.size() == 0) {
-      Live s{gen_prefix_tokens(1), rig.make()};
-      rig.feed(s.c, s.t, 0);
-      size.tokens += static_cast<std::int64_t>(s.t.size());
-      live.push_back(std::move(s));
-      insert(live.back());
-      RC_LOG() << "session " << live.size() - 1 << " " << rc::toString(live.back().t) << " inserted\n";
-      continue;
-    }
-    Live& s = live[*rc::gen::inRange<std::size_t>(0, live.size())];
-    if (op == PrefixOp::extend) {
-      const std::size_t from = s.t.size();
+    if (c.verb == cs::Verb::write_ids) {
       const Tokens more = *rc::gen::container<Tokens>(static_cast<std::size_t>(*rc::gen::inRange(1, 5)),
                                                       rc::gen::inRange<std::int32_t>(1, 4));
-      s.t.insert(s.t.end(), more.begin(), more.end());
-      rig.feed(s.c, s.t, static_cast<std::int64_t>(from));
+      const auto from = static_cast<std::int64_t>(log.size());
+      log.insert(log.end(), more.begin(), more.end());
+      rig.feed(live, log, from, line);
       size.tokens += static_cast<std::int64_t>(more.size());
-      RC_LOG() << "live session extended to " << rc::toString(s.t) << "\n";
-    } else if (op == PrefixOp::trim) {
-      const bool trimmable = std::all_of(s.c.begin(), s.c.end(), [](const auto& c) { return c->is_trimmable(); });
-      if (!trimmable || s.t.size() < 2) continue;
-      const auto k = *rc::gen::inRange<std::int64_t>(1, static_cast<std::int64_t>(s.t.size()));
-      for (auto& c : s.c) RC_ASSERT(c->trim(k) == k);
-      s.t.resize(s.t.size() - static_cast<std::size_t>(k));
-      RC_LOG() << "live session trimmed to " << rc::toString(s.t) << "\n";
-    } else if (op == PrefixOp::insert) {
-      insert(s);
-      RC_LOG() << "live session inserted at " << rc::toString(s.t) << "\n";
+      rig.check(live, log, static_cast<std::int64_t>(log.size()), "the live caches extended");
+    } else if (c.verb == cs::Verb::trim) {
+      const bool trimmable = std::all_of(live.begin(), live.end(), [](const auto& x) { return x->is_trimmable(); });
+      if (!trimmable || log.size() < 2) continue;
+      const auto k = *rc::gen::inRange<std::int64_t>(1, static_cast<std::int64_t>(log.size()));
+      for (auto& x : live) RC_ASSERT(x->trim(k) == k);
+      log.resize(log.size() - static_cast<std::size_t>(k));
+      line.tokens.push_back("t" + std::to_string(k));
+    } else if (c.verb == cs::Verb::insert) {
+      if (log.empty()) continue;
+      bh.prefix_insert(pc, model, format, log, live);
+      stored.push_back(log);
+      line.tokens.push_back("i");
     } else {
-      // A request sharing a prefix with a live session: cut, then maybe diverge.
-      const auto cut = *rc::gen::inRange<std::ptrdiff_t>(1, static_cast<std::ptrdiff_t>(s.t.size()) + 1);
-      Tokens req(s.t.begin(), s.t.begin() + cut);
-      const Tokens tail = *rc::gen::container<Tokens>(static_cast<std::size_t>(*rc::gen::inRange(0, 4)),
-                                                      rc::gen::inRange<std::int32_t>(1, 4));
-      req.insert(req.end(), tail.begin(), tail.end());
+      // A request: a fresh sequence, or the live tokens or a stored sequence cut and
+      // continued by up to three tokens.
+      const auto base = *rc::gen::inRange<std::size_t>(0, stored.size() + 2);
+      Tokens req;
+      if (base == 0 || (base == 1 && log.empty())) {
+        req = gen_prefix_tokens(1);
+      } else {
+        const Tokens& from = base == 1 ? log : stored[base - 2];
+        const auto cut = *rc::gen::inRange<std::ptrdiff_t>(1, static_cast<std::ptrdiff_t>(from.size()) + 1);
+        req.assign(from.begin(), from.begin() + cut);
+        const Tokens tail = *rc::gen::container<Tokens>(static_cast<std::size_t>(*rc::gen::inRange(0, 4)),
+                                                        rc::gen::inRange<std::int32_t>(1, 4));
+        req.insert(req.end(), tail.begin(), tail.end());
+      }
+      cs::Command g = command(cs::Verb::get);
+      g.ids = req;
+      line.tokens.push_back(cs::script_str({g}));
       PrefixFetch got = bh.prefix_fetch(pc, model, format, req);
-      RC_LOG() << "fetch " << rc::toString(req) << ": " << match_kind_name(got.kind) << " reusing " << got.reused
+      RC_LOG() << "request " << rc::toString(req) << ": " << match_kind_name(got.kind) << " reusing " << got.reused
                << "\n";
-      if (got.kind == MatchKind::miss) continue;
       const auto reused = static_cast<std::int64_t>(got.reused);
       RC_ASSERT(got.remaining == Tokens(req.begin() + reused, req.end()));
-      rig.check(got.caches, req, reused, std::string("fetch (") + std::string(match_kind_name(got.kind)) + ")");
-      rig.feed(got.caches, req, reused);
-      rig.check(got.caches, req, static_cast<std::int64_t>(req.size()), "the fetched caches continued to the request");
+      if (got.kind == MatchKind::miss) {
+        RC_ASSERT(reused == 0);
+        live = rig.make();
+      } else {
+        rig.check(got.caches, req, reused, std::string("fetch (") + std::string(match_kind_name(got.kind)) + ")");
+        live = std::move(got.caches);
+      }
+      log.assign(req.begin(), req.begin() + reused);
+      rig.feed(live, req, reused, line);
+      log = req;
+      size.tokens += static_cast<std::int64_t>(req.size()) - reused;
+      rig.check(live, log, static_cast<std::int64_t>(log.size()), "the fetched caches continued to the request");
     }
   }
 }

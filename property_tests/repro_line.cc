@@ -114,7 +114,7 @@ ReproLine batch_repro_line(const BatchCase& c, const ReproScript& script) {
   std::ostringstream os;
   os << "cache kind=" << cache_kind_info(c.kind).name << " B=" << c.batch << " Hq=" << c.heads << " Hkv=" << c.heads
      << " D=" << c.dim << " rope=0 window=0";
-  if (c.kind == Kind::batch_rotating) os << " max=" << c.max_size;
+  if (c.kind == Kind::batch_rotating || c.kind == Kind::rotating) os << " max=" << c.max_size;
   if (c.spec) {
     os << " qmode=" << quant_mode_name(c.spec->mode) << " bits=" << c.spec->bits << " group=" << c.spec->group_size;
     if (c.rounding != Rounding::mlx_cpu) r.note("rounding=" + std::string(rounding_name(c.rounding)));

@@ -39,7 +39,8 @@ struct ReproLine {
 };
 ReproLine repro_line(const Config& cfg, const ReproScript& script);
 
-// A batch property case (batch_*.cc) as a `cache kind=batch_… B=… script=…` line: the
+// A case whose commands are drawn as it runs (the batch properties, and L3 as a single
+// kind's prefix script) as a `cache kind=… B=… script=…` line: the
 // rows it started with, its head layout and quantization, and the largest left and right
 // padding it used (the line's lpad/rpad rule spreads them over the rows; the property's
 // own per-row paddings are random, a difference named in the notes).

@@ -329,6 +329,7 @@ TEST(CacheOp, CaseFilesCoverEveryKindAndTheListedFeatures) {
   o.ops = {"cache"};
   std::set<std::string> kinds, bits_of_quantized;
   bool gqa = false, lpad = false, rpad = false, wrap = false, trim = false, filter = false, extend = false;
+  bool prefix = false;
   for (const Problem& p : collect_cases(o)) {
     kinds.insert(p.word("kind"));
     const std::string& script = p.word("script");
@@ -338,6 +339,7 @@ TEST(CacheOp, CaseFilesCoverEveryKindAndTheListedFeatures) {
     trim |= script.find('t') != std::string::npos;
     filter |= script.find('k') != std::string::npos;
     extend |= script.find('x') != std::string::npos;
+    prefix |= cs::is_prefix_script(cs::parse_script(script));
     if (p.word("kind") == "quantized" || p.word("kind") == "batch_quantized") bits_of_quantized.insert(p.word("bits"));
     if (p.word("kind").find("rotating") != std::string::npos) {
       std::int64_t tokens = 0;  // tokens written to a single row, an upper bound for wrap-around
@@ -349,7 +351,7 @@ TEST(CacheOp, CaseFilesCoverEveryKindAndTheListedFeatures) {
   }
   EXPECT_EQ(kinds.size(), cs::kind_names().size());
   EXPECT_TRUE(bits_of_quantized.count("4") && bits_of_quantized.count("8"));
-  EXPECT_TRUE(gqa && lpad && rpad && wrap && trim && filter && extend);
+  EXPECT_TRUE(gqa && lpad && rpad && wrap && trim && filter && extend && prefix);
 }
 
 }  // namespace

@@ -38,10 +38,26 @@ from .problem import Problem
 _COMMAND = re.compile(r"^(p|d|u|t|r|x)(\d+)?(?:p(\d+))?$|^(a|s|f|q)$|^k(\d+(?:_\d+)*)$")
 
 
+# Commands of kvlab's language this replay does not drive, with the reason.
+_NOT_REPLAYED = {
+    "w": "prefix scripts (w, i, g): the replay drives mlx-lm's cache classes, not the prompt-cache "
+         "store of its server",
+    "i": "prefix scripts (w, i, g): the replay drives mlx-lm's cache classes, not the prompt-cache "
+         "store of its server",
+    "g": "prefix scripts (w, i, g): the replay drives mlx-lm's cache classes, not the prompt-cache "
+         "store of its server",
+    "m": "the quantization policy (mN) is not replayed yet",
+    "e": "the ring snapshot (e) is not replayed yet",
+    "c": "the chunked front trim (c) is not replayed yet",
+}
+
+
 def parse_script(text: str):
     """[(verb, n, rows, keep)] from kvlab's canonical script word."""
     out = []
     for word in text.split("."):
+        if word[:1] in _NOT_REPLAYED and not _COMMAND.match(word):
+            raise Unsupported(f"command {word!r}: {_NOT_REPLAYED[word[:1]]}")
         m = _COMMAND.match(word)
         if not m:
             raise ValueError(f"script {text!r}: {word!r} is not a command")

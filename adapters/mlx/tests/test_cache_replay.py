@@ -34,6 +34,11 @@ class ParseScript(unittest.TestCase):
         with self.assertRaisesRegex(ValueError, "'q3' is not a command"):
             cache_replay.parse_script("p3.q3")
 
+    def test_commands_not_replayed_say_why(self):
+        for script, why in (("w1_2.i.g1", "prefix scripts"), ("p8.m4", "quantization policy"), ("p6.e", "snapshot")):
+            with self.assertRaisesRegex(Unsupported, why):
+                cache_replay.parse_script(script)
+
 
 class Observables(unittest.TestCase):
     def test_kv_offsets_and_lengths(self):
