@@ -32,7 +32,7 @@ std::optional<std::int64_t> number(std::string_view s) {
 Command parse_command(std::string_view word, std::string_view text) {
   auto bad = [&](std::string_view why) -> Command {
     fail(ErrorKind::invalid_argument, cat("script '", text, "': command '", word, "' ", why,
-                                          " (commands: pN, d, dN, uN, tN, a, s, q, mN, e, c, rN, f, kI_J_..., xRpN, wI_J_..., i, gI_J_...)"));
+                                          " (commands: pN, d, dN, uN, tN, a, s, q, mN, e, c, rN, f, kI_J_..., xRpN, j, wI_J_..., i, gI_J_...)"));
   };
   if (word.empty()) return bad("is empty");
   const char head = word[0];
@@ -77,8 +77,9 @@ Command parse_command(std::string_view word, std::string_view text) {
       return c;
     }
     case 'i':
+    case 'j':
       if (!rest.empty()) return bad("takes no argument");
-      return {Verb::insert, 0, 0, {}};
+      return {head == 'i' ? Verb::insert : Verb::merge, 0, 0, {}};
     case 'x': {
       const std::size_t at = rest.find('p');
       const auto rows = number(rest.substr(0, at));
@@ -109,6 +110,7 @@ std::string command_str(const Command& c) {
       return s;
     }
     case Verb::insert: return "i";
+    case Verb::merge: return "j";
     case Verb::extend: return cat("x", c.rows, "p", c.n);
     case Verb::quantize: return "q";
     case Verb::policy: return cat("m", c.n);
@@ -354,7 +356,8 @@ PlanTotals plan_totals(const CacheSetup& setup, const Script& script) {
       case Verb::trim_front:
       case Verb::write_ids:
       case Verb::insert:
-      case Verb::get: done(1); break;
+      case Verb::get:
+      case Verb::merge: done(1); break;
     }
   }
   t.kv_rows = sat_add(t.kv_rows, sat_mul(id_table_tokens(script), setup.hkv));
@@ -419,7 +422,7 @@ Plan plan_script(const CacheSetup& setup, const Script& script) {
   const std::int64_t table = id_table_tokens(script);
   for (const Command& c : script) {
     const bool batch_only = c.verb == Verb::right_chunk || c.verb == Verb::finalize || c.verb == Verb::filter ||
-                            c.verb == Verb::extend;
+                            c.verb == Verb::extend || c.verb == Verb::merge;
     KVLAB_REQUIRE(!batch_only || is_batch(setup.kind), invalid_argument, "command '", command_str(c),
                   "' needs a batch kind (batch_kv, batch_rotating, batch_quantized), not ",
                   kind_names()[static_cast<std::size_t>(setup.kind)]);
@@ -475,7 +478,8 @@ Plan plan_script(const CacheSetup& setup, const Script& script) {
       case Verb::reload:
       case Verb::finalize:
       case Verb::insert:
-      case Verb::get: done(); break;
+      case Verb::get:
+      case Verb::merge: done(); break;
       case Verb::write_ids:
         plan.steps.push_back({StepKind::update, 1, table, plan.q_rows, 0});
         done();

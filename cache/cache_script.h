@@ -34,6 +34,9 @@
 //            the cache decides)
 //   xRpN     extend by a new cache of R >= 1 rows (left padding by the lpad rule) that
 //            attended a chunk of N >= 1 tokens
+//   j        every row extracted as its single cache and the rows merged back by the
+//            class's merge (mlx-lm's BatchKVCache.merge: right-aligned, so the left padding
+//            becomes the longest row's length less the row's own)
 //   prefix scripts (kinds kv, rotating, quantized: the classes a PrefixCache stores):
 //   the run keeps a prefix store (cache/prefix_cache.h) and the token log of the main
 //   cache; tokens are named by id, and token I's K/V is row block I of the inputs
@@ -69,7 +72,7 @@ namespace kvlab::cache_script {
 
 enum class Verb : std::uint8_t {
   chunk, decode, update, trim, shared, reload, right_chunk, finalize, filter, extend, quantize, policy, extract, trim_front,
-  write_ids, insert, get
+  write_ids, insert, get, merge
 };
 
 struct Command {

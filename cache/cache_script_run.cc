@@ -89,6 +89,20 @@ class PrefixRun {
   PrefixCache store_;
 };
 
+// The batch rebuilt from its rows: each extracted, then merged by the class's merge.
+std::unique_ptr<Cache> merged_rows(Backend& be, Cache& cache) {
+  const BatchCache& batch = batch_verbs(cache, "merge");
+  const CacheKindInfo* kind = kind_of(cache);
+  KVLAB_REQUIRE(kind != nullptr, misuse, "merge of a ", cache.class_name(), ", which the catalogue does not list");
+  std::vector<std::unique_ptr<Cache>> rows;
+  std::vector<const Cache*> ptrs;
+  for (std::int64_t i = 0; i < batch.batch_size(); ++i) {
+    rows.push_back(batch.extract_sequence(i));
+    ptrs.push_back(rows.back().get());
+  }
+  return merge_caches(be, kind->kind, ptrs);
+}
+
 }  // namespace
 
 std::unique_ptr<Cache> run_script(Backend& be, const CacheSetup& setup, const Script& script, const DTensor& q,
@@ -144,6 +158,7 @@ std::unique_ptr<Cache> run_script(Backend& be, const CacheSetup& setup, const Sc
         observer.stored(plan.steps.at(next++));
         break;
       case Verb::insert: prefix.insert(cache); break;
+      case Verb::merge: cache = merged_rows(be, *cache); break;
       case Verb::get: cache = prefix.get(*cache, c.ids); break;
       case Verb::shared: {
         const Step& st = plan.steps.at(next++);

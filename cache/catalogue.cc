@@ -1,5 +1,7 @@
 #include "cache/catalogue.h"
 
+#include <typeinfo>
+
 #include "cache/batch_kv_cache.h"
 #include "cache/batch_quantized_kv_cache.h"
 #include "cache/batch_rotating_kv_cache.h"
@@ -44,27 +46,42 @@ std::unique_ptr<Cache> make_turboquant(Backend& be, const CacheSetup& s) {
   return std::make_unique<TurboQuantKVCache>(be, s.tq_bits, s.seed, s.tq_key_bits, s.tq_value_bits, s.tq_meaning);
 }
 
+// `rows` as Single objects (exactly that class: a wrapper reporting its name is not one)
+// for Batch::merge.
+template <class Batch, class Single, CacheKind row>
+std::unique_ptr<Cache> merge_as(Backend& be, std::span<const Cache* const> rows) {
+  std::vector<const Single*> typed;
+  for (const Cache* c : rows) {
+    KVLAB_REQUIRE(c != nullptr, misuse, "merge of a null cache");
+    KVLAB_REQUIRE(typeid(*c) == typeid(Single), misuse, "merge into a batch of ", cache_kind_info(row).class_name, " rows got a ",
+                  c->class_name());
+    typed.push_back(static_cast<const Single*>(c));
+  }
+  return Batch::merge(be, typed);
+}
+
 }  // namespace
 
 const std::vector<CacheKindInfo>& cache_catalogue() {
-  // name, class, batch, packed, quantized
+  // name, class, batch, packed, quantized, make, from_state, merge
   static const std::vector<CacheKindInfo> table{
-      {CacheKind::kv, "kv", "KVCache", false, false, false, make_kv, restore<KVCache>},
+      {CacheKind::kv, "kv", "KVCache", false, false, false, make_kv, restore<KVCache>, nullptr},
       {CacheKind::rotating, "rotating", "RotatingKVCache", false, false, false, make_rotating,
-       restore<RotatingKVCache>},
+       restore<RotatingKVCache>, nullptr},
       {CacheKind::quantized, "quantized", "QuantizedKVCache", false, true, true, make_quantized,
-       restore<QuantizedKVCache>},
-      {CacheKind::chunked, "chunked", "ChunkedKVCache", false, false, false, make_chunked, restore<ChunkedKVCache>},
-      {CacheKind::batch_kv, "batch_kv", "BatchKVCache", true, false, false, make_batch_kv, restore<BatchKVCache>},
+       restore<QuantizedKVCache>, nullptr},
+      {CacheKind::chunked, "chunked", "ChunkedKVCache", false, false, false, make_chunked, restore<ChunkedKVCache>, nullptr},
+      {CacheKind::batch_kv, "batch_kv", "BatchKVCache", true, false, false, make_batch_kv, restore<BatchKVCache>,
+       merge_as<BatchKVCache, KVCache, CacheKind::kv>},
       {CacheKind::batch_rotating, "batch_rotating", "BatchRotatingKVCache", true, false, false, make_batch_rotating,
-       restore<BatchRotatingKVCache>},
+       restore<BatchRotatingKVCache>, merge_as<BatchRotatingKVCache, RotatingKVCache, CacheKind::rotating>},
       {CacheKind::batch_quantized, "batch_quantized", "BatchQuantizedKVCache", true, true, true,
-       make_batch_quantized, restore<BatchQuantizedKVCache>},
+       make_batch_quantized, restore<BatchQuantizedKVCache>, merge_as<BatchQuantizedKVCache, QuantizedKVCache, CacheKind::quantized>},
       {CacheKind::turboquant, "turboquant", "TurboQuantKVCache", false, true, false, make_turboquant,
-       restore<TurboQuantKVCache>},
+       restore<TurboQuantKVCache>, nullptr},
       // Batch rows whose offsets live in backend memory; it has none of the batch verbs.
       {CacheKind::device_batch_kv, "device_batch_kv", "DeviceBatchKVCache", true, false, false,
-       make_device_batch_kv, restore<DeviceBatchKVCache>},
+       make_device_batch_kv, restore<DeviceBatchKVCache>, nullptr},
   };
   return table;
 }
@@ -89,6 +106,12 @@ const CacheKindInfo* find_cache_class(std::string_view class_name) {
 
 std::unique_ptr<Cache> make_cache(Backend& backend, CacheKind kind, const CacheSetup& setup) {
   return cache_kind_info(kind).make(backend, setup);
+}
+
+std::unique_ptr<Cache> merge_caches(Backend& backend, CacheKind kind, std::span<const Cache* const> rows) {
+  const CacheKindInfo& info = cache_kind_info(kind);
+  KVLAB_REQUIRE(info.merge != nullptr, misuse, "a ", info.class_name, " has no merge");
+  return info.merge(backend, rows);
 }
 
 const CacheKindInfo* kind_of(const Cache& cache) { return find_cache_class(cache.class_name()); }

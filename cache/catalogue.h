@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string_view>
 #include <vector>
 
@@ -53,6 +54,9 @@ struct CacheKindInfo {
   bool quantized; // written through update_quantized() (Cache::is_quantized())
   std::unique_ptr<Cache> (*make)(Backend&, const CacheSetup&);
   std::unique_ptr<Cache> (*from_state)(Backend&, const CacheState&);
+  // Batch kinds with a merge: single caches of the row kind (KVCache, RotatingKVCache,
+  // QuantizedKVCache) right-aligned into one batch; nullptr for the others.
+  std::unique_ptr<Cache> (*merge)(Backend&, std::span<const Cache* const>);
 };
 
 const std::vector<CacheKindInfo>& cache_catalogue();  // in CacheKind order
@@ -62,6 +66,9 @@ const CacheKindInfo* find_cache_kind(std::string_view name);
 const CacheKindInfo* find_cache_class(std::string_view class_name);
 // An empty cache of `kind`.
 std::unique_ptr<Cache> make_cache(Backend& backend, CacheKind kind, const CacheSetup& setup);
+// The batch of `kind` merged from `rows` (the kind's merge). Error{misuse} naming the kind
+// when it has no merge, or a row that is not exactly the kind's single-sequence class.
+std::unique_ptr<Cache> merge_caches(Backend& backend, CacheKind kind, std::span<const Cache* const> rows);
 
 // The row of `cache`'s class (by its class name); nullptr for a class the catalogue
 // does not list. The verbs only some kinds have are Cache's own virtuals (batch(),

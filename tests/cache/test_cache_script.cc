@@ -175,6 +175,30 @@ TEST(CacheScript, GetNeverTrimsAWrappedRing) {
             (std::vector<std::vector<float>>{ramp_row(ring, 1), ramp_row(ring, 2), ramp_row(ring, 3)}));
 }
 
+TEST(CacheScript, MergeRebuildsTheBatchFromItsRows) {
+  ReferenceBackend be;
+  CacheSetup s = small(CacheKind::batch_kv);
+  s.batch = 2, s.lpad = 3;  // rows padded 0 and 3: after p4 they hold 4 and 1 tokens
+  EXPECT_EQ(cs::script_str(cs::parse_script("p4.j.d")), "p4.j.d");
+  const auto merged = run(be, s, "p4.j");
+  EXPECT_EQ(merged->class_name(), "BatchKVCache");
+  EXPECT_EQ(merged->offsets(), (std::vector<std::int32_t>{4, 1}));
+  // One row of one token merged alone: a batch of one token, whatever padding it had.
+  const auto alone = run(be, s, "p4.k1.j");
+  EXPECT_EQ(alone->offsets(), (std::vector<std::int32_t>{1}));
+  EXPECT_EQ(alone->kv_length(), 1);
+  for (const CacheKind kind : {CacheKind::batch_rotating, CacheKind::batch_quantized}) {
+    CacheSetup k = s;
+    k.kind = kind;
+    EXPECT_EQ(run(be, k, "p4.j.d")->offsets(), (std::vector<std::int32_t>{5, 2}));
+  }
+  EXPECT_KVLAB_ERROR((void)cs::plan_script(small(CacheKind::kv), cs::parse_script("p4.j")), invalid_argument,
+                     "needs a batch kind");
+  CacheSetup device = s;
+  device.kind = CacheKind::device_batch_kv;
+  EXPECT_KVLAB_ERROR((void)run(be, device, "p4.j"), misuse, "merge");
+}
+
 }  // namespace
 }  // namespace test_cache_script
 }  // namespace kvlab

@@ -35,7 +35,7 @@ from .problem import Problem
 
 # ---- the script -----------------------------------------------------------------------
 
-_COMMAND = re.compile(r"^(p|d|u|t|r|x)(\d+)?(?:p(\d+))?$|^(a|s|f|q)$|^k(\d+(?:_\d+)*)$")
+_COMMAND = re.compile(r"^(p|d|u|t|r|x)(\d+)?(?:p(\d+))?$|^(a|s|f|q|j)$|^k(\d+(?:_\d+)*)$")
 
 
 # Commands of kvlab's language this replay does not drive, with the reason.
@@ -352,6 +352,9 @@ def _replay(p: Problem, inputs):
             attend(other, new_rows, n)
             cache.extend(other)
             rows += new_rows
+            observe()
+        elif verb == "j":  # every row extracted, then the class's merge (BatchGenerator's)
+            cache = type(cache).merge([cache.extract(i) for i in range(rows)])
             observe()
 
     result = {
