@@ -335,7 +335,7 @@ std::vector<Mutant> attention_mutants() {
   const auto wrap_all = [](std::unique_ptr<Cache> c) -> std::unique_ptr<Cache> {
     return std::make_unique<LiveOffsetsCache>(std::move(c));
   };
-  out.push_back(mutant("i.offsets-alias-in-place", "mlx-lm#1097 / #1806 / vlm#966 (§7 rows 1, 4, 5)",
+  out.push_back(mutant("i.offsets-alias-in-place", "mlx-lm#1097 / #1806 / vlm#966 (docs/upstream-bugs.md rows 1, 4, 5)",
                        {"Stateful.KVCache"}));
   out.back().hooks.wrap = wrap_all;
   out.back().hooks.attend = alias_attend;
@@ -344,7 +344,7 @@ std::vector<Mutant> attention_mutants() {
   out.back().hooks.trim_front = unwrapping_trim_front;
 
   // gemma3n: the KV-shared layers read cache.offset after the producer layer's update.
-  out.push_back(mutant("j.shared-layer-post-update-offset", "mlx-lm#1384 / #1396 (§7 row 2)",
+  out.push_back(mutant("j.shared-layer-post-update-offset", "mlx-lm#1384 / #1396 (docs/upstream-bugs.md row 2)",
                        {"M5.PositionsArePreUpdateOffsets"}));
   out.back().hooks.attend_shared = [](Backend& be, const AttendResult& producer, const DTensor& q,
                                       const AttendOptions& o, const Cache& cache) {
@@ -353,12 +353,12 @@ std::vector<Mutant> attention_mutants() {
     return attend_shared(be, late, q, o);
   };
 
-  out.push_back(mutant("k.quantized-gqa-mask-by-kv-head", "mlx-lm#1467 / vlm#1567 (§7 rows 10, 11)",
+  out.push_back(mutant("k.quantized-gqa-mask-by-kv-head", "mlx-lm#1467 / vlm#1567 (docs/upstream-bugs.md rows 10, 11)",
                        {"R2.QuantizedBatchGqaPaddedMask"}));
   out.back().hooks.attend = gqa_mask_by_kv_head;
 
   // SuScaledRoPE / eager RoPE read a (B,) offset as one scalar: every row at row 0's.
-  out.push_back(mutant("l1.rope-row0-offset", "mlx-lm#707 / vlm#1883 (§7 rows 29, 31)", {"R1.RopeVectorOffsetsPerRow"}));
+  out.push_back(mutant("l1.rope-row0-offset", "mlx-lm#707 / vlm#1883 (docs/upstream-bugs.md rows 29, 31)", {"R1.RopeVectorOffsetsPerRow"}));
   out.back().hooks.rope = [](Backend& be, const DTensor& x, const RopeParams& p, const Offsets& off,
                              const DTensor& dst) {
     if (!off.per_row) return be.rope({x, p, off, dst});
@@ -368,7 +368,7 @@ std::vector<Mutant> attention_mutants() {
   };
   // Yarn/SuScaled RoPE scaled x[..., :dims] by mscale with a slice assignment, which
   // writes into the caller's array (the rope output itself is right).
-  out.push_back(mutant("l2.rope-modifies-input", "mlx-lm#1003 (§7 row 33)", {"R1.RopeVectorOffsetsPerRow"}));
+  out.push_back(mutant("l2.rope-modifies-input", "mlx-lm#1003 (docs/upstream-bugs.md row 33)", {"R1.RopeVectorOffsetsPerRow"}));
   out.back().hooks.rope = [](Backend& be, const DTensor& x, const RopeParams& p, const Offsets& off,
                              const DTensor& dst) {
     be.rope({x, p, off, dst});
@@ -380,7 +380,7 @@ std::vector<Mutant> attention_mutants() {
     be.upload(x, in.data());
   };
 
-  out.push_back(mutant("m.turboquant-l1-dense-basis", "vlm#973 (§7 row 39)",
+  out.push_back(mutant("m.turboquant-l1-dense-basis", "vlm#973 (docs/upstream-bugs.md row 39)",
                        {"M7.TurboQuantPrefillSplitInvariant", "Stateful.TurboQuantKVCache"}));
   out.back().hooks.wrap = [](std::unique_ptr<Cache> c) -> std::unique_ptr<Cache> {
     if (dynamic_cast<const TurboQuantKVCache*>(c.get()) == nullptr) return c;
@@ -389,7 +389,7 @@ std::vector<Mutant> attention_mutants() {
 
   // maclocal-api#46: the QuantizedKVCache state setter never sets the offset; a restore
   // that takes it from the packed tensors instead of the meta accepts any disagreement.
-  out.push_back(mutant("n.restore-offset-from-quantized-shapes", "maclocal-api#46 (§7 row 54)",
+  out.push_back(mutant("n.restore-offset-from-quantized-shapes", "maclocal-api#46 (docs/upstream-bugs.md row 54)",
                        {"R5.RestoreRejectsInconsistentOffset"}));
   out.back().hooks.restore = [](Backend& be, const CacheState& s) {
     if (s.class_name != "QuantizedKVCache" || s.tensors.count("keys.wq") == 0) return cache_from_state(be, s);
@@ -398,29 +398,29 @@ std::vector<Mutant> attention_mutants() {
     return cache_from_state(be, inferred);
   };
 
-  out.push_back(mutant("o1.policy-layer0-only", "mlx-lm#477 / #495 (§7 row 9)", {"R4.QuantizePolicyPerLayer"}));
+  out.push_back(mutant("o1.policy-layer0-only", "mlx-lm#477 / #495 (docs/upstream-bugs.md row 9)", {"R4.QuantizePolicyPerLayer"}));
   out.back().hooks.quantize_policy = policy_layer0_only;
-  out.push_back(mutant("o2.policy-greater-than", "mlx-lm#477 / #495 (§7 row 9)", {"R4.QuantizePolicyPerLayer"}));
+  out.push_back(mutant("o2.policy-greater-than", "mlx-lm#477 / #495 (docs/upstream-bugs.md row 9)", {"R4.QuantizePolicyPerLayer"}));
   out.back().hooks.quantize_policy = policy_greater_than;
 
-  out.push_back(mutant("p.quantized-kv-length-from-buffer", "vlm#1481 / #1483 (§7 row 36)",
+  out.push_back(mutant("p.quantized-kv-length-from-buffer", "vlm#1481 / #1483 (docs/upstream-bugs.md row 36)",
                        {"Stateful.QuantizedKVCache"}));
   out.back().hooks.wrap = [](std::unique_ptr<Cache> c) -> std::unique_ptr<Cache> {
     if (dynamic_cast<const QuantizedKVCache*>(c.get()) == nullptr) return c;
     return std::make_unique<KvLengthFromBufferCache>(std::move(c));
   };
 
-  out.push_back(mutant("q.quantized-pv-drops-tail-columns", "mlx#4250 / #4251 (§7 row 56)",
+  out.push_back(mutant("q.quantized-pv-drops-tail-columns", "mlx#4250 / #4251 (docs/upstream-bugs.md row 56)",
                        {"R3.QuantizedPvValueDims"}));
   out.back().hooks.attend = pv_drops_tail;
 
-  out.push_back(mutant("r.state-loader-trusts-counts", "mlx-swift-lm PR #451 (§7 row 55)",
+  out.push_back(mutant("r.state-loader-trusts-counts", "mlx-swift-lm PR #451 (docs/upstream-bugs.md row 55)",
                        {"R6.StateFileCorruptionIsAnError"}));
   out.back().hooks.load_into = lenient_load_into;
 
-  out.push_back(mutant("s1.chunked-trim-on-capacity", "mlx-lm#1673 (spec §4.5)", {"Stateful.ChunkedKVCache"}));
+  out.push_back(mutant("s1.chunked-trim-on-capacity", "mlx-lm#1673 (docs/semantics.md §Chunked cache)", {"Stateful.ChunkedKVCache"}));
   out.back().hooks.trim_front = trim_front_on_capacity;
-  out.push_back(mutant("s2.chunked-restore-offset-from-rows", "spec Appendix B.4", {"Stateful.ChunkedKVCache"}));
+  out.push_back(mutant("s2.chunked-restore-offset-from-rows", "docs/upstream-bugs.md §U4", {"Stateful.ChunkedKVCache"}));
   out.back().hooks.restore = chunked_restore_offset_from_rows;
   return out;
 }

@@ -321,11 +321,11 @@ std::vector<BatchMutant> batch_lifecycle_mutants() {
   out.back().batch.kv_extract = extract_with_pending_pads;
   out.push_back(batch_mutant("25.rotating-s1-in-place-while-pending", "mlx-vlm 75f50e84"));
   out.back().batch.rotating_update = update_single_token_in_place;
-  out.push_back(batch_mutant("26a.restore-drops-right-padding", "mlx-lm from_state (App. B.6)"));
+  out.push_back(batch_mutant("26a.restore-drops-right-padding", "mlx-lm from_state (docs/upstream-bugs.md §U6)"));
   out.back().batch.kv_restore = restore_without_right_padding;
-  out.push_back(batch_mutant("26b.rotating-restore-drops-lengths", "mlx-lm from_state (App. B.6)"));
+  out.push_back(batch_mutant("26b.rotating-restore-drops-lengths", "mlx-lm from_state (docs/upstream-bugs.md §U6)"));
   out.back().batch.rotating_restore = restore_without_lengths;
-  out.push_back(batch_mutant("26c.rotating-restore-rotated-string", "mlx-lm bool(\"False\") (App. B.5)"));
+  out.push_back(batch_mutant("26c.rotating-restore-rotated-string", "mlx-lm bool(\"False\") (docs/upstream-bugs.md §U5)"));
   out.back().batch.rotating_restore = restore_rotated_from_string;
   out.push_back(batch_mutant("34a.quantized-merge-scales-unaligned", "mlx-lm#941 / #1322"));
   out.back().batch.quantized_merge = merge_scales_unaligned;

@@ -283,7 +283,7 @@ std::vector<Mutant> all_mutants() {
   out.back().hooks.quantize_policy = policy_quantizes_rings;
   out.push_back(mutant("e.restore-drops-quant-spec", "vllm-mlx#443 / #451"));
   out.back().hooks.restore = restore_drops_spec;
-  out.push_back(mutant("f.mlx-alloc-width", "mlx-lm QuantizedKVCache (Appendix B.1)", quantized));
+  out.push_back(mutant("f.mlx-alloc-width", "mlx-lm QuantizedKVCache (docs/upstream-bugs.md §U1)", quantized));
   out.back().hooks.wrap = [](std::unique_ptr<Cache> c) -> std::unique_ptr<Cache> {
     if (dynamic_cast<const QuantizedKVCache*>(c.get()) == nullptr) return c;
     return std::make_unique<MlxAllocWidthCache>(std::move(c));
@@ -295,7 +295,7 @@ std::vector<Mutant> all_mutants() {
   out.back().hooks.quantize_policy = unwrapping_policy;
   out.back().hooks.extract = unwrapping_extract;
   out.back().hooks.trim_front = unwrapping_trim_front;
-  out.push_back(mutant("g2.concatenate-trim-resurrects", "mlx-lm ConcatenateKVCache (Appendix B.3)"));
+  out.push_back(mutant("g2.concatenate-trim-resurrects", "mlx-lm ConcatenateKVCache (docs/upstream-bugs.md §U3)"));
   out.back().hooks.wrap = [](std::unique_ptr<Cache> c) -> std::unique_ptr<Cache> {
     const auto* kv = dynamic_cast<const KVCache*>(c.get());
     if (kv == nullptr) return c;
@@ -314,7 +314,7 @@ std::vector<Mutant> all_mutants() {
   out.back().hooks.quantize_policy = unwrapping_policy;
   out.back().hooks.extract = unwrapping_extract;
   out.back().hooks.trim_front = unwrapping_trim_front;
-  out.push_back(mutant("h.mask-after-update", "spec §0.5 (mask from pre-update state)", ring));
+  out.push_back(mutant("h.mask-after-update", "docs/lifecycle.md §Mask before the update", ring));
   out.back().hooks.attend = attend_with(AttendFault::mask_after_update);
   for (Mutant& m : attention_mutants()) out.push_back(std::move(m));
   return out;

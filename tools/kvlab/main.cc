@@ -52,7 +52,7 @@ int main(int argc, char** argv) {
   app.option_defaults()->always_capture_default();
 
   kvlab::tools::SelfcheckOptions self;
-  CLI::App* selfcheck = app.add_subcommand("selfcheck", "Verify the reference oracle against the spec and print what was verified");
+  CLI::App* selfcheck = app.add_subcommand("selfcheck", "Verify the reference oracle against the worked examples of docs/ and print what was verified");
   selfcheck->add_option("--seed", self.seed, "Seed of every random input (printed)");
   selfcheck->add_flag("--verbose", self.verbose, "Print the measured value of every check");
 
