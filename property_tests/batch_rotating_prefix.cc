@@ -116,7 +116,7 @@ void batch_rotating_extract_newest(const Hooks&, const BatchHooks& bh) {
       return t >= 0 ? t : std::int64_t{-1};
     };
     cache->update(be.upload(block(Stream::key, ids, n, heads, dim, tok)),
-                 be.upload(block(Stream::value, ids, n, heads, dim, tok)));
+                  be.upload(block(Stream::value, ids, n, heads, dim, tok)));
     c0 += n;
     line.tokens.push_back("u" + std::to_string(n));
     for (std::size_t b = 0; b < ids.size(); ++b) filled[b] = c0 - pad[b];
@@ -157,7 +157,7 @@ void batch_rotating_extract_newest(const Hooks&, const BatchHooks& bh) {
     line.tokens.push_back("u" + std::to_string(n));
     const auto tok = [&filled](std::int64_t b, std::int64_t j) { return filled[static_cast<std::size_t>(b)] + j; };
     cache->update(be.upload(block(Stream::key, ids, n, heads, dim, tok)),
-                 be.upload(block(Stream::value, ids, n, heads, dim, tok)));
+                  be.upload(block(Stream::value, ids, n, heads, dim, tok)));
     for (std::int64_t& f : filled) f += n;
     size.tokens += n;
     check(n == 1 ? "decode" : "chunk");

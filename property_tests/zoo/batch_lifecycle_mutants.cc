@@ -87,7 +87,7 @@ class ExtendMisalignsPads final : public BatchForwardingCache<BatchKVCache> {
   using BatchForwardingCache::BatchForwardingCache;
   void extend(const Cache& other_cache) override {
     std::unique_ptr<BatchKVCache> keep;
-    const BatchKVCache& other = extend_operand(other_cache, keep);
+    const BatchKVCache& other = real_operand(other_cache, keep);
     const I64 joined = other.batch_size();
     inner_->extend(other);
     const auto rp = inner_->right_padding();
@@ -126,7 +126,7 @@ class ExtendKeepsLeftPadding final : public BatchForwardingCache<BatchKVCache> {
   using BatchForwardingCache::BatchForwardingCache;
   void extend(const Cache& other_cache) override {
     std::unique_ptr<BatchKVCache> keep;
-    const BatchKVCache& other = extend_operand(other_cache, keep);
+    const BatchKVCache& other = real_operand(other_cache, keep);
     std::vector<I64> old = wide(inner_->left_padding());
     for (const std::int32_t lp : other.left_padding()) old.push_back(lp);
     inner_->extend(other);
@@ -147,7 +147,7 @@ class ExtendCutsHead final : public BatchForwardingCache<BatchKVCache> {
   using BatchForwardingCache::BatchForwardingCache;
   void extend(const Cache& other_cache) override {
     std::unique_ptr<BatchKVCache> keep;
-    const BatchKVCache& other = extend_operand(other_cache, keep);
+    const BatchKVCache& other = real_operand(other_cache, keep);
     const I64 cap[2] = {inner_->capacity(), other.capacity()}, idx[2] = {inner_->idx(), other.idx()};
     const I64 rows[2] = {inner_->batch_size(), other.batch_size()};
     inner_->extend(other);

@@ -72,12 +72,12 @@ class BatchForwardingCache : public BasicForwardingCache<std::unique_ptr<T>>, pu
   std::unique_ptr<Cache> extract_sequence(std::int64_t i) const override { return real_verbs().extract_sequence(i); }
 
  protected:
-  BatchCache& real_verbs() { return *static_cast<Cache&>(*this->inner_).batch(); }
-  const BatchCache& real_verbs() const { return *static_cast<const Cache&>(*this->inner_).batch(); }
+  BatchCache& real_verbs() { return *this->inner_->batch(); }
+  const BatchCache& real_verbs() const { return *this->inner_->batch(); }
   // `other` as the T a mutant's extend works on: the real cache under it, or (a cache of
   // another type, as a golden run may hand one) a T rebuilt from its state into `keep`,
   // which throws naming the class when it is not a T's.
-  const T& extend_operand(const Cache& other, std::unique_ptr<T>& keep) const {
+  const T& real_operand(const Cache& other, std::unique_ptr<T>& keep) const {
     const Cache& real = real_cache(other);
     if (typeid(real) == typeid(T)) return static_cast<const T&>(real);
     keep = T::from_state(this->backend(), other.state());
