@@ -14,6 +14,7 @@
 #include <memory>
 #include <string>
 
+#include "cache/registry.h"
 #include "cache/rotating_kv_cache.h"
 #include "property_tests/batch_util.h"
 #include "property_tests/properties.h"
@@ -25,7 +26,8 @@ namespace {
 
 using namespace batch;  // NOLINT: the helpers of this family
 
-// L1's rig: the backend, the geometry and the row writes (through BatchHooks).
+// L1's rig: the backend, the geometry and the row writes. Every ring went through
+// BatchHooks::wrap and is reached through the Cache interface.
 struct RotatingRig {
   const BatchHooks& bh;
   ReferenceBackend be;
@@ -38,9 +40,9 @@ struct RotatingRig {
     std::int64_t tokens = 0, lpad = 0, rpad = 0;
   } made;
 
-  void write(std::unique_ptr<BatchRotatingKVCache>& cache, std::vector<RowLog>& rows, std::int64_t n, bool pending) {
-    bh.rotating_update(cache, be.upload(next_block(Stream::key, rows, n, heads, dim, pending)),
-                       be.upload(next_block(Stream::value, rows, n, heads, dim, pending)));
+  void write(Cache& cache, std::vector<RowLog>& rows, std::int64_t n, bool pending) {
+    cache.update(be.upload(next_block(Stream::key, rows, n, heads, dim, pending)),
+                 be.upload(next_block(Stream::value, rows, n, heads, dim, pending)));
     for (RowLog& r : rows) {
       // Each concat first rolls the pads a row already wrote to its front (mlx-lm's
       // _update_concat with _lengths: docs/semantics.md §Batch rotating cache,
@@ -52,7 +54,7 @@ struct RotatingRig {
 
   // A right-padded prompt on every row (mlx-lm prepare(lengths=, right_padding=)):
   // real lengths 0..8, then pads to a common length, at least one pad somewhere.
-  std::int64_t start_prompt(BatchRotatingKVCache& cache, std::vector<RowLog>& rows) {
+  std::int64_t start_prompt(Cache& cache, std::vector<RowLog>& rows) {
     std::vector<std::int64_t> lens;
     for (std::size_t b = 0; b < rows.size(); ++b) lens.push_back(*rc::gen::inRange<std::int64_t>(0, 9));
     std::int64_t total = std::max<std::int64_t>(1, *std::max_element(lens.begin(), lens.end()));
@@ -68,31 +70,32 @@ struct RotatingRig {
       lengths.push_back(static_cast<std::int32_t>(lens[b]));
       rp.push_back(static_cast<std::int32_t>(total - lens[b]));
     }
-    bh.rotating_prepare(cache, {}, lengths, rp);
+    verbs(cache).prepare({}, lengths, rp);
     return total;
   }
 
-  static void finish_prompt(BatchRotatingKVCache& cache, std::vector<RowLog>& rows) {
-    cache.finalize();
+  static void finish_prompt(Cache& cache, std::vector<RowLog>& rows) {
+    verbs(cache).finalize();
     for (RowLog& r : rows) r.pads = 0;
   }
 
   // A fresh batch of 1..max_b rows: left-padded prompts (lengths 1..12) in chunks, a
   // right-padded prompt over several chunks ending in finalize (docs/traces.md §T5), or (1 in 8)
   // nothing stored yet.
-  std::unique_ptr<BatchRotatingKVCache> fresh(std::int64_t max_b, std::vector<RowLog>& rows) {
+  std::unique_ptr<Cache> fresh(std::int64_t max_b, std::vector<RowLog>& rows) {
     const std::int64_t count = *rc::gen::inRange<std::int64_t>(1, max_b + 1);
     const int kind = *rc::gen::weightedElement<int>({{4, 0}, {3, 1}, {1, 2}});
     std::vector<RowLog> mine;
-    std::unique_ptr<BatchRotatingKVCache> cache;
+    std::unique_ptr<Cache> cache;
     if (kind == 1) {
       for (std::int64_t b = 0; b < count; ++b) mine.push_back({next_id++, 0});
-      cache = std::make_unique<BatchRotatingKVCache>(be, max_size, std::vector<std::int32_t>(mine.size(), 0));
+      cache = bh.wrap(
+          std::make_unique<BatchRotatingKVCache>(be, max_size, std::vector<std::int32_t>(mine.size(), 0)));
       made = {true, start_prompt(*cache, mine), 0, 0};
       for (const RowLog& r : mine) made.rpad = std::max(made.rpad, r.pad_left);
       for (std::int64_t left = made.tokens; left > 0;) {
         const std::int64_t n = *rc::gen::inRange<std::int64_t>(1, std::min<std::int64_t>(left, 6) + 1);
-        write(cache, mine, n, true);
+        write(*cache, mine, n, true);
         left -= n;
       }
       finish_prompt(*cache, mine);
@@ -109,19 +112,20 @@ struct RotatingRig {
         lp.push_back(static_cast<std::int32_t>(pad));
         r.count = -pad;
       }
-      cache = std::make_unique<BatchRotatingKVCache>(be, max_size, lp);
+      cache = bh.wrap(std::make_unique<BatchRotatingKVCache>(be, max_size, lp));
       made = {false, kind == 0 ? longest : 0, *std::max_element(lp.begin(), lp.end()), 0};
       if (kind == 0)
-        for (const std::int64_t n : gen_split(longest)) write(cache, mine, n, false);
+        for (const std::int64_t n : gen_split(longest)) write(*cache, mine, n, false);
     }
     rows.insert(rows.end(), mine.begin(), mine.end());
     return cache;
   }
 
-  // extract(i) (what it adopts) == the newest min(count, max_size) real tokens of row i.
-  void check_extract(const BatchRotatingKVCache& cache, const RowLog& r, std::int64_t i, const std::string& at) {
+  // extract(i) (the rows of the ring it hands out) == the newest min(count, max_size) real
+  // tokens of row i.
+  void check_extract(const Cache& cache, const RowLog& r, std::int64_t i, const std::string& at) {
     const std::int64_t real = std::max<std::int64_t>(0, r.count), want = std::min(real, max_size);
-    const FetchedKV f = bh.rotating_extract_rows(cache, i);
+    const FetchedKV f = held_rows(*verbs(cache).extract_sequence(i));
     const std::int64_t n = f.length();
     if (!(n == want || (r.short_ok && n == max_size - 1 && n < real)))
       RC_FAIL(at + ": extract holds " + std::to_string(n) + " tokens of " + std::to_string(real) + " (max_size " +
@@ -131,8 +135,8 @@ struct RotatingRig {
     expect_same_tensor(be.download(f.values), row_block(Stream::value, r.id, real - n, n, heads, dim), at + " values");
   }
 
-  void check(const BatchRotatingKVCache& cache, const std::vector<RowLog>& rows, bool pending, const char* when) {
-    RC_ASSERT(cache.batch_size() == static_cast<std::int64_t>(rows.size()));
+  void check(const Cache& cache, const std::vector<RowLog>& rows, bool pending, const char* when) {
+    RC_ASSERT(verbs(cache).batch_size() == static_cast<std::int64_t>(rows.size()));
     const std::vector<std::int32_t> off = cache.offsets();
     for (std::size_t b = 0; b < rows.size(); ++b) {
       const std::string at = "BatchRotatingKVCache row " + std::to_string(b) + " after " + when;
@@ -145,7 +149,7 @@ struct RotatingRig {
       // While a right pad is pending: rejected, or exactly the real tokens (PR #1746).
       bool rejected = false;
       try {
-        bh.rotating_extract_rows(cache, static_cast<std::int64_t>(b));
+        verbs(cache).extract_sequence(static_cast<std::int64_t>(b));
       } catch (const Error& e) {
         if (e.kind() != ErrorKind::misuse) RC_FAIL(at + ": extract while a right pad is pending: " + e.what());
         rejected = true;
@@ -155,11 +159,11 @@ struct RotatingRig {
   }
 
   // Each row extracted, continued alone by 0..3 decodes (its ring may wrap), merged back.
-  std::unique_ptr<BatchRotatingKVCache> merge_rows(const BatchRotatingKVCache& cache, std::vector<RowLog>& rows) {
-    std::vector<std::unique_ptr<RotatingKVCache>> singles;
-    std::vector<const RotatingKVCache*> ptrs;
+  std::unique_ptr<Cache> merge_rows(const Cache& cache, std::vector<RowLog>& rows) {
+    std::vector<std::unique_ptr<Cache>> singles;
+    std::vector<const Cache*> ptrs;
     for (std::size_t b = 0; b < rows.size(); ++b) {
-      singles.push_back(cache.extract(static_cast<std::int64_t>(b)));
+      singles.push_back(verbs(cache).extract_sequence(static_cast<std::int64_t>(b)));
       RowLog& r = rows[b];
       r.count = std::max<std::int64_t>(r.count, 0);
       for (std::int64_t d = *rc::gen::inRange<std::int64_t>(0, 4); d > 0; --d) {
@@ -169,7 +173,7 @@ struct RotatingRig {
       }
       ptrs.push_back(singles.back().get());
     }
-    return bh.rotating_merge(be, ptrs);
+    return bh.wrap(bh.merge(be, ptrs));
   }
 };
 
@@ -232,7 +236,7 @@ void batch_rotating_lifecycle(const Hooks&, const BatchHooks& bh) {
         // docs/upstream-bugs.md row 25).
         const std::int64_t n = d->n == 1 ? 1 : gen_chunk(most);
         if (!pending) say({cs::Verb::update, n, 0, {}});  // a prompt's columns are in its rN
-        rig.write(cache, rows, n, pending.on);
+        rig.write(*cache, rows, n, pending.on);
         if (pending) pending.left -= n;
         size.tokens += n;
       }
@@ -260,28 +264,28 @@ void batch_rotating_lifecycle(const Hooks&, const BatchHooks& bh) {
     } else if (verb == cs::Verb::filter && d->keep.empty()) {
       const std::vector<std::int32_t> idx = gen_keep(rows.size());
       say({cs::Verb::filter, 0, 0, idx});
-      cache->filter(idx);
+      verbs(*cache).filter(idx);
       rows = pick(rows, idx);
     } else if (verb == cs::Verb::filter) {
       const std::vector<std::int32_t> idx = gen_bad_keep(rows.size());
       line.note("a rejected filter");
-      expect_rejected([&] { cache->filter(idx); }, ErrorKind::invalid_argument,
+      expect_rejected([&] { verbs(*cache).filter(idx); }, ErrorKind::invalid_argument,
                       "filter(" + list_str(idx) + ") of " + std::to_string(rows.size()) + " rows");
     } else if (verb == cs::Verb::extend) {
       std::vector<RowLog> joined;
       const int kind = *rc::gen::inRange(0, 4);
-      std::unique_ptr<BatchRotatingKVCache> other;
+      std::unique_ptr<Cache> other;
       if (kind == 3 && rows.size() * 2 <= 6) {
         joined = rows;  // with itself
       } else {
         other = rig.fresh(6 - static_cast<std::int64_t>(rows.size()), joined);
         if (kind == 1) other = rig.merge_rows(*other, joined);  // capacity = its columns, maybe wrapped rows
-        if (kind == 2) other = bh.rotating_restore(rig.be, other->state());
+        if (kind == 2) other = bh.wrap(bh.restore(rig.be, other->state()));
       }
-      const BatchRotatingKVCache& with = other ? *other : *cache;
+      const Cache& with = other ? *other : *cache;
       if (pending) {
         line.note("an extend rejected while a right pad is pending");
-        expect_rejected([&] { cache->extend(with); }, ErrorKind::misuse, "extend while a right pad is pending");
+        expect_rejected([&] { verbs(*cache).extend(with); }, ErrorKind::misuse, "extend while a right pad is pending");
       } else {
         if (!other) {
           line.note("extend by itself");
@@ -293,19 +297,19 @@ void batch_rotating_lifecycle(const Hooks&, const BatchHooks& bh) {
           say({cs::Verb::extend, std::max<std::int64_t>(1, rig.made.tokens),
                static_cast<std::int64_t>(joined.size()), {}});
         }
-        cache->extend(with);
+        verbs(*cache).extend(with);
         rows.insert(rows.end(), joined.begin(), joined.end());
       }
     } else {
       say({cs::Verb::reload, 1, 0, {}});
-      cache = bh.rotating_restore(rig.be, cache->state());
+      cache = bh.wrap(bh.restore(rig.be, cache->state()));
     }
     RC_LOG() << draw_name(d) << " -> rows " << rows_str(rows)
              << (pending ? " pending " + std::to_string(pending.left) : "") << "\n";
     rig.check(*cache, rows, pending.on, draw_name(d));
   }
   if (pending) {
-    if (pending.left > 0) rig.write(cache, rows, pending.left, true);
+    if (pending.left > 0) rig.write(*cache, rows, pending.left, true);
     RotatingRig::finish_prompt(*cache, rows);
     say({cs::Verb::finalize, 1, 0, {}});
     rig.check(*cache, rows, false, "finalize");
@@ -314,7 +318,8 @@ void batch_rotating_lifecycle(const Hooks&, const BatchHooks& bh) {
 
 namespace {
 
-// L2's cache: a BatchKVCache or a BatchRotatingKVCache, attended through BatchHooks::attend.
+// L2's caches: BatchKVCaches or BatchRotatingKVCaches behind BatchHooks::wrap, attended
+// through the Cache interface.
 struct AttendRig {
   const BatchHooks& bh;
   ReferenceBackend be;
@@ -323,25 +328,18 @@ struct AttendRig {
   std::int64_t next_id = 0;
   bool rotating = false;
 
-  struct Batch {
-    std::unique_ptr<BatchKVCache> kv;
-    std::unique_ptr<BatchRotatingKVCache> ring;
-    Cache& cache() { return kv ? static_cast<Cache&>(*kv) : *ring; }
-  };
-
   // Attends the rows' next n columns (token index c − lp: padding queries are unspecified,
   // docs/kernels.md §Fully masked rows, and never compared); returns the output (B, Hq, n, Dv).
-  Tensor step(Batch& c, std::vector<RowLog>& rows, std::int64_t n) {
-    const AttendResult r =
-        bh.attend(c.cache(), be.upload(next_block(Stream::query, rows, n, cfg.q_heads(), cfg.dk, false)),
-                  be.upload(next_block(Stream::key, rows, n, cfg.kv_heads, cfg.dk, false)),
-                  be.upload(next_block(Stream::value, rows, n, cfg.kv_heads, cfg.dv, false)), opts);
+  Tensor step(Cache& c, std::vector<RowLog>& rows, std::int64_t n) {
+    const AttendResult r = attend(c, be.upload(next_block(Stream::query, rows, n, cfg.q_heads(), cfg.dk, false)),
+                                  be.upload(next_block(Stream::key, rows, n, cfg.kv_heads, cfg.dk, false)),
+                                  be.upload(next_block(Stream::value, rows, n, cfg.kv_heads, cfg.dv, false)), opts);
     for (RowLog& row : rows) advance(row, n, false);
     return be.download(r.out);
   }
 
   // 1..max_b left-padded prompts of 1..10 tokens, prefilled through attend in chunks.
-  Batch fresh(std::int64_t max_b, std::vector<RowLog>& rows) {
+  std::unique_ptr<Cache> fresh(std::int64_t max_b, std::vector<RowLog>& rows) {
     const std::int64_t count = *rc::gen::inRange<std::int64_t>(1, max_b + 1);
     std::vector<RowLog> mine;
     std::vector<std::int32_t> lp;
@@ -354,20 +352,17 @@ struct AttendRig {
       lp.push_back(static_cast<std::int32_t>(longest - r.count));
       r.count -= longest;
     }
-    Batch c;
-    if (rotating) c.ring = std::make_unique<BatchRotatingKVCache>(be, cfg.max_size, lp);
-    else c.kv = std::make_unique<BatchKVCache>(be, lp);
-    for (const std::int64_t n : gen_split(longest)) step(c, mine, n);
+    std::unique_ptr<Cache> c;
+    if (rotating) c = std::make_unique<BatchRotatingKVCache>(be, cfg.max_size, lp);
+    else c = std::make_unique<BatchKVCache>(be, lp);
+    c = bh.wrap(std::move(c));
+    for (const std::int64_t n : gen_split(longest)) step(*c, mine, n);
     rows.insert(rows.end(), mine.begin(), mine.end());
     return c;
   }
 
-  Batch clone(Batch& c) {
-    Batch out;
-    if (c.kv) out.kv = BatchKVCache::from_state(be, c.kv->state());
-    else out.ring = BatchRotatingKVCache::from_state(be, c.ring->state());
-    return out;
-  }
+  // A copy to change beside the original (a real copy, then wrapped like the original).
+  std::unique_ptr<Cache> clone(const Cache& c) { return bh.wrap(clone_cache(c)); }
 };
 
 }  // namespace
@@ -389,28 +384,26 @@ void batch_attend_survives_filter_extend(const Hooks&, const BatchHooks& bh) {
   rig.cfg.max_size = rig.rotating ? *rc::gen::inRange<std::int64_t>(3, 11) : 0;
   rig.opts = attend_options(rig.cfg);
   std::vector<RowLog> rows;
-  AttendRig::Batch batch = rig.fresh(5, rows);
+  std::unique_ptr<Cache> batch = rig.fresh(5, rows);
   CaseSize& size = last_failure_size();
   size = {0, 0};
   for (int round = *rc::gen::inRange(1, 5); round > 0; --round) {
     const bool extend = rows.size() < 6 && *rc::gen::arbitrary<bool>();
-    AttendRig::Batch copy = rig.clone(batch);
+    std::unique_ptr<Cache> copy = rig.clone(*batch);
     std::vector<RowLog> kept;
     std::vector<std::int32_t> from;  // copy row j continues batch row from[j] (−1: joined)
     if (extend) {
-      AttendRig::Batch other = rig.fresh(6 - static_cast<std::int64_t>(rows.size()), kept);
+      const std::unique_ptr<Cache> other = rig.fresh(6 - static_cast<std::int64_t>(rows.size()), kept);
       std::vector<RowLog> joined = kept;
       kept = rows;
       kept.insert(kept.end(), joined.begin(), joined.end());
       for (std::size_t b = 0; b < kept.size(); ++b)
         from.push_back(b < rows.size() ? static_cast<std::int32_t>(b) : -1);
-      if (copy.kv) bh.kv_extend(copy.kv, *other.kv);
-      else copy.ring->extend(*other.ring);
+      verbs(*copy).extend(*other);
     } else {
       from = gen_keep(rows.size());
       kept = pick(rows, from);
-      if (copy.kv) bh.kv_filter(copy.kv, from);
-      else copy.ring->filter(from);
+      verbs(*copy).filter(from);
     }
     const std::int64_t n = rig.rotating ? *rc::gen::inRange<std::int64_t>(2, 5) : *rc::gen::inRange<std::int64_t>(1, 5);
     ++size.steps;
@@ -418,8 +411,8 @@ void batch_attend_survives_filter_extend(const Hooks&, const BatchHooks& bh) {
     RC_LOG() << (extend ? "extend" : "filter") << " then " << n << " tokens: rows " << rows_str(rows) << " -> "
              << rows_str(kept) << "\n";
     std::vector<RowLog> before = rows;
-    const Tensor want = rig.step(batch, before, n);
-    const Tensor got = rig.step(copy, kept, n);
+    const Tensor want = rig.step(*batch, before, n);
+    const Tensor got = rig.step(*copy, kept, n);
     for (std::size_t j = 0; j < from.size(); ++j) {
       if (from[j] < 0) continue;
       expect_same_tensor(slice_row(got, static_cast<std::int64_t>(j), 0, n), slice_row(want, from[j], 0, n),

@@ -60,28 +60,36 @@ using batch::row_block;
 using batch::RowLog;
 using batch::RowMemo;
 using batch::rows_str;
+using batch::verbs;
 
 // ---- the two batch kinds behind one interface ---------------------------------------
-// Operations a mutant may replace go through BatchHooks (properties.h).
+// Every batch cache is held as a Cache that went through BatchHooks::wrap (properties.h)
+// and reached through Cache::batch(), so a mutant wrapper sits under every operation;
+// restores and merges go through their hooks.
 
-struct PlainOps {
-  using Batch = BatchKVCache;
-  using Single = KVCache;
-  static constexpr const char* kName = "BatchKVCache";
+struct BatchOps {
   const BatchHooks* hooks = nullptr;
+  std::shared_ptr<RowMemo> memo;
+  void filter(Cache& c, const std::vector<std::int32_t>& idx) const { verbs(c).filter(idx); }
+  void extend(Cache& c, const Cache& other) const { verbs(c).extend(other); }
+  std::unique_ptr<Cache> extract(const Cache& c, std::int64_t i) const { return verbs(c).extract_sequence(i); }
+  std::unique_ptr<Cache> restore(Backend& be, const CacheState& s) const { return hooks->wrap(hooks->restore(be, s)); }
+};
+
+struct PlainOps : BatchOps {
+  static constexpr const char* kName = "BatchKVCache";
   std::int64_t heads = 1, dim = 32;
 
-  std::unique_ptr<Batch> make(Backend& be, std::vector<std::int32_t> lp) const {
-    return std::make_unique<Batch>(be, std::move(lp));
+  std::unique_ptr<Cache> make(Backend& be, std::vector<std::int32_t> lp) const {
+    return hooks->wrap(std::make_unique<BatchKVCache>(be, std::move(lp)));
   }
-  void update(Batch& c, Backend& be, const Tensor& k, const Tensor& v) const { c.update(be.upload(k), be.upload(v)); }
-  std::shared_ptr<RowMemo> memo;
+  void update(Cache& c, Backend& be, const Tensor& k, const Tensor& v) const { c.update(be.upload(k), be.upload(v)); }
   // `got` (an extracted row) holds exactly tokens [0, n) of row `id` (none for n <= 0):
   // its state is what a KVCache fed those tokens saves, keys and values [0, n).
-  void check_row(Backend&, const Single& got, std::int64_t id, std::int64_t n, const std::string& at) const {
+  void check_row(Backend&, const Cache& got, std::int64_t id, std::int64_t n, const std::string& at) const {
     n = std::max<std::int64_t>(n, 0);
-    if (got.offset() != n)
-      RC_FAIL(at + ": extract offset " + std::to_string(got.offset()) + " vs log " + std::to_string(n));
+    if (got.offsets().at(0) != n)
+      RC_FAIL(at + ": extract offset " + std::to_string(got.offsets().at(0)) + " vs log " + std::to_string(n));
     const CacheState st = got.state();
     RC_ASSERT(st.class_name == "KVCache");
     RC_ASSERT(st.tensors.size() == (n > 0 ? 2u : 0u));
@@ -93,53 +101,53 @@ struct PlainOps {
   // KVCache.to_quantized, then a quantized merge (docs/semantics.md §Quantized cache,
   // docs/semantics.md §Batch quantized cache, docs/upstream-bugs.md row 34). Every row
   // must hold the bits of quantizing its own tokens.
-  void check_to_quantized(Backend& be, const Batch& cache, const std::vector<RowLog>& rows) const {
+  void check_to_quantized(Backend& be, const Cache& cache, const std::vector<RowLog>& rows) const {
     const QuantSpec spec = QuantSpec::make(QuantMode::affine, *rc::gen::element(3, 4, 8), 32);
-    std::vector<std::unique_ptr<QuantizedKVCache>> quantized;
-    std::vector<const QuantizedKVCache*> ptrs;
+    std::vector<std::unique_ptr<Cache>> quantized;
+    std::vector<const Cache*> ptrs;
     for (std::size_t b = 0; b < rows.size(); ++b) {
-      quantized.push_back(to_quantized(*extract(cache, static_cast<std::int64_t>(b)), spec, Rounding::mlx_cpu));
+      quantized.push_back(extract(cache, static_cast<std::int64_t>(b))->quantized_form(spec, Rounding::mlx_cpu));
+      RC_ASSERT(quantized.back() != nullptr);  // a KVCache row has a quantized form
       ptrs.push_back(quantized.back().get());
     }
-    const std::unique_ptr<Cache> merged = hooks->quantized_merge(be, ptrs);
+    const std::unique_ptr<Cache> merged = hooks->wrap(hooks->merge(be, ptrs));
     if (merged->class_name() != cache_kind_info(CacheKind::batch_quantized).class_name)
       RC_FAIL("merge of quantized rows returned a " + std::string(merged->class_name()));
-    // The hooks return real caches (no wrappers), so the class name names the type.
-    const auto* q = static_cast<const BatchQuantizedKVCache*>(merged.get());
     for (std::size_t b = 0; b < rows.size(); ++b) {
       const std::int64_t n = std::max<std::int64_t>(rows[b].count, 0);
       QuantizedKVCache alone(be, spec, Rounding::mlx_cpu);
       if (n > 0)
         alone.update_quantized(be.upload(memo->get(Stream::key, rows[b].id, n)),
                                be.upload(memo->get(Stream::value, rows[b].id, n)));
-      check_same_state(q->extract(static_cast<std::int64_t>(b))->state(), alone.state());
+      check_same_state(extract(*merged, static_cast<std::int64_t>(b))->state(), alone.state());
     }
   }
-  void filter(std::unique_ptr<Batch>& c, const std::vector<std::int32_t>& idx) const { hooks->kv_filter(c, idx); }
-  void extend(std::unique_ptr<Batch>& c, const Batch& other) const { hooks->kv_extend(c, other); }
-  std::unique_ptr<Single> extract(const Batch& c, std::int64_t i) const { return hooks->kv_extract(c, i); }
-  std::unique_ptr<Batch> restore(Backend& be, const CacheState& s) const { return hooks->kv_restore(be, s); }
-  std::unique_ptr<Batch> merge(Backend& be, std::span<const Single* const> rows) const {
-    return Batch::merge(be, rows);
+  std::unique_ptr<Cache> merge(Backend& be, std::span<const Cache* const> rows) const {
+    return hooks->wrap(hooks->merge(be, rows));
   }
 };
 
-struct QuantOps {
-  using Batch = BatchQuantizedKVCache;
-  using Single = QuantizedKVCache;
+// How a quantized state packs its bits: "mode bits/group_size rounding".
+std::string packing(const CacheState& s) {
+  const auto field = [&s](const char* name) {
+    const auto it = s.meta.find(name);
+    return it == s.meta.end() ? std::string("?") : it->second;
+  };
+  return field("mode") + " " + field("bits") + "/" + field("group_size") + " " + field("rounding");
+}
+
+struct QuantOps : BatchOps {
   static constexpr const char* kName = "BatchQuantizedKVCache";
-  const BatchHooks* hooks = nullptr;
   std::int64_t heads = 1, dim = 64;
   QuantSpec spec{};
   Rounding rounding = Rounding::mlx_cpu;
 
-  std::unique_ptr<Batch> make(Backend& be, std::vector<std::int32_t> lp) const {
-    return std::make_unique<Batch>(be, std::move(lp), spec, rounding);
+  std::unique_ptr<Cache> make(Backend& be, std::vector<std::int32_t> lp) const {
+    return hooks->wrap(std::make_unique<BatchQuantizedKVCache>(be, std::move(lp), spec, rounding));
   }
-  void update(Batch& c, Backend& be, const Tensor& k, const Tensor& v) const {
+  void update(Cache& c, Backend& be, const Tensor& k, const Tensor& v) const {
     c.update_quantized(be.upload(k), be.upload(v));
   }
-  std::shared_ptr<RowMemo> memo;
   // The state of a QuantizedKVCache fed tokens [0, cap) of a row (per row id); a prefix
   // of it is the state of one fed tokens [0, n), since quantization is per token row.
   std::shared_ptr<std::map<std::int64_t, CacheState>> fed = std::make_shared<std::map<std::int64_t, CacheState>>();
@@ -148,7 +156,7 @@ struct QuantOps {
     const std::int64_t have = full.tensors.empty() ? 0 : full.tensors.begin()->second.dim(2);
     if (full.class_name.empty() || have < n) {
       const std::int64_t cap = std::max({n, 2 * have, std::int64_t{16}});
-      Single c(be, spec, rounding);
+      QuantizedKVCache c(be, spec, rounding);
       c.update_quantized(be.upload(memo->get(Stream::key, id, cap)), be.upload(memo->get(Stream::value, id, cap)));
       full = c.state();
     }
@@ -159,35 +167,30 @@ struct QuantOps {
     return out;
   }
   // Quantization is per token row, so the row's bits equal quantizing its tokens alone.
-  void check_row(Backend& be, const Single& got, std::int64_t id, std::int64_t n, const std::string& at) const {
+  void check_row(Backend& be, const Cache& got, std::int64_t id, std::int64_t n, const std::string& at) const {
     n = std::max<std::int64_t>(n, 0);
-    if (got.offset() != n)
-      RC_FAIL(at + ": extract offset " + std::to_string(got.offset()) + " vs log " + std::to_string(n));
-    RC_ASSERT(got.spec() == spec);
+    if (got.offsets().at(0) != n)
+      RC_FAIL(at + ": extract offset " + std::to_string(got.offsets().at(0)) + " vs log " + std::to_string(n));
+    RC_ASSERT(got.parameters() == QuantizedKVCache(be, spec, rounding).parameters());
     check_same_state(got.state(), expected_state(be, id, n));
   }
-  void check_to_quantized(Backend&, const Batch&, const std::vector<RowLog>&) const {}  // already quantized
-  void filter(std::unique_ptr<Batch>& c, const std::vector<std::int32_t>& idx) const { c->filter(idx); }
-  void extend(std::unique_ptr<Batch>& c, const Batch& other) const { c->extend(other); }
-  std::unique_ptr<Single> extract(const Batch& c, std::int64_t i) const { return c.extract(i); }
-  std::unique_ptr<Batch> restore(Backend& be, const CacheState& s) const { return Batch::from_state(be, s); }
+  void check_to_quantized(Backend&, const Cache&, const std::vector<RowLog>&) const {}  // already quantized
   // mlx-lm has no quantized merge at all (docs/upstream-bugs.md row 34); one that silently
   // dequantizes, or changes the QuantSpec, is as wrong as one that misplaces packed rows.
-  std::unique_ptr<Batch> merge(Backend& be, std::span<const Single* const> rows) const {
-    std::unique_ptr<Cache> merged = hooks->quantized_merge(be, rows);
+  std::unique_ptr<Cache> merge(Backend& be, std::span<const Cache* const> rows) const {
+    std::unique_ptr<Cache> merged = hooks->wrap(hooks->merge(be, rows));
     if (merged->class_name() != cache_kind_info(CacheKind::batch_quantized).class_name)
       RC_FAIL("merge of quantized caches returned a " + std::string(merged->class_name()));
-    auto* q = static_cast<Batch*>(merged.get());  // real caches only, as above
-    if (!(q->spec() == spec) || q->rounding() != rounding)
-      RC_FAIL("merge of " + to_string(spec) + " caches returned a " + to_string(q->spec()) + " cache");
-    merged.release();
-    return std::unique_ptr<Batch>(q);
+    const std::string want = packing(BatchQuantizedKVCache(be, {0}, spec, rounding).state());
+    if (const std::string got = packing(merged->state()); got != want)
+      RC_FAIL("merge of " + want + " caches returned a " + got + " cache");
+    return merged;
   }
 };
 
 // Writes the rows' next n columns (advancing the logs).
 template <class Ops>
-void write_chunk(const Ops& ops, Backend& be, typename Ops::Batch& cache, std::vector<RowLog>& rows, std::int64_t n,
+void write_chunk(const Ops& ops, Backend& be, Cache& cache, std::vector<RowLog>& rows, std::int64_t n,
                  bool pending) {
   ops.update(cache, be, next_block(Stream::key, rows, n, ops.heads, ops.dim, pending),
              next_block(Stream::value, rows, n, ops.heads, ops.dim, pending));
@@ -196,8 +199,7 @@ void write_chunk(const Ops& ops, Backend& be, typename Ops::Batch& cache, std::v
 
 // Starts a right-padded prompt on every row: real lengths 0..12, then right pads to a
 // common length (at least one pad somewhere, so the pad is really pending).
-template <class Ops>
-std::int64_t start_prompt(typename Ops::Batch& cache, std::vector<RowLog>& rows) {
+std::int64_t start_prompt(Cache& cache, std::vector<RowLog>& rows) {
   std::vector<std::int64_t> lens;
   for (std::size_t b = 0; b < rows.size(); ++b) lens.push_back(*rc::gen::inRange<std::int64_t>(0, 13));
   std::int64_t total = std::max<std::int64_t>(1, *std::max_element(lens.begin(), lens.end()));
@@ -210,7 +212,7 @@ std::int64_t start_prompt(typename Ops::Batch& cache, std::vector<RowLog>& rows)
     rows[b].pads = 0;
     rp.push_back(static_cast<std::int32_t>(total - lens[b]));
   }
-  cache.prepare(std::nullopt, rp);
+  verbs(cache).prepare({}, {}, rp);
   return total;
 }
 
@@ -218,7 +220,7 @@ std::int64_t start_prompt(typename Ops::Batch& cache, std::vector<RowLog>& rows)
 // right-padded over several chunks with prepare/finalize (docs/traces.md §T5), or (1 in 8) empty:
 // only left padding, nothing stored yet (mlx-lm#1141: extend with an empty side).
 template <class Ops>
-std::unique_ptr<typename Ops::Batch> fresh_batch(const Ops& ops, Backend& be, std::int64_t max_b, std::int64_t& next_id,
+std::unique_ptr<Cache> fresh_batch(const Ops& ops, Backend& be, std::int64_t max_b, std::int64_t& next_id,
                                                  std::vector<RowLog>& rows) {
   const std::int64_t count = *rc::gen::inRange<std::int64_t>(1, max_b + 1);
   const int kind = *rc::gen::weightedElement<int>({{4, 0}, {3, 1}, {1, 2}});
@@ -227,12 +229,12 @@ std::unique_ptr<typename Ops::Batch> fresh_batch(const Ops& ops, Backend& be, st
   if (kind == 1) {
     for (std::int64_t b = 0; b < count; ++b) mine.push_back({next_id++, 0});
     auto cache = ops.make(be, std::vector<std::int32_t>(static_cast<std::size_t>(count), 0));
-    for (std::int64_t left = start_prompt<Ops>(*cache, mine); left > 0;) {
+    for (std::int64_t left = start_prompt(*cache, mine); left > 0;) {
       const std::int64_t n = *rc::gen::inRange<std::int64_t>(1, std::min<std::int64_t>(left, 8) + 1);
       write_chunk(ops, be, *cache, mine, n, true);
       left -= n;
     }
-    cache->finalize();
+    verbs(*cache).finalize();
     for (RowLog& r : mine) r.pads = 0;
     rows.insert(rows.end(), mine.begin(), mine.end());
     return cache;
@@ -257,9 +259,9 @@ std::unique_ptr<typename Ops::Batch> fresh_batch(const Ops& ops, Backend& be, st
 
 // Offsets always; each row's extract == its log (while a prompt is pending: or rejected).
 template <class Ops>
-void check_rows(const Ops& ops, Backend& be, const typename Ops::Batch& cache, const std::vector<RowLog>& rows,
+void check_rows(const Ops& ops, Backend& be, const Cache& cache, const std::vector<RowLog>& rows,
                 bool pending, const std::string& when) {
-  RC_ASSERT(cache.batch_size() == static_cast<std::int64_t>(rows.size()));
+  RC_ASSERT(verbs(cache).batch_size() == static_cast<std::int64_t>(rows.size()));
   const std::vector<std::int32_t> off = cache.offsets();
   for (std::size_t b = 0; b < rows.size(); ++b) {
     const std::string at = std::string(Ops::kName) + " row " + std::to_string(b) + " after " + when;
@@ -271,7 +273,7 @@ void check_rows(const Ops& ops, Backend& be, const typename Ops::Batch& cache, c
     }
     // While a right pad is pending: rejected, or exactly the real tokens so far (mlx-lm
     // PR #1746: the pads came along, with an offset counting them).
-    std::unique_ptr<typename Ops::Single> got;
+    std::unique_ptr<Cache> got;
     try {
       got = ops.extract(cache, static_cast<std::int64_t>(b));
     } catch (const Error& e) {
@@ -293,10 +295,9 @@ CacheState round_trip(const CacheState& s) {
 }
 
 template <class Ops>
-std::unique_ptr<typename Ops::Batch> merged_copy(const Ops& ops, Backend& be, const typename Ops::Batch& cache,
-                                                 std::size_t rows) {
-  std::vector<std::unique_ptr<typename Ops::Single>> singles;
-  std::vector<const typename Ops::Single*> ptrs;
+std::unique_ptr<Cache> merged_copy(const Ops& ops, Backend& be, const Cache& cache, std::size_t rows) {
+  std::vector<std::unique_ptr<Cache>> singles;
+  std::vector<const Cache*> ptrs;
   for (std::size_t b = 0; b < rows; ++b) {
     singles.push_back(ops.extract(cache, static_cast<std::int64_t>(b)));
     ptrs.push_back(singles.back().get());
@@ -341,7 +342,7 @@ void rows_match_logs(const Ops& ops) {
                                       {1, kBadFilter}, {2, kExtend}, {1, kMerge}, {2, kState},
                                       {1, kToQuantized}}));
   const auto finish_prompt = [&] {
-    cache->finalize();
+    verbs(*cache).finalize();
     for (RowLog& r : rows) r.pads = 0;
     pending = {};
   };
@@ -368,7 +369,7 @@ void rows_match_logs(const Ops& ops) {
         size.tokens += n;
       }
     } else if (verb == cs::Verb::right_chunk) {
-      pending = {true, start_prompt<Ops>(*cache, rows)};
+      pending = {true, start_prompt(*cache, rows)};
       // The whole right-padded prompt is one rN here; the property writes it in pieces.
       line.tokens.push_back(word({cs::Verb::right_chunk, pending.left, 0, {}}));
       for (const RowLog& r : rows) line_case.rpad = std::max(line_case.rpad, r.pad_left);
@@ -387,12 +388,12 @@ void rows_match_logs(const Ops& ops) {
     } else if (verb == cs::Verb::filter && d->keep.empty()) {
       const std::vector<std::int32_t> idx = gen_keep(rows.size());
       line.tokens.push_back(word({cs::Verb::filter, 0, 0, idx}));
-      ops.filter(cache, idx);
+      ops.filter(*cache, idx);
       rows = pick(rows, idx);
     } else if (verb == cs::Verb::filter) {
       const std::vector<std::int32_t> idx = gen_bad_keep(rows.size());
       line.note("a rejected filter");
-      expect_rejected([&] { ops.filter(cache, idx); }, ErrorKind::invalid_argument,
+      expect_rejected([&] { ops.filter(*cache, idx); }, ErrorKind::invalid_argument,
                       "filter(" + list_str(idx) + ") of " + std::to_string(rows.size()) + " rows");
     } else if (verb == cs::Verb::extend) {
       std::vector<RowLog> joined;
@@ -400,7 +401,7 @@ void rows_match_logs(const Ops& ops) {
       if (kind == 3 && rows.size() * 2 <= 8) {  // with itself
         joined = rows;
         line.note("extend by itself");
-        ops.extend(cache, *cache);
+        ops.extend(*cache, *cache);
       } else {
         auto other = fresh_batch(ops, be, 8 - static_cast<std::int64_t>(rows.size()), next_id, joined);
         // Other capacities: a merge or a restore holds exactly its columns, a fresh batch 256.
@@ -410,7 +411,7 @@ void rows_match_logs(const Ops& ops) {
         std::int64_t longest = 1;
         for (const RowLog& r : joined) longest = std::max(longest, r.count);
         line.tokens.push_back(word({cs::Verb::extend, longest, static_cast<std::int64_t>(joined.size()), {}}));
-        ops.extend(cache, *other);
+        ops.extend(*cache, *other);
         for (RowLog& r : joined)
           if (pending) r.real_left = pending.left, r.pad_left = 0, r.pads = 0;  // real tokens to the prompt's end
       }
@@ -486,7 +487,7 @@ void batch_attend_equals_per_row(const Hooks&, const BatchHooks& bh) {
   for (const std::int64_t l : lens) pad.push_back(static_cast<std::int32_t>(longest - l));
 
   ReferenceBackend be;
-  BatchKVCache cache(be, pad);
+  const std::unique_ptr<Cache> cache = bh.wrap(std::make_unique<BatchKVCache>(be, pad));
   std::vector<std::unique_ptr<KVCache>> singles;
   for (std::int64_t b = 0; b < count; ++b) singles.push_back(std::make_unique<KVCache>(be));
   std::vector<std::int64_t> chunks = gen_split(longest);
@@ -507,9 +508,9 @@ void batch_attend_equals_per_row(const Hooks&, const BatchHooks& bh) {
       const std::int64_t t = c0 + j - pad[static_cast<std::size_t>(b)];
       return t >= 0 ? t : std::int64_t{-1};
     };
-    const AttendResult r = bh.attend(cache, be.upload(block(Stream::query, ids, n, cfg.q_heads(), cfg.dk, tok)),
-                                        be.upload(block(Stream::key, ids, n, cfg.kv_heads, cfg.dk, tok)),
-                                        be.upload(block(Stream::value, ids, n, cfg.kv_heads, cfg.dv, tok)), opts);
+    const AttendResult r = attend(*cache, be.upload(block(Stream::query, ids, n, cfg.q_heads(), cfg.dk, tok)),
+                                  be.upload(block(Stream::key, ids, n, cfg.kv_heads, cfg.dk, tok)),
+                                  be.upload(block(Stream::value, ids, n, cfg.kv_heads, cfg.dv, tok)), opts);
     const Tensor out = be.download(r.out);
     for (std::int64_t b = 0; b < count; ++b) {
       std::int64_t j0 = 0;

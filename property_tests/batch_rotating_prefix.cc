@@ -1,4 +1,4 @@
-// Batch properties that need BatchHooks (fault-injection points of the zoo):
+// The batch hooks (fault-injection points of the zoo) and two batch properties:
 //   B4 BatchRotatingKVCache: extract(i) == the newest min(offset_i, max_size) real tokens
 //      of row i in temporal order (docs/semantics.md §Batch rotating cache,
 //      docs/upstream-bugs.md row 7; vllm-mlx#256, mlx-lm#1114)
@@ -10,8 +10,10 @@
 #include <string>
 
 #include "cache/cache_script.h"
+#include "cache/catalogue.h"
 #include "cache/kv_cache.h"
 #include "cache/quantized_kv_cache.h"
+#include "cache/registry.h"
 #include "cache/rotating_kv_cache.h"
 #include "cache/seq_ops.h"
 #include "property_tests/batch_util.h"
@@ -23,39 +25,34 @@ namespace kvlab::prop {
 using batch::block;
 using batch::expect_same_tensor;
 using batch::gen_split;
+using batch::held_rows;
 using batch::row_block;
+using batch::verbs;
 
 BatchHooks production_batch_hooks() {
   BatchHooks h;
-  h.rotating_extract_rows = [](const BatchRotatingKVCache& c, std::int64_t i) { return c.extract_rows(i); };
+  h.wrap = [](std::unique_ptr<Cache> c) { return c; };
+  h.restore = cache_from_state;
+  h.merge = merge_batch;
   h.prefix_fetch = [](PrefixCache& pc, const std::string& model, const CacheFormat& format,
                       const std::vector<std::int32_t>& tokens) { return pc.fetch(model, format, tokens); };
   h.prefix_insert = [](PrefixCache& pc, const std::string& model, const CacheFormat& format,
                        const std::vector<std::int32_t>& tokens, const LayerCaches& caches) {
     return pc.insert(model, format, tokens, caches);
   };
-  h.attend = [](Cache& c, const DTensor& q, const DTensor& k, const DTensor& v, const AttendOptions& o) {
-    return attend(c, q, k, v, o);
-  };
-  h.kv_filter = [](std::unique_ptr<BatchKVCache>& c, const std::vector<std::int32_t>& idx) { c->filter(idx); };
-  h.kv_extend = [](std::unique_ptr<BatchKVCache>& c, const BatchKVCache& other) { c->extend(other); };
-  h.kv_extract = [](const BatchKVCache& c, std::int64_t i) { return c.extract(i); };
-  h.kv_restore = [](Backend& be, const CacheState& s) { return BatchKVCache::from_state(be, s); };
-  h.quantized_merge = [](Backend& be, std::span<const QuantizedKVCache* const> rows) -> std::unique_ptr<Cache> {
-    return BatchQuantizedKVCache::merge(be, rows);
-  };
-  h.rotating_update = [](std::unique_ptr<BatchRotatingKVCache>& c, const DTensor& k, const DTensor& v) {
-    return c->update(k, v);
-  };
-  h.rotating_prepare = [](BatchRotatingKVCache& c, const std::vector<std::int32_t>& lp,
-                          const std::vector<std::int32_t>& lengths, const std::vector<std::int32_t>& rp) {
-    c.prepare(lp, lengths, rp);
-  };
-  h.rotating_merge = [](Backend& be, const std::vector<const RotatingKVCache*>& rows) {
-    return BatchRotatingKVCache::merge(be, rows);
-  };
-  h.rotating_restore = [](Backend& be, const CacheState& s) { return BatchRotatingKVCache::from_state(be, s); };
   return h;
+}
+
+std::unique_ptr<Cache> merge_batch(Backend& be, std::span<const Cache* const> rows) {
+  KVLAB_REQUIRE(!rows.empty() && rows[0] != nullptr, invalid_argument, "merge of no caches");
+  const CacheKindInfo* row = kind_of(*rows[0]);
+  const CacheKind k = row == nullptr ? CacheKind::device_batch_kv : row->kind;
+  KVLAB_REQUIRE(k == CacheKind::kv || k == CacheKind::quantized || k == CacheKind::rotating, misuse, "merge of ",
+                rows[0]->class_name(), " rows: only KVCache, QuantizedKVCache and RotatingKVCache rows merge");
+  const CacheKind batch = k == CacheKind::kv          ? CacheKind::batch_kv
+                          : k == CacheKind::quantized ? CacheKind::batch_quantized
+                                                      : CacheKind::batch_rotating;
+  return merge_caches(be, batch, rows);  // the catalogue's merge checks every row's class
 }
 
 // Left-padded prompts only: after a right-padded prefill one fewer token is legitimate
@@ -75,7 +72,8 @@ void batch_rotating_extract_newest(const Hooks&, const BatchHooks& bh) {
   for (const std::int64_t l : counts) pad.push_back(static_cast<std::int32_t>(longest - l));
 
   ReferenceBackend be;
-  BatchRotatingKVCache cache(be, max_size, pad);
+  const std::unique_ptr<Cache> cache = bh.wrap(std::make_unique<BatchRotatingKVCache>(be, max_size, pad));
+  const std::string ring_parameters = RotatingKVCache(be, max_size).parameters();
   // The case as a `cache kind=batch_rotating` line of the command language, printed when
   // it fails: every step is an update (`uN`) or a filter (`kI_J_…`).
   BatchCase line_case;
@@ -86,8 +84,8 @@ void batch_rotating_extract_newest(const Hooks&, const BatchHooks& bh) {
   const ReproOnFailure log_line(line_case, line);
   std::vector<std::int64_t> filled(counts.size(), 0);  // expected offset per row (−padding still ahead)
   const auto check = [&](const std::string& when) {
-    RC_ASSERT(cache.batch_size() == static_cast<std::int64_t>(ids.size()));
-    const std::vector<std::int32_t> off = cache.offsets();
+    RC_ASSERT(verbs(*cache).batch_size() == static_cast<std::int64_t>(ids.size()));
+    const std::vector<std::int32_t> off = cache->offsets();
     for (std::size_t b = 0; b < ids.size(); ++b) {
       const std::string at = "row " + std::to_string(b) + " after " + when;
       if (off[b] != filled[b])
@@ -95,7 +93,9 @@ void batch_rotating_extract_newest(const Hooks&, const BatchHooks& bh) {
       const std::int64_t real = std::max<std::int64_t>(0, filled[b]);
       if (real == 0) continue;  // nothing real yet: extract is empty
       const std::int64_t n = std::min(real, max_size);
-      const FetchedKV f = bh.rotating_extract_rows(cache, static_cast<std::int64_t>(b));
+      // The ring extract(i) hands out: its rows, its offset and its max_size.
+      const std::unique_ptr<Cache> single = verbs(*cache).extract_sequence(static_cast<std::int64_t>(b));
+      const FetchedKV f = held_rows(*single);
       if (f.length() != n)
         RC_FAIL(at + ": extract holds " + std::to_string(f.length()) + " tokens, expected " + std::to_string(n) +
                 " (offset " + std::to_string(real) + ", max_size " + std::to_string(max_size) + ")");
@@ -103,9 +103,8 @@ void batch_rotating_extract_newest(const Hooks&, const BatchHooks& bh) {
                          at + " extract keys");
       expect_same_tensor(be.download(f.values), row_block(Stream::value, ids[b], real - n, n, heads, dim),
                          at + " extract values");
-      const auto single = cache.extract(static_cast<std::int64_t>(b));  // what extract(i) adopts, and its offset
-      RC_ASSERT(single->offset() == real);
-      RC_ASSERT(single->max_size() == max_size);
+      RC_ASSERT(single->offsets().at(0) == real);
+      RC_ASSERT(single->parameters() == ring_parameters);
     }
   };
   CaseSize& size = last_failure_size();
@@ -116,8 +115,8 @@ void batch_rotating_extract_newest(const Hooks&, const BatchHooks& bh) {
       const std::int64_t t = c0 + j - pad[static_cast<std::size_t>(b)];
       return t >= 0 ? t : std::int64_t{-1};
     };
-    cache.update(be.upload(block(Stream::key, ids, n, heads, dim, tok)),
-                 be.upload(block(Stream::value, ids, n, heads, dim, tok)));
+    cache->update(be.upload(block(Stream::key, ids, n, heads, dim, tok)),
+                  be.upload(block(Stream::value, ids, n, heads, dim, tok)));
     c0 += n;
     line.tokens.push_back("u" + std::to_string(n));
     for (std::size_t b = 0; b < ids.size(); ++b) filled[b] = c0 - pad[b];
@@ -142,7 +141,7 @@ void batch_rotating_extract_newest(const Hooks&, const BatchHooks& bh) {
       if (c.keep.empty()) c.keep.push_back(0);
       line.tokens.push_back(cs::script_str({c}));
       const std::vector<std::int32_t>& idx = c.keep;
-      cache.filter(idx);
+      verbs(*cache).filter(idx);
       std::vector<std::int64_t> ids2, filled2;
       for (const std::int32_t i : idx) {
         ids2.push_back(ids[static_cast<std::size_t>(i)]);
@@ -157,8 +156,8 @@ void batch_rotating_extract_newest(const Hooks&, const BatchHooks& bh) {
     const std::int64_t n = c.n == 1 ? 1 : *rc::gen::inRange<std::int64_t>(2, 7);
     line.tokens.push_back("u" + std::to_string(n));
     const auto tok = [&filled](std::int64_t b, std::int64_t j) { return filled[static_cast<std::size_t>(b)] + j; };
-    cache.update(be.upload(block(Stream::key, ids, n, heads, dim, tok)),
-                 be.upload(block(Stream::value, ids, n, heads, dim, tok)));
+    cache->update(be.upload(block(Stream::key, ids, n, heads, dim, tok)),
+                  be.upload(block(Stream::value, ids, n, heads, dim, tok)));
     for (std::int64_t& f : filled) f += n;
     size.tokens += n;
     check(n == 1 ? "decode" : "chunk");

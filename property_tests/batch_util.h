@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "cache/batch_cache.h"
 #include "cache/cache_script.h"
 #include "kvlab/error.h"
 #include "property_tests/prop_model.h"
@@ -64,6 +65,22 @@ inline Tensor slice_row(const Tensor& t, std::int64_t b, std::int64_t j0, std::i
 inline void expect_same_tensor(const Tensor& a, const Tensor& b, const std::string& what) {
   const std::string d = first_difference(a, b);
   if (!d.empty()) RC_FAIL(what + ": " + d);
+}
+
+// The batch verbs of a property's batch cache, wrapped or not (Error{misuse} for a cache
+// without them).
+template <class C>  // Cache or const Cache
+auto& verbs(C& cache) {
+  auto* b = cache.batch();
+  KVLAB_REQUIRE(b != nullptr, misuse, "a ", cache.class_name(), " has no batch verbs");
+  return *b;
+}
+
+// The float K/V a single cache (a plain or ring row of extract_sequence) holds for
+// attention, oldest first: what extract adopted.
+inline FetchedKV held_rows(const Cache& single) {
+  const SequenceContent held = single.content().at(0);
+  return {held.part("keys"), held.part("values")};
 }
 
 // Tokens [0, n) of rows by id, (1, heads, n, dim), from a memo that grows geometrically:

@@ -11,12 +11,14 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <typeinfo>
 #include <vector>
 
 #include "cache/batch_kv_cache.h"
 #include "cache/batch_quantized_kv_cache.h"
 #include "cache/batch_rotating_kv_cache.h"
 #include "cache/prefix_cache.h"
+#include "kvlab/error.h"
 #include "property_tests/prop_model.h"
 
 namespace kvlab::prop {
@@ -101,37 +103,49 @@ const std::vector<NamedProperty>& all_properties();
 
 // ---- batch caches (batch_properties.cc, batch_rotating_prefix.cc, batch_lifecycle.cc) ----
 // Fault-injection points of the batch properties, kept apart from Hooks so the
-// single-cache properties and mutants stay as they were. Each is one operation of a
-// batch cache or of the prefix cache as the properties call it; production_batch_hooks()
-// calls the real code. Operations that a mutant may implement by rebuilding the cache
-// (through its state) take the cache by unique_ptr&.
+// single-cache properties and mutants stay as they were. As with Hooks::wrap, a mutant of
+// an operation of a batch cache (update, prepare, filter, extend, extract, the offsets and
+// mask attention reads) is a wrapper cache overriding that member: the properties hold
+// every batch cache as a Cache that went through `wrap` and reach it only through the
+// real interface (Cache, Cache::batch()). What builds a batch cache from something that
+// is not one yet (a state, single caches) has no cache to wrap, so it is a hook of its
+// own, as is the prefix cache, which is no Cache. production_batch_hooks() calls the
+// real code.
 struct BatchHooks {
-  // What BatchRotatingKVCache::extract(i) adopts: row i's newest real tokens.
-  std::function<FetchedKV(const BatchRotatingKVCache&, std::int64_t)> rotating_extract_rows;
+  // Applied to every batch cache a property creates, restores, merges or receives.
+  std::function<std::unique_ptr<Cache>(std::unique_ptr<Cache>)> wrap;
+  // The cache a state describes (cache/registry.h cache_from_state).
+  std::function<std::unique_ptr<Cache>(Backend&, const CacheState&)> restore;
+  // One batch row per single cache, in order (merge_batch below); a Cache, so that a
+  // merge into another class shows.
+  std::function<std::unique_ptr<Cache>(Backend&, std::span<const Cache* const>)> merge;
   std::function<PrefixFetch(PrefixCache&, const std::string&, const CacheFormat&, const std::vector<std::int32_t>&)>
       prefix_fetch;
   std::function<bool(PrefixCache&, const std::string&, const CacheFormat&, const std::vector<std::int32_t>&,
                      const LayerCaches&)>
       prefix_insert;
-  // The attention step on a batch cache (cache/attend.h).
-  std::function<AttendResult(Cache&, const DTensor&, const DTensor&, const DTensor&, const AttendOptions&)> attend;
-  // BatchKVCache.
-  std::function<void(std::unique_ptr<BatchKVCache>&, const std::vector<std::int32_t>&)> kv_filter;
-  std::function<void(std::unique_ptr<BatchKVCache>&, const BatchKVCache&)> kv_extend;
-  std::function<std::unique_ptr<KVCache>(const BatchKVCache&, std::int64_t)> kv_extract;
-  std::function<std::unique_ptr<BatchKVCache>(Backend&, const CacheState&)> kv_restore;
-  // BatchQuantizedKVCache::merge; a Cache, so that a merge into another class shows.
-  std::function<std::unique_ptr<Cache>(Backend&, std::span<const QuantizedKVCache* const>)> quantized_merge;
-  // BatchRotatingKVCache.
-  std::function<FetchedKV(std::unique_ptr<BatchRotatingKVCache>&, const DTensor&, const DTensor&)> rotating_update;
-  std::function<void(BatchRotatingKVCache&, const std::vector<std::int32_t>&, const std::vector<std::int32_t>&,
-                     const std::vector<std::int32_t>&)>
-      rotating_prepare;  // (left_padding, lengths, right_padding)
-  std::function<std::unique_ptr<BatchRotatingKVCache>(Backend&, const std::vector<const RotatingKVCache*>&)>
-      rotating_merge;
-  std::function<std::unique_ptr<BatchRotatingKVCache>(Backend&, const CacheState&)> rotating_restore;
 };
 BatchHooks production_batch_hooks();
+
+// The real merge of single caches of one kind: KVCache rows into a BatchKVCache,
+// QuantizedKVCache rows into a BatchQuantizedKVCache, RotatingKVCache rows into a
+// BatchRotatingKVCache. Any other kind, no rows, or a row of another class than the
+// first (a wrapper included) is a kvlab::Error.
+std::unique_ptr<Cache> merge_batch(Backend& be, std::span<const Cache* const> rows);
+// `rows` for a static T::merge: each must be exactly a T (typeid, as extend_operand of
+// cache/batch_cache.h), else Error{misuse} naming both classes.
+template <class T>
+std::vector<const T*> rows_of(std::span<const Cache* const> rows) {
+  std::vector<const T*> out;
+  for (const Cache* c : rows) {
+    KVLAB_REQUIRE(c != nullptr, invalid_argument, "merge of a null cache");
+    const Cache& row = *c;
+    KVLAB_REQUIRE(typeid(row) == typeid(T), misuse, "merge of a ", rows[0]->class_name(), " with a ",
+                  row.class_name(), rows[0]->class_name() == row.class_name() ? " wrapper" : "");
+    out.push_back(static_cast<const T*>(c));
+  }
+  return out;
+}
 
 // B1/B2: random batches (unequal left padding, right-padded prompts split over several
 // chunks, empty batches), decodes, chunks of 1..300 tokens, trim, filter (also with bad

@@ -1,16 +1,18 @@
 // Batch lifecycle mutants (test-only): docs/upstream-bugs.md mechanisms of BatchKVCache,
-// BatchQuantizedKVCache and BatchRotatingKVCache, each a BatchHooks override. The real
-// caches reject or repair every one of these states, so the mutants build them from the
-// public API: run the real operation, then rewrite the cache's state (CacheState) the
-// way the buggy upstream code would have left it, and restore it. Killed by B1/B2 (batch
+// BatchQuantizedKVCache and BatchRotatingKVCache, each a wrapper of a real batch cache
+// (BatchHooks::wrap) or a BatchHooks restore / merge. The real caches reject or repair
+// every one of these states, so the mutants build them from the public API: run the real
+// operation, then rewrite the cache's state (CacheState) the way the buggy upstream code
+// would have left it, and restore it. Killed by B1/B2 (batch
 // rows == token logs) and L1 (rotating lifecycle); see the kill matrix of test_zoo.
 #include <algorithm>
 #include <cmath>
 #include <functional>
 #include <limits>
-#include <typeinfo>
+#include <span>
 
 #include "cache/catalogue.h"
+#include "cache/registry.h"
 #include "cache/seq_ops.h"
 #include "property_tests/zoo/batch_mutants.h"
 
@@ -47,98 +49,129 @@ void shift_row(Tensor& t, I64 b, I64 by) {
 }
 
 // ---- BatchKVCache -------------------------------------------------------------------------
+// Each a wrapper of a BatchKVCache (BatchForwardingCache) overriding the faulty verb.
 
 // 24 (mlx-lm PR #1746): extract between prepare(right_padding) and finalize() returns the
 // pads written so far as tokens, with an offset that counts them.
-std::unique_ptr<KVCache> extract_with_pending_pads(const BatchKVCache& c, I64 i) {
-  if (!c.right_padding()) return c.extract(i);
-  CacheState s = c.state();
-  s.tensors.erase("right_padding");
-  return BatchKVCache::from_state(c.backend(), s)->extract(i);
-}
-
-// 26 (docs/upstream-bugs.md §U6, mlx-lm BatchKVCache.from_state): the pending right padding is not
-// part of the state; a cache saved mid-prompt never rolls its pads.
-std::unique_ptr<BatchKVCache> restore_without_right_padding(Backend& be, const CacheState& s) {
-  CacheState t = s;
-  t.tensors.erase("right_padding");
-  return BatchKVCache::from_state(be, t);
-}
+class ExtractKeepsPendingPads final : public BatchForwardingCache<BatchKVCache> {
+ public:
+  using BatchForwardingCache::BatchForwardingCache;
+  std::unique_ptr<Cache> extract_sequence(I64 i) const override {
+    if (!inner_->right_padding()) return inner_->extract(i);
+    CacheState s = inner_->state();
+    s.tensors.erase("right_padding");
+    return BatchKVCache::from_state(backend(), s)->extract(i);
+  }
+};
 
 // 51 (vlm#1574, #1441): a per-row list keeps its old order through filter: the pending
 // right padding of the first k rows instead of the kept rows'.
-void filter_keeps_pad_order(std::unique_ptr<BatchKVCache>& c, const Indices& idx) {
-  const auto rp = c->right_padding();
-  c->filter(idx);
-  if (!rp) return;
-  CacheState s = c->state();
-  const Indices first(rp->begin(), rp->begin() + static_cast<std::ptrdiff_t>(idx.size()));
-  s.tensors.insert_or_assign("right_padding", i32(wide(first)));
-  c = BatchKVCache::from_state(c->backend(), s);
-}
+class FilterKeepsPadOrder final : public BatchForwardingCache<BatchKVCache> {
+ public:
+  using BatchForwardingCache::BatchForwardingCache;
+  void filter(const Indices& idx) override {
+    const auto rp = inner_->right_padding();
+    inner_->filter(idx);
+    if (!rp) return;
+    CacheState s = inner_->state();
+    const Indices first(rp->begin(), rp->begin() + static_cast<std::ptrdiff_t>(idx.size()));
+    s.tensors.insert_or_assign("right_padding", i32(wide(first)));
+    inner_ = BatchKVCache::from_state(backend(), s);
+  }
+};
 
 // 51 (vlm#1574): the same on extend: the joined rows' entries land in front of the
 // existing rows' (a list rebuilt from a compact form), so pads roll in the wrong rows.
-void extend_misaligns_pads(std::unique_ptr<BatchKVCache>& c, const BatchKVCache& other) {
-  const I64 joined = other.batch_size();
-  c->extend(other);
-  const auto rp = c->right_padding();
-  if (!rp) return;
-  std::vector<I64> moved(rp->size());
-  for (std::size_t b = 0; b < moved.size(); ++b)
-    moved[b] = (*rp)[(b + static_cast<std::size_t>(joined)) % moved.size()];
-  CacheState s = c->state();
-  s.tensors.insert_or_assign("right_padding", i32(moved));
-  c = BatchKVCache::from_state(c->backend(), s);
-}
+class ExtendMisalignsPads final : public BatchForwardingCache<BatchKVCache> {
+ public:
+  using BatchForwardingCache::BatchForwardingCache;
+  void extend(const Cache& other_cache) override {
+    std::unique_ptr<BatchKVCache> keep;
+    const BatchKVCache& other = real_operand(other_cache, keep);
+    const I64 joined = other.batch_size();
+    inner_->extend(other);
+    const auto rp = inner_->right_padding();
+    if (!rp) return;
+    std::vector<I64> moved(rp->size());
+    for (std::size_t b = 0; b < moved.size(); ++b)
+      moved[b] = (*rp)[(b + static_cast<std::size_t>(joined)) % moved.size()];
+    CacheState s = inner_->state();
+    s.tensors.insert_or_assign("right_padding", i32(moved));
+    inner_ = BatchKVCache::from_state(backend(), s);
+  }
+};
 
 // mlx-lm BatchKVCache.filter indexes arrays with whatever it is given (duplicates clone a
 // row, vlm#1441 got an IndexError later): here bad indices are silently dropped.
-void filter_sanitizes_indices(std::unique_ptr<BatchKVCache>& c, const Indices& idx) {
-  Indices ok;
-  std::vector<bool> seen(static_cast<std::size_t>(c->batch_size()), false);
-  for (const std::int32_t i : idx)
-    if (i >= 0 && i < c->batch_size() && !seen[static_cast<std::size_t>(i)]) {
-      seen[static_cast<std::size_t>(i)] = true;
-      ok.push_back(i);
-    }
-  if (ok.empty()) ok.push_back(0);
-  c->filter(ok);
-}
+class FilterSanitizesIndices final : public BatchForwardingCache<BatchKVCache> {
+ public:
+  using BatchForwardingCache::BatchForwardingCache;
+  void filter(const Indices& idx) override {
+    Indices ok;
+    std::vector<bool> seen(static_cast<std::size_t>(inner_->batch_size()), false);
+    for (const std::int32_t i : idx)
+      if (i >= 0 && i < inner_->batch_size() && !seen[static_cast<std::size_t>(i)]) {
+        seen[static_cast<std::size_t>(i)] = true;
+        ok.push_back(i);
+      }
+    if (ok.empty()) ok.push_back(0);
+    inner_->filter(ok);
+  }
+};
 
 // 41 (vlm#1110): extend keeps every row's old left padding instead of adding the columns
 // that right-justify the shorter side, so that side's offsets do not survive.
-void extend_keeps_left_padding(std::unique_ptr<BatchKVCache>& c, const BatchKVCache& other) {
-  std::vector<I64> old = wide(c->left_padding());
-  for (const std::int32_t lp : other.left_padding()) old.push_back(lp);
-  c->extend(other);
-  std::vector<I64> off;
-  for (const I64 lp : old) off.push_back(c->idx() - lp);
-  CacheState s = c->state();
-  s.tensors.insert_or_assign("left_padding", i32(old));
-  s.tensors.insert_or_assign("offset", i32(off));
-  c = BatchKVCache::from_state(c->backend(), s);
-}
+class ExtendKeepsLeftPadding final : public BatchForwardingCache<BatchKVCache> {
+ public:
+  using BatchForwardingCache::BatchForwardingCache;
+  void extend(const Cache& other_cache) override {
+    std::unique_ptr<BatchKVCache> keep;
+    const BatchKVCache& other = real_operand(other_cache, keep);
+    std::vector<I64> old = wide(inner_->left_padding());
+    for (const std::int32_t lp : other.left_padding()) old.push_back(lp);
+    inner_->extend(other);
+    std::vector<I64> off;
+    for (const I64 lp : old) off.push_back(inner_->idx() - lp);
+    CacheState s = inner_->state();
+    s.tensors.insert_or_assign("left_padding", i32(old));
+    s.tensors.insert_or_assign("offset", i32(off));
+    inner_ = BatchKVCache::from_state(backend(), s);
+  }
+};
 
 // 6 / 41 (mlx-lm#1141, vlm#1248: extend of caches with different capacities): each side
 // is padded to (left zeros + its capacity) columns and then cut to the widest capacity;
 // this one cuts the head instead of the unused tail, shifting that side's rows.
-void extend_cuts_head(std::unique_ptr<BatchKVCache>& c, const BatchKVCache& other) {
-  const I64 cap[2] = {c->capacity(), other.capacity()}, idx[2] = {c->idx(), other.idx()};
-  const I64 rows[2] = {c->batch_size(), other.batch_size()};
-  c->extend(other);
-  CacheState s = c->state();
-  if (s.tensors.count("keys") == 0) return;
-  const I64 max_cap = std::max(cap[0], cap[1]);
-  bool changed = false;
-  for (int side = 0; side < 2; ++side) {
-    const I64 cut = cap[side] == 0 ? 0 : std::max<I64>(0, cap[side] + (c->idx() - idx[side]) - max_cap);
-    if (cut == 0) continue;
-    changed = true;
-    for (I64 b = 0; b < rows[side]; ++b)
-      for (const char* name : {"keys", "values"}) shift_row(s.tensors.at(name), (side == 0 ? 0 : rows[0]) + b, cut);
+class ExtendCutsHead final : public BatchForwardingCache<BatchKVCache> {
+ public:
+  using BatchForwardingCache::BatchForwardingCache;
+  void extend(const Cache& other_cache) override {
+    std::unique_ptr<BatchKVCache> keep;
+    const BatchKVCache& other = real_operand(other_cache, keep);
+    const I64 cap[2] = {inner_->capacity(), other.capacity()}, idx[2] = {inner_->idx(), other.idx()};
+    const I64 rows[2] = {inner_->batch_size(), other.batch_size()};
+    inner_->extend(other);
+    CacheState s = inner_->state();
+    if (s.tensors.count("keys") == 0) return;
+    const I64 max_cap = std::max(cap[0], cap[1]);
+    bool changed = false;
+    for (int side = 0; side < 2; ++side) {
+      const I64 cut = cap[side] == 0 ? 0 : std::max<I64>(0, cap[side] + (inner_->idx() - idx[side]) - max_cap);
+      if (cut == 0) continue;
+      changed = true;
+      for (I64 b = 0; b < rows[side]; ++b)
+        for (const char* name : {"keys", "values"}) shift_row(s.tensors.at(name), (side == 0 ? 0 : rows[0]) + b, cut);
+    }
+    if (changed) inner_ = BatchKVCache::from_state(backend(), s);
   }
-  if (changed) c = BatchKVCache::from_state(c->backend(), s);
+};
+
+// 26 (docs/upstream-bugs.md §U6, mlx-lm BatchKVCache.from_state): the pending right padding is not
+// part of the state; a cache saved mid-prompt never rolls its pads.
+std::unique_ptr<Cache> restore_without_right_padding(Backend& be, const CacheState& s) {
+  CacheState t = s;
+  t.tensors.erase("right_padding");
+  return BatchKVCache::from_state(be, t);
 }
 
 // ---- BatchQuantizedKVCache (docs/upstream-bugs.md row 34: mlx-lm PRs #941 / #1322 never merged)
@@ -185,41 +218,52 @@ std::unique_ptr<Cache> merge_dequantizes(Backend& be, std::span<const QuantizedK
 
 // 20 (mlx-lm#439): the pads of a right-padded prompt stay in the window: an update does
 // not roll the pads it already holds to the front first, so its trim evicts real tokens.
-FetchedKV update_without_pad_roll(std::unique_ptr<BatchRotatingKVCache>& c, const DTensor& k, const DTensor& v) {
-  if (!c->pending_lengths()) return c->update(k, v);
-  CacheState s = c->state();
-  const Tensor lengths = s.tensors.at("lengths");
-  s.tensors.erase("lengths");
-  const auto unaware = BatchRotatingKVCache::from_state(c->backend(), s);
-  FetchedKV out = unaware->update(k, v);
-  CacheState after = unaware->state();
-  after.tensors.insert_or_assign("lengths", lengths);
-  c = BatchRotatingKVCache::from_state(c->backend(), after);
-  return out;
-}
+class UpdateKeepsPadsInWindow final : public BatchForwardingCache<BatchRotatingKVCache> {
+ public:
+  using BatchForwardingCache::BatchForwardingCache;
+  FetchedKV update(const DTensor& k, const DTensor& v) override {
+    if (!inner_->pending_lengths()) return inner_->update(k, v);
+    CacheState s = inner_->state();
+    const Tensor lengths = s.tensors.at("lengths");
+    s.tensors.erase("lengths");
+    const auto unaware = BatchRotatingKVCache::from_state(backend(), s);
+    FetchedKV out = unaware->update(k, v);
+    CacheState after = unaware->state();
+    after.tensors.insert_or_assign("lengths", lengths);
+    inner_ = BatchRotatingKVCache::from_state(backend(), after);
+    return out;
+  }
+};
 
 // 25 (mlx-vlm 75f50e84): S == 1 while the right pad is pending takes the in-place path,
 // which raises in mlx-lm, so a prefill whose last chunk is one token fails.
-FetchedKV update_single_token_in_place(std::unique_ptr<BatchRotatingKVCache>& c, const DTensor& k, const DTensor& v) {
-  KVLAB_REQUIRE(!(k.shape.at(2) == 1 && c->pending_lengths()), misuse,
-                "finalize() should be called before decoding with S == 1 (in-place update while right padding is "
-                "pending)");
-  return c->update(k, v);
-}
+class SingleTokenInPlaceWhilePending final : public BatchForwardingCache<BatchRotatingKVCache> {
+ public:
+  using BatchForwardingCache::BatchForwardingCache;
+  FetchedKV update(const DTensor& k, const DTensor& v) override {
+    KVLAB_REQUIRE(!(k.shape.at(2) == 1 && inner_->pending_lengths()), misuse,
+                  "finalize() should be called before decoding with S == 1 (in-place update while right padding "
+                  "is pending)");
+    return inner_->update(k, v);
+  }
+};
 
 // 19 (mlx-lm#738): prepare's lengths count the last prompt token, which is processed
 // later by the first decode step: every padded row keeps one pad as a token.
-void prepare_counts_last_token(BatchRotatingKVCache& c, const Indices& lp, const Indices& lengths, const Indices& rp) {
-  Indices plus = lengths;
-  if (std::any_of(rp.begin(), rp.end(), [](std::int32_t r) { return r > 0; }))
-    for (std::int32_t& l : plus) ++l;
-  c.prepare(lp, plus, rp);
-}
+class PrepareCountsLastToken final : public BatchForwardingCache<BatchRotatingKVCache> {
+ public:
+  using BatchForwardingCache::BatchForwardingCache;
+  void prepare(const Indices& lp, const Indices& lengths, const Indices& rp) override {
+    Indices plus = lengths;
+    if (std::any_of(rp.begin(), rp.end(), [](std::int32_t r) { return r > 0; }))
+      for (std::int32_t& l : plus) ++l;
+    inner_->prepare(lp, plus, rp);
+  }
+};
 
 // 19 (mlx-lm#738): merge reads each ring by its offset in physical order instead of
 // re-linearising it at the cursor (_idx): a wrapped ring's rows come out rotated.
-std::unique_ptr<BatchRotatingKVCache> merge_physical_order(Backend& be,
-                                                           const std::vector<const RotatingKVCache*>& caches) {
+std::unique_ptr<Cache> merge_physical_order(Backend& be, std::span<const RotatingKVCache* const> caches) {
   std::vector<std::unique_ptr<RotatingKVCache>> as_read;
   std::vector<const RotatingKVCache*> ptrs;
   for (const RotatingKVCache* r : caches) {
@@ -238,9 +282,8 @@ std::unique_ptr<BatchRotatingKVCache> merge_physical_order(Backend& be,
 
 // 41 (vlm#1110): merge sets each row's offset to the length it stores instead of its
 // true offset, which is larger once the window has slid.
-std::unique_ptr<BatchRotatingKVCache> merge_offsets_are_lengths(Backend& be,
-                                                                const std::vector<const RotatingKVCache*>& caches) {
-  const auto merged = BatchRotatingKVCache::merge(be, caches);
+std::unique_ptr<Cache> merge_offsets_are_lengths(Backend& be, std::span<const RotatingKVCache* const> caches) {
+  const auto merged = BatchRotatingKVCache::merge(be, {caches.begin(), caches.end()});
   std::vector<I64> off;
   for (const I64 lp : merged->left_padding()) off.push_back(merged->cursor() - lp);
   CacheState s = merged->state();
@@ -249,7 +292,7 @@ std::unique_ptr<BatchRotatingKVCache> merge_offsets_are_lengths(Backend& be,
 }
 
 // 26 (docs/upstream-bugs.md §U6, mlx-lm BatchRotatingKVCache.from_state): _lengths is not restored.
-std::unique_ptr<BatchRotatingKVCache> restore_without_lengths(Backend& be, const CacheState& s) {
+std::unique_ptr<Cache> restore_without_lengths(Backend& be, const CacheState& s) {
   CacheState t = s;
   t.tensors.erase("lengths");
   return BatchRotatingKVCache::from_state(be, t);
@@ -257,54 +300,35 @@ std::unique_ptr<BatchRotatingKVCache> restore_without_lengths(Backend& be, const
 
 // 26 (docs/upstream-bugs.md §U5): meta_state writes str(rotated) and the setter reads
 // bool("False"), True.
-std::unique_ptr<BatchRotatingKVCache> restore_rotated_from_string(Backend& be, const CacheState& s) {
+std::unique_ptr<Cache> restore_rotated_from_string(Backend& be, const CacheState& s) {
   CacheState t = s;
   t.meta["rotated"] = "True";
   return BatchRotatingKVCache::from_state(be, t);
 }
 
-// A BatchKVCache whose filter and extend are a mutant's; everything else is the real
-// cache's. Its extend takes a real BatchKVCache or another such wrapper (the joiner of a
-// golden batch is wrapped too); any other cache is rebuilt as a BatchKVCache from its
-// state, which throws naming the class when it is not one.
-class MutantBatchKVCache final : public BasicForwardingCache<std::unique_ptr<BatchKVCache>>, public BatchCache {
- public:
-  MutantBatchKVCache(std::unique_ptr<BatchKVCache> inner, const BatchHooks& hooks)
-      : BasicForwardingCache(std::move(inner)), filter_(hooks.kv_filter), extend_(hooks.kv_extend) {}
-  BatchCache* batch() override { return this; }
-  const BatchCache* batch() const override { return this; }
-  std::int64_t batch_size() const override { return inner_->batch_size(); }
-  void prepare(const Indices& left, const Indices& lengths, const Indices& right) override {
-    inner_->prepare(left, lengths, right);
-  }
-  void finalize() override { inner_->finalize(); }
-  void filter(const Indices& rows) override {
-    if (filter_) filter_(inner_, rows);
-    else inner_->filter(rows);
-  }
-  void extend(const Cache& other) override {
-    std::unique_ptr<BatchKVCache> rebuilt;
-    const BatchKVCache* o = nullptr;
-    if (typeid(other) == typeid(MutantBatchKVCache)) {
-      o = static_cast<const MutantBatchKVCache&>(other).inner_.get();
-    } else if (typeid(other) == typeid(BatchKVCache)) {
-      o = &static_cast<const BatchKVCache&>(other);
-    } else {
-      rebuilt = BatchKVCache::from_state(backend(), other.state());
-      o = rebuilt.get();
-    }
-    if (extend_) extend_(inner_, *o);
-    else inner_->extend(*o);
-  }
-  std::unique_ptr<Cache> extract_sequence(std::int64_t i) const override { return inner_->extract(i); }
-
- private:
-  std::function<void(std::unique_ptr<BatchKVCache>&, const Indices&)> filter_;
-  std::function<void(std::unique_ptr<BatchKVCache>&, const BatchKVCache&)> extend_;
-};
+// ---- the hooks of one mutant ------------------------------------------------------------------
 
 BatchMutant batch_mutant(std::string id, std::string upstream) {
   return {std::move(id), std::move(upstream), production_batch_hooks()};
+}
+
+// A restore whose states of class `kind` go through `mutant` (the others: the real one).
+std::function<std::unique_ptr<Cache>(Backend&, const CacheState&)> restore_of(
+    CacheKind kind, std::unique_ptr<Cache> (*mutant)(Backend&, const CacheState&)) {
+  return [kind, mutant](Backend& be, const CacheState& s) {
+    return s.class_name == cache_kind_info(kind).class_name ? mutant(be, s) : cache_from_state(be, s);
+  };
+}
+
+// A merge whose rows of kind `kind` (single caches of class Single) go through `mutant`
+// (the others: the real one).
+template <class Single>
+std::function<std::unique_ptr<Cache>(Backend&, std::span<const Cache* const>)> merge_of(
+    CacheKind kind, std::unique_ptr<Cache> (*mutant)(Backend&, std::span<const Single* const>)) {
+  return [kind, mutant](Backend& be, std::span<const Cache* const> rows) {
+    if (rows.empty() || rows[0] == nullptr || !is_kind(*rows[0], kind)) return merge_batch(be, rows);
+    return mutant(be, rows_of<Single>(rows));
+  };
 }
 
 }  // namespace
@@ -312,45 +336,38 @@ BatchMutant batch_mutant(std::string id, std::string upstream) {
 std::vector<BatchMutant> batch_lifecycle_mutants() {
   std::vector<BatchMutant> out;
   out.push_back(batch_mutant("19a.rotating-merge-physical-order", "mlx-lm#738"));
-  out.back().batch.rotating_merge = merge_physical_order;
+  out.back().batch.merge = merge_of<RotatingKVCache>(CacheKind::rotating, merge_physical_order);
   out.push_back(batch_mutant("19b.rotating-prepare-counts-last-token", "mlx-lm#738"));
-  out.back().batch.rotating_prepare = prepare_counts_last_token;
+  out.back().batch.wrap = wrap_in<PrepareCountsLastToken>;
   out.push_back(batch_mutant("20.rotating-right-pads-in-window", "mlx-lm#439"));
-  out.back().batch.rotating_update = update_without_pad_roll;
+  out.back().batch.wrap = wrap_in<UpdateKeepsPadsInWindow>;
   out.push_back(batch_mutant("24.extract-keeps-pending-pads", "mlx-lm PR #1746"));
-  out.back().batch.kv_extract = extract_with_pending_pads;
+  out.back().batch.wrap = wrap_in<ExtractKeepsPendingPads>;
   out.push_back(batch_mutant("25.rotating-s1-in-place-while-pending", "mlx-vlm 75f50e84"));
-  out.back().batch.rotating_update = update_single_token_in_place;
+  out.back().batch.wrap = wrap_in<SingleTokenInPlaceWhilePending>;
   out.push_back(batch_mutant("26a.restore-drops-right-padding", "mlx-lm from_state (docs/upstream-bugs.md §U6)"));
-  out.back().batch.kv_restore = restore_without_right_padding;
+  out.back().batch.restore = restore_of(CacheKind::batch_kv, restore_without_right_padding);
   out.push_back(batch_mutant("26b.rotating-restore-drops-lengths", "mlx-lm from_state (docs/upstream-bugs.md §U6)"));
-  out.back().batch.rotating_restore = restore_without_lengths;
+  out.back().batch.restore = restore_of(CacheKind::batch_rotating, restore_without_lengths);
   out.push_back(batch_mutant("26c.rotating-restore-rotated-string", "mlx-lm bool(\"False\") (docs/upstream-bugs.md §U5)"));
-  out.back().batch.rotating_restore = restore_rotated_from_string;
+  out.back().batch.restore = restore_of(CacheKind::batch_rotating, restore_rotated_from_string);
   out.push_back(batch_mutant("34a.quantized-merge-scales-unaligned", "mlx-lm#941 / #1322"));
-  out.back().batch.quantized_merge = merge_scales_unaligned;
+  out.back().batch.merge = merge_of<QuantizedKVCache>(CacheKind::quantized, merge_scales_unaligned);
   out.push_back(batch_mutant("34b.quantized-merge-dequantizes", "mlx-lm#941 / #1322"));
-  out.back().batch.quantized_merge = merge_dequantizes;
+  out.back().batch.merge = merge_of<QuantizedKVCache>(CacheKind::quantized, merge_dequantizes);
   out.push_back(batch_mutant("41a.extend-keeps-left-padding", "vlm#1110"));
-  out.back().batch.kv_extend = extend_keeps_left_padding;
+  out.back().batch.wrap = wrap_in<ExtendKeepsLeftPadding>;
   out.push_back(batch_mutant("41b.rotating-merge-offsets-lengths", "vlm#1110"));
-  out.back().batch.rotating_merge = merge_offsets_are_lengths;
+  out.back().batch.merge = merge_of<RotatingKVCache>(CacheKind::rotating, merge_offsets_are_lengths);
   out.push_back(batch_mutant("6.extend-cuts-head-not-tail", "mlx-lm#1141 / vlm#1248"));
-  out.back().batch.kv_extend = extend_cuts_head;
+  out.back().batch.wrap = wrap_in<ExtendCutsHead>;
   out.push_back(batch_mutant("51a.filter-keeps-pad-order", "vlm#1574 / #1441"));
-  out.back().batch.kv_filter = filter_keeps_pad_order;
+  out.back().batch.wrap = wrap_in<FilterKeepsPadOrder>;
   out.push_back(batch_mutant("51b.extend-misaligns-pads", "vlm#1574"));
-  out.back().batch.kv_extend = extend_misaligns_pads;
+  out.back().batch.wrap = wrap_in<ExtendMisalignsPads>;
   out.push_back(batch_mutant("filter-accepts-bad-indices", "mlx-lm BatchKVCache.filter / vlm#1441"));
-  out.back().batch.kv_filter = filter_sanitizes_indices;
+  out.back().batch.wrap = wrap_in<FilterSanitizesIndices>;
   return out;
-}
-
-std::unique_ptr<Cache> wrap_batch_kv(const BatchMutant& m, std::unique_ptr<Cache> cache) {
-  const Cache& real = *cache;
-  if (typeid(real) != typeid(BatchKVCache)) return cache;
-  std::unique_ptr<BatchKVCache> typed(static_cast<BatchKVCache*>(cache.release()));
-  return std::make_unique<MutantBatchKVCache>(std::move(typed), m.batch);
 }
 
 }  // namespace kvlab::prop::zoo

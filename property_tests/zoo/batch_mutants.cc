@@ -1,7 +1,8 @@
 // Batch-cache mutants (test-only code; production has no hooks): the seed bugs, the
-// batched-attention mutants and the prefix-cache mutants, each a BatchHooks override
-// (their single-cache Hooks are the production ones); batch_mutants() also lists the
-// lifecycle mutants of batch_lifecycle_mutants.cc.
+// batched-attention mutants (wrappers of batch caches, BatchHooks::wrap) and the
+// prefix-cache mutants (BatchHooks prefix_insert / prefix_fetch); their single-cache
+// Hooks are the production ones. batch_mutants() also lists the lifecycle mutants of
+// batch_lifecycle_mutants.cc.
 //
 // batch-rotating-extract-negative-padding (vllm-mlx PR 256 / mlx-lm#1114):
 //   extract slices the temporal order from left_padding[i] unclamped. Evictions drive
@@ -37,6 +38,7 @@ namespace {
 
 using Tokens = std::vector<std::int32_t>;
 
+// The rows extract(i) adopts, sliced as the buggy extract did.
 FetchedKV extract_negative_padding(const BatchRotatingKVCache& c, std::int64_t i) {
   Backend& be = c.backend();
   if (c.empty()) return {};
@@ -66,13 +68,25 @@ FetchedKV extract_negative_padding(const BatchRotatingKVCache& c, std::int64_t i
   return {take(c.key_buffer()), take(c.value_buffer())};
 }
 
+// extract(i) adopts those rows, with row i's offset, as the real extract does.
+class ExtractNegativePadding final : public BatchForwardingCache<BatchRotatingKVCache> {
+ public:
+  using BatchForwardingCache::BatchForwardingCache;
+  std::unique_ptr<Cache> extract_sequence(std::int64_t i) const override {
+    FetchedKV rows = extract_negative_padding(*inner_, i);
+    if (!rows.keys) return std::make_unique<RotatingKVCache>(backend(), inner_->max_size());
+    return std::make_unique<RotatingKVCache>(backend(), inner_->max_size(), std::move(rows.keys),
+                                             std::move(rows.values), inner_->offsets().at(static_cast<std::size_t>(i)));
+  }
+};
+
 // ---- 44 / 45: batched attention without the left-padding metadata ------------------------
 
 // 45 (mlx-lm#1906, MiniCPM3): the model drops the cache's left-padding mask; the causal
 // mask alone lets real queries see the padding columns.
-class MaskIgnoresPadding : public CacheView {
+class MaskIgnoresPadding : public BatchForwardingCache<Cache> {
  public:
-  using CacheView::CacheView;
+  using BatchForwardingCache::BatchForwardingCache;
   CacheMask make_mask(std::int64_t n, int window) const override {
     CacheMask m = inner_->make_mask(n, window);
     if (m.spec.kind == MaskKind::causal) m.spec.left_padding.clear();
@@ -87,16 +101,10 @@ class SeesNoPadding final : public MaskIgnoresPadding {
  public:
   using MaskIgnoresPadding::MaskIgnoresPadding;
   std::vector<std::int32_t> offsets() const override {
-    if (dynamic_cast<const BatchKVCache*>(inner_) == nullptr) return inner_->offsets();
+    if (dynamic_cast<const BatchKVCache*>(inner_.get()) == nullptr) return inner_->offsets();
     return std::vector<std::int32_t>(inner_->offsets().size(), static_cast<std::int32_t>(inner_->kv_length()));
   }
 };
-
-template <class View>
-AttendResult attend_through(Cache& c, const DTensor& q, const DTensor& k, const DTensor& v, const AttendOptions& o) {
-  View view(c);
-  return attend(view, q, k, v, o);
-}
 
 // ---- 42 / 48: prefix-cache mutants --------------------------------------------------------
 // Both keep a record of what was inserted beside the real PrefixCache (which they still
@@ -238,7 +246,7 @@ BatchHooks prefix_mutant(bool aliases) {
 std::vector<BatchMutant> batch_mutants() {
   std::vector<BatchMutant> out;
   out.push_back({"batch-rotating-extract-negative-padding", "vllm-mlx PR 256 / mlx-lm#1114", production_batch_hooks()});
-  out.back().batch.rotating_extract_rows = extract_negative_padding;
+  out.back().batch.wrap = wrap_in<ExtractNegativePadding>;
   out.push_back({"prefix-cache-mixes-kv-bits", "SharpAI/SwiftLM PR 73 review", production_batch_hooks()});
   out.back().batch.prefix_fetch = [](PrefixCache& pc, const std::string& model, const CacheFormat& format,
                                      const std::vector<std::int32_t>& tokens) {
@@ -246,9 +254,9 @@ std::vector<BatchMutant> batch_mutants() {
   };
   out.push_back({"42.prefix-reuses-wrapped-ring-by-slice", "vlm#1715 / #1748", prefix_mutant(false)});
   out.push_back({"44.batch-cache-sees-no-padding", "vlm#1542 / #1543", production_batch_hooks()});
-  out.back().batch.attend = attend_through<SeesNoPadding>;
+  out.back().batch.wrap = wrap_in<SeesNoPadding>;
   out.push_back({"45.attend-ignores-padding-mask", "mlx-lm#1906", production_batch_hooks()});
-  out.back().batch.attend = attend_through<MaskIgnoresPadding>;
+  out.back().batch.wrap = wrap_in<MaskIgnoresPadding>;
   out.push_back({"48.prefix-entry-aliases-live-cache", "vllm-mlx#642", prefix_mutant(true)});
   for (BatchMutant& m : batch_lifecycle_mutants()) out.push_back(std::move(m));
   return out;

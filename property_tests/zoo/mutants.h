@@ -78,12 +78,6 @@ class ForwardingCache : public BasicForwardingCache<std::unique_ptr<Cache>> {
   std::unique_ptr<Cache> release() { return std::move(inner_); }
 };
 
-// A non-owning view of a real cache (the batch mutants wrap caches their lifecycle owns).
-class CacheView : public BasicForwardingCache<Cache*> {
- public:
-  explicit CacheView(Cache& inner) : BasicForwardingCache(&inner) {}
-};
-
 // For wrapper mutants whose fault is elsewhere: the quantization policy, extract and the
 // chunked front trim see the real cache underneath (a wrapper is not a KVCache to
 // maybe_quantize_kv_caches), so the kill comes from the mutated member and not from the

@@ -45,7 +45,7 @@ TEST(GoldenZoo, TheDiffNamesTheRequestAndStepWhereTheExtendMutantBites) {
                                [](const BatchMutant& m) { return m.id == "41a.extend-keeps-left-padding"; });
   ASSERT_NE(it, mutants.end());
   const BatchMutant& mutant = *it;
-  ctx.wrap_cache = [&mutant](std::unique_ptr<Cache> c, int) { return wrap_batch_kv(mutant, std::move(c)); };
+  ctx.wrap_cache = [&mutant](std::unique_ptr<Cache> c, int) { return mutant.batch.wrap(std::move(c)); };
   const golden::Golden bad = golden::run_scenario(*model, scenario, ctx);
 
   const auto report = golden::diff_goldens({&good, "production"}, {&bad, it->id}, scenario.tolerance);
