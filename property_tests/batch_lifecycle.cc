@@ -159,7 +159,9 @@ struct RotatingRig {
   }
 
   // Each row extracted, continued alone by 0..3 decodes (its ring may wrap), merged back.
-  std::unique_ptr<Cache> merge_rows(const Cache& cache, std::vector<RowLog>& rows) {
+  // Each row extracted and continued alone by 0..3 decodes (`continued` tells whether any
+  // was), then the singles merged.
+  std::unique_ptr<Cache> merge_rows(const Cache& cache, std::vector<RowLog>& rows, bool& continued) {
     std::vector<std::unique_ptr<Cache>> singles;
     std::vector<const Cache*> ptrs;
     for (std::size_t b = 0; b < rows.size(); ++b) {
@@ -170,6 +172,7 @@ struct RotatingRig {
         singles.back()->update(be.upload(row_block(Stream::key, r.id, r.count, 1, heads, dim)),
                                be.upload(row_block(Stream::value, r.id, r.count, 1, heads, dim)));
         advance(r, 1, false);
+        continued = true;
       }
       ptrs.push_back(singles.back().get());
     }
@@ -221,10 +224,12 @@ void batch_rotating_lifecycle(const Hooks&, const BatchHooks& bh) {
       d = kDecode;  // a prompt needs every row's left padding consumed
     if (d == kMerge && pending) d = kState;
     if (d == kExtend && rows.size() >= 6) d = kFilter;
-    const cs::Verb verb = d ? d->verb : cs::Verb::reload;
-    if (!d) {
-      line.note("merge of the extracted rows, each continued alone (no verb)");
-      cache = rig.merge_rows(*cache, rows);
+    const cs::Verb verb = d.verb;
+    if (verb == cs::Verb::merge) {
+      say(d);
+      bool continued = false;
+      cache = rig.merge_rows(*cache, rows, continued);
+      if (continued) line.note("rows continued alone between their extract and the merge (j merges them as they are)");
     } else if (verb == cs::Verb::update) {
       if (pending && pending.left == 0) {
         RotatingRig::finish_prompt(*cache, rows);
@@ -234,7 +239,7 @@ void batch_rotating_lifecycle(const Hooks&, const BatchHooks& bh) {
         const std::int64_t most = pending ? pending.left : 2 * rig.max_size + 2;
         // In a pending prompt, decode = a one-token chunk (mlx-vlm 75f50e84,
         // docs/upstream-bugs.md row 25).
-        const std::int64_t n = d->n == 1 ? 1 : gen_chunk(most);
+        const std::int64_t n = d.n == 1 ? 1 : gen_chunk(most);
         if (!pending) say({cs::Verb::update, n, 0, {}});  // a prompt's columns are in its rN
         rig.write(*cache, rows, n, pending.on);
         if (pending) pending.left -= n;
@@ -261,7 +266,7 @@ void batch_rotating_lifecycle(const Hooks&, const BatchHooks& bh) {
         if (removed != n) RC_FAIL("trim(" + std::to_string(n) + ") removed " + std::to_string(removed));
         for (RowLog& r : rows) r.count -= n;
       }
-    } else if (verb == cs::Verb::filter && d->keep.empty()) {
+    } else if (verb == cs::Verb::filter && d.keep.empty()) {
       const std::vector<std::int32_t> idx = gen_keep(rows.size());
       say({cs::Verb::filter, 0, 0, idx});
       verbs(*cache).filter(idx);
@@ -279,7 +284,8 @@ void batch_rotating_lifecycle(const Hooks&, const BatchHooks& bh) {
         joined = rows;  // with itself
       } else {
         other = rig.fresh(6 - static_cast<std::int64_t>(rows.size()), joined);
-        if (kind == 1) other = rig.merge_rows(*other, joined);  // capacity = its columns, maybe wrapped rows
+        bool continued = false;
+        if (kind == 1) other = rig.merge_rows(*other, joined, continued);  // capacity = its columns, maybe wrapped rows
         if (kind == 2) other = bh.wrap(bh.restore(rig.be, other->state()));
       }
       const Cache& with = other ? *other : *cache;

@@ -352,9 +352,9 @@ void rows_match_logs(const Ops& ops) {
     if (d == kPrompt && std::any_of(rows.begin(), rows.end(), [](const RowLog& r) { return r.count < 0; }))
       d = kDecode;  // a prompt needs every row's left padding consumed (finalize rolls into it)
     if (((d == kMerge || d == kToQuantized) && pending) || (d == kExtend && rows.size() >= 8)) d = kState;
-    const cs::Verb verb = d ? d->verb : cs::Verb::reload;
-    if (!d) {  // merge of the extracted rows, then extract, is the identity
-      line.note("merge of the extracted rows (no verb)");
+    const cs::Verb verb = d.verb;
+    if (verb == cs::Verb::merge) {  // merge of the extracted rows, then extract, is the identity
+      line.tokens.push_back(word(d));
       cache = merged_copy(ops, be, *cache, rows.size());
       for (RowLog& r : rows) r.count = std::max<std::int64_t>(r.count, 0);
     } else if (verb == cs::Verb::update) {
@@ -362,7 +362,7 @@ void rows_match_logs(const Ops& ops) {
         finish_prompt();
         line.tokens.push_back(word({cs::Verb::finalize, 1, 0, {}}));
       } else {
-        const std::int64_t n = d->n == 1 ? 1 : gen_chunk(pending ? pending.left : 300);
+        const std::int64_t n = d.n == 1 ? 1 : gen_chunk(pending ? pending.left : 300);
         if (!pending) line.tokens.push_back(word({cs::Verb::update, n, 0, {}}));
         write_chunk(ops, be, *cache, rows, n, pending.on);
         if (pending) pending.left -= n;
@@ -385,7 +385,7 @@ void rows_match_logs(const Ops& ops) {
         if (removed != n) RC_FAIL("trim(" + std::to_string(n) + ") removed " + std::to_string(removed));
         for (RowLog& r : rows) r.count -= n;
       }
-    } else if (verb == cs::Verb::filter && d->keep.empty()) {
+    } else if (verb == cs::Verb::filter && d.keep.empty()) {
       const std::vector<std::int32_t> idx = gen_keep(rows.size());
       line.tokens.push_back(word({cs::Verb::filter, 0, 0, idx}));
       ops.filter(*cache, idx);

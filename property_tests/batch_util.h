@@ -245,11 +245,10 @@ inline std::string list_str(const std::vector<std::int32_t>& v) {
 //   u1 a decode, u0 a chunk, r0 a right-padded prompt (its prepare; its columns come in
 //   the chunks that follow, then f), t0 a trim, k with no row a filter, k with row -1 a
 //   filter the cache must reject, x0p0 an extend, s a state round trip, q a to_quantized
-//   check (B1; the language's q is kind kv only).
-// No command (nullopt): each row extracted and the singles merged back, which the
-// language has no verb for.
+//   check (B1; the language's q is kind kv only), j each row extracted and the singles
+//   merged back.
 namespace cs = kvlab::cache_script;
-using Draw = std::optional<cs::Command>;
+using Draw = cs::Command;
 inline const Draw kDecode = cs::Command{cs::Verb::update, 1, 0, {}};
 inline const Draw kChunk = cs::Command{cs::Verb::update, 0, 0, {}};
 inline const Draw kPrompt = cs::Command{cs::Verb::right_chunk, 0, 0, {}};
@@ -259,16 +258,16 @@ inline const Draw kBadFilter = cs::Command{cs::Verb::filter, 0, 0, {-1}};
 inline const Draw kExtend = cs::Command{cs::Verb::extend, 0, 0, {}};
 inline const Draw kState = cs::Command{cs::Verb::reload, 1, 0, {}};
 inline const Draw kToQuantized = cs::Command{cs::Verb::quantize, 1, 0, {}};
-inline const Draw kMerge = std::nullopt;
+inline const Draw kMerge = cs::Command{cs::Verb::merge, 1, 0, {}};
 
 // The step's name in traces and failure messages.
 inline const char* draw_name(const Draw& d) {
-  if (!d) return "merge";
-  switch (d->verb) {
-    case cs::Verb::update: return d->n == 1 ? "decode" : "chunk";
+  switch (d.verb) {
+    case cs::Verb::merge: return "merge";
+    case cs::Verb::update: return d.n == 1 ? "decode" : "chunk";
     case cs::Verb::right_chunk: return "prompt";
     case cs::Verb::trim: return "trim";
-    case cs::Verb::filter: return d->keep.empty() ? "filter" : "bad filter";
+    case cs::Verb::filter: return d.keep.empty() ? "filter" : "bad filter";
     case cs::Verb::extend: return "extend";
     case cs::Verb::quantize: return "to_quantized";
     default: return "state";
