@@ -34,6 +34,12 @@ struct Budget {
   // half-precision running accumulator stays inside nmse_max on long sequences). The
   // spine drops it for a backend that declares a narrower accumulation; negative: none.
   double precision_nmse_max = -1;
+  // The terms of precision_nmse_max that hold only for a backend that rounds the named
+  // intermediate value to T (Backend::AttentionRounding); precision_nmse_max is the sum
+  // over all of them, and the spine subtracts those the backend does not declare.
+  struct RoundingTerms {
+    double scaled_q = 0, dequantized_kv = 0, logits = 0, probabilities = 0;
+  } rounding_terms;
   // Inputs with inf/NaN on purpose (e.g. sdpa special=q_nan): the reference's NaN
   // elements are expected, and the backend must have NaN at exactly those elements.
   bool nan_where_reference_nan = false;

@@ -172,12 +172,14 @@ struct SideRun {
   // engine recorded (kvlab check --vectors): they are held to the output budget alone,
   // the in-process backend of that engine to the ceiling and its known divergences.
   std::optional<DType> accumulation;
+  Backend::AttentionRounding rounding;  // Backend::attention_rounding (all, for recorded outputs)
 };
 
 SideRun run_side(const OpInfo& op, const Problem& p, const Prepared& prep, Backend& b, bool keep_images) {
   const Run run = execute(op, p, prep, b);
   SideRun s;
   s.accumulation = b.accumulation();
+  s.rounding = b.attention_rounding();
   s.error = run.error;
   s.kind = run.kind;
   if (!s.error.empty()) return s;
@@ -214,6 +216,13 @@ void compare_sides(CaseResult& r, const OpInfo& op, const Problem& problem, cons
       // The precision ceiling is derived for f32 accumulation: a backend that declares a
       // narrower one (or none) is held to the output dtype's budget alone.
       if (got.accumulation != DType::f32) budget.precision_nmse_max = -1;
+      // ... and keeps the terms of the intermediate roundings it declares, only.
+      if (budget.precision_nmse_max >= 0) {
+        const Budget::RoundingTerms& t = budget.rounding_terms;
+        const Backend::AttentionRounding& d = got.rounding;
+        budget.precision_nmse_max -= (d.scaled_q ? 0 : t.scaled_q) + (d.dequantized_kv ? 0 : t.dequantized_kv) +
+                                     (d.logits ? 0 : t.logits) + (d.probabilities ? 0 : t.probabilities);
+      }
       c = compare_values(b, ref, budget);
     }
     r.outputs.push_back({slot.name, slot.bit_exact, c});

@@ -9,6 +9,7 @@ namespace kvlab {
 class ReferenceBackend final : public HostMemoryBackend {
  public:
   std::string name() const override { return "reference"; }
+  AttentionRounding attention_rounding() const override { return AttentionRounding::none(); }
   KVLAB_OVERRIDE_ALL_OPS
 };
 

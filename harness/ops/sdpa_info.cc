@@ -238,12 +238,19 @@ std::uint64_t attention_work(const Problem& p, bool quantized) {
 //  * the logits rounded to T before the softmax (a matmul that returns T, as mlx-lm's
 //    quantized attention does): s_j moves by ε_j·s_j → u²·s_max², s_max = max |scale·<q, k>|
 //    (scale 4 puts s in the hundreds: then this term dominates);
-//  * f32 accumulation: the Lk-term sums add γ = (Lk + Dk + 8)·2^-24 relative at worst
-//    (2.5e-4 at Lk 4096; as a random walk √Lk·2^-24 ≈ 4e-6), → γ²;
+//  * f32 accumulation: the Lk + Dk + 8 roundings of a sum, each relative 2^-24 at most
+//    and independent, add as a random walk: mean square (Lk + Dk + 8)·2^-48/3, at 3x → γ²
+//    = (Lk + Dk + 8)·2^-48 (its worst case, all roundings one way, is (Lk + Dk + 8)²·2^-48:
+//    at Lk 65536 it alone would be 64u² for f16 and hide a rounding per key block);
 //  * subnormal outputs: an absolute denorm_T per element → denorm_T² / mean(ref²).
-//   ceiling = 3u² + u_v² + (u_q² + u_k²)·σ² + u²·s_max² + γ² + denorm_T² / mean(ref²).
-// At Lk 4096, Dk 64 (σ² ≈ 3, s_max² ≈ 20): f16 ≈ 7e-6 (u² = 2.4e-7), bf16 ≈ 4e-4
-// (u² = 1.5e-5), i.e. ~30u².
+//   ceiling = 2u² + γ² + denorm_T² / mean(ref²) for every f32 kernel, plus a term for each
+//   intermediate rounding the backend declares (Backend::attention_rounding; the spine
+//   drops the others): u² (P), u_v² + u_k²·σ² (dequantized K/V), u_q²·σ² (q·scale),
+//   u²·s_max² (logits).
+// At Lk 4096, Dk 64 (σ² ≈ 3, s_max² ≈ 20), declaring all four: f16 ≈ 7e-6 (u² = 2.4e-7),
+// bf16 ≈ 4e-4 (u² = 1.5e-5), i.e. ~30u²; declaring none (kvlab's SIMD and Vulkan kernels):
+// ~2u², which a kernel that rounds its running state to T once per key block exceeds
+// (tests/harness/test_precision_ceiling.cc).
 // A correct kernel measures far below: its result before the final rounding is within
 // ~1e-5 relative of the oracle's, so most elements round alike (SIMD on every target and
 // Vulkan: NMSE ≤ 1e-7, ≤ 1e-3 of the ceiling, over every f16/bf16 case of the ci and
@@ -314,9 +321,14 @@ Budget attention_budget(const Problem& p, const Tensor& q, const Tensor& k, cons
   if (t != DType::f32 && mean_sq > 0) {
     auto unit = [](DType x) { return x == DType::f32 ? 0x1p-24 : dtype_epsilon(x) / 2; };
     const double uo = unit(t), uq = unit(q.dtype()), uk = unit(k_dtype), uv = unit(v_dtype);
-    const double g = static_cast<double>(Lk + Dk + 8) * u;
+    const double g2 = static_cast<double>(Lk + Dk + 8) * u * u;
+    Budget::RoundingTerms& r = out.rounding_terms;
+    r.probabilities = uo * uo;
+    r.dequantized_kv = uv * uv + uk * uk * sigma2;
+    r.scaled_q = uq * uq * sigma2;
+    r.logits = uo * uo * smax2;
     out.precision_nmse_max =
-        3 * uo * uo + uv * uv + (uq * uq + uk * uk) * sigma2 + uo * uo * smax2 + g * g + denorm * denorm / mean_sq;
+        2 * uo * uo + g2 + denorm * denorm / mean_sq + r.probabilities + r.dequantized_kv + r.scaled_q + r.logits;
   }
   return out;
 }
@@ -568,6 +580,7 @@ class QuantizedSdpa final : public OpInfo {
     // The fused decode's terms are f32 roundings, ~u_f32 relative: beside the precision
     // ceiling's half-precision terms they are nothing, so the ceiling stays.
     out.precision_nmse_max = base.precision_nmse_max;
+    out.rounding_terms = base.rounding_terms;
     return out;
   }
 

@@ -32,6 +32,17 @@ class Backend {
   // double). The harness's precision ceilings (harness/op.h Budget::precision_nmse_max)
   // are derived for f32; a backend that declares f16/bf16 is held to its output budget only.
   virtual DType accumulation() const { return DType::f32; }
+  // Which intermediate values of attention the kernels round to the input dtype T before
+  // using them. An engine may: MLX rounds q·scale and P, its quantized attention the
+  // logits and the dequantized K/V. kvlab's own kernels round none (f32 throughout, one
+  // rounding of the output). The attention precision ceiling (harness/ops/sdpa_info.cc)
+  // keeps a term only for what is declared, so a kernel that declares none is held to
+  // what f32 arithmetic and one final rounding allow. The default assumes every one.
+  struct AttentionRounding {
+    bool scaled_q = true, dequantized_kv = true, logits = true, probabilities = true;
+    static constexpr AttentionRounding none() { return {false, false, false, false}; }
+  };
+  virtual AttentionRounding attention_rounding() const { return {}; }
 
   // ---- memory -----------------------------------------------------------------
   virtual BufferPtr allocate(std::size_t bytes) = 0;

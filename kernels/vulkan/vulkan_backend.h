@@ -93,6 +93,8 @@ class VulkanBackend final : public Backend {
   // "vulkan:<device name>", plus " [words]" / " [staging]" / " [nosubgroup]" when those
   // paths are forced.
   std::string name() const override;
+  // The shaders keep q·scale, logits, P and dequantized K/V in f32 (shaders/*.comp).
+  AttentionRounding attention_rounding() const override { return AttentionRounding::none(); }
   VulkanDeviceInfo device() const;
   bool uses_small_storage() const;  // 16/8-bit storage shader builds in use
   bool uses_staging() const;        // device-local memory + staging transfers
