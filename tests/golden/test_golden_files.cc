@@ -49,6 +49,11 @@ TEST(Scenario, ParsesEveryKey) {
   const Scenario p = parse_scenario("prefix prompts=14 steps=12 prefix=10 second=5", "t");
   EXPECT_EQ(p.prefix->shared, 10);
   EXPECT_EQ(p.prefix->fresh, 5);
+  EXPECT_EQ(s.batch_cache, BatchCache::host);  // the default
+  const Scenario d = parse_scenario("device_batch prompts=13,6,9 steps=16 batch_cache=device", "t");
+  EXPECT_EQ(d.batch_cache, BatchCache::device);
+  EXPECT_TRUE(d.is_batch());
+  EXPECT_EQ(parse_scenario("b prompts=3,4 steps=4 finish=1@2 batch_cache=host", "t").batch_cache, BatchCache::host);
 }
 
 TEST(Scenario, RejectsBadLinesNamingTheCulprit) {
@@ -67,6 +72,11 @@ TEST(Scenario, RejectsBadLinesNamingTheCulprit) {
       {"x prompts=3 steps=4 max_dlogit=-1", "max_dlogit='-1'"},
       {"x prompts=3 steps=4 join=2", "not of the form A@B"},
       {"prompts=3 steps=4", "not a name"},
+      {"x prompts=3,4 steps=4 batch_cache=gpu", "batch_cache='gpu' is not host or device"},
+      {"x prompts=3 steps=4 batch_cache=device", "batch_cache= applies to a batch"},
+      {"x prompts=3 steps=4 batch_cache=host", "batch_cache= applies to a batch"},
+      {"x prompts=3,4 steps=4 finish=1@2 batch_cache=device", "batch_cache=device cannot run finish="},
+      {"x prompts=3,4 steps=4 batch_cache=device join=2@1", "batch_cache=device cannot run join="},
   };
   for (const auto& [line, want] : cases)
     EXPECT_THAT(error_of([&line = line] { parse_scenario(line, "f:1"); }), HasSubstr(want)) << line;
