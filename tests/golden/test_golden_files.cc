@@ -1,5 +1,6 @@
 // The file side of goldens: scenario lines, the prompt-token rule, golden files (round
 // trip and strict reading) and the diff's statistics on hand-computed cases.
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -85,7 +86,11 @@ TEST(Scenario, RejectsBadLinesNamingTheCulprit) {
 TEST(Scenario, CheckedInScenarioFilesParse) {
   for (const char* id : {"llama_dense", "llama_hybrid", "gemma4_small"}) {
     const auto all = read_scenarios(std::filesystem::path(KVLAB_GOLDEN_SOURCE_DIR) / "scenarios" / id);
-    EXPECT_GE(all.size(), 7u) << id;
+    EXPECT_GE(all.size(), 8u) << id;
+    // Each model runs a batch through DeviceBatchKVCache (tests/golden/test_device_batch.cc).
+    EXPECT_TRUE(std::any_of(all.begin(), all.end(), [](const Scenario& s) {
+      return s.name == "device_batch" && s.batch_cache == BatchCache::device;
+    })) << id;
   }
 }
 

@@ -99,7 +99,8 @@ class ParseLine(unittest.TestCase):
             gr.parse_scenarios("a prompts=1 steps=1\n# c\na prompts=2 steps=1\n", "s")
         for path in sorted((GOLDEN / "scenarios").iterdir()):
             names = [s.name for s in gr.read_scenarios(path)]
-            self.assertEqual(names, ["plain", "kv8", "kv4", "window", "batch", "prefix", "save_load"], path)
+            self.assertEqual(names, ["plain", "kv8", "kv4", "window", "batch", "prefix", "save_load",
+                                     "device_batch"], path)
 
 
 class PromptTokens(unittest.TestCase):
