@@ -74,6 +74,11 @@ void check_combination(const Scenario& s, const std::string& where) {
   if (s.prefix && (s.prefix->shared < 1 || s.prefix->shared > s.prompts[0] || s.prefix->fresh < 1))
     bad(where, cat("prefix=", s.prefix->shared, " must be in [1, ", s.prompts[0], "] and second= >= 1"));
   if (s.save_at && *s.save_at >= s.steps - 1) bad(where, cat("save_at=", *s.save_at, " must be < steps - 1"));
+  // DeviceBatchKVCache has no filter or extend (its offsets would need device-side
+  // rewinds no engine step performs), so a device batch keeps its rows to the end.
+  if (s.batch_cache == BatchCache::device && (s.finish || s.join))
+    bad(where, cat("batch_cache=device cannot run ", s.finish ? "finish=" : "join=",
+                   ": DeviceBatchKVCache has no filter/extend (use batch_cache=host)"));
 }
 
 }  // namespace
@@ -84,6 +89,7 @@ Scenario parse_scenario(std::string_view raw, const std::string& where) {
   s.line = std::string(trim(raw.substr(0, raw.find('#'))));
   std::set<std::string> seen;
   std::optional<int> second;
+  bool batch_cache_given = false;
   std::size_t pos = 0;
   bool first = true;
   const std::string_view line = s.line;
@@ -141,6 +147,10 @@ Scenario parse_scenario(std::string_view raw, const std::string& where) {
       second = static_cast<int>(parse_int(value, key, 1, kMaxPromptLength, where));
     } else if (key == "save_at") {
       s.save_at = static_cast<int>(parse_int(value, key, 0, kMaxSteps, where));
+    } else if (key == "batch_cache") {
+      if (value == "device") s.batch_cache = BatchCache::device;
+      else if (value != "host") bad(where, cat("batch_cache='", value, "' is not host or device"));
+      batch_cache_given = true;
     } else if (key == "max_dlogit") {
       s.tolerance.max_dlogit = parse_real(value, key, where);
     } else if (key == "max_mean_kld") {
@@ -153,13 +163,16 @@ Scenario parse_scenario(std::string_view raw, const std::string& where) {
     } else {
       bad(where, cat("unknown key '", key,
                      "' (keys: prompts steps seed kv_bits kv_group_size quantized_kv_start max_kv_size finish join "
-                     "prefix second save_at max_dlogit max_mean_kld min_top1 attn_rel)"));
+                     "prefix second save_at batch_cache max_dlogit max_mean_kld min_top1 attn_rel)"));
     }
   }
   if (s.name.empty()) bad(where, "empty scenario line");
   if (s.prefix.has_value() != second.has_value()) bad(where, "prefix= and second= go together");
   if (s.prefix) s.prefix->fresh = *second;
   check_combination(s, where);
+  // A key that could not act would be a silent default: the class choice needs a batch.
+  if (batch_cache_given && !s.is_batch())
+    bad(where, "batch_cache= applies to a batch (several prompts, finish, join); this line runs one request");
   return s;
 }
 

@@ -24,6 +24,12 @@ struct Tolerance {
   double attn_rel = 1e-4;
 };
 
+// Which class holds a batch's full-attention layers (README "Batch"): BatchKVCache, whose
+// offsets live on the host, or DeviceBatchKVCache, whose offsets live in backend memory
+// and are snapshotted and advanced there. Sliding layers stay BatchRotatingKVCache
+// either way: it has no device-resident counterpart.
+enum class BatchCache : std::uint8_t { host, device };
+
 struct Scenario {
   std::string name;
   std::string line;                  // as written, without comment and outer blanks
@@ -41,6 +47,7 @@ struct Scenario {
   struct Prefix { int shared = 0, fresh = 0; };
   std::optional<Prefix> prefix;      // second request: prompt 0's first `shared` + `fresh` new
   std::optional<int> save_at;
+  BatchCache batch_cache = BatchCache::host;
   Tolerance tolerance;
 
   bool is_batch() const { return prompts.size() > 1 || finish || join; }

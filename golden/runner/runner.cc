@@ -5,6 +5,7 @@
 #include <span>
 
 #include "cache/batch_cache.h"
+#include "cache/device_batch_kv_cache.h"
 #include "cache/kv_cache.h"
 #include "cache/prefix_cache.h"
 #include "cache/quantized_kv_cache.h"
@@ -43,10 +44,18 @@ Caches single_caches(const Model& model, const Scenario& s, const RunContext& ct
   return out;
 }
 
-Caches batch_caches(const Model& model, const std::vector<std::int32_t>& left_padding, const RunContext& ctx) {
+// make_caches' batch classes; with batch_cache=device the full layers' BatchKVCache
+// becomes DeviceBatchKVCache (same layout, offsets in backend memory), so every step
+// ropes at a device-side snapshot and appends through kv_append_advance.
+Caches batch_caches(const Model& model, const std::vector<std::int32_t>& left_padding, const Scenario& s,
+                    const RunContext& ctx) {
   Caches out = make_caches(model, *ctx.backend, left_padding);
-  for (std::size_t l = 0; l < out.size(); ++l)
-    if (out[l]) out[l] = wrap(ctx, std::move(out[l]), static_cast<int>(l));
+  for (std::size_t l = 0; l < out.size(); ++l) {
+    if (!out[l]) continue;
+    if (s.batch_cache == BatchCache::device && model.layers()[l].kind == LayerKind::full)
+      out[l] = std::make_unique<DeviceBatchKVCache>(*ctx.backend, left_padding);
+    out[l] = wrap(ctx, std::move(out[l]), static_cast<int>(l));
+  }
   return out;
 }
 
@@ -230,7 +239,7 @@ void extend_caches(Caches& caches, const Caches& other) {
 
 // Left-padded prompts in one prefill call; each row's step 0 is the call's last column.
 ForwardRecord prefill(const Model& model, Caches& caches, const std::vector<std::vector<std::int32_t>>& prompts,
-                      const RunContext& ctx) {
+                      const Scenario& s, const RunContext& ctx) {
   std::size_t longest = 0;
   for (const auto& p : prompts) longest = std::max(longest, p.size());
   std::vector<std::int32_t> padding, tokens;
@@ -239,7 +248,7 @@ ForwardRecord prefill(const Model& model, Caches& caches, const std::vector<std:
     tokens.insert(tokens.end(), longest - p.size(), 0);
     tokens.insert(tokens.end(), p.begin(), p.end());
   }
-  caches = batch_caches(model, padding, ctx);
+  caches = batch_caches(model, padding, s, ctx);
   return call(model, caches, tokens, static_cast<std::int64_t>(prompts.size()));
 }
 
@@ -261,7 +270,7 @@ std::vector<SequenceRecord> run_batch(const Model& model, const Scenario& s, con
   Caches caches;
   std::string failure;
   try {
-    ForwardRecord r = prefill(model, caches, prompts, ctx);
+    ForwardRecord r = prefill(model, caches, prompts, s, ctx);
     for (int step = 0;; ++step) {
       std::vector<std::int32_t> keep, next;
       std::vector<int> kept_rows;
@@ -276,12 +285,14 @@ std::vector<SequenceRecord> run_batch(const Model& model, const Scenario& s, con
           next.push_back(token);
         }
       }
-      if (keep.size() != rows.size()) filter_caches(caches, keep);
+      // When every row is done nothing runs again: no filter to an empty batch (which a
+      // DeviceBatchKVCache, having no filter, could not take).
+      if (!keep.empty() && keep.size() != rows.size()) filter_caches(caches, keep);
       rows = kept_rows;
       if (s.join && step == s.join->after_step) {
         const std::size_t joiner = s.prompts.size();
         Caches own;
-        const ForwardRecord first = prefill(model, own, {requests[joiner].record().prompt}, ctx);
+        const ForwardRecord first = prefill(model, own, {requests[joiner].record().prompt}, s, ctx);
         const std::int32_t token = next_input(ctx, joiner, 0, requests[joiner].add(first, 0));
         if (requests[joiner].steps() < quota(joiner)) {
           if (rows.empty()) caches = std::move(own);

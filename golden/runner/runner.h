@@ -1,7 +1,8 @@
 // Runs a golden scenario (golden/README.md "Scenarios") through a tiny model on kvlab's
 // caches over one backend and returns the golden: the single-request call pattern of
 // mlx-lm's generate_step, kvlab's kv-quantization and window policies, batches with
-// left padding / filter / extend, prefix reuse through PrefixCache, save → load.
+// left padding / filter / extend (BatchKVCache, or DeviceBatchKVCache's device-resident
+// offsets with batch_cache=device), prefix reuse through PrefixCache, save → load.
 #pragma once
 
 #include <filesystem>

@@ -1,5 +1,6 @@
 // The file side of goldens: scenario lines, the prompt-token rule, golden files (round
 // trip and strict reading) and the diff's statistics on hand-computed cases.
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -49,6 +50,11 @@ TEST(Scenario, ParsesEveryKey) {
   const Scenario p = parse_scenario("prefix prompts=14 steps=12 prefix=10 second=5", "t");
   EXPECT_EQ(p.prefix->shared, 10);
   EXPECT_EQ(p.prefix->fresh, 5);
+  EXPECT_EQ(s.batch_cache, BatchCache::host);  // the default
+  const Scenario d = parse_scenario("device_batch prompts=13,6,9 steps=16 batch_cache=device", "t");
+  EXPECT_EQ(d.batch_cache, BatchCache::device);
+  EXPECT_TRUE(d.is_batch());
+  EXPECT_EQ(parse_scenario("b prompts=3,4 steps=4 finish=1@2 batch_cache=host", "t").batch_cache, BatchCache::host);
 }
 
 TEST(Scenario, RejectsBadLinesNamingTheCulprit) {
@@ -67,6 +73,11 @@ TEST(Scenario, RejectsBadLinesNamingTheCulprit) {
       {"x prompts=3 steps=4 max_dlogit=-1", "max_dlogit='-1'"},
       {"x prompts=3 steps=4 join=2", "not of the form A@B"},
       {"prompts=3 steps=4", "not a name"},
+      {"x prompts=3,4 steps=4 batch_cache=gpu", "batch_cache='gpu' is not host or device"},
+      {"x prompts=3 steps=4 batch_cache=device", "batch_cache= applies to a batch"},
+      {"x prompts=3 steps=4 batch_cache=host", "batch_cache= applies to a batch"},
+      {"x prompts=3,4 steps=4 finish=1@2 batch_cache=device", "batch_cache=device cannot run finish="},
+      {"x prompts=3,4 steps=4 batch_cache=device join=2@1", "batch_cache=device cannot run join="},
   };
   for (const auto& [line, want] : cases)
     EXPECT_THAT(error_of([&line = line] { parse_scenario(line, "f:1"); }), HasSubstr(want)) << line;
@@ -75,7 +86,11 @@ TEST(Scenario, RejectsBadLinesNamingTheCulprit) {
 TEST(Scenario, CheckedInScenarioFilesParse) {
   for (const char* id : {"llama_dense", "llama_hybrid", "gemma4_small"}) {
     const auto all = read_scenarios(std::filesystem::path(KVLAB_GOLDEN_SOURCE_DIR) / "scenarios" / id);
-    EXPECT_GE(all.size(), 7u) << id;
+    EXPECT_GE(all.size(), 8u) << id;
+    // Each model runs a batch through DeviceBatchKVCache (tests/golden/test_device_batch.cc).
+    EXPECT_TRUE(std::any_of(all.begin(), all.end(), [](const Scenario& s) {
+      return s.name == "device_batch" && s.batch_cache == BatchCache::device;
+    })) << id;
   }
 }
 

@@ -10,7 +10,10 @@ What runs, per scenario kind:
                    `save_prompt_cache`, `load_prompt_cache`, then `generate_step` on the
                    loaded cache fed token K
   batch            `BatchGenerator`: `insert` (per-request logits processors), `next`,
-                   `remove(uid)` after finish=R@K, `insert` of the joiner after step S
+                   `remove(uid)` after finish=R@K, `insert` of the joiner after step S;
+                   batch_cache=device runs the same: kvlab's DeviceBatchKVCache is
+                   BatchKVCache with its offsets in backend memory, and mlx-lm's
+                   BatchKVCache already keeps `offset` as an mx.array on the device
   prefix           request 0 by `generate_step`; its cache goes into an `LRUPromptCache`
                    under prompt + generated tokens (as mlx-lm's server stores it), request
                    1 takes `fetch_nearest_cache` (trimmed copy, or nothing) and
@@ -396,6 +399,8 @@ class Replayer:
                 seqs, cache = None, None
         if kind == "batch":
             assert teacher is None, "check_teacher refuses batch scenarios"
+            # batch_cache picks kvlab's class only; BatchGenerator's BatchKVCache is the
+            # counterpart of both (see the module docstring).
             seqs, classes = _replay_batch(self.model, sc, prompts, self.layers)
         else:
             classes = _classes(cache, self.layers)

@@ -59,6 +59,7 @@ class Scenario:
     prefix: int | None = None
     second: int | None = None
     save_at: int | None = None
+    batch_cache: str = "host"  # "device": kvlab's DeviceBatchKVCache; mlx-lm's counterpart is BatchKVCache
     tolerance: dict[str, float] = field(default_factory=dict)
 
     @property
@@ -125,7 +126,7 @@ def parse_line(text: str, where: str = "") -> Scenario | None:
         return float(v)
 
     known = {"prompts", "steps", "seed", "kv_bits", "kv_group_size", "quantized_kv_start", "max_kv_size",
-             "finish", "join", "prefix", "second", "save_at", "max_dlogit", "max_mean_kld", "min_top1",
+             "finish", "join", "prefix", "second", "save_at", "batch_cache", "max_dlogit", "max_mean_kld", "min_top1",
              "attn_rel"}
     for key in kv:
         if key not in known:
@@ -204,6 +205,15 @@ def parse_line(text: str, where: str = "") -> Scenario | None:
         fail("key 'prefix' goes with one prompt and no finish/join/save_at")
     if s.save_at is not None and batch:
         fail("key 'save_at' goes with one prompt and no finish/join")
+    if "batch_cache" in kv:
+        s.batch_cache = kv["batch_cache"]
+        if s.batch_cache not in ("host", "device"):
+            fail(f"batch_cache={s.batch_cache}: not host or device")
+        if not batch:
+            fail("key 'batch_cache' applies to a batch (several prompts, finish, join)")
+        # kvlab's DeviceBatchKVCache has no filter/extend: a device batch keeps its rows.
+        if s.batch_cache == "device" and (s.finish is not None or s.join is not None):
+            fail("batch_cache=device cannot run finish=/join= (DeviceBatchKVCache has no filter/extend)")
     return s
 
 

@@ -42,6 +42,8 @@ class ParseLine(unittest.TestCase):
         p = gr.parse_line("prefix prompts=14 steps=12 prefix=10 second=5")
         self.assertEqual((p.prefix, p.second, p.kind), (10, 5, "prefix"))
         self.assertEqual(gr.parse_line("sl prompts=13 steps=24 save_at=9").kind, "save_load")
+        d = gr.parse_line("device_batch prompts=13,6,9 steps=16 batch_cache=device")
+        self.assertEqual((d.batch_cache, d.kind, b.batch_cache), ("device", "batch", "host"))
 
     def test_comments_and_blank(self):
         self.assertIsNone(gr.parse_line("   # only a comment"))
@@ -78,6 +80,10 @@ class ParseLine(unittest.TestCase):
             "a prompts=14 steps=100000000": "steps=100000000: above the cap",
             "a prompts=4097 steps=2": "4097 is above the cap of 4096 tokens",
             "a prompts=" + ",".join(["1"] * 17) + " steps=2": "more than 16 requests",
+            "a prompts=3,4 steps=8 batch_cache=gpu": "batch_cache=gpu: not host or device",
+            "a prompts=3 steps=8 batch_cache=device": "key 'batch_cache' applies to a batch",
+            "a prompts=3,4 steps=8 batch_cache=device finish=1@2": "batch_cache=device cannot run finish=/join=",
+            "a prompts=3,4 steps=8 batch_cache=device join=2@1": "batch_cache=device cannot run finish=/join=",
         }
         for line, what in bad.items():
             with self.subTest(line=line):
@@ -93,7 +99,8 @@ class ParseLine(unittest.TestCase):
             gr.parse_scenarios("a prompts=1 steps=1\n# c\na prompts=2 steps=1\n", "s")
         for path in sorted((GOLDEN / "scenarios").iterdir()):
             names = [s.name for s in gr.read_scenarios(path)]
-            self.assertEqual(names, ["plain", "kv8", "kv4", "window", "batch", "prefix", "save_load"], path)
+            self.assertEqual(names, ["plain", "kv8", "kv4", "window", "batch", "prefix", "save_load",
+                                     "device_batch"], path)
 
 
 class PromptTokens(unittest.TestCase):
