@@ -18,6 +18,8 @@
 
 #include "kvlab/error.h"
 #include "reference/quantize.h"
+#include "reference/quantized_sdpa.h"
+#include "reference/sdpa.h"
 #include "tests/unit/test_util.h"
 
 namespace kvlab {
@@ -250,6 +252,29 @@ TEST(GgmlTensor, QuantizeDispatchAndLayout) {
   EXPECT_EQ(out.view().load(1), 7.0f);
   EXPECT_EQ(out.view().load(32), 4.0f);
   EXPECT_EQ(out.view().load(33), -0.0f);
+}
+
+// quantized_sdpa dequantizes any format generically: over q8_0 keys and q4_1 values
+// (f16 scales, f16 mins) it is sdpa over the dequantized K and V, bit for bit.
+TEST(GgmlTensor, QuantizedSdpaIsSdpaOverTheDequantizedBlocks) {
+  std::vector<float> kv(2 * 1 * 5 * 64), qv(2 * 2 * 1 * 64);
+  for (std::size_t i = 0; i < kv.size(); ++i) kv[i] = static_cast<float>((i * 37) % 23) / 8.0f - 1.4f;
+  for (std::size_t i = 0; i < qv.size(); ++i) qv[i] = static_cast<float>((i * 11) % 13) / 16.0f - 0.4f;
+  const Tensor keys = Tensor::from_values(DType::f32, {2, 1, 5, 64}, kv);
+  const Tensor q = Tensor::from_values(DType::f32, {2, 2, 1, 64}, qv);
+  const QuantizedTensor k8 = ggml_quantize(keys, QuantSpec::make(QuantMode::q8_0));
+  const QuantizedTensor v41 = ggml_quantize(keys, QuantSpec::make(QuantMode::q4_1));
+  AttentionParams params;
+  params.scale = 0.125f;
+  const Tensor got = ref::quantized_sdpa(q, k8, v41, params);
+  const Tensor want = ref::sdpa(q, ggml_dequantize(k8), ggml_dequantize(v41), params);
+  ASSERT_EQ(got.shape(), want.shape());
+  for (std::int64_t i = 0; i < got.numel(); ++i) EXPECT_EQ(got.view().load(i), want.view().load(i)) << i;
+  // u8 scales are not a q8_0 tensor
+  Tensor bad_scales(DType::u8, k8.scales.shape());
+  const QuantizedTensor bad{k8.wq, bad_scales, Tensor(), k8.spec};
+  EXPECT_THAT(error_message([&] { (void)ref::quantized_sdpa(q, bad, v41, params); }, ErrorKind::dtype_mismatch),
+              HasSubstr("f16"));
 }
 
 // ---- bad input: kvlab::Error naming the value ----------------------------------------------
