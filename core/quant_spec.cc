@@ -29,7 +29,7 @@ constexpr int kAffineGroups[] = {32, 64, 128};
 // MLX 0.32.4 accepts 1-bit affine (measured with mx.quantize; MLX's older sources
 // listed 2..8): the real library wins.
 constexpr int kAffineBits[] = {1, 2, 3, 4, 5, 6, 8};
-constexpr int kGroup32[] = {32}, kGroup16[] = {16}, kBits4[] = {4}, kBits8[] = {8};
+constexpr int kGroup32[] = {32}, kGroup16[] = {16}, kBits4[] = {4}, kBits5[] = {5}, kBits8[] = {8};
 
 // The format table (docs/quantization.md §Format table), in QuantMode order.
 constexpr QuantFormat kFormats[] = {
@@ -41,6 +41,20 @@ constexpr QuantFormat kFormats[] = {
      ElementEncoding::e4m3, false},
     {QuantMode::nvfp4, "nvfp4", QuantEncoder::fp, kBits4, kGroup16, 4, 16, false, ScaleEncoding::e4m3,
      ElementEncoding::e2m1, true},
+    // ggml's block formats (docs/quantization.md §ggml block formats): one block of 32 per
+    // group, an f16 scale d (and an f16 min m as the bias of q4_1/q5_1).
+    {QuantMode::q8_0, "q8_0", QuantEncoder::ggml, kBits8, kGroup32, 8, 32, false, ScaleEncoding::f16,
+     ElementEncoding::signed_int, false},
+    {QuantMode::q4_0, "q4_0", QuantEncoder::ggml, kBits4, kGroup32, 4, 32, false, ScaleEncoding::f16,
+     ElementEncoding::offset_int, false},
+    {QuantMode::q4_1, "q4_1", QuantEncoder::ggml, kBits4, kGroup32, 4, 32, true, ScaleEncoding::f16,
+     ElementEncoding::unsigned_int, false},
+    {QuantMode::q5_0, "q5_0", QuantEncoder::ggml, kBits5, kGroup32, 5, 32, false, ScaleEncoding::f16,
+     ElementEncoding::offset_int, false},
+    {QuantMode::q5_1, "q5_1", QuantEncoder::ggml, kBits5, kGroup32, 5, 32, true, ScaleEncoding::f16,
+     ElementEncoding::unsigned_int, false},
+    {QuantMode::iq4_nl, "iq4_nl", QuantEncoder::ggml, kBits4, kGroup32, 4, 32, false, ScaleEncoding::f16,
+     ElementEncoding::iq4nl_table, false},
 };
 
 std::string list(std::span<const int> xs) {

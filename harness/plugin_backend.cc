@@ -13,6 +13,7 @@
 #include "kvlab/plugin.h"
 #include "reference/affine_quantize.h"
 #include "reference/fp_quantize.h"
+#include "reference/ggml_quantize.h"
 #include "reference/kv_append.h"
 #include "reference/kv_move.h"
 #include "reference/quantize.h"
@@ -37,6 +38,9 @@ static_assert(KVLAB_DTYPE_F32 == value_of(DType::f32) && KVLAB_DTYPE_F16 == valu
               KVLAB_DTYPE_I32 == value_of(DType::i32) && KVLAB_DTYPE_U8 == value_of(DType::u8));
 static_assert(KVLAB_QUANT_AFFINE == value_of(QuantMode::affine) && KVLAB_QUANT_MXFP4 == value_of(QuantMode::mxfp4) &&
               KVLAB_QUANT_MXFP8 == value_of(QuantMode::mxfp8) && KVLAB_QUANT_NVFP4 == value_of(QuantMode::nvfp4));
+static_assert(KVLAB_QUANT_Q8_0 == value_of(QuantMode::q8_0) && KVLAB_QUANT_Q4_0 == value_of(QuantMode::q4_0) &&
+              KVLAB_QUANT_Q4_1 == value_of(QuantMode::q4_1) && KVLAB_QUANT_Q5_0 == value_of(QuantMode::q5_0) &&
+              KVLAB_QUANT_Q5_1 == value_of(QuantMode::q5_1) && KVLAB_QUANT_IQ4_NL == value_of(QuantMode::iq4_nl));
 static_assert(KVLAB_ROUNDING_MLX_CPU == value_of(Rounding::mlx_cpu) &&
               KVLAB_ROUNDING_MLX_GPU == value_of(Rounding::mlx_gpu) && KVLAB_ROUNDING_MLX == value_of(Rounding::mlx));
 static_assert(KVLAB_MASK_NONE == value_of(MaskKind::none) && KVLAB_MASK_CAUSAL == value_of(MaskKind::causal) &&
@@ -242,6 +246,7 @@ void PluginBackend::quantize(const QuantizeArgs& a) {
   switch (out.spec.format().encoder) {
     case QuantEncoder::affine: ref::validate_affine_quantize(x, out.spec, out.wq, out.scales, out.biases); break;
     case QuantEncoder::fp: ref::validate_fp_quantize(x, out.spec, out.global_scale, out.wq, out.scales); break;
+    case QuantEncoder::ggml: ref::validate_ggml_quantize(x, out.spec, out.wq, out.scales, out.biases); break;
   }
   const kvlab_tensor cx = c_tensor(x);
   const kvlab_quantized cout = c_quantized(out);
@@ -257,6 +262,7 @@ void PluginBackend::dequantize(const DequantizeArgs& a) {
   switch (in.spec.format().encoder) {
     case QuantEncoder::affine: ref::validate_affine_dequantize(in.wq, in.scales, in.biases, in.spec, out); break;
     case QuantEncoder::fp: ref::validate_fp_dequantize(in.wq, in.scales, in.spec, in.global_scale, out); break;
+    case QuantEncoder::ggml: ref::validate_ggml_dequantize(in.wq, in.scales, in.biases, in.spec, out); break;
   }
   const kvlab_quantized cin = c_quantized(in);
   const kvlab_tensor cout = c_tensor(out);

@@ -3,6 +3,7 @@
 #include "kvlab/error.h"
 #include "reference/affine_quantize.h"
 #include "reference/fp_quantize.h"
+#include "reference/ggml_quantize.h"
 
 namespace kvlab::ref {
 
@@ -20,6 +21,8 @@ void quantize(const ConstTensorView& x, Rounding rounding, const QuantizedMutVie
   switch (out.spec.format().encoder) {
     case QuantEncoder::affine: affine_quantize(x, out.spec, rounding, out.wq, out.scales, out.biases); return;
     case QuantEncoder::fp: fp_quantize(x, out.spec, rounding, out.global_scale, out.wq, out.scales); return;
+    // ggml's blocks have one arithmetic (its C reference): every flavour computes it.
+    case QuantEncoder::ggml: ggml_quantize(x, out.spec, out.wq, out.scales, out.biases); return;
   }
 }
 
@@ -29,6 +32,7 @@ void dequantize(const QuantizedView& in, const TensorView& out, Rounding flavour
     case QuantEncoder::affine: affine_dequantize(in.wq, in.scales, in.biases, in.spec, out, flavour); return;
     // lut·2^e is exact, so the fp formats' one rounding is every flavour's.
     case QuantEncoder::fp: fp_dequantize(in.wq, in.scales, in.spec, in.global_scale, out); return;
+    case QuantEncoder::ggml: ggml_dequantize(in.wq, in.scales, in.biases, in.spec, out); return;
   }
 }
 
@@ -56,6 +60,7 @@ QuantizedTensor quantize(const Tensor& x, const QuantSpec& spec, Rounding roundi
   switch (spec.format().encoder) {
     case QuantEncoder::affine: return affine_quantize(x, spec, rounding);
     case QuantEncoder::fp: return fp_quantize(x, spec, rounding);
+    case QuantEncoder::ggml: return ggml_quantize(x, spec);
   }
   fail(ErrorKind::internal, cat("no encoder for mode ", quant_mode_name(spec.mode)));
 }

@@ -1,7 +1,8 @@
 // Quantize and dequantize in any format of the format table (kvlab/quant_spec.h): the
 // one place the oracle dispatches on the format. Each format's encoder documents its
 // contract: reference/affine_quantize.h (affine), reference/fp_quantize.h (mxfp4,
-// mxfp8, nvfp4).
+// mxfp8, nvfp4), reference/ggml_quantize.h (q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl: one
+// arithmetic, ggml's C reference, whatever the Rounding asked for).
 #pragma once
 
 #include <optional>

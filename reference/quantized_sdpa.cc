@@ -41,8 +41,8 @@ std::int64_t head_dim_from_codes(const QuantizedView& x, const char* operand) {
 }
 
 // Checks one packed operand against the head dim D it must hold: codes
-// (..., D·bits/32) u32, scales (..., D/group) and, for affine, biases of the same shape
-// and dtype as the scales. The leading axes must agree between the three arrays.
+// (..., D·bits/32) u32, scales (..., D/group) and, for affine, q4_1 and q5_1, biases of
+// the same shape and dtype as the scales. The leading axes must agree between the three arrays.
 // Each check builds the name it reports only when it fails: the optimized backends run
 // these checks on every decode step.
 void validate_packed(const QuantizedView& x, const char* operand, std::int64_t d) {
@@ -63,8 +63,20 @@ void validate_packed(const QuantizedView& x, const char* operand, std::int64_t d
   if (x.scales.shape != meta) {
     require_shape(x.scales, meta, operand_part(operand, "scales (codes' leading axes, D/group_size)").c_str());
   }
+  // Scales in a float dtype (affine: the data's), f16 (ggml's blocks) or u8 codes.
+  switch (spec.format().scale) {
+    case ScaleEncoding::input_dtype:
+      if (!is_float(x.scales.dtype)) require_float(x.scales, operand_part(operand, "scales").c_str());
+      break;
+    case ScaleEncoding::f16:
+      if (x.scales.dtype != DType::f16) require_dtype(x.scales, DType::f16, operand_part(operand, "scales").c_str());
+      break;
+    case ScaleEncoding::e8m0:
+    case ScaleEncoding::e4m3:
+      if (x.scales.dtype != DType::u8) require_dtype(x.scales, DType::u8, operand_part(operand, "scales").c_str());
+      break;
+  }
   if (spec.has_biases()) {
-    if (!is_float(x.scales.dtype)) require_float(x.scales, operand_part(operand, "scales").c_str());
     KVLAB_REQUIRE(x.biases.data != nullptr, invalid_argument, operand, " biases are missing; mode ",
                   quant_mode_name(spec.mode), " needs them");
     if (x.biases.shape != meta) {
@@ -74,7 +86,6 @@ void validate_packed(const QuantizedView& x, const char* operand, std::int64_t d
       require_dtype(x.biases, x.scales.dtype, operand_part(operand, "biases (same dtype as the scales)").c_str());
     }
   } else {
-    if (x.scales.dtype != DType::u8) require_dtype(x.scales, DType::u8, operand_part(operand, "scales").c_str());
     KVLAB_REQUIRE(x.biases.data == nullptr, invalid_argument, operand, " biases of shape ",
                   shape_str(x.biases.shape), " were given, but mode ", quant_mode_name(spec.mode), " has none");
   }

@@ -2,9 +2,10 @@
 // quantized_scaled_dot_product_attention), as a contract rather than a copy.
 //
 // q (B, Hq, Lq, Dk) float; K packed as (B, Hkv, Lk, Dk·bits/32) u32 codes with scales
-// (and biases, affine) (B, Hkv, Lk, Dk/group); V likewise with Dv; out (B, Hq, Lq, Dv)
-// in q's dtype. Any QuantSpec (affine: every bits/group, scales and biases of one float
-// dtype; fp modes: u8 scales and no biases, nvfp4 without a global scale); K and V may
+// (and biases, affine, q4_1, q5_1) (B, Hkv, Lk, Dk/group); V likewise with Dv; out
+// (B, Hq, Lq, Dv) in q's dtype. Any QuantSpec (affine: every bits/group, scales and biases
+// of one float dtype; fp modes: u8 scales and no biases, nvfp4 without a global scale;
+// ggml's blocks: f16 scales, and f16 mins as biases for q4_1/q5_1); K and V may
 // use different specs. Dv is out's last dim (the Tensor overload derives it from V's
 // code width, Dv = words·32/bits).
 // Semantics: exactly reference sdpa() over K and V dequantized to f32 (no rounding to
@@ -15,7 +16,8 @@
 // QuantSpec::validate; D not a multiple of its group size; codes not u32 or of a width
 // != D·bits/32; scales not (B, Hkv, Lk, D/group) (so Hkv or Lk differing between codes,
 // scales and biases is caught); biases missing, of another shape or dtype than the
-// scales (affine), or present (fp modes); scales not u8 in fp modes. All of it is
+// scales (affine, q4_1, q5_1), or present (the other formats); scales not u8 in fp modes,
+// not f16 in ggml's. All of it is
 // checked before anything is dequantized.
 #pragma once
 

@@ -22,6 +22,8 @@
   X(affine_dequantize, dequantize)                  \
   X(fp_quantize, quantize)                          \
   X(fp_dequantize, dequantize)                      \
+  X(ggml_quantize, quantize)                        \
+  X(ggml_dequantize, dequantize)                    \
   X(rope, rope)                                     \
   X(sdpa, sdpa)                                     \
   X(quantized_sdpa, quantized_sdpa)                 \
@@ -108,11 +110,13 @@ inline std::int64_t bhtd_numel(const Problem& p) {
 }
 // Packed storage of n elements under `spec` for data of element size `es`:
 //   codes  n·bits/8 bytes (u32 words, D·bits/32 per row),
-//   scales n/group · (es for affine, 1 byte — E8M0/E4M3 — for the fp modes),
-//   biases n/group · es (affine only).
+//   scales n/group · (es for affine, 1 byte — E8M0/E4M3 — for the fp modes, 2 — f16 —
+//   for ggml's blocks),
+//   biases n/group · the scales' size (affine, q4_1, q5_1).
 inline std::int64_t packed_bytes(const QuantSpec& spec, std::int64_t n, std::int64_t es) {
   const std::int64_t groups = n / spec.group_size;
-  const std::int64_t scale_size = spec.format().scale == ScaleEncoding::input_dtype ? es : 1;
+  const ScaleEncoding scale = spec.format().scale;
+  const std::int64_t scale_size = scale == ScaleEncoding::input_dtype ? es : (scale == ScaleEncoding::f16 ? 2 : 1);
   return n * spec.bits / 8 + groups * scale_size * (spec.has_biases() ? 2 : 1);
 }
 

@@ -481,6 +481,7 @@ class QuantizedSdpa final : public OpInfo {
       // code, so those rows stay clean.
       switch (spec.format().scale) {
         case ScaleEncoding::input_dtype: poison_rows(hidden, q.scales, payload_nan_bits(kv_dtype)); break;
+        case ScaleEncoding::f16: poison_rows(hidden, q.scales, payload_nan_bits(DType::f16)); break;
         case ScaleEncoding::e8m0: poison_rows(hidden, q.scales, 0xFF); break;
         case ScaleEncoding::e4m3: break;
       }

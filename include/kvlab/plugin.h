@@ -82,6 +82,13 @@ typedef struct kvlab_tensor {
 #define KVLAB_QUANT_MXFP4 1  /* bits 4, group 32, u8 E8M0 scales, no biases */
 #define KVLAB_QUANT_MXFP8 2  /* bits 8, group 32, u8 E8M0 scales */
 #define KVLAB_QUANT_NVFP4 3  /* bits 4, group 16, u8 E4M3 scales, optional global scale */
+/* ggml's blocks of 32 (docs/quantization.md): f16 scales whatever the input dtype. */
+#define KVLAB_QUANT_Q8_0 4   /* bits 8, codes int8 (two's complement) */
+#define KVLAB_QUANT_Q4_0 5   /* bits 4, codes offset by 8 */
+#define KVLAB_QUANT_Q4_1 6   /* bits 4, unsigned codes, f16 mins as biases */
+#define KVLAB_QUANT_Q5_0 7   /* bits 5, codes offset by 16 */
+#define KVLAB_QUANT_Q5_1 8   /* bits 5, unsigned codes, f16 mins as biases */
+#define KVLAB_QUANT_IQ4_NL 9 /* bits 4, indices into ggml's 16-value table */
 
 /* Arithmetic flavours (kvlab::Rounding): the contract, Metal's, the pinned MLX's. */
 #define KVLAB_ROUNDING_MLX_CPU 0
@@ -90,7 +97,7 @@ typedef struct kvlab_tensor {
 
 /* A packed tensor: codes wq (..., D·bits/32) u32, LSB-first bitstream per row
  * (reference/bitpack.h); scales (..., D/group); biases of the scales' shape and dtype
- * for affine (biases.data == NULL otherwise). */
+ * for affine, q4_1 and q5_1 (biases.data == NULL otherwise). */
 typedef struct kvlab_quantized {
   kvlab_tensor wq, scales, biases;
   int32_t mode; /* KVLAB_QUANT_* */

@@ -6,6 +6,12 @@
 //   mxfp4   32            4                  wq (u32), scales (u8, E8M0)
 //   mxfp8   32            8                  wq (u32), scales (u8, E8M0)
 //   nvfp4   16            4                  wq (u32), scales (u8, E4M3)
+//   q8_0    32            8                  wq (u32), scales (f16)            ggml blocks
+//   q4_0    32            4                  wq (u32), scales (f16)
+//   q4_1    32            4                  wq (u32), scales + mins (f16)
+//   q5_0    32            5                  wq (u32), scales (f16)
+//   q5_1    32            5                  wq (u32), scales + mins (f16)
+//   iq4_nl  32            4                  wq (u32), scales (f16)
 //
 // Adding a format: its QuantMode, its row in the table, and its encoder (reference and
 // each backend that implements it); backends dispatch on QuantFormat::encoder in one
@@ -23,15 +29,20 @@
 
 namespace kvlab {
 
-enum class QuantMode : std::uint8_t { affine, mxfp4, mxfp8, nvfp4 };
+enum class QuantMode : std::uint8_t { affine, mxfp4, mxfp8, nvfp4, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl };
 
-// Which encoder implements a format: affine (reference/affine_quantize.h) or the
-// microscaling float formats (reference/fp_quantize.h).
-enum class QuantEncoder : std::uint8_t { affine, fp };
-// How a group's scale is stored.
-enum class ScaleEncoding : std::uint8_t { input_dtype, e8m0, e4m3 };
-// How one element's code is interpreted.
-enum class ElementEncoding : std::uint8_t { unsigned_int, e2m1, e4m3 };
+// Which encoder implements a format: affine (reference/affine_quantize.h), the
+// microscaling float formats (reference/fp_quantize.h) or ggml's 32-element blocks
+// (reference/ggml_quantize.h).
+enum class QuantEncoder : std::uint8_t { affine, fp, ggml };
+// How a group's scale (and bias, where the format has one) is stored: in the input
+// dtype, as a u8 E8M0 or E4M3 code, or as f16 whatever the input dtype (ggml).
+enum class ScaleEncoding : std::uint8_t { input_dtype, e8m0, e4m3, f16 };
+// How one element's code is interpreted: an unsigned integer (affine, q4_1, q5_1), a
+// float code (E2M1, E4M3), a two's-complement integer (q8_0), an integer offset by
+// 2^(bits-1) (q4_0, q5_0: code − 8, code − 16), or an index into ggml's non-linear
+// table of 16 values (iq4_nl).
+enum class ElementEncoding : std::uint8_t { unsigned_int, e2m1, e4m3, signed_int, offset_int, iq4nl_table };
 
 // One row of the format table (docs/quantization.md §Format table: MLX's validation table).
 struct QuantFormat {
@@ -41,7 +52,7 @@ struct QuantFormat {
   std::span<const int> bits;    // accepted bit widths
   std::span<const int> groups;  // accepted group sizes
   int default_bits, default_group;
-  bool has_biases;              // affine: a float bias per group beside the scale
+  bool has_biases;              // affine: a float bias per group beside the scale (q4_1, q5_1: the min)
   ScaleEncoding scale;
   ElementEncoding element;
   bool takes_global_scale;      // nvfp4: an optional tensor-wide f32 scale
@@ -79,8 +90,8 @@ struct QuantSpec {
   int bits = 4;
   int group_size = 64;
 
-  // MLX defaults for a mode (affine 4/64, mxfp4 4/32, mxfp8 8/32, nvfp4 4/16) with
-  // optional overrides, validated.
+  // MLX defaults for a mode (affine 4/64, mxfp4 4/32, mxfp8 8/32, nvfp4 4/16; the ggml
+  // formats have one width each and group 32) with optional overrides, validated.
   static QuantSpec make(QuantMode mode, std::optional<int> bits = {}, std::optional<int> group_size = {});
 
   void validate() const;  // throws invalid_argument naming the bad bits / group size
@@ -91,8 +102,15 @@ struct QuantSpec {
   void validate_dim(std::int64_t d) const;
   std::int64_t packed_words(std::int64_t d) const;  // D·bits/32 (validates D)
   std::int64_t groups(std::int64_t d) const;        // D/group_size (validates D)
+  // The dtype of the scales (and biases): the input's, f16 for ggml's blocks, else u8.
   DType scale_dtype(DType input) const {
-    return format().scale == ScaleEncoding::input_dtype ? input : DType::u8;
+    switch (format().scale) {
+      case ScaleEncoding::input_dtype: return input;
+      case ScaleEncoding::f16: return DType::f16;
+      case ScaleEncoding::e8m0:
+      case ScaleEncoding::e4m3: return DType::u8;
+    }
+    return DType::u8;
   }
   // The element count D that `words` packed u32 words hold (words·32/bits): how a
   // kernel recovers Dv from V's codes.

@@ -9,6 +9,7 @@
 #include "kernels/mlx/mlx_ops.h"
 #include "kvlab/host_buffer.h"
 #include "reference/fp_quantize.h"
+#include "reference/ggml_quantize.h"
 #include "reference/quantize.h"
 
 namespace kvlab::mlxk {
@@ -27,22 +28,35 @@ std::optional<mx::array> global_scale_array(std::optional<float> g) {
   return mx::array(*g, mx::float32);
 }
 
+// MLX has no ggml block formats: those calls are UNIMPLEMENTED here, after the oracle's
+// own checks so that bad calls still fail as they do everywhere.
+void require_mlx_format(const QuantSpec& spec, const char* op) {
+  KVLAB_REQUIRE(spec.format().encoder != QuantEncoder::ggml, unsupported, "MlxBackend: ", op, " of ",
+                to_string(spec), " (a ggml block format) is not an MLX format");
+}
+
 // The reference's checks, in its order, so the same calls fail the same way.
 void validate_quantize(const ConstTensorView& x, const QuantizedMutView& out) {
   ref::validate_format_operands(out.spec, out.biases, out.global_scale, "quantize");
-  if (out.spec.format().encoder == QuantEncoder::affine) {
-    ref::validate_affine_quantize(x, out.spec, out.wq, out.scales, out.biases);
-  } else {
-    ref::validate_fp_quantize(x, out.spec, out.global_scale, out.wq, out.scales);
+  switch (out.spec.format().encoder) {
+    case QuantEncoder::affine: ref::validate_affine_quantize(x, out.spec, out.wq, out.scales, out.biases); return;
+    case QuantEncoder::fp: ref::validate_fp_quantize(x, out.spec, out.global_scale, out.wq, out.scales); return;
+    case QuantEncoder::ggml:
+      ref::validate_ggml_quantize(x, out.spec, out.wq, out.scales, out.biases);
+      require_mlx_format(out.spec, "quantize");
+      return;
   }
 }
 
 void validate_dequantize(const QuantizedView& in, const ConstTensorView& out) {
   ref::validate_format_operands(in.spec, in.biases, in.global_scale, "dequantize");
-  if (in.spec.format().encoder == QuantEncoder::affine) {
-    ref::validate_affine_dequantize(in.wq, in.scales, in.biases, in.spec, out);
-  } else {
-    ref::validate_fp_dequantize(in.wq, in.scales, in.spec, in.global_scale, out);
+  switch (in.spec.format().encoder) {
+    case QuantEncoder::affine: ref::validate_affine_dequantize(in.wq, in.scales, in.biases, in.spec, out); return;
+    case QuantEncoder::fp: ref::validate_fp_dequantize(in.wq, in.scales, in.spec, in.global_scale, out); return;
+    case QuantEncoder::ggml:
+      ref::validate_ggml_dequantize(in.wq, in.scales, in.biases, in.spec, out);
+      require_mlx_format(in.spec, "dequantize");
+      return;
   }
 }
 

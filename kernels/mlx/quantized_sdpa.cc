@@ -48,6 +48,10 @@ void quantized_sdpa(const QuantizedSdpaArgs& a) {
   ref::validate_quantized_sdpa(q, k, v, a.params, mask, sinks, out);
   KVLAB_REQUIRE(a.params.softcap == 0.0f, unsupported, "mlx quantized_sdpa: softcap ", a.params.softcap,
                 ": mlx-lm's quantized attention has no logit softcap");
+  for (const QuantizedView* x : {&k, &v}) {
+    KVLAB_REQUIRE(x->spec.format().encoder != QuantEncoder::ggml, unsupported, "mlx quantized_sdpa: ",
+                  to_string(x->spec), " is a ggml block format, which MLX does not have");
+  }
   guarded("quantized_sdpa", [&] {
     const std::int64_t B = q.shape[0], Hq = q.shape[1], Lq = q.shape[2], Dk = q.shape[3];
     const std::int64_t Hkv = k.wq.shape[1], Lk = k.wq.shape[2], Dv = out.shape[3];

@@ -14,7 +14,10 @@ void quantize(const ConstTensorView& x, Rounding asked, const QuantizedMutView& 
   switch (out.spec.format().encoder) {
     case QuantEncoder::affine: affine_quantize(x, out.spec, rounding, out.wq, out.scales, out.biases); return;
     case QuantEncoder::fp: fp_quantize(x, out.spec, rounding, out.global_scale, out.wq, out.scales); return;
+    case QuantEncoder::ggml: break;
   }
+  fail(ErrorKind::unsupported, cat("SimdBackend: quantize of ", to_string(out.spec),
+                                   " (a ggml block format) has no SIMD kernel; only the oracle computes it"));
 }
 
 void dequantize(const QuantizedView& in, const TensorView& out, Rounding flavour) {
@@ -24,7 +27,10 @@ void dequantize(const QuantizedView& in, const TensorView& out, Rounding flavour
   switch (in.spec.format().encoder) {
     case QuantEncoder::affine: affine_dequantize(in.wq, in.scales, in.biases, in.spec, out); return;
     case QuantEncoder::fp: fp_dequantize(in.wq, in.scales, in.spec, in.global_scale, out); return;
+    case QuantEncoder::ggml: break;
   }
+  fail(ErrorKind::unsupported, cat("SimdBackend: dequantize of ", to_string(in.spec),
+                                   " (a ggml block format) has no SIMD kernel; only the oracle computes it"));
 }
 
 }  // namespace kvlab::simd

@@ -30,7 +30,8 @@ namespace {
 using ::testing::HasSubstr;
 using ::testing::MatchesRegex;
 
-constexpr QuantMode kModes[] = {QuantMode::affine, QuantMode::mxfp4, QuantMode::mxfp8, QuantMode::nvfp4};
+constexpr QuantMode kModes[] = {QuantMode::affine, QuantMode::mxfp4, QuantMode::mxfp8, QuantMode::nvfp4, QuantMode::q8_0,
+                                QuantMode::q4_0,   QuantMode::q4_1,  QuantMode::q5_0,  QuantMode::q5_1,  QuantMode::iq4_nl};
 
 // docs/quantization.md §Format table, row by row, with MLX 0.32.4's 1-bit affine (the real library
 // wins).
@@ -41,6 +42,13 @@ bool spec_allows(QuantMode m, int bits, int group) {
     case QuantMode::mxfp4: return group == 32 && bits == 4;
     case QuantMode::mxfp8: return group == 32 && bits == 8;
     case QuantMode::nvfp4: return group == 16 && bits == 4;
+    // ggml's blocks (docs/quantization.md §ggml block formats): 32 elements, one width each.
+    case QuantMode::q8_0: return group == 32 && bits == 8;
+    case QuantMode::q4_0:
+    case QuantMode::q4_1:
+    case QuantMode::iq4_nl: return group == 32 && bits == 4;
+    case QuantMode::q5_0:
+    case QuantMode::q5_1: return group == 32 && bits == 5;
   }
   return false;
 }
@@ -70,7 +78,7 @@ TEST(QuantSpecValidate, AcceptsExactlyTheSpecTable) {
       }
     }
   }
-  EXPECT_EQ(accepted, 3 * 7 + 3);  // guards the grid itself: every table entry was visited
+  EXPECT_EQ(accepted, 3 * 7 + 3 + 6);  // guards the grid itself: every table entry was visited
 }
 
 TEST(QuantSpecValidate, ZeroAndNegativeAreRejected) {
@@ -120,9 +128,9 @@ TEST(QuantSpecValidate, MessagesNameTheBadBitsOrGroup) {
 }
 
 TEST(QuantSpecValidate, ModeOutsideTheEnumIsAnError) {
-  const auto bogus = static_cast<QuantMode>(9);  // e.g. a corrupt header byte
+  const auto bogus = static_cast<QuantMode>(42);  // e.g. a corrupt header byte
   EXPECT_THAT(error_message([&] { (QuantSpec{bogus, 4, 64}).validate(); }, ErrorKind::invalid_argument),
-              MatchesRegex(names(9)));
+              MatchesRegex(names(42)));
 }
 
 // ---- shapes ------------------------------------------------------------------------------
@@ -212,6 +220,15 @@ TEST(QuantSpecShapes, BitsPerElement) {
   EXPECT_DOUBLE_EQ(QuantSpec::make(QuantMode::mxfp4).bits_per_element(DType::f32), 4.25);
   EXPECT_DOUBLE_EQ(QuantSpec::make(QuantMode::mxfp8).bits_per_element(DType::bf16), 8.25);
   EXPECT_DOUBLE_EQ(QuantSpec::make(QuantMode::nvfp4).bits_per_element(DType::f16), 4.5);  // 8/16
+  // ggml: block bytes · 8 / 32 whatever the input dtype (34, 18, 20, 22, 24, 18 bytes)
+  for (DType in : {DType::f32, DType::f16, DType::bf16}) {
+    EXPECT_DOUBLE_EQ(QuantSpec::make(QuantMode::q8_0).bits_per_element(in), 8.5);
+    EXPECT_DOUBLE_EQ(QuantSpec::make(QuantMode::q4_0).bits_per_element(in), 4.5);
+    EXPECT_DOUBLE_EQ(QuantSpec::make(QuantMode::q4_1).bits_per_element(in), 5.0);
+    EXPECT_DOUBLE_EQ(QuantSpec::make(QuantMode::q5_0).bits_per_element(in), 5.5);
+    EXPECT_DOUBLE_EQ(QuantSpec::make(QuantMode::q5_1).bits_per_element(in), 6.0);
+    EXPECT_DOUBLE_EQ(QuantSpec::make(QuantMode::iq4_nl).bits_per_element(in), 4.5);
+  }
 }
 
 TEST(QuantSpecShapes, ScalesAndBiasesFollowTheMode) {
@@ -221,6 +238,11 @@ TEST(QuantSpecShapes, ScalesAndBiasesFollowTheMode) {
     for (QuantMode m : {QuantMode::mxfp4, QuantMode::mxfp8, QuantMode::nvfp4}) {
       EXPECT_FALSE(QuantSpec::make(m).has_biases());
       EXPECT_EQ(QuantSpec::make(m).scale_dtype(in), DType::u8);  // E8M0 / E4M3 bytes
+    }
+    for (QuantMode m : {QuantMode::q8_0, QuantMode::q4_0, QuantMode::q4_1, QuantMode::q5_0, QuantMode::q5_1,
+                        QuantMode::iq4_nl}) {
+      EXPECT_EQ(QuantSpec::make(m).scale_dtype(in), DType::f16);  // ggml's ggml_half d (and m)
+      EXPECT_EQ(QuantSpec::make(m).has_biases(), m == QuantMode::q4_1 || m == QuantMode::q5_1);
     }
   }
 }
@@ -238,7 +260,9 @@ TEST(QuantSpecNames, ToStringFormat) {
 TEST(QuantSpecNames, ModeAndRoundingNamesRoundTrip) {
   const std::pair<QuantMode, const char*> modes[] = {
       {QuantMode::affine, "affine"}, {QuantMode::mxfp4, "mxfp4"},
-      {QuantMode::mxfp8, "mxfp8"},   {QuantMode::nvfp4, "nvfp4"}};
+      {QuantMode::mxfp8, "mxfp8"},   {QuantMode::nvfp4, "nvfp4"}, {QuantMode::q8_0, "q8_0"},
+      {QuantMode::q4_0, "q4_0"},     {QuantMode::q4_1, "q4_1"},   {QuantMode::q5_0, "q5_0"},
+      {QuantMode::q5_1, "q5_1"},     {QuantMode::iq4_nl, "iq4_nl"}};
   for (const auto& [m, name] : modes) {
     EXPECT_EQ(quant_mode_name(m), name);
     EXPECT_EQ(quant_mode_from_name(name), m);
