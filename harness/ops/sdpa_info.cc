@@ -247,18 +247,14 @@ std::uint64_t attention_work(const Problem& p, bool quantized) {
 //   intermediate rounding the backend declares (Backend::attention_rounding; the spine
 //   drops the others): u² (P), u_v² + u_k²·σ² (dequantized K/V), u_q²·σ² (q·scale),
 //   u²·s_max² (logits).
-// At Lk 4096, Dk 64 (σ² ≈ 3, s_max² ≈ 20), declaring all four: f16 ≈ 7e-6 (u² = 2.4e-7),
-// bf16 ≈ 4e-4 (u² = 1.5e-5), i.e. ~30u²; declaring none (kvlab's SIMD and Vulkan kernels):
-// ~2u², which a kernel that rounds its running state to T once per key block exceeds
-// (tests/harness/test_precision_ceiling.cc).
-// A correct kernel measures far below: its result before the final rounding is within
-// ~1e-5 relative of the oracle's, so most elements round alike (SIMD on every target and
-// Vulkan: NMSE ≤ 1e-7, ≤ 1e-3 of the ceiling, over every f16/bf16 case of the ci and
-// lavapipe tiers); MLX's sdpa, which rounds q·scale and P to T, ≤ 0.12 of it. MLX's
-// quantized attention accumulates P·V in T and exceeds it (harness/known/mlx, D6).
-// A running accumulator kept in T instead rounds at every
-// one of the Lk adds: relative error ~√Lk·u (64u at Lk 4096) plus stagnation of the sum,
-// NMSE ~1e4·u² and more (measured 0.016-0.023 f16, 2.0-2.4 bf16).
+// At Lk 4096, Dk 64 (σ² ≈ 3, s_max² ≈ 20), declaring all four: ~30u²; declaring none
+// (kvlab's SIMD and Vulkan kernels): ~2u², which one running state rounded to T once per
+// 256 keys exceeds at Lk 32 768 (tests/harness/test_precision_ceiling.cc). A correct
+// kernel's result before the final rounding is within ~1e-5 relative of the oracle's, so
+// most elements round alike and its NMSE sits orders of magnitude below the ceiling.
+// MLX's quantized attention accumulates P·V in T and exceeds it (harness/known/mlx, D6); a
+// running accumulator kept in T at every one of the Lk adds errs by ~√Lk·u relative plus
+// the stagnation of the sum, far beyond it.
 // f32 outputs: none (the budget is derived from f32 arithmetic already).
 Budget attention_budget(const Problem& p, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor* mask,
                         const Tensor& ref, DType k_dtype, DType v_dtype) {
