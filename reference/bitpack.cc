@@ -60,4 +60,12 @@ void unpack_codes(std::span<const std::uint32_t> words, int bits, std::span<std:
   }
 }
 
+PackedShapes packed_shapes(const ConstTensorView& x, const QuantSpec& spec, const char* who) {
+  require_float(x, who);
+  KVLAB_REQUIRE(x.rank() >= 1, shape_mismatch, who, " has rank 0 (shape ", shape_str(x.shape),
+                "); it needs a last axis to split into groups");
+  const std::int64_t d = x.dim(-1);
+  return {d, shape_with_last(x.shape, spec.packed_words(d)), shape_with_last(x.shape, spec.groups(d))};
+}
+
 }  // namespace kvlab::ref

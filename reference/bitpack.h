@@ -9,6 +9,9 @@
 #include <cstdint>
 #include <span>
 
+#include "kvlab/quant_spec.h"
+#include "kvlab/tensor.h"
+
 namespace kvlab::ref {
 
 std::int64_t packed_word_count(std::int64_t n_codes, int bits);  // ceil(n·bits/32)
@@ -17,5 +20,13 @@ std::int64_t packed_word_count(std::int64_t n_codes, int bits);  // ceil(n·bits
 void pack_codes(std::span<const std::uint8_t> codes, int bits, std::span<std::uint32_t> words);
 void unpack_codes(std::span<const std::uint32_t> words, int bits, std::span<std::uint8_t> codes);
 std::uint32_t code_at(std::span<const std::uint32_t> words, int bits, std::int64_t i);
+
+// The tensors of x packed with `spec`: codes (..., D·bits/32) and scales (..., D/group).
+// Error naming `who` for a non-float x or one of rank 0.
+struct PackedShapes {
+  std::int64_t d = 0;
+  Shape wq, scales;
+};
+PackedShapes packed_shapes(const ConstTensorView& x, const QuantSpec& spec, const char* who);
 
 }  // namespace kvlab::ref

@@ -106,19 +106,6 @@ void require_global_scale(const QuantSpec& spec, std::optional<float> global_sca
                 " is not finite");
 }
 
-struct QuantizeShapes {
-  std::int64_t d = 0;
-  Shape wq, scales;
-};
-
-QuantizeShapes quantize_shapes(const ConstTensorView& x, const QuantSpec& spec) {
-  require_float(x, "fp_quantize input x");
-  KVLAB_REQUIRE(x.rank() >= 1, shape_mismatch, "fp_quantize input x has rank 0 (shape ", shape_str(x.shape),
-                "); it needs a last axis to group");
-  const std::int64_t d = x.dim(-1);
-  return {d, shape_with_last(x.shape, spec.packed_words(d)), shape_with_last(x.shape, spec.groups(d))};
-}
-
 // The element encoder of a format, applied to a value already divided by its scale.
 std::uint8_t encode_element(float y, const QuantSpec& spec, Rounding rounding) {
   return spec.format().element == ElementEncoding::e4m3 ? e4m3_encode(y) : e2m1_encode(y, rounding);
@@ -267,7 +254,7 @@ std::int64_t validate_fp_quantize(const ConstTensorView& x, const QuantSpec& spe
                                   const ConstTensorView& wq, const ConstTensorView& scales) {
   require_fp_spec(spec, "fp_quantize");
   require_global_scale(spec, global_scale, "fp_quantize");
-  const QuantizeShapes shapes = quantize_shapes(x, spec);
+  const PackedShapes shapes = packed_shapes(x, spec, "fp_quantize input x");
   require_dtype(wq, DType::u32, "fp_quantize output wq");
   require_shape(wq, shapes.wq, "fp_quantize output wq");
   require_dtype(scales, DType::u8, "fp_quantize output scales");
@@ -354,7 +341,7 @@ void fp_dequantize(const ConstTensorView& wq, const ConstTensorView& scales, con
 QuantizedTensor fp_quantize(const Tensor& x, const QuantSpec& spec, Rounding rounding,
                             std::optional<float> global_scale) {
   require_fp_spec(spec, "fp_quantize");
-  const QuantizeShapes shapes = quantize_shapes(x.view(), spec);
+  const PackedShapes shapes = packed_shapes(x.view(), spec, "fp_quantize input x");
   QuantizedTensor q{Tensor(DType::u32, shapes.wq), Tensor(DType::u8, shapes.scales), Tensor(), spec};
   fp_quantize(x.view(), spec, rounding, global_scale, q.wq.view(), q.scales.view());
   return q;

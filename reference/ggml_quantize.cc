@@ -168,19 +168,6 @@ GgmlBlock quantize_iq4_nl(std::span<const float, kGgmlBlock> x) {
   return b;
 }
 
-struct GgmlShapes {
-  std::int64_t d = 0;
-  Shape wq, scales;
-};
-
-GgmlShapes ggml_shapes(const ConstTensorView& x, const QuantSpec& spec) {
-  require_float(x, "ggml_quantize input x");
-  KVLAB_REQUIRE(x.rank() >= 1, shape_mismatch, "ggml_quantize input x has rank 0 (shape ", shape_str(x.shape),
-                "); it needs a last axis to split into blocks of 32");
-  const std::int64_t d = x.dim(-1);
-  return {d, shape_with_last(x.shape, spec.packed_words(d)), shape_with_last(x.shape, spec.groups(d))};
-}
-
 }  // namespace ggml_detail
 
 using namespace ggml_detail;
@@ -297,7 +284,7 @@ GgmlBlock ggml_block_from_bytes(QuantMode mode, std::span<const std::uint8_t> by
 void validate_ggml_quantize(const ConstTensorView& x, const QuantSpec& spec, const ConstTensorView& wq,
                             const ConstTensorView& scales, const ConstTensorView& biases) {
   require_ggml_spec(spec, "ggml_quantize");
-  const GgmlShapes shapes = ggml_shapes(x, spec);
+  const PackedShapes shapes = packed_shapes(x, spec, "ggml_quantize input x");
   require_dtype(wq, DType::u32, "ggml_quantize output wq");
   require_shape(wq, shapes.wq, "ggml_quantize output wq");
   require_dtype(scales, DType::f16, "ggml_quantize output scales");
@@ -388,7 +375,7 @@ void ggml_dequantize(const ConstTensorView& wq, const ConstTensorView& scales, c
 
 QuantizedTensor ggml_quantize(const Tensor& x, const QuantSpec& spec) {
   require_ggml_spec(spec, "ggml_quantize");
-  const GgmlShapes shapes = ggml_shapes(x.view(), spec);
+  const PackedShapes shapes = packed_shapes(x.view(), spec, "ggml_quantize input x");
   QuantizedTensor q{Tensor(DType::u32, shapes.wq), Tensor(DType::f16, shapes.scales),
                     spec.has_biases() ? Tensor(DType::f16, shapes.scales) : Tensor(), spec};
   ggml_quantize(x.view(), spec, q.wq.view(), q.scales.view(), spec.has_biases() ? q.biases.view() : TensorView{});
