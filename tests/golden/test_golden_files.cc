@@ -200,6 +200,23 @@ TEST(GoldenFile, ReadingIsStrict) {
   EXPECT_THAT(error_of([&] { read_golden(temp("missing.safetensors")); }), HasSubstr("cannot open"));
 }
 
+// The token range at its limits (issue: a reader whose check is off by one passed every
+// test that tried a token far outside): vocab − 1 and 0 are read, vocab and −1 are not.
+TEST(GoldenFile, TokensAreCheckedAtTheLimitsOfTheVocabulary) {
+  const auto read_token = [&](std::int32_t token) {
+    Golden g;
+    g.sequences.push_back(record({1}, {{0.f, 1.f, 2.f}}));  // a vocabulary of 3
+    g.sequences[0].tokens = {token};
+    const std::string name = "limit" + std::to_string(token) + ".safetensors";
+    write_golden(temp(name), g);
+    return error_of([&] { read_golden(temp(name)); });
+  };
+  EXPECT_EQ(read_token(2), "no error");
+  EXPECT_EQ(read_token(0), "no error");
+  EXPECT_THAT(read_token(3), HasSubstr("token 3 is outside the vocabulary of 3"));
+  EXPECT_THAT(read_token(-1), HasSubstr("token -1 is outside the vocabulary of 3"));
+}
+
 Golden golden_of(std::vector<SequenceRecord> s) {
   Golden g;
   g.sequences = std::move(s);
