@@ -48,6 +48,29 @@ TEST(Footprint, BoundsThePreparedTensorsOfEveryCiCase) {
   EXPECT_GT(checked, 1000u);
 }
 
+// The ci cases' dimensions are close to each other, so a footprint that counts one
+// tensor with another's width (V at Dk) still bounds them under the factor above. Here
+// each dimension in turn dominates the others, so every tensor's own size decides.
+TEST(Footprint, BoundsThePreparedTensorsWhenOneDimensionDominates) {
+  const char* const lines[] = {
+      "sdpa B=1 Hq=1 Hkv=1 Lq=1 Lk=2048 Dk=16 Dv=1024 dtype=f32 mask=none",     // Dv ≫ Dk
+      "sdpa B=1 Hq=1 Hkv=1 Lq=1 Lk=2048 Dk=1024 Dv=16 dtype=f16 mask=none",     // Dk ≫ Dv
+      "sdpa B=1 Hq=64 Hkv=1 Lq=256 Lk=4 Dk=32 Dv=32 dtype=bf16 mask=none",      // Hq·Lq ≫ Lk
+      "sdpa B=64 Hq=2 Hkv=2 Lq=1 Lk=64 Dk=32 Dv=32 dtype=f32 mask=causal",      // B ≫ 1
+      "sdpa B=1 Hq=1 Hkv=1 Lq=64 Lk=64 Dk=16 Dv=16 dtype=f32 mask=additive",    // the mask
+      "quantized_sdpa B=1 Hq=1 Hkv=1 Lq=1 Lk=2048 Dk=32 Dv=1024 dtype=f16 kbits=8 kgroup=32 vbits=8 vgroup=32 "
+      "mask=none",
+      "quantized_sdpa B=1 Hq=1 Hkv=1 Lq=1 Lk=2048 Dk=1024 Dv=32 dtype=f16 kbits=8 kgroup=32 vbits=8 vgroup=32 "
+      "mask=none",
+  };
+  for (const char* line : lines) {
+    const Problem p = parse_problem(line);
+    const OpInfo& op = find_op(p.op());
+    const Prepared prep = op.prepare(p);
+    EXPECT_GE(op.footprint(p), prepared_bytes(prep)) << p.line();
+  }
+}
+
 // The perf shapes (benchmarks, real GPUs) stay runnable on a 24 GiB machine: the
 // default cap there is 12 GiB.
 TEST(Footprint, NoCaseOfTheFullTierIsOverTwelveGiB) {
