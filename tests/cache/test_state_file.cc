@@ -372,6 +372,38 @@ TEST_F(CorruptFileTest, CorruptionTableGivesNamedErrors) {
   }
 }
 
+// Every range check at its limit: the value at the limit loads (the baseline file holds
+// the values just inside), one past it is a named error. The corruption table above tries
+// values far outside, which an off-by-one check would still refuse.
+TEST_F(CorruptFileTest, RangeChecksHoldAtTheirLimits) {
+  const auto with = [&](std::function<void(Parts&)> edit) {
+    Parts p = parts_;
+    edit(p);
+    return assemble(p);
+  };
+  const std::size_t data = parts_.data.size();
+  // A tensor may end at the last data byte, not one past it.
+  const auto says = [](const Error& e, const char* what) { return std::string(e.what()).find(what) != std::string::npos; };
+  const Error past = load_error(with([&](Parts& p) { p.header["L.0.values"]["data_offsets"] = {16, data + 1}; }));
+  EXPECT_TRUE(says(past, "outside the data region")) << past.what();
+  // The header length may reach the end of the file, not one byte past it.
+  const Error header = load_error(le64(header_text_.size() + data + 1) + header_text_ + parts_.data);
+  EXPECT_TRUE(says(header, "exceeds the")) << header.what();
+  // JSON nests 3 deep (object, entry, shape); a fourth level is refused by name, a third
+  // level elsewhere only for what it is.
+  const auto nested = [&](const std::string& value) {
+    return load_error(assemble("{\"x\":" + value + "," + header_text_.substr(1), parts_.data));
+  };
+  EXPECT_TRUE(says(nested("[[[1]]]"), "deeper than 3")) << nested("[[[1]]]").what();
+  EXPECT_FALSE(says(nested("[[1]]"), "deeper")) << nested("[[1]]").what();
+  // The layer count is exact: one more or one fewer than the layers present is refused.
+  for (const char* count : {"1", "3"}) {
+    SCOPED_TRACE(count);
+    const Error e = load_error(with([&](Parts& p) { p.header["__metadata__"]["kvlab.layers"] = count; }));
+    EXPECT_EQ(e.kind(), ErrorKind::corrupt) << e.what();
+  }
+}
+
 // Flipping any single header bit either still loads (e.g. a changed metadata letter)
 // or throws a kvlab::Error; under ASan/UBSan this is the "never a crash" property.
 TEST_F(CorruptFileTest, FlippedHeaderBytesNeverCrash) {
