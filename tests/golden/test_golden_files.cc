@@ -83,6 +83,46 @@ TEST(Scenario, RejectsBadLinesNamingTheCulprit) {
     EXPECT_THAT(error_of([&line = line] { parse_scenario(line, "f:1"); }), HasSubstr(want)) << line;
 }
 
+// Every numeric key at its limits: the bounds themselves parse, one past either bound is
+// an error naming the key (an off-by-one range check passes tests that try values far
+// outside). `{}` in a line is where the value goes.
+TEST(Scenario, EveryRangeHoldsAtItsLimits) {
+  struct Range {
+    const char* line;
+    long long lo, hi;
+    const char* named;  // in the error one past a bound
+  };
+  const std::vector<Range> ranges = {
+      {"x prompts={} steps=4", 1, 4096, "prompts="},
+      {"x prompts=3 steps={}", 1, 4096, "steps="},
+      {"x prompts=3 steps=4 seed={}", 0, 1ll << 53, "seed="},
+      {"x prompts=3 steps=4 quantized_kv_start={} kv_bits=4", 0, 1 << 30, "quantized_kv_start="},
+      {"x prompts=3 steps=4 max_kv_size={}", 5, 1 << 20, "max_kv_size="},
+      {"x prompts=4096 steps=4 prefix={} second=1", 1, 4096, "prefix="},
+      {"x prompts=3 steps=4 prefix=1 second={}", 1, 4096, "second="},
+      {"x prompts=3,4 steps=4096 finish=1@{}", 1, 4095, "finish="},
+      {"x prompts=3 steps=4096 join=2@{}", 0, 4095, "join="},
+      {"x prompts=3 steps=4096 save_at={}", 0, 4094, "save_at="},
+  };
+  const auto with = [](std::string line, long long v) { return line.replace(line.find("{}"), 2, std::to_string(v)); };
+  for (const Range& r : ranges) {
+    for (const long long ok : {r.lo, r.hi})
+      EXPECT_EQ(error_of([&] { parse_scenario(with(r.line, ok), "f:1"); }), "no error") << with(r.line, ok);
+    for (const long long bad : {r.lo - 1, r.hi + 1})
+      EXPECT_THAT(error_of([&] { parse_scenario(with(r.line, bad), "f:1"); }), HasSubstr(r.named)) << with(r.line, bad);
+  }
+  // At most 16 requests, of at most 4096 tokens each; a line of at most 4096 bytes.
+  std::string sixteen = "x prompts=1", seventeen;
+  for (int i = 1; i < 16; ++i) sixteen += ",1";
+  seventeen = sixteen + ",1";
+  EXPECT_EQ(error_of([&] { parse_scenario(sixteen + " steps=4", "f:1"); }), "no error");
+  EXPECT_THAT(error_of([&] { parse_scenario(seventeen + " steps=4", "f:1"); }), HasSubstr("more than 16 requests"));
+  const std::string head = "x prompts=3 steps=4 min_top1=0.";
+  EXPECT_EQ(error_of([&] { parse_scenario(head + std::string(4096 - head.size(), '5'), "f:1"); }), "no error");
+  EXPECT_THAT(error_of([&] { parse_scenario(head + std::string(4097 - head.size(), '5'), "f:1"); }),
+              HasSubstr("line of 4097 bytes"));
+}
+
 TEST(Scenario, CheckedInScenarioFilesParse) {
   for (const char* id : {"llama_dense", "llama_hybrid", "gemma4_small"}) {
     const auto all = read_scenarios(std::filesystem::path(KVLAB_GOLDEN_SOURCE_DIR) / "scenarios" / id);
