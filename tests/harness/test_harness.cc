@@ -114,6 +114,23 @@ TEST(CaseFiles, CommentsAndErrorsWithFileAndLine) {
   std::filesystem::remove(path);
 }
 
+// A line of exactly kMaxCaseLineBytes is read (here: a problem and a long comment); one
+// byte more is refused by its file and line, before it is kept in memory.
+TEST(CaseFiles, LineLengthHoldsAtItsLimit) {
+  const auto path = std::filesystem::temp_directory_path() / cat("kvlab_cases_limit_", ::getpid());
+  const std::string problem = "kv_roll L=4  #";
+  std::ofstream(path) << problem << std::string(kMaxCaseLineBytes - problem.size(), 'x') << "\n";
+  EXPECT_EQ(load_case_file(path).size(), 1u);
+  std::ofstream(path) << problem << std::string(kMaxCaseLineBytes + 1 - problem.size(), 'x') << "\n";
+  try {
+    load_case_file(path);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(":1: line longer than"), std::string::npos) << e.what();
+  }
+  std::filesystem::remove(path);
+}
+
 TEST(CounterRng, ElementsDependOnlyOnLineNameAndIndex) {
   const CounterRng a("sdpa B=1 seed=1", "q"), b("sdpa B=1 seed=1", "q"), c("sdpa B=1 seed=2", "q"),
       d("sdpa B=1 seed=1", "k");
