@@ -224,14 +224,31 @@ CacheMask RotatingKVCache::make_mask(std::int64_t n, int window) const {
   KVLAB_REQUIRE(window >= 0, invalid_argument, kRotating, " make_mask window ", window, " is negative");
   CacheMask mask;
   if (n > 1) {
-    // mlx-lm: W = window or max_size over o = min(max_size-1, offset) previous keys. The
-    // update returns min(stored, max_size-1) + N keys, so o counts stored rows (equal to
-    // mlx-lm's o on its paths, right for adopted caches). The lower-right aligned causal
-    // spec is exactly create_causal_mask(N, o, W); the window only bites when o + N > W.
+    // W = window or max_size over o = min(max_size-1, offset) previous keys. The update
+    // returns min(stored, max_size-1) + N keys in temporal order, sinks first, so o counts
+    // stored rows (mlx-lm's o on its paths, right for adopted caches too). Without sinks
+    // (or under a narrower window) the lower-right aligned causal spec with window W is
+    // create_causal_mask(N, o, W); the window only bites when o + N > W.
     const std::int64_t w = window > 0 ? window : max_size_;
     const std::int64_t o = std::min(stored_, max_size_ - 1);
     mask.spec.kind = MaskKind::causal;
     mask.spec.window = o + n > w ? static_cast<int>(w) : 0;
+    if (keep_ == 0 || w != max_size_ || o + n <= w) return mask;
+    // With sinks, each query of the chunk sees what it would see decoding one token at a
+    // time: the keep sinks and the newest max_size − keep keys up to itself. A plain
+    // window of W keys would trade the sinks for older tokens the ring no longer holds
+    // for a single query (mlx-lm's make_mask does: docs/upstream-bugs.md §U10; mlx-vlm
+    // 0.7.10 keeps the sinks).
+    const std::int64_t len = o + n, recent = max_size_ - keep_;
+    Tensor array(DType::u8, {1, 1, n, len});
+    const TensorView view = array.view();
+    for (std::int64_t i = 0; i < n; ++i) {
+      const std::int64_t q = o + i;
+      for (std::int64_t r = 0; r < len; ++r) view.store_int(i * len + r, r <= q && (r < keep_ || q - r < recent) ? 1 : 0);
+    }
+    mask.spec.kind = MaskKind::boolean;
+    mask.spec.window = 0;
+    mask.array = std::move(array);
     return mask;
   }
   if (window == 0) return mask;  // one query sees every stored key

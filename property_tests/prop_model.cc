@@ -498,6 +498,10 @@ Tensor oracle_attention(Sut& sut, const Model& after, const std::vector<std::int
   // (its chunk mask: docs/semantics.md §Rotating cache), attend's window otherwise.
   std::int64_t w = c.window > 0 ? c.window : std::numeric_limits<std::int64_t>::max();
   if (c.kind == Kind::rotating && c.window == 0) w = c.max_size;
+  // A ring with sinks gives each query of a chunk what decoding one token at a time would:
+  // the sinks (the first keep returned keys) and the newest max_size − keep up to it.
+  const bool sinks = c.kind == Kind::rotating && c.keep > 0 && c.window == 0 && n > 1 && lk > c.max_size;
+  const auto seen = [&](std::int64_t j, std::int64_t i) { return !sinks || j < c.keep || i - j < c.max_size - c.keep; };
   Tensor out(DType::f32, {c.batch, c.q_heads(), n, c.dv});
   const float *qp = q.view().as<float>(), *kp = k.view().as<float>(), *vp = v.view().as<float>();
   float* op = out.view().as<float>();
@@ -507,7 +511,7 @@ Tensor oracle_attention(Sut& sut, const Model& after, const std::vector<std::int
       const std::int64_t kh = b * c.kv_heads + h / c.q_ratio;
       for (std::int64_t t = 0; t < n; ++t) {
         const std::int64_t i = lk - n + t;
-        std::int64_t lo = w > i ? 0 : i - w + 1;
+        std::int64_t lo = sinks ? 0 : (w > i ? 0 : i - w + 1);
         if (c.kind == Kind::chunked) {
           // llama4: keys of the query's own chunk only; the returned keys are the
           // contiguous positions [start, offset + n), so index = position − positions[0].
@@ -517,15 +521,18 @@ Tensor oracle_attention(Sut& sut, const Model& after, const std::vector<std::int
         const float* qr = qp + ((b * c.q_heads() + h) * n + t) * c.dk;
         double mx = -INFINITY, sum = 0;
         for (std::int64_t j = lo; j <= i; ++j) {
+          if (!seen(j, i)) continue;
           double s = 0;
           for (std::int64_t d = 0; d < c.dk; ++d) s += static_cast<double>(qr[d]) * kp[(kh * lk + j) * c.dk + d];
           p[idx(j)] = s * static_cast<double>(c.scale());
           mx = std::max(mx, p[idx(j)]);
         }
-        for (std::int64_t j = lo; j <= i; ++j) sum += (p[idx(j)] = std::exp(p[idx(j)] - mx));
+        for (std::int64_t j = lo; j <= i; ++j)
+          if (seen(j, i)) sum += (p[idx(j)] = std::exp(p[idx(j)] - mx));
         for (std::int64_t d = 0; d < c.dv; ++d) {
           double acc = 0;
-          for (std::int64_t j = lo; j <= i; ++j) acc += p[idx(j)] * vp[(kh * lk + j) * c.dv + d];
+          for (std::int64_t j = lo; j <= i; ++j)
+            if (seen(j, i)) acc += p[idx(j)] * vp[(kh * lk + j) * c.dv + d];
           op[((b * c.q_heads() + h) * n + t) * c.dv + d] = static_cast<float>(acc / sum);
         }
       }

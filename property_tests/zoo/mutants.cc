@@ -94,6 +94,23 @@ class MlxAllocWidthCache final : public ForwardingCache {
   }
 };
 
+// (u10) a ring's chunk mask is the plain window of max_size keys over the returned keys,
+// sinks or not (mlx-lm's make_mask, and kvlab's own before mlx-vlm's replay showed it
+// wrong: docs/upstream-bugs.md §U10): the later queries of a chunk lose the sinks.
+class ChunkMaskDropsSinksCache final : public ForwardingCache {
+ public:
+  using ForwardingCache::ForwardingCache;
+  CacheMask make_mask(std::int64_t n, int window) const override {
+    if (n <= 1) return inner_->make_mask(n, window);
+    const auto& ring = dynamic_cast<const RotatingKVCache&>(*inner_);
+    const std::int64_t w = window > 0 ? window : ring.max_size(), o = std::min(ring.stored(), ring.max_size() - 1);
+    CacheMask mask;
+    mask.spec.kind = MaskKind::causal;
+    mask.spec.window = o + n > w ? static_cast<int>(w) : 0;
+    return mask;
+  }
+};
+
 // (g1) trim reports the removal but leaves the offset where it was.
 class TrimKeepsOffsetCache final : public ForwardingCache {
  public:
@@ -314,6 +331,13 @@ std::vector<Mutant> all_mutants() {
   out.back().hooks.quantize_policy = unwrapping_policy;
   out.back().hooks.extract = unwrapping_extract;
   out.back().hooks.trim_front = unwrapping_trim_front;
+  out.push_back(mutant("u10.ring-chunk-mask-drops-sinks", "mlx-lm make_mask (docs/upstream-bugs.md §U10)", ring));
+  out.back().hooks.wrap = [](std::unique_ptr<Cache> c) -> std::unique_ptr<Cache> {
+    if (dynamic_cast<const RotatingKVCache*>(c.get()) == nullptr) return c;
+    return std::make_unique<ChunkMaskDropsSinksCache>(std::move(c));
+  };
+  out.back().hooks.extract = unwrapping_extract;
+  out.back().hooks.quantize_policy = unwrapping_policy;
   out.push_back(mutant("h.mask-after-update", "docs/lifecycle.md §Mask before the update", ring));
   out.back().hooks.attend = attend_with(AttendFault::mask_after_update);
   for (Mutant& m : attention_mutants()) out.push_back(std::move(m));

@@ -4,6 +4,7 @@
 
 #include "cache/attend.h"
 #include "cache/kv_cache.h"
+#include "cache/rotating_kv_cache.h"
 #include "reference/reference_backend.h"
 #include "tests/unit/test_util.h"
 
@@ -116,6 +117,37 @@ TEST(Attend, MismatchedTokenCountsAreRejected) {
   KVCache cache(be);
   EXPECT_THROW(attend(cache, chunk(be, x.q, 0, 3), chunk(be, x.k, 0, 4), chunk(be, x.v, 0, 4), options()), Error);
   EXPECT_TRUE(cache.empty());
+}
+
+// A ring with sinks, wrapped: a chunk's queries see what the same tokens decoded one at a
+// time would see, the keep sinks and the newest max_size − keep keys up to each query
+// (docs/semantics.md §Rotating cache). Found as a kvlab bug by replaying through mlx-vlm,
+// which keeps the sinks, where kvlab had copied mlx-lm's plain window (§U10): the later
+// queries of the chunk then lost the sinks and saw evicted tokens instead.
+TEST(Attend, ARingWithSinksGivesAChunkWhatItGivesOneTokenAtATime) {
+  KVLAB_SEEDED_RNG(rng, 4107);
+  ReferenceBackend be;
+  const std::int64_t max_size = 6, keep = 2, before = 9, chunk_len = 5;
+  const Qkv x = random_qkv(rng, before + chunk_len);
+  const auto fed = [&] {
+    auto c = std::make_unique<RotatingKVCache>(be, max_size, keep);
+    for (std::int64_t t = 0; t < before; ++t)
+      attend(*c, chunk(be, x.q, t, t + 1), chunk(be, x.k, t, t + 1), chunk(be, x.v, t, t + 1), options());
+    return c;
+  };
+  const auto as_chunk = fed();
+  const Tensor together = be.download(attend(*as_chunk, chunk(be, x.q, before, before + chunk_len),
+                                             chunk(be, x.k, before, before + chunk_len),
+                                             chunk(be, x.v, before, before + chunk_len), options()).out);
+  const auto one_by_one = fed();
+  for (std::int64_t t = before; t < before + chunk_len; ++t) {
+    const Tensor alone = be.download(
+        attend(*one_by_one, chunk(be, x.q, t, t + 1), chunk(be, x.k, t, t + 1), chunk(be, x.v, t, t + 1), options())
+            .out);
+    const Tensor same = together.slice(2, t - before, t - before + 1);
+    const xt::xarray<float> a = alone.to_f32(), b = same.to_f32();
+    EXPECT_LT(xt::amax(xt::abs(a - b))(), 1e-5f) << "query " << t - before << " of the chunk";
+  }
 }
 
 }  // namespace

@@ -210,10 +210,15 @@ FetchedKV checked_step(Backend& be, RotatingKVCache& c, std::int64_t s, int wind
     const float p = static_cast<float>(off + 1 + i);
     for (std::int64_t j = 0; j < lk; ++j) {
       const float tok = got[static_cast<std::size_t>(j)];
-      // keep == 0: exactly the last W positions up to the query. keep > 0: mlx-lm's
-      // rank arithmetic (docs/upstream-bugs.md §U10): the last W keys of the temporal order.
+      // keep == 0: exactly the last W positions up to the query. keep > 0: by temporal
+      // rank, the last W keys; but a chunk under the ring's own window that reaches past
+      // it sees the sinks and the newest max − keep keys, as one token at a time would
+      // (docs/semantics.md §Rotating cache; mlx-lm's plain window is §U10).
       const std::int64_t r = rank[static_cast<std::size_t>(j)], qrank = lk - s + i;  // new tokens are newest
-      const bool want = keep == 0 ? (tok <= p && tok > p - static_cast<float>(w)) : (r <= qrank && r > qrank - w);
+      const bool sinks = keep > 0 && s > 1 && (window == 0 || window == max) && lk > max;
+      const bool want = keep == 0 ? (tok <= p && tok > p - static_cast<float>(w))
+                        : sinks   ? (r <= qrank && (r < keep || qrank - r < max - keep))
+                                  : (r <= qrank && r > qrank - w);
       EXPECT_EQ(visible(mask, i, j, s, lk), want) << "query " << p << " key " << tok << " window " << window;
     }
   }
