@@ -12,6 +12,9 @@ from . import vectors
 def _cmd_run(args):
     from .run import recompute  # imports MLX; `info` works without it
 
+    from . import cache_replay
+
+    cache_replay.use_engine(args.cache_engine)
     src = vectors.read(args.input)
     only = {o for part in args.ops for o in part.split(",") if o} if args.ops else None
     out, report = recompute(src, only)
@@ -127,6 +130,9 @@ def main(argv=None):
                    help="register of findings the adapter judges itself: the engine raised, or a cache's "
                         "content differs in length (harness/known format, kvlab_mlx/known.py); an "
                         "unlisted finding or a stale entry fails the run")
+    r.add_argument("--cache-engine", default="mlx-lm", metavar="NAME",
+                   help="whose cache classes replay the cache problems: mlx-lm (default) or mlx-vlm "
+                        "(kvlab_mlx/engines.py)")
     r.set_defaults(fn=_cmd_run)
     g = sub.add_parser("scripts", help="write seeded random cache problems (a kvlab case file)")
     g.add_argument("--count", type=int, default=300, help="problems per kind")

@@ -101,6 +101,10 @@ def recompute(vectors: Vectors, only_ops=None, max_failed_lines=5):
             if p.op not in mlx_ops.OPS:
                 raise mlx_ops.Unsupported("no MLX route for this op in kvlab_mlx")
             fn, route = mlx_ops.OPS[p.op]
+            if p.op == "cache":  # the cache classes of the engine chosen by name
+                from . import cache_replay
+
+                route = f"{cache_replay._engine().package}.models.cache"
             inputs = {name: to_mlx(t) for name, t in vp.inputs.items()}
             with mx.stream(mlx_ops.DEVICE):
                 result = fn(p, inputs)
@@ -139,12 +143,22 @@ def recompute(vectors: Vectors, only_ops=None, max_failed_lines=5):
         "engine": "mlx",
         "engine_version": mx.__version__,
         "flavour": flavour(routes),
-        "writer": f"{WRITER} (mlx-lm {importlib.metadata.version('mlx-lm')})",
+        "writer": f"{WRITER} ({engine_versions(routes)})",
     }
     return Vectors(meta, done), report
 
 
+_ENGINE_PACKAGES = {"mlx_lm": "mlx-lm", "mlx_vlm": "mlx-vlm"}
+
+
 def flavour(routes):
-    """mlx for MLX core ops (kvlab's rounding=mlx flavour), mlx_lm for mlx-lm's functions, joined by '+'."""
-    names = sorted({"mlx_lm" if r.startswith("mlx_lm") else "mlx" for r in routes}) or ["mlx"]
+    """mlx for MLX core ops (kvlab's rounding=mlx flavour), mlx_lm / mlx_vlm for an engine's
+    functions, joined by '+'."""
+    names = sorted({r.split(".")[0] if r.split(".")[0] in _ENGINE_PACKAGES else "mlx" for r in routes}) or ["mlx"]
     return "+".join(names)
+
+
+def engine_versions(routes):
+    """The engine packages the routes used, with their versions (mlx-lm when none did)."""
+    used = sorted({r.split(".")[0] for r in routes} & set(_ENGINE_PACKAGES)) or ["mlx_lm"]
+    return ", ".join(f"{_ENGINE_PACKAGES[u]} {importlib.metadata.version(_ENGINE_PACKAGES[u])}" for u in used)

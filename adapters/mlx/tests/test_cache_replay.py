@@ -72,3 +72,23 @@ class Observables(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class Engines(unittest.TestCase):
+    """The replay drives another engine's cache classes when chosen by name."""
+
+    def tearDown(self):
+        cache_replay.use_engine("mlx-lm")
+
+    def test_mlx_vlm_counts_like_the_scripts_semantics(self):
+        cache_replay.use_engine("mlx-vlm")
+        self.assertEqual(cache_replay._engine().cache.__name__, "mlx_vlm.models.cache")
+        r = replay("cache kind=kv D=64 script=p3.d2.t1.d")
+        self.assertEqual(r["offsets"].tolist(), [3, 4, 5, 4, 5])
+        r = replay("cache kind=rotating D=32 max=6 keep=2 script=p4.d5.s.d")  # s through state/meta_state
+        self.assertEqual(r["offsets"].tolist(), [4, 5, 6, 7, 8, 9, 9, 10])
+
+    def test_an_unknown_engine_is_named(self):
+        with self.assertRaisesRegex(ValueError, "unknown cache engine 'vllm'"):
+            cache_replay.use_engine("vllm")
+
