@@ -14,10 +14,10 @@ void quantize(const ConstTensorView& x, Rounding asked, const QuantizedMutView& 
   switch (out.spec.format().encoder) {
     case QuantEncoder::affine: affine_quantize(x, out.spec, rounding, out.wq, out.scales, out.biases); return;
     case QuantEncoder::fp: fp_quantize(x, out.spec, rounding, out.global_scale, out.wq, out.scales); return;
-    case QuantEncoder::ggml: break;
+    // ggml's blocks have one arithmetic (its C reference): every flavour computes it.
+    case QuantEncoder::ggml: ggml_quantize(x, out.spec, out.wq, out.scales, out.biases); return;
   }
-  fail(ErrorKind::unsupported, cat("SimdBackend: quantize of ", to_string(out.spec),
-                                   " (a ggml block format) has no SIMD kernel; only the oracle computes it"));
+  fail(ErrorKind::internal, cat("SimdBackend: quantize: no encoder for ", to_string(out.spec)));
 }
 
 void dequantize(const QuantizedView& in, const TensorView& out, Rounding flavour) {
@@ -27,10 +27,9 @@ void dequantize(const QuantizedView& in, const TensorView& out, Rounding flavour
   switch (in.spec.format().encoder) {
     case QuantEncoder::affine: affine_dequantize(in.wq, in.scales, in.biases, in.spec, out); return;
     case QuantEncoder::fp: fp_dequantize(in.wq, in.scales, in.spec, in.global_scale, out); return;
-    case QuantEncoder::ggml: break;
+    case QuantEncoder::ggml: ggml_dequantize(in.wq, in.scales, in.biases, in.spec, out); return;
   }
-  fail(ErrorKind::unsupported, cat("SimdBackend: dequantize of ", to_string(in.spec),
-                                   " (a ggml block format) has no SIMD kernel; only the oracle computes it"));
+  fail(ErrorKind::internal, cat("SimdBackend: dequantize: no encoder for ", to_string(in.spec)));
 }
 
 }  // namespace kvlab::simd

@@ -29,6 +29,12 @@ void fp_quantize(const ConstTensorView& x, const QuantSpec& spec, Rounding round
 void fp_dequantize(const ConstTensorView& wq, const ConstTensorView& scales, const QuantSpec& spec,
                    std::optional<float> global_scale, const TensorView& out);
 
+// ggml's block formats (q8_0 … iq4_nl): kernels/simd/ggml_quantize.cc.
+void ggml_quantize(const ConstTensorView& x, const QuantSpec& spec, const TensorView& wq, const TensorView& scales,
+                   const TensorView& biases);
+void ggml_dequantize(const ConstTensorView& wq, const ConstTensorView& scales, const ConstTensorView& biases,
+                     const QuantSpec& spec, const TensorView& out);
+
 void sdpa(const ConstTensorView& q, const ConstTensorView& k, const ConstTensorView& v,
           const AttentionParams& params, const ConstTensorView* mask_array, const ConstTensorView* sinks,
           const TensorView& out);
