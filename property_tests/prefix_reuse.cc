@@ -18,6 +18,7 @@
 namespace kvlab::prop {
 
 namespace cs = kvlab::cache_script;
+using batch::expect_same_tensor;
 using batch::gen_split;
 namespace {
 

@@ -18,6 +18,7 @@
 
 #include "cache/state_file.h"
 #include "core/safetensors.h"
+#include "tests/unit/test_util.h"
 
 namespace kvlab {
 // Its own namespace: the test files of one executable share a unity TU in the CI builds.
