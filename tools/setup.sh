@@ -35,3 +35,6 @@ bash "$(dirname "$0")/setup_venv.sh"
 
 # The pinned gguf-py venv and its vectors for the ggml block oracle (never fails either).
 bash "$(dirname "$0")/ggml/setup_venv.sh"
+
+# The pinned universalmutator venv of tools/mutate.sh (never fails: absence is a reason).
+bash "$(dirname "$0")/mutate/setup_venv.sh"

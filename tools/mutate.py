@@ -1,0 +1,404 @@
+#!/usr/bin/env python3
+"""Mutation testing of kvlab's production code (docs/mutation.md).
+
+Mutants come from universalmutator's C++ regex rules (universal, cpp and c_like: what
+`mutate FILE cpp --noCheck` generates), taken from its library in the pinned venv
+(tools/mutate/setup_venv.sh); this script is run by tools/mutate.sh inside that venv.
+Each mutant is written in place (the original kept in memory and on disk, and restored
+on exit, Ctrl-C or an exception), the mutate preset's build dir is rebuilt
+incrementally, and ctest runs the labels that cover the mutant's folder with
+--stop-on-failure, then the other cheap labels (tools/mutate/labels.txt).
+
+  tools/mutate.sh --diff BASE [--time-box MIN]   mutants on the lines changed since BASE
+  tools/mutate.sh --sample N --seed S            a seeded sample of the whole tree
+  tools/mutate.sh --sample N --seed S --list     the mutants alone, nothing built
+
+Outcomes: killed, survived, timeout, build_error. Report: OUT/mutants.jsonl (one JSON
+object a mutant, written as it finishes) and OUT/summary.txt (per folder; score =
+killed / (killed + survived + timeout)). Survivors listed in tools/mutate/survivors.txt
+are marked with their triage class.
+"""
+import argparse
+import contextlib
+import hashlib
+import io
+import json
+import os
+import random
+import re
+import signal
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DATA = os.path.join(ROOT, "tools", "mutate")
+RULES = ["universal.rules", "cpp.rules", "c_like.rules"]  # `mutate FILE cpp`'s rule set
+EXTS = (".cc", ".cpp", ".h", ".hpp", ".inl")
+# A ctest result line: "  3/10 Test  #7: name ......***Failed  0.1 sec" (or ***Timeout,
+# ***Exception: SegFault, "Subprocess aborted***Exception:").
+FAIL_RE = re.compile(r"Test\s+#\d+: (\S+) .*?(\*\*\*Timeout|\*\*\*Failed|\*\*\*Exception|Subprocess aborted"
+                     r"|\*\*\*Not Run)")
+
+
+def show(text):
+    return text.strip().replace("\n", " \u23ce ")
+
+
+def sh(cmd, **kw):
+    return subprocess.run(cmd, cwd=ROOT, text=True, capture_output=True, **kw)
+
+
+# ---------------------------------------------------------------- configuration files
+
+def read_labels(path):
+    """labels.txt -> (folder -> [labels], cheap labels, never labels, skipped folders)."""
+    folders, cheap, never, skip = {}, [], [], []
+    with open(path) as f:
+        for raw in f:
+            line = raw.split("#", 1)[0].strip()
+            if not line:
+                continue
+            key, _, rest = line.partition(":")
+            words = rest.split()
+            if key == "cheap":
+                cheap = words
+            elif key == "never":
+                never = words
+            elif key == "skip":
+                skip = words
+            else:
+                folders[key.strip().rstrip("/")] = words
+    return folders, cheap, never, skip
+
+
+def read_patterns(path):
+    with open(path) as f:
+        return [l.rstrip("\n") for l in f if l.strip() and not l.startswith("# ")]
+
+
+def read_survivors(path):
+    """survivors.txt -> {id: (class, reason)}; bad lines are errors."""
+    triage = {}
+    if not os.path.exists(path):
+        return triage
+    with open(path) as f:
+        for n, raw in enumerate(f, 1):
+            line = raw.strip()
+            if not line or line.startswith("#"):
+                continue
+            parts = line.split(None, 2)
+            if len(parts) < 3 or parts[1] not in ("equivalent", "accepted", "fixed") \
+                    or parts[0].count(":") != 2:
+                sys.exit(f"{path}:{n}: expected 'file:line:hash equivalent|accepted|fixed reason'")
+            triage[parts[0]] = (parts[1], parts[2])
+    return triage
+
+
+def find_triage(triage, mid):
+    if mid in triage:
+        return triage[mid]
+    path, _, h = mid.split(":")
+    for key, val in triage.items():  # the line moved: same file and mutated text
+        kp, _, kh = key.split(":")
+        if kp == path and kh == h:
+            print(f"mutate: survivors.txt entry {key} matched {mid} (line moved)", file=sys.stderr)
+            return val
+    return None
+
+
+# ---------------------------------------------------------------- mutants
+
+def production_files(folders, skip):
+    out = sh(["git", "ls-files", "--", *folders]).stdout.split()
+    return sorted(p for p in out if p.endswith(EXTS) and not any(p.startswith(s + "/") for s in skip))
+
+
+def folder_of(path, folders):
+    best = None
+    for f in folders:
+        if path.startswith(f + "/") and (best is None or len(f) > len(best)):
+            best = f
+    return best
+
+
+def plausible(original, mutant):
+    """Drops the rule hits that are no mutant at all (whitespace alone) or cannot compile
+    (a digit of a type name: std::int64_t -> std::int-1_t)."""
+    if re.sub(r"\s", "", original) == re.sub(r"\s", "", mutant):
+        return False
+    digits = re.compile(r"\b[A-Za-z_]\w*\d\w*")
+    return sorted(digits.findall(original)) == sorted(digits.findall(mutant))
+
+
+def mutants_of(path, ignores, only_lines=None):
+    from universalmutator import mutator  # the pinned venv (tools/mutate.sh)
+    with open(os.path.join(ROOT, path)) as f:
+        source = f.readlines()
+    with contextlib.redirect_stdout(io.StringIO()):  # it prints its rule files and counts
+        found = mutator.mutants_regexp(source, ruleFiles=RULES, ignorePatterns=list(ignores),
+                                       ignoreStringOnly=True)
+    result = []
+    for lineno, text, _rule, _pair in found:
+        if only_lines is not None and lineno not in only_lines:
+            continue
+        if not plausible(source[lineno - 1], text):
+            continue
+        h = hashlib.sha1(text.strip().encode()).hexdigest()[:10]
+        result.append({"id": f"{path}:{lineno}:{h}", "file": path, "line": lineno,
+                       "original": source[lineno - 1].rstrip("\n"), "mutant": text.rstrip("\n")})
+    return result
+
+
+def changed_lines(base, folders):
+    """{path: set(line numbers)} of the lines added or changed since BASE (working tree)."""
+    r = sh(["git", "diff", "-U0", "--no-color", "--no-ext-diff", base, "--", *folders])
+    if r.returncode != 0:
+        sys.exit(f"mutate: git diff {base} failed: {r.stderr.strip()}")
+    lines, path = {}, None
+    for l in r.stdout.splitlines():
+        if l.startswith("+++ "):
+            path = l[6:] if l.startswith("+++ b/") else None
+        elif l.startswith("@@") and path:
+            m = re.match(r"@@ -\S+ \+(\d+)(?:,(\d+))? @@", l)
+            start, count = int(m.group(1)), int(m.group(2) or "1")
+            lines.setdefault(path, set()).update(range(start, start + count))
+    return lines
+
+
+def select(args, folders, skip, ignores):
+    files = production_files(folders, skip)
+    if args.diff:
+        changed = changed_lines(args.diff, folders)
+        pool = [m for p in files if p in changed for m in mutants_of(p, ignores, changed[p])]
+        random.Random(args.seed).shuffle(pool)  # a time box then samples the whole change
+        return pool, len(pool)
+    pool = [m for p in files for m in mutants_of(p, ignores)]
+    n = min(args.sample, len(pool))
+    return random.Random(args.seed).sample(pool, n), len(pool)
+
+
+# ---------------------------------------------------------------- running
+
+class Restorer:
+    """Keeps the original of the file being mutated, in memory and on disk
+    (OUT/restore.json, so a killed run is undone by the next one), and puts it back."""
+
+    def __init__(self, out):
+        self.journal = os.path.join(out, "restore.json")
+        self.path = self.text = None
+
+    def recover(self):
+        if os.path.exists(self.journal):
+            with open(self.journal) as f:
+                j = json.load(f)
+            with open(os.path.join(ROOT, j["path"]), "w") as f:
+                f.write(j["text"])
+            print(f"mutate: restored {j['path']} left mutated by an earlier run", file=sys.stderr)
+            os.remove(self.journal)
+
+    def write(self, mutant):
+        full = os.path.join(ROOT, mutant["file"])
+        with open(full) as f:
+            self.text, self.path = f.read(), mutant["file"]
+        with open(self.journal, "w") as f:
+            json.dump({"path": self.path, "text": self.text}, f)
+        lines = self.text.splitlines(keepends=True)
+        lines[mutant["line"] - 1] = mutant["mutant"] + "\n"
+        with open(full, "w") as f:
+            f.write("".join(lines))
+
+    def restore(self):
+        if self.path is not None:
+            with open(os.path.join(ROOT, self.path), "w") as f:
+                f.write(self.text)
+            self.path = self.text = None
+            os.remove(self.journal)
+
+
+def run_killable(cmd, timeout):
+    """(returncode or None on timeout, output); the whole process group is killed."""
+    p = subprocess.Popen(cmd, cwd=ROOT, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                         start_new_session=True)
+    try:
+        out, _ = p.communicate(timeout=timeout)
+        return p.returncode, out
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGKILL)
+        out, _ = p.communicate()
+        return None, out
+    except BaseException:
+        os.killpg(p.pid, signal.SIGKILL)
+        p.wait()
+        raise
+
+
+def label_re(labels):
+    return "^(" + "|".join(labels) + ")$"  # plain words: CMake regexes
+
+
+def ctest_phases(args, first, cheap, never):
+    """One ctest a label, the folder's labels first, in the order labels.txt lists them:
+    ctest starts the costliest tests first and lets running tests finish after a failure,
+    so a label run of its own keeps a unit-test kill from waiting for the zoo."""
+    base = ["ctest", "--test-dir", args.build_dir, "--stop-on-failure", "--no-tests=ignore",
+            "-j", str(args.jobs)]
+    order = list(first) + [l for l in cheap if l not in first]
+    return [base + ["-L", label_re([l]), "-LE", label_re(order[:i] + never)] for i, l in enumerate(order)]
+
+
+def build(args):
+    t = time.monotonic()
+    rc, out = run_killable(["cmake", "--build", args.build_dir, "-j", str(args.jobs)], args.build_timeout)
+    return rc == 0, time.monotonic() - t, out
+
+
+def test(phases, timeout):
+    """(status, first failing test or None, seconds); one deadline for every phase."""
+    t0 = time.monotonic()
+    for cmd in phases:
+        left = timeout - (time.monotonic() - t0)
+        rc, out = run_killable(cmd, max(left, 1))
+        if rc is None:
+            return "timeout", None, time.monotonic() - t0
+        if rc != 0:
+            m = FAIL_RE.search(out)
+            status = "timeout" if m and m.group(2) == "***Timeout" else "killed"
+            return status, (m.group(1) if m else "(ctest rc %d)" % rc), time.monotonic() - t0
+    return "survived", None, time.monotonic() - t0
+
+
+def summary(records, folders, triage_hits, not_run, total_pool, wall):
+    keys = ["killed", "survived", "timeout", "build_error"]
+    rows = {}
+    for r in records:
+        row = rows.setdefault(r["folder"], dict.fromkeys(keys + ["triaged"], 0))
+        row[r["status"]] += 1
+        if r["status"] == "survived" and r.get("triage"):
+            row["triaged"] += 1
+    all_row = dict.fromkeys(keys + ["triaged"], 0)
+    for row in rows.values():
+        for k in all_row:
+            all_row[k] += row[k]
+    lines = [f"{'folder':<14}{'killed':>8}{'survived':>10}{'(triaged)':>11}{'timeout':>9}"
+             f"{'build err':>11}{'score':>8}"]
+    for name, row in sorted(rows.items()) + [("all", all_row)]:
+        den = row["killed"] + row["survived"] + row["timeout"]
+        score = f"{100.0 * row['killed'] / den:.0f}%" if den else "-"
+        lines.append(f"{name:<14}{row['killed']:>8}{row['survived']:>10}{row['triaged']:>11}"
+                     f"{row['timeout']:>9}{row['build_error']:>11}{score:>8}")
+    costs = [r["build_s"] + r["test_s"] for r in records]
+    if costs:
+        lines.append(f"{len(records)} mutants run ({not_run} selected but not run, {total_pool} in the pool) "
+                     f"in {wall:.0f} s; per mutant: mean {sum(costs) / len(costs):.1f} s "
+                     f"(build {sum(r['build_s'] for r in records) / len(records):.1f} s, "
+                     f"test {sum(r['test_s'] for r in records) / len(records):.1f} s)")
+    surv = [r for r in records if r["status"] == "survived"]
+    if surv:
+        lines.append("survivors (add to tools/mutate/survivors.txt when triaged):")
+        for r in surv:
+            tag = f"[{r['triage']}] " if r.get("triage") else "[untriaged] "
+            lines.append(f"  {tag}{r['id']}  {show(r['original'])}  =>  {show(r['mutant'])}")
+    return "\n".join(lines)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    mode = ap.add_mutually_exclusive_group(required=True)
+    mode.add_argument("--diff", metavar="BASE", help="mutants on the lines changed since BASE (git diff BASE)")
+    mode.add_argument("--sample", type=int, metavar="N", help="a seeded random sample of N mutants of the tree")
+    ap.add_argument("--seed", type=int, default=1, help="sample seed (diff mode: the order)")
+    ap.add_argument("--time-box", type=float, metavar="MINUTES", help="start no mutant after this long")
+    ap.add_argument("--list", action="store_true", help="print the selected mutants and stop")
+    ap.add_argument("--build-dir", default=os.path.join(ROOT, "build", "mutate"))
+    ap.add_argument("--out", default=os.path.join(ROOT, "build", "mutate-report"))
+    ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--timeout-factor", type=float, default=3.0,
+                    help="a mutant's tests time out after this many times the unmutated run (plus 30 s)")
+    ap.add_argument("--test-timeout", type=float, metavar="SECONDS",
+                    help="a mutant's test deadline; skips the unmutated test run that otherwise sets it")
+    ap.add_argument("--build-timeout", type=float, default=1800)
+    ap.add_argument("--labels", default=os.path.join(DATA, "labels.txt"))
+    ap.add_argument("--survivors", default=os.path.join(DATA, "survivors.txt"))
+    args = ap.parse_args()
+
+    folders, cheap, never, skip = read_labels(args.labels)
+    ignores = read_patterns(os.path.join(DATA, "ignore.txt"))
+    triage = read_survivors(args.survivors)
+    os.makedirs(args.out, exist_ok=True)
+    restorer = Restorer(args.out)
+    restorer.recover()
+
+    chosen, pool = select(args, list(folders), skip, ignores)
+    what = f"--diff {args.diff}" if args.diff else f"--sample {args.sample} --seed {args.seed}"
+    print(f"mutate: {what}: {len(chosen)} mutants selected of {pool}", flush=True)
+    if args.list:
+        signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # | head
+        for m in chosen:
+            print(f"{m['id']}  {show(m['original'])}  =>  {show(m['mutant'])}")
+        return 0
+    if not chosen:
+        return 0
+    if not os.path.exists(os.path.join(args.build_dir, "CTestTestfile.cmake")):
+        sys.exit(f"mutate: {args.build_dir} is not configured: cmake --preset mutate")
+
+    start = time.monotonic()
+    ok, build_s, out = build(args)
+    if not ok:
+        sys.exit(f"mutate: the unmutated tree does not build:\n{out[-3000:]}")
+    if args.test_timeout:
+        timeout = args.test_timeout
+        print(f"mutate: baseline build {build_s:.0f} s; unmutated tests not run (--test-timeout)", flush=True)
+    else:
+        print(f"mutate: baseline build {build_s:.0f} s; running the cheap labels unmutated", flush=True)
+        status, failing, base_s = test(ctest_phases(args, cheap, cheap, never), 24 * 3600)
+        if status != "survived":
+            sys.exit(f"mutate: the unmutated tree fails its tests ({failing}); fix that first")
+        timeout = args.timeout_factor * base_s + 30
+        print(f"mutate: unmutated tests {base_s:.0f} s", flush=True)
+    print(f"mutate: per-mutant test timeout {timeout:.0f} s", flush=True)
+
+    deadline = start + 60 * args.time_box if args.time_box else None
+    records = []
+    jsonl = open(os.path.join(args.out, "mutants.jsonl"), "w")
+    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    try:
+        for i, m in enumerate(chosen):
+            if deadline and time.monotonic() >= deadline:
+                break
+            folder = folder_of(m["file"], folders)
+            try:
+                restorer.write(m)
+                built, build_s, _ = build(args)
+                if built:
+                    status, failing, test_s = test(ctest_phases(args, folders[folder], cheap, never), timeout)
+                else:
+                    status, failing, test_s = "build_error", None, 0.0
+            finally:
+                restorer.restore()
+            rec = dict(m, folder=folder, status=status, killed_by=failing,
+                       build_s=round(build_s, 1), test_s=round(test_s, 1))
+            hit = find_triage(triage, m["id"]) if status == "survived" else None
+            if hit:
+                rec["triage"], rec["triage_reason"] = hit
+            records.append(rec)
+            jsonl.write(json.dumps(rec) + "\n")
+            jsonl.flush()
+            print(f"[{i + 1}/{len(chosen)}] {status:<11} {m['id']}  build {build_s:.0f} s test {test_s:.0f} s"
+                  + (f"  ({failing})" if failing else ""), flush=True)
+    except KeyboardInterrupt:
+        print("mutate: interrupted; the mutated file is restored", file=sys.stderr)
+    finally:
+        jsonl.close()
+        restorer.restore() if restorer.path else None
+        build(args)  # leave the build dir matching the tree (compiler-cache hits)
+    text = summary(records, folders, triage, len(chosen) - len(records), pool, time.monotonic() - start)
+    with open(os.path.join(args.out, "summary.txt"), "w") as f:
+        f.write(text + "\n")
+    print(text)
+    untriaged = [r for r in records if r["status"] == "survived" and not r.get("triage")]
+    return 1 if untriaged else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
