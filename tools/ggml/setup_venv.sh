@@ -19,20 +19,9 @@ fail() {
   exit 0
 }
 
-if ! [[ -f "$venv/.kvlab-requirements" ]] || ! cmp -s "$req" "$venv/.kvlab-requirements"; then
-  python=${KVLAB_PYTHON:-python3}
-  command -v "$python" >/dev/null || fail "no $python on PATH"
-  rm -rf "$venv"
-  log="$out/venv.log"
-  "$python" -m venv "$venv" >"$log" 2>&1 || fail "'$python -m venv' failed (see build/ggml/venv.log)"
-  if ! "$venv/bin/pip" install -q --disable-pip-version-check --no-input --no-deps --require-hashes \
-      -r "$req" >>"$log" 2>&1; then
-    reason=$(grep -m1 -E 'ERROR|Could not|Failed|THESE PACKAGES' "$log" | cut -c1-200)
-    rm -rf "$venv"
-    fail "pip install -r tools/ggml/requirements.txt failed: ${reason:-see build/ggml/venv.log}"
-  fi
-  cp "$req" "$venv/.kvlab-requirements"
-fi
+# shellcheck source=tools/pinned_venv.sh
+source "$root/tools/pinned_venv.sh"
+pinned_venv "$venv" "$out/venv.log" "$req" || fail "$pinned_venv_reason"
 "$venv/bin/python" "$root/tools/ggml/gguf_vectors.py" "$out/gguf_vectors.txt" ||
   fail "tools/ggml/gguf_vectors.py failed"
 rm -f "$out/unavailable"

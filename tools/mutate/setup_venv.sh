@@ -17,24 +17,11 @@ fail() {
   exit 0
 }
 
-if [[ -f "$venv/.kvlab-requirements" ]] && cmp -s "$req" "$venv/.kvlab-requirements"; then
-  rm -f "$unavailable"
-  echo "kvlab mutate setup: universalmutator venv present (build/mutate-venv)"
-  exit 0
-fi
-python=${KVLAB_PYTHON:-python3}
-command -v "$python" >/dev/null || fail "no $python on PATH"
-rm -rf "$venv"
+# shellcheck source=tools/pinned_venv.sh
+source "$root/tools/pinned_venv.sh"
 log="$root/build/mutate-venv.log"
-"$python" -m venv "$venv" >"$log" 2>&1 || fail "'$python -m venv' failed (see build/mutate-venv.log)"
-if ! "$venv/bin/pip" install -q --disable-pip-version-check --no-input --no-deps --require-hashes \
-    -r "$req" >>"$log" 2>&1; then
-  reason=$(grep -m1 -E 'ERROR|Could not|Failed|THESE PACKAGES' "$log" | cut -c1-200)
-  rm -rf "$venv"
-  fail "pip install -r tools/mutate/requirements.txt failed: ${reason:-see build/mutate-venv.log}"
-fi
+pinned_venv "$venv" "$log" "$req" || fail "$pinned_venv_reason"
 "$venv/bin/python" -c 'import universalmutator.mutator' >>"$log" 2>&1 ||
   { rm -rf "$venv"; fail "universalmutator installed but does not import (see build/mutate-venv.log)"; }
-cp "$req" "$venv/.kvlab-requirements"
 rm -f "$unavailable"
 echo "kvlab mutate setup: universalmutator venv ready (build/mutate-venv)"
