@@ -42,7 +42,7 @@ def use_engine(name: str):
     ENGINE = engines.load(name)
 
 
-def _engine():
+def engine():
     if ENGINE is None:
         use_engine("mlx-lm")
     return ENGINE
@@ -121,32 +121,32 @@ class Setup:
         self.max_size, self.keep, self.chunk = p.int("max", 16), p.int("keep", 0), p.int("chunk", 16)
         self.qmode, self.bits, self.group = p.word("qmode", "affine"), p.int("bits", 4), p.int("group", 32)
         self.lpad, self.rpad = p.int("lpad", 0), p.int("rpad", 0)
-        engine = _engine()
-        if self.kind in engine.not_driven:
-            raise Unsupported(f"kind={self.kind}: {engine.not_driven[self.kind]}")
+        eng = engine()
+        if self.kind in eng.not_driven:
+            raise Unsupported(f"kind={self.kind}: {eng.not_driven[self.kind]}")
         if self.kind not in _SINGLE + _BATCH:
-            raise Unsupported(f"kind={self.kind}: no {engine.name} counterpart known to the replay")
+            raise Unsupported(f"kind={self.kind}: no {eng.name} counterpart known to the replay")
         self.is_batch = self.kind in _BATCH
         cls = _CLASSES[self.kind]
-        if not hasattr(engine.cache, cls):  # an older release (tools/conformance.sh --mlx-lm)
-            raise Unsupported(f"kind={self.kind}: this {engine.name} has no {cls}")
+        if not hasattr(eng.cache, cls):  # an older release (tools/conformance.sh --mlx-lm)
+            raise Unsupported(f"kind={self.kind}: this {eng.name} has no {cls}")
         quantizes = self.kind == "quantized" or "q" in p.word("script").split(".")
         if quantizes and self.qmode != "affine":
-            raise Unsupported(f"qmode={self.qmode}: {engine.name}'s QuantizedKVCache is affine only")
+            raise Unsupported(f"qmode={self.qmode}: {eng.name}'s QuantizedKVCache is affine only")
         self.scale = 1.0 / math.sqrt(self.dim)
 
     def new_cache(self, rows=None):
         if self.kind == "batch_rotating":
-            return _engine().cache.BatchRotatingKVCache(self.max_size, spread(self.lpad, rows))
+            return engine().cache.BatchRotatingKVCache(self.max_size, spread(self.lpad, rows))
         if self.is_batch:
-            return _engine().cache.BatchKVCache(spread(self.lpad, rows))
+            return engine().cache.BatchKVCache(spread(self.lpad, rows))
         if self.kind == "kv":
-            return _engine().cache.KVCache()
+            return engine().cache.KVCache()
         if self.kind == "rotating":
-            return _engine().cache.RotatingKVCache(max_size=self.max_size, keep=self.keep)
+            return engine().cache.RotatingKVCache(max_size=self.max_size, keep=self.keep)
         if self.kind == "quantized":
-            return _engine().cache.QuantizedKVCache(group_size=self.group, bits=self.bits)
-        return _engine().cache.ChunkedKVCache(self.chunk)
+            return engine().cache.QuantizedKVCache(group_size=self.group, bits=self.bits)
+        return engine().cache.ChunkedKVCache(self.chunk)
 
     def roped(self, x, offset):
         if not self.rope:
@@ -163,18 +163,18 @@ def offsets(cache):
 
 def kv_length(cache) -> int:
     """Key rows the cache holds for attention: size() where the class defines it."""
-    if isinstance(cache, _engine().cache.ChunkedKVCache):
+    if isinstance(cache, engine().cache.ChunkedKVCache):
         return cache.offset - cache.start_position
-    if isinstance(cache, _engine().cache.QuantizedKVCache):
+    if isinstance(cache, engine().cache.QuantizedKVCache):
         return cache.offset
     return cache.size()
 
 
 def _live(cache, buf):
     """The stored rows of one buffer (or packed part) in temporal order, (B, H, L, W)."""
-    if isinstance(cache, _engine().cache.RotatingKVCache):
+    if isinstance(cache, engine().cache.RotatingKVCache):
         return cache._temporal_order(buf)
-    if isinstance(cache, _engine().cache.ChunkedKVCache):
+    if isinstance(cache, engine().cache.ChunkedKVCache):
         return buf[..., : cache.offset - cache.start_position, :]
     return buf[..., : cache.offset, :]
 
@@ -203,7 +203,7 @@ def content(cache, setup: Setup):
             parts = [_newest(getattr(c, side), setup).reshape(-1, d) for c in rows_of]
             out[side] = mx.concatenate(parts) if parts else mx.zeros((0, d), setup.dtype)
         return out
-    if isinstance(cache, _engine().cache.QuantizedKVCache):  # kind quantized, or kv after `q`
+    if isinstance(cache, engine().cache.QuantizedKVCache):  # kind quantized, or kv after `q`
         widths = {"wq": (d * setup.bits // 32, mx.uint32), "scales": (d // setup.group, setup.dtype),
                   "biases": (d // setup.group, setup.dtype)}
         out = {}
@@ -236,14 +236,14 @@ def _mask(cache, s: Setup, n: int):
     create_attention_mask; for a ChunkedKVCache (which has none) llama4's own chunk mask
     (llama4.py LanguageModel: keys [start, offset + n) against queries [offset, offset + n),
     same chunk and causal)."""
-    if isinstance(cache, _engine().cache.ChunkedKVCache):
+    if isinstance(cache, engine().cache.ChunkedKVCache):
         if s.window:
             raise Unsupported(f"window={s.window} on a chunked cache: llama4's chunked layers have no window")
         end = cache.offset + n
         keys = mx.arange(cache.start_position, end)
         queries = mx.arange(cache.offset, end)[:, None]
         return (keys // s.chunk == queries // s.chunk) & (keys <= queries)
-    return _engine().create_attention_mask(mx.zeros((s.batch, n, 1)), cache, window_size=s.window or None)
+    return engine().create_attention_mask(mx.zeros((s.batch, n, 1)), cache, window_size=s.window or None)
 
 
 def _zero_unseeing_rows(out, mask):
@@ -262,7 +262,7 @@ def _engine_frame(tb):
     """The innermost traceback frame of the engine's own code, or None: the error is the
     adapter's (MLX's C++ errors surface in the engine frame that called the op)."""
     found = None
-    package = _engine().package
+    package = engine().package
     while tb is not None:
         module = tb.tb_frame.f_globals.get("__name__", "")
         if module == package or module.startswith(package + "."):
@@ -302,7 +302,7 @@ def _replay(p: Problem, inputs):
         """One model-layer step on `target` for b rows of n new tokens; a step of the main
         cache becomes the producer a shared step (`a`) reads."""
         nonlocal producer
-        if isinstance(target, _engine().cache.ChunkedKVCache):
+        if isinstance(target, engine().cache.ChunkedKVCache):
             target.maybe_trim_front()  # llama4's order, as kvlab's chunked kind
         qs = q.take(b, s.hq, n, s.dim)
         ks, vs = k.take(b, s.hkv, n, s.dim), v.take(b, s.hkv, n, s.dim)
@@ -310,7 +310,7 @@ def _replay(p: Problem, inputs):
         mask = _mask(target, s, n)
         qr, kr = s.roped(qs, offset), s.roped(ks, offset)
         fk, fv = target.update_and_fetch(kr, vs)
-        out = _engine().sdpa(qr, fk, fv, cache=target, scale=s.scale, mask=mask)
+        out = engine().sdpa(qr, fk, fv, cache=target, scale=s.scale, mask=mask)
         outs.append(_zero_unseeing_rows(out, mask))
         if target is cache:
             producer = (offset, fk, fv, mask, b, n, target)
@@ -321,7 +321,7 @@ def _replay(p: Problem, inputs):
                 attend(cache, rows, n if verb == "p" else 1)
                 observe()
         elif verb == "u":
-            if isinstance(cache, _engine().cache.ChunkedKVCache):
+            if isinstance(cache, engine().cache.ChunkedKVCache):
                 cache.maybe_trim_front()
             cache.update_and_fetch(k.take(rows, s.hkv, n, s.dim), v.take(rows, s.hkv, n, s.dim))
             observe()
@@ -334,11 +334,11 @@ def _replay(p: Problem, inputs):
                 raise ValueError("`a` before any attention")
             offset, fk, fv, mask, b, tokens, source = producer  # the producer's cache decides quantized or not
             qs = s.roped(q.take(b, s.hq, tokens, s.dim), offset)
-            out = _engine().sdpa(qs, fk, fv, cache=source, scale=s.scale, mask=mask)
+            out = engine().sdpa(qs, fk, fv, cache=source, scale=s.scale, mask=mask)
             outs.append(_zero_unseeing_rows(out, mask))
             observe()
         elif verb == "s":
-            cache = _engine().save_load(cache)
+            cache = engine().save_load(cache)
             observe()
         elif verb == "q":  # generate_step's maybe_quantize_kv_cache at quantized_kv_start
             cache = cache.to_quantized(group_size=s.group, bits=s.bits)
@@ -349,7 +349,7 @@ def _replay(p: Problem, inputs):
             # BatchGenerator's right-padded chunk: prepare(), then the step; row b's last
             # spread(rpad) tokens are padding.
             right = spread(s.rpad, rows)
-            if isinstance(cache, _engine().cache.BatchRotatingKVCache):
+            if isinstance(cache, engine().cache.BatchRotatingKVCache):
                 cache.prepare(right_padding=right, lengths=[n - r for r in right])
             else:
                 cache.prepare(right_padding=right)

@@ -283,7 +283,7 @@ OPS = {
 # The cache op: kvlab's command scripts replayed through mlx-lm's cache classes
 # (cache_replay.py imports Unsupported from here, so it is loaded at the first call).
 class EngineRaised(Exception):
-    """The engine (mlx-lm) raised on a problem kvlab calls valid: a finding, not a limit."""
+    """The engine raised on a problem kvlab calls valid: a finding, not a limit."""
 
 
 def cache(p: Problem, inp):

@@ -104,7 +104,7 @@ def recompute(vectors: Vectors, only_ops=None, max_failed_lines=5):
             if p.op == "cache":  # the cache classes of the engine chosen by name
                 from . import cache_replay
 
-                route = f"{cache_replay._engine().package}.models.cache"
+                route = f"{cache_replay.engine().package}.models.cache"
             inputs = {name: to_mlx(t) for name, t in vp.inputs.items()}
             with mx.stream(mlx_ops.DEVICE):
                 result = fn(p, inputs)

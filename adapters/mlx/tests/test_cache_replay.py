@@ -82,7 +82,7 @@ class Engines(unittest.TestCase):
 
     def test_mlx_vlm_counts_like_the_scripts_semantics(self):
         cache_replay.use_engine("mlx-vlm")
-        self.assertEqual(cache_replay._engine().cache.__name__, "mlx_vlm.models.cache")
+        self.assertEqual(cache_replay.engine().cache.__name__, "mlx_vlm.models.cache")
         r = replay("cache kind=kv D=64 script=p3.d2.t1.d")
         self.assertEqual(r["offsets"].tolist(), [3, 4, 5, 4, 5])
         r = replay("cache kind=rotating D=32 max=6 keep=2 script=p4.d5.s.d")  # s through state/meta_state
