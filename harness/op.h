@@ -40,6 +40,11 @@ struct Budget {
   struct RoundingTerms {
     double scaled_q = 0, dequantized_kv = 0, logits = 0, probabilities = 0;
   } rounding_terms;
+  // f16/bf16 outputs of a backend that declares f32 arithmetic and no intermediate
+  // rounding: how many elements' rounding to T an f32 kernel may have differ from the
+  // oracle's correctly rounded one, measured on the same inputs (the op's derivation).
+  // The spine fails when more than 4·E + 8 differ; negative: no such check.
+  double expected_rounding_mismatches = -1;
   // Inputs with inf/NaN on purpose (e.g. sdpa special=q_nan): the reference's NaN
   // elements are expected, and the backend must have NaN at exactly those elements.
   bool nan_where_reference_nan = false;

@@ -57,6 +57,7 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 #include "kernels/simd/quantized_decode.h"
@@ -170,7 +171,7 @@ struct RowSoftmax {
 // The V side of one row: where a key's weight p is 0 (hidden, or e^(s−m) underflowed)
 // p·s_v and p·b_v are selected to 0, so a NaN-poisoned scale of a hidden key stays out.
 struct ValueSide {
-  const float* scales;  // [g][ncp] f32 V scales of the chunk
+  const float* scales;  // [g][ncp] f32 V scales of the chunk; null for plain rows (weights p)
   const float* biases;
   std::size_t groups;
   float* weights;    // out: [g][ncp] p·s_v
@@ -265,6 +266,21 @@ float ExpRow(const float* HWY_RESTRICT s, float m, std::size_t t_lo, std::size_t
   return hn::GetLane(hn::SumOfLanes(df, sum));
 }
 
+// Plain V rows: the weights are p itself (one group), Σ p returned, no bias sums.
+float ExpRowPlain(const float* HWY_RESTRICT s, float m, std::size_t t_lo, std::size_t t_hi, const ValueSide& vside) {
+  const DF df;
+  const std::size_t N = hn::Lanes(df);
+  const VF vm = hn::Set(df, m);
+  VF sum = hn::Zero(df);
+  for (std::size_t t = t_lo; t < t_hi; t += N) {
+    const VF p = ExpNonPositive(df, hn::Sub(hn::LoadU(df, s + t), vm));  // hidden: e^−inf = 0
+    sum = hn::Add(sum, p);
+    hn::StoreU(p, df, vside.weights + t);
+  }
+  vside.bias_sums[0] = 0;
+  return hn::GetLane(hn::SumOfLanes(df, sum));
+}
+
 // Row ρ over the chunk's keys j0 + [0, nc): the raw scores `s` (in place) get softcap and
 // mask; then the max, Σ e^(s − max), and the V weights of `vside`.
 RowSoftmax SoftmaxRow(const DecodePlan& plan, std::int64_t b, std::int64_t kvh, std::int64_t rho, std::int64_t j0,
@@ -289,6 +305,10 @@ RowSoftmax SoftmaxRow(const DecodePlan& plan, std::int64_t b, std::int64_t kvh, 
     }
     return out;
   }
+  if (vside.scales == nullptr) {
+    out.sum = ExpRowPlain(s, out.max, t_lo, t_hi, vside);
+    return out;
+  }
   switch (vside.groups) {
     case 1: out.sum = ExpRow<1>(s, out.max, t_lo, t_hi, ncp, vside); break;
     case 2: out.sum = ExpRow<2>(s, out.max, t_lo, t_hi, ncp, vside); break;
@@ -301,15 +321,24 @@ RowSoftmax SoftmaxRow(const DecodePlan& plan, std::int64_t b, std::int64_t kvh, 
 // ---------------------------------------------------------------- one task
 
 // The code rows of chunk keys [j0, j0 + nc) of one side: packed 4/8-bit rows as they
-// are, other widths unpacked to bytes (then read as 8-bit).
+// are, other widths unpacked to bytes (then read as 8-bit), plain rows as they are.
 struct CodeRows {
   const std::uint8_t* data;
   std::size_t row_bytes;
-  int bits;  // 4 or 8: the kernel that reads them
+  int bits;  // 4, 8 or a kPlain* constant: the kernel that reads them
 };
+
+int PlainKernel(DType dtype) {
+  return dtype == DType::f16 ? kPlainF16 : dtype == DType::bf16 ? kPlainBF16 : kPlainF32;
+}
 
 CodeRows ChunkCodes(const PackedSide& side, std::int64_t bk, std::int64_t lk, std::int64_t j0, std::size_t nc,
                     std::vector<std::uint8_t>& unpacked) {
+  if (side.plain != nullptr) {
+    const auto row_bytes = static_cast<std::size_t>(side.row_bytes());
+    return {reinterpret_cast<const std::uint8_t*>(side.plain) + static_cast<std::size_t>(bk * lk + j0) * row_bytes,
+            row_bytes, PlainKernel(side.plain_dtype)};
+  }
   const std::int64_t words = side.d * side.bits / 32;
   const std::uint32_t* first = side.codes + (bk * lk + j0) * words;
   if (side.bits == 4 || side.bits == 8) {
@@ -319,6 +348,18 @@ CodeRows ChunkCodes(const PackedSide& side, std::int64_t bk, std::int64_t lk, st
   if (unpacked.size() < nc * d) unpacked.resize(nc * d);
   qd::unpack_rows(first, static_cast<std::int64_t>(nc), words, side.d, side.bits, unpacked.data());
   return {unpacked.data(), d, 8};
+}
+
+// f(std::integral_constant<int, bits>) for a CodeRows::bits value.
+template <class F>
+void DispatchKernel(int bits, const F& f) {
+  switch (bits) {
+    case 4: return f(std::integral_constant<int, 4>{});
+    case kPlainF16: return f(std::integral_constant<int, kPlainF16>{});
+    case kPlainBF16: return f(std::integral_constant<int, kPlainBF16>{});
+    case kPlainF32: return f(std::integral_constant<int, kPlainF32>{});
+    default: return f(std::integral_constant<int, 8>{});
+  }
 }
 
 void DecodeChunk(const DecodePlan& plan, std::int64_t task) {
@@ -366,28 +407,30 @@ void DecodeChunk(const DecodePlan& plan, std::int64_t task) {
 #endif
   float* k_scales = aligned_floats(sc.k_scales, nc * kg);
   float* k_biases = aligned_floats(sc.k_biases, nc * kg);
-  if (!scored) {
+  if (!scored && ks.plain == nullptr) {
     to_f32(ks.scales + kmeta_row * kbytes, ks.meta_dtype, nc * kg, k_scales);
     to_f32(ks.biases + kmeta_row * kbytes, ks.meta_dtype, nc * kg, k_biases);
   }
   float* tile = aligned_floats(sc.tile, 8 * N * N);
   for (std::size_t r0 = 0, rb = 0; r0 < urows && !scored; r0 += rb) {
     rb = RowBlock(urows - r0);
-    if (kc.bits == 4) {
-      ScoreBlock<4>(rb, query + r0 * dk, dk, kc.data, kc.row_bytes, k_scales, k_biases, kg, kgs, nc, ncp, tile,
-                    scores + r0 * ncp);
-    } else {
-      ScoreBlock<8>(rb, query + r0 * dk, dk, kc.data, kc.row_bytes, k_scales, k_biases, kg, kgs, nc, ncp, tile,
-                    scores + r0 * ncp);
-    }
+    const auto score = [&](auto bits) {
+      ScoreBlock<decltype(bits)::value>(rb, query + r0 * dk, dk, kc.data, kc.row_bytes, k_scales, k_biases, kg, kgs,
+                                        nc, ncp, tile, scores + r0 * ncp);
+    };
+    DispatchKernel(kc.bits, score);
   }
 
   // Softmax pieces per row, then the V weights.
-  float* v_scales = aligned_floats(sc.v_scales, vg * ncp);
-  float* v_biases = aligned_floats(sc.v_biases, vg * ncp);
-  const std::size_t vbytes = dtype_size(vs.meta_dtype);
-  meta_columns(vs.scales + vmeta_row * vbytes, vs.meta_dtype, nc, vg, ncp, sc.convert, v_scales);
-  meta_columns(vs.biases + vmeta_row * vbytes, vs.meta_dtype, nc, vg, ncp, sc.convert, v_biases);
+  float* v_scales = nullptr;
+  float* v_biases = nullptr;
+  if (vs.plain == nullptr) {
+    v_scales = aligned_floats(sc.v_scales, vg * ncp);
+    v_biases = aligned_floats(sc.v_biases, vg * ncp);
+    const std::size_t vbytes = dtype_size(vs.meta_dtype);
+    meta_columns(vs.scales + vmeta_row * vbytes, vs.meta_dtype, nc, vg, ncp, sc.convert, v_scales);
+    meta_columns(vs.biases + vmeta_row * vbytes, vs.meta_dtype, nc, vg, ncp, sc.convert, v_biases);
+  }
   float* weights = aligned_floats(sc.weights, urows * vg * ncp);
   float* out_bias = aligned_floats(sc.out_bias, urows * vg);
   for (std::size_t rho = 0; rho < urows; ++rho) {
@@ -403,14 +446,13 @@ void DecodeChunk(const DecodePlan& plan, std::int64_t task) {
   float* out = plan.part_out + static_cast<std::size_t>(task * rows) * dv;
   for (std::size_t r0 = 0, rb = 0; r0 < urows; r0 += rb) {
     rb = RowBlock(urows - r0);
-    if (vc.bits == 4) {
-      ValueBlock<4>(rb, weights + r0 * vg * ncp, vg, ncp, vc.data, vc.row_bytes, dv,
-                    static_cast<std::size_t>(vs.group), nc, out + r0 * dv);
-    } else {
-      ValueBlock<8>(rb, weights + r0 * vg * ncp, vg, ncp, vc.data, vc.row_bytes, dv,
-                    static_cast<std::size_t>(vs.group), nc, out + r0 * dv);
-    }
+    const auto accumulate = [&](auto bits) {
+      ValueBlock<decltype(bits)::value>(rb, weights + r0 * vg * ncp, vg, ncp, vc.data, vc.row_bytes, dv,
+                                        static_cast<std::size_t>(vs.group), nc, out + r0 * dv);
+    };
+    DispatchKernel(vc.bits, accumulate);
   }
+  if (vs.plain != nullptr) return;  // no biases
   const std::size_t vgs = static_cast<std::size_t>(vs.group);
   for (std::size_t rho = 0; rho < urows; ++rho) {
     float* o = out + rho * dv;

@@ -1,6 +1,7 @@
 // Internal to kernels/simd: the fused flash-decoding kernel behind simd::quantized_sdpa
-// (affine K and V, few query rows). quantized_sdpa.cc validates, builds a DecodePlan and
-// runs its tasks; quantized_decode.cc holds the per-target (Highway) code.
+// (affine K and V, few query rows) and simd::sdpa's decode (plain f16/bf16/f32 K and V:
+// PackedSide::plain). quantized_sdpa.cc validates, builds a DecodePlan and runs its tasks
+// (run()); quantized_decode.cc holds the per-target (Highway) code.
 //
 // Work split. The key axis is cut into chunks of a fixed number of tokens (chunk_tokens,
 // never derived from the thread count). Task (b, kv head, chunk) computes, for every
@@ -23,6 +24,7 @@
 
 #include "kvlab/dtype.h"
 #include "kvlab/ops.h"
+#include "kvlab/tensor.h"
 
 namespace kvlab::simd::qdecode {
 
@@ -47,7 +49,7 @@ class ScopedChunkTokens {
 // Query rows of one kv head that the fused path takes (R·Lq); more goes to the fallback.
 constexpr std::int64_t kMaxFusedRows = 32;
 
-// One packed affine operand, K or V, of shape (B, Hkv, Lk, D) before packing.
+// One operand, K or V, of shape (B, Hkv, Lk, D): packed affine codes, or plain rows.
 struct PackedSide {
   const std::uint32_t* codes = nullptr;  // (B, Hkv, Lk, D·bits/32)
   const std::byte* scales = nullptr;     // (B, Hkv, Lk, D/group) in meta_dtype
@@ -56,9 +58,17 @@ struct PackedSide {
   int bits = 4;
   int group = 64;
   std::int64_t d = 0;
+  // Plain rows (simd::sdpa's decode, plain_side()): the values themselves, (B, Hkv, Lk,
+  // D) in plain_dtype (f32/f16/bf16); no codes, scales or biases, bits = the dtype's
+  // width and one group of D, so the affine arithmetic is never applied.
+  const std::byte* plain = nullptr;
+  DType plain_dtype = DType::f32;
   std::int64_t groups() const { return d / group; }
   std::int64_t row_bytes() const { return d * bits / 8; }
 };
+
+// The plain side over a (B, Hkv, Lk, d) tensor's data.
+PackedSide plain_side(const std::byte* data, DType dtype, std::int64_t d);
 
 struct DecodePlan {
   PackedSide k, v;
@@ -122,6 +132,11 @@ void to_f32(const std::byte* src, DType dtype, std::size_t n, float* dst);
 // zero padded to ncp (a multiple of lanes()); `convert` is scratch.
 void meta_columns(const std::byte* src, DType dtype, std::size_t n, std::size_t groups, std::size_t ncp,
                   std::vector<float>& convert, float* dst);
+
+// Runs a plan whose sides, shape, softcap and score_slack are set: visibility, queries,
+// the tasks and the combine into `out` (B, Hq, Lq, Dv) (quantized_sdpa.cc).
+void run(DecodePlan& plan, const ConstTensorView& q, const AttentionParams& params,
+         const ConstTensorView* mask_array, const ConstTensorView* sinks, const TensorView& out);
 
 // Fills plan.part_* for one task (per-target, dispatched).
 void decode_chunk(const DecodePlan& plan, std::int64_t task);

@@ -1,6 +1,6 @@
 // Per-target inner blocks of the fused quantized decode kernel, included by
 // quantized_decode.cc only (whose header gives the plan, the arithmetic and its bounds):
-// the code unpacking of 4- and 8-bit rows, the K side (RB query rows × KB keys of
+// the code unpacking of 4- and 8-bit rows (or the loads of plain f16/bf16/f32 rows), the K side (RB query rows × KB keys of
 // dequantized K, scores reduced N keys at a time), the V side (weighted code sums per
 // group) and the dispatch of a row count onto those blocks.
 #if defined(KVLAB_SIMD_QUANTIZED_DECODE_BLOCKS_INL_H_) == defined(HWY_TARGET_TOGGLE)
@@ -17,6 +17,7 @@
 #include <hwy/cache_control.h>
 #include <hwy/highway.h>
 
+#include "kernels/simd/half_convert-inl.h"
 #include "kernels/simd/quantized_decode.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -35,10 +36,38 @@ constexpr bool kManyRegisters = false;  // 16 (or scalar)
 
 // ---------------------------------------------------------------- code unpacking
 
-// One unit = the codes of N bytes: 8-bit → 1 vector (element order); 4-bit → 2 vectors,
-// low nibbles (even elements) then high nibbles (odd elements).
+// Plain rows (PackedSide::plain) take the kernels with one of these in place of kBits:
+// no scale or bias, each unit one vector of values in element order.
+constexpr int kPlainF16 = 1016, kPlainBF16 = 2016, kPlainF32 = 1032;
+template <int kBits>
+constexpr bool kPlain = kBits > 1000;
+
+// One unit = the codes of N·kLaneBytes bytes: 8-bit → 1 vector (element order); 4-bit →
+// 2 vectors, low nibbles (even elements) then high nibbles (odd elements); plain → 1
+// vector of N values.
 template <int kBits>
 constexpr std::size_t kVecsPerUnit = kBits == 4 ? 2 : 1;
+template <int kBits>
+constexpr std::size_t kLaneBytes = kBits == kPlainF32 ? 4 : kPlain<kBits> ? 2 : 1;
+// Bytes of a row of d elements.
+template <int kBits>
+constexpr std::size_t RowBytes(std::size_t d) {
+  return kPlain<kBits> ? d * kLaneBytes<kBits> : d * kBits / 8;
+}
+
+// N plain values at p as f32: exact (f16 by vcvtph2ps where F16C exists, which only
+// quiets a signalling NaN; attention makes any NaN input a NaN output anyway).
+template <int kBits>
+HWY_INLINE VF PlainValues(DF df, const std::uint8_t* HWY_RESTRICT p) {
+  namespace hc = kvlab::simd::HWY_NAMESPACE;
+  if constexpr (kBits == kPlainF32) {
+    return hn::LoadU(df, reinterpret_cast<const float*>(p));
+  } else if constexpr (kBits == kPlainBF16) {
+    return hc::LoadBF16(df, reinterpret_cast<const std::uint16_t*>(p));
+  } else {
+    return hc::LoadF16QuietingNaN(df, reinterpret_cast<const std::uint16_t*>(p));
+  }
+}
 
 #if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
 // 4-bit codes become floats by a 16-entry table lookup (vpermps), see LookupNibbles.
@@ -163,7 +192,7 @@ HWY_INLINE void KeyBlock(DF df, const float* HWY_RESTRICT q, std::size_t dk, con
   const std::size_t units_per_group = kUnitsPerGroup != 0 ? kUnitsPerGroup : gs / (kV * N);
   if constexpr (kUnits != 0) {  // the strides too, so addresses are base + constant
     dk = kUnits * kV * kMaxLanes;
-    row_bytes = dk * kBits / 8;
+    row_bytes = RowBytes<kBits>(dk);
     groups = kUnits / kUnitsPerGroup;
   }
   VF acc[KB][RB];
@@ -179,20 +208,26 @@ HWY_INLINE void KeyBlock(DF df, const float* HWY_RESTRICT q, std::size_t dk, con
 #pragma GCC unroll 8
   for (std::size_t u0 = 0, g = 0; u0 < units; u0 += units_per_group, ++g) {
     VF table[KB], scale[KB], bias[KB];
+    if constexpr (!kPlain<kBits>) {
 #pragma GCC unroll 16
-    for (std::size_t k = 0; k < KB; ++k) {
-      scale[k] = hn::Set(df, scales[k * groups + g]);
-      bias[k] = hn::Set(df, biases[k * groups + g]);
-      table[k] = kTable ? hn::MulAdd(codes_table, scale[k], bias[k]) : codes_table;
+      for (std::size_t k = 0; k < KB; ++k) {
+        scale[k] = hn::Set(df, scales[k * groups + g]);
+        bias[k] = hn::Set(df, biases[k * groups + g]);
+        table[k] = kTable ? hn::MulAdd(codes_table, scale[k], bias[k]) : codes_table;
+      }
     }
 #pragma GCC unroll 8
     for (std::size_t u = u0; u < u0 + units_per_group; ++u) {
       VF c[KB][kV];
 #pragma GCC unroll 16
       for (std::size_t k = 0; k < KB; ++k) {
-        const VI bytes = LoadBytes(df, codes + k * row_bytes + u * N);
+        if constexpr (kPlain<kBits>) {
+          c[k][0] = PlainValues<kBits>(df, codes + k * row_bytes + u * N * kLaneBytes<kBits>);
+        } else {
+          const VI bytes = LoadBytes(df, codes + k * row_bytes + u * N);
 #pragma GCC unroll 2
-        for (std::size_t t = 0; t < kV; ++t) c[k][t] = KeyValues<kBits>(df, bytes, t, table[k], scale[k], bias[k]);
+          for (std::size_t t = 0; t < kV; ++t) c[k][t] = KeyValues<kBits>(df, bytes, t, table[k], scale[k], bias[k]);
+        }
       }
 #pragma GCC unroll 2
       for (std::size_t t = 0; t < kV; ++t) {
@@ -224,6 +259,12 @@ HWY_INLINE void KeyBlock(DF df, const float* HWY_RESTRICT q, std::size_t dk, con
 template <std::size_t RB>
 constexpr std::size_t kKeysPerBlock = std::min(kMaxLanes, kManyRegisters && RB <= 4 ? std::size_t{4} : std::size_t{2});
 
+// meta + offset, or null for plain rows (which have no scales or biases).
+template <int kBits>
+HWY_INLINE const float* Meta(const float* meta, std::size_t offset) {
+  return kPlain<kBits> ? nullptr : meta + offset;
+}
+
 // Raw scores q·k of keys [0, nc) for RB rows → scores[r][0, ncp) (keys past nc get 0;
 // they are masked later). scales/biases: the chunk's K scales and biases in f32, as
 // stored: [key][group].
@@ -247,7 +288,8 @@ void ScoreRows(const float* HWY_RESTRICT q, std::size_t dk, const std::uint8_t* 
       PrefetchRows(codes, row_bytes, std::min(nc, key + kPrefetchKeys), std::min(nc, key + kPrefetchKeys + KB));
       VF red[RB];
       KeyBlock<kBits, RB, KB, kUnits, kUnitsPerGroup>(df, q, dk, codes + key * row_bytes, row_bytes,
-                                                      scales + key * groups, biases + key * groups, groups, gs, red);
+                                                      Meta<kBits>(scales, key * groups), Meta<kBits>(biases, key * groups),
+                                                      groups, gs, red);
 #pragma GCC unroll 16
       for (std::size_t r = 0; r < RB; ++r) hn::StoreU(red[r], df, tile + (r * kBlocks + blk) * N);
     }
@@ -259,8 +301,9 @@ void ScoreRows(const float* HWY_RESTRICT q, std::size_t dk, const std::uint8_t* 
       }
       for (std::size_t k = 0; k < left; ++k) {
         VF one[RB];
-        KeyBlock<kBits, RB, 1>(df, q, dk, codes + (key + k) * row_bytes, row_bytes, scales + (key + k) * groups,
-                               biases + (key + k) * groups, groups, gs, one);
+        KeyBlock<kBits, RB, 1>(df, q, dk, codes + (key + k) * row_bytes, row_bytes,
+                               Meta<kBits>(scales, (key + k) * groups), Meta<kBits>(biases, (key + k) * groups), groups,
+                               gs, one);
         for (std::size_t r = 0; r < RB; ++r) part[r][k] = one[r];
       }
       for (std::size_t r = 0; r < RB; ++r) {
@@ -298,9 +341,13 @@ HWY_INLINE void AccumulateSlice(DF df, const float* const* HWY_RESTRICT wr, std:
     VF c[DS];
 #pragma GCC unroll 16
     for (std::size_t uu = 0; uu < DS / kV; ++uu) {
-      const VI bytes = LoadBytes(df, row + uu * N);
+      if constexpr (kPlain<kBits>) {
+        c[uu] = PlainValues<kBits>(df, row + uu * N * kLaneBytes<kBits>);
+      } else {
+        const VI bytes = LoadBytes(df, row + uu * N);
 #pragma GCC unroll 2
-      for (std::size_t t = 0; t < kV; ++t) c[uu * kV + t] = ValueCodes<kBits>(df, bytes, t, codes_table);
+        for (std::size_t t = 0; t < kV; ++t) c[uu * kV + t] = ValueCodes<kBits>(df, bytes, t, codes_table);
+      }
     }
 #pragma GCC unroll 16
     for (std::size_t r = 0; r < RB; ++r) {
@@ -336,7 +383,7 @@ void AccumulateValues(const float* HWY_RESTRICT w, std::size_t groups, std::size
 #pragma GCC unroll 16
       for (std::size_t s = 0; s < DS; ++s) o[r][s] = hn::Zero(df);
     }
-    const std::uint8_t* row = codes + (vs / kV) * N;
+    const std::uint8_t* row = codes + (vs / kV) * N * kLaneBytes<kBits>;
     if (second != 0) {
       AccumulateSlice<kBits, RB, DS, true>(df, wr, second, codes, row, row_bytes, nc, vs == 0, codes_table, o);
     } else {

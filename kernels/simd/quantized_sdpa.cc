@@ -38,8 +38,27 @@ ScopedChunkTokens::ScopedChunkTokens(std::int64_t tokens) : previous_(g_chunk_to
 }
 ScopedChunkTokens::~ScopedChunkTokens() { g_chunk_tokens.store(previous_); }
 
+PackedSide plain_side(const std::byte* data, DType dtype, std::int64_t d) {
+  PackedSide side;
+  side.plain = data;
+  side.plain_dtype = dtype;
+  side.bits = static_cast<int>(dtype_size(dtype) * 8);
+  side.group = static_cast<int>(d);
+  side.d = d;
+  return side;
+}
+
 std::vector<double> mean_of_values(const DecodePlan& plan, std::int64_t bk) {
   const PackedSide& v = plan.v;
+  if (v.plain != nullptr) {
+    const ConstTensorView rows{v.plain, v.plain_dtype, Shape{plan.batch * plan.hkv * plan.lk * v.d}};
+    std::vector<double> mean(static_cast<std::size_t>(v.d), 0.0);
+    for (std::int64_t j = 0; j < plan.lk; ++j) {
+      for (std::int64_t e = 0; e < v.d; ++e) mean[static_cast<std::size_t>(e)] += rows.load((bk * plan.lk + j) * v.d + e);
+    }
+    for (double& m : mean) m /= static_cast<double>(plan.lk);
+    return mean;
+  }
   const std::int64_t words = v.d * v.bits / 32, groups = v.groups();
   const std::uint32_t mask = (1u << v.bits) - 1;
   const Shape meta_shape{plan.batch * plan.hkv * plan.lk * groups};
@@ -172,20 +191,29 @@ void fused(const ConstTensorView& q, const ref::QuantizedView& k, const ref::Qua
            const AttentionParams& params, const ConstTensorView* mask_array, const ConstTensorView* sinks,
            const TensorView& out) {
   DecodePlan plan;
+  plan.k = packed_side(k, q.dim(3));
+  plan.v = packed_side(v, out.dim(3));
+  plan.hkv = k.wq.dim(1);
+  plan.lk = k.wq.dim(2);
+  const bool half_output = out.dtype == DType::f16 || out.dtype == DType::bf16;
+  plan.score_slack = half_output ? static_cast<float>(dtype_epsilon(out.dtype)) : 0.0f;
+  qdecode::run(plan, q, params, mask_array, sinks, out);
+}
+
+}  // namespace
+
+namespace qdecode {
+
+void run(DecodePlan& plan, const ConstTensorView& q, const AttentionParams& params,
+         const ConstTensorView* mask_array, const ConstTensorView* sinks, const TensorView& out) {
   plan.batch = q.dim(0);
   plan.hq = q.dim(1);
   plan.lq = q.dim(2);
-  plan.hkv = k.wq.dim(1);
-  plan.lk = k.wq.dim(2);
   plan.rows = plan.hq / plan.hkv * plan.lq;
-  plan.k = packed_side(k, q.dim(3));
-  plan.v = packed_side(v, out.dim(3));
   plan.softcap = params.softcap;
-  const bool half_output = out.dtype == DType::f16 || out.dtype == DType::bf16;
-  plan.score_slack = half_output ? static_cast<float>(dtype_epsilon(out.dtype)) : 0.0f;
   static std::atomic<std::uint64_t> calls{0};
   plan.call = ++calls;
-  plan.chunk = qdecode::chunk_tokens();
+  plan.chunk = chunk_tokens();
   plan.chunks = (plan.lk + plan.chunk - 1) / plan.chunk;
   plan.mask_kind = params.mask.kind;
   if (mask_array != nullptr) {
@@ -200,13 +228,13 @@ void fused(const ConstTensorView& q, const ref::QuantizedView& k, const ref::Qua
   static thread_local std::vector<float> query, part_max, part_sum, part_out, sink_values;
   plan.query = plan_queries(q, params, plan, query);
   const auto parts = static_cast<std::size_t>(plan.tasks() * plan.rows);
-  plan.part_max = qdecode::aligned_floats(part_max, parts);
-  plan.part_sum = qdecode::aligned_floats(part_sum, parts);
-  plan.part_out = qdecode::aligned_floats(part_out, parts * static_cast<std::size_t>(plan.v.d));
+  plan.part_max = aligned_floats(part_max, parts);
+  plan.part_sum = aligned_floats(part_sum, parts);
+  plan.part_out = aligned_floats(part_out, parts * static_cast<std::size_t>(plan.v.d));
 
-  parallel_for(plan.tasks(), [&](std::int64_t task) { qdecode::decode_chunk(plan, task); });
+  parallel_for(plan.tasks(), [&](std::int64_t task) { decode_chunk(plan, task); });
 
-  qdecode::CombineArgs args;
+  CombineArgs args;
   args.plan = &plan;
   if (sinks != nullptr) {
     sink_values.resize(static_cast<std::size_t>(plan.hq));
@@ -216,10 +244,10 @@ void fused(const ConstTensorView& q, const ref::QuantizedView& k, const ref::Qua
   args.fully_masked = params.fully_masked;
   args.out = out.data;
   args.out_dtype = out.dtype;
-  parallel_for(plan.batch * plan.hkv, [&](std::int64_t bk) { qdecode::combine(args, bk); });
+  parallel_for(plan.batch * plan.hkv, [&](std::int64_t bk) { combine(args, bk); });
 }
 
-}  // namespace
+}  // namespace qdecode
 
 void quantized_sdpa(const ConstTensorView& q, const ref::QuantizedView& k, const ref::QuantizedView& v,
                     const AttentionParams& params, const ConstTensorView* mask_array, const ConstTensorView* sinks,

@@ -1,6 +1,12 @@
 // SIMD scaled dot-product attention (contract: reference/sdpa.h), within the harness's
 // attention_budget (harness/ops/sdpa_info.cc, f32 accumulation) of the oracle.
 //
+// Decode (every query row of a kv head sees the same keys, R·Lq <= 32 rows) takes the
+// fused flash-decoding kernel of quantized_sdpa over plain f16/bf16/f32 rows
+// (quantized_decode.h, decode_path_takes below): each K/V element is loaded once for all
+// the rows of its GQA group, scores are reduced N keys at a time by a transposing tree,
+// and nothing is converted into scratch rows. Everything else takes the kernel below.
+//
 // Algorithm: flash-attention style online softmax over blocks of keys, in f32. A task
 // owns one (batch row, kv head, block of query positions, range of keys) and all R query
 // heads of that kv head's group, so each key block is loaded (and converted from f16/bf16
@@ -34,6 +40,7 @@
 #include <vector>
 
 #include "kernels/simd/parallel.h"
+#include "kernels/simd/quantized_decode.h"
 #include "kernels/simd/simd_kernels.h"
 #include "kvlab/error.h"
 #include "reference/sdpa.h"
@@ -439,11 +446,40 @@ void finish_row(const Geometry& g, const ConstTensorView& v, std::int64_t b, std
 }  // namespace
 }  // namespace sdpa_detail
 
+namespace {
+
+// Decode: the fused flash-decoding kernel of quantized_sdpa over plain rows
+// (quantized_decode.h), which loads each K/V element once for all of a kv head's query
+// rows and reduces scores N keys at a time. It runs every key of a chunk's span for every
+// row, so it takes only problems where all rows see the same keys (no mask, or causal
+// with one query position: no hidden key inside the span, whose poison a zero weight
+// would turn into 0·NaN), head dims of whole vectors (Dv of whole pairs of them: the V
+// side takes two or four vectors at a time), and at most kMaxFusedRows rows.
+bool decode_path_takes(const ConstTensorView& q, const ConstTensorView& k, const ConstTensorView& v,
+                       const AttentionParams& params) {
+  const std::int64_t rows = q.dim(1) / k.dim(1) * q.dim(2);
+  const bool same_keys = params.mask.kind == MaskKind::none || (params.mask.kind == MaskKind::causal && q.dim(2) == 1);
+  return same_keys && rows <= qdecode::kMaxFusedRows && q.dim(3) % 16 == 0 && v.dim(3) % 32 == 0;
+}
+
+void decode(const ConstTensorView& q, const ConstTensorView& k, const ConstTensorView& v,
+            const AttentionParams& params, const ConstTensorView* sinks, const TensorView& out) {
+  qdecode::DecodePlan plan;
+  plan.k = qdecode::plain_side(k.data, k.dtype, k.dim(3));
+  plan.v = qdecode::plain_side(v.data, v.dtype, v.dim(3));
+  plan.hkv = k.dim(1);
+  plan.lk = k.dim(2);
+  qdecode::run(plan, q, params, nullptr, sinks, out);
+}
+
+}  // namespace
+
 void sdpa(const ConstTensorView& q, const ConstTensorView& k, const ConstTensorView& v,
           const AttentionParams& params, const ConstTensorView* mask_array, const ConstTensorView* sinks,
           const TensorView& out) {
   namespace sd = sdpa_detail;
   ref::validate_sdpa(q, k, v, params, mask_array, sinks, out);  // the oracle's checks and messages
+  if (decode_path_takes(q, k, v, params)) return decode(q, k, v, params, sinks, out);
 
   sd::Geometry g;
   g.batch = q.dim(0);
