@@ -13,6 +13,7 @@
 #include <sstream>
 
 #include "bench/bytes_model.h"
+#include "bench/arith_baseline.h"
 #include "bench/memory_baseline.h"
 #include "bench/timed_case.h"
 #include "bench/vulkan_bench.h"
@@ -165,7 +166,18 @@ void register_baselines(const SuiteOptions& o) {
           state.counters["workers"] = pool ? threads : 1;
           state.SetLabel("memcpy (bytes = read + written)");
         });
-    for (auto* b : {read, copy}) {
+    // The arithmetic ceiling (arith_baseline.h): f32 FMA lanes per second, the roofline's
+    // other bound; 2^22 rounds are ~10 ms a worker at 16 lanes and 4 GHz.
+    auto* fma = benchmark::RegisterBenchmark(
+        cat("baseline_fma/", where, "/threads=", pool ? threads : 1).c_str(), [=](benchmark::State& state) {
+          release_timed_case();
+          double lanes = 0;
+          for (auto _ : state) lanes += fma_lanes(std::int64_t{1} << 22, pool);
+          state.counters["fma_lanes_per_second"] = benchmark::Counter(lanes, benchmark::Counter::kIsRate);
+          state.counters["workers"] = pool ? threads : 1;
+          state.SetLabel(cat("f32 FMA chains (Highway ", simd_current_target(), ")"));
+        });
+    for (auto* b : {read, copy, fma}) {
       b->UseRealTime()->Unit(benchmark::kMillisecond);
       if (o.smoke) {
         b->Iterations(1)->Repetitions(1);

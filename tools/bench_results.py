@@ -53,6 +53,7 @@ class Row:
         self.aggregates = {}  # aggregate_name -> seconds (when only aggregates were written)
         self.bytes_per_iter = None
         self.flops_per_second = []
+        self.fma_lanes_per_second = []  # baseline_fma rows
         self.device_timed = []  # Vulkan rows: fraction of calls timed on the device, per repetition
         self.adjacent = []  # host rows: (seconds, adj read GB/s, adj memcpy GB/s, adj drift) per repetition
         self.passes = {}  # Vulkan rows: pass name -> its mean device µs per call, one per repetition
@@ -78,6 +79,8 @@ class Row:
         self.times.append(b["real_time"] * unit)
         if "flops" in b:
             self.flops_per_second.append(b["flops"])
+        if "fma_lanes_per_second" in b:
+            self.fma_lanes_per_second.append(b["fma_lanes_per_second"])
         if "device_timed" in b:
             self.device_timed.append(b["device_timed"])
         for key, value in b.items():
@@ -109,6 +112,18 @@ class Row:
         if self.bytes_per_iter is None or not m:
             return None
         return self.bytes_per_iter / m / 1e9
+
+    def flops_per_byte(self):
+        """The op's dense flop count per byte of its bytes model (harness/ops/<op>_info.cc),
+        or None where the row has no flops counter."""
+        if not self.flops_per_second or not self.times or not self.bytes_per_iter:
+            return None
+        per_iter = [f * t for f, t in zip(self.flops_per_second, self.times)]
+        return statistics.median(per_iter) / self.bytes_per_iter
+
+    def read_gbps(self):
+        """The median of the adjacent read samples, or None without them."""
+        return statistics.median(read for _, read, _, _ in self.adjacent) if self.adjacent else None
 
     def adjacent_pct(self):
         """(% read, % memcpy): the median over the repetitions of each one's GB/s over its own
@@ -204,7 +219,7 @@ def baselines(rows):
     and each Vulkan device's buffer copies, keyed ('baseline_vkcopy' | 'baseline_vkshadercopy', device key)."""
     out = {}
     for r in rows.values():
-        if r.op in ("baseline_read", "baseline_memcpy") + DEVICE_COPIES and r.timed:
+        if r.op in ("baseline_read", "baseline_memcpy", "baseline_fma") + DEVICE_COPIES and r.timed:
             out[(r.op, r.backend)] = r
     return out
 
@@ -253,6 +268,8 @@ def _qsdpa_target(bits):
 TARGETS = [
     (_qsdpa_target(8), "read", 80.0),
     (_qsdpa_target(4), "read", 80.0),
+    # Unquantized decode attention (f16/bf16 K and V) at the 32K/64K shapes: >= 80 % of read.
+    (lambda p: p.get("op") == "sdpa" and _int(p, "Lq") == 1 and _int(p, "Lk") >= 32768, "read", 80.0),
     (lambda p: p.get("op") == "affine_quantize", "memcpy", 70.0),
     (lambda p: p.get("op") == "rope", "memcpy", 80.0),
     (lambda p: p.get("op") == "kv_scatter", "memcpy", 80.0),

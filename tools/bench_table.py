@@ -12,7 +12,9 @@ Reads Google Benchmark JSON written by kvlab_bench (bench/bench_suite.h), e.g.
   tools/bench_table.py passes r.json
 
 table: one row per kernel benchmark: kernel | shape | backend | GB/s | % read | % memcpy |
-  % vkcopy | base drift | speed-up vs reference | target.
+  % vkcopy | FMA floor | base drift | speed-up vs reference | target.
+  * FMA floor: baseline_fma's f32 FMA lanes per second over the row's dense flop pairs per
+    byte (its flops counter), in GB/s, and which bound is lower: arith or read.
   * GB/s = bytes model (bench/bytes_model.h: bytes read + bytes written, each once) /
     median wall time of the repetitions, in 10^9 bytes per second (Google Benchmark's
     console prints GiB/s).
@@ -123,10 +125,24 @@ class Bases:
         read, copy = self.rows.get(("baseline_read", "pool")), self.rows.get(("baseline_memcpy", "pool"))
         self.read = read.gbps() if read else None
         self.copy = copy.gbps() if copy else None
+        fma = self.rows.get(("baseline_fma", "pool"))
+        self.fma = statistics.median(fma.fma_lanes_per_second) if fma and fma.fma_lanes_per_second else None
         self.device_copy = {}
         for (op, where), r in self.rows.items():
             if op in DEVICE_COPIES and r.gbps():
                 self.device_copy[where] = max(self.device_copy.get(where, 0.0), r.gbps())
+
+    def fma_floor(self, r):
+        """(the f32 FMA floor of a host row in GB/s, the bound that governs: 'arith' or 'read'),
+        or (None, None). Every dense flop pair is one FMA lane (sdpa: 2·(Dk + Dv) flops per
+        key row), so the row cannot move more than baseline_fma's lanes/s over its lanes per
+        byte; the bound is whichever of that and the adjacent read is lower."""
+        per_byte = r.flops_per_byte()
+        if is_vulkan(r.backend) or not self.fma or not per_byte:
+            return None, None
+        floor = 2 * self.fma / per_byte / 1e9
+        read = r.read_gbps() or self.read
+        return floor, ("arith" if read and floor < read else "read")
 
     def ratios(self, r):
         """(% read, % memcpy, % vkcopy, base drift %) of a timed row (None where not defined)."""
@@ -203,6 +219,10 @@ def table(path, out=sys.stdout):
         out.write(f"  CPU: {context['kvlab_cpu']}\n")
     for (op, where), r in sorted(base.items()):
         extra = ""
+        if op == "baseline_fma":
+            lanes = statistics.median(r.fma_lanes_per_second) / 1e9 if r.fma_lanes_per_second else None
+            out.write(f"  {op:21s} {where:6s} {r.shape:24s} {fmt(lanes, '.1f')} G f32 FMA lanes/s\n")
+            continue
         if op == "baseline_memcpy" and r.gbps():
             extra = f"  ({r.gbps() / 2:.1f} GB/s copied)"
         if op in DEVICE_COPIES:
@@ -262,16 +282,24 @@ def table(path, out=sys.stdout):
             if judged:
                 verdicts.append(judged)
         reps = len(r.times) if r.times else "agg"
+        floor, bound = bases.fma_floor(r)
         lines.append([r.op, r.shape, r.backend, fmt(g, ".2f") + (" (wall)" if r.wall_timed() else ""),
                       fmt(pr, ".1f"), fmt(pc, ".1f"), fmt(pd, ".1f"),
+                      fmt(floor, ".1f") + (f" {bound}" if bound else ""),
                       fmt(drift, ".1f") + ("%" if drift is not None else ""),
                       fmt(speedup, ".1f", "-") + ("x" if speedup else ""), *vs_peers, reps, verdict])
-    print_table(lines, ["kernel", "shape", "backend", "GB/s", "% read", "% memcpy", "% vkcopy", "base drift", "vs ref",
+    print_table(lines, ["kernel", "shape", "backend", "GB/s", "% read", "% memcpy", "% vkcopy", "FMA floor",
+                        "base drift", "vs ref",
                         *[f"vs {p}" for p in peers_present], "reps", "target"], out)
     if verdicts:
         out.write("\ntargets (best optimized backend per kernel, shape and baseline):\n")
         for (op, shape, _), j in best_per_target(verdicts).items():
             status = "PASS" if j.passed else f"MISS by {fmt(j.need - j.got, '.1f')} points"
+            floor, bound = bases.fma_floor(j.row)
+            read = j.row.read_gbps() or bases.read
+            if not j.passed and floor and read and j.basis == "read":
+                status += (f"; dense f32 FMAs alone allow {floor:.1f} GB/s = {100 * floor / read:.0f}% of read "
+                           f"({'arithmetic' if bound == 'arith' else 'bandwidth'}-bound)")
             out.write(f"  {op} {shape} [{j.row.backend}]: {j.got:.1f}% of {j.basis} (target {j.need:g}%): "
                       f"{status}{j.marks}\n")
     if untimed:

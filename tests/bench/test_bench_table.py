@@ -128,6 +128,25 @@ class Table(unittest.TestCase):
         short = next(l for l in text.splitlines() if "Lk=16384" in l and l.startswith("quantized_sdpa"))
         self.assertNotIn("PASS", short)
 
+    def test_the_fma_floor_names_the_bound_that_governs(self):
+        # baseline_fma: 50e9 lanes/s. sdpa decode: 1e9 bytes and 4e9 flops per call (2e9 FMA
+        # lanes: 2 per byte), so the FMAs alone allow 50e9 / 2 = 25 GB/s, below the 40 GB/s read:
+        # arithmetic-bound, 62 % of read. At 0.1 s the row moves 10 GB/s = 25 % of read: a MISS
+        # of the 80 % target that says what the FMAs allow. Half the flops per byte (1e9 bytes,
+        # 2e9 flops): 50 GB/s, above the read: read-bound.
+        fma = [dict(rep("baseline_fma/pool/threads=2", 0.1, index=i), fma_lanes_per_second=50e9) for i in range(3)]
+        label = "sdpa B=1 Hq=32 Hkv=8 Lq=1 Lk=32768 Dk=128 Dv=128 dtype=f16 mask=none"
+        dense = [dict(r, flops=4e10) for r in reps("sdpa/simd:AVX3/Lk=32768", [0.1] * 3, bytes_per_iter=1e9, label=label)]
+        light = [dict(r, flops=2e10) for r in reps("sdpa/simd:AVX3/Lk=65536", [0.1] * 3, bytes_per_iter=1e9,
+                                                   label=label.replace("32768", "65536"))]
+        text = self.run_table(fma + dense + light)
+        self.assertIn("50.0 G f32 FMA lanes/s", text)
+        row = lambda lk: next(l for l in text.splitlines() if l.startswith("sdpa") and f"Lk={lk}" in l)
+        self.assertIn("25.0 arith", row(32768))
+        self.assertIn("50.0 read", row(65536))
+        self.assertIn("MISS by 55.0 points; dense f32 FMAs alone allow 25.0 GB/s = 62% of read (arithmetic-bound)",
+                      text)
+
     def test_a_peer_in_the_same_run_gets_a_speedup_column(self):
         # The same problem timed on mlx at 2.5 s and on simd at 0.1 s: "vs mlx" 25.0x on the
         # simd row, "-" on mlx's own row; without mlx rows there is no such column.

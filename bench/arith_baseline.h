@@ -1,0 +1,18 @@
+// The machine's arithmetic ceiling, measured in the same process and run as the kernels,
+// for the roofline column of tools/bench_table.py: f32 fused multiply-adds per second on
+// the best attainable Highway target (the widest vector FMA: every kernel's f32 path is
+// built on it), over the SIMD kernels' worker pool like the memory baselines. A kernel
+// that needs F f32 multiply-adds per byte cannot move more than (FMA lanes per second)/F
+// bytes per second, whatever the memory allows: attention at R query heads per kv head
+// needs R·(Dk + Dv) per key row of (Dk + Dv) elements.
+#pragma once
+
+#include <cstdint>
+
+namespace kvlab::bench {
+
+// Runs `rounds` rounds of independent FMA chains on each of the pool's workers (use_pool)
+// or on the calling thread alone; returns the f32 lanes multiplied-and-added.
+double fma_lanes(std::int64_t rounds, bool use_pool);
+
+}  // namespace kvlab::bench
