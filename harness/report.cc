@@ -235,6 +235,13 @@ void print_summary(std::ostream& out, const RunInfo& info, const std::vector<Cas
       << info.commit << ": " << results.size() << " cases, " << total.counts[0] << " passed, " << total.counts[1]
       << " skipped, " << total.counts[2] << " unimplemented, " << total.counts[3] << " invalid, "
       << total.counts[4] << " failed in " << num(seconds) << " s\n";
+  // The reference backend runs the oracle's own code: its values are compared with
+  // themselves, so its passes say nothing about them (only guard bands, untouched inputs,
+  // errors on invalid problems and, with --rerun, determinism are checked).
+  if (info.backend == "reference") {
+    out << "kvlab check: backend reference is the oracle: a self-comparison, whose passes check guard bands, "
+           "inputs, invalid problems and determinism, not values\n";
+  }
 }
 
 }  // namespace kvlab::harness
