@@ -1,0 +1,44 @@
+// The ggml backend's op entry points, one implementation file per kernel
+// (kernels/ggml/<stem>.cc), each over the backend's Engine (threads); ggml_backend.cc
+// forwards its overrides here.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "kernels/ggml/ggml_engine.h"
+#include "kvlab/backend.h"
+#include "kvlab/op_list.h"
+
+namespace kvlab::ggmlk {
+
+// The ggml type of a ggml block format (q8_0 … iq4_nl); Error(unsupported) for another.
+ggml_type block_type(QuantMode mode);
+
+// What an attention call computed with, for Backend::accumulation/attention_rounding
+// (kernels/ggml/attention.h derives it from the path ggml's CPU flash attention takes).
+struct Arithmetic {
+  DType accumulation = DType::f32;
+  Backend::AttentionRounding rounding = Backend::AttentionRounding::none();
+};
+
+// K or V of a quantized_sdpa call laid out as ggml's blocks, with the identity of the
+// buffers it came from: the static_kv variant keeps them across calls.
+struct BlockCopy {
+  const void *wq = nullptr, *scales = nullptr, *biases = nullptr;
+  Shape shape;
+  QuantMode mode = QuantMode::q8_0;
+  std::vector<std::uint8_t> blocks;
+};
+struct StaticKv {
+  BlockCopy k, v;
+};
+
+void quantize(const QuantizeArgs& a);
+void dequantize(const DequantizeArgs& a);
+Arithmetic sdpa(Engine& e, const SdpaArgs& a);
+// keep: null converts K/V on every call; else the conversions are reused while the same
+// buffers come back (ggml_backend.h, static_kv).
+Arithmetic quantized_sdpa(Engine& e, const QuantizedSdpaArgs& a, StaticKv* keep);
+
+}  // namespace kvlab::ggmlk

@@ -1,0 +1,79 @@
+// quantized_sdpa through ggml_flash_attn_ext over ggml's block formats (q8_0, q4_0, q4_1,
+// q5_0, q5_1, iq4_nl; K and V may differ), kernels/ggml/attention.h. kvlab's packed K/V
+// (a codes bitstream per row, f16 d and m beside it: reference/ggml_quantize.h) are laid
+// out as ggml's block structs first — a mapping of bytes, done per call, or once per
+// buffer with the backend's static_kv variant (kvlab_bench). Affine and microscaling K/V
+// are not ggml's: UNIMPLEMENTED.
+#include <cstring>
+#include <vector>
+
+#include "kernels/ggml/attention.h"
+#include "kvlab/host_buffer.h"
+#include "reference/bitpack.h"
+#include "reference/ggml_quantize.h"
+#include "reference/quantized_sdpa.h"
+
+namespace kvlab::ggmlk {
+
+namespace {
+
+// K or V in ggml's blocks: rows of D/32 block structs.
+std::vector<std::uint8_t> to_blocks(const QuantizedView& t) {
+  const QuantMode mode = t.spec.mode;
+  const std::int64_t words = t.wq.shape.back(), groups = t.scales.shape.back(), d = groups * ref::kGgmlBlock;
+  const std::int64_t rows = t.scales.numel() / groups;
+  const std::size_t block_bytes = ref::ggml_block_bytes(mode);
+  std::vector<std::uint8_t> out(static_cast<std::size_t>(rows * groups) * block_bytes);
+  std::vector<std::uint8_t> codes(static_cast<std::size_t>(d));
+  const auto* wq = t.wq.as<const std::uint32_t>();
+  const auto* scales = t.scales.as<const std::uint16_t>();
+  const auto* biases = t.spec.has_biases() ? t.biases.as<const std::uint16_t>() : nullptr;
+  for (std::int64_t r = 0; r < rows; ++r) {
+    ref::unpack_codes(std::span<const std::uint32_t>(wq + r * words, static_cast<std::size_t>(words)), t.spec.bits,
+                      codes);
+    for (std::int64_t g = 0; g < groups; ++g) {
+      ref::GgmlBlock block;
+      std::memcpy(block.codes.data(), codes.data() + g * ref::kGgmlBlock, ref::kGgmlBlock);
+      block.d = scales[r * groups + g];
+      block.m = biases != nullptr ? biases[r * groups + g] : 0;
+      const std::vector<std::uint8_t> bytes = ref::ggml_block_to_bytes(mode, block);
+      std::memcpy(out.data() + static_cast<std::size_t>(r * groups + g) * block_bytes, bytes.data(), block_bytes);
+    }
+  }
+  return out;
+}
+
+// The blocks of `t`: kept ones when `slot` is kept and holds the same buffers.
+const std::vector<std::uint8_t>& blocks_of(const QuantizedView& t, BlockCopy* slot, BlockCopy& scratch) {
+  if (slot != nullptr && slot->wq == t.wq.data && slot->scales == t.scales.data && slot->biases == t.biases.data &&
+      slot->shape == t.wq.shape && slot->mode == t.spec.mode && !slot->blocks.empty()) {
+    return slot->blocks;
+  }
+  BlockCopy& into = slot != nullptr ? *slot : scratch;
+  into = {t.wq.data, t.scales.data, t.biases.data, t.wq.shape, t.spec.mode, to_blocks(t)};
+  return into.blocks;
+}
+
+}  // namespace
+
+Arithmetic quantized_sdpa(Engine& e, const QuantizedSdpaArgs& a, StaticKv* keep) {
+  ConstTensorView mask_storage, sinks_storage;
+  const ConstTensorView q = host_cview(a.q);
+  const QuantizedView k = host_cview(a.k), v = host_cview(a.v);
+  const ConstTensorView* mask = host_cview(a.mask, mask_storage);
+  const ConstTensorView* sinks = host_cview(a.sinks, sinks_storage);
+  const TensorView out = host_view(a.out);
+  ref::validate_quantized_sdpa(q, k, v, a.params, mask, sinks, out);
+  for (const QuantizedView* t : {&k, &v}) {
+    KVLAB_REQUIRE(t->spec.format().encoder == QuantEncoder::ggml, unsupported, "ggml quantized_sdpa: ",
+                  to_string(t->spec), " K/V (ggml's flash attention reads its own block formats only)");
+  }
+  BlockCopy k_scratch, v_scratch;
+  const std::vector<std::uint8_t>& kb = blocks_of(k, keep != nullptr ? &keep->k : nullptr, k_scratch);
+  const std::vector<std::uint8_t>& vb = blocks_of(v, keep != nullptr ? &keep->v : nullptr, v_scratch);
+  const KvRows kr{block_type(k.spec.mode), kb.data(), k.scales.shape[3] * ref::kGgmlBlock};
+  const KvRows vr{block_type(v.spec.mode), vb.data(), out.shape[3]};
+  return attend(e, q, kr, vr, k.wq.shape[1], k.wq.shape[2], a.params, mask, sinks, out, "quantized_sdpa");
+}
+
+}  // namespace kvlab::ggmlk
