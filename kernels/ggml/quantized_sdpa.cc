@@ -4,6 +4,8 @@
 // out as ggml's block structs first — a mapping of bytes, done per call, or once per
 // buffer with the backend's static_kv variant (kvlab_bench). Affine and microscaling K/V
 // are not ggml's: UNIMPLEMENTED.
+#include <algorithm>
+#include <cstddef>
 #include <cstring>
 #include <vector>
 
@@ -43,15 +45,41 @@ std::vector<std::uint8_t> to_blocks(const QuantizedView& t) {
   return out;
 }
 
-// The blocks of `t`: kept ones when `slot` is kept and holds the same buffers.
-const std::vector<std::uint8_t>& blocks_of(const QuantizedView& t, BlockCopy* slot, BlockCopy& scratch) {
-  if (slot != nullptr && slot->wq == t.wq.data && slot->scales == t.scales.data && slot->biases == t.biases.data &&
-      slot->shape == t.wq.shape && slot->mode == t.spec.mode && !slot->blocks.empty()) {
-    return slot->blocks;
+// FNV-1a over the first and last 64 bytes of each of the operand's tensors: O(1), and a
+// buffer rewritten with other K/V in between shows in it (with its address and shape alike).
+std::uint64_t fingerprint(const QuantizedView& t) {
+  std::uint64_t h = 1469598103934665603ULL;
+  for (const ConstTensorView* v : {&t.wq, &t.scales, &t.biases}) {
+    if (v->data == nullptr) continue;
+    const std::size_t n = v->nbytes(), edge = std::min<std::size_t>(n, 64);
+    for (const std::size_t start : {std::size_t{0}, n - edge}) {
+      for (std::size_t i = 0; i < edge; ++i) {
+        h ^= std::to_integer<std::uint8_t>(v->data[start + i]);
+        h *= 1099511628211ULL;
+      }
+    }
   }
-  BlockCopy& into = slot != nullptr ? *slot : scratch;
-  into = {t.wq.data, t.scales.data, t.biases.data, t.wq.shape, t.spec.mode, to_blocks(t)};
-  return into.blocks;
+  return h;
+}
+
+// The blocks of `t`: a kept copy of the same buffers and bytes when `keep` is given, else
+// converted now (and kept when `keep` is given).
+std::shared_ptr<const std::vector<std::uint8_t>> blocks_of(const QuantizedView& t, StaticKv* keep) {
+  const std::uint64_t fp = keep != nullptr ? fingerprint(t) : 0;
+  if (keep != nullptr) {
+    for (const BlockCopy& c : keep->kept) {
+      if (c.wq == t.wq.data && c.scales == t.scales.data && c.biases == t.biases.data && c.shape == t.wq.shape &&
+          c.mode == t.spec.mode && c.fingerprint == fp) {
+        return c.blocks;
+      }
+    }
+  }
+  BlockCopy copy{t.wq.data, t.scales.data, t.biases.data, t.wq.shape, t.spec.mode, fp,
+                 std::make_shared<const std::vector<std::uint8_t>>(to_blocks(t))};
+  if (keep == nullptr) return copy.blocks;
+  if (keep->kept.size() == StaticKv::kKept) keep->kept.erase(keep->kept.begin());
+  keep->kept.push_back(std::move(copy));
+  return keep->kept.back().blocks;
 }
 
 }  // namespace
@@ -68,11 +96,9 @@ Arithmetic quantized_sdpa(Engine& e, const QuantizedSdpaArgs& a, StaticKv* keep)
     KVLAB_REQUIRE(t->spec.format().encoder == QuantEncoder::ggml, unsupported, "ggml quantized_sdpa: ",
                   to_string(t->spec), " K/V (ggml's flash attention reads its own block formats only)");
   }
-  BlockCopy k_scratch, v_scratch;
-  const std::vector<std::uint8_t>& kb = blocks_of(k, keep != nullptr ? &keep->k : nullptr, k_scratch);
-  const std::vector<std::uint8_t>& vb = blocks_of(v, keep != nullptr ? &keep->v : nullptr, v_scratch);
-  const KvRows kr{block_type(k.spec.mode), kb.data(), k.scales.shape[3] * ref::kGgmlBlock};
-  const KvRows vr{block_type(v.spec.mode), vb.data(), out.shape[3]};
+  const std::shared_ptr<const std::vector<std::uint8_t>> kb = blocks_of(k, keep), vb = blocks_of(v, keep);
+  const KvRows kr{block_type(k.spec.mode), kb->data(), k.scales.shape[3] * ref::kGgmlBlock};
+  const KvRows vr{block_type(v.spec.mode), vb->data(), out.shape[3]};
   return attend(e, q, kr, vr, k.wq.shape[1], k.wq.shape[2], a.params, mask, sinks, out, "quantized_sdpa");
 }
 
