@@ -38,9 +38,13 @@ sdist="$out/$file"
 have_sha() { [[ -f "$sdist" ]] && [[ "$(sha256sum "$sdist" | cut -d' ' -f1)" == "$sha" ]]; }
 if ! have_sha; then
   rm -f "$sdist"
-  command -v curl >/dev/null || fail "no curl to download $file"
-  curl -fsSL --retry 2 -o "$sdist.part" "$url" 2>"$out/download.log" ||
-    fail "could not download $url (see build/ggml-engine/download.log)"
+  # curl, else Python's urllib (a fresh Debian 12 has python3, not always curl).
+  if command -v curl >/dev/null; then
+    curl -fsSL --retry 2 -o "$sdist.part" "$url" 2>"$out/download.log"
+  else
+    ${KVLAB_PYTHON:-python3} -c 'import sys, urllib.request; urllib.request.urlretrieve(sys.argv[1], sys.argv[2])' \
+      "$url" "$sdist.part" 2>"$out/download.log"
+  fi || { rm -f "$sdist.part"; fail "could not download $url (see build/ggml-engine/download.log)"; }
   mv "$sdist.part" "$sdist"
   have_sha || { rm -f "$sdist"; fail "$file does not have the pinned sha256 $sha"; }
 fi
