@@ -9,7 +9,7 @@ namespace kvlab {
 namespace {
 
 // Overrides only the ops ggml has an equivalent for: its block formats' quantize and
-// dequantize, and attention over f32/f16/bf16 or block K/V. Not thread-safe (one
+// dequantize, RoPE (f32/f16) and attention over f32/f16/bf16 or block K/V. Not thread-safe (one
 // threadpool; the declared arithmetic is that of the last attention call).
 class GgmlBackend final : public HostMemoryBackend {
  public:
@@ -24,6 +24,7 @@ class GgmlBackend final : public HostMemoryBackend {
 
   void quantize(const QuantizeArgs& a) override { ggmlk::quantize(a); }
   void dequantize(const DequantizeArgs& a) override { ggmlk::dequantize(a); }
+  void rope(const RopeArgs& a) override { ggmlk::rope(engine_, a); }
   void sdpa(const SdpaArgs& a) override {
     last_ = {};
     last_ = ggmlk::sdpa(engine_, a);

@@ -46,5 +46,6 @@ Arithmetic sdpa(Engine& e, const SdpaArgs& a);
 // keep: null converts K/V on every call; else the conversions are reused while the same
 // buffers come back (ggml_backend.h, static_kv).
 Arithmetic quantized_sdpa(Engine& e, const QuantizedSdpaArgs& a, StaticKv* keep);
+void rope(Engine& e, const RopeArgs& a);
 
 }  // namespace kvlab::ggmlk

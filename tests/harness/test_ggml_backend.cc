@@ -75,6 +75,11 @@ TEST(GgmlBackend, WhatGgmlCannotExpressIsUnimplementedWithTheReason) {
   EXPECT_EQ(run_ggml_line(*b, "quantized_sdpa B=1 Hq=2 Hkv=1 Lq=1 Lk=20 Dk=64 Dv=64 dtype=f16 kbits=4 vbits=4").status,
             Status::unimplemented);
   EXPECT_EQ(run_ggml_line(*b, "affine_quantize B=1 H=1 T=4 D=64 dtype=f16 bits=4").status, Status::unimplemented);
+  // RoPE: ggml's CPU rope computes f32 and f16, with int32 positions.
+  EXPECT_EQ(run_ggml_line(*b, "rope B=2 H=2 T=8 D=64 dims=64 dtype=f16 traditional=1 offset=7").status, Status::passed);
+  EXPECT_EQ(run_ggml_line(*b, "rope B=2 H=2 T=8 D=64 dims=64 dtype=bf16").status, Status::unimplemented);
+  EXPECT_EQ(run_ggml_line(*b, "rope B=1 H=1 T=3 D=8 dims=8 offset=2147483646").status,
+            Status::unimplemented);
 }
 
 TEST(GgmlBackend, ShapesGgmlWouldAssertOnAreErrorsNotAborts) {
