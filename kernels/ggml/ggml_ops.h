@@ -10,6 +10,7 @@
 #include "kernels/ggml/ggml_engine.h"
 #include "kvlab/backend.h"
 #include "kvlab/op_list.h"
+#include "kvlab/quantized_view.h"
 
 namespace kvlab::ggmlk {
 
@@ -39,6 +40,11 @@ struct StaticKv {
   static constexpr std::size_t kKept = 4;
   std::vector<BlockCopy> kept;  // most recent last
 };
+
+// Row r of a tensor in kvlab's packed layout of a ggml block format (a codes bitstream
+// per row, f16 d and m beside it: reference/ggml_quantize.h) as ggml's block structs at
+// dst, D/32 of them; `codes` is scratch (resized to D).
+void row_to_blocks(const QuantizedView& t, std::int64_t r, std::uint8_t* dst, std::vector<std::uint8_t>& codes);
 
 void quantize(const QuantizeArgs& a);
 void dequantize(const DequantizeArgs& a);

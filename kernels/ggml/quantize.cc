@@ -41,6 +41,26 @@ std::size_t row_bytes(ggml_type t, std::int64_t d) { return ggml_row_size(t, d);
 
 }  // namespace
 
+void row_to_blocks(const QuantizedView& t, std::int64_t r, std::uint8_t* dst, std::vector<std::uint8_t>& codes) {
+  const QuantMode mode = t.spec.mode;
+  const std::int64_t words = t.wq.shape.back(), groups = t.scales.shape.back();
+  const std::size_t block_bytes = ref::ggml_block_bytes(mode);
+  codes.resize(static_cast<std::size_t>(groups * ref::kGgmlBlock));
+  ref::unpack_codes(std::span<const std::uint32_t>(t.wq.as<const std::uint32_t>() + r * words,
+                                                   static_cast<std::size_t>(words)),
+                    t.spec.bits, codes);
+  const auto* scales = t.scales.as<const std::uint16_t>() + r * groups;
+  const auto* biases = t.spec.has_biases() ? t.biases.as<const std::uint16_t>() + r * groups : nullptr;
+  for (std::int64_t g = 0; g < groups; ++g) {
+    ref::GgmlBlock block;
+    std::memcpy(block.codes.data(), codes.data() + g * ref::kGgmlBlock, ref::kGgmlBlock);
+    block.d = scales[g];
+    block.m = biases != nullptr ? biases[g] : 0;
+    const std::vector<std::uint8_t> bytes = ref::ggml_block_to_bytes(mode, block);
+    std::memcpy(dst + static_cast<std::size_t>(g) * block_bytes, bytes.data(), block_bytes);
+  }
+}
+
 void quantize(const QuantizeArgs& a) {
   const ConstTensorView x = host_cview(a.x);
   const QuantizedMutView out = host_view(a.out);
@@ -87,25 +107,11 @@ void dequantize(const DequantizeArgs& a) {
   const ggml_type type = block_type(mode);
   const ggml_to_float_t to_float = ggml_get_type_traits(type)->to_float;
   KVLAB_REQUIRE(to_float != nullptr, unsupported, "ggml: no to_float for ", quant_mode_name(mode));
-  const std::int64_t d = out.shape.back(), rows = out.numel() / d, blocks = d / ref::kGgmlBlock;
-  const std::int64_t words = in.wq.shape.back();
-  const std::size_t block_bytes = ref::ggml_block_bytes(mode);
+  const std::int64_t d = out.shape.back(), rows = out.numel() / d;
   std::vector<float> row(static_cast<std::size_t>(d));
-  std::vector<std::uint8_t> bytes(row_bytes(type, d)), codes(static_cast<std::size_t>(d));
-  const auto* wq = in.wq.as<const std::uint32_t>();
-  const auto* scales = in.scales.as<const std::uint16_t>();
-  const auto* biases = in.spec.has_biases() ? in.biases.as<const std::uint16_t>() : nullptr;
+  std::vector<std::uint8_t> bytes(row_bytes(type, d)), codes;
   for (std::int64_t r = 0; r < rows; ++r) {
-    ref::unpack_codes(std::span<const std::uint32_t>(wq + r * words, static_cast<std::size_t>(words)), in.spec.bits,
-                      codes);
-    for (std::int64_t b = 0; b < blocks; ++b) {
-      ref::GgmlBlock block;
-      std::memcpy(block.codes.data(), codes.data() + b * ref::kGgmlBlock, ref::kGgmlBlock);
-      block.d = scales[r * blocks + b];
-      block.m = biases != nullptr ? biases[r * blocks + b] : 0;
-      const std::vector<std::uint8_t> one = ref::ggml_block_to_bytes(mode, block);
-      std::memcpy(bytes.data() + static_cast<std::size_t>(b) * block_bytes, one.data(), block_bytes);
-    }
+    row_to_blocks(in, r, bytes.data(), codes);
     to_float(bytes.data(), row.data(), d);
     for (std::int64_t i = 0; i < d; ++i) out.store(r * d + i, row[static_cast<std::size_t>(i)]);
   }

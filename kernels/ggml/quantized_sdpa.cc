@@ -6,12 +6,10 @@
 // are not ggml's: UNIMPLEMENTED.
 #include <algorithm>
 #include <cstddef>
-#include <cstring>
 #include <vector>
 
 #include "kernels/ggml/attention.h"
 #include "kvlab/host_buffer.h"
-#include "reference/bitpack.h"
 #include "reference/ggml_quantize.h"
 #include "reference/quantized_sdpa.h"
 
@@ -21,27 +19,10 @@ namespace {
 
 // K or V in ggml's blocks: rows of D/32 block structs.
 std::vector<std::uint8_t> to_blocks(const QuantizedView& t) {
-  const QuantMode mode = t.spec.mode;
-  const std::int64_t words = t.wq.shape.back(), groups = t.scales.shape.back(), d = groups * ref::kGgmlBlock;
-  const std::int64_t rows = t.scales.numel() / groups;
-  const std::size_t block_bytes = ref::ggml_block_bytes(mode);
-  std::vector<std::uint8_t> out(static_cast<std::size_t>(rows * groups) * block_bytes);
-  std::vector<std::uint8_t> codes(static_cast<std::size_t>(d));
-  const auto* wq = t.wq.as<const std::uint32_t>();
-  const auto* scales = t.scales.as<const std::uint16_t>();
-  const auto* biases = t.spec.has_biases() ? t.biases.as<const std::uint16_t>() : nullptr;
-  for (std::int64_t r = 0; r < rows; ++r) {
-    ref::unpack_codes(std::span<const std::uint32_t>(wq + r * words, static_cast<std::size_t>(words)), t.spec.bits,
-                      codes);
-    for (std::int64_t g = 0; g < groups; ++g) {
-      ref::GgmlBlock block;
-      std::memcpy(block.codes.data(), codes.data() + g * ref::kGgmlBlock, ref::kGgmlBlock);
-      block.d = scales[r * groups + g];
-      block.m = biases != nullptr ? biases[r * groups + g] : 0;
-      const std::vector<std::uint8_t> bytes = ref::ggml_block_to_bytes(mode, block);
-      std::memcpy(out.data() + static_cast<std::size_t>(r * groups + g) * block_bytes, bytes.data(), block_bytes);
-    }
-  }
+  const std::int64_t groups = t.scales.shape.back(), rows = t.scales.numel() / groups;
+  const std::size_t row_bytes = static_cast<std::size_t>(groups) * ref::ggml_block_bytes(t.spec.mode);
+  std::vector<std::uint8_t> out(static_cast<std::size_t>(rows) * row_bytes), codes;
+  for (std::int64_t r = 0; r < rows; ++r) row_to_blocks(t, r, out.data() + static_cast<std::size_t>(r) * row_bytes, codes);
   return out;
 }
 
