@@ -76,8 +76,10 @@ Arithmetic attend(Engine& e, const ConstTensorView& q, const KvRows& k, const Kv
                   std::int64_t lk, const AttentionParams& params, const ConstTensorView* mask,
                   const ConstTensorView* sinks, const TensorView& out, const char* what) {
   const std::int64_t B = q.shape[0], Hq = q.shape[1], Lq = q.shape[2], Dk = q.shape[3], Dv = out.shape[3];
-  KVLAB_REQUIRE(lk <= std::numeric_limits<std::int32_t>::max() && Lq <= std::numeric_limits<std::int32_t>::max(),
-                unsupported, "ggml ", what, ": Lq ", Lq, " or Lk ", lk, " beyond ggml's int row indices");
+  // ggml's kernels index query rows (B·Hq·Lq) and keys with int.
+  constexpr std::int64_t int_max = std::numeric_limits<std::int32_t>::max();
+  KVLAB_REQUIRE(lk <= int_max && Lq <= int_max && B * Hq <= int_max / Lq, unsupported, "ggml ", what,
+                ": B·Hq·Lq = ", B, "·", Hq, "·", Lq, " or Lk ", lk, " beyond ggml's int row indices");
   const GgmlMask m = build_mask(params, mask, B, Lq, lk, what);
   KVLAB_REQUIRE(params.fully_masked == FullyMaskedRow::zero || m.bits.empty() || !has_fully_masked_row(m, lk),
                 unsupported, "ggml ", what, ": a fully masked row under FullyMaskedRow::mean_of_values; ggml's "

@@ -34,6 +34,9 @@ void rope(Engine& e, const RopeArgs& a) {
   const std::int64_t B = x.shape.front(), T = x.shape[x.shape.size() - 2], D = x.shape.back();
   const std::int64_t M = x.numel() / (B * T * D), row = M * T * D;
   const std::size_t es = dtype_size(x.dtype);
+  // ggml's rope counts a graph's rows (M·T here) with int.
+  KVLAB_REQUIRE(M * T <= std::numeric_limits<std::int32_t>::max(), unsupported, "ggml rope: ", M * T,
+                " rows per batch row, beyond ggml's int row count");
   // Every position t + offset_b must be an int32, as ggml's are.
   std::vector<std::int32_t> positions(static_cast<std::size_t>(T));
   std::vector<std::int64_t> offsets(static_cast<std::size_t>(B), a.offsets.scalar);
