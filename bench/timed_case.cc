@@ -32,6 +32,10 @@ KeptBackend& kept_vulkan() {
 }
 
 std::shared_ptr<Backend> make_bench_backend(const std::string& name) {
+  // ggml's quantized attention reads ggml's block structs, not kvlab's packed layout: its
+  // static_kv variant lays the fixed K/V out once (on the verified call) and the timed calls
+  // run ggml's kernel alone (kernels/ggml/ggml_backend.h).
+  if (name == "ggml") return harness::make_backend("ggml:static_kv");
   // Vulkan kernels are timed on the device: the harness factory's backend has no
   // timestamp queries.
   if (!is_vulkan_backend(name)) return harness::make_backend(name);

@@ -1,6 +1,6 @@
 # `cmake --install <build> --prefix P`: the static libraries and the CMake package
 # (find_package(kvlab): namespaced targets kvlab::core, ::reference, ::cache, ::simd,
-# ::vulkan, ::mlx and ::harness, as built), the public headers in kvlab's own layout
+# ::vulkan, ::mlx, ::ggml and ::harness, as built), the public headers in kvlab's own layout
 # (P/include/{kvlab,harness,reference,cache}), the kvlab CLI and kvlab_bench (P/bin), and
 # the case files (P/share/kvlab/cases, P/share/kvlab/known) and the golden folder
 # (P/share/kvlab/golden), which installed binaries find beside themselves
@@ -10,7 +10,7 @@ include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 
 set(kvlab_export_targets)
-foreach(name IN ITEMS core reference cache simd vulkan mlx harness)
+foreach(name IN ITEMS core reference cache simd vulkan mlx ggml harness)
   if(TARGET kvlab_${name})
     set_target_properties(kvlab_${name} PROPERTIES EXPORT_NAME ${name})
     list(APPEND kvlab_export_targets kvlab_${name})
@@ -21,6 +21,7 @@ endforeach()
 set(KVLAB_EXPORT_SIMD OFF)
 set(KVLAB_EXPORT_VULKAN OFF)
 set(KVLAB_EXPORT_MLX OFF)
+set(KVLAB_EXPORT_GGML OFF)
 if(TARGET kvlab_simd)
   set(KVLAB_EXPORT_SIMD ON)
 endif()
@@ -29,6 +30,10 @@ if(TARGET kvlab_vulkan)
 endif()
 if(TARGET kvlab_mlx)
   set(KVLAB_EXPORT_MLX ON)
+endif()
+if(TARGET kvlab_ggml)  # kvlab::ggml links the static ggml of KVLAB_GGML_ROOT where it was built
+  set(KVLAB_EXPORT_GGML ON)
+  set(kvlab_ggml_config_dir "${KVLAB_GGML_ROOT}/install/lib/cmake/ggml")
 endif()
 
 install(TARGETS ${kvlab_export_targets} EXPORT kvlabTargets

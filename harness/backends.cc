@@ -15,6 +15,9 @@
 #ifdef KVLAB_HAVE_MLX
 #include "kernels/mlx/mlx_backend.h"
 #endif
+#ifdef KVLAB_HAVE_GGML
+#include "kernels/ggml/ggml_backend.h"
+#endif
 
 namespace kvlab::harness {
 
@@ -64,6 +67,23 @@ std::vector<BackendEntry>& registry() {
 #else
          (void)variant;
          fail(ErrorKind::unsupported, cat("backend 'mlx' is not built here: ", KVLAB_MLX_ABSENT_REASON));
+#endif
+       }},
+      // Always listed, like mlx: a build without the ggml engine names why.
+      {"ggml",
+#ifdef KVLAB_HAVE_GGML
+       cat(ggml_engine_version(), " CPU (build/ggml-engine)"),
+#else
+       "ggml (not built)",
+#endif
+       "kernels/ggml: llama.cpp's ggml (CPU backend) as a backend: its block formats' quantize/dequantize, "
+       "flash attention (f32/f16/bf16 and block K/V); 'ggml:static_kv' keeps block K/V converted across calls (benchmarks)",
+       [](std::string_view variant) -> std::unique_ptr<Backend> {
+#ifdef KVLAB_HAVE_GGML
+         return make_ggml_backend(variant);
+#else
+         (void)variant;
+         fail(ErrorKind::unsupported, cat("backend 'ggml' is not built here: ", KVLAB_GGML_ABSENT_REASON));
 #endif
        }},
       // Bring-your-own-kernel: a shared library speaking the C ABI of kvlab/plugin.h.

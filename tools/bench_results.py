@@ -274,9 +274,44 @@ TARGETS = [
     (lambda p: p.get("op") == "rope", "memcpy", 80.0),
     (lambda p: p.get("op") == "kv_scatter", "memcpy", 80.0),
 ]
-# Peers timed in the same run (kvlab_bench --kvlab_backends=...,mlx): a column each, the
-# peer's median time over this backend's on the same problem.
-PEERS = ("mlx",)
+# Peers timed in the same run (kvlab_bench --kvlab_backends=...,mlx,ggml): a column each,
+# the peer's median time over this backend's on the same problem — or, for quantized
+# attention, on the problem of the same shape whose K and V take the same bytes per element
+# in the same element width (peer_key): llama.cpp's q8_0 / q4_0 K/V cache (block 32, f16
+# scale: 8.5 / 4.5 bits per element) beside kvlab's affine 8-bit / 4-bit g64 (f16 scale and
+# bias per 64: 8.5 / 4.5 bits).
+PEERS = ("mlx", "ggml")
+
+# Bits per element of a K/V format beside its codes: the scale (and bias or min) of each group.
+# Affine groups store both in the data's dtype; ggml's blocks an f16 d (and an f16 m for the
+# _1 formats); the microscaling formats a u8 scale per group.
+_GGML_SIDE_BITS = {"q8_0": 16, "q4_0": 16, "q5_0": 16, "iq4_nl": 16, "q4_1": 32, "q5_1": 32}
+_DTYPE_BITS = {"f32": 32, "f16": 16, "bf16": 16}
+
+
+def _bits_per_element(p, side):
+    """(element bits, total bits per element) of K ('k') or V ('v'), or None when unknown."""
+    mode, bits, group = p.get(side + "mode", "affine"), _int(p, side + "bits"), _int(p, side + "group")
+    if bits <= 0 or group <= 0:
+        return None
+    if mode == "affine":
+        extra = 2 * _DTYPE_BITS.get(p.get("dtype", "f16"), 16)
+    elif mode in _GGML_SIDE_BITS:
+        extra = _GGML_SIDE_BITS[mode]
+    else:
+        extra = 8
+    return bits, bits + extra / group
+
+
+def peer_key(row):
+    """What a row is matched on with a peer's rows: its op and shape; for quantized_sdpa the
+    shape with K's and V's formats replaced by their element bits and bits per element."""
+    p = row.params()
+    if row.op != "quantized_sdpa" or not p:
+        return (row.op, row.shape)
+    drop = {"seed"} | {side + key for side in "kv" for key in ("mode", "bits", "group")}
+    rest = tuple(sorted((k, v) for k, v in p.items() if k not in drop))
+    return (row.op, rest, _bits_per_element(p, "k"), _bits_per_element(p, "v"))
 
 
 def _int(p, key, default=0):

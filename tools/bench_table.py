@@ -49,7 +49,10 @@ table: one row per kernel benchmark: kernel | shape | backend | GB/s | % read | 
     submissions, timed by the host's wall clock: an upper bound) is marked "(wall)" and
     its target is not judged.
   * speed-up: the reference's median time on the same problem over this backend's; and,
-    for each peer engine timed in the same run (PEERS: mlx), "vs <peer>" likewise.
+    for each peer engine timed in the same run (PEERS: mlx, ggml), "vs <peer>" likewise; a
+    quantized_sdpa row is paired with the peer's row of the same shape whose K and V have
+    the same element bits and bits per element (bench_results.peer_key: ggml's q8_0 / q4_0
+    beside kvlab's affine 8-bit / 4-bit g64, 8.5 / 4.5 bits each).
   * target: the issue's bandwidth targets, PASS or MISS with the measured ratio:
       quantized_sdpa B=1 Hq=32 Hkv=8 Lq=1 Lk=32768 or 65536 D=128 f16, affine group 64,
         K and V at 4 or 8 bits each: >= 80 % read
@@ -92,7 +95,7 @@ import sys
 # parse_label are here for those callers.
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_results import (  # noqa: E402  pylint: disable=wrong-import-position
-    DEVICE_COPIES, DRIFT_MARK_PCT, MIN_REPS_FOR_NOISE, NOT_A_TARGET, PEERS, UNIT_SECONDS, ResultError,
+    DEVICE_COPIES, DRIFT_MARK_PCT, MIN_REPS_FOR_NOISE, NOT_A_TARGET, PEERS, UNIT_SECONDS, ResultError, peer_key,
     adjacent_range, base_name, baselines, device_key, device_type, is_vulkan, load, parse_label, target_of)
 
 
@@ -257,7 +260,12 @@ def table(path, out=sys.stdout):
     if not judging:
         out.write("  note: smoke tier (tiny shapes, one iteration): targets are not evaluated\n")
     reference = {(r.op, r.shape): r for r in rows.values() if r.backend == "reference" and r.timed}
-    by_backend = {(r.backend, r.op, r.shape): r for r in rows.values() if r.timed}
+    # A peer's rows by peer_key; a key two of its rows share pairs with neither.
+    peer_rows = {}
+    for r in rows.values():
+        if r.timed and r.backend in PEERS:
+            k = (r.backend, peer_key(r))
+            peer_rows[k] = None if k in peer_rows else r
     peers_present = [p for p in PEERS if any(r.backend == p for r in rows.values() if r.timed)]
     lines, verdicts, untimed = [], [], []
     for r in rows.values():
@@ -273,7 +281,7 @@ def table(path, out=sys.stdout):
         speedup = ref.median() / r.median() if ref and r.backend != "reference" else None
         vs_peers = []
         for peer in peers_present:
-            other = by_backend.get((peer, r.op, r.shape))
+            other = peer_rows.get((peer, peer_key(r)))
             x = other.median() / r.median() if other and r.backend != peer and other.median() else None
             vs_peers.append(fmt(x, ".1f", "-") + ("x" if x else ""))
         verdict = ""

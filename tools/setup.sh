@@ -36,5 +36,9 @@ bash "$(dirname "$0")/setup_venv.sh"
 # The pinned gguf-py venv and its vectors for the ggml block oracle (never fails either).
 bash "$(dirname "$0")/ggml/setup_venv.sh"
 
+# The ggml engine of the ggml backend: the pinned llama-cpp-python sdist's ggml, built
+# static into build/ggml-engine (never fails either: absence is a skip with the reason).
+bash "$(dirname "$0")/ggml/engine.sh"
+
 # The pinned universalmutator venv of tools/mutate.sh (never fails: absence is a reason).
 bash "$(dirname "$0")/mutate/setup_venv.sh"

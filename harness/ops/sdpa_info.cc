@@ -13,7 +13,11 @@
 // special (sdpa only) puts inf/NaN into visible inputs at fixed places: v_inf (+inf and
 // −inf in two V elements), k_inf / k_ninf (±inf in element 0 of key 7 of kv head 0, with
 // q[0] = 1 so the score is ±inf), q_nan (one q element), k_nan (one element of key 7);
-// the outputs must then match the oracle's NaN elements exactly (Budget).
+// the outputs must then match the oracle's NaN elements exactly (Budget). special=uniform
+// is finite: q = 0, so every visible key gets the same weight, and V shifted by +2 (a
+// nonzero mean, as real V channels have): the output is V's mean over the visible keys, and
+// a P·V sum kept in T stagnates once its ulp exceeds twice the values added (ggml's f16
+// accumulator: harness/known/ggml G6).
 // quantized_sdpa: kdtype / vdtype is the dtype K / V have before quantization, i.e. of
 // their scales and biases (`q`: q's dtype).
 #include <algorithm>
@@ -161,6 +165,9 @@ void inject_special(const Problem& p, Tensor& q, Tensor& k, Tensor& v) {
                    std::numeric_limits<float>::quiet_NaN());
   } else if (s == "k_nan") {
     k.view().store(key * Dk + std::min<std::int64_t>(4, Dk - 1), std::numeric_limits<float>::quiet_NaN());
+  } else if (s == "uniform") {
+    for (std::int64_t i = 0; i < q.numel(); ++i) q.view().store(i, 0.0f);
+    for (std::int64_t i = 0; i < v.numel(); ++i) v.view().store(i, v.view().load(i) + 2.0f);
   }
 }
 
@@ -475,7 +482,7 @@ class Sdpa final : public OpInfo {
   std::string_view summary() const override { return "attention: GQA, masks, sinks, softcap, Dv != Dk"; }
   std::vector<ParamSpec> declared_params() const override {
     std::vector<ParamSpec> ps = attention_params();
-    ps.push_back(word_param("special", {"none", "v_inf", "k_inf", "k_ninf", "q_nan", "k_nan"}, true));
+    ps.push_back(word_param("special", {"none", "v_inf", "k_inf", "k_ninf", "q_nan", "k_nan", "uniform"}, true));
     return ps;
   }
 

@@ -31,6 +31,8 @@ class Backend {
   // and P·V sums, reductions): f32 or wider for every kvlab backend (the oracle uses
   // double). The harness's precision ceilings (harness/op.h Budget::precision_nmse_max)
   // are derived for f32; a backend that declares f16/bf16 is held to its output budget only.
+  // Both declarations are read right after the call they describe (harness/spine.cc), so
+  // an engine whose arithmetic depends on the call may report its last call's (ggml).
   virtual DType accumulation() const { return DType::f32; }
   // Which intermediate values of attention the kernels round to the input dtype T before
   // using them. An engine may: MLX rounds q·scale and P, its quantized attention the

@@ -160,6 +160,26 @@ class Table(unittest.TestCase):
         alone = self.run_table(reps("rope/simd:AVX3/T=8", [0.1] * 3, bytes_per_iter=1e9, label="rope B=1 T=8"))
         self.assertNotIn("vs mlx", alone)
 
+    def test_ggml_blocks_pair_with_affine_rows_of_the_same_bytes_per_element(self):
+        # ggml's q8_0 (8 bits + an f16 d per 32: 8.5 bits) at 56 ms beside kvlab's affine
+        # 8-bit g64 (an f16 scale and bias per 64: 8.5 bits) at 14 ms: "vs ggml" 4.0x on the
+        # simd row. ggml's q4_0 (4.5 bits) has no affine partner at 8 bits, and the affine
+        # 8-bit g32 row (9 bits) is not paired with q8_0.
+        q8_0 = QSDPA8.replace("kmode=affine kbits=8 kgroup=64 vmode=affine vbits=8 vgroup=64",
+                              "kmode=q8_0 kbits=8 kgroup=32 vmode=q8_0 vbits=8 vgroup=32")
+        q4_0 = q8_0.replace("q8_0 kbits=8", "q4_0 kbits=4").replace("q8_0 vbits=8", "q4_0 vbits=4")
+        g32 = QSDPA8.replace("kgroup=64", "kgroup=32").replace("vgroup=64", "vgroup=32")
+        rows = (reps("quantized_sdpa/simd:AVX3/affine8", [0.014] * 3, bytes_per_iter=1e9, label=QSDPA8)
+                + reps("quantized_sdpa/simd:AVX3/affine8g32", [0.020] * 3, bytes_per_iter=1e9, label=g32)
+                + reps("quantized_sdpa/ggml/q8_0", [0.056] * 3, bytes_per_iter=1e9, label=q8_0)
+                + reps("quantized_sdpa/ggml/q4_0", [0.130] * 3, bytes_per_iter=1e9, label=q4_0))
+        text = self.run_table(rows)
+        self.assertIn("vs ggml", text)
+        row = lambda shape: next(l for l in text.splitlines() if f" {shape} " in l)
+        self.assertIn("4.0x", row("affine8"))
+        self.assertNotIn("2.8x", row("affine8g32"))
+        self.assertEqual(bt.peer_key(next(r for r in bt.load(write(rows))[1].values() if r.shape == "q4_0"))[2], (4, 4.5))
+
     def test_errors_are_listed_as_not_timed(self):
         rows = [{"name": "sdpa/simd:AVX3/x/real_time", "run_name": "sdpa/simd:AVX3/x/real_time",
                  "run_type": "iteration", "error_occurred": True, "time_unit": "us", "real_time": 0,
