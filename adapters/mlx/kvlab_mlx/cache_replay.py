@@ -97,12 +97,12 @@ _DTYPES = {"f32": mx.float32, "f16": mx.float16, "bf16": mx.bfloat16}
 _SINGLE = ("kv", "rotating", "quantized", "chunked")
 # device_batch_kv is kvlab's BatchKVCache with offsets kept on the device: the same
 # semantics, so mlx-lm's BatchKVCache is its counterpart too.
-_BATCH = ("batch_kv", "batch_rotating", "device_batch_kv")
+_BATCH = ("batch_kv", "batch_rotating", "device_batch_kv", "batch_quantized")
 
 
 _CLASSES = {"kv": "KVCache", "rotating": "RotatingKVCache", "quantized": "QuantizedKVCache",
             "chunked": "ChunkedKVCache", "batch_kv": "BatchKVCache", "device_batch_kv": "BatchKVCache",
-            "batch_rotating": "BatchRotatingKVCache"}
+            "batch_rotating": "BatchRotatingKVCache", "batch_quantized": "BatchQuantizedKVCache"}
 
 
 def spread(pad: int, rows: int):
@@ -130,7 +130,8 @@ class Setup:
         cls = _CLASSES[self.kind]
         if not hasattr(eng.cache, cls):  # an older release (tools/conformance.sh --mlx-lm)
             raise Unsupported(f"kind={self.kind}: this {eng.name} has no {cls}")
-        quantizes = self.kind == "quantized" or "q" in p.word("script").split(".")
+        self.packed = self.kind in ("quantized", "batch_quantized")
+        quantizes = self.packed or "q" in p.word("script").split(".")
         if quantizes and self.qmode != "affine":
             raise Unsupported(f"qmode={self.qmode}: {eng.name}'s QuantizedKVCache is affine only")
         self.scale = 1.0 / math.sqrt(self.dim)
@@ -138,6 +139,8 @@ class Setup:
     def new_cache(self, rows=None):
         if self.kind == "batch_rotating":
             return engine().cache.BatchRotatingKVCache(self.max_size, spread(self.lpad, rows))
+        if self.kind == "batch_quantized":
+            return engine().cache.BatchQuantizedKVCache(spread(self.lpad, rows), group_size=self.group, bits=self.bits)
         if self.is_batch:
             return engine().cache.BatchKVCache(spread(self.lpad, rows))
         if self.kind == "kv":
@@ -167,6 +170,8 @@ def kv_length(cache) -> int:
         return cache.offset - cache.start_position
     if isinstance(cache, engine().cache.QuantizedKVCache):
         return cache.offset
+    if type(cache).__name__ == "BatchQuantizedKVCache":  # no size(): the cursor, as BatchKVCache.size()
+        return cache._idx
     return cache.size()
 
 
@@ -189,10 +194,20 @@ def _newest(rows, setup: Setup):
     return rows
 
 
+def _widths(setup: Setup):
+    """The packed parts of an affine quantized K or V row: (width, dtype) by kvlab's slot name."""
+    d = setup.dim
+    return {"wq": (d * setup.bits // 32, mx.uint32), "scales": (d // setup.group, setup.dtype),
+            "biases": (d // setup.group, setup.dtype)}
+
+
 def content(cache, setup: Setup):
     """Each component as (rows, W) in (row, head, temporal) order; (0, W) when empty."""
     def rows(buf, w, dtype):
         return mx.zeros((0, w), dtype) if buf is None else _live(cache, buf).reshape(-1, w)
+
+    def joined(parts, w, dtype):
+        return mx.concatenate(parts) if parts else mx.zeros((0, w), dtype)
 
     d = setup.dim
     if setup.is_batch:
@@ -200,15 +215,17 @@ def content(cache, setup: Setup):
         rows_of = [cache.extract(b) for b in range(len(offsets(cache)))] if cache.keys is not None else []
         out = {}
         for side in ("keys", "values"):
-            parts = [_newest(getattr(c, side), setup).reshape(-1, d) for c in rows_of]
-            out[side] = mx.concatenate(parts) if parts else mx.zeros((0, d), setup.dtype)
+            if setup.packed:  # each row a QuantizedKVCache: its (wq, scales, biases) parts
+                for i, (name, (w, dtype)) in enumerate(_widths(setup).items()):
+                    parts = [getattr(c, side)[i].reshape(-1, w) for c in rows_of if getattr(c, side) is not None]
+                    out[f"{side}.{name}"] = joined(parts, w, dtype)
+            else:
+                out[side] = joined([_newest(getattr(c, side), setup).reshape(-1, d) for c in rows_of], d, setup.dtype)
         return out
     if isinstance(cache, engine().cache.QuantizedKVCache):  # kind quantized, or kv after `q`
-        widths = {"wq": (d * setup.bits // 32, mx.uint32), "scales": (d // setup.group, setup.dtype),
-                  "biases": (d // setup.group, setup.dtype)}
         out = {}
         for side, parts in (("keys", cache.keys), ("values", cache.values)):
-            for i, (name, (w, dtype)) in enumerate(widths.items()):
+            for i, (name, (w, dtype)) in enumerate(_widths(setup).items()):
                 out[f"{side}.{name}"] = rows(None if parts is None else parts[i], w, dtype)
         return out
     return {"keys": rows(cache.keys, d, setup.dtype), "values": rows(cache.values, d, setup.dtype)}
@@ -369,6 +386,8 @@ def _replay(p: Problem, inputs):
             rows += new_rows
             observe()
         elif verb == "j":  # every row extracted, then the class's merge (BatchGenerator's)
+            if not hasattr(type(cache), "merge"):
+                raise Unsupported(f"command 'j': {engine().name}'s {type(cache).__name__} has no merge")
             cache = type(cache).merge([cache.extract(i) for i in range(rows)])
             observe()
 

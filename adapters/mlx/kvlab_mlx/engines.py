@@ -69,8 +69,7 @@ def _mlx_vlm():
         return type(c).from_state(state, meta)
 
     return Engine("mlx-vlm", "mlx_vlm", cache, create_attention_mask, scaled_dot_product_attention, save_load,
-                  {"turboquant": "the TurboQuant comparison with mlx-vlm is not written yet",
-                   "batch_quantized": "the BatchQuantizedKVCache driver is not written yet"})
+                  {"turboquant": "the TurboQuant comparison with mlx-vlm is not written yet"})
 
 
 _LOADERS = {"mlx-lm": _mlx_lm, "mlx-vlm": _mlx_vlm}

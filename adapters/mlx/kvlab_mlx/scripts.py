@@ -1,7 +1,7 @@
 """Seeded random cache problems for the replay: one case-file line per problem, in kvlab's
-cache command language (harness/ops/cache_script.h), for the kinds mlx-lm has.
+cache command language (cache/cache_script.h), for the kinds an engine has.
 
-    python -m kvlab_mlx scripts --count 300 --seed 1 -o random.cases
+    python -m kvlab_mlx scripts --count 300 --seed 1 [--engine mlx-vlm] -o random.cases
 
 The same (kinds, count, seed) always gives the same file. Each line names every
 parameter it sets and its own fill seed, so a failure's line reruns alone:
@@ -14,6 +14,9 @@ from __future__ import annotations
 import random
 
 KINDS = ("kv", "rotating", "quantized", "chunked", "batch_kv", "batch_rotating")
+# The kinds each engine of kvlab_mlx/engines.py has a class for (a kind's scripts do not
+# depend on which other kinds are drawn: each kind has its own random stream).
+ENGINE_KINDS = {"mlx-lm": KINDS, "mlx-vlm": KINDS + ("batch_quantized",)}
 
 
 def _kind_params(rng: random.Random, kind: str):
@@ -21,12 +24,13 @@ def _kind_params(rng: random.Random, kind: str):
     batch = kind.startswith("batch_")
     hq, hkv = rng.choice([(4, 2), (2, 1), (4, 4), (6, 2)])
     p = {"kind": kind, "Hq": hq, "Hkv": hkv, "B": rng.randint(2, 4) if batch else rng.randint(1, 2)}
-    p["D"] = 64 if kind == "quantized" else rng.choice([16, 32])
+    packed = kind in ("quantized", "batch_quantized")
+    p["D"] = 64 if packed else rng.choice([16, 32])
     p["dtype"] = rng.choice(["f32", "f16", "bf16"])
     # RoPE in f16/bf16 differs by arithmetic alone (C1: mx.fast.rope rounds in T), which
     # would claim every failure of such a script; the random scripts explore the caches'
     # bookkeeping, so they rope in f32 only (the tier's cases keep the f16/bf16 ones).
-    p["rope"] = 0 if kind == "quantized" or p["dtype"] != "f32" else rng.choice([0, 1])
+    p["rope"] = 0 if packed or p["dtype"] != "f32" else rng.choice([0, 1])
     if kind in ("kv", "batch_kv") and rng.random() < 0.3:
         p["window"] = rng.randint(2, 12)
     if kind in ("rotating", "batch_rotating"):
@@ -37,7 +41,7 @@ def _kind_params(rng: random.Random, kind: str):
         p["window"] = rng.randint(2, p["max"])  # a sliding layer narrower than its ring
     if kind == "chunked":
         p["chunk"] = rng.randint(3, 12)
-    if kind == "quantized":
+    if packed:
         p["bits"] = rng.choice([2, 3, 4, 5, 6, 8])
         p["group"] = rng.choice([32, 64])
     if batch:
