@@ -54,10 +54,15 @@ def _cmd_run(args):
 def _cmd_scripts(args):
     from . import scripts
 
-    if args.engine not in scripts.ENGINE_KINDS:
-        raise ValueError(f"unknown engine {args.engine!r} (known: {', '.join(sorted(scripts.ENGINE_KINDS))})")
-    kinds = [k for part in args.kinds for k in part.split(",") if k] if args.kinds else scripts.ENGINE_KINDS[args.engine]
-    text = "\n".join(scripts.lines(args.count, args.seed, kinds)) + "\n"
+    known = sorted({*scripts.ENGINE_KINDS, *scripts.PREFIX_ENGINES})
+    if args.engine not in known:
+        raise ValueError(f"unknown engine {args.engine!r} (known: {', '.join(known)})")
+    if args.engine in scripts.PREFIX_ENGINES:  # its own code is a prefix store: prefix scripts
+        kinds = [k for part in args.kinds for k in part.split(",") if k] if args.kinds else scripts.PREFIX_KINDS
+        text = "\n".join(scripts.prefix_lines(args.count, args.seed, kinds)) + "\n"
+    else:
+        kinds = [k for part in args.kinds for k in part.split(",") if k] if args.kinds else scripts.ENGINE_KINDS[args.engine]
+        text = "\n".join(scripts.lines(args.count, args.seed, kinds)) + "\n"
     if args.output == "-":
         sys.stdout.write(text)
     else:
@@ -140,7 +145,7 @@ def main(argv=None):
     g.add_argument("--count", type=int, default=300, help="problems per kind")
     g.add_argument("--seed", type=int, default=1)
     g.add_argument("--kinds", nargs="+", metavar="KIND", help="cache kinds (default: every kind the engine has)")
-    g.add_argument("--engine", default="mlx-lm", metavar="NAME", help="whose kinds: mlx-lm (default) or mlx-vlm")
+    g.add_argument("--engine", default="mlx-lm", metavar="NAME", help="whose kinds: mlx-lm (default), mlx-vlm, or vllm-mlx (prefix scripts)")
     g.add_argument("-o", "--output", default="-", metavar="FILE")
     g.set_defaults(fn=_cmd_scripts)
     j = sub.add_parser("findings", help="judge the findings of run --report-json files against a register")

@@ -50,17 +50,12 @@ def engine():
 
 # ---- the script -----------------------------------------------------------------------
 
-_COMMAND = re.compile(r"^(p|d|u|t|r|x)(\d+)?(?:p(\d+))?$|^(a|s|f|q|j)$|^k(\d+(?:_\d+)*)$")
+_COMMAND = re.compile(r"^(p|d|u|t|r|x)(\d+)?(?:p(\d+))?$|^(a|s|f|q|j|i)$|^([kwg])(\d+(?:_\d+)*)$")
+_PREFIX_VERBS = ("w", "i", "g")
 
 
 # Commands of kvlab's language this replay does not drive, with the reason.
 _NOT_REPLAYED = {
-    "w": "prefix scripts (w, i, g): the replay drives mlx-lm's cache classes, not the prompt-cache "
-         "store of its server",
-    "i": "prefix scripts (w, i, g): the replay drives mlx-lm's cache classes, not the prompt-cache "
-         "store of its server",
-    "g": "prefix scripts (w, i, g): the replay drives mlx-lm's cache classes, not the prompt-cache "
-         "store of its server",
     "m": "the quantization policy (mN) is not replayed yet",
     "e": "the ring snapshot (e) is not replayed yet",
     "c": "the chunked front trim (c) is not replayed yet",
@@ -68,7 +63,8 @@ _NOT_REPLAYED = {
 
 
 def parse_script(text: str):
-    """[(verb, n, rows, keep)] from kvlab's canonical script word."""
+    """[(verb, n, rows, ids)] from kvlab's canonical script word (ids: the rows k keeps, the
+    tokens w writes and g requests)."""
     out = []
     for word in text.split("."):
         if word[:1] in _NOT_REPLAYED and not _COMMAND.match(word):
@@ -78,8 +74,8 @@ def parse_script(text: str):
             raise ValueError(f"script {text!r}: {word!r} is not a command")
         if m.group(4):
             out.append((m.group(4), 0, 0, None))
-        elif m.group(5):
-            out.append(("k", 0, 0, [int(i) for i in m.group(5).split("_")]))
+        elif m.group(5):  # k, w, g: a list of row indices or token ids
+            out.append((m.group(5), 0, 0, [int(i) for i in m.group(6).split("_")]))
         else:
             verb, n = m.group(1), int(m.group(2) or 1)
             if verb == "x":
@@ -122,6 +118,12 @@ class Setup:
         self.qmode, self.bits, self.group = p.word("qmode", "affine"), p.int("bits", 4), p.int("group", 32)
         self.lpad, self.rpad = p.int("lpad", 0), p.int("rpad", 0)
         eng = engine()
+        prefix = any(w[:1] in _PREFIX_VERBS for w in p.word("script").split("."))
+        if prefix and eng.prefix_store is None:
+            raise Unsupported(f"prefix scripts (w, i, g): {eng.name} has no prefix store the replay drives "
+                              "(vllm-mlx's is: --cache-engine vllm-mlx)")
+        if eng.only_prefix and not prefix:
+            raise Unsupported(eng.only_prefix)
         if self.kind in eng.not_driven:
             raise Unsupported(f"kind={self.kind}: {eng.not_driven[self.kind]}")
         if self.kind not in _SINGLE + _BATCH:
@@ -279,13 +281,81 @@ def _engine_frame(tb):
     """The innermost traceback frame of the engine's own code, or None: the error is the
     adapter's (MLX's C++ errors surface in the engine frame that called the op)."""
     found = None
-    package = engine().package
+    # the engine's package, and the one its cache classes come from (vllm-mlx: mlx_lm)
+    packages = {engine().package, engine().cache.__name__.split(".")[0]}
     while tb is not None:
         module = tb.tb_frame.f_globals.get("__name__", "")
-        if module == package or module.startswith(package + "."):
+        if module.split(".")[0] in packages:
             found = tb
         tb = tb.tb_next
     return found
+
+
+class _PrefixRun:
+    """The prefix verbs through the engine's own store: `w` writes tokens by id (token I's
+    K/V is row block I of k and v) through update_and_fetch alone, `i` stores the cache
+    under the token log, `g` takes the store's match for a request (clones it, as the
+    engine must before replaying into it) or a new cache on a miss; the log becomes the
+    tokens the match reused (cache/cache_script.h)."""
+
+    def __init__(self, s: Setup, inputs):
+        self.s, self.k, self.v = s, inputs["k"], inputs["v"]
+        self.store = engine().prefix_store()
+        self.log = []
+
+    def _block(self, flat, ids):
+        h = self.s.hkv
+        return mx.stack([flat[i * h:(i + 1) * h] for i in ids], axis=1)[None]  # (1, Hkv, n, D)
+
+    def write(self, cache, ids):
+        cache.update_and_fetch(self._block(self.k, ids), self._block(self.v, ids))
+        self.log += ids
+
+    def insert(self, cache):
+        if not self.log:
+            raise ValueError("command 'i' inserts a cache that holds no token yet")
+        self.store.store(list(self.log), [cache])
+
+    def get(self, ids):
+        got, remaining = self.store.fetch(list(ids))
+        if got is None:
+            self.log = []
+            return self.s.new_cache()
+        clone = self.store.clone_for_replay(got)
+        if clone is None:
+            raise ValueError("the engine's store refused to clone its own entry for replay")
+        cache, reused = clone[0], len(ids) - len(remaining)
+        match = getattr(self.store, "_last_match_type", "?")
+        word = "g" + "_".join(map(str, ids))
+        if cache.offset != reused:  # the store's answer contradicts itself
+            raise EngineRaised(f"{word}: a {match} hit says {reused} tokens are reused, but the "
+                               f"{type(cache).__name__} it returns holds {cache.offset}")
+        if match == "supersequence" and not remaining:
+            # kvlab leaves one token to process (a model needs one for its logits); the
+            # engine returns the whole request. Judged here: the K/V must be a fresh
+            # computation's, and the script stops, since the logs differ from here on.
+            fresh = self.fresh(ids[-min(len(ids), self.s.max_size):] if self.s.kind == "rotating" else ids)
+            same = all(mx.array_equal(a, fresh[name]).item() for name, a in content(cache, self.s).items())
+            raise EngineRaised(f"{word}: a supersequence hit returns all {reused} requested tokens with nothing "
+                               f"left to process (kvlab leaves one); its K/V "
+                               f"{'equal' if same else 'DIFFER from'} a fresh computation's")
+        self.log = list(ids[:reused])
+        return cache
+
+    def fresh(self, ids):
+        """The content a cache holding exactly `ids` has, by kvlab's slot names."""
+        k, v = self._block(self.k, ids), self._block(self.v, ids)
+        if not self.s.packed:
+            return {"keys": k.reshape(-1, self.s.dim), "values": v.reshape(-1, self.s.dim)}
+        out = {}
+        for side, x in (("keys", k), ("values", v)):
+            parts = mx.quantize(x, group_size=self.s.group, bits=self.s.bits)
+            for (name, (w, _)), part in zip(_widths(self.s).items(), parts):
+                out[f"{side}.{name}"] = part.reshape(-1, w)
+        return out
+
+    def trimmed(self, n):
+        self.log = self.log[:max(0, len(self.log) - n)]
 
 
 def replay(p: Problem, inputs):
@@ -309,6 +379,7 @@ def _replay(p: Problem, inputs):
     rows = s.batch
     cache = s.new_cache(rows)
     outs, offs, lengths = [], [], []
+    prefix = _PrefixRun(s, inputs) if any(verb in _PREFIX_VERBS for verb, *_ in script) else None
     producer = None  # (roped-at offsets, fetched K, V, mask, rows, tokens) of the last attention
 
     def observe():
@@ -332,7 +403,7 @@ def _replay(p: Problem, inputs):
         if target is cache:
             producer = (offset, fk, fv, mask, b, n, target)
 
-    for verb, n, new_rows, keep in script:
+    for verb, n, new_rows, ids in script:
         if verb in ("p", "d"):
             for _ in range(n if verb == "d" else 1):
                 attend(cache, rows, n if verb == "p" else 1)
@@ -344,7 +415,18 @@ def _replay(p: Problem, inputs):
             observe()
         elif verb == "t":
             if cache.is_trimmable():
-                cache.trim(n)
+                trimmed = cache.trim(n)
+                if prefix is not None:
+                    prefix.trimmed(trimmed)
+            observe()
+        elif verb == "w":
+            prefix.write(cache, ids)
+            observe()
+        elif verb == "i":
+            prefix.insert(cache)
+            observe()
+        elif verb == "g":
+            cache = prefix.get(ids)
             observe()
         elif verb == "a":
             if producer is None:
@@ -376,8 +458,8 @@ def _replay(p: Problem, inputs):
             cache.finalize()
             observe()
         elif verb == "k":
-            cache.filter(mx.array(keep))
-            rows = len(keep)
+            cache.filter(mx.array(ids))
+            rows = len(ids)
             observe()
         elif verb == "x":
             other = s.new_cache(new_rows)

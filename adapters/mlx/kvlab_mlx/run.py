@@ -154,7 +154,7 @@ def recompute(vectors: Vectors, only_ops=None, max_failed_lines=5):
     return Vectors(meta, done), report
 
 
-_ENGINE_PACKAGES = {"mlx_lm": "mlx-lm", "mlx_vlm": "mlx-vlm"}
+_ENGINE_PACKAGES = {"mlx_lm": "mlx-lm", "mlx_vlm": "mlx-vlm", "vllm_mlx": "vllm-mlx"}
 
 
 def flavour(routes):

@@ -1,14 +1,16 @@
-"""Run every repro of an engine's register against the pinned wheel (CTest
-conformance.repros_mlx_vlm): each is a standalone script a maintainer can paste, which
+"""Run every repro of an engine's registers against the pinned wheels (CTests
+conformance.repros_mlx_vlm, conformance.repros_vllm_mlx): each is a standalone script
+(adapters/mlx/repros/<engine>/<ID>_*.py, ID the entry's V#/X#) a maintainer can paste, which
 asserts that its divergence is still there. A repro that stops reproducing (an
 AssertionError) or breaks (any other error) fails the run; so does an entry of the
 registers with no repro, or a repro no entry names.
 
-    python adapters/mlx/repros/run.py mlx-vlm
+    python adapters/mlx/repros/run.py mlx-vlm            (build/venv)
+    python adapters/mlx/repros/run.py vllm-mlx           (build/venv-vllm-mlx)
 
-mlx_vlm's package __init__ imports transformers, opencv and more, which the pinned venv
-does not hold: kvlab_mlx.engines loads the cache subpackages under stub parents first, as
-the replay does; the repros themselves import mlx_vlm.models.cache as a user would.
+mlx_vlm's (and mlx-lm 0.31.3's) package __init__ imports transformers and more, which the
+pinned venvs do not hold: kvlab_mlx.engines loads the cache subpackages under stub
+parents first, as the replay does; the repros import the modules as a user would.
 """
 
 from __future__ import annotations
@@ -37,9 +39,10 @@ def main(argv):
     from kvlab_mlx import engines
 
     engines.load(engine)
-    named = {m for r in registers for m in re.findall(r"\((V[0-9]+)\)\s*$", r.read_text(), re.M)}
-    files = sorted(folder.glob("V*.py"), key=lambda p: int(re.match(r"V([0-9]+)", p.name).group(1)))
-    have = {re.match(r"(V[0-9]+)_", p.name).group(1) for p in files}
+    named = {m for r in registers for m in re.findall(r"\(([A-Z][0-9]+)\)\s*$", r.read_text(), re.M)}
+    files = sorted((p for p in folder.glob("*.py") if re.match(r"[A-Z][0-9]+_", p.name)),
+                   key=lambda p: int(re.match(r"[A-Z]([0-9]+)", p.name).group(1)))
+    have = {re.match(r"([A-Z][0-9]+)_", p.name).group(1) for p in files}
     failed = 0
     for p in files:
         try:
@@ -54,8 +57,7 @@ def main(argv):
     for stray in sorted(have - named):
         failed += 1
         print(f"FAILED {stray}: a repro no register entry names")
-    print(f"{len(files) - failed if failed <= len(files) else 0} of {len(files)} repros reproduce against the pinned "
-          f"{engine}; {failed} failure(s)")
+    print(f"{len(files)} repros run against the pinned {engine}; {failed} failure(s)")
     return 1 if failed else 0
 
 
