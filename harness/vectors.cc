@@ -34,9 +34,12 @@ constexpr std::string_view kInfoKeys[] = {"engine", "engine_version", "flavour",
 // prepare() may make up to this factor more bytes than the tensors it names (f32 copies
 // for tolerances; tests/harness/test_bounds.cc), plus a constant: a problem whose
 // footprint is beyond that of the bytes the file holds for it cannot match them, and is
-// refused before prepare() allocates anything.
+// refused before prepare() allocates anything. The constant covers what does not grow
+// with the tensors: a cache problem's step-256 capacity per batch row (B·Hkv·256·D·8
+// bytes: 2 MiB for a two-token script over 4 rows of 4 heads of 64, which once made kvlab
+// refuse its own export), up to B·Hkv·D = 32768.
 constexpr std::uint64_t kFootprintFactor = 64;
-constexpr std::uint64_t kFootprintSlack = 1u << 20;
+constexpr std::uint64_t kFootprintSlack = std::uint64_t{64} << 20;
 
 safetensors::FileErrors bad_errors(const std::filesystem::path& path) {
   return {ErrorKind::invalid_argument, cat("vectors file '", path.string(), "': "), "data buffer", ']', "hole",

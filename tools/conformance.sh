@@ -3,8 +3,9 @@
 #   1. the registers of known divergences (tools/registers.py);
 #   2. per kernel: the mlx backend (MLX's C++ library) over the ci tier
 #      (tools/conformance_table.py), when it is built;
-#   3. per cache kind: kvlab's cache scripts replayed through mlx-lm's cache classes
-#      (adapters/mlx/cache_replay.sh, tools/cache_replay_table.py).
+#   3. per cache kind: kvlab's cache scripts replayed through mlx-lm's and mlx-vlm's cache
+#      classes, and its prefix scripts through vllm-mlx's prefix store
+#      (adapters/mlx/cache_replay.sh, vllm_mlx_replay.sh, tools/cache_replay_table.py).
 # usage: tools/conformance.sh [--build DIR] [--work DIR] [--count N] [--mlx-lm VERSION]
 # --mlx-lm VERSION replays the caches through another mlx-lm release, installed from PyPI
 # into its own venv (build/venv-mlx-lm-VERSION, beside MLX 0.32.4); the registers describe
@@ -41,8 +42,13 @@ if [[ -z $version ]]; then
     echo "(the mlx backend is not built here: $("$kvlab" list | grep -A1 '^  mlx' | tail -1 | sed 's/^ *//'))"
   fi
   echo "== per cache kind: mlx-lm $("$py" -c 'import importlib.metadata as m; print(m.version("mlx-lm"))')"
-  bash "$root/adapters/mlx/cache_replay.sh" "$kvlab" "$py" "$work/caches" ci "$count" 1
-  exit $?
+  status=0
+  bash "$root/adapters/mlx/cache_replay.sh" "$kvlab" "$py" "$work/caches" ci "$count" 1 || status=1
+  echo "== per cache kind: mlx-vlm $("$py" -c 'import importlib.metadata as m; print(m.version("mlx-vlm"))')"
+  bash "$root/adapters/mlx/cache_replay.sh" "$kvlab" "$py" "$work/caches-mlx-vlm" ci "$count" 1 mlx-vlm || status=1
+  echo "== per cache kind: vllm-mlx 0.6.0's prefix store (build/venv-vllm-mlx)"
+  bash "$root/adapters/mlx/vllm_mlx_replay.sh" "$kvlab" "$work/caches-vllm-mlx" ci "$count" 1 || status=1
+  exit $status
 fi
 
 venv=$root/build/venv-mlx-lm-$version

@@ -33,6 +33,9 @@ fi
 # The pinned Python venv of the real-engine replays (never fails: absence is a skip).
 bash "$(dirname "$0")/setup_venv.sh"
 
+# The pinned vllm-mlx venv of its prefix-cache replay (never fails either).
+bash "$(dirname "$0")/setup_venv_vllm_mlx.sh"
+
 # The pinned gguf-py venv and its vectors for the ggml block oracle (never fails either).
 bash "$(dirname "$0")/ggml/setup_venv.sh"
 

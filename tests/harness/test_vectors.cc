@@ -114,6 +114,26 @@ TEST_F(File, KvlabsOwnExportPassesForEveryKindOfOp) {
   }
 }
 
+// A cache problem's footprint holds the step-256 capacity of every batch row, which does
+// not grow with the tokens the file holds: a short script over 4 rows of 4 heads of 64
+// needs 2 MiB for 9 KiB of tensors. `kvlab vectors write` wrote this line and `kvlab check
+// --vectors` refused its own file ("needs about 2113568 bytes"), found by the mlx-vlm replay.
+TEST_F(File, KvlabsOwnExportOfAShortWideBatchScriptIsReadBack) {
+  const fs::path cases = dir_ / "wide.cases";
+  std::ofstream(cases) << "cache kind=batch_quantized B=4 Hq=4 Hkv=4 D=64 dtype=f32 rope=0 qmode=affine bits=8 "
+                          "group=64 lpad=5 script=k0.d2.s seed=36\n";
+  CheckOptions o;
+  o.case_files = {cases.string()};
+  const std::string path = (dir_ / "wide.safetensors").string();
+  std::ostringstream log;
+  run_vectors_write(o, path, log);
+  const VectorsFile file(path);
+  ASSERT_EQ(file.size(), 1u);
+  std::string report;
+  const CheckSummary s = check(path, &report);
+  EXPECT_TRUE(s.ok) << report;
+}
+
 TEST_F(File, RoundTripKeepsEveryTensorBitForBit) {
   const std::string path = export_smoke("sdpa");
   const VectorsFile first(path);

@@ -54,13 +54,20 @@ def _cmd_run(args):
 def _cmd_scripts(args):
     from . import scripts
 
-    kinds = [k for part in args.kinds for k in part.split(",") if k] if args.kinds else scripts.KINDS
-    text = "\n".join(scripts.lines(args.count, args.seed, kinds)) + "\n"
+    known = sorted({*scripts.ENGINE_KINDS, *scripts.PREFIX_ENGINES})
+    if args.engine not in known:
+        raise ValueError(f"unknown engine {args.engine!r} (known: {', '.join(known)})")
+    if args.engine in scripts.PREFIX_ENGINES:  # its own code is a prefix store: prefix scripts
+        kinds = [k for part in args.kinds for k in part.split(",") if k] if args.kinds else scripts.PREFIX_KINDS
+        text = "\n".join(scripts.prefix_lines(args.count, args.seed, kinds)) + "\n"
+    else:
+        kinds = [k for part in args.kinds for k in part.split(",") if k] if args.kinds else scripts.ENGINE_KINDS[args.engine]
+        text = "\n".join(scripts.lines(args.count, args.seed, kinds)) + "\n"
     if args.output == "-":
         sys.stdout.write(text)
     else:
         with open(args.output, "w", encoding="utf-8") as f:
-            f.write(f"# python -m kvlab_mlx scripts --count {args.count} --seed {args.seed}\n" + text)
+            f.write(f"# python -m kvlab_mlx scripts --count {args.count} --seed {args.seed} --engine {args.engine}\n" + text)
     return 0
 
 
@@ -137,7 +144,8 @@ def main(argv=None):
     g = sub.add_parser("scripts", help="write seeded random cache problems (a kvlab case file)")
     g.add_argument("--count", type=int, default=300, help="problems per kind")
     g.add_argument("--seed", type=int, default=1)
-    g.add_argument("--kinds", nargs="+", metavar="KIND", help="cache kinds (default: every kind mlx-lm has)")
+    g.add_argument("--kinds", nargs="+", metavar="KIND", help="cache kinds (default: every kind the engine has)")
+    g.add_argument("--engine", default="mlx-lm", metavar="NAME", help="whose kinds: mlx-lm (default), mlx-vlm, or vllm-mlx (prefix scripts)")
     g.add_argument("-o", "--output", default="-", metavar="FILE")
     g.set_defaults(fn=_cmd_scripts)
     j = sub.add_parser("findings", help="judge the findings of run --report-json files against a register")

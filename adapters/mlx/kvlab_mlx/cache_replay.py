@@ -24,7 +24,6 @@ from __future__ import annotations
 import math
 import os
 import re
-import tempfile
 
 import mlx.core as mx
 
@@ -50,17 +49,12 @@ def engine():
 
 # ---- the script -----------------------------------------------------------------------
 
-_COMMAND = re.compile(r"^(p|d|u|t|r|x)(\d+)?(?:p(\d+))?$|^(a|s|f|q|j)$|^k(\d+(?:_\d+)*)$")
+_COMMAND = re.compile(r"^(p|d|u|t|r|x)(\d+)?(?:p(\d+))?$|^(a|s|f|q|j|i)$|^([kwg])(\d+(?:_\d+)*)$")
+_PREFIX_VERBS = ("w", "i", "g")
 
 
 # Commands of kvlab's language this replay does not drive, with the reason.
 _NOT_REPLAYED = {
-    "w": "prefix scripts (w, i, g): the replay drives mlx-lm's cache classes, not the prompt-cache "
-         "store of its server",
-    "i": "prefix scripts (w, i, g): the replay drives mlx-lm's cache classes, not the prompt-cache "
-         "store of its server",
-    "g": "prefix scripts (w, i, g): the replay drives mlx-lm's cache classes, not the prompt-cache "
-         "store of its server",
     "m": "the quantization policy (mN) is not replayed yet",
     "e": "the ring snapshot (e) is not replayed yet",
     "c": "the chunked front trim (c) is not replayed yet",
@@ -68,7 +62,8 @@ _NOT_REPLAYED = {
 
 
 def parse_script(text: str):
-    """[(verb, n, rows, keep)] from kvlab's canonical script word."""
+    """[(verb, n, rows, ids)] from kvlab's canonical script word (ids: the rows k keeps, the
+    tokens w writes and g requests)."""
     out = []
     for word in text.split("."):
         if word[:1] in _NOT_REPLAYED and not _COMMAND.match(word):
@@ -78,8 +73,8 @@ def parse_script(text: str):
             raise ValueError(f"script {text!r}: {word!r} is not a command")
         if m.group(4):
             out.append((m.group(4), 0, 0, None))
-        elif m.group(5):
-            out.append(("k", 0, 0, [int(i) for i in m.group(5).split("_")]))
+        elif m.group(5):  # k, w, g: a list of row indices or token ids
+            out.append((m.group(5), 0, 0, [int(i) for i in m.group(6).split("_")]))
         else:
             verb, n = m.group(1), int(m.group(2) or 1)
             if verb == "x":
@@ -97,12 +92,12 @@ _DTYPES = {"f32": mx.float32, "f16": mx.float16, "bf16": mx.bfloat16}
 _SINGLE = ("kv", "rotating", "quantized", "chunked")
 # device_batch_kv is kvlab's BatchKVCache with offsets kept on the device: the same
 # semantics, so mlx-lm's BatchKVCache is its counterpart too.
-_BATCH = ("batch_kv", "batch_rotating", "device_batch_kv")
+_BATCH = ("batch_kv", "batch_rotating", "device_batch_kv", "batch_quantized")
 
 
 _CLASSES = {"kv": "KVCache", "rotating": "RotatingKVCache", "quantized": "QuantizedKVCache",
             "chunked": "ChunkedKVCache", "batch_kv": "BatchKVCache", "device_batch_kv": "BatchKVCache",
-            "batch_rotating": "BatchRotatingKVCache"}
+            "batch_rotating": "BatchRotatingKVCache", "batch_quantized": "BatchQuantizedKVCache"}
 
 
 def spread(pad: int, rows: int):
@@ -122,6 +117,12 @@ class Setup:
         self.qmode, self.bits, self.group = p.word("qmode", "affine"), p.int("bits", 4), p.int("group", 32)
         self.lpad, self.rpad = p.int("lpad", 0), p.int("rpad", 0)
         eng = engine()
+        prefix = any(w[:1] in _PREFIX_VERBS for w in p.word("script").split("."))
+        if prefix and eng.prefix_store is None:
+            raise Unsupported(f"prefix scripts (w, i, g): {eng.name} has no prefix store the replay drives "
+                              "(vllm-mlx's is: --cache-engine vllm-mlx)")
+        if eng.only_prefix and not prefix:
+            raise Unsupported(eng.only_prefix)
         if self.kind in eng.not_driven:
             raise Unsupported(f"kind={self.kind}: {eng.not_driven[self.kind]}")
         if self.kind not in _SINGLE + _BATCH:
@@ -130,7 +131,8 @@ class Setup:
         cls = _CLASSES[self.kind]
         if not hasattr(eng.cache, cls):  # an older release (tools/conformance.sh --mlx-lm)
             raise Unsupported(f"kind={self.kind}: this {eng.name} has no {cls}")
-        quantizes = self.kind == "quantized" or "q" in p.word("script").split(".")
+        self.packed = self.kind in ("quantized", "batch_quantized")
+        quantizes = self.packed or "q" in p.word("script").split(".")
         if quantizes and self.qmode != "affine":
             raise Unsupported(f"qmode={self.qmode}: {eng.name}'s QuantizedKVCache is affine only")
         self.scale = 1.0 / math.sqrt(self.dim)
@@ -138,6 +140,8 @@ class Setup:
     def new_cache(self, rows=None):
         if self.kind == "batch_rotating":
             return engine().cache.BatchRotatingKVCache(self.max_size, spread(self.lpad, rows))
+        if self.kind == "batch_quantized":
+            return engine().cache.BatchQuantizedKVCache(spread(self.lpad, rows), group_size=self.group, bits=self.bits)
         if self.is_batch:
             return engine().cache.BatchKVCache(spread(self.lpad, rows))
         if self.kind == "kv":
@@ -167,6 +171,8 @@ def kv_length(cache) -> int:
         return cache.offset - cache.start_position
     if isinstance(cache, engine().cache.QuantizedKVCache):
         return cache.offset
+    if type(cache).__name__ == "BatchQuantizedKVCache":  # no size(): the cursor, as BatchKVCache.size()
+        return cache._idx
     return cache.size()
 
 
@@ -189,10 +195,20 @@ def _newest(rows, setup: Setup):
     return rows
 
 
+def _widths(setup: Setup):
+    """The packed parts of an affine quantized K or V row: (width, dtype) by kvlab's slot name."""
+    d = setup.dim
+    return {"wq": (d * setup.bits // 32, mx.uint32), "scales": (d // setup.group, setup.dtype),
+            "biases": (d // setup.group, setup.dtype)}
+
+
 def content(cache, setup: Setup):
     """Each component as (rows, W) in (row, head, temporal) order; (0, W) when empty."""
     def rows(buf, w, dtype):
         return mx.zeros((0, w), dtype) if buf is None else _live(cache, buf).reshape(-1, w)
+
+    def joined(parts, w, dtype):
+        return mx.concatenate(parts) if parts else mx.zeros((0, w), dtype)
 
     d = setup.dim
     if setup.is_batch:
@@ -200,15 +216,17 @@ def content(cache, setup: Setup):
         rows_of = [cache.extract(b) for b in range(len(offsets(cache)))] if cache.keys is not None else []
         out = {}
         for side in ("keys", "values"):
-            parts = [_newest(getattr(c, side), setup).reshape(-1, d) for c in rows_of]
-            out[side] = mx.concatenate(parts) if parts else mx.zeros((0, d), setup.dtype)
+            if setup.packed:  # each row a QuantizedKVCache: its (wq, scales, biases) parts
+                for i, (name, (w, dtype)) in enumerate(_widths(setup).items()):
+                    parts = [getattr(c, side)[i].reshape(-1, w) for c in rows_of if getattr(c, side) is not None]
+                    out[f"{side}.{name}"] = joined(parts, w, dtype)
+            else:
+                out[side] = joined([_newest(getattr(c, side), setup).reshape(-1, d) for c in rows_of], d, setup.dtype)
         return out
     if isinstance(cache, engine().cache.QuantizedKVCache):  # kind quantized, or kv after `q`
-        widths = {"wq": (d * setup.bits // 32, mx.uint32), "scales": (d // setup.group, setup.dtype),
-                  "biases": (d // setup.group, setup.dtype)}
         out = {}
         for side, parts in (("keys", cache.keys), ("values", cache.values)):
-            for i, (name, (w, dtype)) in enumerate(widths.items()):
+            for i, (name, (w, dtype)) in enumerate(_widths(setup).items()):
                 out[f"{side}.{name}"] = rows(None if parts is None else parts[i], w, dtype)
         return out
     return {"keys": rows(cache.keys, d, setup.dtype), "values": rows(cache.values, d, setup.dtype)}
@@ -262,10 +280,11 @@ def _engine_frame(tb):
     """The innermost traceback frame of the engine's own code, or None: the error is the
     adapter's (MLX's C++ errors surface in the engine frame that called the op)."""
     found = None
-    package = engine().package
+    # the engine's package, and the one its cache classes come from (vllm-mlx: mlx_lm)
+    packages = {engine().package, engine().cache.__name__.split(".")[0]}
     while tb is not None:
         module = tb.tb_frame.f_globals.get("__name__", "")
-        if module == package or module.startswith(package + "."):
+        if module.split(".")[0] in packages:
             found = tb
         tb = tb.tb_next
     return found
@@ -292,6 +311,11 @@ def _replay(p: Problem, inputs):
     rows = s.batch
     cache = s.new_cache(rows)
     outs, offs, lengths = [], [], []
+    prefix = None
+    if any(verb in _PREFIX_VERBS for verb, *_ in script):
+        from .prefix_replay import PrefixRun  # it uses this module's content()
+
+        prefix = PrefixRun(s, inputs)
     producer = None  # (roped-at offsets, fetched K, V, mask, rows, tokens) of the last attention
 
     def observe():
@@ -315,7 +339,7 @@ def _replay(p: Problem, inputs):
         if target is cache:
             producer = (offset, fk, fv, mask, b, n, target)
 
-    for verb, n, new_rows, keep in script:
+    for verb, n, new_rows, ids in script:
         if verb in ("p", "d"):
             for _ in range(n if verb == "d" else 1):
                 attend(cache, rows, n if verb == "p" else 1)
@@ -327,7 +351,18 @@ def _replay(p: Problem, inputs):
             observe()
         elif verb == "t":
             if cache.is_trimmable():
-                cache.trim(n)
+                trimmed = cache.trim(n)
+                if prefix is not None:
+                    prefix.trimmed(trimmed)
+            observe()
+        elif verb == "w":
+            prefix.write(cache, ids)
+            observe()
+        elif verb == "i":
+            prefix.insert(cache)
+            observe()
+        elif verb == "g":
+            cache = prefix.get(ids)
             observe()
         elif verb == "a":
             if producer is None:
@@ -359,8 +394,8 @@ def _replay(p: Problem, inputs):
             cache.finalize()
             observe()
         elif verb == "k":
-            cache.filter(mx.array(keep))
-            rows = len(keep)
+            cache.filter(mx.array(ids))
+            rows = len(ids)
             observe()
         elif verb == "x":
             other = s.new_cache(new_rows)
@@ -369,6 +404,8 @@ def _replay(p: Problem, inputs):
             rows += new_rows
             observe()
         elif verb == "j":  # every row extracted, then the class's merge (BatchGenerator's)
+            if not hasattr(type(cache), "merge"):
+                raise Unsupported(f"command 'j': {engine().name}'s {type(cache).__name__} has no merge")
             cache = type(cache).merge([cache.extract(i) for i in range(rows)])
             observe()
 

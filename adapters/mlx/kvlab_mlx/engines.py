@@ -3,7 +3,8 @@
 Each engine gives its cache module, the mask and attention functions its model layers
 call, and its own save → load route for the script's `s` command, so a script means the
 same steps in every engine. Kinds an engine has no driver for yet are listed with the
-reason (the replay reports them UNSUPPORTED, never compares them with a stand-in).
+reason (the replay reports them UNSUPPORTED, never compares them with a stand-in). An
+engine with a prefix store (vllm-mlx) drives the prefix verbs w, i, g through it.
 """
 
 from __future__ import annotations
@@ -26,37 +27,48 @@ class Engine:
     sdpa: Callable
     save_load: Callable
     not_driven: dict = field(default_factory=dict)
+    prefix_store: Callable | None = None  # () -> the engine's prefix cache, for w, i, g
+    only_prefix: str | None = None  # why the engine replays prefix scripts only, if it does
+
+
+def _file_round_trip(cache):
+    """mlx-lm's own prompt-cache file round trip: save_prompt_cache, load_prompt_cache."""
+    def save_load(c):
+        with tempfile.TemporaryDirectory() as tmp:
+            path = os.path.join(tmp, "cache.safetensors")
+            cache.save_prompt_cache(path, [c])
+            return cache.load_prompt_cache(path)[0]
+
+    return save_load
 
 
 def _mlx_lm():
     from mlx_lm.models import cache
     from mlx_lm.models.base import create_attention_mask, scaled_dot_product_attention
 
-    def save_load(c):
-        """mlx-lm's own prompt-cache file round trip: save_prompt_cache, load_prompt_cache."""
-        with tempfile.TemporaryDirectory() as tmp:
-            path = os.path.join(tmp, "cache.safetensors")
-            cache.save_prompt_cache(path, [c])
-            return cache.load_prompt_cache(path)[0]
-
-    return Engine("mlx-lm", "mlx_lm", cache, create_attention_mask, scaled_dot_product_attention, save_load,
+    return Engine("mlx-lm", "mlx_lm", cache, create_attention_mask, scaled_dot_product_attention, _file_round_trip(cache),
                   {"turboquant": "mlx-lm has no TurboQuant cache",
                    "batch_quantized": "mlx-lm has no batched quantized cache"})
 
 
-def _mlx_vlm():
-    # mlx_vlm/__init__ imports transformers, opencv and more; its cache and attention code
-    # needs only mlx (and PIL): load the two subpackages under stub parents.
-    spec = importlib.util.find_spec("mlx_vlm")
+def _subpackages(top: str, dist: str, *subs: str):
+    """Load `top`'s subpackages under a stub parent, without its package __init__ (which
+    for mlx-vlm and mlx-lm 0.31.3 imports transformers, opencv and more): their cache and
+    attention code needs only mlx."""
+    if top in sys.modules:  # loaded before, stubbed or whole
+        return
+    spec = importlib.util.find_spec(top)
     if spec is None:
-        raise ImportError("mlx-vlm is not installed in this venv (tools/setup_venv.sh)")
-    if "mlx_vlm" not in sys.modules:
-        root = spec.submodule_search_locations[0]
-        pkg = types.ModuleType("mlx_vlm")
-        pkg.__path__ = [root]
-        models = types.ModuleType("mlx_vlm.models")
-        models.__path__ = [os.path.join(root, "models")]
-        sys.modules["mlx_vlm"], sys.modules["mlx_vlm.models"] = pkg, models
+        raise ImportError(f"{dist} is not installed in this venv")
+    root = spec.submodule_search_locations[0]
+    for name in (top, *subs):
+        mod = types.ModuleType(name)
+        mod.__path__ = [os.path.join(root, *name.split(".")[1:])]
+        sys.modules[name] = mod
+
+
+def _mlx_vlm():
+    _subpackages("mlx_vlm", "mlx-vlm (tools/setup_venv.sh)", "mlx_vlm.models")
     from mlx_vlm.models import cache
     from mlx_vlm.models.base import create_attention_mask, scaled_dot_product_attention
 
@@ -69,11 +81,33 @@ def _mlx_vlm():
         return type(c).from_state(state, meta)
 
     return Engine("mlx-vlm", "mlx_vlm", cache, create_attention_mask, scaled_dot_product_attention, save_load,
-                  {"turboquant": "the TurboQuant comparison with mlx-vlm is not written yet",
-                   "batch_quantized": "the BatchQuantizedKVCache driver is not written yet"})
+                  {"turboquant": "the TurboQuant comparison with mlx-vlm is not written yet"})
 
 
-_LOADERS = {"mlx-lm": _mlx_lm, "mlx-vlm": _mlx_vlm}
+def _vllm_mlx():
+    # vllm-mlx's caches are mlx-lm 0.31.3's (its venv, tools/setup_venv_vllm_mlx.sh); what
+    # is its own is the prefix store, MemoryAwarePrefixCache, driven by w, i and g.
+    _subpackages("mlx_lm", "mlx-lm", "mlx_lm.models")
+    from mlx_lm.models import cache
+    from mlx_lm.models.base import create_attention_mask, scaled_dot_product_attention
+    from vllm_mlx.memory_cache import MemoryAwarePrefixCache, MemoryCacheConfig
+
+    def store():
+        # kvlab's store reuses any prefix (min_prefix_tokens 1, not 128) and never evicts
+        # under these scripts' sizes; vllm-mlx's kv_quantize option stays off (a
+        # QuantizedKVCache layer is stored as it is).
+        return MemoryAwarePrefixCache(object(), MemoryCacheConfig(max_memory_mb=256, min_prefix_tokens=1))
+
+    return Engine("vllm-mlx", "vllm_mlx", cache, create_attention_mask, scaled_dot_product_attention,
+                  _file_round_trip(cache),
+                  {"turboquant": "mlx-lm has no TurboQuant cache",
+                   "batch_quantized": "mlx-lm has no batched quantized cache"},
+                  prefix_store=store,
+                  only_prefix="vllm-mlx's caches are mlx-lm 0.31.3's, judged by the mlx-lm replay "
+                              "(tools/conformance.sh --mlx-lm 0.31.3); its own code replayed here is the prefix store")
+
+
+_LOADERS = {"mlx-lm": _mlx_lm, "mlx-vlm": _mlx_vlm, "vllm-mlx": _vllm_mlx}
 
 
 def names():

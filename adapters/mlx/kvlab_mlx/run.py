@@ -63,7 +63,7 @@ def _outputs(op, vp, result, report):
         if tuple(arr.shape) != slot.array.shape and op == "cache":
             # A cache whose content differs in length is a finding about the engine, not an
             # adapter error: say where the bookkeeping first parted.
-            raise mlx_ops.EngineRaised(f"content {name}: mlx-lm holds {arr.shape[0]} rows, kvlab "
+            raise mlx_ops.EngineRaised(f"content {name}: {_engine_name()} holds {arr.shape[0]} rows, kvlab "
                                        f"{slot.array.shape[0]}; {_first_bookkeeping_difference(result, slots)}")
         if tuple(arr.shape) != slot.array.shape:
             raise ValueError(f"MLX's {name} has shape {tuple(arr.shape)}, kvlab's slot {slot.array.shape}")
@@ -75,13 +75,19 @@ def _outputs(op, vp, result, report):
     return out
 
 
+def _engine_name():
+    from . import cache_replay
+
+    return cache_replay.engine().name
+
+
 def _first_bookkeeping_difference(result, slots):
     """The first command after which offsets or kv_length differ (kvlab's outputs are the file's)."""
     for name in ("kv_length", "offsets"):
         mine, theirs = result[name].tolist(), slots[name].array.tolist()
         for i, (a, b) in enumerate(zip(mine, theirs)):
             if a != b:
-                return f"first difference: {name}[{i}] mlx-lm {a}, kvlab {b}"
+                return f"first difference: {name}[{i}] {_engine_name()} {a}, kvlab {b}"
     return "offsets and kv_length agree"
 
 
@@ -148,7 +154,7 @@ def recompute(vectors: Vectors, only_ops=None, max_failed_lines=5):
     return Vectors(meta, done), report
 
 
-_ENGINE_PACKAGES = {"mlx_lm": "mlx-lm", "mlx_vlm": "mlx-vlm"}
+_ENGINE_PACKAGES = {"mlx_lm": "mlx-lm", "mlx_vlm": "mlx-vlm", "vllm_mlx": "vllm-mlx"}
 
 
 def flavour(routes):

@@ -1,7 +1,7 @@
 """Seeded random cache problems for the replay: one case-file line per problem, in kvlab's
-cache command language (harness/ops/cache_script.h), for the kinds mlx-lm has.
+cache command language (cache/cache_script.h), for the kinds an engine has.
 
-    python -m kvlab_mlx scripts --count 300 --seed 1 -o random.cases
+    python -m kvlab_mlx scripts --count 300 --seed 1 [--engine mlx-vlm] -o random.cases
 
 The same (kinds, count, seed) always gives the same file. Each line names every
 parameter it sets and its own fill seed, so a failure's line reruns alone:
@@ -14,6 +14,13 @@ from __future__ import annotations
 import random
 
 KINDS = ("kv", "rotating", "quantized", "chunked", "batch_kv", "batch_rotating")
+# The kinds each engine of kvlab_mlx/engines.py has a class for (a kind's scripts do not
+# depend on which other kinds are drawn: each kind has its own random stream).
+ENGINE_KINDS = {"mlx-lm": KINDS, "mlx-vlm": KINDS + ("batch_quantized",)}
+# The kinds a prefix store holds (cache/cache_script.h): the engines with a store replay
+# prefix scripts (w, i, g) of these instead.
+PREFIX_KINDS = ("kv", "rotating", "quantized")
+PREFIX_ENGINES = ("vllm-mlx",)
 
 
 def _kind_params(rng: random.Random, kind: str):
@@ -21,12 +28,13 @@ def _kind_params(rng: random.Random, kind: str):
     batch = kind.startswith("batch_")
     hq, hkv = rng.choice([(4, 2), (2, 1), (4, 4), (6, 2)])
     p = {"kind": kind, "Hq": hq, "Hkv": hkv, "B": rng.randint(2, 4) if batch else rng.randint(1, 2)}
-    p["D"] = 64 if kind == "quantized" else rng.choice([16, 32])
+    packed = kind in ("quantized", "batch_quantized")
+    p["D"] = 64 if packed else rng.choice([16, 32])
     p["dtype"] = rng.choice(["f32", "f16", "bf16"])
     # RoPE in f16/bf16 differs by arithmetic alone (C1: mx.fast.rope rounds in T), which
     # would claim every failure of such a script; the random scripts explore the caches'
     # bookkeeping, so they rope in f32 only (the tier's cases keep the f16/bf16 ones).
-    p["rope"] = 0 if kind == "quantized" or p["dtype"] != "f32" else rng.choice([0, 1])
+    p["rope"] = 0 if packed or p["dtype"] != "f32" else rng.choice([0, 1])
     if kind in ("kv", "batch_kv") and rng.random() < 0.3:
         p["window"] = rng.randint(2, 12)
     if kind in ("rotating", "batch_rotating"):
@@ -37,7 +45,7 @@ def _kind_params(rng: random.Random, kind: str):
         p["window"] = rng.randint(2, p["max"])  # a sliding layer narrower than its ring
     if kind == "chunked":
         p["chunk"] = rng.randint(3, 12)
-    if kind == "quantized":
+    if packed:
         p["bits"] = rng.choice([2, 3, 4, 5, 6, 8])
         p["group"] = rng.choice([32, 64])
     if batch:
@@ -106,6 +114,61 @@ def _to_quantized(rng: random.Random, p: dict):
     p.update({"D": 64, "rope": 0, "bits": rng.choice([2, 3, 4, 5, 6, 8]), "group": rng.choice([32, 64])})
     p["script"] = ".".join(_merge_decodes([w for part in words for w in ([part] if not part.startswith("d") else
                                                                          ["d"] * (int(part[1:]) if part[1:] else 1))]))
+
+
+def _prefix_script(rng: random.Random):
+    """4 to 10 prefix commands over token ids 0..7 (a small alphabet, so requests share
+    prefixes with what was stored): w of 1..4 ids, i (always after a w, so the log is not
+    empty), g of the written ids cut and extended (or random ids), t, and s right after a w
+    (an empty cache's state is mlx-lm 0.31.3's U14, which would end the script there)."""
+    words, written = [], []
+
+    def write():
+        ids = [rng.randint(0, 7) for _ in range(rng.randint(1, 4))]
+        written.extend(ids)
+        words.append("w" + "_".join(map(str, ids)))
+
+    for _ in range(rng.randint(4, 10)):
+        verb = rng.choice(["w", "w", "i", "g", "g", "t", "s"])
+        if verb == "w":
+            write()
+        elif verb == "i":
+            if not words or not words[-1].startswith("w"):
+                write()
+            words.append("i")
+        elif verb == "g":
+            ids = [rng.randint(0, 7) for _ in range(rng.randint(1, 4))]
+            if written and rng.random() < 0.7:  # most requests near what was stored
+                ids = written[:rng.randint(1, len(written))] + ids[:rng.randint(0, 2)]
+            words.append("g" + "_".join(map(str, ids)))
+        elif verb == "t":
+            words.append(f"t{rng.randint(1, 3)}")
+        elif words and words[-1].startswith("w"):  # s of a cache that holds tokens
+            words.append("s")
+    if "i" not in words:
+        write()
+        words.append("i")
+        words.append("g" + "_".join(map(str, written[:3] + [rng.randint(0, 7)])))
+    return ".".join(words)
+
+
+def prefix_lines(count: int, seed: int, kinds=PREFIX_KINDS):
+    """Seeded random prefix problems per kind (rope=0: w stores K/V through update alone)."""
+    out = []
+    for kind in kinds:
+        rng = random.Random(f"{seed}:prefix:{kind}")
+        for k in range(count):
+            hq, hkv = rng.choice([(4, 2), (2, 1), (4, 4)])
+            p = {"kind": kind, "Hq": hq, "Hkv": hkv, "B": 1, "D": 64 if kind == "quantized" else rng.choice([16, 32]),
+                 "dtype": rng.choice(["f32", "f16", "bf16"]), "rope": 0}
+            if kind == "rotating":
+                p["max"] = rng.randint(3, 10)
+            if kind == "quantized":
+                p["bits"], p["group"] = rng.choice([2, 3, 4, 5, 6, 8]), rng.choice([32, 64])
+            p["script"] = _prefix_script(rng)
+            p["seed"] = k + 1
+            out.append("cache " + " ".join(f"{key}={value}" for key, value in p.items()))
+    return out
 
 
 def lines(count: int, seed: int, kinds=KINDS):

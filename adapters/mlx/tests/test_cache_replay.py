@@ -1,12 +1,13 @@
 """The cache replay's script parser and observables, on scripts whose results follow from
 the cache semantics alone (offsets and lengths counted by hand)."""
 
+import importlib.util
 import unittest
 
 import mlx.core as mx
 
 from kvlab_mlx import cache_replay
-from kvlab_mlx.ops import Unsupported
+from kvlab_mlx.ops import EngineRaised, Unsupported
 from kvlab_mlx.problem import Problem
 
 
@@ -30,14 +31,22 @@ class ParseScript(unittest.TestCase):
         self.assertEqual(cache_replay.parse_script("k3_1_0.x2p6"), [("k", 0, 0, [3, 1, 0]), ("x", 6, 2, None)])
         self.assertEqual(cache_replay.parse_script("p4.q"), [("p", 4, 0, None), ("q", 0, 0, None)])
 
+    def test_prefix_verbs_carry_their_ids(self):
+        self.assertEqual(cache_replay.parse_script("w1_2.i.g1_7"),
+                         [("w", 0, 0, [1, 2]), ("i", 0, 0, None), ("g", 0, 0, [1, 7])])
+
     def test_bad_word(self):
         with self.assertRaisesRegex(ValueError, "'q3' is not a command"):
             cache_replay.parse_script("p3.q3")
 
     def test_commands_not_replayed_say_why(self):
-        for script, why in (("w1_2.i.g1", "prefix scripts"), ("p8.m4", "quantization policy"), ("p6.e", "snapshot")):
+        for script, why in (("p8.m4", "quantization policy"), ("p6.e", "snapshot")):
             with self.assertRaisesRegex(Unsupported, why):
                 cache_replay.parse_script(script)
+
+    def test_prefix_scripts_need_an_engine_with_a_store(self):
+        with self.assertRaisesRegex(Unsupported, "mlx-lm has no prefix store"):
+            replay("cache kind=kv rope=0 script=w1_2.i.g1")
 
 
 class Observables(unittest.TestCase):
@@ -70,10 +79,6 @@ class Observables(unittest.TestCase):
             replay("cache kind=quantized rope=0 qmode=mxfp4 script=p3")
 
 
-if __name__ == "__main__":
-    unittest.main()
-
-
 class Engines(unittest.TestCase):
     """The replay drives another engine's cache classes when chosen by name."""
 
@@ -92,3 +97,54 @@ class Engines(unittest.TestCase):
         with self.assertRaisesRegex(ValueError, "unknown cache engine 'vllm'"):
             cache_replay.use_engine("vllm")
 
+    def test_mlx_vlm_batch_quantized_counts_rows_and_packed_widths(self):
+        cache_replay.use_engine("mlx-vlm")
+        # lpad=1 over 2 rows: left padding [0, 1], so offsets start at [0, -1].
+        r = replay("cache kind=batch_quantized B=2 lpad=1 D=64 bits=4 group=32 rope=0 script=p3.d")
+        self.assertEqual(r["offsets"].tolist(), [3, 2, 4, 3])
+        self.assertEqual(r["kv_length"].tolist(), [3, 4])
+        self.assertEqual(r["keys.wq"].shape, (2 * (4 + 3), 64 * 4 // 32))  # Hkv·tokens per row, extracted
+        self.assertEqual(r["values.biases"].shape, (14, 2))
+
+
+def prefix_replay(line):
+    """A prefix script: k and v are the id table, (1 + the largest id)·Hkv rows; no q."""
+    p = Problem(line)
+    s = cache_replay.Setup(p)
+    top = max(i for verb, _, _, ids in cache_replay.parse_script(p.word("script")) if ids for i in ids)
+    mx.random.seed(2)
+    table = lambda: mx.random.normal(((top + 1) * s.hkv, s.dim))
+    k, v = table(), table()
+    return cache_replay.replay(p, {"q": mx.zeros((0, s.dim)), "k": k, "v": v}), k
+
+
+@unittest.skipUnless(importlib.util.find_spec("vllm_mlx"), "vllm-mlx is in build/venv-vllm-mlx only "
+                     "(adapters/mlx/vllm_mlx_replay.sh runs these there)")
+class PrefixVerbs(unittest.TestCase):
+    """w, i and g through vllm-mlx's MemoryAwarePrefixCache, counted by hand."""
+
+    def setUp(self):
+        cache_replay.use_engine("vllm-mlx")
+
+    def tearDown(self):
+        cache_replay.use_engine("mlx-lm")
+
+    def test_a_diverging_request_reuses_the_common_prefix(self):
+        r, k = prefix_replay("cache kind=kv Hkv=2 D=16 rope=0 script=w1_2_3.i.g1_2_9")
+        self.assertEqual(r["offsets"].tolist(), [3, 3, 2])
+        # the reused cache holds tokens 1 and 2: their rows of the table, head by head
+        want = mx.stack([k[2 * i:2 * i + 2] for i in (1, 2)], axis=1).reshape(-1, 16)
+        self.assertTrue(mx.array_equal(r["keys"], want).item())
+
+    def test_a_miss_gives_an_empty_cache(self):
+        r, _ = prefix_replay("cache kind=kv Hkv=2 D=16 rope=0 script=w1_2.i.g5")
+        self.assertEqual(r["offsets"].tolist(), [2, 2, 0])
+        self.assertEqual(r["keys"].shape, (0, 16))
+
+    def test_a_supersequence_hit_is_judged_and_stops_the_script(self):
+        with self.assertRaisesRegex(EngineRaised, "g1_2: a supersequence hit .* equal a fresh"):
+            prefix_replay("cache kind=kv Hkv=2 D=16 rope=0 script=w1_2_3.i.g1_2.w4")
+
+
+if __name__ == "__main__":
+    unittest.main()

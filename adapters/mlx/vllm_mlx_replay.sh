@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# vllm-mlx's prefix store against kvlab's PrefixCache (CTest
+# conformance.cache_replay_vllm_mlx), or its register's repros and the adapter's
+# prefix-verb tests (REPROS=1: conformance.repros_vllm_mlx), in the venv of its own (build/venv-vllm-mlx,
+# tools/setup_venv_vllm_mlx.sh). Without that venv it prints SKIPPED with the reason the
+# setup wrote, and the test skips.
+# usage: vllm_mlx_replay.sh KVLAB WORKDIR [TIER COUNT SEED]
+set -euo pipefail
+root=$(cd "$(dirname "$0")/../.." && pwd)
+venv=${KVLAB_VLLM_MLX_VENV:-$root/build/venv-vllm-mlx}
+if [[ ! -x $venv/bin/python ]]; then
+  echo "SKIPPED: no vllm-mlx venv at $venv: $(cat "$venv.unavailable" 2>/dev/null || echo 'run tools/setup_venv_vllm_mlx.sh')"
+  exit 0
+fi
+if [[ ${REPROS:-0} == 1 ]]; then
+  "$venv/bin/python" "$root/adapters/mlx/repros/run.py" vllm-mlx
+  cd "$root/adapters/mlx"
+  exec env PYTHONPATH=. "$venv/bin/python" -m unittest tests.test_cache_replay.PrefixVerbs
+fi
+exec bash "$root/adapters/mlx/cache_replay.sh" "$1" "$venv/bin/python" "$2" "${3:-ci}" "${4:-320}" "${5:-1}" vllm-mlx
