@@ -412,6 +412,18 @@ void DecodeChunk(const DecodePlan& plan, std::int64_t task) {
     to_f32(ks.biases + kmeta_row * kbytes, ks.meta_dtype, nc * kg, k_biases);
   }
   float* tile = aligned_floats(sc.tile, 8 * N * N);
+#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+  if (plan.query_bf16 != nullptr) {  // bf16 K and q on an AVX512_BF16 CPU: vdpbf16ps
+    const std::uint16_t* qb = plan.query_bf16 + static_cast<std::size_t>(bk * rows) * dk;
+    for (std::size_t r0 = 0, rb = 0; r0 < urows; r0 += rb) {
+      rb = RowBlock(urows - r0);
+      ScoreBlockBf16(rb, qb + r0 * dk, dk, kc.data, kc.row_bytes, nc, ncp, tile, scores + r0 * ncp);
+    }
+    const VF scale = hn::Set(df, plan.query_scale);
+    for (std::size_t i = 0; i < urows * ncp; i += N) hn::StoreU(hn::Mul(hn::LoadU(df, scores + i), scale), df, scores + i);
+    scored = true;
+  }
+#endif
   for (std::size_t r0 = 0, rb = 0; r0 < urows && !scored; r0 += rb) {
     rb = RowBlock(urows - r0);
     const auto score = [&](auto bits) {

@@ -94,6 +94,12 @@ struct DecodePlan {
   float score_slack = 0;
   // Unique per call (per-thread caches of per-call data key on it).
   std::uint64_t call = 0;
+  // bf16 K and q (simd::sdpa's bf16 decode) on a CPU with AVX512_BF16: the queries
+  // unscaled as stored, [b][kvh][ρ][Dk], for the vdpbf16ps K side
+  // (quantized_decode_bf16-inl.h), which applies query_scale to the scores; null
+  // otherwise.
+  const std::uint16_t* query_bf16 = nullptr;
+  float query_scale = 1;
   // Queries scaled by params.scale, in K's lane order: [b][kvh][ρ][Dk].
   const float* query = nullptr;
   // Partials, task t = (b·Hkv + kvh)·chunks + c: max and sum [t][ρ], output [t][ρ][Dv]
@@ -137,6 +143,21 @@ void meta_columns(const std::byte* src, DType dtype, std::size_t n, std::size_t 
 // the tasks and the combine into `out` (B, Hq, Lq, Dv) (quantized_sdpa.cc).
 void run(DecodePlan& plan, const ConstTensorView& q, const AttentionParams& params,
          const ConstTensorView* mask_array, const ConstTensorView* sinks, const TensorView& out);
+
+// Whether the bf16 dot-product K side may run: the CPU has AVX512_BF16 and no test has
+// switched it off (ScopedNoBf16Dot), so the f32 path of AVX-512 CPUs without it is
+// tested on one that has it.
+bool bf16_dot_available();
+class ScopedNoBf16Dot {
+ public:
+  ScopedNoBf16Dot();
+  ~ScopedNoBf16Dot();
+  ScopedNoBf16Dot(const ScopedNoBf16Dot&) = delete;
+  ScopedNoBf16Dot& operator=(const ScopedNoBf16Dot&) = delete;
+
+ private:
+  bool previous_;
+};
 
 // Fills plan.part_* for one task (per-target, dispatched).
 void decode_chunk(const DecodePlan& plan, std::int64_t task);

@@ -323,6 +323,117 @@ void ScoreRows(const float* HWY_RESTRICT q, std::size_t dk, const std::uint8_t* 
   }
 }
 
+#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+// K side of plain bf16 K with the stored bf16 queries (DecodePlan::query_bf16), by
+// AVX512_BF16's vdpbf16ps (the caller checked the CPU): each lane adds two bf16 products,
+// exact in f32, to an f32 accumulator, so 32 elements take one instruction where the f32
+// path widens K and spends two FMAs. Scores come out unscaled (the caller multiplies by
+// the scale) and reduced like ScoreRows': KB keys per block in registers, then the tile.
+// kb keys (KB at compile time) from `key` for RB rows; kUnits: Dk/32 when fixed (0: dk/32).
+template <std::size_t RB, std::size_t KB, std::size_t kUnits>
+__attribute__((target("avx512bf16"))) HWY_INLINE void KeyBlockBf16(const std::uint16_t* HWY_RESTRICT q, std::size_t dk,
+                                                                    const std::uint8_t* HWY_RESTRICT codes,
+                                                                    std::size_t row_bytes, VF* out) {
+  const DF df;
+  const std::size_t units = kUnits != 0 ? kUnits : dk / 32;
+  if constexpr (kUnits != 0) {
+    dk = kUnits * 32;
+    row_bytes = dk * 2;
+  }
+  __m512 acc[KB][RB];
+#pragma GCC unroll 16
+  for (std::size_t k = 0; k < KB; ++k) {
+#pragma GCC unroll 16
+    for (std::size_t r = 0; r < RB; ++r) acc[k][r] = _mm512_setzero_ps();
+  }
+#pragma GCC unroll 8
+  for (std::size_t u = 0; u < units; ++u) {
+    __m512bh kv[KB];
+#pragma GCC unroll 16
+    for (std::size_t k = 0; k < KB; ++k) {
+      kv[k] = reinterpret_cast<__m512bh>(_mm512_loadu_si512(codes + k * row_bytes + u * 64));
+    }
+#pragma GCC unroll 16
+    for (std::size_t r = 0; r < RB; ++r) {
+      const auto qv = reinterpret_cast<__m512bh>(_mm512_loadu_si512(q + r * dk + u * 32));
+#pragma GCC unroll 16
+      for (std::size_t k = 0; k < KB; ++k) acc[k][r] = _mm512_dpbf16_ps(acc[k][r], qv, kv[k]);
+    }
+  }
+#pragma GCC unroll 16
+  for (std::size_t r = 0; r < RB; ++r) {
+    VF v[KB];
+#pragma GCC unroll 16
+    for (std::size_t k = 0; k < KB; ++k) v[k] = VF{acc[k][r]};
+    PairRounds<KB>(df, v);
+    out[r] = v[0];
+  }
+}
+
+template <std::size_t RB, std::size_t kUnits>
+__attribute__((target("avx512bf16"))) void ScoreRowsBf16(const std::uint16_t* HWY_RESTRICT q, std::size_t dk,
+                                                          const std::uint8_t* HWY_RESTRICT codes, std::size_t row_bytes,
+                                                          std::size_t nc, std::size_t ncp, float* HWY_RESTRICT tile,
+                                                          float* HWY_RESTRICT scores) {
+  const DF df;
+  constexpr std::size_t N = 16, KB = kKeysPerBlock<RB>, kBlocks = N / KB;
+  for (std::size_t t0 = 0; t0 < nc; t0 += N) {
+    const std::size_t in_tile = std::min(N, nc - t0);
+    for (std::size_t blk = 0; blk < kBlocks; ++blk) {
+      const std::size_t key = t0 + blk * KB;
+      VF red[RB];
+      if ((blk + 1) * KB <= in_tile) {
+        PrefetchRows(codes, row_bytes, std::min(nc, key + kPrefetchKeys), std::min(nc, key + kPrefetchKeys + KB));
+        KeyBlockBf16<RB, KB, kUnits>(q, dk, codes + key * row_bytes, row_bytes, red);
+      } else {  // the chunk's last keys one at a time, zeros past them
+        VF part[RB][KB];
+        for (std::size_t r = 0; r < RB; ++r) {
+          for (std::size_t k = 0; k < KB; ++k) part[r][k] = hn::Zero(df);
+        }
+        for (std::size_t k = 0; blk * KB + k < in_tile; ++k) {
+          VF one[RB];
+          KeyBlockBf16<RB, 1, kUnits>(q, dk, codes + (key + k) * row_bytes, row_bytes, one);
+          for (std::size_t r = 0; r < RB; ++r) part[r][k] = one[r];
+        }
+        for (std::size_t r = 0; r < RB; ++r) {
+          PairRounds<KB>(df, part[r]);
+          red[r] = part[r][0];
+        }
+      }
+#pragma GCC unroll 16
+      for (std::size_t r = 0; r < RB; ++r) hn::StoreU(red[r], df, tile + (r * kBlocks + blk) * N);
+    }
+#pragma GCC unroll 16
+    for (std::size_t r = 0; r < RB; ++r) {
+      VF v[kBlocks];
+#pragma GCC unroll 16
+      for (std::size_t b = 0; b < kBlocks; ++b) v[b] = hn::LoadU(df, tile + (r * kBlocks + b) * N);
+      PairRounds<kBlocks>(df, v);
+      hn::StoreU(v[0], df, scores + r * ncp + t0);
+    }
+  }
+}
+
+template <std::size_t RB>
+void ScoreRowsBf16AnyShape(const std::uint16_t* q, std::size_t dk, const std::uint8_t* codes, std::size_t row_bytes,
+                           std::size_t nc, std::size_t ncp, float* tile, float* scores) {
+  if (dk == 128) return ScoreRowsBf16<RB, 4>(q, dk, codes, row_bytes, nc, ncp, tile, scores);
+  if (dk == 64) return ScoreRowsBf16<RB, 2>(q, dk, codes, row_bytes, nc, ncp, tile, scores);
+  ScoreRowsBf16<RB, 0>(q, dk, codes, row_bytes, nc, ncp, tile, scores);
+}
+
+void ScoreBlockBf16(std::size_t rb, const std::uint16_t* q, std::size_t dk, const std::uint8_t* codes,
+                    std::size_t row_bytes, std::size_t nc, std::size_t ncp, float* tile, float* scores) {
+  switch (rb) {
+    case 1: return ScoreRowsBf16<1, 0>(q, dk, codes, row_bytes, nc, ncp, tile, scores);
+    case 2: return ScoreRowsBf16<2, 0>(q, dk, codes, row_bytes, nc, ncp, tile, scores);
+    case 3: return ScoreRowsBf16<3, 0>(q, dk, codes, row_bytes, nc, ncp, tile, scores);
+    case 4: return ScoreRowsBf16AnyShape<4>(q, dk, codes, row_bytes, nc, ncp, tile, scores);
+  }
+  ScoreRowsBf16AnyShape<8>(q, dk, codes, row_bytes, nc, ncp, tile, scores);
+}
+#endif
+
 // ---------------------------------------------------------------- V side
 
 // The key loop of one slice of AccumulateValues: o[r][s] += w·c_j over keys [0, nc).

@@ -32,6 +32,21 @@ std::atomic<std::int64_t> g_chunk_tokens{kDefaultChunkTokens};
 
 std::int64_t chunk_tokens() { return g_chunk_tokens.load(); }
 
+namespace {
+std::atomic<bool> g_bf16_dot{true};
+}  // namespace
+
+bool bf16_dot_available() {
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+  static const bool cpu = __builtin_cpu_supports("avx512bf16") != 0;
+  return cpu && g_bf16_dot.load();
+#else
+  return false;
+#endif
+}
+ScopedNoBf16Dot::ScopedNoBf16Dot() : previous_(g_bf16_dot.exchange(false)) {}
+ScopedNoBf16Dot::~ScopedNoBf16Dot() { g_bf16_dot.store(previous_); }
+
 ScopedChunkTokens::ScopedChunkTokens(std::int64_t tokens) : previous_(g_chunk_tokens.load()) {
   KVLAB_REQUIRE(tokens > 0, invalid_argument, "chunk size ", tokens, " must be positive");
   g_chunk_tokens.store(tokens);
@@ -187,6 +202,27 @@ const float* plan_queries(const ConstTensorView& q, const AttentionParams& param
   return query;
 }
 
+// The stored bf16 queries for the vdpbf16ps K side (DecodePlan::query_bf16), or null
+// where it does not apply: plain bf16 K, bf16 q, Dk a multiple of 32 (one vector of
+// pairs), a CPU with AVX512_BF16, and no query so large that the instruction's flushing
+// of subnormal inputs could matter: it drops products below |q|·2^-126, so with
+// |scale|·max|q| <= 2^64 the logits move by at most Dk·2^-62 (absolute), nothing against
+// any tolerance (its products are exact and its sums f32, as the f32 path's).
+const std::uint16_t* bf16_queries(const ConstTensorView& q, const AttentionParams& params, const DecodePlan& plan) {
+  if (plan.k.plain == nullptr || plan.k.plain_dtype != DType::bf16 || q.dtype != DType::bf16 || plan.k.d % 32 != 0 ||
+      !qdecode::bf16_dot_available()) {
+    return nullptr;
+  }
+  const auto* raw = reinterpret_cast<const std::uint16_t*>(q.data);
+  const auto n = static_cast<std::size_t>(q.numel());
+  float largest = 0;
+  for (std::size_t i = 0; i < n; ++i) largest = std::max(largest, std::abs(bf16_bits_to_f32(raw[i])));
+  if (!(largest * std::abs(params.scale) <= 0x1p64f)) return nullptr;  // also NaN/inf: the f32 path
+  // q is (B, Hq, Lq, Dk): the rows of (b, kvh) are heads kvh·R + r at positions i, row
+  // ρ = r·Lq + i: q's own order, so its data is the [b][kvh][ρ][Dk] array as it lies.
+  return raw;
+}
+
 void fused(const ConstTensorView& q, const ref::QuantizedView& k, const ref::QuantizedView& v,
            const AttentionParams& params, const ConstTensorView* mask_array, const ConstTensorView* sinks,
            const TensorView& out) {
@@ -227,6 +263,8 @@ void run(DecodePlan& plan, const ConstTensorView& q, const AttentionParams& para
   // Per calling thread, reused across calls: no page faults on the partials each step.
   static thread_local std::vector<float> query, part_max, part_sum, part_out, sink_values;
   plan.query = plan_queries(q, params, plan, query);
+  plan.query_bf16 = bf16_queries(q, params, plan);
+  plan.query_scale = params.scale;
   const auto parts = static_cast<std::size_t>(plan.tasks() * plan.rows);
   plan.part_max = aligned_floats(part_max, parts);
   plan.part_sum = aligned_floats(part_sum, parts);

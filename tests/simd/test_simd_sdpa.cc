@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "kernels/simd/parallel.h"
+#include "kernels/simd/quantized_decode.h"
 #include "kernels/simd/simd_backend.h"
 #include "kernels/simd/simd_kernels.h"
 #include "reference/reference_backend.h"
@@ -168,6 +169,38 @@ TEST_F(SimdSdpa, InvalidInputRaisesTheOraclesErrors) {
     if (which == 3) o.data = nullptr;
     testing::expect_same_error([&] { ref::sdpa(a, b, c, none, nullptr, nullptr, o); },
                                [&] { simd::sdpa(a, b, c, none, nullptr, nullptr, o); }, cat("no data ", which));
+  }
+}
+
+// bf16 decode on an AVX512_BF16 CPU takes the vdpbf16ps K side; AVX-512 CPUs without it
+// take the f32 path, which the harness then never runs here. Both against the oracle's
+// bf16 output: every element within one bf16 ulp, and at most 2 % not identical (f32
+// arithmetic in either order; the harness' rounding identity holds the dot path to what
+// an f32 twin allows, test_precision_ceiling.cc).
+TEST_F(SimdSdpa, Bf16DecodeAgreesWithTheOracleWithAndWithoutTheDotProductKSide) {
+  if (!simd::qdecode::bf16_dot_available()) GTEST_SKIP() << "this CPU has no AVX512_BF16: only the f32 path exists";
+  KVLAB_SEEDED_RNG(rng, 4242);
+  for (const std::int64_t dk : {64, 128}) {
+    const Shape4 s{1, 8, 2, 1, 2100, dk, 128};
+    Inputs in = random_inputs(rng, DType::bf16, s);
+    in.params.mask.kind = MaskKind::causal;
+    const Tensor want = run_sdpa(ref_, in);
+    const Tensor dot = run_sdpa(simd_, in);
+    Tensor plain;
+    {
+      const simd::qdecode::ScopedNoBf16Dot no_dot;
+      plain = run_sdpa(simd_, in);
+    }
+    for (const Tensor* got : {&dot, static_cast<const Tensor*>(&plain)}) {
+      std::int64_t differ = 0;
+      for (std::int64_t i = 0; i < want.numel(); ++i) {
+        const float w = want.view().load(i), g = got->view().load(i);
+        if (w == g) continue;
+        ++differ;
+        EXPECT_LE(std::abs(g - w), std::ldexp(std::abs(w), -7)) << "element " << i << " Dk " << dk;
+      }
+      EXPECT_LE(differ, want.numel() / 50) << (got == &dot ? "vdpbf16ps" : "f32") << " path, Dk " << dk;
+    }
   }
 }
 
