@@ -376,6 +376,9 @@ def summary(records, folders, triage_hits, not_run, total_pool, wall):
 
 def build_coverage(args, folders, cheap, never):
     import coverage_run  # tools/mutate/coverage_run.py
+    held = coverage.held_files(ROOT)
+    if held:  # the build below would compile the mutant into the map
+        sys.exit(f"mutate: a mutation run holds {', '.join(held)} mutated; build the map when none runs")
     if not os.path.exists(os.path.join(args.coverage_dir, "CTestTestfile.cmake")):
         sys.exit(f"mutate: {args.coverage_dir} is not configured: cmake --preset mutate-cov")
     rc, out = run_killable(["cmake", "--build", args.coverage_dir, "-j", str(args.jobs)], args.build_timeout)
@@ -415,11 +418,11 @@ def main():
     folders, cheap, never, skip = read_labels(args.labels)
     ignores = read_patterns(os.path.join(DATA, "ignore.txt"))
     triage = read_survivors(args.survivors)
+    if args.build_coverage:  # mutates nothing: leaves the report dir (maybe a running run's) alone
+        return build_coverage(args, folders, cheap, never)
     os.makedirs(args.out, exist_ok=True)
     restorer = Restorer(args.out)
     restorer.recover()
-    if args.build_coverage:
-        return build_coverage(args, folders, cheap, never)
 
     chosen, pool = select(args, list(folders), skip, ignores)
     what = f"--diff {args.diff}" if args.diff else f"--sample {args.sample} --seed {args.seed}"

@@ -145,6 +145,44 @@ class Phases(unittest.TestCase):
         self.assertEqual([p[p.index("-I") + 1] for p in phases], ["0,0,0,7", "0,0,0,9"])
 
 
+class ChooseTests(unittest.TestCase):
+    """mutate.choose_tests over a map of core/a.cc (test_mutate writes a file of its own)."""
+
+    def setUp(self):
+        self.tmp = tempfile.mkdtemp()
+        self.path = os.path.relpath(os.path.join(self.tmp, "a.cc"), mutate.ROOT)
+        with open(os.path.join(mutate.ROOT, self.path), "w") as f:
+            f.write("int f(int x) {\n  return x + 1;\n}\nconstexpr int k = 2;\nint g() { return 0; }\n")
+        t = {"labels": ["unit"], "signature": "s", "status": "passed"}
+        cmap = a_map(self.tmp, {self.path: {"2": [4, [0]], "4": [1, [0]], "5": [0, [0]]}},
+                     {"A": dict(t, functions=[0]), "B": dict(t, functions=[])})
+        self.tests_now = {"A": {"number": 1, "labels": ["unit"]}, "B": {"number": 2, "labels": ["unit"]},
+                          "Z": {"number": 3, "labels": ["zoo"]}}
+        self.args = types.SimpleNamespace(build_dir="/b", jobs=2)
+        self.cov = lambda unknown: (cmap, self.tests_now, unknown, {})
+
+    def choose(self, line, unknown=frozenset()):
+        m = {"file": self.path, "line": line}
+        return mutate.choose_tests(self.args, m, ["unit"], ["unit", "zoo"], [], self.cov(set(unknown)))
+
+    def test_an_unexecuted_line_runs_nothing_unless_a_test_is_unvouched(self):
+        self.assertEqual(self.choose(5), (None, "not covered"))
+        phases, note = self.choose(5, {"Z"})
+        self.assertEqual([p[p.index("-I") + 1] for p in phases], ["0,0,0,3"])
+
+    def test_a_covered_line_runs_its_tests(self):
+        phases, note = self.choose(2)
+        self.assertEqual([p[p.index("-I") + 1] for p in phases], ["0,0,0,1"])
+        self.assertTrue(note.startswith("covering: 1 tests"))
+
+    def test_compile_time_and_unmapped_lines_run_every_label(self):
+        for line in (4, 1):
+            phases, note = self.choose(line)
+            self.assertTrue(note.startswith("all"), note)
+            self.assertFalse(any("-I" in p for p in phases))
+            self.assertEqual(len(phases), 2)
+
+
 class ProfileParsing(unittest.TestCase):
     def test_entered_functions_keep_nonzero_entry_counts(self):
         shown = ("Counters:\n  _Z1fv:\n    Hash: 0x1\n    Counters: 2\n    Function count: 3\n"

@@ -38,6 +38,11 @@ def _journals(root):
     return held
 
 
+def held_files(root):
+    """The files a mutation run holds mutated right now."""
+    return sorted(_journals(root))
+
+
 def _key_once(root):
     files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=root,
                            capture_output=True, check=True).stdout.decode().split("\0")

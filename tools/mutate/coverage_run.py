@@ -106,7 +106,8 @@ def export_lines(build_dir, objects, profile, folders, root):
     args = ["llvm-cov", "export", "-instr-profile", profile, objects[0]]
     for o in objects[1:]:
         args += ["-object", o]
-    lcov = subprocess.run(args + ["-format=lcov", "-skip-functions"], check=True,
+    sources = [os.path.join(root, f) for f in folders if os.path.isdir(os.path.join(root, f))]
+    lcov = subprocess.run(args + ["-format=lcov", "-skip-functions", *sources], check=True,
                           capture_output=True, text=True).stdout
     lines, path = {}, None
     for l in lcov.splitlines():
@@ -116,7 +117,7 @@ def export_lines(build_dir, objects, profile, folders, root):
         elif path and l.startswith("DA:"):
             n, count = l[3:].split(",")[:2]
             lines.setdefault(path, {})[n] = [int(count), set()]
-    js = json.loads(subprocess.run(args + ["-format=text", "-skip-expansions"], check=True,
+    js = json.loads(subprocess.run(args + ["-format=text", "-skip-expansions", *sources], check=True,
                                    capture_output=True, text=True).stdout)
     for data in js["data"]:
         for fn in data["functions"]:
