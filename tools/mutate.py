@@ -44,6 +44,10 @@ FAIL_RE = re.compile(r"Test\s+#\d+: (\S+) .*?(\*\*\*Timeout|\*\*\*Failed|\*\*\*E
                      r"|\*\*\*Not Run)")
 
 
+# ctest's last line: "100% tests passed, 0 tests failed out of 12"
+RAN_RE = re.compile(r"tests passed, \d+ tests failed out of (\d+)")
+
+
 def show(text):
     return text.strip().replace("\n", " \u23ce ")
 
@@ -251,16 +255,16 @@ def ctest_phases(args, first, cheap, never):
 
 
 def covering_phases(args, first, cheap, never, names, tests_now):
-    """ctest_phases restricted to the named tests (by ctest number, -I), a phase per
-    label that holds any of them."""
+    """The named tests, a ctest a label in ctest_phases' order, each picked by its ctest
+    number (-I; not beside -L, since ctest then numbers the label's tests afresh)."""
     order = list(first) + [l for l in cheap if l not in first]
-    phases = []
-    for i, (cmd, label) in enumerate(zip(ctest_phases(args, first, cheap, never), order)):
-        earlier = set(order[:i])
-        nums = sorted(tests_now[n]["number"] for n in names
-                      if label in tests_now[n]["labels"] and not earlier & set(tests_now[n]["labels"]))
+    base = ["ctest", "--test-dir", args.build_dir, "--stop-on-failure", "--no-tests=ignore", "-j", str(args.jobs)]
+    phases, left = [], set(names)
+    for label in order:
+        nums = sorted(tests_now[n]["number"] for n in left if label in tests_now[n]["labels"])
+        left -= {n for n in left if label in tests_now[n]["labels"]}
         if nums:
-            phases.append(cmd + ["-I", "0,0,0," + ",".join(map(str, nums))])
+            phases.append(base + ["-I", "0,0,0," + ",".join(map(str, nums))])
     return phases
 
 
@@ -315,6 +319,9 @@ def test(phases, timeout):
         rc, out = run_killable(cmd, max(left, 1))
         if rc is None:
             return "timeout", None, time.monotonic() - t0
+        ran = RAN_RE.search(out)
+        if "-I" in cmd and rc == 0 and (not ran or int(ran.group(1)) != cmd[-1].count(",") - 2):
+            raise RuntimeError(f"ctest ran other tests than the {cmd[-1].count(',') - 2} chosen:\n{out[-2000:]}")
         if rc != 0:
             m = FAIL_RE.search(out)
             status = "timeout" if m and m.group(2) == "***Timeout" else "killed"

@@ -16,9 +16,10 @@ import os
 import re
 import subprocess
 
-# What cannot change what a test executes: the documentation and the mutation tool itself.
-# Everything else (sources, tests, case files, goldens, CMake files) is in the key.
-KEY_EXCLUDED_PREFIXES = ("docs/", "tools/mutate/", "tools/mutate.py", "tools/mutate.sh")
+# What cannot change which production lines a test executes: the documentation and the
+# mutation tool itself with its tests. Everything else (sources, tests, case files,
+# goldens, CMake files) is in the key.
+KEY_EXCLUDED_PREFIXES = ("docs/", "tools/mutate/", "tools/mutate.py", "tools/mutate.sh", "tools/test_mutate.py")
 MAP_NAME = "coverage-map.json"
 
 
@@ -122,6 +123,7 @@ def ctest_tests(build_dir, cheap, never):
     """{name: {number, command, env, labels, cwd, timeout, serial, will_fail, skip_rc,
     skip_re, pass_re, fail_re}} of the tests in build_dir that carry a cheap label and no
     never label; number is ctest's (-I), the position in its list."""
+    build_dir = os.path.abspath(build_dir)
     r = subprocess.run(["ctest", "--test-dir", build_dir, "--show-only=json-v1"],
                        capture_output=True, text=True)
     if r.returncode != 0:
@@ -152,6 +154,9 @@ class Map:
             d = json.load(f)
         self.key, self.build_dir = d["key"], d["build_dir"]
         self.tests = d["tests"]            # name -> {status, labels, signature, functions: [ids]}
+        # Blind tests (coverage_run.FORKING) also cover every line of these files.
+        self.child_files = set(d.get("child_files", []))
+        self.blind = {n for n, t in self.tests.items() if t["status"] == "blind"}
         self.lines = d["lines"]            # file -> {line: [count, [function ids]]}, executable lines
         self.entered = {}                  # function id -> set of test names
         for name, t in self.tests.items():
@@ -165,7 +170,7 @@ class Map:
         out = set()
         for name, t in tests_now.items():
             m = self.tests.get(name)
-            if m is None or m["status"] not in ("passed", "skipped") or m["signature"] != t["signature"]:
+            if m is None or m["status"] not in ("passed", "skipped", "blind") or m["signature"] != t["signature"]:
                 out.add(name)
         return out
 
@@ -177,10 +182,12 @@ class Map:
         if entry is None:
             return "all", "not an executable line"
         count, funcs = entry
+        # a forked child may have run the line where no profile saw it
+        children = self.blind if path in self.child_files else set()
         if count == 0:
-            return "covering", set()  # no test executed it
+            return "covering", children  # no profiled process executed it
         if not funcs:
             return "all", "executed, but in no function the map knows"
         # Every test that entered a function whose code spans the line: a superset of
         # the tests that executed the line itself (the map is per function per test).
-        return "covering", set().union(set(), *(self.entered.get(f, set()) for f in funcs))
+        return "covering", children.union(*(self.entered.get(f, set()) for f in funcs))

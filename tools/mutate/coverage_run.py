@@ -19,8 +19,12 @@ import coverage
 
 # A test that entered one of these forked a child that leaves by _exit (the plugin
 # isolation, harness/isolated_call.cc): the child writes no profile, so what it ran is
-# missing from the map and the test is marked blind (it runs for every mutant).
+# missing from the map and the test is marked blind. The child runs the isolated body
+# (a lambda in harness/plugin_backend.cc calling one plugin entry point) and the plugin:
+# a blind test counts as covering every line of those files and of every file compiled
+# into an instrumented plugin (CHILD_FILES and child_files()).
 FORKING = ("run_isolated",)
+CHILD_FILES = ("harness/isolated_call.cc", "harness/plugin_backend.cc")
 
 
 def instrumented_objects(build_dir):
@@ -133,6 +137,20 @@ def export_lines(build_dir, objects, profile, folders, root):
     return lines
 
 
+def child_files(objects, profile, folders, root):
+    """The production files a forked plugin child can run: CHILD_FILES and the files
+    compiled into the instrumented shared objects (the plugins)."""
+    files = set(CHILD_FILES)
+    for so in (o for o in objects if o.endswith(".so")):
+        lcov = subprocess.run(["llvm-cov", "export", "-format=lcov", "-skip-functions", "-instr-profile", profile, so],
+                              check=True, capture_output=True, text=True).stdout
+        for l in lcov.splitlines():
+            rel = os.path.relpath(l[3:], root) if l.startswith("SF:") else ""
+            if any(rel.startswith(f + "/") for f in folders):
+                files.add(rel)
+    return sorted(files)
+
+
 def build_map(root, build_dir, cheap, never, folders, jobs):
     key = coverage.tree_key(root)
     tests = coverage.ctest_tests(build_dir, cheap, never)
@@ -157,13 +175,15 @@ def build_map(root, build_dir, cheap, never, folders, jobs):
     profiles = [os.path.join(work, f) for f in os.listdir(work) if f.endswith(".profdata")]
     merged = os.path.join(work, "all.profdata")
     subprocess.run(["llvm-profdata", "merge", "-sparse", "-o", merged, *profiles], check=True)
-    lines = export_lines(build_dir, instrumented_objects(build_dir), merged, folders, root)
+    objects = instrumented_objects(build_dir)
+    lines = export_lines(build_dir, objects, merged, folders, root)
     fids = {}
     for per_file in lines.values():
         for entry in per_file.values():
             entry[1] = sorted(fids.setdefault(f, len(fids)) for f in entry[1])
     out = {"key": key, "build_dir": build_dir, "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-           "seconds": round(time.monotonic() - t0), "lines": lines, "tests": {}}
+           "seconds": round(time.monotonic() - t0), "lines": lines, "tests": {},
+           "child_files": child_files(objects, merged, folders, root)}
     for n in names:
         status, sec, funcs = results[n]
         out["tests"][n] = {"status": status, "seconds": round(sec, 1), "labels": tests[n]["labels"],
