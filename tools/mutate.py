@@ -339,6 +339,13 @@ def apply_triage(records, triage):
             r["triage"], r["triage_reason"] = hit
 
 
+def not_covered(record):
+    """No test the coverage map vouches for executes the mutated line (only the tests it
+    cannot vouch for ran, if any)."""
+    sel = record.get("selection") or ""
+    return sel == "not covered" or sel.startswith("covering: 0 tests")
+
+
 def summary(records, folders, triage_hits, not_run, total_pool, wall):
     """Per folder: the outcomes, how many survivors no test executes (not covered), are
     triaged and are equivalent; the score killed / (killed + survived + timeout), and the
@@ -349,7 +356,7 @@ def summary(records, folders, triage_hits, not_run, total_pool, wall):
         row = rows.setdefault(r["folder"], dict.fromkeys(keys, 0))
         row[r["status"]] += 1
         if r["status"] == "survived":
-            row["not_covered"] += r.get("selection") == "not covered"
+            row["not_covered"] += not_covered(r)
             row["triaged"] += bool(r.get("triage"))
             row["equivalent"] += r.get("triage") == "equivalent"
     all_row = dict.fromkeys(keys, 0)
@@ -376,7 +383,7 @@ def summary(records, folders, triage_hits, not_run, total_pool, wall):
         lines.append("survivors (add to tools/mutate/survivors.txt when triaged):")
         for r in surv:
             tag = f"[{r['triage']}] " if r.get("triage") else "[untriaged] "
-            tag += "(not covered) " if r.get("selection") == "not covered" else ""
+            tag += "(not covered) " if not_covered(r) else ""
             lines.append(f"  {tag}{r['id']}  {show(r['original'])}  =>  {show(r['mutant'])}")
     return "\n".join(lines)
 
