@@ -254,17 +254,31 @@ def ctest_phases(args, first, cheap, never):
     return [base + ["-L", label_re([l]), "-LE", label_re(order[:i] + never)] for i, l in enumerate(order)]
 
 
-def covering_phases(args, first, cheap, never, names, tests_now):
+QUICK_S = 10.0  # a test this quick under coverage runs in the first round
+
+
+def covering_phases(args, first, cheap, never, names, tests_now, seconds=None):
     """The named tests, a ctest a label in ctest_phases' order, each picked by its ctest
-    number (-I; not beside -L, since ctest then numbers the label's tests afresh)."""
+    number (-I; not beside -L, since ctest then numbers the label's tests afresh). Given
+    the tests' times under coverage (seconds), the quick ones of every label run first:
+    ctest starts the costliest tests of a run first, so a unit test that kills would
+    otherwise wait minutes behind the harness's long checks."""
     order = list(first) + [l for l in cheap if l not in first]
     base = ["ctest", "--test-dir", args.build_dir, "--stop-on-failure", "--no-tests=ignore", "-j", str(args.jobs)]
-    phases, left = [], set(names)
+    by_label, left = [], set(names)
     for label in order:
-        nums = sorted(tests_now[n]["number"] for n in left if label in tests_now[n]["labels"])
-        left -= {n for n in left if label in tests_now[n]["labels"]}
-        if nums:
-            phases.append(base + ["-I", "0,0,0," + ",".join(map(str, nums))])
+        here = {n for n in left if label in tests_now[n]["labels"]}
+        left -= here
+        by_label.append(here)
+    rounds = [by_label]
+    if seconds is not None:
+        quick = {n for n in names if seconds.get(n, QUICK_S + 1) <= QUICK_S}
+        rounds = [[h & quick for h in by_label], [h - quick for h in by_label]]
+    phases = []
+    for groups in rounds:
+        for here in groups:
+            if here:
+                phases.append(base + ["-I", "0,0,0," + ",".join(map(str, sorted(tests_now[n]["number"] for n in here)))])
     return phases
 
 
@@ -301,7 +315,8 @@ def choose_tests(args, m, folder_labels, cheap, never, cov):
     names = (what & set(tests_now)) | unknown
     if not names:
         return None, "not covered"
-    return (covering_phases(args, folder_labels, cheap, never, names, tests_now),
+    seconds = {n: t.get("seconds", QUICK_S + 1) for n, t in cmap.tests.items() if n not in unknown}
+    return (covering_phases(args, folder_labels, cheap, never, names, tests_now, seconds),
             f"covering: {len(what & set(tests_now))} tests + {len(unknown)} unvouched")
 
 

@@ -175,6 +175,14 @@ class ChooseTests(unittest.TestCase):
         self.assertEqual([p[p.index("-I") + 1] for p in phases], ["0,0,0,1"])
         self.assertTrue(note.startswith("covering: 1 tests"))
 
+    def test_quick_tests_of_every_label_run_before_slow_ones(self):
+        args = types.SimpleNamespace(build_dir="/b", jobs=2)
+        tests_now = {"slow_unit": {"number": 1, "labels": ["unit"]}, "quick_unit": {"number": 2, "labels": ["unit"]},
+                     "quick_zoo": {"number": 3, "labels": ["zoo"]}, "unknown": {"number": 4, "labels": ["unit"]}}
+        seconds = {"slow_unit": 300.0, "quick_unit": 0.5, "quick_zoo": 2.0}
+        phases = mutate.covering_phases(args, ["unit"], ["unit", "zoo"], [], set(tests_now), tests_now, seconds)
+        self.assertEqual([p[p.index("-I") + 1] for p in phases], ["0,0,0,2", "0,0,0,3", "0,0,0,1,4"])
+
     def test_an_unvouched_test_runs_once_in_its_first_label(self):
         self.tests_now["Z"]["labels"] = ["zoo", "unit"]
         phases, _ = self.choose(2, {"Z"})

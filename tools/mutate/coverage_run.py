@@ -195,8 +195,11 @@ def build_map(root, build_dir, cheap, never, folders, jobs):
     os.replace(path + ".tmp", path)
     shutil.rmtree(work)
     bad = sorted(n for n in names if results[n][0] not in ("passed", "skipped"))
-    print(f"mutate: coverage map written to {path} in {out['seconds']} s; "
-          f"{len(bad)} tests run for every mutant (failed, timed out or blind): {' '.join(bad[:20])}", flush=True)
+    blind = sorted(n for n in names if results[n][0] == "blind")
+    bad = [n for n in bad if n not in blind]
+    print(f"mutate: coverage map written to {path} in {out['seconds']} s; {len(bad)} tests failed or timed out "
+          f"(run for every mutant): {' '.join(bad[:20])}; {len(blind)} blind (also run for the files a "
+          f"plugin child can run)", flush=True)
     return 0
 
 
