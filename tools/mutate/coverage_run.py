@@ -25,6 +25,7 @@ import coverage
 # into an instrumented plugin (CHILD_FILES and child_files()).
 FORKING = ("run_isolated",)
 CHILD_FILES = ("harness/isolated_call.cc", "harness/plugin_backend.cc")
+IGNORED = r"-ignore-filename-regex=(^/usr/|/_deps/|/tests/|/property_tests/|/fuzz/|/examples/)"
 
 
 def instrumented_objects(build_dir):
@@ -110,8 +111,12 @@ def export_lines(build_dir, objects, profile, folders, root):
     args = ["llvm-cov", "export", "-instr-profile", profile, objects[0]]
     for o in objects[1:]:
         args += ["-object", o]
-    sources = [os.path.join(root, f) for f in folders if os.path.isdir(os.path.join(root, f))]
-    lcov = subprocess.run(args + ["-format=lcov", "-skip-functions", *sources], check=True,
+    # Not llvm-cov's SOURCES filter: it compares paths as recorded, and a file reached by a
+    # relative -I path is recorded as <build dir>/../../<file> (every header, every
+    # non-unity TU: kernels/simd), so it would drop them. Third-party and test code is
+    # left out by name; relpath normalizes the rest.
+    args.append(IGNORED)
+    lcov = subprocess.run(args + ["-format=lcov", "-skip-functions"], check=True,
                           capture_output=True, text=True).stdout
     lines, path = {}, None
     for l in lcov.splitlines():
@@ -121,7 +126,7 @@ def export_lines(build_dir, objects, profile, folders, root):
         elif path and l.startswith("DA:"):
             n, count = l[3:].split(",")[:2]
             lines.setdefault(path, {})[n] = [int(count), set()]
-    js = json.loads(subprocess.run(args + ["-format=text", "-skip-expansions", *sources], check=True,
+    js = json.loads(subprocess.run(args + ["-format=text", "-skip-expansions"], check=True,
                                    capture_output=True, text=True).stdout)
     for data in js["data"]:
         for fn in data["functions"]:
@@ -142,7 +147,7 @@ def child_files(objects, profile, folders, root):
     compiled into the instrumented shared objects (the plugins)."""
     files = set(CHILD_FILES)
     for so in (o for o in objects if o.endswith(".so")):
-        lcov = subprocess.run(["llvm-cov", "export", "-format=lcov", "-skip-functions", "-instr-profile", profile, so],
+        lcov = subprocess.run(["llvm-cov", "export", "-format=lcov", "-skip-functions", IGNORED, "-instr-profile", profile, so],
                               check=True, capture_output=True, text=True).stdout
         for l in lcov.splitlines():
             rel = os.path.relpath(l[3:], root) if l.startswith("SF:") else ""
