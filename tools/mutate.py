@@ -490,14 +490,14 @@ def main():
     print(f"mutate: per-mutant test timeout {timeout:.0f} s", flush=True)
 
     cov = (*load_coverage(args, cheap, never), {}) if args.coverage else None
-    deadline = start + 60 * args.time_box if args.time_box else None
+    deadline = start + 60 * args.time_box if args.time_box is not None else None  # 0: resume, run nothing
     jsonl = open(os.path.join(args.out, "mutants.jsonl"), "a")
     signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
     try:
         for i, m in enumerate(chosen):
             if i in done:
                 continue
-            if deadline and time.monotonic() >= deadline:
+            if deadline is not None and time.monotonic() >= deadline:
                 break
             folder = folder_of(m["file"], folders)
             phases, selection = choose_tests(args, m, folders[folder], cheap, never, cov)

@@ -17,28 +17,23 @@ namespace test_kv_cache_fit {
 namespace {
 
 using testing::token_block;
+using testing::range_ids;
 using testing::token_ids;
-
-std::vector<float> ids_from(float first, int n) {
-  std::vector<float> ids;
-  for (int i = 0; i < n; ++i) ids.push_back(first + static_cast<float>(i));
-  return ids;
-}
 
 TEST(KVCacheFit, UpdatesThatFitKeepTheFirstStep) {
   ReferenceBackend be;
   KVCache cache(be);
   int stored = 0;
   for (const int s : {3, 5, 1, 247}) {  // 3 + 5 + 1 + 247 = 256: the last one fills the step exactly
-    cache.update(token_block(be, {ids_from(static_cast<float>(stored), s)}, 1, 2),
-                 token_block(be, {ids_from(static_cast<float>(stored), s)}, 1, 2));
+    cache.update(token_block(be, {range_ids(static_cast<float>(stored), s)}, 1, 2),
+                 token_block(be, {range_ids(static_cast<float>(stored), s)}, 1, 2));
     stored += s;
     EXPECT_EQ(cache.capacity(), 256) << "after " << stored << " tokens";
     // keys and values, one head of width 2, f32: 256 rows of 2 · 2 · 4 bytes
     EXPECT_EQ(cache.nbytes(), static_cast<std::size_t>(256 * 2 * 2 * 4)) << "after " << stored << " tokens";
   }
-  EXPECT_EQ(token_ids(be, cache.fetch().keys), ids_from(0, 256));
-  cache.update(token_block(be, {ids_from(256, 1)}, 1, 2), token_block(be, {ids_from(256, 1)}, 1, 2));
+  EXPECT_EQ(token_ids(be, cache.fetch().keys), range_ids(0, 256));
+  cache.update(token_block(be, {range_ids(256, 1)}, 1, 2), token_block(be, {range_ids(256, 1)}, 1, 2));
   EXPECT_EQ(cache.capacity(), 512);  // on the step boundary: one more step, nothing cut
 }
 
