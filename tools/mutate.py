@@ -33,12 +33,19 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DATA = os.path.join(ROOT, "tools", "mutate")
+sys.path.insert(0, DATA)
+import coverage  # noqa: E402  (tools/mutate/coverage.py)
+import resume  # noqa: E402  (tools/mutate/resume.py)
 RULES = ["universal.rules", "cpp.rules", "c_like.rules"]  # `mutate FILE cpp`'s rule set
 EXTS = (".cc", ".cpp", ".h", ".hpp", ".inl")
 # A ctest result line: "  3/10 Test  #7: name ......***Failed  0.1 sec" (or ***Timeout,
 # ***Exception: SegFault, "Subprocess aborted***Exception:").
 FAIL_RE = re.compile(r"Test\s+#\d+: (\S+) .*?(\*\*\*Timeout|\*\*\*Failed|\*\*\*Exception|Subprocess aborted"
                      r"|\*\*\*Not Run)")
+
+
+# ctest's last line: "100% tests passed, 0 tests failed out of 12"
+RAN_RE = re.compile(r"tests passed, \d+ tests failed out of (\d+)")
 
 
 def show(text):
@@ -247,6 +254,72 @@ def ctest_phases(args, first, cheap, never):
     return [base + ["-L", label_re([l]), "-LE", label_re(order[:i] + never)] for i, l in enumerate(order)]
 
 
+QUICK_S = 10.0  # a test this quick under coverage runs in the first round
+
+
+def covering_phases(args, first, cheap, never, names, tests_now, seconds=None):
+    """The named tests, a ctest a label in ctest_phases' order, each picked by its ctest
+    number (-I; not beside -L, since ctest then numbers the label's tests afresh). Given
+    the tests' times under coverage (seconds), the quick ones of every label run first:
+    ctest starts the costliest tests of a run first, so a unit test that kills would
+    otherwise wait minutes behind the harness's long checks."""
+    order = list(first) + [l for l in cheap if l not in first]
+    base = ["ctest", "--test-dir", args.build_dir, "--stop-on-failure", "--no-tests=ignore", "-j", str(args.jobs)]
+    by_label, left = [], set(names)
+    for label in order:
+        here = {n for n in left if label in tests_now[n]["labels"]}
+        left -= here
+        by_label.append(here)
+    rounds = [by_label]
+    if seconds is not None:
+        quick = {n for n in names if seconds.get(n, QUICK_S + 1) <= QUICK_S}
+        rounds = [[h & quick for h in by_label], [h - quick for h in by_label]]
+    phases = []
+    for groups in rounds:
+        for here in groups:
+            if here:
+                phases.append(base + ["-I", "0,0,0," + ",".join(map(str, sorted(tests_now[n]["number"] for n in here)))])
+    return phases
+
+
+def load_coverage(args, cheap, never):
+    """(map, tests of the mutate build, tests the map cannot vouch for); exits on a map
+    of another tree."""
+    path = os.path.join(args.coverage_dir, coverage.MAP_NAME)
+    if not os.path.exists(path):
+        sys.exit(f"mutate: --coverage: no map at {path}: cmake --preset mutate-cov, then "
+                 f"tools/mutate.sh --build-coverage")
+    cmap = coverage.Map(path)
+    key = coverage.tree_key(ROOT)
+    if cmap.key != key:
+        sys.exit(f"mutate: --coverage: the map at {path} was measured on tree {cmap.key[:12]}, this tree is "
+                 f"{key[:12]}: rebuild it (tools/mutate.sh --build-coverage) or run without --coverage")
+    tests_now = coverage.ctest_tests(args.build_dir, cheap, never)
+    unknown = cmap.unknown(tests_now)
+    print(f"mutate: coverage map of tree {key[:12]}: {len(cmap.tests)} tests; {len(unknown)} of the "
+          f"{len(tests_now)} tests here run for every covered mutant (not vouched for by the map)", flush=True)
+    return cmap, tests_now, unknown
+
+
+def choose_tests(args, m, folder_labels, cheap, never, cov):
+    """(ctest phases, selection note) for a mutant; phases None: no test executes it."""
+    if cov is None:
+        return ctest_phases(args, folder_labels, cheap, never), "all"
+    cmap, tests_now, unknown, compile_time = cov
+    if m["file"] not in compile_time:
+        with open(os.path.join(ROOT, m["file"])) as f:
+            compile_time[m["file"]] = coverage.compile_time_lines(f.read())
+    kind, what = cmap.select(m["file"], m["line"], compile_time[m["file"]])
+    if kind == "all":
+        return ctest_phases(args, folder_labels, cheap, never), f"all: {what}"
+    names = (what & set(tests_now)) | unknown
+    if not names:
+        return None, "not covered"
+    seconds = {n: t.get("seconds", QUICK_S + 1) for n, t in cmap.tests.items() if n not in unknown}
+    return (covering_phases(args, folder_labels, cheap, never, names, tests_now, seconds),
+            f"covering: {len(what & set(tests_now))} tests + {len(unknown)} unvouched")
+
+
 def build(args):
     t = time.monotonic()
     rc, out = run_killable(["cmake", "--build", args.build_dir, "-j", str(args.jobs)], args.build_timeout)
@@ -261,6 +334,9 @@ def test(phases, timeout):
         rc, out = run_killable(cmd, max(left, 1))
         if rc is None:
             return "timeout", None, time.monotonic() - t0
+        ran = RAN_RE.search(out)
+        if "-I" in cmd and rc == 0 and (not ran or int(ran.group(1)) != cmd[-1].count(",") - 2):
+            raise RuntimeError(f"ctest ran other tests than the {cmd[-1].count(',') - 2} chosen:\n{out[-2000:]}")
         if rc != 0:
             m = FAIL_RE.search(out)
             status = "timeout" if m and m.group(2) == "***Timeout" else "killed"
@@ -268,29 +344,53 @@ def test(phases, timeout):
     return "survived", None, time.monotonic() - t0
 
 
+def apply_triage(records, triage):
+    """Marks each survivor with its survivors.txt entry (read afresh, so a resumed run's
+    earlier survivors pick up the triage done since)."""
+    for r in records:
+        r.pop("triage", None), r.pop("triage_reason", None)
+        hit = find_triage(triage, r["id"]) if r["status"] == "survived" else None
+        if hit:
+            r["triage"], r["triage_reason"] = hit
+
+
+def not_covered(record):
+    """No test the coverage map vouches for executes the mutated line (only the tests it
+    cannot vouch for ran, if any)."""
+    sel = record.get("selection") or ""
+    return sel == "not covered" or sel.startswith("covering: 0 tests")
+
+
 def summary(records, folders, triage_hits, not_run, total_pool, wall):
-    keys = ["killed", "survived", "timeout", "build_error"]
+    """Per folder: the outcomes, how many survivors no test executes (not covered), are
+    triaged and are equivalent; the score killed / (killed + survived + timeout), and the
+    same without the equivalent survivors (no test could kill them)."""
+    keys = ["killed", "survived", "not_covered", "triaged", "equivalent", "timeout", "build_error"]
     rows = {}
     for r in records:
-        row = rows.setdefault(r["folder"], dict.fromkeys(keys + ["triaged"], 0))
+        row = rows.setdefault(r["folder"], dict.fromkeys(keys, 0))
         row[r["status"]] += 1
-        if r["status"] == "survived" and r.get("triage"):
-            row["triaged"] += 1
-    all_row = dict.fromkeys(keys + ["triaged"], 0)
+        if r["status"] == "survived":
+            row["not_covered"] += not_covered(r)
+            row["triaged"] += bool(r.get("triage"))
+            row["equivalent"] += r.get("triage") == "equivalent"
+    all_row = dict.fromkeys(keys, 0)
     for row in rows.values():
         for k in all_row:
             all_row[k] += row[k]
-    lines = [f"{'folder':<14}{'killed':>8}{'survived':>10}{'(triaged)':>11}{'timeout':>9}"
-             f"{'build err':>11}{'score':>8}"]
+    lines = [f"{'folder':<14}{'killed':>8}{'survived':>10}{'(not cov.)':>12}{'(triaged)':>11}{'(equiv.)':>10}"
+             f"{'timeout':>9}{'build err':>11}{'score':>8}{'non-equiv.':>12}"]
     for name, row in sorted(rows.items()) + [("all", all_row)]:
         den = row["killed"] + row["survived"] + row["timeout"]
         score = f"{100.0 * row['killed'] / den:.0f}%" if den else "-"
-        lines.append(f"{name:<14}{row['killed']:>8}{row['survived']:>10}{row['triaged']:>11}"
-                     f"{row['timeout']:>9}{row['build_error']:>11}{score:>8}")
+        den2 = den - row["equivalent"]
+        score2 = f"{100.0 * row['killed'] / den2:.0f}%" if den2 else "-"
+        lines.append(f"{name:<14}{row['killed']:>8}{row['survived']:>10}{row['not_covered']:>12}{row['triaged']:>11}"
+                     f"{row['equivalent']:>10}{row['timeout']:>9}{row['build_error']:>11}{score:>8}{score2:>12}")
     costs = [r["build_s"] + r["test_s"] for r in records]
     if costs:
         lines.append(f"{len(records)} mutants run ({not_run} selected but not run, {total_pool} in the pool) "
-                     f"in {wall:.0f} s; per mutant: mean {sum(costs) / len(costs):.1f} s "
+                     f"(this session {wall:.0f} s); per mutant: mean {sum(costs) / len(costs):.1f} s "
                      f"(build {sum(r['build_s'] for r in records) / len(records):.1f} s, "
                      f"test {sum(r['test_s'] for r in records) / len(records):.1f} s)")
     surv = [r for r in records if r["status"] == "survived"]
@@ -298,8 +398,22 @@ def summary(records, folders, triage_hits, not_run, total_pool, wall):
         lines.append("survivors (add to tools/mutate/survivors.txt when triaged):")
         for r in surv:
             tag = f"[{r['triage']}] " if r.get("triage") else "[untriaged] "
+            tag += "(not covered) " if not_covered(r) else ""
             lines.append(f"  {tag}{r['id']}  {show(r['original'])}  =>  {show(r['mutant'])}")
     return "\n".join(lines)
+
+
+def build_coverage(args, folders, cheap, never):
+    import coverage_run  # tools/mutate/coverage_run.py
+    held = coverage.held_files(ROOT)
+    if held:  # the build below would compile the mutant into the map
+        sys.exit(f"mutate: a mutation run holds {', '.join(held)} mutated; build the map when none runs")
+    if not os.path.exists(os.path.join(args.coverage_dir, "CTestTestfile.cmake")):
+        sys.exit(f"mutate: {args.coverage_dir} is not configured: cmake --preset mutate-cov")
+    rc, out = run_killable(["cmake", "--build", args.coverage_dir, "-j", str(args.jobs)], args.build_timeout)
+    if rc != 0:
+        sys.exit(f"mutate: {args.coverage_dir} does not build:\n{(out or '')[-3000:]}")
+    return coverage_run.build_map(ROOT, args.coverage_dir, cheap, never, list(folders), args.jobs)
 
 
 def main():
@@ -307,9 +421,13 @@ def main():
     mode = ap.add_mutually_exclusive_group(required=True)
     mode.add_argument("--diff", metavar="BASE", help="mutants on the lines changed since BASE (git diff BASE)")
     mode.add_argument("--sample", type=int, metavar="N", help="a seeded random sample of N mutants of the tree")
+    mode.add_argument("--build-coverage", action="store_true",
+                      help="measure the per-test coverage map in --coverage-dir (the mutate-cov preset) and stop")
     ap.add_argument("--seed", type=int, default=1, help="sample seed (diff mode: the order)")
     ap.add_argument("--time-box", type=float, metavar="MINUTES", help="start no mutant after this long")
     ap.add_argument("--list", action="store_true", help="print the selected mutants and stop")
+    ap.add_argument("--resume", action="store_true",
+                    help="go on with the run in --out: same selection, finished mutants kept, the rest run")
     ap.add_argument("--build-dir", default=os.path.join(ROOT, "build", "mutate"))
     ap.add_argument("--out", default=os.path.join(ROOT, "build", "mutate-report"))
     ap.add_argument("--jobs", type=int, default=2)
@@ -318,6 +436,10 @@ def main():
     ap.add_argument("--test-timeout", type=float, metavar="SECONDS",
                     help="a mutant's test deadline; skips the unmutated test run that otherwise sets it")
     ap.add_argument("--build-timeout", type=float, default=1800)
+    ap.add_argument("--coverage", action="store_true",
+                    help="run a mutant's covering tests only (no test at all for a line none executes); "
+                         "needs the map of this very tree (--build-coverage)")
+    ap.add_argument("--coverage-dir", default=os.path.join(ROOT, "build", "mutate-cov"))
     ap.add_argument("--labels", default=os.path.join(DATA, "labels.txt"))
     ap.add_argument("--survivors", default=os.path.join(DATA, "survivors.txt"))
     args = ap.parse_args()
@@ -325,6 +447,8 @@ def main():
     folders, cheap, never, skip = read_labels(args.labels)
     ignores = read_patterns(os.path.join(DATA, "ignore.txt"))
     triage = read_survivors(args.survivors)
+    if args.build_coverage:  # mutates nothing: leaves the report dir (maybe a running run's) alone
+        return build_coverage(args, folders, cheap, never)
     os.makedirs(args.out, exist_ok=True)
     restorer = Restorer(args.out)
     restorer.recover()
@@ -342,6 +466,9 @@ def main():
     if not os.path.exists(os.path.join(args.build_dir, "CTestTestfile.cmake")):
         sys.exit(f"mutate: {args.build_dir} is not configured: cmake --preset mutate")
 
+    records, done, earlier = resume.start(args.out, resume.header(what, chosen), args.resume)
+    if args.resume:
+        print(f"mutate: resuming: {len(done)} of {len(chosen)} mutants already run", flush=True)
     start = time.monotonic()
     ok, build_s, out = build(args)
     if not ok:
@@ -349,42 +476,49 @@ def main():
     if args.test_timeout:
         timeout = args.test_timeout
         print(f"mutate: baseline build {build_s:.0f} s; unmutated tests not run (--test-timeout)", flush=True)
+    elif earlier and earlier.get("test_timeout"):
+        timeout = earlier["test_timeout"]
+        print(f"mutate: baseline build {build_s:.0f} s; the test deadline of the run resumed", flush=True)
     else:
         print(f"mutate: baseline build {build_s:.0f} s; running the cheap labels unmutated", flush=True)
         status, failing, base_s = test(ctest_phases(args, cheap, cheap, never), 24 * 3600)
         if status != "survived":
             sys.exit(f"mutate: the unmutated tree fails its tests ({failing}); fix that first")
         timeout = args.timeout_factor * base_s + 30
+        resume.remember(args.out, "test_timeout", timeout)
         print(f"mutate: unmutated tests {base_s:.0f} s", flush=True)
     print(f"mutate: per-mutant test timeout {timeout:.0f} s", flush=True)
 
-    deadline = start + 60 * args.time_box if args.time_box else None
-    records = []
-    jsonl = open(os.path.join(args.out, "mutants.jsonl"), "w")
+    cov = (*load_coverage(args, cheap, never), {}) if args.coverage else None
+    deadline = start + 60 * args.time_box if args.time_box is not None else None  # 0: resume, run nothing
+    jsonl = open(os.path.join(args.out, "mutants.jsonl"), "a")
     signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
     try:
         for i, m in enumerate(chosen):
-            if deadline and time.monotonic() >= deadline:
+            if i in done:
+                continue
+            if deadline is not None and time.monotonic() >= deadline:
                 break
             folder = folder_of(m["file"], folders)
+            phases, selection = choose_tests(args, m, folders[folder], cheap, never, cov)
             try:
                 restorer.write(m)
                 built, build_s, _ = build(args)
-                if built:
-                    status, failing, test_s = test(ctest_phases(args, folders[folder], cheap, never), timeout)
-                else:
+                if not built:
                     status, failing, test_s = "build_error", None, 0.0
+                elif phases is None:  # built, so it is a mutant; no test runs its line
+                    status, failing, test_s = "survived", None, 0.0
+                else:
+                    status, failing, test_s = test(phases, timeout)
             finally:
                 restorer.restore()
-            rec = dict(m, folder=folder, status=status, killed_by=failing,
+            rec = dict(m, index=i, folder=folder, status=status, killed_by=failing, selection=selection,
                        build_s=round(build_s, 1), test_s=round(test_s, 1))
-            hit = find_triage(triage, m["id"]) if status == "survived" else None
-            if hit:
-                rec["triage"], rec["triage_reason"] = hit
             records.append(rec)
             jsonl.write(json.dumps(rec) + "\n")
             jsonl.flush()
-            print(f"[{i + 1}/{len(chosen)}] {status:<11} {m['id']}  build {build_s:.0f} s test {test_s:.0f} s"
+            shown = "survived (not covered)" if phases is None and built else status
+            print(f"[{i + 1}/{len(chosen)}] {shown:<11} {m['id']}  build {build_s:.0f} s test {test_s:.0f} s"
                   + (f"  ({failing})" if failing else ""), flush=True)
     except KeyboardInterrupt:
         print("mutate: interrupted; the mutated file is restored", file=sys.stderr)
@@ -392,6 +526,7 @@ def main():
         jsonl.close()
         restorer.restore() if restorer.path else None
         build(args)  # leave the build dir matching the tree (compiler-cache hits)
+    apply_triage(records, triage)
     text = summary(records, folders, triage, len(chosen) - len(records), pool, time.monotonic() - start)
     with open(os.path.join(args.out, "summary.txt"), "w") as f:
         f.write(text + "\n")

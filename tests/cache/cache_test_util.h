@@ -33,6 +33,13 @@ inline DTensor token_block(Backend& be, const std::vector<std::vector<float>>& t
   return be.upload(t);
 }
 
+// The ids first, first + 1, ..., first + n - 1: a run of tokens for token_block.
+inline std::vector<float> range_ids(float first, std::int64_t n) {
+  std::vector<float> ids;
+  for (std::int64_t i = 0; i < n; ++i) ids.push_back(first + static_cast<float>(i));
+  return ids;
+}
+
 // Token ids of batch row b, head 0, feature 0 of a fetched (B, H, L, D) block.
 inline std::vector<float> token_ids(Backend& be, const DTensor& block, std::int64_t b = 0) {
   const Tensor t = be.download(block);

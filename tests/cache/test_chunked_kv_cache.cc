@@ -20,16 +20,11 @@ namespace test_chunked_kv_cache {
 namespace {
 
 using testing::token_block;
+using testing::range_ids;
 using testing::token_ids;
 
 constexpr std::int64_t kHeads = 2, kDk = 4, kDv = 6;
 constexpr float kValueBase = 10000.0f;  // value of absolute token p holds id kValueBase + p
-
-std::vector<float> range_ids(float first, std::int64_t n) {
-  std::vector<float> ids;
-  for (std::int64_t i = 0; i < n; ++i) ids.push_back(first + static_cast<float>(i));
-  return ids;
-}
 
 // The trivially-correct model: which absolute tokens the cache holds.
 struct Model {

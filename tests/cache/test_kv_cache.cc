@@ -14,13 +14,8 @@ namespace test_kv_cache {
 namespace {
 
 using testing::token_block;
+using testing::range_ids;
 using testing::token_ids;
-
-std::vector<float> range_ids(float first, int n) {
-  std::vector<float> ids;
-  for (int i = 0; i < n; ++i) ids.push_back(first + static_cast<float>(i));
-  return ids;
-}
 
 TEST(KVCache, ChunksConcatenateInTemporalOrder) {
   ReferenceBackend be;
