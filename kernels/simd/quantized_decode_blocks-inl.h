@@ -174,6 +174,21 @@ HWY_INLINE void PairRounds(DF, VF*) {
 
 constexpr std::size_t kMaxLanes = hn::MaxLanes(DF());
 
+// The last log2(kBlocks) rounds of a tile's reduction: the kBlocks partly reduced vectors
+// of each of RB rows (tile [r][block][N]) → one vector of N scores at scores[r·ncp].
+template <std::size_t RB, std::size_t kBlocks>
+HWY_INLINE void FinishTile(DF df, const float* HWY_RESTRICT tile, std::size_t ncp, float* HWY_RESTRICT scores) {
+  const std::size_t N = hn::Lanes(df);
+#pragma GCC unroll 16
+  for (std::size_t r = 0; r < RB; ++r) {
+    VF v[kBlocks];
+#pragma GCC unroll 16
+    for (std::size_t b = 0; b < kBlocks; ++b) v[b] = hn::LoadU(df, tile + (r * kBlocks + b) * N);
+    PairRounds<kBlocks>(df, v);
+    hn::StoreU(v[0], df, scores + r * ncp);
+  }
+}
+
 // q·k of KB consecutive keys for RB rows. Each key's codes are dequantized once for all
 // RB rows, k = c·s + b in one MulAdd (4-bit on AVX3: in the table lookup itself); then
 // one accumulator per (key, row) over the whole head dim, and the first log2(KB) rounds
@@ -312,14 +327,7 @@ void ScoreRows(const float* HWY_RESTRICT q, std::size_t dk, const std::uint8_t* 
         for (std::size_t b = blk + 1; b < kBlocks; ++b) hn::StoreU(hn::Zero(df), df, tile + (r * kBlocks + b) * N);
       }
     }
-#pragma GCC unroll 16
-    for (std::size_t r = 0; r < RB; ++r) {
-      VF v[kBlocks];
-#pragma GCC unroll 16
-      for (std::size_t b = 0; b < kBlocks; ++b) v[b] = hn::LoadU(df, tile + (r * kBlocks + b) * N);
-      PairRounds<kBlocks>(df, v);
-      hn::StoreU(v[0], df, scores + r * ncp + t0);
-    }
+    FinishTile<RB, kBlocks>(df, tile, ncp, scores + t0);
   }
 }
 
@@ -403,14 +411,7 @@ __attribute__((target("avx512bf16"))) void ScoreRowsBf16(const std::uint16_t* HW
 #pragma GCC unroll 16
       for (std::size_t r = 0; r < RB; ++r) hn::StoreU(red[r], df, tile + (r * kBlocks + blk) * N);
     }
-#pragma GCC unroll 16
-    for (std::size_t r = 0; r < RB; ++r) {
-      VF v[kBlocks];
-#pragma GCC unroll 16
-      for (std::size_t b = 0; b < kBlocks; ++b) v[b] = hn::LoadU(df, tile + (r * kBlocks + b) * N);
-      PairRounds<kBlocks>(df, v);
-      hn::StoreU(v[0], df, scores + r * ncp + t0);
-    }
+    FinishTile<RB, kBlocks>(df, tile, ncp, scores + t0);
   }
 }
 
