@@ -11,6 +11,7 @@
 #include "harness/isolated_call.h"
 #include "kvlab/error.h"
 #include "kvlab/plugin.h"
+#include "reference/attention_operands.h"
 #include "reference/affine_quantize.h"
 #include "reference/fp_quantize.h"
 #include "reference/ggml_quantize.h"
@@ -295,12 +296,10 @@ void PluginBackend::rope(const RopeArgs& a) {
 
 void PluginBackend::sdpa(const SdpaArgs& a) {
   require_slot(table_->sdpa, plugin_name_, "sdpa");
-  ConstTensorView m, s;
-  const ConstTensorView q = host_cview(a.q), k = host_cview(a.k), v = host_cview(a.v);
-  const ConstTensorView* mask = host_cview(a.mask, m);
-  const ConstTensorView* sinks = host_cview(a.sinks, s);
-  const TensorView out = host_view(a.out);
-  ref::validate_sdpa(q, k, v, a.params, mask, sinks, out);
+  const ref::SdpaOperands o(a);  // host views, validated by the oracle's checks
+  const ConstTensorView &q = o.q, &k = o.k, &v = o.v;
+  const TensorView& out = o.out;
+  const ConstTensorView *mask = o.mask, *sinks = o.sinks;
   const kvlab_tensor cq = c_tensor(q), ck = c_tensor(k), cv = c_tensor(v), cout = c_tensor(out);
   kvlab_tensor cm{}, cs{};
   const kvlab_attention_params params = c_attention(a.params);
@@ -310,13 +309,11 @@ void PluginBackend::sdpa(const SdpaArgs& a) {
 
 void PluginBackend::quantized_sdpa(const QuantizedSdpaArgs& a) {
   require_slot(table_->quantized_sdpa, plugin_name_, "quantized_sdpa");
-  ConstTensorView m, s;
-  const ConstTensorView q = host_cview(a.q);
-  const QuantizedView k = host_cview(a.k), v = host_cview(a.v);
-  const ConstTensorView* mask = host_cview(a.mask, m);
-  const ConstTensorView* sinks = host_cview(a.sinks, s);
-  const TensorView out = host_view(a.out);
-  ref::validate_quantized_sdpa(q, k, v, a.params, mask, sinks, out);
+  const ref::QuantizedSdpaOperands o(a);  // host views, validated by the oracle's checks
+  const ConstTensorView& q = o.q;
+  const QuantizedView &k = o.k, &v = o.v;
+  const TensorView& out = o.out;
+  const ConstTensorView *mask = o.mask, *sinks = o.sinks;
   const kvlab_tensor cq = c_tensor(q), cout = c_tensor(out);
   const kvlab_quantized ck = c_quantized(k), cv = c_quantized(v);
   kvlab_tensor cm{}, cs{};

@@ -10,6 +10,7 @@
 
 #include "kernels/ggml/attention.h"
 #include "kvlab/host_buffer.h"
+#include "reference/attention_operands.h"
 #include "reference/ggml_quantize.h"
 #include "reference/quantized_sdpa.h"
 
@@ -66,13 +67,11 @@ std::shared_ptr<const std::vector<std::uint8_t>> blocks_of(const QuantizedView& 
 }  // namespace
 
 Arithmetic quantized_sdpa(Engine& e, const QuantizedSdpaArgs& a, StaticKv* keep) {
-  ConstTensorView mask_storage, sinks_storage;
-  const ConstTensorView q = host_cview(a.q);
-  const QuantizedView k = host_cview(a.k), v = host_cview(a.v);
-  const ConstTensorView* mask = host_cview(a.mask, mask_storage);
-  const ConstTensorView* sinks = host_cview(a.sinks, sinks_storage);
-  const TensorView out = host_view(a.out);
-  ref::validate_quantized_sdpa(q, k, v, a.params, mask, sinks, out);
+  const ref::QuantizedSdpaOperands o(a);  // host views, validated by the oracle's checks
+  const ConstTensorView& q = o.q;
+  const QuantizedView &k = o.k, &v = o.v;
+  const TensorView& out = o.out;
+  const ConstTensorView *mask = o.mask, *sinks = o.sinks;
   for (const QuantizedView* t : {&k, &v}) {
     KVLAB_REQUIRE(t->spec.format().encoder == QuantEncoder::ggml, unsupported, "ggml quantized_sdpa: ",
                   to_string(t->spec), " K/V (ggml's flash attention reads its own block formats only)");

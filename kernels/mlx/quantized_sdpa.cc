@@ -11,6 +11,7 @@
 #include "kernels/mlx/mlx_array.h"
 #include "kernels/mlx/mlx_ops.h"
 #include "kvlab/host_buffer.h"
+#include "reference/attention_operands.h"
 #include "reference/quantized_sdpa.h"
 
 namespace kvlab::mlxk {
@@ -39,13 +40,11 @@ std::string mode_of(const QuantSpec& s) { return std::string(quant_mode_name(s.m
 }  // namespace
 
 void quantized_sdpa(const QuantizedSdpaArgs& a) {
-  ConstTensorView mask_storage, sinks_storage;
-  const ConstTensorView q = host_cview(a.q);
-  const QuantizedView k = host_cview(a.k), v = host_cview(a.v);
-  const ConstTensorView* mask = host_cview(a.mask, mask_storage);
-  const ConstTensorView* sinks = host_cview(a.sinks, sinks_storage);
-  const TensorView out = host_view(a.out);
-  ref::validate_quantized_sdpa(q, k, v, a.params, mask, sinks, out);
+  const ref::QuantizedSdpaOperands o(a);  // host views, validated by the oracle's checks
+  const ConstTensorView& q = o.q;
+  const QuantizedView &k = o.k, &v = o.v;
+  const TensorView& out = o.out;
+  const ConstTensorView *mask = o.mask, *sinks = o.sinks;
   KVLAB_REQUIRE(a.params.softcap == 0.0f, unsupported, "mlx quantized_sdpa: softcap ", a.params.softcap,
                 ": mlx-lm's quantized attention has no logit softcap");
   for (const QuantizedView* x : {&k, &v}) {

@@ -5,17 +5,16 @@
 #include "kernels/mlx/mlx_array.h"
 #include "kernels/mlx/mlx_ops.h"
 #include "kvlab/host_buffer.h"
+#include "reference/attention_operands.h"
 #include "reference/sdpa.h"
 
 namespace kvlab::mlxk {
 
 void sdpa(const SdpaArgs& a) {
-  ConstTensorView mask_storage, sinks_storage;
-  const ConstTensorView q = host_cview(a.q), k = host_cview(a.k), v = host_cview(a.v);
-  const ConstTensorView* mask = host_cview(a.mask, mask_storage);
-  const ConstTensorView* sinks = host_cview(a.sinks, sinks_storage);
-  const TensorView out = host_view(a.out);
-  ref::validate_sdpa(q, k, v, a.params, mask, sinks, out);
+  const ref::SdpaOperands o(a);  // host views, validated by the oracle's checks
+  const ConstTensorView &q = o.q, &k = o.k, &v = o.v;
+  const TensorView& out = o.out;
+  const ConstTensorView *mask = o.mask, *sinks = o.sinks;
   KVLAB_REQUIRE(a.params.softcap == 0.0f, unsupported, "mlx sdpa: softcap ", a.params.softcap,
                 ": mx::fast::scaled_dot_product_attention has no logit softcap");
   // MLX rejects an additive mask or sinks whose dtype does not promote to q's (an f32
