@@ -10,6 +10,7 @@ incrementally, and ctest runs the labels that cover the mutant's folder with
 --stop-on-failure, then the other cheap labels (tools/mutate/labels.txt).
 
   tools/mutate.sh --diff BASE [--time-box MIN]   mutants on the lines changed since BASE
+  tools/mutate.sh --diff BASE --paths P [P ...]  ... in these files or folders only
   tools/mutate.sh --sample N --seed S            a seeded sample of the whole tree
   tools/mutate.sh --sample N --seed S --list     the mutants alone, nothing built
 
@@ -176,7 +177,7 @@ def changed_lines(base, folders):
 def select(args, folders, skip, ignores):
     files = production_files(folders, skip)
     if args.diff:
-        changed = changed_lines(args.diff, folders)
+        changed = changed_lines(args.diff, args.paths or folders)
         pool = [m for p in files if p in changed for m in mutants_of(p, ignores, changed[p])]
         random.Random(args.seed).shuffle(pool)  # a time box then samples the whole change
         return pool, len(pool)
@@ -423,6 +424,9 @@ def main():
     mode.add_argument("--sample", type=int, metavar="N", help="a seeded random sample of N mutants of the tree")
     mode.add_argument("--build-coverage", action="store_true",
                       help="measure the per-test coverage map in --coverage-dir (the mutate-cov preset) and stop")
+    ap.add_argument("--paths", nargs="+", metavar="PATH",
+                    help="diff mode: only the changes to these files or folders (one issue's files in a range "
+                         "that holds others' too)")
     ap.add_argument("--seed", type=int, default=1, help="sample seed (diff mode: the order)")
     ap.add_argument("--time-box", type=float, metavar="MINUTES", help="start no mutant after this long")
     ap.add_argument("--list", action="store_true", help="print the selected mutants and stop")
@@ -444,6 +448,11 @@ def main():
     ap.add_argument("--survivors", default=os.path.join(DATA, "survivors.txt"))
     args = ap.parse_args()
 
+    if args.paths and not args.diff:
+        ap.error("--paths narrows --diff only")
+    for path in args.paths or []:
+        if not os.path.exists(os.path.join(ROOT, path)):
+            ap.error(f"--paths: {path} does not exist")
     folders, cheap, never, skip = read_labels(args.labels)
     ignores = read_patterns(os.path.join(DATA, "ignore.txt"))
     triage = read_survivors(args.survivors)
@@ -454,7 +463,10 @@ def main():
     restorer.recover()
 
     chosen, pool = select(args, list(folders), skip, ignores)
-    what = f"--diff {args.diff}" if args.diff else f"--sample {args.sample} --seed {args.seed}"
+    if args.diff:
+        what = f"--diff {args.diff}" + (f" --paths {' '.join(args.paths)}" if args.paths else "")
+    else:
+        what = f"--sample {args.sample} --seed {args.seed}"
     print(f"mutate: {what}: {len(chosen)} mutants selected of {pool}", flush=True)
     if args.list:
         signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # | head
