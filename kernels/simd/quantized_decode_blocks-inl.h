@@ -338,8 +338,13 @@ void ScoreRows(const float* HWY_RESTRICT q, std::size_t dk, const std::uint8_t* 
 // path widens K and spends two FMAs. Scores come out unscaled (the caller multiplies by
 // the scale) and reduced like ScoreRows': KB keys per block in registers, then the tile.
 // kb keys (KB at compile time) from `key` for RB rows; kUnits: Dk/32 when fixed (0: dk/32).
+// The attribute names the target's own features too: clang lets a function's target
+// attribute replace the one Highway's pragma gives, and would then refuse to inline
+// Highway's ops into it (GCC adds the two).
+#undef KVLAB_TARGET_BF16
+#define KVLAB_TARGET_BF16 __attribute__((target(HWY_TARGET_STR ",avx512bf16")))
 template <std::size_t RB, std::size_t KB, std::size_t kUnits>
-__attribute__((target("avx512bf16"))) HWY_INLINE void KeyBlockBf16(const std::uint16_t* HWY_RESTRICT q, std::size_t dk,
+KVLAB_TARGET_BF16 HWY_INLINE void KeyBlockBf16(const std::uint16_t* HWY_RESTRICT q, std::size_t dk,
                                                                     const std::uint8_t* HWY_RESTRICT codes,
                                                                     std::size_t row_bytes, VF* out) {
   const DF df;
@@ -379,7 +384,7 @@ __attribute__((target("avx512bf16"))) HWY_INLINE void KeyBlockBf16(const std::ui
 }
 
 template <std::size_t RB, std::size_t kUnits>
-__attribute__((target("avx512bf16"))) void ScoreRowsBf16(const std::uint16_t* HWY_RESTRICT q, std::size_t dk,
+KVLAB_TARGET_BF16 void ScoreRowsBf16(const std::uint16_t* HWY_RESTRICT q, std::size_t dk,
                                                           const std::uint8_t* HWY_RESTRICT codes, std::size_t row_bytes,
                                                           std::size_t nc, std::size_t ncp, float* HWY_RESTRICT tile,
                                                           float* HWY_RESTRICT scores) {
