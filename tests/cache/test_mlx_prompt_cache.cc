@@ -166,6 +166,18 @@ struct File {
   void put_i32(const std::string& key, std::int32_t v) {
     std::memcpy(data.data() + header[key]["data_offsets"][0].get<std::size_t>(), &v, 4);
   }
+  std::int32_t get_i32(const std::string& key) const {
+    std::int32_t v = 0;
+    std::memcpy(&v, data.data() + header[key]["data_offsets"][0].get<std::size_t>(), 4);
+    return v;
+  }
+  // Rows of the first tensor of layer 0's keys (field 0: a block or a triple's codes).
+  std::int32_t key_rows() const {
+    for (const auto& [key, e] : header.items())
+      if (key == "0.0" || key == "0.0.0") return e["shape"][2].get<std::int32_t>();
+    ADD_FAILURE() << "no keys in layer 0";
+    return 0;
+  }
 };
 
 struct Malformed {
@@ -191,6 +203,8 @@ const std::vector<Malformed>& malformed_files() {
       {"scalar naming no tensor", [](File& f) { f.header["__metadata__"]["2.1.0"] = "0.9"; return f.bytes(); }, {"\"0.9\""}},
       {"tensor of a layer that does not exist", [](File& f) { f.header["4.0"] = f.header["0.2"]; f.header.erase("0.2"); return f.bytes(); },
        {"\"4.0\"", "layer 4"}},
+      {"tensor of the layer just past the last", [](File& f) { f.header["1.2"] = f.header["0.2"]; f.header.erase("0.2"); return f.bytes(); },
+       {"\"1.2\"", "layer 1 but the file has 1 class names"}},
       {"field the class does not have",
        [](File& f) { f.header["0.5"] = {{"dtype", "I32"}, {"shape", json::array()}, {"data_offsets", {f.data.size(), f.data.size() + 4}}};
                      f.data += std::string(4, '\0'); return f.bytes(); },
@@ -217,6 +231,59 @@ TEST(MlxPromptCache, MalformedFilesAreCorruptNamingTheBadValue) {
     write_bytes(path, m.damage(f));
     for (const TensorLoad load : {TensorLoad::eager, TensorLoad::deferred_all})
       testing::expect_error([&] { load_mlx_prompt_cache(path, load); }, ErrorKind::corrupt, m.named);
+  }
+  fs::remove_all(path.parent_path());
+}
+
+// Every range check of the reader at its limit (issue 47: a check moved by one passed
+// tests that tried values far outside): the scalar at the limit and one step inside is
+// read, one step outside is corrupt naming the value. `limit` is read from the valid file;
+// `upper` says which side is outside.
+struct Limit {
+  const char* what;
+  std::size_t built;  // built_caches() index
+  const char* field;  // the int32 scalar moved
+  std::function<std::int32_t(const File&)> limit;
+  bool upper;
+  std::function<std::vector<std::string>(std::int32_t)> named;  // for the value outside
+};
+
+const std::vector<Limit>& limits() {
+  static const std::vector<Limit> table = {
+      {"KVCache offset at most the stored rows", 0, "0.2", [](const File& f) { return f.key_rows(); }, true,
+       [](std::int32_t v) { return std::vector<std::string>{cat("offset is ", v), "rows"}; }},
+      {"KVCache offset at least zero", 0, "0.2", [](const File&) { return 0; }, false,
+       [](std::int32_t v) { return std::vector<std::string>{cat("offset is ", v)}; }},
+      {"QuantizedKVCache offset at most the rows of its codes", 4, "0.2", [](const File& f) { return f.key_rows(); }, true,
+       [](std::int32_t v) { return std::vector<std::string>{cat("offset is ", v), "keys.wq"}; }},
+      {"ChunkedKVCache start_position at most offset", 6, "0.4", [](const File& f) { return f.get_i32("0.2"); }, true,
+       [](std::int32_t v) { return std::vector<std::string>{cat("start_position ", v, " is past offset")}; }},
+      {"ChunkedKVCache live rows (offset - start_position) at most the stored rows", 6, "0.4",
+       [](const File& f) { return f.get_i32("0.2") - f.key_rows(); }, false,
+       [](std::int32_t) { return std::vector<std::string>{"offset - start_position is", "rows"}; }},
+  };
+  return table;
+}
+
+TEST(MlxPromptCache, RangeChecksHoldAtTheirLimits) {
+  const fs::path path = scratch("limit.safetensors");
+  for (const Limit& l : limits()) {
+    const File valid = File::valid(l.built);
+    const std::int32_t limit = l.limit(valid), inside = l.upper ? limit - 1 : limit + 1,
+                       outside = l.upper ? limit + 1 : limit - 1;
+    ASSERT_GE(inside, 0) << l.what << ": the valid file leaves no value inside the limit";
+    for (const std::int32_t v : {inside, limit, outside}) {
+      SCOPED_TRACE(cat(l.what, ": ", l.field, " = ", v, " (limit ", limit, ")"));
+      File f = valid;
+      f.put_i32(l.field, v);
+      write_bytes(path, f.bytes());
+      for (const TensorLoad load : {TensorLoad::eager, TensorLoad::deferred_all}) {
+        if (v == outside)
+          testing::expect_error([&] { load_mlx_prompt_cache(path, load); }, ErrorKind::corrupt, l.named(v));
+        else
+          EXPECT_NO_THROW(load_mlx_prompt_cache(path, load));
+      }
+    }
   }
   fs::remove_all(path.parent_path());
 }
