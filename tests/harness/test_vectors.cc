@@ -15,6 +15,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/safetensors.h"
 #include "harness/vectors.h"
 #include "harness/vectors_check.h"
 #include "kvlab/error.h"
@@ -256,6 +257,68 @@ TEST_F(File, TheReaderNamesTheCulpritOfEveryMalformation) {
               HasSubstr("needs about"));
   // The control: the same rewrite without a change is accepted.
   EXPECT_NO_THROW(VectorsFile(mangle(good, "control", [](json&, std::string&) {})));
+}
+
+// Every range check of the reader at its limit (issue 47: a check moved by one passed the
+// test above, which tries values far outside): the value at the limit may be refused for
+// another reason, never by this check; one step past it is refused naming it.
+TEST_F(File, EveryRangeCheckHoldsAtItsLimit) {
+  const std::string good = export_smoke("rope");  // 4 problems
+  std::ifstream in(good, std::ios::binary);
+  const std::string bytes{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+  std::uint64_t n = 0;
+  std::memcpy(&n, bytes.data(), 8);
+  const std::string header = bytes.substr(8, n), buffer = bytes.substr(8 + n);
+  const auto message = [&](const std::string& path) {
+    try {
+      VectorsFile f(path);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  const auto meta = [&](const std::string& name, const std::string& key, const std::string& value) {
+    return mangle(good, name, [&](json& h, std::string&) { h["__metadata__"][key] = value; });
+  };
+  const auto stray = [&](const std::string& name, const std::string& key) {
+    return mangle(good, name, [&](json& h, std::string& b) {
+      h[key] = {{"dtype", "U8"}, {"shape", {4}}, {"data_offsets", {b.size(), b.size() + 4}}};
+      b += "abcd";
+    });
+  };
+  const auto sized = [&](const std::string& name, std::uint64_t length, std::uint64_t file_size) {
+    const std::string path = write_raw(name, "", "", length);
+    fs::resize_file(path, file_size);  // sparse: nothing is written
+    return path;
+  };
+  const std::size_t meta_entries = json::parse(header)["__metadata__"].size();
+  struct Limit {
+    const char* check;
+    std::string at, past;  // files at the limit and one step past it
+    std::string named;     // what the check's message says
+  };
+  const std::vector<Limit> limits = {
+      {"the 8-byte length", sized("len8", 0, 8), sized("len7", 0, 7), "fewer than the 8-byte header length"},
+      {"the header inside the file", write_raw("fits", header, buffer, header.size() + buffer.size()),
+       write_raw("past", header, buffer, header.size() + buffer.size() + 1), "runs past the end of the file"},
+      {"the header size limit", sized("max", safetensors::kMaxHeaderBytes, 8 + safetensors::kMaxHeaderBytes),
+       sized("over", safetensors::kMaxHeaderBytes + 1, 9 + safetensors::kMaxHeaderBytes), "exceeds the limit"},
+      {"a tensor's problem index", stray("t3", "3.out.stray"), stray("t4", "4.out.stray"),
+       "belongs to problem 4 but the file has 4 problems"},
+      {"the problem count's range", meta("c_max", "problems", std::to_string(kMaxVectorsProblems)),
+       meta("c_over", "problems", std::to_string(kMaxVectorsProblems + 1)), "not a count from 1 to"},
+      {"the problem count's range, below", meta("c_one", "problems", "1"), meta("c_zero", "problems", "0"),
+       "not a count from 1 to"},
+      {"the problem count against the metadata", meta("c_all", "problems", std::to_string(meta_entries)),
+       meta("c_more", "problems", std::to_string(meta_entries + 1)), "but the metadata has"},
+      {"a problem line's index", meta("p3", "problem.3", "rope B=1 H=1 T=4 D=8 dtype=f32"),
+       meta("p4", "problem.4", "rope B=1 H=1 T=4 D=8 dtype=f32"), "is past the 4 problems"},
+  };
+  for (const Limit& l : limits) {
+    SCOPED_TRACE(l.check);
+    EXPECT_THAT(message(l.at), ::testing::Not(HasSubstr(l.named)));
+    EXPECT_THAT(message(l.past), HasSubstr(l.named));
+  }
 }
 
 TEST(MaxUlps, CountsRepresentableValuesBetweenTheTwo) {
