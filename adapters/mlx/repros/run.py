@@ -36,6 +36,10 @@ def main(argv):
     if not folder.is_dir() or not all(r.is_file() for r in registers):
         print(f"repros: no repros or registers for engine {engine!r}", file=sys.stderr)
         return 2
+    # an engine's codec register too, where it has one (mlx-vlm's TurboQuant: V12, V13)
+    codec_register = ROOT / "harness" / "known" / f"{engine}-turboquant"
+    if codec_register.is_file():
+        registers.append(codec_register)
     from kvlab_mlx import engines
 
     engines.load(engine)
