@@ -29,6 +29,7 @@ for bits in (5, 6):
     for _ in range(2000):  # plain Lloyd steps: each level to the mean of its cell
         _, cell = distortion(better)
         better = np.bincount(cell, w * y, len(better)) / np.bincount(cell, w, len(better))
-    print(f"{bits} bits: D·C {dc:.6f} (paper's bound {bound:.6f}); after 2000 more Lloyd steps {distortion(better)[0]:.6f}")
+    print(f"{bits} bits: D·C {dc:.6f} (paper's bound {bound:.6f}); "
+          f"after 2000 more Lloyd steps {distortion(better)[0]:.6f}")
     assert dc > bound, f"{bits} bits: the codebook is within the paper's bound"
     assert distortion(better)[0] < 0.95 * dc, f"{bits} bits: the codebook is near its Lloyd fixed point"
