@@ -1,6 +1,7 @@
 // kvlab's TurboQuant oracle (reference/turboquant.h) against mlx-vlm 0.7.10's codec, on the
-// file adapters/mlx/kvlab_mlx/turboquant_mlx_vlm.py writes (docs/turboquant.md §Against
-// mlx-vlm). mlx-vlm's own rotation and codebook are given to kvlab's codec as inputs, so
+// file adapters/mlx/kvlab_mlx/turboquant_mlx_vlm.py writes
+// (docs/turboquant.md §Against mlx-vlm). mlx-vlm's own rotation and codebook go to
+// kvlab's codec as inputs, so
 // both encode in one basis and only arithmetic differs: mlx-vlm computes in f32, the
 // oracle in double. Every tolerance below is a forward error bound of that f32
 // arithmetic, derived from the sizes involved (u = 2^-24 per operation), never fitted.
@@ -223,7 +224,8 @@ void judge_codec(const Case& c, Tally& tally) {
       const auto nb = norms.storage<std::uint16_t>().data()[r], mb = mlx_norms.storage<std::uint16_t>().data()[r];
       double sum = 0;
       for (int j = 0; j < k.dim; ++j) {
-        const double e = xs[static_cast<std::size_t>(r * width + (k.channels.empty() ? j : k.channels[static_cast<std::size_t>(j)]))];
+        const double e = xs[static_cast<std::size_t>(
+            r * width + (k.channels.empty() ? j : k.channels[static_cast<std::size_t>(j)]))];
         y[static_cast<std::size_t>(j)] = e;
         sum += e * e;
       }
@@ -234,8 +236,8 @@ void judge_codec(const Case& c, Tally& tally) {
         const double a = kvlab::f16_bits_to_f32(nb), b = kvlab::f16_bits_to_f32(mb);
         const bool adjacent = (nb > mb ? nb - mb : mb - nb) == 1;
         if (!adjacent || std::abs(exact_norm - (a + b) / 2) > (d / 2 + 2) * kU * exact_norm)
-          tally.fail(c.name, "row " + std::to_string(r) + " norm f16 " + std::to_string(a) + " vs mlx " +
-                                 std::to_string(b));
+          tally.fail(c.name,
+                     "row " + std::to_string(r) + " norm f16 " + std::to_string(a) + " vs mlx " + std::to_string(b));
       }
       const double denom = std::max(static_cast<double>(static_cast<float>(exact_norm)), 1e-6);
       for (double& e : y) e /= denom;
@@ -270,7 +272,8 @@ void judge_codec(const Case& c, Tally& tally) {
       const auto& mlx_dec = c.at("decoded").bits;
       for (int j = 0; j < k.dim; ++j) {
         const std::int64_t at = r * width + (k.channels.empty() ? j : k.channels[static_cast<std::size_t>(j)]);
-        const double mine_v = decoded.storage<float>().data()[at], theirs_v = f32_of(mlx_dec[static_cast<std::size_t>(at)]);
+        const double mine_v = decoded.storage<float>().data()[at],
+                     theirs_v = f32_of(mlx_dec[static_cast<std::size_t>(at)]);
         const double tol = scale * rot + 3 * kU * std::abs(mine_v);
         worst_decode = std::max(worst_decode, std::abs(mine_v - theirs_v) / std::max(scale * rot, 1e-300));
         if (!(std::abs(mine_v - theirs_v) <= tol))
@@ -283,20 +286,23 @@ void judge_codec(const Case& c, Tally& tally) {
     const auto own = kvlab::ref::make_turboquant_codec(k.dim, k.bits, 0).codebook;
     const double dm = distortion(k.dim, k.codebook), dk = distortion(k.dim, own), floor_b = std::pow(4.0, -k.bits);
     double moved = 0;
-    for (std::size_t m = 0; m < own.size(); ++m) moved = std::max(moved, std::abs(own[m] - k.codebook[m]) * std::sqrt(d));
+    for (std::size_t m = 0; m < own.size(); ++m)
+      moved = std::max(moved, std::abs(own[m] - k.codebook[m]) * std::sqrt(d));
     const double ceiling = std::sqrt(3.0) * std::numbers::pi / 2 * floor_b;
     std::printf("  %s %s dim %d bits %d: D·C mlx-vlm %.6f, kvlab %.6f (%+.3f%%%s), levels·√D apart up to %.2e\n",
                 c.name.c_str(), p.c_str(), k.dim, k.bits, dm, dk, 100 * (dm / dk - 1),
                 dm > ceiling ? ", mlx-vlm above the paper's bound" : "", moved);
     // kvlab's codebook is the oracle's: it must keep the paper's bounds (docs/turboquant.md §A3)
-    if (!(dk >= floor_b && dk <= ceiling)) tally.fail(c.name, "kvlab's codebook distortion is outside the paper's bounds");
+    if (!(dk >= floor_b && dk <= ceiling))
+      tally.fail(c.name, "kvlab's codebook distortion is outside the paper's bounds");
     // mlx-vlm's stops short of the Lloyd–Max optimum (V12); 1e-4 is far above the
     // integration's error, which is common to both
     if (dm > dk * (1 + 1e-4)) tally.observed.insert("V12");
   }
-  std::printf("%s: %lld rows, %d bit-exact in codes; %d code flips (furthest %.2e from a midpoint); %d norms one "
-              "f16 ulp apart; decode within %.2f of its bound\n",
-              c.name.c_str(), static_cast<long long>(n), exact_rows, flips, worst_flip, norm_ulps, worst_decode);
+  std::printf(
+      "%s: %lld rows, %d bit-exact in codes; %d code flips (furthest %.2e from a midpoint); %d norms one "
+      "f16 ulp apart; decode within %.2f of its bound\n",
+      c.name.c_str(), static_cast<long long>(n), exact_rows, flips, worst_flip, norm_ulps, worst_decode);
 }
 
 void judge_attention(const Case& c, Tally& tally) {
@@ -341,9 +347,11 @@ void judge_attention(const Case& c, Tally& tally) {
     for (int j = 0; j < dim; ++j) {
       double vmax = 0;
       for (std::int64_t key = 0; key < t; ++key)
-        vmax = std::max(vmax, static_cast<double>(std::abs(kv[1].storage<float>().data()[((batch * hkv + kvh) * t + key) * dim + j])));
+        vmax = std::max(vmax, static_cast<double>(
+                                  std::abs(kv[1].storage<float>().data()[((batch * hkv + kvh) * t + key) * dim + j])));
       const double tol = spread * vmax + sum_err;
-      const double mine = ref.storage<float>().data()[row * dim + j], theirs = mlx[static_cast<std::size_t>(row * dim + j)];
+      const double mine = ref.storage<float>().data()[row * dim + j],
+                   theirs = mlx[static_cast<std::size_t>(row * dim + j)];
       worst = std::max(worst, std::abs(mine - theirs) / tol);
       worst_abs = std::max(worst_abs, std::abs(mine - theirs));
       if (!(std::abs(mine - theirs) <= tol))
@@ -352,9 +360,10 @@ void judge_attention(const Case& c, Tally& tally) {
                                std::to_string(tol) + ")");
     }
   }
-  std::printf("%s: kvlab sdpa over kvlab's decode of mlx-vlm's codes vs quantized_attention: largest |Δ| %.2e, "
-              "%.2e of the derived bound\n",
-              c.name.c_str(), worst_abs, worst);
+  std::printf(
+      "%s: kvlab sdpa over kvlab's decode of mlx-vlm's codes vs quantized_attention: largest |Δ| %.2e, "
+      "%.2e of the derived bound\n",
+      c.name.c_str(), worst_abs, worst);
 }
 
 std::set<std::string> read_register(const std::string& path) {
@@ -364,7 +373,8 @@ std::set<std::string> read_register(const std::string& path) {
   for (std::string line; std::getline(in, line);) {
     if (line.empty() || line[0] == '#') continue;
     const auto open = line.rfind('('), close = line.rfind(')');
-    if (open == std::string::npos || close != line.size() - 1) throw std::runtime_error("register line without (id): " + line);
+    if (open == std::string::npos || close != line.size() - 1)
+      throw std::runtime_error("register line without (id): " + line);
     ids.insert(line.substr(open + 1, close - open - 1));
   }
   return ids;
