@@ -75,7 +75,9 @@ std::vector<float> floats(const Raw& r) {
   std::vector<float> out;
   out.reserve(r.bits.size());
   for (std::uint32_t b : r.bits)
-    out.push_back(r.dtype == "f16" ? kvlab::f16_bits_to_f32(static_cast<std::uint16_t>(b)) : f32_of(b));
+    out.push_back(r.dtype == "f16"    ? kvlab::f16_bits_to_f32(static_cast<std::uint16_t>(b))
+                  : r.dtype == "bf16" ? kvlab::bf16_bits_to_f32(static_cast<std::uint16_t>(b))
+                                      : f32_of(b));
   return out;
 }
 
@@ -325,7 +327,14 @@ void judge_attention(const Case& c, Tally& tally) {
       (s == 0 ? kmax_norm : vmax_norm) = std::max(s == 0 ? kmax_norm : vmax_norm, std::sqrt(sq));
     }
   }
-  const Tensor q = tensor_of(c.at("q"));
+  // q as f32 holding its values exactly (a bf16 q is widened: the oracle's sdpa wants one
+  // dtype for q, K, V), and what a bf16 model adds: mlx-vlm scales q in bf16 and rounds
+  // its output to bf16 (unit roundoff 2^-8 each).
+  const bool bf16 = c.at("q").dtype == "bf16";
+  const double u_in = bf16 ? 0x1p-8 : 0, u_out = bf16 ? 0x1p-8 : 0;
+  const std::vector<float> qv = floats(c.at("q"));
+  Tensor q(DType::f32, c.at("q").shape);
+  std::copy(qv.begin(), qv.end(), q.storage<float>().begin());
   kvlab::AttentionParams params;
   params.scale = scale;
   params.mask.kind = kvlab::MaskKind::causal;
@@ -338,7 +347,7 @@ void judge_attention(const Case& c, Tally& tally) {
     for (int j = 0; j < dim; ++j) qn += static_cast<double>(qs.data()[row * dim + j]) * qs.data()[row * dim + j];
     // Scores: mlx-vlm rotates scale·q (f32), dots it with the codebook entries over D
     // terms and multiplies by the norm; every step bounded by scale·‖q‖·‖k̂‖.
-    const double d = dim, eps = scale * std::sqrt(qn) * kmax_norm * (std::sqrt(d) * rot[0] + (d + 6) * kU);
+    const double d = dim, eps = scale * std::sqrt(qn) * kmax_norm * (std::sqrt(d) * rot[0] + (d + 6) * kU + u_in);
     // Values: the rotated-domain weighted sum over T keys, one inverse rotation, the
     // normaliser; then each weight moves by at most a factor e^{±2ε} (plus exp's error).
     const double spread = std::expm1(2 * eps) + 8 * kU;
@@ -349,7 +358,8 @@ void judge_attention(const Case& c, Tally& tally) {
       for (std::int64_t key = 0; key < t; ++key)
         vmax = std::max(vmax, static_cast<double>(
                                   std::abs(kv[1].storage<float>().data()[((batch * hkv + kvh) * t + key) * dim + j])));
-      const double tol = spread * vmax + sum_err;
+      const double theirs_abs = std::abs(mlx[static_cast<std::size_t>(row * dim + j)]);
+      const double tol = spread * vmax + sum_err + u_out * theirs_abs;
       const double mine = ref.storage<float>().data()[row * dim + j],
                    theirs = mlx[static_cast<std::size_t>(row * dim + j)];
       worst = std::max(worst, std::abs(mine - theirs) / tol);

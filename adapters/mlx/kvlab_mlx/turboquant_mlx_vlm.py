@@ -12,7 +12,7 @@ are compared under one basis; arithmetic is the only difference left.
 
 The file is text so that every float travels as its exact bits:
     case NAME key=value ...
-    tensor NAME DTYPE D0,D1,... HEX HEX ...      (f32/u32: 8 hex digits, f16: 4, i32: decimal)
+    tensor NAME DTYPE D0,D1,... HEX HEX ...      (f32/u32: 8 hex digits, f16/bf16: 4, i32: decimal)
 MLX runs on the CPU here (no Metal): mlx-vlm takes its plain-MLX fallback paths.
 """
 
@@ -34,7 +34,17 @@ def _load():
     return mx, tq
 
 
+def _bf16(mx, a):
+    """A bf16 mx.array as its raw bits (numpy has no bf16), tagged for _tensor."""
+    return ("bf16", np.array(a.view(mx.uint16)))
+
+
 def _tensor(out, name, a):
+    if isinstance(a, tuple):  # ("bf16", uint16 bits)
+        bits = a[1]
+        shape = ",".join(str(d) for d in bits.shape) or "-"
+        out.write(f"tensor {name} bf16 {shape} {' '.join(f'{v:04x}' for v in bits.ravel())}\n")
+        return
     a = np.asarray(a)
     if a.dtype == np.float32:
         dt, vals = "f32", (f"{v:08x}" for v in a.view(np.uint32).ravel())
@@ -114,17 +124,21 @@ def split_case(out, mx, tq, rng, name, dim, bits, seed, n=24):
     _tensor(out, "decoded", np.array(decoded))
 
 
-def attention_case(out, mx, tq, rng, name, dim, bits, b, hq, hkv, lq, t, seed):
-    """TurboQuantKVCache.update_and_fetch, then its own quantized_attention (causal)."""
+def attention_case(out, mx, tq, rng, name, dim, bits, b, hq, hkv, lq, t, seed, bf16=False):
+    """TurboQuantKVCache.update_and_fetch, then its own quantized_attention (causal); with
+    bf16, q, K and V are bf16 as a model's are (mlx-vlm then scales q in bf16, and returns
+    bf16)."""
     cache = tq.TurboQuantKVCache(bits=bits, seed=seed)
     k = rng.standard_normal((b, hkv, t, dim)).astype(np.float32)
     v = rng.standard_normal((b, hkv, t, dim)).astype(np.float32)
     k[..., rng.integers(dim)] *= 8  # a loud key channel, as real keys have
     q = rng.standard_normal((b, hq, lq, dim)).astype(np.float32)
-    cache.update_and_fetch(mx.array(k), mx.array(v))
+    dt = mx.bfloat16 if bf16 else mx.float32
+    cache.update_and_fetch(mx.array(k).astype(dt), mx.array(v).astype(dt))
     ks, vs = (cache._unwrap(s) for s in cache._attention_states())
     scale = dim ** -0.5
-    o = cache.quantized_attention(mx.array(q), scale=scale, mask="causal")
+    qm = mx.array(q).astype(dt)
+    o = cache.quantized_attention(qm, scale=scale, mask="causal")
     mx.eval(o, ks.norms, vs.norms)
     out.write(f"case {name} kind=attention dim={dim} B={b} Hq={hq} Hkv={hkv} Lq={lq} T={t} "
               f"scale={np.float32(scale).view(np.uint32):08x} k.bits={cache.key_codec.bits} "
@@ -133,8 +147,8 @@ def attention_case(out, mx, tq, rng, name, dim, bits, b, hq, hkv, lq, t, seed):
         _codec_tensors(out, p, codec, None)
         _tensor(out, f"{p}norms", np.array(st.norms))
         _tensor(out, f"{p}indices", np.array(st.indices))
-    _tensor(out, "q", q)
-    _tensor(out, "out", np.array(o))
+    _tensor(out, "q", _bf16(mx, qm) if bf16 else q)
+    _tensor(out, "out", _bf16(mx, o) if bf16 else np.array(o))
 
 
 def write(path, seed):
@@ -154,6 +168,7 @@ def write(path, seed):
         attention_case(out, mx, tq, rng, "attn.d128.b3.5.decode", 128, 3.5, 1, 4, 2, 1, 37, cseed)
         attention_case(out, mx, tq, rng, "attn.d128.b2.prefill", 128, 2, 2, 2, 2, 5, 21, cseed)
         attention_case(out, mx, tq, rng, "attn.d96.b4.prefill", 96, 4, 1, 6, 2, 3, 19, cseed)
+        attention_case(out, mx, tq, rng, "attn.d128.b4.bf16.prefill", 128, 4, 1, 4, 1, 4, 29, cseed, bf16=True)
         out.write("end\n")
 
 
