@@ -1,10 +1,10 @@
 // kvlab's TurboQuant oracle (reference/turboquant.h) against mlx-vlm 0.7.10's codec, on the
 // file adapters/mlx/kvlab_mlx/turboquant_mlx_vlm.py writes
 // (docs/turboquant.md §Against mlx-vlm). mlx-vlm's own rotation and codebook go to
-// kvlab's codec as inputs, so
-// both encode in one basis and only arithmetic differs: mlx-vlm computes in f32, the
-// oracle in double. Every tolerance below is a forward error bound of that f32
-// arithmetic, derived from the sizes involved (u = 2^-24 per operation), never fitted.
+// kvlab's codec as inputs, so both encode in one basis and only arithmetic differs:
+// mlx-vlm computes in f32 (bf16 where a bf16 model's q makes it), the oracle in double.
+// Every tolerance below is a forward error bound of that arithmetic, derived from the
+// sizes involved (u = 2^-24 per f32 operation), never fitted.
 //
 //   turboquant_mlx_vlm_judge FILE REGISTER
 //
@@ -49,7 +49,7 @@ constexpr double kU = 0x1p-24;  // unit roundoff of f32
 struct Raw {
   std::string dtype;
   Shape shape;
-  std::vector<std::uint32_t> bits;  // f32/u32/f16 bit patterns; i32 as two's complement
+  std::vector<std::uint32_t> bits;  // f32/u32/f16/bf16 bit patterns; i32 as two's complement
 };
 
 struct Case {
@@ -128,7 +128,10 @@ std::vector<Case> read_file(const std::string& path, std::string& header) {
   return cases;
 }
 
+// x (f32), norms (f16) and codes (u32) as kvlab tensors holding mlx-vlm's exact bits.
 Tensor tensor_of(const Raw& r) {
+  if (r.dtype != "f32" && r.dtype != "f16" && r.dtype != "u32")
+    throw std::runtime_error("no tensor of file dtype " + r.dtype + " is expected here");
   const DType dt = r.dtype == "f32" ? DType::f32 : r.dtype == "f16" ? DType::f16 : DType::u32;
   Tensor t(dt, r.shape);
   auto* dst = reinterpret_cast<unsigned char*>(t.data());
