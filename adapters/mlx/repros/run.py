@@ -3,7 +3,8 @@ conformance.repros_mlx_vlm, conformance.repros_vllm_mlx): each is a standalone s
 (adapters/mlx/repros/<engine>/<ID>_*.py, ID the entry's V#/X#) a maintainer can paste, which
 asserts that its divergence is still there. A repro that stops reproducing (an
 AssertionError) or breaks (any other error) fails the run; so does an entry of the
-registers with no repro, or a repro no entry names.
+registers (harness/known/ENGINE-caches, .adapter, and ENGINE-turboquant where it exists)
+with no repro, or a repro no entry names.
 
     python adapters/mlx/repros/run.py mlx-vlm            (build/venv)
     python adapters/mlx/repros/run.py vllm-mlx           (build/venv-vllm-mlx)
