@@ -93,7 +93,9 @@ void require_vectors(const ConstTensorView& t, const TurboQuantCodec& codec, con
 
 std::vector<double> midpoints(const TurboQuantCodec& codec) {
   std::vector<double> mids(codec.codebook.size() - 1);
-  // Sum of two floats halved: exact in double, so the thresholds are exactly mlx's.
+  // Sum of two floats halved: exact in double, so a coordinate goes to its nearest level.
+  // Not mlx-vlm's thresholds bit for bit: it rounds the sum to f32, up to half an ulp off
+  // where the two levels differ in exponent (docs/turboquant.md §Against mlx-vlm, V13).
   for (std::size_t m = 0; m + 1 < codec.codebook.size(); ++m) {
     mids[m] = (static_cast<double>(codec.codebook[m]) + static_cast<double>(codec.codebook[m + 1])) / 2.0;
   }

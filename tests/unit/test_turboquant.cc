@@ -281,6 +281,21 @@ TEST(TurboQuantIndex, TiesGoToTheLowerIndex) {
   EXPECT_EQ(got, (std::vector<std::uint32_t>{2, 2, 2, 2, 0, 2, 0, 2, 1, 3, 1, 1}));
 }
 
+TEST(TurboQuantIndex, MidpointsAreExactNotRoundedToF32) {
+  // mlx-vlm rounds c_m + c_{m+1} to f32 before halving (adapters/mlx/DIVERGENCES-mlx-vlm.md,
+  // V13); the oracle's midpoint is exact, so a coordinate goes to its nearest level. With
+  // levels 1.5·2^-24 and 2 − 2^-23 the exact midpoint is 1 − 2^-26 while the f32 sum
+  // rounds to 2 (midpoint 1.0): y = 1 lies between the two and is nearest the upper level.
+  TurboQuantCodec codec = ref::make_turboquant_codec(4, 1, 0, ref::TurboQuantRotation::identity);
+  codec.codebook = {0x1.8p-24f, 0x1.fffffep0f};
+  ASSERT_EQ(codec.codebook[0] + codec.codebook[1], 2.0f) << "the f32 sum must round for this test to mean anything";
+  const Tensor x = Tensor::from_values(DType::f32, {1, 4}, std::vector<float>{1, 0, 0, 0});  // u = x: y0 = 1 exactly
+  const Coded c = encode(x, codec);
+  const std::span<const std::uint32_t> w(c.indices.view().as<const std::uint32_t>(), 1);
+  EXPECT_EQ(ref::code_at(w, 1, 0), 1u) << "y = 1 is above the exact midpoint 1 − 2^-26";
+  EXPECT_EQ(ref::code_at(w, 1, 1), 0u);
+}
+
 TEST(TurboQuantIndex, CodesFollowTheDefinitionAndTheSection14Bitstream) {
   // idx_d = #{m : y_d > mid_m} recomputed from turboquant_rotate, read back with the
   // docs/quantization.md §Bit packing reader code_at; 3 bits at d = 80 straddle words and leave 16

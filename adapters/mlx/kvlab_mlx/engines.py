@@ -81,7 +81,8 @@ def _mlx_vlm():
         return type(c).from_state(state, meta)
 
     return Engine("mlx-vlm", "mlx_vlm", cache, create_attention_mask, scaled_dot_product_attention, save_load,
-                  {"turboquant": "the TurboQuant comparison with mlx-vlm is not written yet"})
+                  {"turboquant": "TurboQuantKVCache scripts are not replayed (its codec and attention are "
+                                 "compared by conformance.turboquant_mlx_vlm)"})
 
 
 def _vllm_mlx():

@@ -3,7 +3,8 @@ conformance.repros_mlx_vlm, conformance.repros_vllm_mlx): each is a standalone s
 (adapters/mlx/repros/<engine>/<ID>_*.py, ID the entry's V#/X#) a maintainer can paste, which
 asserts that its divergence is still there. A repro that stops reproducing (an
 AssertionError) or breaks (any other error) fails the run; so does an entry of the
-registers with no repro, or a repro no entry names.
+registers (harness/known/ENGINE-caches, .adapter, and ENGINE-turboquant where it exists)
+with no repro, or a repro no entry names.
 
     python adapters/mlx/repros/run.py mlx-vlm            (build/venv)
     python adapters/mlx/repros/run.py vllm-mlx           (build/venv-vllm-mlx)
@@ -36,6 +37,10 @@ def main(argv):
     if not folder.is_dir() or not all(r.is_file() for r in registers):
         print(f"repros: no repros or registers for engine {engine!r}", file=sys.stderr)
         return 2
+    # an engine's codec register too, where it has one (mlx-vlm's TurboQuant: V12, V13)
+    codec_register = ROOT / "harness" / "known" / f"{engine}-turboquant"
+    if codec_register.is_file():
+        registers.append(codec_register)
     from kvlab_mlx import engines
 
     engines.load(engine)
