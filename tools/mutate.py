@@ -14,7 +14,8 @@ incrementally, and ctest runs the labels that cover the mutant's folder with
   tools/mutate.sh --sample N --seed S            a seeded sample of the whole tree
   tools/mutate.sh --sample N --seed S --list     the mutants alone, nothing built
 
-Outcomes: killed, survived, timeout, build_error. Report: OUT/mutants.jsonl (one JSON
+Outcomes: killed, survived, timeout, build_error, not_built (no target of the build
+compiles the mutated file: nothing could run it). Report: OUT/mutants.jsonl (one JSON
 object a mutant, written as it finishes) and OUT/summary.txt (per folder; score =
 killed / (killed + survived + timeout)). Survivors listed in tools/mutate/survivors.txt
 are marked with their triage class.
@@ -327,6 +328,13 @@ def build(args):
     return rc == 0, time.monotonic() - t, out
 
 
+def nothing_rebuilt(build_output):
+    """The build after writing a mutant did nothing: no target of this build compiles the
+    file (a backend the preset leaves out), so no test can run the mutant; it is counted
+    apart, not as a survivor."""
+    return "ninja: no work to do" in (build_output or "")
+
+
 def test(phases, timeout):
     """(status, first failing test or None, seconds); one deadline for every phase."""
     t0 = time.monotonic()
@@ -366,7 +374,7 @@ def summary(records, folders, triage_hits, not_run, total_pool, wall):
     """Per folder: the outcomes, how many survivors no test executes (not covered), are
     triaged and are equivalent; the score killed / (killed + survived + timeout), and the
     same without the equivalent survivors (no test could kill them)."""
-    keys = ["killed", "survived", "not_covered", "triaged", "equivalent", "timeout", "build_error"]
+    keys = ["killed", "survived", "not_covered", "triaged", "equivalent", "timeout", "build_error", "not_built"]
     rows = {}
     for r in records:
         row = rows.setdefault(r["folder"], dict.fromkeys(keys, 0))
@@ -380,14 +388,15 @@ def summary(records, folders, triage_hits, not_run, total_pool, wall):
         for k in all_row:
             all_row[k] += row[k]
     lines = [f"{'folder':<14}{'killed':>8}{'survived':>10}{'(not cov.)':>12}{'(triaged)':>11}{'(equiv.)':>10}"
-             f"{'timeout':>9}{'build err':>11}{'score':>8}{'non-equiv.':>12}"]
+             f"{'timeout':>9}{'build err':>11}{'not built':>11}{'score':>8}{'non-equiv.':>12}"]
     for name, row in sorted(rows.items()) + [("all", all_row)]:
         den = row["killed"] + row["survived"] + row["timeout"]
         score = f"{100.0 * row['killed'] / den:.0f}%" if den else "-"
         den2 = den - row["equivalent"]
         score2 = f"{100.0 * row['killed'] / den2:.0f}%" if den2 else "-"
         lines.append(f"{name:<14}{row['killed']:>8}{row['survived']:>10}{row['not_covered']:>12}{row['triaged']:>11}"
-                     f"{row['equivalent']:>10}{row['timeout']:>9}{row['build_error']:>11}{score:>8}{score2:>12}")
+                     f"{row['equivalent']:>10}{row['timeout']:>9}{row['build_error']:>11}{row['not_built']:>11}"
+                     f"{score:>8}{score2:>12}")
     costs = [r["build_s"] + r["test_s"] for r in records]
     if costs:
         lines.append(f"{len(records)} mutants run ({not_run} selected but not run, {total_pool} in the pool) "
@@ -515,9 +524,11 @@ def main():
             phases, selection = choose_tests(args, m, folders[folder], cheap, never, cov)
             try:
                 restorer.write(m)
-                built, build_s, _ = build(args)
+                built, build_s, out = build(args)
                 if not built:
                     status, failing, test_s = "build_error", None, 0.0
+                elif nothing_rebuilt(out):
+                    status, failing, test_s = "not_built", None, 0.0
                 elif phases is None:  # built, so it is a mutant; no test runs its line
                     status, failing, test_s = "survived", None, 0.0
                 else:

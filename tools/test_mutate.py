@@ -77,6 +77,22 @@ class Resume(unittest.TestCase):
         self.assertEqual(earlier["test_timeout"], 123.0)
 
 
+class NotBuilt(unittest.TestCase):
+    def test_a_build_with_nothing_to_do_means_no_target_compiles_the_file(self):
+        self.assertTrue(mutate.nothing_rebuilt("ninja: no work to do.\n"))
+        self.assertFalse(mutate.nothing_rebuilt("[1/2] Building CXX object a.o\n[2/2] Linking CXX executable t\n"))
+        self.assertFalse(mutate.nothing_rebuilt(None))
+
+    def test_not_built_mutants_stay_out_of_the_score(self):
+        recs = [dict(mutant(i), folder="kernels", status=s, build_s=1.0, test_s=0.0, original="a", mutant="b")
+                for i, s in enumerate(["killed", "survived", "not_built", "not_built"])]
+        rows = mutate.summary(recs, {"kernels": []}, {}, 0, 4, 0.0).splitlines()
+        kernels = rows[1].split()
+        self.assertEqual(kernels[0], "kernels")
+        self.assertEqual(kernels[8], "2")      # not built
+        self.assertEqual(kernels[9], "50%")    # 1 killed of killed + survived + timeout
+
+
 class CompileTime(unittest.TestCase):
     def test_constexpr_function_body_and_variables(self):
         src = ("int f(int x) {\n"             # 1
