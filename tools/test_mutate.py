@@ -80,6 +80,7 @@ class Resume(unittest.TestCase):
 class NotBuilt(unittest.TestCase):
     def test_a_build_with_nothing_to_do_means_no_target_compiles_the_file(self):
         self.assertTrue(mutate.nothing_rebuilt("ninja: no work to do.\n"))
+        self.assertTrue(mutate.nothing_rebuilt("[0/2] Re-checking globbed directories...\n[1/1] Recording the commit\n"))
         self.assertFalse(mutate.nothing_rebuilt("[1/2] Building CXX object a.o\n[2/2] Linking CXX executable t\n"))
         self.assertFalse(mutate.nothing_rebuilt(None))
 
