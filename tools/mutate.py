@@ -14,8 +14,8 @@ incrementally, and ctest runs the labels that cover the mutant's folder with
   tools/mutate.sh --sample N --seed S            a seeded sample of the whole tree
   tools/mutate.sh --sample N --seed S --list     the mutants alone, nothing built
 
-Outcomes: killed, survived, timeout, build_error, not_built (no target of the build
-compiles the mutated file: nothing could run it). Report: OUT/mutants.jsonl (one JSON
+Outcomes: killed, survived, timeout, build_error, not_built (no object of the build
+depends on the mutated file: nothing could run it). Report: OUT/mutants.jsonl (one JSON
 object a mutant, written as it finishes) and OUT/summary.txt (per folder; score =
 killed / (killed + survived + timeout)). Survivors listed in tools/mutate/survivors.txt
 are marked with their triage class.
@@ -328,12 +328,27 @@ def build(args):
     return rc == 0, time.monotonic() - t, out
 
 
-def nothing_rebuilt(build_output):
-    """The build after writing a mutant compiled nothing (custom steps such as recording
-    the commit run every time, so "no work to do" is never printed): no target compiles the
-    file (a backend the preset leaves out), so no test can run the mutant; it is counted
-    apart, not as a survivor."""
-    return build_output is not None and re.search(r"Building (CXX|C) object", build_output) is None
+def compiled_files(deps_text, build_dir):
+    """The production files some object of the build depends on, from `ninja -t deps`
+    (each object's depfile: its source and every header it included), relative to the
+    root. A mutant of any other file (a backend the preset leaves out, kernels/ggml in the
+    mutate presets) cannot reach a test: it is not_built, counted apart from the score."""
+    files = set()
+    for line in deps_text.splitlines():
+        if line.startswith("    "):
+            path = os.path.normpath(os.path.join(build_dir, line.strip()))
+            files.add(os.path.relpath(path, ROOT))
+    return files
+
+
+def read_compiled_files(build_dir):
+    """compiled_files of the build dir, or None when ninja cannot say (then no mutant is
+    not_built)."""
+    try:
+        r = subprocess.run(["ninja", "-C", build_dir, "-t", "deps"], capture_output=True, text=True, timeout=300)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return compiled_files(r.stdout, build_dir) if r.returncode == 0 and r.stdout else None
 
 
 def test(phases, timeout):
@@ -512,6 +527,7 @@ def main():
     print(f"mutate: per-mutant test timeout {timeout:.0f} s", flush=True)
 
     cov = (*load_coverage(args, cheap, never), {}) if args.coverage else None
+    compiled = read_compiled_files(args.build_dir)
     deadline = start + 60 * args.time_box if args.time_box is not None else None  # 0: resume, run nothing
     jsonl = open(os.path.join(args.out, "mutants.jsonl"), "a")
     signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
@@ -524,16 +540,17 @@ def main():
             folder = folder_of(m["file"], folders)
             phases, selection = choose_tests(args, m, folders[folder], cheap, never, cov)
             try:
-                restorer.write(m)
-                built, build_s, out = build(args)
-                if not built:
-                    status, failing, test_s = "build_error", None, 0.0
-                elif nothing_rebuilt(out):
-                    status, failing, test_s = "not_built", None, 0.0
-                elif phases is None:  # built, so it is a mutant; no test runs its line
-                    status, failing, test_s = "survived", None, 0.0
+                if compiled is not None and m["file"] not in compiled:
+                    built, build_s, status, failing, test_s = False, 0.0, "not_built", None, 0.0
                 else:
-                    status, failing, test_s = test(phases, timeout)
+                    restorer.write(m)
+                    built, build_s, _ = build(args)
+                    if not built:
+                        status, failing, test_s = "build_error", None, 0.0
+                    elif phases is None:  # built, so it is a mutant; no test runs its line
+                        status, failing, test_s = "survived", None, 0.0
+                    else:
+                        status, failing, test_s = test(phases, timeout)
             finally:
                 restorer.restore()
             rec = dict(m, index=i, folder=folder, status=status, killed_by=failing, selection=selection,

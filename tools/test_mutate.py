@@ -78,11 +78,17 @@ class Resume(unittest.TestCase):
 
 
 class NotBuilt(unittest.TestCase):
-    def test_a_build_with_nothing_to_do_means_no_target_compiles_the_file(self):
-        self.assertTrue(mutate.nothing_rebuilt("ninja: no work to do.\n"))
-        self.assertTrue(mutate.nothing_rebuilt("[0/2] Re-checking globbed directories...\n[1/1] Recording the commit\n"))
-        self.assertFalse(mutate.nothing_rebuilt("[1/2] Building CXX object a.o\n[2/2] Linking CXX executable t\n"))
-        self.assertFalse(mutate.nothing_rebuilt(None))
+    def test_compiled_files_are_every_objects_source_and_headers(self):
+        build = os.path.join(mutate.ROOT, "build", "mutate")
+        deps = ("core/CMakeFiles/kvlab_core.dir/error.cc.o: #deps 3, deps mtime 1 (VALID)\n"
+                "    ../../core/error.cc\n    /usr/include/stdc-predef.h\n    ../../include/kvlab/error.h\n\n"
+                "cache/CMakeFiles/kvlab_cache.dir/kv_cache.cc.o: #deps 1, deps mtime 1 (VALID)\n"
+                "    ../../cache/kv_cache.cc\n")
+        files = mutate.compiled_files(deps, build)
+        self.assertIn("core/error.cc", files)
+        self.assertIn("include/kvlab/error.h", files)
+        self.assertIn("cache/kv_cache.cc", files)
+        self.assertNotIn("kernels/ggml/rope.cc", files)
 
     def test_not_built_mutants_stay_out_of_the_score(self):
         recs = [dict(mutant(i), folder="kernels", status=s, build_s=1.0, test_s=0.0, original="a", mutant="b")
