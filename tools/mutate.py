@@ -17,7 +17,8 @@ incrementally, and ctest runs the labels that cover the mutant's folder with
 Outcomes: killed, survived, timeout, build_error, not_built (no object of the build
 depends on the mutated file: nothing could run it). Report: OUT/mutants.jsonl (one JSON
 object a mutant, written as it finishes) and OUT/summary.txt (per folder; score =
-killed / (killed + survived + timeout)). Survivors listed in tools/mutate/survivors.txt
+detected / (killed + survived + timeout), detected = killed + the timeouts of a test
+past its own CTest timeout, which fails CI as a failing test does). Survivors listed in tools/mutate/survivors.txt
 are marked with their triage class.
 """
 import argparse
@@ -388,13 +389,17 @@ def not_covered(record):
 
 def summary(records, folders, triage_hits, not_run, total_pool, wall):
     """Per folder: the outcomes, how many survivors no test executes (not covered), are
-    triaged and are equivalent; the score killed / (killed + survived + timeout), and the
-    same without the equivalent survivors (no test could kill them)."""
-    keys = ["killed", "survived", "not_covered", "triaged", "equivalent", "timeout", "build_error", "not_built"]
+    triaged and are equivalent; the score detected / (killed + survived + timeout), where
+    detected adds to the killed the timeouts of a test past its own CTest timeout (a CI
+    failure like any other; the tool's own deadline proves nothing), and the same without
+    the equivalent survivors (no test could kill them)."""
+    keys = ["killed", "survived", "not_covered", "triaged", "equivalent", "timeout", "build_error", "not_built",
+            "detected"]
     rows = {}
     for r in records:
         row = rows.setdefault(r["folder"], dict.fromkeys(keys, 0))
         row[r["status"]] += 1
+        row["detected"] += r["status"] == "killed" or (r["status"] == "timeout" and bool(r.get("killed_by")))
         if r["status"] == "survived":
             row["not_covered"] += not_covered(r)
             row["triaged"] += bool(r.get("triage"))
@@ -407,9 +412,9 @@ def summary(records, folders, triage_hits, not_run, total_pool, wall):
              f"{'timeout':>9}{'build err':>11}{'not built':>11}{'score':>8}{'non-equiv.':>12}"]
     for name, row in sorted(rows.items()) + [("all", all_row)]:
         den = row["killed"] + row["survived"] + row["timeout"]
-        score = f"{100.0 * row['killed'] / den:.0f}%" if den else "-"
+        score = f"{100.0 * row['detected'] / den:.0f}%" if den else "-"
         den2 = den - row["equivalent"]
-        score2 = f"{100.0 * row['killed'] / den2:.0f}%" if den2 else "-"
+        score2 = f"{100.0 * row['detected'] / den2:.0f}%" if den2 else "-"
         lines.append(f"{name:<14}{row['killed']:>8}{row['survived']:>10}{row['not_covered']:>12}{row['triaged']:>11}"
                      f"{row['equivalent']:>10}{row['timeout']:>9}{row['build_error']:>11}{row['not_built']:>11}"
                      f"{score:>8}{score2:>12}")

@@ -99,6 +99,13 @@ class NotBuilt(unittest.TestCase):
         self.assertEqual(kernels[8], "2")      # not built
         self.assertEqual(kernels[9], "50%")    # 1 killed of killed + survived + timeout
 
+    def test_a_test_past_its_ctest_timeout_is_detected_the_tools_deadline_is_not(self):
+        recs = [dict(mutant(i), folder="golden", status="timeout", killed_by=k, build_s=1.0, test_s=600.0,
+                     original="a", mutant="b") for i, k in enumerate(["golden.own_model", None])]
+        golden = mutate.summary(recs, {"golden": []}, {}, 0, 2, 0.0).splitlines()[1].split()
+        self.assertEqual(golden[6], "2")      # timeouts
+        self.assertEqual(golden[9], "50%")    # the CTest timeout detected, the tool's deadline not
+
 
 class CompileTime(unittest.TestCase):
     def test_constexpr_function_body_and_variables(self):
