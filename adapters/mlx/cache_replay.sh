@@ -50,7 +50,7 @@ done
   > "$work/findings.txt" && cat "$work/findings.txt" || verdict "$work/findings.txt"
 "$kvlab" check --vectors "${outputs[@]}" --known "$known" \
   --json "$work/judged.jsonl" > "$work/judged.txt" && tail -n 6 "$work/judged.txt" || verdict "$work/judged.txt"
-"$py" "$root/tools/cache_replay_table.py" "${reports[@]}" "$work/judged.jsonl"
+"$py" "$root/tools/cache_replay_table.py" "${reports[@]}" "$work/judged.jsonl" ${KVLAB_PREFIX_HITS:+--hits "$KVLAB_PREFIX_HITS"}
 if [[ $status != 0 ]]; then
   echo "cache_replay: report only: the run above differs from the registers (they describe the pinned $engine)"
 fi

@@ -59,7 +59,7 @@ def _cmd_scripts(args):
         raise ValueError(f"unknown engine {args.engine!r} (known: {', '.join(known)})")
     if args.engine in scripts.PREFIX_ENGINES:  # its own code is a prefix store: prefix scripts
         kinds = [k for part in args.kinds for k in part.split(",") if k] if args.kinds else scripts.PREFIX_KINDS
-        text = "\n".join(scripts.prefix_lines(args.count, args.seed, kinds)) + "\n"
+        text = "\n".join(scripts.prefix_lines(args.count, args.seed, kinds, args.engine)) + "\n"
     else:
         kinds = [k for part in args.kinds for k in part.split(",") if k] if args.kinds else scripts.ENGINE_KINDS[args.engine]
         text = "\n".join(scripts.lines(args.count, args.seed, kinds)) + "\n"
@@ -145,7 +145,7 @@ def main(argv=None):
     g.add_argument("--count", type=int, default=300, help="problems per kind")
     g.add_argument("--seed", type=int, default=1)
     g.add_argument("--kinds", nargs="+", metavar="KIND", help="cache kinds (default: every kind the engine has)")
-    g.add_argument("--engine", default="mlx-lm", metavar="NAME", help="whose kinds: mlx-lm (default), mlx-vlm, or vllm-mlx (prefix scripts)")
+    g.add_argument("--engine", default="mlx-lm", metavar="NAME", help="whose kinds: mlx-lm (default), mlx-vlm, or a vllm-mlx store (prefix scripts: vllm-mlx, vllm-mlx-kvq, vllm-mlx-manager)")
     g.add_argument("-o", "--output", default="-", metavar="FILE")
     g.set_defaults(fn=_cmd_scripts)
     j = sub.add_parser("findings", help="judge the findings of run --report-json files against a register")
