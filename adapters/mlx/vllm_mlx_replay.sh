@@ -15,7 +15,8 @@ fi
 if [[ ${REPROS:-0} == 1 ]]; then
   "$venv/bin/python" "$root/adapters/mlx/repros/run.py" vllm-mlx
   cd "$root/adapters/mlx"
-  exec env PYTHONPATH=. "$venv/bin/python" -m unittest tests.test_cache_replay.PrefixVerbs
+  exec env PYTHONPATH=. "$venv/bin/python" -m unittest tests.test_cache_replay.PrefixVerbs \
+    tests.test_cache_replay.PrefixStores tests.test_cache_replay.KvlabPolicyRule
 fi
 # STORE: which of vllm-mlx's prefix stores (kvlab_mlx/engines.py VLLM_MLX_STORES): vllm-mlx
 # (MemoryAwarePrefixCache), vllm-mlx-kvq (the same with kv_quantize), vllm-mlx-manager
@@ -23,4 +24,8 @@ fi
 mkdir -p "$2"
 rm -f "$2/hits.jsonl"
 export KVLAB_PREFIX_HITS="$2/hits.jsonl"
-exec bash "$root/adapters/mlx/cache_replay.sh" "$1" "$venv/bin/python" "$2" "${3:-ci}" "${4:-320}" "${5:-1}" "${STORE:-vllm-mlx}"
+bash "$root/adapters/mlx/cache_replay.sh" "$1" "$venv/bin/python" "$2" "${3:-ci}" "${4:-320}" "${5:-1}" "${STORE:-vllm-mlx}"
+# The replay judges each hit's reuse by a shadow of kvlab's matching rule
+# (kvlab_mlx/prefix_stores.py); it must give the oracle's own count at every request.
+cd "$root/adapters/mlx"
+exec env PYTHONPATH=. "$venv/bin/python" -m kvlab_mlx prefix-rule "$2/tier.kvlab.safetensors" "$2/random.kvlab.safetensors"

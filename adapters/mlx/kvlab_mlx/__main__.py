@@ -98,6 +98,22 @@ def _cmd_findings(args):
     return 0 if ok else 1
 
 
+def _cmd_prefix_rule(args):
+    """The replay's shadow of kvlab's prefix rule against the oracle's offsets."""
+    from . import prefix_stores, vectors
+
+    problems = []
+    for path in args.vectors:
+        for vp in vectors.read(path).problems:
+            if " script=" in vp.line and any(w[:1] in "wig" for w in vp.line.split("script=")[1].split()[0].split(".")):
+                problems.append((vp.line, [int(x) for x in vp.outputs["offsets"].array.reshape(-1)]))
+    bad = prefix_stores.check_against_oracle(problems)
+    for line in bad[:20]:
+        print("DISAGREES", line)
+    print(f"prefix rule: {len(problems)} prefix scripts, {len(bad)} disagree with kvlab's PrefixCache")
+    return 1 if bad else 0
+
+
 def _cmd_info(args):
     v = vectors.read(args.file)
     for k, val in sorted(v.metadata.items()):
@@ -152,6 +168,10 @@ def main(argv=None):
     j.add_argument("reports", nargs="+", metavar="REPORT_JSON")
     j.add_argument("--known-findings", required=True, metavar="FILE")
     j.set_defaults(fn=_cmd_findings)
+    pr = sub.add_parser("prefix-rule", help="check the prefix replay's shadow of kvlab's matching rule "
+                        "against the oracle's offsets in kvlab vectors files")
+    pr.add_argument("vectors", nargs="+")
+    pr.set_defaults(fn=_cmd_prefix_rule)
     i = sub.add_parser("info", help="print a vectors file's metadata and problems")
     i.add_argument("file", metavar="FILE")
     i.add_argument("-t", "--tensors", action="store_true", help="also list each problem's tensors")

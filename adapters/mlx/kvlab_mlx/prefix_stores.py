@@ -109,3 +109,35 @@ class KvlabPolicy:
             if cand[0] > 0 and cand[:2] > best[:2]:
                 best = cand
         return best[0], best[2]
+
+
+def check_against_oracle(problems):
+    """KvlabPolicy against kvlab's own PrefixCache: in a kvlab vectors file the oracle's
+    offset after each `g` is the count of tokens its store reused (PrefixFetch::reused), so
+    replaying the rule over the script's keys must give the same count at every request.
+    problems: (line, offsets after every command). Returns the lines of the disagreements."""
+    from .cache_replay import parse_script
+    from .problem import Problem
+
+    bad = []
+    for line, offsets in problems:
+        p = Problem(line)
+        kind, ring = p.word("kind"), p.int("max", 16)
+        pol, log, offset = KvlabPolicy(), [], 0
+        for step, (verb, n, _, ids) in enumerate(parse_script(p.word("script"))):
+            trimmable = kind != "rotating" or offset < ring  # mlx-lm's is_trimmable rule
+            if verb == "w":
+                log += ids
+            elif verb == "t" and trimmable:
+                log = log[:max(0, len(log) - n)]
+            elif verb == "i":
+                pol.insert(log, trimmable)
+            elif verb == "g":
+                want, _ = pol.fetch(ids)
+                if want != offsets[step]:
+                    bad.append(f"{line}: {'g' + '_'.join(map(str, ids))}: the rule reuses {want}, "
+                               f"kvlab's PrefixCache {offsets[step]}")
+                    break
+                log = list(ids[:want])
+            offset = offsets[step]
+    return bad
