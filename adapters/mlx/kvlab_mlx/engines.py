@@ -92,6 +92,7 @@ VLLM_MLX_STORES = {
     "vllm-mlx": ("MemoryAwarePrefixCache", lambda ps: ps.MemoryAwareStore()),
     "vllm-mlx-kvq": ("MemoryAwarePrefixCache kv_quantize", lambda ps: ps.MemoryAwareStore(kv_quantize=(8, 64))),
     "vllm-mlx-manager": ("PrefixCacheManager", lambda ps: ps.ManagerStore()),
+    "vllm-mlx-paged": ("BlockAwarePrefixCache over PagedCacheManager", lambda ps: ps.BlockStore()),
 }
 
 

@@ -33,6 +33,7 @@ class PrefixRun:
         self.kvlab = KvlabPolicy()  # what kvlab's store holds, by keys
         self.log = []
         self.was_trimmed = False
+        self.inserted = []  # every token log stored, for the provenance of a hit
 
     def _block(self, flat, ids):
         h = self.s.hkv
@@ -47,6 +48,7 @@ class PrefixRun:
             raise ValueError("command 'i' inserts a cache that holds no token yet")
         self.store.store(list(self.log), cache)
         self.kvlab.insert(self.log, cache.is_trimmable())
+        self.inserted.append(list(self.log))
 
     def _note_hit(self, kind):
         path = os.environ.get("KVLAB_PREFIX_HITS")
@@ -62,8 +64,19 @@ class PrefixRun:
         if cache is not None and cache.offset != reused:  # the store's answer contradicts itself
             raise EngineRaised(f"{word}: a {match} hit says {reused} tokens are reused, but the "
                                f"{type(cache).__name__} it returns holds {cache.offset}")
+        if self.store.judge_reuse and reused and not any(log[:reused] == list(ids[:reused]) for log in self.inserted):
+            # K/V by id cannot show it, but a model's K/V of a token depend on every token
+            # before it: tokens that never began a stored sequence have no stored K/V a
+            # fresh computation would give
+            raise EngineRaised(f"{word}: the store's {match} answer reuses {reused} tokens that begin no stored "
+                               f"sequence (stored: {' '.join('_'.join(map(str, x)) for x in self.inserted)}): "
+                               f"K/V computed under another prefix")
         if self.store.judge_reuse and reused != want:
             self._judge_other_reuse(word, ids, cache, reused, match, want, kvlab_kind)
+        if self.store.judge_reuse and cache is not None and not self._same_as_fresh(cache, ids[:reused]):
+            raise EngineRaised(f"{word}: the store's {match} hit of {reused} tokens (kvlab's {kvlab_kind} answer "
+                               f"reuses as many) returns a {type(cache).__name__} whose K/V DIFFER from a fresh "
+                               f"computation's")
         if cache is None:
             self.log = []
             return self.s.new_cache()
@@ -74,8 +87,7 @@ class PrefixRun:
             # kvlab leaves one token to process (a model needs one for its logits); the
             # engine returns the whole request. Judged here: the K/V must be a fresh
             # computation's, and the script stops, since the logs differ from here on.
-            fresh = self.fresh(ids[-min(len(ids), self.s.max_size):] if self.s.kind == "rotating" else ids)
-            same = all(mx.array_equal(a, fresh[name]).item() for name, a in content(cache, self.s).items())
+            same = self._same_as_fresh(cache, ids)
             raise EngineRaised(f"{word}: a supersequence hit returns all {reused} requested tokens with nothing "
                                f"left to process (kvlab leaves one); its K/V "
                                f"{'equal' if same else 'DIFFER from'} a fresh computation's")
@@ -83,10 +95,17 @@ class PrefixRun:
         return cache
 
     def _same_as_fresh(self, cache, ids):
+        """Whether the rows the cache holds are a fresh computation's newest ones of `ids`
+        (all of them, but for a ring: after a multi-token write mlx-lm's ring holds up to
+        max_size + n − 1 rows, kvlab's too)."""
         if cache is None or not ids:
             return True
-        fresh = self.fresh(ids[-min(len(ids), self.s.max_size):] if self.s.kind == "rotating" else ids)
-        return all(mx.array_equal(a, fresh[name]).item() for name, a in content(cache, self.s).items())
+        got = content(cache, self.s)
+        held = next(iter(got.values())).shape[0] // self.s.hkv
+        if held > len(ids) or (self.s.kind != "rotating" and held != len(ids)):
+            return False
+        fresh = self.fresh(ids[len(ids) - held:])
+        return all(mx.array_equal(a, fresh[name]).item() for name, a in got.items())
 
     def _judge_other_reuse(self, word, ids, cache, reused, match, want, kvlab_kind):
         """The store reuses another count of tokens than kvlab's rule: judge the K/V it
@@ -96,6 +115,10 @@ class PrefixRun:
         same = self._same_as_fresh(cache, ids[:reused])
         held = max((len(k) for k in self.store.keys() if len(k) < len(ids) and list(ids[:len(k)]) == k), default=0)
         why = (f"; its own store holds a {held}-token prefix of the request" if held > reused else "")
+        own = getattr(self.store, "own_rule", None)
+        if own is not None:  # a store with a rule of its own (blocks): say whether it kept it
+            rule = own(ids)
+            why = "; as its block rule gives" if rule == reused else f"; its block rule gives {rule}"
         raise EngineRaised(f"{word}: the store's {match} answer reuses {reused} tokens where kvlab's {kvlab_kind} "
                            f"answer reuses {want}{why}; its K/V {'equal' if same else 'DIFFER from'} a fresh computation's")
 

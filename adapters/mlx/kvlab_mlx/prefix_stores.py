@@ -12,6 +12,7 @@ PrefixCacheManager hit into a new batch cache), so the replay copies too.
 from __future__ import annotations
 
 import copy
+import logging
 
 
 class MemoryAwareStore:
@@ -141,3 +142,58 @@ def check_against_oracle(problems):
                 log = list(ids[:want])
             offset = offsets[step]
     return bad
+
+
+class BlockStore:
+    """vllm_mlx/prefix_cache.py's BlockAwarePrefixCache over a PagedCacheManager (the
+    scheduler's --use-paged-cache store), driven as the scheduler drives it: a stored
+    cache goes in as its layers' extracted states (Scheduler._extract_cache_states) under
+    a new request id, and a hit's block table is rebuilt by reconstruct_cache (a failed
+    rebuild is the scheduler's miss). Blocks of 2 tokens, so these short scripts share
+    blocks (the scheduler's default is 64)."""
+
+    judge_reuse = True  # block granularity: every hit is compared with kvlab's rule
+    quantizes = None
+    block_size = 2
+
+    def __init__(self):
+        from vllm_mlx.paged_cache import PagedCacheManager
+        from vllm_mlx.prefix_cache import BlockAwarePrefixCache
+
+        # its warning per block it cannot slice (a ring's or a quantized layer's state) would
+        # flood the test log; the findings it leads to (X9, X10) say it once each
+        logging.getLogger("vllm_mlx.prefix_cache").setLevel(logging.ERROR)
+        self.s = BlockAwarePrefixCache(object(), PagedCacheManager(block_size=self.block_size, max_blocks=4096))
+        self.requests = 0
+        self.stored = []
+
+    def _request(self):
+        self.requests += 1
+        return f"r{self.requests}"
+
+    def store(self, tokens, cache):
+        extracted = [{"state": cache.state, "meta_state": cache.meta_state, "class_name": type(cache).__name__,
+                      "class_ref": type(cache)}]
+        self.s.store_cache(self._request(), list(tokens), extracted)
+        self.stored.append(list(tokens))
+
+    def fetch(self, tokens):
+        table, remaining = self.s.fetch_cache(self._request(), list(tokens))
+        if not table or table.num_tokens == 0:
+            return None, 0, "miss"
+        rebuilt = self.s.reconstruct_cache(table)
+        if not rebuilt:
+            return None, 0, "miss (reconstruct_cache failed)"
+        return copy.deepcopy(rebuilt[0]), len(tokens) - len(remaining), f"{len(table.block_ids)}-block"
+
+    def keys(self):
+        return self.stored
+
+    def own_rule(self, tokens):
+        """What its design promises: the request's leading full blocks that equal the
+        leading full blocks of a stored sequence (a trailing partial block is not shared)."""
+        best = 0
+        for e in self.stored:
+            lcp = next((i for i, (a, b) in enumerate(zip(e, tokens)) if a != b), min(len(e), len(tokens)))
+            best = max(best, min(lcp, len(e) // self.block_size * self.block_size) // self.block_size * self.block_size)
+        return best

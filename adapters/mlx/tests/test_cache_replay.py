@@ -214,6 +214,17 @@ class PrefixStores(unittest.TestCase):
                                                   "group 64; .* .within it."):
             prefix_replay("cache kind=kv Hkv=2 D=64 dtype=f16 rope=0 script=w1_2_3.i.g1_2_9")
 
+    def test_paged_block_served_under_another_prefix_is_a_finding(self):
+        cache_replay.use_engine("vllm-mlx-paged")
+        with self.assertRaisesRegex(EngineRaised, "g1_2_5: the store's 1-block answer reuses 2 tokens that begin no "
+                                                  "stored sequence .stored: 3_3_1_2.: K/V computed under another prefix"):
+            prefix_replay("cache kind=kv Hkv=2 D=16 rope=0 script=w3_3_1_2.i.g1_2_5")
+
+    def test_paged_shares_whole_blocks(self):
+        cache_replay.use_engine("vllm-mlx-paged")
+        r, _ = prefix_replay("cache kind=kv Hkv=2 D=16 rope=0 script=w1_2_3_4.i.g1_2_3_4_9")
+        self.assertEqual(r["offsets"].tolist(), [4, 4, 4])
+
     def test_kv_quantize_leaves_a_ring_as_it_is(self):
         cache_replay.use_engine("vllm-mlx-kvq")
         r, _ = prefix_replay("cache kind=rotating max=8 Hkv=2 D=16 rope=0 script=w1_2_3.i.g1_2_9")
