@@ -166,6 +166,7 @@ class BlockStore:
         self.s = BlockAwarePrefixCache(object(), PagedCacheManager(block_size=self.block_size, max_blocks=4096))
         self.requests = 0
         self.stored = []
+        self.layer = "?"
 
     def _request(self):
         self.requests += 1
@@ -175,6 +176,7 @@ class BlockStore:
         extracted = [{"state": cache.state, "meta_state": cache.meta_state, "class_name": type(cache).__name__,
                       "class_ref": type(cache)}]
         self.s.store_cache(self._request(), list(tokens), extracted)
+        self.layer = type(cache).__name__
         self.stored.append(list(tokens))
 
     def fetch(self, tokens):
@@ -183,8 +185,8 @@ class BlockStore:
             return None, 0, "miss"
         rebuilt = self.s.reconstruct_cache(table)
         if not rebuilt:
-            return None, 0, "miss (reconstruct_cache failed)"
-        return copy.deepcopy(rebuilt[0]), len(tokens) - len(remaining), f"{len(table.block_ids)}-block"
+            return None, 0, f"miss (reconstruct_cache failed on a {self.layer})"
+        return copy.deepcopy(rebuilt[0]), len(tokens) - len(remaining), f"{len(table.block_ids)}-block reconstruct_cache"
 
     def keys(self):
         return self.stored

@@ -216,7 +216,7 @@ class PrefixStores(unittest.TestCase):
 
     def test_paged_block_served_under_another_prefix_is_a_finding(self):
         cache_replay.use_engine("vllm-mlx-paged")
-        with self.assertRaisesRegex(EngineRaised, "g1_2_5: the store's 1-block answer reuses 2 tokens that begin no "
+        with self.assertRaisesRegex(EngineRaised, "g1_2_5: the store's 1-block reconstruct_cache answer reuses 2 tokens that begin no "
                                                   "stored sequence .stored: 3_3_1_2.: K/V computed under another prefix"):
             prefix_replay("cache kind=kv Hkv=2 D=16 rope=0 script=w3_3_1_2.i.g1_2_5")
 
