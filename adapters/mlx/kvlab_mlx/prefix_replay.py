@@ -128,8 +128,9 @@ class PrefixRun:
         (groups run along the head dimension, so a token's codes do not depend on the other
         tokens stored). The bound it implies (docs/quantization.md §Affine parameters): at
         most |scale| per element (half a step, but the far extreme of a group can cost a
-        whole one), plus n·u·|scale| from storing the scale in the dtype (n = 2^bits − 1
-        codes, u its unit roundoff) and u·|x| from rounding the decoded value to it. Judged here, then the script stops: kvlab's oracle
+        whole one), plus what rounding to the dtype T adds (u its unit roundoff, n = 2^bits
+        − 1 the largest code): n·u·|scale| from the scale stored in T, as much again from
+        the product code·scale rounded in T, and u·|x̂| (≤ 2u·|x| here) from the sum. Judged here, then the script stops: kvlab's oracle
         stores K/V exactly."""
         bits, group = self.store.quantizes
         fresh, got = self.fresh(ids), content(cache, self.s)
@@ -140,9 +141,9 @@ class PrefixRun:
             wq, scales, biases = mx.quantize(x, group_size=group, bits=bits)
             expected = mx.dequantize(wq, scales, biases, group_size=group, bits=bits)
             same = same and mx.array_equal(got[name], expected).item()
-            bound = mx.repeat(mx.abs(scales.astype(mx.float32)), group, axis=-1) * (1 + (2 ** bits - 1) * u)
+            bound = mx.repeat(mx.abs(scales.astype(mx.float32)), group, axis=-1) * (1 + 2 * (2 ** bits - 1) * u)
             err = mx.abs(got[name].astype(mx.float32) - x.astype(mx.float32))
-            bound = bound + u * mx.abs(x.astype(mx.float32))
+            bound = bound + 2 * u * mx.abs(x.astype(mx.float32))
             worst = max(worst, mx.max(err / mx.maximum(bound, 1e-30)).item())
         raise EngineRaised(f"{word}: a kv_quantize {match} hit of {len(ids)} tokens ({left} left to process) returns "
                            f"K/V {'equal to' if same else 'that DIFFER from'} dequantize(quantize(fresh)) at {bits} bits, "
