@@ -4,8 +4,9 @@
 #   2. per kernel: the mlx backend (MLX's C++ library) over the ci tier
 #      (tools/conformance_table.py), when it is built;
 #   3. per cache kind: kvlab's cache scripts replayed through mlx-lm's and mlx-vlm's cache
-#      classes, and its prefix scripts through vllm-mlx's prefix store
-#      (adapters/mlx/cache_replay.sh, vllm_mlx_replay.sh, tools/cache_replay_table.py).
+#      classes, and its prefix scripts through vllm-mlx's four prefix stores
+#      (adapters/mlx/cache_replay.sh, vllm_mlx_replay.sh, tools/cache_replay_table.py,
+#      tools/prefix_store_table.py).
 # usage: tools/conformance.sh [--build DIR] [--work DIR] [--count N] [--mlx-lm VERSION]
 # --mlx-lm VERSION replays the caches through another mlx-lm release, installed from PyPI
 # into its own venv (build/venv-mlx-lm-VERSION, beside MLX 0.32.4); the registers describe
@@ -46,8 +47,15 @@ if [[ -z $version ]]; then
   bash "$root/adapters/mlx/cache_replay.sh" "$kvlab" "$py" "$work/caches" ci "$count" 1 || status=1
   echo "== per cache kind: mlx-vlm $("$py" -c 'import importlib.metadata as m; print(m.version("mlx-vlm"))')"
   bash "$root/adapters/mlx/cache_replay.sh" "$kvlab" "$py" "$work/caches-mlx-vlm" ci "$count" 1 mlx-vlm || status=1
-  echo "== per cache kind: vllm-mlx 0.6.0's prefix store (build/venv-vllm-mlx)"
-  bash "$root/adapters/mlx/vllm_mlx_replay.sh" "$kvlab" "$work/caches-vllm-mlx" ci "$count" 1 || status=1
+  stores=(vllm-mlx vllm-mlx-kvq vllm-mlx-manager vllm-mlx-paged)  # kvlab_mlx/engines.py VLLM_MLX_STORES
+  for store in "${stores[@]}"; do
+    echo "== per cache kind: vllm-mlx 0.6.0's prefix store $store (build/venv-vllm-mlx)"
+    STORE=$store bash "$root/adapters/mlx/vllm_mlx_replay.sh" "$kvlab" "$work/prefix/$store" ci "$count" 1 || status=1
+  done
+  if [[ -f $work/prefix/vllm-mlx/judged.jsonl ]]; then
+    echo "== vllm-mlx's prefix stores: store x kind x hit kind"
+    "$py" "$root/tools/prefix_store_table.py" "${stores[@]/#/$work/prefix/}"
+  fi
   exit $status
 fi
 

@@ -59,7 +59,7 @@ def _cmd_scripts(args):
         raise ValueError(f"unknown engine {args.engine!r} (known: {', '.join(known)})")
     if args.engine in scripts.PREFIX_ENGINES:  # its own code is a prefix store: prefix scripts
         kinds = [k for part in args.kinds for k in part.split(",") if k] if args.kinds else scripts.PREFIX_KINDS
-        text = "\n".join(scripts.prefix_lines(args.count, args.seed, kinds)) + "\n"
+        text = "\n".join(scripts.prefix_lines(args.count, args.seed, kinds, args.engine)) + "\n"
     else:
         kinds = [k for part in args.kinds for k in part.split(",") if k] if args.kinds else scripts.ENGINE_KINDS[args.engine]
         text = "\n".join(scripts.lines(args.count, args.seed, kinds)) + "\n"
@@ -96,6 +96,22 @@ def _cmd_findings(args):
         with open(path, "w", encoding="utf-8") as f:
             json.dump(rows, f, indent=0)
     return 0 if ok else 1
+
+
+def _cmd_prefix_rule(args):
+    """The replay's shadow of kvlab's prefix rule against the oracle's offsets."""
+    from . import prefix_stores, vectors
+
+    problems = []
+    for path in args.vectors:
+        for vp in vectors.read(path).problems:
+            if " script=" in vp.line and any(w[:1] in "wig" for w in vp.line.split("script=")[1].split()[0].split(".")):
+                problems.append((vp.line, [int(x) for x in vp.outputs["offsets"].array.reshape(-1)]))
+    bad = prefix_stores.check_against_oracle(problems)
+    for line in bad[:20]:
+        print("DISAGREES", line)
+    print(f"prefix rule: {len(problems)} prefix scripts, {len(bad)} disagree with kvlab's PrefixCache")
+    return 1 if bad else 0
 
 
 def _cmd_info(args):
@@ -145,13 +161,17 @@ def main(argv=None):
     g.add_argument("--count", type=int, default=300, help="problems per kind")
     g.add_argument("--seed", type=int, default=1)
     g.add_argument("--kinds", nargs="+", metavar="KIND", help="cache kinds (default: every kind the engine has)")
-    g.add_argument("--engine", default="mlx-lm", metavar="NAME", help="whose kinds: mlx-lm (default), mlx-vlm, or vllm-mlx (prefix scripts)")
+    g.add_argument("--engine", default="mlx-lm", metavar="NAME", help="whose kinds: mlx-lm (default), mlx-vlm, or a vllm-mlx store (prefix scripts: vllm-mlx, vllm-mlx-kvq, vllm-mlx-manager)")
     g.add_argument("-o", "--output", default="-", metavar="FILE")
     g.set_defaults(fn=_cmd_scripts)
     j = sub.add_parser("findings", help="judge the findings of run --report-json files against a register")
     j.add_argument("reports", nargs="+", metavar="REPORT_JSON")
     j.add_argument("--known-findings", required=True, metavar="FILE")
     j.set_defaults(fn=_cmd_findings)
+    pr = sub.add_parser("prefix-rule", help="check the prefix replay's shadow of kvlab's matching rule "
+                        "against the oracle's offsets in kvlab vectors files")
+    pr.add_argument("vectors", nargs="+")
+    pr.set_defaults(fn=_cmd_prefix_rule)
     i = sub.add_parser("info", help="print a vectors file's metadata and problems")
     i.add_argument("file", metavar="FILE")
     i.add_argument("-t", "--tensors", action="store_true", help="also list each problem's tensors")

@@ -315,7 +315,7 @@ def _replay(p: Problem, inputs):
     if any(verb in _PREFIX_VERBS for verb, *_ in script):
         from .prefix_replay import PrefixRun  # it uses this module's content()
 
-        prefix = PrefixRun(s, inputs)
+        prefix = PrefixRun(s, inputs, p.line)
     producer = None  # (roped-at offsets, fetched K, V, mask, rows, tokens) of the last attention
 
     def observe():

@@ -85,30 +85,38 @@ def _mlx_vlm():
                                  "compared by conformance.turboquant_mlx_vlm)"})
 
 
-def _vllm_mlx():
+# vllm-mlx's prefix stores, one engine name each (kvlab_mlx/prefix_stores.py): each name has
+# its registers harness/known/<name>-caches and .adapter. kv_quantize at 8 bits, group 64:
+# MemoryCacheConfig's defaults.
+VLLM_MLX_STORES = {
+    "vllm-mlx": ("MemoryAwarePrefixCache", lambda ps: ps.MemoryAwareStore()),
+    "vllm-mlx-kvq": ("MemoryAwarePrefixCache kv_quantize", lambda ps: ps.MemoryAwareStore(kv_quantize=(8, 64))),
+    "vllm-mlx-manager": ("PrefixCacheManager", lambda ps: ps.ManagerStore()),
+    "vllm-mlx-paged": ("BlockAwarePrefixCache over PagedCacheManager", lambda ps: ps.BlockStore()),
+}
+
+
+def _vllm_mlx(name):
     # vllm-mlx's caches are mlx-lm 0.31.3's (its venv, tools/setup_venv_vllm_mlx.sh); what
-    # is its own is the prefix store, MemoryAwarePrefixCache, driven by w, i and g.
+    # is its own is the prefix store, driven by w, i and g.
     _subpackages("mlx_lm", "mlx-lm", "mlx_lm.models")
     from mlx_lm.models import cache
     from mlx_lm.models.base import create_attention_mask, scaled_dot_product_attention
-    from vllm_mlx.memory_cache import MemoryAwarePrefixCache, MemoryCacheConfig
 
-    def store():
-        # kvlab's store reuses any prefix (min_prefix_tokens 1, not 128) and never evicts
-        # under these scripts' sizes; vllm-mlx's kv_quantize option stays off (a
-        # QuantizedKVCache layer is stored as it is).
-        return MemoryAwarePrefixCache(object(), MemoryCacheConfig(max_memory_mb=256, min_prefix_tokens=1))
+    from . import prefix_stores
 
-    return Engine("vllm-mlx", "vllm_mlx", cache, create_attention_mask, scaled_dot_product_attention,
+    _, make = VLLM_MLX_STORES[name]
+    return Engine(name, "vllm_mlx", cache, create_attention_mask, scaled_dot_product_attention,
                   _file_round_trip(cache),
                   {"turboquant": "mlx-lm has no TurboQuant cache",
                    "batch_quantized": "mlx-lm has no batched quantized cache"},
-                  prefix_store=store,
+                  prefix_store=lambda: make(prefix_stores),
                   only_prefix="vllm-mlx's caches are mlx-lm 0.31.3's, judged by the mlx-lm replay "
                               "(tools/conformance.sh --mlx-lm 0.31.3); its own code replayed here is the prefix store")
 
 
-_LOADERS = {"mlx-lm": _mlx_lm, "mlx-vlm": _mlx_vlm, "vllm-mlx": _vllm_mlx}
+_LOADERS = {"mlx-lm": _mlx_lm, "mlx-vlm": _mlx_vlm,
+            **{name: (lambda n=name: _vllm_mlx(n)) for name in VLLM_MLX_STORES}}
 
 
 def names():

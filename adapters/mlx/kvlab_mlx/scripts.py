@@ -20,7 +20,10 @@ ENGINE_KINDS = {"mlx-lm": KINDS, "mlx-vlm": KINDS + ("batch_quantized",)}
 # The kinds a prefix store holds (cache/cache_script.h): the engines with a store replay
 # prefix scripts (w, i, g) of these instead.
 PREFIX_KINDS = ("kv", "rotating", "quantized")
-PREFIX_ENGINES = ("vllm-mlx",)
+PREFIX_ENGINES = ("vllm-mlx", "vllm-mlx-kvq", "vllm-mlx-manager", "vllm-mlx-paged")
+# kv_quantize groups 64 values along the head dimension, so its kv scripts have D = 64
+# (mx.quantize refuses a head dimension that is not a multiple of the group).
+_PREFIX_DIMS = {"vllm-mlx-kvq": {"kv": [64]}}
 
 
 def _kind_params(rng: random.Random, kind: str):
@@ -152,14 +155,15 @@ def _prefix_script(rng: random.Random):
     return ".".join(words)
 
 
-def prefix_lines(count: int, seed: int, kinds=PREFIX_KINDS):
+def prefix_lines(count: int, seed: int, kinds=PREFIX_KINDS, engine="vllm-mlx"):
     """Seeded random prefix problems per kind (rope=0: w stores K/V through update alone)."""
+    dims = _PREFIX_DIMS.get(engine, {})
     out = []
     for kind in kinds:
         rng = random.Random(f"{seed}:prefix:{kind}")
         for k in range(count):
             hq, hkv = rng.choice([(4, 2), (2, 1), (4, 4)])
-            p = {"kind": kind, "Hq": hq, "Hkv": hkv, "B": 1, "D": 64 if kind == "quantized" else rng.choice([16, 32]),
+            p = {"kind": kind, "Hq": hq, "Hkv": hkv, "B": 1, "D": 64 if kind == "quantized" else rng.choice(dims.get(kind, [16, 32])),
                  "dtype": rng.choice(["f32", "f16", "bf16"]), "rope": 0}
             if kind == "rotating":
                 p["max"] = rng.randint(3, 10)

@@ -1,7 +1,8 @@
 """Run every repro of an engine's registers against the pinned wheels (CTests
 conformance.repros_mlx_vlm, conformance.repros_vllm_mlx): each is a standalone script
 (adapters/mlx/repros/<engine>/<ID>_*.py, ID the entry's V#/X#) a maintainer can paste, which
-asserts that its divergence is still there. A repro that stops reproducing (an
+asserts that its divergence is still there. An engine's registers are ENGINE-caches and
+every ENGINE-*-caches (one per prefix store of vllm-mlx), each with its .adapter. A repro that stops reproducing (an
 AssertionError) or breaks (any other error) fails the run; so does an entry of the
 registers (harness/known/ENGINE-caches, .adapter, and ENGINE-turboquant where it exists)
 with no repro, or a repro no entry names.
@@ -37,6 +38,10 @@ def main(argv):
     if not folder.is_dir() or not all(r.is_file() for r in registers):
         print(f"repros: no repros or registers for engine {engine!r}", file=sys.stderr)
         return 2
+    # the registers of the engine's other prefix stores share its repros (vllm-mlx-kvq,
+    # vllm-mlx-manager: kvlab_mlx/engines.py VLLM_MLX_STORES)
+    registers += sorted((ROOT / "harness" / "known").glob(f"{engine}-*-caches")) + \
+        sorted((ROOT / "harness" / "known").glob(f"{engine}-*-caches.adapter"))
     # an engine's codec register too, where it has one (mlx-vlm's TurboQuant: V12, V13)
     codec_register = ROOT / "harness" / "known" / f"{engine}-turboquant"
     if codec_register.is_file():

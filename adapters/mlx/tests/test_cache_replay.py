@@ -146,5 +146,90 @@ class PrefixVerbs(unittest.TestCase):
             prefix_replay("cache kind=kv Hkv=2 D=16 rope=0 script=w1_2_3.i.g1_2.w4")
 
 
+class KvlabPolicyRule(unittest.TestCase):
+    """kvlab_mlx/prefix_stores.py's shadow of cache/prefix_cache.h's matching rule, on keys."""
+
+    def policy(self, *entries):
+        from kvlab_mlx.prefix_stores import KvlabPolicy
+
+        pol = KvlabPolicy()
+        for tokens, trimmable in entries:
+            pol.insert(tokens, trimmable)
+        return pol
+
+    def test_each_kind(self):
+        pol = self.policy(([1, 2, 3], True))
+        self.assertEqual(pol.fetch([1, 2, 3]), (3, "exact"))
+        self.assertEqual(pol.fetch([1, 2, 3, 4]), (3, "prefix"))
+        self.assertEqual(pol.fetch([1, 2]), (1, "supersequence"))  # one token left to process
+        self.assertEqual(pol.fetch([1, 2, 9]), (2, "lcp"))
+        self.assertEqual(pol.fetch([1]), (0, "miss"))  # a supersequence reusing nothing is a miss
+        self.assertEqual(pol.fetch([5]), (0, "miss"))
+
+    def test_an_untrimmable_entry_serves_only_as_exact_or_prefix(self):
+        pol = self.policy(([1, 2, 3], False))
+        self.assertEqual(pol.fetch([1, 2, 3, 4]), (3, "prefix"))
+        self.assertEqual(pol.fetch([1, 2, 9]), (0, "miss"))
+
+    def test_a_trimmable_insert_drops_its_stored_prefixes(self):
+        pol = self.policy(([1, 2], True), ([1, 2, 3], True))
+        self.assertEqual(pol.fetch([1, 2]), (1, "supersequence"))
+        pol = self.policy(([1, 2], True), ([1, 2, 3], False))  # an untrimmable one keeps them
+        self.assertEqual(pol.fetch([1, 2]), (2, "exact"))
+
+    def test_a_stored_prefix_beats_an_equally_long_trim(self):
+        pol = self.policy(([1, 2, 7, 8], True), ([1, 2], True))  # stored after: not dropped
+        self.assertEqual(pol.fetch([1, 2, 9]), (2, "prefix"))
+
+
+@unittest.skipUnless(importlib.util.find_spec("vllm_mlx"), "vllm-mlx is in build/venv-vllm-mlx only "
+                     "(adapters/mlx/vllm_mlx_replay.sh runs these there)")
+class PrefixStores(unittest.TestCase):
+    """vllm-mlx's other prefix stores through the same verbs: a reuse that differs from
+    kvlab's rule, and a kv_quantize hit, are judged and stop the script."""
+
+    def tearDown(self):
+        cache_replay.use_engine("mlx-lm")
+
+    def test_manager_agrees_on_a_stored_prefix(self):
+        cache_replay.use_engine("vllm-mlx-manager")
+        r, _ = prefix_replay("cache kind=kv Hkv=2 D=16 rope=0 script=w1_2.i.g1_2_9")
+        self.assertEqual(r["offsets"].tolist(), [2, 2, 2])
+
+    def test_manager_without_lcp_reuse_is_a_finding(self):
+        cache_replay.use_engine("vllm-mlx-manager")
+        with self.assertRaisesRegex(EngineRaised, "g1_2_9: the store's miss answer reuses 0 tokens where kvlab's lcp "
+                                                  "answer reuses 2; its K/V equal"):
+            prefix_replay("cache kind=kv Hkv=2 D=16 rope=0 script=w1_2_3.i.g1_2_9")
+
+    def test_manager_missing_a_stored_prefix_names_it(self):
+        cache_replay.use_engine("vllm-mlx-manager")
+        with self.assertRaisesRegex(EngineRaised, "its own store holds a 2-token prefix"):
+            prefix_replay("cache kind=kv Hkv=2 D=16 rope=0 script=w1_2.i.w3_4.i.g1_2_3_9")
+
+    def test_kv_quantize_hit_is_judged_exactly(self):
+        cache_replay.use_engine("vllm-mlx-kvq")
+        with self.assertRaisesRegex(EngineRaised, "g1_2_9: a kv_quantize lcp hit of 2 tokens .1 left to process. "
+                                                  "returns K/V equal to dequantize.quantize.fresh.. at 8 bits, "
+                                                  "group 64; .* .within it."):
+            prefix_replay("cache kind=kv Hkv=2 D=64 dtype=f16 rope=0 script=w1_2_3.i.g1_2_9")
+
+    def test_paged_block_served_under_another_prefix_is_a_finding(self):
+        cache_replay.use_engine("vllm-mlx-paged")
+        with self.assertRaisesRegex(EngineRaised, "g1_2_5: the store's 1-block reconstruct_cache answer reuses 2 tokens that begin no "
+                                                  "stored sequence .stored: 3_3_1_2.: K/V computed under another prefix"):
+            prefix_replay("cache kind=kv Hkv=2 D=16 rope=0 script=w3_3_1_2.i.g1_2_5")
+
+    def test_paged_shares_whole_blocks(self):
+        cache_replay.use_engine("vllm-mlx-paged")
+        r, _ = prefix_replay("cache kind=kv Hkv=2 D=16 rope=0 script=w1_2_3_4.i.g1_2_3_4_9")
+        self.assertEqual(r["offsets"].tolist(), [4, 4, 4])
+
+    def test_kv_quantize_leaves_a_ring_as_it_is(self):
+        cache_replay.use_engine("vllm-mlx-kvq")
+        r, _ = prefix_replay("cache kind=rotating max=8 Hkv=2 D=16 rope=0 script=w1_2_3.i.g1_2_9")
+        self.assertEqual(r["offsets"].tolist(), [3, 3, 2])
+
+
 if __name__ == "__main__":
     unittest.main()
