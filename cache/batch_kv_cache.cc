@@ -5,7 +5,6 @@
 
 #include <algorithm>
 #include <array>
-#include <charconv>
 #include <limits>
 
 #include "cache/seq_ops.h"
@@ -396,13 +395,7 @@ std::vector<std::int32_t> load_row_vector(const CacheState& s, std::string_view 
 
 BatchLayout BatchLayout::load(Backend& backend, std::string_view owner, std::vector<std::string> names,
                               const CacheState& s) {
-  const auto idx_it = s.meta.find("idx");
-  KVLAB_REQUIRE(idx_it != s.meta.end(), corrupt, owner, " state has no 'idx'");
-  const std::string& text = idx_it->second;
-  std::int64_t idx = -1;
-  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), idx);
-  KVLAB_REQUIRE(ec == std::errc{} && end == text.data() + text.size() && 0 <= idx && idx <= kMaxI32, corrupt, owner,
-                " state 'idx' = '", text, "' is not a column count");
+  const std::int64_t idx = meta_integer(s, std::string(owner).c_str(), "idx", 0, kMaxI32);
 
   std::vector<std::int32_t> lp = load_row_vector(s, owner, "left_padding", std::nullopt);
   const auto batch = static_cast<std::int64_t>(lp.size());

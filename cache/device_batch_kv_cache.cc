@@ -152,18 +152,7 @@ CacheState DeviceBatchKVCache::state() const {
 std::unique_ptr<DeviceBatchKVCache> DeviceBatchKVCache::from_state(Backend& backend, const CacheState& state) {
   KVLAB_REQUIRE(state.class_name == kOwner, corrupt, "state of class '", state.class_name, "' cannot be loaded as a ",
                 kOwner);
-  const auto idx_it = state.meta.find("idx");
-  KVLAB_REQUIRE(idx_it != state.meta.end(), corrupt, kOwner, " state has no 'idx'");
-  std::int64_t idx = -1;
-  try {
-    std::size_t used = 0;
-    idx = std::stoll(idx_it->second, &used);
-    if (used != idx_it->second.size()) idx = -1;
-  } catch (const std::exception&) {
-    idx = -1;
-  }
-  KVLAB_REQUIRE(idx >= 0 && idx <= std::numeric_limits<std::int32_t>::max(), corrupt, kOwner, " state 'idx' = '",
-                idx_it->second, "' is not a column count");
+  const std::int64_t idx = meta_integer(state, kOwner, "idx", 0, std::numeric_limits<std::int32_t>::max());
   const std::vector<std::int32_t> pads = i32_vector(state, "left_padding"), offs = i32_vector(state, "offset");
   KVLAB_REQUIRE(offs.size() == pads.size(), corrupt, kOwner, " state has ", offs.size(), " offsets for ", pads.size(),
                 " rows");

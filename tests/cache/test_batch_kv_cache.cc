@@ -6,6 +6,7 @@
 #include <string>
 
 #include "cache/batch_kv_cache.h"
+#include "cache/device_batch_kv_cache.h"
 #include "reference/mask.h"
 #include "reference/reference_backend.h"
 #include "tests/cache/cache_test_util.h"
@@ -438,6 +439,24 @@ TEST(BatchKVCache, StateRoundTripsIncludingPendingRightPadding) {
   auto empty_back = BatchKVCache::from_state(be, empty.state());
   EXPECT_TRUE(empty_back->empty());
   EXPECT_EQ(empty_back->offsets(), (I32{-2, -1}));
+}
+
+// Both batch classes read 'idx' through the one strict reader (a mutation survivor: the
+// device class had its own parser, which accepted " 3" and "+3", and a check of it that no
+// test reached).
+TEST(BatchKVCache, IdxIsReadStrictlyByEveryBatchClass) {
+  ReferenceBackend be;
+  const CacheState host = BatchKVCache(be, {1, 0}).state(), device = DeviceBatchKVCache(be, {1, 0}).state();
+  for (const char* idx : {" 3", "+3", "3x", "-1", "", "2147483648"}) {
+    SCOPED_TRACE(cat("idx = '", idx, "'"));
+    CacheState h = host, d = device;
+    h.meta["idx"] = d.meta["idx"] = idx;
+    for (const Error& e : {error_of([&] { BatchKVCache::from_state(be, h); }),
+                           error_of([&] { DeviceBatchKVCache::from_state(be, d); })}) {
+      EXPECT_EQ(e.kind(), ErrorKind::corrupt) << e.what();
+      EXPECT_TRUE(mentions(e, cat("'idx' = '", idx, "'"))) << e.what();
+    }
+  }
 }
 
 TEST(BatchKVCache, CorruptStateIsRejectedNamingTheField) {
