@@ -4,7 +4,9 @@
   golden_table.py replay --kvlab BIN --golden-dir DIR --replays DIR [--known FILE] [--json OUT]
       Diffs every checked-in kvlab golden (DIR/data/<model>.<scenario>.kvlab.safetensors)
       with the engine's replay of the same scenario (REPLAYS/<model>.<scenario>.mlx-lm...)
-      through `kvlab golden diff --json`, and judges each failing diff against the register
+      through `kvlab golden diff --json` (a scenario the adapter marks
+      REPLAYS/<model>.<scenario>.<engine>.not-replayed is a row "not replayed" with the
+      marker's reason, and no finding), and judges each failing diff against the register
       of known divergences (the format of harness/known_divergences.h; the op is `golden`,
       filtered by model=, scenario= and raise~=REGEX on the diff's reasons and first
       divergence). An unlisted failure or a stale entry fails the run (exit 1).
@@ -58,6 +60,16 @@ def replay(args):
             scenario = line.split()[0]
             mine = golden_dir / "data" / f"{model}.{scenario}.kvlab.safetensors"
             theirs = pathlib.Path(args.replays) / f"{model}.{scenario}.{args.engine}.safetensors"
+            skipped = theirs.with_name(f"{model}.{scenario}.{args.engine}.not-replayed")
+            if skipped.exists():  # the adapter's marker: this engine does not drive the scenario
+                reason = skipped.read_text().strip()
+                if theirs.exists():
+                    findings.append((f"golden model={model} scenario={scenario}",
+                                     f"both a replay and a not-replayed marker ({skipped})"))
+                rows.append({"model": model, "scenario": scenario, "engine": args.engine, "verdict": "not replayed",
+                             "top1": None, "max_dlogit": None, "kld_mean": None, "first": None,
+                             "statuses": [reason], "reasons": []})
+                continue
             if not theirs.exists():
                 rows.append({"model": model, "scenario": scenario, "engine": args.engine, "verdict": "missing",
                              "top1": None, "max_dlogit": None, "kld_mean": None, "first": None,
@@ -108,8 +120,11 @@ def pivot(rows):
         line = f"| {model} | {scenario} |"
         for e in engines:
             r = cells.get((model, scenario, e))
-            if r is None or r["top1"] is None:
+            if r is None:
                 line += " - |"
+                continue
+            if r["top1"] is None:  # not replayed, or no replay file: the status says which
+                line += f" {r['verdict']}: {'; '.join(r['statuses'])} |"
                 continue
             cell = f" {100 * r['top1']:.0f}% / {r['max_dlogit']:.1g} / {r['kld_mean']:.1g}"
             if r["verdict"] != "pass":

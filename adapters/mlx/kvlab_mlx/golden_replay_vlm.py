@@ -15,8 +15,9 @@ layer whose offset reached the start). The steps are matched to model calls exac
 for mlx-lm (golden_replay._Steps): mlx-vlm's generate_step has the same pipelining (one
 look-ahead call) and calls the processors after the model and before quantizing.
 
-Not replayed (NOT_REPLAYED): the batch, prefix and save/load scenarios; the reasons are
-listed there and printed in the golden table.
+Not replayed (NOT_REPLAYED): the batch, prefix and save/load scenarios; for each, a marker
+OUTDIR/<model id>.<scenario>.mlx-vlm.not-replayed holds the reason, which
+tools/golden_table.py prints as the row's status.
 """
 
 from __future__ import annotations
@@ -108,6 +109,8 @@ def main(model_dir, scenarios_path, out_dir, model_id=None) -> int:
     for sc in scenarios:
         if sc.kind in NOT_REPLAYED:
             print(f"{sc.name}: not replayed ({NOT_REPLAYED[sc.kind]})", flush=True)
+            # the marker tools/golden_table.py turns into a "not replayed" row
+            (Path(out_dir) / f"{model_id}.{sc.name}.{rp.engine}.not-replayed").write_text(NOT_REPLAYED[sc.kind] + "\n")
             continue
         r = rp.replay(sc)
         rp.write(r, out_dir)
