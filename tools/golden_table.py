@@ -13,7 +13,8 @@
   golden_table.py table SUMMARY.json ...
       Merges summaries (this script's --json, `kvlab golden check --summary-json`) into one
       markdown table: model x scenario x engine/backend, with top-1 agreement, max |dlogit|,
-      mean KLD and the first divergence or status (--pivot: a column per engine).
+      mean KLD and the first divergence or status (--pivot: a column per engine;
+      --not-replayed ENGINE=REASON: a column for an engine kvlab does not replay).
 """
 
 from __future__ import annotations
@@ -138,6 +139,13 @@ def table(args):
     rows = []
     for f in args.summaries:
         rows.extend(json.loads(pathlib.Path(f).read_text()))
+    # An engine kvlab does not replay gets its column anyway, every cell saying so.
+    for spec in args.not_replayed or []:
+        engine, _, reason = spec.partition("=")
+        for model, scenario in sorted({(r["model"], r["scenario"]) for r in rows}):
+            rows.append({"model": model, "scenario": scenario, "engine": engine, "verdict": "not replayed",
+                         "top1": None, "max_dlogit": None, "kld_mean": None, "first": None,
+                         "statuses": [reason or "no adapter"], "reasons": []})
     rows.sort(key=lambda r: (r["model"], r["scenario"], r["engine"]))
     print(pivot(rows) if args.pivot else markdown(rows))
     return 0
@@ -156,6 +164,8 @@ def main(argv):
     t = sub.add_parser("table")
     t.add_argument("summaries", nargs="+")
     t.add_argument("--pivot", action="store_true", help="one row per model x scenario, a column per engine")
+    t.add_argument("--not-replayed", action="append", metavar="ENGINE=REASON",
+                   help="a column for an engine without a replay, each cell 'not replayed: REASON'")
     args = p.parse_args(argv)
     return replay(args) if args.cmd == "replay" else table(args)
 
