@@ -1,5 +1,5 @@
-"""Goldens of mlx-vlm: golden/README.md's single-request scenarios through mlx-vlm's own
-language models, caches and generate loop.
+"""Goldens of mlx-vlm: golden/README.md's single-request and batch scenarios through
+mlx-vlm's own language models, caches, generate loop and BatchGenerator.
 
 `python -m kvlab_mlx golden-vlm --model DIR --scenarios FILE --out OUTDIR` loads DIR with
 `mlx_vlm.utils.load_model` (the folder as kvlab writes it: no mapping; `model_type`
@@ -15,7 +15,8 @@ layer whose offset reached the start). The steps are matched to model calls exac
 for mlx-lm (golden_replay._Steps): mlx-vlm's generate_step has the same pipelining (one
 look-ahead call) and calls the processors after the model and before quantizing.
 
-Not replayed (NOT_REPLAYED): the batch, prefix and save/load scenarios; for each, a marker
+Batch scenarios run on mlx-vlm's BatchGenerator (_replay_batch), as golden_replay does on
+mlx-lm's. Not replayed (NOT_REPLAYED): the prefix and save/load scenarios; for each, a marker
 OUTDIR/<model id>.<scenario>.mlx-vlm.not-replayed holds the reason, which
 tools/golden_table.py prints as the row's status.
 """
@@ -32,7 +33,6 @@ from .engines import _subpackages
 
 # Scenario kinds this adapter does not drive, and why (printed as the table's status).
 NOT_REPLAYED = {
-    "batch": "mlx-vlm's BatchGenerator (generate/ar.py) is not driven by this adapter yet",
     "prefix": "mlx-vlm has no LRUPromptCache; its prefix store (apc.py) is not driven yet",
     "save_load": "mlx-vlm 0.7.10's cache module has no save_prompt_cache / load_prompt_cache",
 }
@@ -69,6 +69,75 @@ def _generate(gen_step, model, taps, seq, prompt, steps, sc, cache):
     return err
 
 
+def _replay_batch(ar, utils, model, sc, prompts, layers):
+    """As golden_replay._replay_batch, on mlx-vlm's BatchGenerator driven as its own
+    batch_generate drives it: the language model, a processor holding the stopping
+    criteria (no EOS: every request runs to its max_tokens), and per request the prompt's
+    `inputs_embeds` from model.get_input_embeddings; per-request logits processors
+    record the raw logits (BatchGenerator calls them per row, before sampling)."""
+    import types
+
+    lm = model.language_model
+    seqs = [gr.Sequence(p, attn=None) for p in prompts]
+    n_start = len(sc.prompts)
+    raw = [[] for _ in seqs]
+
+    def processor(i):
+        def record(tokens, logits):
+            raw[i].append(logits[0])
+            return logits
+        return record
+
+    def embeds(i):
+        return {"inputs_embeds": model.get_input_embeddings(gr.mx.array([prompts[i]])).inputs_embeds}
+
+    quant = dict(kv_bits=sc.kv_bits, kv_group_size=sc.kv_group_size, quantized_kv_start=sc.quantized_kv_start)
+    gen = ar.BatchGenerator(lm, types.SimpleNamespace(stopping_criteria=utils.StoppingCriteria([], None)),
+                            max_tokens=sc.steps, **quant)
+    uid_of, done, live = {}, set(), set()
+    try:
+        uids = gen.insert([prompts[i] for i in range(n_start)], max_tokens=[sc.steps] * n_start,
+                          prompt_kwargs=[embeds(i) for i in range(n_start)],
+                          logits_processors=[[processor(i)] for i in range(n_start)])
+        uid_of.update({u: i for i, u in enumerate(uids)})
+        live.update(range(n_start))
+        joined = sc.join is None
+        rounds = 0  # decode rounds that delivered tokens to the requests that started together
+        while live or not joined:
+            _, responses = gen.next()
+            for r in responses:
+                i = uid_of[r.uid]
+                seqs[i].tokens.append(r.token)
+                if r.finish_reason is not None:
+                    live.discard(i)
+                    done.add(i)
+                elif sc.finish is not None and i == sc.finish[0] and len(seqs[i].tokens) == sc.finish[1]:
+                    gen.remove(r.uid)
+                    live.discard(i)
+                    done.add(i)
+            if any(uid_of[r.uid] < n_start for r in responses):
+                if not joined and rounds == sc.join[1]:  # after decode step S: token S delivered
+                    j = len(seqs) - 1
+                    (u,) = gen.insert([prompts[j]], max_tokens=[sc.steps], prompt_kwargs=[embeds(j)],
+                                      logits_processors=[[processor(j)]])
+                    uid_of[u] = j
+                    live.add(j)
+                    joined = True
+                rounds += 1
+            if not gen.has_work and (live or not joined):
+                raise RuntimeError("mlx-vlm's BatchGenerator ran out of work before every request finished")
+    except Exception as e:  # mlx-vlm's own raise: recorded, never fatal
+        for i, s in enumerate(seqs):
+            if i not in done:
+                s.status = gr._error(e)
+    for s, logits in zip(seqs, raw):
+        s.logits = logits[: len(s.tokens)]  # a call after the last token is not a step
+    gr.mx.eval([s.logits for s in seqs])
+    # The classes BatchGenerator builds for these requests (its _make_cache).
+    classes = [type(c).__name__ for c in ar._make_cache(lm, [0], **quant)]
+    return seqs, classes + ["shared"] * (layers - len(classes))
+
+
 class VlmReplayer(gr.Replayer):
     """gr.Replayer's metadata and writer, mlx-vlm's loader and generate loop."""
 
@@ -76,6 +145,7 @@ class VlmReplayer(gr.Replayer):
 
     def __init__(self, model_dir, model_id: str | None = None):
         self.ar, utils, self.engine_version = _load_mlx_vlm()
+        self.utils = utils
         self.dir = Path(model_dir)
         self.model = utils.load_model(self.dir)
         self.config = self.model.config
@@ -88,6 +158,11 @@ class VlmReplayer(gr.Replayer):
         assert teacher is None, "the mlx-vlm replay takes no teacher"
         t0 = time.perf_counter()
         prompts = sc.request_prompts(self.vocab)
+        if sc.kind == "batch":
+            # batch_cache=device as for mlx-lm: mlx-vlm's BatchKVCache already keeps its
+            # offsets as mx.arrays on the device.
+            seqs, classes = _replay_batch(self.ar, self.utils, self.model, sc, prompts, self.layers)
+            return gr.Result(sc, seqs, classes, time.perf_counter() - t0)
         if sc.kind != "single":
             raise ValueError(f"scenario kind {sc.kind} is not replayed through mlx-vlm")
         seq = gr.Sequence(prompts[0])

@@ -36,12 +36,13 @@ class VlmEndToEnd(unittest.TestCase):
         cls.dense = make_model_dir(GOLDEN / "models/llama_dense/config.json", root / "models/llama_dense")
         scen = root / "llama_dense"
         scen.write_text("plain prompts=13 steps=24\nkv8 prompts=13 steps=24 kv_bits=8 kv_group_size=32 "
-                        "quantized_kv_start=16\nbatch prompts=13,6 steps=4\n")
+                        "quantized_kv_start=16\nbatch prompts=13,6,9 steps=8 finish=1@3 join=7@4\n"
+                        "prefix prompts=14 steps=4 prefix=10 second=5\n")
         cls.vlm, cls.lm = root / "vlm", root / "lm"
         out = io.StringIO()
         with mock.patch.dict(os.environ, {"KVLAB_COMMIT": "abc123"}), contextlib.redirect_stdout(out):
             rc_vlm = cli.main(["golden-vlm", "--model", cls.dense, "--scenarios", str(scen), "--out", str(cls.vlm)])
-            rc_lm = cli.main(["golden", "--model", cls.dense, "--scenarios", str(scen), "--scenario", "plain", "kv8",
+            rc_lm = cli.main(["golden", "--model", cls.dense, "--scenarios", str(scen), "--scenario", "plain", "kv8", "batch",
                               "--out", str(cls.lm)])
         cls.printed = out.getvalue()
         assert rc_vlm == 0 and rc_lm == 0, cls.printed
@@ -52,9 +53,9 @@ class VlmEndToEnd(unittest.TestCase):
 
     def test_files_and_markers(self):
         self.assertEqual(sorted(p.name for p in self.vlm.iterdir()),
-                         ["llama_dense.batch.mlx-vlm.not-replayed", "llama_dense.kv8.mlx-vlm.safetensors",
-                          "llama_dense.plain.mlx-vlm.safetensors"])
-        self.assertIn("BatchGenerator", (self.vlm / "llama_dense.batch.mlx-vlm.not-replayed").read_text())
+                         ["llama_dense.batch.mlx-vlm.safetensors", "llama_dense.kv8.mlx-vlm.safetensors",
+                          "llama_dense.plain.mlx-vlm.safetensors", "llama_dense.prefix.mlx-vlm.not-replayed"])
+        self.assertIn("LRUPromptCache", (self.vlm / "llama_dense.prefix.mlx-vlm.not-replayed").read_text())
 
     def test_metadata_names_mlx_vlm(self):
         _, meta = _read(self.vlm / "llama_dense.kv8.mlx-vlm.safetensors")
@@ -71,6 +72,17 @@ class VlmEndToEnd(unittest.TestCase):
             self.assertEqual(sorted(v), sorted(l))
             for k in v:
                 np.testing.assert_array_equal(v[k], l[k], err_msg=f"{name} {k}")
+
+    def test_batch_as_mlx_lm_batch(self):
+        # Both BatchGenerators, the leaver and the joiner: the same tokens, and logits
+        # within float noise (bit for bit on the pinned wheels, which neither promises).
+        v, vm = _read(self.vlm / "llama_dense.batch.mlx-vlm.safetensors")
+        l, lm = _read(self.lm / "llama_dense.batch.mlx-lm.safetensors")
+        self.assertEqual((vm["sequences"], vm["seq.1.status"]), ("4", "ok"))
+        self.assertEqual([len(v[f"seq.{i}.tokens"]) for i in range(4)], [8, 3, 8, 8])
+        for i in range(4):
+            self.assertEqual(v[f"seq.{i}.tokens"].tolist(), l[f"seq.{i}.tokens"].tolist())
+            np.testing.assert_allclose(v[f"seq.{i}.logits"], l[f"seq.{i}.logits"], atol=1e-4, rtol=0)
 
     def test_tokens_are_argmax(self):
         t, _ = _read(self.vlm / "llama_dense.plain.mlx-vlm.safetensors")
