@@ -16,7 +16,9 @@ for mlx-lm (golden_replay._Steps): mlx-vlm's generate_step has the same pipelini
 look-ahead call) and calls the processors after the model and before quantizing.
 
 Batch scenarios run on mlx-vlm's BatchGenerator (_replay_batch), as golden_replay does on
-mlx-lm's. Not replayed (NOT_REPLAYED): the prefix and save/load scenarios; for each, a marker
+mlx-lm's; save_at=K as golden_replay's, the caches going through mlx-vlm's state /
+meta_state / from_state (_round_trip: mlx-vlm has no prompt-cache file of its own). Not
+replayed (NOT_REPLAYED): the prefix scenarios; for each, a marker
 OUTDIR/<model id>.<scenario>.mlx-vlm.not-replayed holds the reason, which
 tools/golden_table.py prints as the row's status.
 """
@@ -34,7 +36,6 @@ from .engines import _subpackages
 # Scenario kinds this adapter does not drive, and why (printed as the table's status).
 NOT_REPLAYED = {
     "prefix": "mlx-vlm has no LRUPromptCache; its prefix store (apc.py) is not driven yet",
-    "save_load": "mlx-vlm 0.7.10's cache module has no save_prompt_cache / load_prompt_cache",
 }
 
 
@@ -64,9 +65,29 @@ def _generate(gen_step, model, taps, seq, prompt, steps, sc, cache):
         err = e
     finally:
         gen.close()
-    _, fed = rec.take(seq, steps + 1)
+    n, fed = rec.take(seq, steps + 1)
     assert fed[: len(yielded)] == yielded, "yields differ from the tokens the sampler fed"
-    return err
+    return n, fed, err
+
+
+def _round_trip(cache, tmp):
+    """mlx-vlm has no prompt-cache file of its own: its persistence API is each cache's
+    `state` / `meta_state` and the class's `from_state`. The states go through a
+    safetensors file (MLX's writer and reader, as mlx-lm's save_prompt_cache uses them)
+    and come back through mlx-vlm's from_state."""
+    import json
+    import os
+
+    from mlx.utils import tree_flatten, tree_unflatten
+
+    path = os.path.join(tmp, "cache.safetensors")
+    arrays = dict(tree_flatten([c.state for c in cache]))
+    meta = {"classes": json.dumps([type(c).__name__ for c in cache]),
+            "meta_states": json.dumps([c.meta_state for c in cache])}
+    gr.mx.save_safetensors(path, arrays, metadata=meta)
+    arrays, meta = gr.mx.load(path, return_metadata=True)
+    states = tree_unflatten(list(arrays.items()))
+    return [type(c).from_state(st, tuple(ms)) for c, st, ms in zip(cache, states, json.loads(meta["meta_states"]))]
 
 
 def _replay_batch(ar, utils, model, sc, prompts, layers):
@@ -163,14 +184,31 @@ class VlmReplayer(gr.Replayer):
             # offsets as mx.arrays on the device.
             seqs, classes = _replay_batch(self.ar, self.utils, self.model, sc, prompts, self.layers)
             return gr.Result(sc, seqs, classes, time.perf_counter() - t0)
-        if sc.kind != "single":
+        if sc.kind not in ("single", "save_load"):
             raise ValueError(f"scenario kind {sc.kind} is not replayed through mlx-vlm")
         seq = gr.Sequence(prompts[0])
         from mlx_vlm.models import cache as vlm_cache
         cache = vlm_cache.make_prompt_cache(self.model.language_model, max_kv_size=sc.max_kv_size)
+        step = self.ar.generate_step
         with gr.Taps(self.model) as taps:
             self._widths = taps.widths
-            err = _generate(self.ar.generate_step, self.model, taps, seq, prompts[0], sc.steps, sc, cache)
+            if sc.kind == "single":
+                _, _, err = _generate(step, self.model, taps, seq, prompts[0], sc.steps, sc, cache)
+            else:  # save_load, as golden_replay._replay_save_load with mlx-vlm's from_state
+                k = sc.save_at
+                n, fed, err = _generate(step, self.model, taps, seq, prompts[0], k, sc, cache)
+                if err is None:
+                    assert n == k + 1, (n, k)
+                    assert all(c.offset == len(prompts[0]) + k for c in cache), [c.offset for c in cache]
+                    import tempfile
+                    try:
+                        with tempfile.TemporaryDirectory(prefix="kvlab-golden-vlm-") as tmp:
+                            cache = _round_trip(cache, tmp)
+                    except Exception as e:  # mlx-vlm cannot restore these caches: steps 0..K stand
+                        err = e
+                if err is None:
+                    # token K is the continuation's prompt: its first call gives token K+1
+                    _, _, err = _generate(step, self.model, taps, seq, [fed[k]], sc.steps - k - 1, sc, cache)
         gr._finish(seq, sc.steps, err)
         return gr.Result(sc, [seq], gr._classes(cache, self.layers), time.perf_counter() - t0)
 

@@ -37,7 +37,7 @@ class VlmEndToEnd(unittest.TestCase):
         scen = root / "llama_dense"
         scen.write_text("plain prompts=13 steps=24\nkv8 prompts=13 steps=24 kv_bits=8 kv_group_size=32 "
                         "quantized_kv_start=16\nbatch prompts=13,6,9 steps=8 finish=1@3 join=7@4\n"
-                        "prefix prompts=14 steps=4 prefix=10 second=5\n")
+                        "prefix prompts=14 steps=4 prefix=10 second=5\nsave_load prompts=13 steps=12 save_at=5\n")
         cls.vlm, cls.lm = root / "vlm", root / "lm"
         out = io.StringIO()
         with mock.patch.dict(os.environ, {"KVLAB_COMMIT": "abc123"}), contextlib.redirect_stdout(out):
@@ -54,7 +54,8 @@ class VlmEndToEnd(unittest.TestCase):
     def test_files_and_markers(self):
         self.assertEqual(sorted(p.name for p in self.vlm.iterdir()),
                          ["llama_dense.batch.mlx-vlm.safetensors", "llama_dense.kv8.mlx-vlm.safetensors",
-                          "llama_dense.plain.mlx-vlm.safetensors", "llama_dense.prefix.mlx-vlm.not-replayed"])
+                          "llama_dense.plain.mlx-vlm.safetensors", "llama_dense.prefix.mlx-vlm.not-replayed",
+                          "llama_dense.save_load.mlx-vlm.safetensors"])
         self.assertIn("LRUPromptCache", (self.vlm / "llama_dense.prefix.mlx-vlm.not-replayed").read_text())
 
     def test_metadata_names_mlx_vlm(self):
@@ -83,6 +84,14 @@ class VlmEndToEnd(unittest.TestCase):
         for i in range(4):
             self.assertEqual(v[f"seq.{i}.tokens"].tolist(), l[f"seq.{i}.tokens"].tolist())
             np.testing.assert_allclose(v[f"seq.{i}.logits"], l[f"seq.{i}.logits"], atol=1e-4, rtol=0)
+
+    def test_save_load_continues_plain(self):
+        # Through from_state at token 5, the first 12 steps are plain's (same prompt).
+        p, _ = _read(self.vlm / "llama_dense.plain.mlx-vlm.safetensors")
+        s, meta = _read(self.vlm / "llama_dense.save_load.mlx-vlm.safetensors")
+        self.assertEqual(meta["seq.0.status"], "ok")
+        self.assertEqual(s["seq.0.tokens"].tolist(), p["seq.0.tokens"].tolist()[:12])
+        np.testing.assert_allclose(s["seq.0.logits"], p["seq.0.logits"][:12], atol=1e-5, rtol=0)
 
     def test_tokens_are_argmax(self):
         t, _ = _read(self.vlm / "llama_dense.plain.mlx-vlm.safetensors")
