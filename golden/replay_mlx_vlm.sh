@@ -4,9 +4,9 @@
 #      loader reads unchanged (model_type llama / gemma4_text: its models/llama and
 #      models/gemma4_text);
 #   2. python -m kvlab_mlx golden-vlm: every single-request scenario through mlx-vlm's
-#      generate_step and caches (save/load through its from_state), every batch through
-#      its BatchGenerator, written as goldens in kvlab's format; the prefix scenarios get a
-#      not-replayed marker with the reason
+#      generate_step and caches (save/load through its from_state, prefix through its
+#      prefix_cache_snapshot / restore and trim), every batch through its BatchGenerator,
+#      written as goldens in kvlab's format
 #      (adapters/mlx/kvlab_mlx/golden_replay_vlm.py);
 #   3. tools/golden_table.py replay --engine mlx-vlm: kvlab golden diff of each checked-in
 #      golden against mlx-vlm's, judged by the register golden/known/mlx-vlm (an unlisted

@@ -17,8 +17,10 @@ look-ahead call) and calls the processors after the model and before quantizing.
 
 Batch scenarios run on mlx-vlm's BatchGenerator (_replay_batch), as golden_replay does on
 mlx-lm's; save_at=K as golden_replay's, the caches going through mlx-vlm's state /
-meta_state / from_state (_round_trip: mlx-vlm has no prompt-cache file of its own). Not
-replayed (NOT_REPLAYED): the prefix scenarios; for each, a marker
+meta_state / from_state (_round_trip: mlx-vlm has no prompt-cache file of its own); prefix
+over mlx-vlm's prefix_cache_snapshot / restore and trim (_reuse: the store is the
+adapter's, as mlx-vlm's own one, APC, is not driven). A kind in NOT_REPLAYED (none now)
+would get a marker
 OUTDIR/<model id>.<scenario>.mlx-vlm.not-replayed holds the reason, which
 tools/golden_table.py prints as the row's status.
 """
@@ -34,9 +36,7 @@ from . import golden_replay as gr
 from .engines import _subpackages
 
 # Scenario kinds this adapter does not drive, and why (printed as the table's status).
-NOT_REPLAYED = {
-    "prefix": "mlx-vlm has no LRUPromptCache; its prefix store (apc.py) is not driven yet",
-}
+NOT_REPLAYED: dict[str, str] = {}  # none left; a kind added to the scenarios starts here
 
 
 def _load_mlx_vlm():
@@ -159,6 +159,26 @@ def _replay_batch(ar, utils, model, sc, prompts, layers):
     return seqs, classes + ["shared"] * (layers - len(classes))
 
 
+def _reuse(lm, snapshot, held: list[int], prompt: list[int]):
+    """The scenario's prefix rule (golden/README.md "Prefix") over mlx-vlm's own cache API:
+    mlx-vlm's only prefix store is APC (apc.py), which this adapter does not drive, so the
+    entry is request 0's caches as `prefix_cache_snapshot` took them. They are restored into
+    fresh caches (`prefix_cache_restore`) and trimmed to the common prefix when every layer
+    `is_trimmable`; else nothing is reused. Returns (caches, tokens reused)."""
+    common = 0
+    while common < min(len(held), len(prompt) - 1) and held[common] == prompt[common]:
+        common += 1  # at least one prompt token is left to process
+    cache = lm.make_cache()
+    if common > 0:
+        for c, snap in zip(cache, snapshot):
+            c.prefix_cache_restore(snap)
+        if all(c.is_trimmable() for c in cache):
+            for c in cache:
+                c.trim(c.offset - common)
+            return cache, common
+    return lm.make_cache(), 0
+
+
 class VlmReplayer(gr.Replayer):
     """gr.Replayer's metadata and writer, mlx-vlm's loader and generate loop."""
 
@@ -184,6 +204,8 @@ class VlmReplayer(gr.Replayer):
             # offsets as mx.arrays on the device.
             seqs, classes = _replay_batch(self.ar, self.utils, self.model, sc, prompts, self.layers)
             return gr.Result(sc, seqs, classes, time.perf_counter() - t0)
+        if sc.kind == "prefix":
+            return self._replay_prefix(sc, prompts, t0)
         if sc.kind not in ("single", "save_load"):
             raise ValueError(f"scenario kind {sc.kind} is not replayed through mlx-vlm")
         seq = gr.Sequence(prompts[0])
@@ -211,6 +233,26 @@ class VlmReplayer(gr.Replayer):
                     _, _, err = _generate(step, self.model, taps, seq, [fed[k]], sc.steps - k - 1, sc, cache)
         gr._finish(seq, sc.steps, err)
         return gr.Result(sc, [seq], gr._classes(cache, self.layers), time.perf_counter() - t0)
+
+
+    def _replay_prefix(self, sc, prompts, t0):
+        from mlx_vlm.models import cache as vlm_cache
+        lm, step = self.model.language_model, self.ar.generate_step
+        first, second = gr.Sequence(prompts[0]), gr.Sequence(prompts[1])
+        cache0 = vlm_cache.make_prompt_cache(lm, max_kv_size=sc.max_kv_size)
+        with gr.Taps(self.model) as taps:
+            self._widths = taps.widths
+            _, fed0, err0 = _generate(step, self.model, taps, first, prompts[0], sc.steps, sc, cache0)
+            gr._finish(first, sc.steps, err0)
+            held = prompts[0] + fed0[: sc.steps]  # the look-ahead call fed the last token too
+            if err0 is None:
+                assert all(c.offset == len(held) for c in cache0), ([c.offset for c in cache0], len(held))
+                cache1, second.reused = _reuse(lm, [c.prefix_cache_snapshot() for c in cache0], held, prompts[1])
+            else:
+                cache1, second.reused = lm.make_cache(), 0
+            _, _, err1 = _generate(step, self.model, taps, second, prompts[1][second.reused:], sc.steps, sc, cache1)
+            gr._finish(second, sc.steps, err1)
+        return gr.Result(sc, [first, second], gr._classes(cache1, self.layers), time.perf_counter() - t0)
 
 
 def main(model_dir, scenarios_path, out_dir, model_id=None) -> int:

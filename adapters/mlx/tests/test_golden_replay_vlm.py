@@ -42,7 +42,7 @@ class VlmEndToEnd(unittest.TestCase):
         out = io.StringIO()
         with mock.patch.dict(os.environ, {"KVLAB_COMMIT": "abc123"}), contextlib.redirect_stdout(out):
             rc_vlm = cli.main(["golden-vlm", "--model", cls.dense, "--scenarios", str(scen), "--out", str(cls.vlm)])
-            rc_lm = cli.main(["golden", "--model", cls.dense, "--scenarios", str(scen), "--scenario", "plain", "kv8", "batch",
+            rc_lm = cli.main(["golden", "--model", cls.dense, "--scenarios", str(scen), "--scenario", "plain", "kv8", "batch", "prefix",
                               "--out", str(cls.lm)])
         cls.printed = out.getvalue()
         assert rc_vlm == 0 and rc_lm == 0, cls.printed
@@ -51,12 +51,11 @@ class VlmEndToEnd(unittest.TestCase):
     def tearDownClass(cls):
         cls.tmp.cleanup()
 
-    def test_files_and_markers(self):
+    def test_files(self):
         self.assertEqual(sorted(p.name for p in self.vlm.iterdir()),
                          ["llama_dense.batch.mlx-vlm.safetensors", "llama_dense.kv8.mlx-vlm.safetensors",
-                          "llama_dense.plain.mlx-vlm.safetensors", "llama_dense.prefix.mlx-vlm.not-replayed",
+                          "llama_dense.plain.mlx-vlm.safetensors", "llama_dense.prefix.mlx-vlm.safetensors",
                           "llama_dense.save_load.mlx-vlm.safetensors"])
-        self.assertIn("LRUPromptCache", (self.vlm / "llama_dense.prefix.mlx-vlm.not-replayed").read_text())
 
     def test_metadata_names_mlx_vlm(self):
         _, meta = _read(self.vlm / "llama_dense.kv8.mlx-vlm.safetensors")
@@ -82,6 +81,14 @@ class VlmEndToEnd(unittest.TestCase):
         self.assertEqual((vm["sequences"], vm["seq.1.status"]), ("4", "ok"))
         self.assertEqual([len(v[f"seq.{i}.tokens"]) for i in range(4)], [8, 3, 8, 8])
         for i in range(4):
+            self.assertEqual(v[f"seq.{i}.tokens"].tolist(), l[f"seq.{i}.tokens"].tolist())
+            np.testing.assert_allclose(v[f"seq.{i}.logits"], l[f"seq.{i}.logits"], atol=1e-4, rtol=0)
+
+    def test_prefix_reuses_ten_tokens_as_mlx_lm(self):
+        v, vm = _read(self.vlm / "llama_dense.prefix.mlx-vlm.safetensors")
+        l, lm = _read(self.lm / "llama_dense.prefix.mlx-lm.safetensors")
+        self.assertEqual((vm["seq.1.reused"], lm["seq.1.reused"]), ("10", "10"))
+        for i in range(2):
             self.assertEqual(v[f"seq.{i}.tokens"].tolist(), l[f"seq.{i}.tokens"].tolist())
             np.testing.assert_allclose(v[f"seq.{i}.logits"], l[f"seq.{i}.logits"], atol=1e-4, rtol=0)
 
