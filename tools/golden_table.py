@@ -4,14 +4,17 @@
   golden_table.py replay --kvlab BIN --golden-dir DIR --replays DIR [--known FILE] [--json OUT]
       Diffs every checked-in kvlab golden (DIR/data/<model>.<scenario>.kvlab.safetensors)
       with the engine's replay of the same scenario (REPLAYS/<model>.<scenario>.mlx-lm...)
-      through `kvlab golden diff --json`, and judges each failing diff against the register
+      through `kvlab golden diff --json` (a scenario the adapter marks
+      REPLAYS/<model>.<scenario>.<engine>.not-replayed is a row "not replayed" with the
+      marker's reason, and no finding), and judges each failing diff against the register
       of known divergences (the format of harness/known_divergences.h; the op is `golden`,
       filtered by model=, scenario= and raise~=REGEX on the diff's reasons and first
       divergence). An unlisted failure or a stale entry fails the run (exit 1).
   golden_table.py table SUMMARY.json ...
       Merges summaries (this script's --json, `kvlab golden check --summary-json`) into one
       markdown table: model x scenario x engine/backend, with top-1 agreement, max |dlogit|,
-      mean KLD and the first divergence or status (--pivot: a column per engine).
+      mean KLD and the first divergence or status (--pivot: a column per engine;
+      --not-replayed ENGINE=REASON: a column for an engine kvlab does not replay).
 """
 
 from __future__ import annotations
@@ -58,6 +61,16 @@ def replay(args):
             scenario = line.split()[0]
             mine = golden_dir / "data" / f"{model}.{scenario}.kvlab.safetensors"
             theirs = pathlib.Path(args.replays) / f"{model}.{scenario}.{args.engine}.safetensors"
+            skipped = theirs.with_name(f"{model}.{scenario}.{args.engine}.not-replayed")
+            if skipped.exists():  # the adapter's marker: this engine does not drive the scenario
+                reason = skipped.read_text().strip()
+                if theirs.exists():
+                    findings.append((f"golden model={model} scenario={scenario}",
+                                     f"both a replay and a not-replayed marker ({skipped})"))
+                rows.append({"model": model, "scenario": scenario, "engine": args.engine, "verdict": "not replayed",
+                             "top1": None, "max_dlogit": None, "kld_mean": None, "first": None,
+                             "statuses": [reason], "reasons": []})
+                continue
             if not theirs.exists():
                 rows.append({"model": model, "scenario": scenario, "engine": args.engine, "verdict": "missing",
                              "top1": None, "max_dlogit": None, "kld_mean": None, "first": None,
@@ -108,8 +121,11 @@ def pivot(rows):
         line = f"| {model} | {scenario} |"
         for e in engines:
             r = cells.get((model, scenario, e))
-            if r is None or r["top1"] is None:
+            if r is None:
                 line += " - |"
+                continue
+            if r["top1"] is None:  # not replayed, or no replay file: the status says which
+                line += f" {r['verdict']}: {'; '.join(r['statuses'])} |"
                 continue
             cell = f" {100 * r['top1']:.0f}% / {r['max_dlogit']:.1g} / {r['kld_mean']:.1g}"
             if r["verdict"] != "pass":
@@ -123,6 +139,13 @@ def table(args):
     rows = []
     for f in args.summaries:
         rows.extend(json.loads(pathlib.Path(f).read_text()))
+    # An engine kvlab does not replay gets its column anyway, every cell saying so.
+    for spec in args.not_replayed or []:
+        engine, _, reason = spec.partition("=")
+        for model, scenario in sorted({(r["model"], r["scenario"]) for r in rows}):
+            rows.append({"model": model, "scenario": scenario, "engine": engine, "verdict": "not replayed",
+                         "top1": None, "max_dlogit": None, "kld_mean": None, "first": None,
+                         "statuses": [reason or "no adapter"], "reasons": []})
     rows.sort(key=lambda r: (r["model"], r["scenario"], r["engine"]))
     print(pivot(rows) if args.pivot else markdown(rows))
     return 0
@@ -141,6 +164,8 @@ def main(argv):
     t = sub.add_parser("table")
     t.add_argument("summaries", nargs="+")
     t.add_argument("--pivot", action="store_true", help="one row per model x scenario, a column per engine")
+    t.add_argument("--not-replayed", action="append", metavar="ENGINE=REASON",
+                   help="a column for an engine without a replay, each cell 'not replayed: REASON'")
     args = p.parse_args(argv)
     return replay(args) if args.cmd == "replay" else table(args)
 

@@ -1,5 +1,6 @@
 """python -m kvlab_mlx run IN -o OUT [--ops a,b] | info FILE | prompt-cache --kvlab KVLAB --work DIR
-                  | golden --model DIR --scenarios FILE --out OUTDIR [--scenario NAME --teacher GOLDEN]"""
+                  | golden --model DIR --scenarios FILE --out OUTDIR [--scenario NAME --teacher GOLDEN]
+                  | golden-vlm --model DIR --scenarios FILE --out OUTDIR"""
 
 from __future__ import annotations
 
@@ -140,6 +141,12 @@ def _cmd_golden(args):
     return golden(args.model, args.scenarios, args.scenario, args.out, args.model_id, args.teacher)
 
 
+def _cmd_golden_vlm(args):
+    from .golden_replay_vlm import main as golden  # imports MLX and mlx-vlm
+
+    return golden(args.model, args.scenarios, args.out, args.model_id)
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(prog="python -m kvlab_mlx",
                                  description="Recompute kvlab vectors files with real MLX / mlx-lm.")
@@ -194,6 +201,14 @@ def main(argv=None):
                          "each step's logits compare with the teacher's over the whole stream; one --scenario, "
                          "not a batch")
     gr.set_defaults(fn=_cmd_golden)
+    gv = sub.add_parser("golden-vlm", help="replay golden scenarios with mlx-vlm's own language models, caches "
+                        "and generate_step, and write goldens")
+    gv.add_argument("--model", required=True, metavar="DIR", help="model directory (config.json, model.safetensors)")
+    gv.add_argument("--scenarios", required=True, metavar="FILE", help="scenario file (golden/scenarios/<model id>)")
+    gv.add_argument("--out", required=True, metavar="OUTDIR",
+                    help="writes OUTDIR/<model id>.<scenario>.mlx-vlm.safetensors")
+    gv.add_argument("--model-id", metavar="ID", help="model id (default: the scenario file's name)")
+    gv.set_defaults(fn=_cmd_golden_vlm)
     args = ap.parse_args(argv)
     try:
         return args.fn(args)

@@ -368,6 +368,8 @@ class Result:
 class Replayer:
     """One model directory, loaded once, replaying scenarios."""
 
+    engine = "mlx-lm"  # the name in the metadata and the file name (golden_replay_vlm overrides it)
+
     def __init__(self, model_dir, model_id: str | None = None):
         import mlx_lm
         from mlx_lm.utils import load_model
@@ -410,7 +412,7 @@ class Replayer:
     def metadata(self, r: Result) -> dict[str, str]:
         sc = r.scenario
         meta = {"kvlab.golden": "1", "model": self.model_id, "model_sha256": self.sha256,
-                "scenario": sc.name, "scenario_line": sc.line, "engine": "mlx-lm",
+                "scenario": sc.name, "scenario_line": sc.line, "engine": self.engine,
                 "engine_version": self.engine_version, "backend": f"mlx-{mx.default_device().type.name}",
                 "kvlab_commit": _kvlab_commit(), "sequences": str(len(r.sequences)),
                 "layers": str(self.layers), "cache_classes": ",".join(r.cache_classes)}
@@ -423,7 +425,7 @@ class Replayer:
         return meta
 
     def write(self, r: Result, out_dir) -> Path:
-        path = Path(out_dir) / f"{self.model_id}.{r.scenario.name}.mlx-lm.safetensors"
+        path = Path(out_dir) / f"{self.model_id}.{r.scenario.name}.{self.engine}.safetensors"
         write_golden(path, golden_tensors(r.sequences, self.vocab, self._widths), self.metadata(r))
         r.path = path
         return path

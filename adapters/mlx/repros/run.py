@@ -4,7 +4,8 @@ conformance.repros_mlx_vlm, conformance.repros_vllm_mlx): each is a standalone s
 asserts that its divergence is still there. An engine's registers are ENGINE-caches and
 every ENGINE-*-caches (one per prefix store of vllm-mlx), each with its .adapter. A repro that stops reproducing (an
 AssertionError) or breaks (any other error) fails the run; so does an entry of the
-registers (harness/known/ENGINE-caches, .adapter, and ENGINE-turboquant where it exists)
+registers (harness/known/ENGINE-caches, .adapter, and ENGINE-turboquant and
+golden/known/ENGINE where they exist)
 with no repro, or a repro no entry names.
 
     python adapters/mlx/repros/run.py mlx-vlm            (build/venv)
@@ -46,6 +47,10 @@ def main(argv):
     codec_register = ROOT / "harness" / "known" / f"{engine}-turboquant"
     if codec_register.is_file():
         registers.append(codec_register)
+    # and its golden register (golden/known/<engine>: mlx-vlm's V14-V16)
+    golden_register = ROOT / "golden" / "known" / engine
+    if golden_register.is_file():
+        registers.append(golden_register)
     from kvlab_mlx import engines
 
     engines.load(engine)
