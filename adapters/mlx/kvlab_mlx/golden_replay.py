@@ -245,9 +245,52 @@ def _replay_prefix(model, taps, sc: Scenario, prompts, model_key: str, teachers=
     return [first, second], cache1
 
 
+def drive_batch(sc: Scenario, seqs, insert, step, remove, stalled, finished=None):
+    """The batch scenarios' schedule (golden/README.md), on any engine's batch generator:
+    the first len(sc.prompts) requests start together; request finish[0] is removed once it
+    holds finish[1] tokens; the join request (the last) enters after decode round join[1] of
+    those that started together. insert(indices) -> uids; step() -> (_, responses with uid,
+    token, finish_reason); remove(uid); stalled(responses, live, joined) raises when the
+    engine can go no further; finished(i, response) sees each request that ends by itself.
+    An engine's exception marks every request not yet done with it, never fatal."""
+    n_start = len(sc.prompts)
+    uid_of, done, live = {}, set(), set()
+    try:
+        uid_of.update({u: i for i, u in enumerate(insert(list(range(n_start))))})
+        live.update(range(n_start))
+        joined = sc.join is None
+        rounds = 0  # decode rounds that delivered tokens to the requests that started together
+        while live or not joined:
+            _, responses = step()
+            for r in responses:
+                i = uid_of[r.uid]
+                seqs[i].tokens.append(r.token)
+                if r.finish_reason is not None:
+                    live.discard(i)
+                    done.add(i)
+                    if finished is not None:
+                        finished(i, r)
+                elif sc.finish is not None and i == sc.finish[0] and len(seqs[i].tokens) == sc.finish[1]:
+                    remove(r.uid)
+                    live.discard(i)
+                    done.add(i)
+            if any(uid_of[r.uid] < n_start for r in responses):
+                if not joined and rounds == sc.join[1]:  # after decode step S: token S delivered
+                    j = len(seqs) - 1
+                    (u,) = insert([j])
+                    uid_of[u] = j
+                    live.add(j)
+                    joined = True
+                rounds += 1
+            stalled(responses, live, joined)
+    except Exception as e:  # the engine's own raise: recorded, never fatal
+        for i, s in enumerate(seqs):
+            if i not in done:
+                s.status = _error(e)
+
+
 def _replay_batch(model, sc: Scenario, prompts, layers: int):
     seqs = [Sequence(p, attn=None) for p in prompts]
-    n_start = len(sc.prompts)
     classes = None
     if sc.kv_bits is not None:
         for s in seqs:
@@ -263,42 +306,21 @@ def _replay_batch(model, sc: Scenario, prompts, layers: int):
         return record
 
     gen = BatchGenerator(model, max_tokens=sc.steps, max_kv_size=sc.max_kv_size)
-    uid_of = {}
-    done, live = set(), set()
+
+    def insert(indices):
+        return gen.insert([prompts[i] for i in indices], max_tokens=[sc.steps] * len(indices),
+                          logits_processors=[[processor(i)] for i in indices])
+
+    def finished(i, r):
+        nonlocal classes
+        classes = _classes(r.prompt_cache, layers)
+
+    def stalled(responses, live, joined):
+        if not responses and not live and not joined:
+            raise RuntimeError(f"join={sc.join[0]}@{sc.join[1]}: the batch ended before step {sc.join[1]}")
+
     try:
-        uids = gen.insert([prompts[i] for i in range(n_start)], max_tokens=[sc.steps] * n_start,
-                          logits_processors=[[processor(i)] for i in range(n_start)])
-        uid_of.update({u: i for i, u in enumerate(uids)})
-        live.update(range(n_start))
-        joined = sc.join is None
-        rounds = 0  # decode rounds that delivered tokens to the requests that started together
-        while live or not joined:
-            _, responses = gen.next()
-            for r in responses:
-                i = uid_of[r.uid]
-                seqs[i].tokens.append(r.token)
-                if r.finish_reason is not None:
-                    live.discard(i)
-                    done.add(i)
-                    classes = _classes(r.prompt_cache, layers)
-                elif sc.finish is not None and i == sc.finish[0] and len(seqs[i].tokens) == sc.finish[1]:
-                    gen.remove([r.uid])
-                    live.discard(i)
-                    done.add(i)
-            if any(uid_of[r.uid] < n_start for r in responses):
-                if not joined and rounds == sc.join[1]:  # after decode step S: token S delivered
-                    j = len(seqs) - 1
-                    (u,) = gen.insert([prompts[j]], max_tokens=[sc.steps], logits_processors=[[processor(j)]])
-                    uid_of[u] = j
-                    live.add(j)
-                    joined = True
-                rounds += 1
-            if not responses and not live and not joined:
-                raise RuntimeError(f"join={sc.join[0]}@{sc.join[1]}: the batch ended before step {sc.join[1]}")
-    except Exception as e:
-        for i, s in enumerate(seqs):
-            if i not in done:
-                s.status = _error(e)
+        drive_batch(sc, seqs, insert, gen.next, lambda uid: gen.remove([uid]), stalled, finished)
     finally:
         gen.close()
     for s, logits in zip(seqs, raw):

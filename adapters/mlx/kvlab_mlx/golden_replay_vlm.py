@@ -100,7 +100,6 @@ def _replay_batch(ar, utils, model, sc, prompts, layers):
 
     lm = model.language_model
     seqs = [gr.Sequence(p, attn=None) for p in prompts]
-    n_start = len(sc.prompts)
     raw = [[] for _ in seqs]
 
     def processor(i):
@@ -115,42 +114,17 @@ def _replay_batch(ar, utils, model, sc, prompts, layers):
     quant = dict(kv_bits=sc.kv_bits, kv_group_size=sc.kv_group_size, quantized_kv_start=sc.quantized_kv_start)
     gen = ar.BatchGenerator(lm, types.SimpleNamespace(stopping_criteria=utils.StoppingCriteria([], None)),
                             max_tokens=sc.steps, **quant)
-    uid_of, done, live = {}, set(), set()
-    try:
-        uids = gen.insert([prompts[i] for i in range(n_start)], max_tokens=[sc.steps] * n_start,
-                          prompt_kwargs=[embeds(i) for i in range(n_start)],
-                          logits_processors=[[processor(i)] for i in range(n_start)])
-        uid_of.update({u: i for i, u in enumerate(uids)})
-        live.update(range(n_start))
-        joined = sc.join is None
-        rounds = 0  # decode rounds that delivered tokens to the requests that started together
-        while live or not joined:
-            _, responses = gen.next()
-            for r in responses:
-                i = uid_of[r.uid]
-                seqs[i].tokens.append(r.token)
-                if r.finish_reason is not None:
-                    live.discard(i)
-                    done.add(i)
-                elif sc.finish is not None and i == sc.finish[0] and len(seqs[i].tokens) == sc.finish[1]:
-                    gen.remove(r.uid)
-                    live.discard(i)
-                    done.add(i)
-            if any(uid_of[r.uid] < n_start for r in responses):
-                if not joined and rounds == sc.join[1]:  # after decode step S: token S delivered
-                    j = len(seqs) - 1
-                    (u,) = gen.insert([prompts[j]], max_tokens=[sc.steps], prompt_kwargs=[embeds(j)],
-                                      logits_processors=[[processor(j)]])
-                    uid_of[u] = j
-                    live.add(j)
-                    joined = True
-                rounds += 1
-            if not gen.has_work and (live or not joined):
-                raise RuntimeError("mlx-vlm's BatchGenerator ran out of work before every request finished")
-    except Exception as e:  # mlx-vlm's own raise: recorded, never fatal
-        for i, s in enumerate(seqs):
-            if i not in done:
-                s.status = gr._error(e)
+
+    def insert(indices):
+        return gen.insert([prompts[i] for i in indices], max_tokens=[sc.steps] * len(indices),
+                          prompt_kwargs=[embeds(i) for i in indices],
+                          logits_processors=[[processor(i)] for i in indices])
+
+    def stalled(responses, live, joined):
+        if not gen.has_work and (live or not joined):
+            raise RuntimeError("mlx-vlm's BatchGenerator ran out of work before every request finished")
+
+    gr.drive_batch(sc, seqs, insert, gen.next, gen.remove, stalled)
     for s, logits in zip(seqs, raw):
         s.logits = logits[: len(s.tokens)]  # a call after the last token is not a step
     gr.mx.eval([s.logits for s in seqs])
