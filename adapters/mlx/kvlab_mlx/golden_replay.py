@@ -154,17 +154,23 @@ def _generate(model, taps, seq, prompt, steps, sc, cache, teacher=None, first=0)
                         logits_processors=[rec.processor], max_kv_size=sc.max_kv_size, prompt_cache=cache,
                         kv_bits=sc.kv_bits, kv_group_size=sc.kv_group_size,
                         quantized_kv_start=sc.quantized_kv_start)
-    err = None
-    try:
-        for y, _ in gen:
-            yielded.append(y)
-    except Exception as e:  # mlx-lm's own raise: recorded, never fatal
-        err = e
-    finally:
-        gen.close()
+    err = drain(gen, yielded)
     n, fed = rec.take(seq, steps + 1)
     assert fed[: len(yielded)] == yielded, "yields differ from the tokens the sampler fed"
     return n, fed, err
+
+
+def drain(gen, yielded) -> Exception | None:
+    """Runs an engine's token generator to its end, appending each token to `yielded`;
+    the engine's own raise is returned (recorded by the caller), never fatal."""
+    try:
+        for y, _ in gen:
+            yielded.append(int(y))
+    except Exception as e:
+        return e
+    finally:
+        gen.close()
+    return None
 
 
 def _offsets(cache):

@@ -57,14 +57,7 @@ def _generate(gen_step, model, taps, seq, prompt, steps, sc, cache):
     gen = gen_step(gr.mx.array([prompt]), model, None, None, max_tokens=steps, sampler=rec.sampler,
                    logits_processors=[rec.processor], max_kv_size=sc.max_kv_size, prompt_cache=cache,
                    kv_bits=sc.kv_bits, kv_group_size=sc.kv_group_size, quantized_kv_start=sc.quantized_kv_start)
-    err = None
-    try:
-        for y, _ in gen:
-            yielded.append(int(y))
-    except Exception as e:  # mlx-vlm's own raise: recorded, never fatal
-        err = e
-    finally:
-        gen.close()
+    err = gr.drain(gen, yielded)
     n, fed = rec.take(seq, steps + 1)
     assert fed[: len(yielded)] == yielded, "yields differ from the tokens the sampler fed"
     return n, fed, err
