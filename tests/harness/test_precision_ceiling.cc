@@ -17,6 +17,8 @@
 #include "harness/check.h"
 #include "harness/compare.h"
 #include "harness/forwarding_backend.h"
+#include "harness/ops/ops.h"
+#include "harness/spine.h"
 #include "reference/mask.h"
 #include "reference/quantized_sdpa.h"
 
@@ -188,6 +190,34 @@ TEST(PrecisionCeiling, ReportNamesTheCheckThatFailed) {
   b.nmse_max = 1e-3;
   b.precision_nmse_max = 1e-4;
   EXPECT_TRUE(compare_values(got, ref, b).ok);
+}
+
+// The budget's norm bound of an f32 attention output is its element bound b spent halfway
+// on every element: NMSE ≤ b²/(4·mean r²). So a uniform error of 0.4·b passes both checks
+// and one of 0.6·b, still inside b everywhere, fails the norm (a mutation survivor made the
+// bound b + b/(4·mean r²), which no case reached).
+TEST(PrecisionCeiling, TheNormBoundIsHalfTheElementBoundOnEveryElement) {
+  std::unique_ptr<Backend> reference = make_backend("reference");
+  for (const char* line : {"sdpa B=1 Hq=2 Hkv=1 Lq=3 Lk=256 Dk=32 Dv=32 dtype=f32 mask=causal",
+                           "sdpa B=2 Hq=4 Hkv=2 Lq=1 Lk=1024 Dk=64 Dv=64 dtype=f32 mask=none sinks=1"}) {
+    SCOPED_TRACE(line);
+    const Problem p = parse_problem(line);
+    const Produced run = produce_case(p, *reference, {});
+    ASSERT_EQ(run.result.status, Status::passed) << describe(run.result);
+    const Tensor& ref = run.outputs.at(0);
+    const Budget b = find_op(p.op()).budget(p, run.prep, 0, ref);
+    ASSERT_EQ(b.per_element.size(), 1u);
+    const double element = b.per_element[0];
+    const auto shifted = [&](double fraction) {
+      std::vector<float> v;
+      for (const float x : ref.to_f32()) v.push_back(static_cast<float>(static_cast<double>(x) + fraction * element));
+      return Tensor::from_values(DType::f32, ref.shape(), v);
+    };
+    const Comparison inside = compare_values(shifted(0.4), ref, b), outside = compare_values(shifted(0.6), ref, b);
+    EXPECT_TRUE(inside.ok) << inside.reason;
+    EXPECT_EQ(outside.mismatches, 0) << outside.reason;  // every element inside b
+    EXPECT_EQ(outside.reason.rfind("budget: NMSE", 0), 0u) << outside.reason;
+  }
 }
 
 // The long cases of harness/cases/{sdpa,quantized_sdpa}/ci (a selection: decode and a
