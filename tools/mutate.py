@@ -392,14 +392,16 @@ def summary(records, folders, triage_hits, not_run, total_pool, wall):
     triaged and are equivalent; the score detected / (killed + survived + timeout), where
     detected adds to the killed the timeouts of a test past its own CTest timeout (a CI
     failure like any other; the tool's own deadline proves nothing), and the same without
-    the equivalent survivors (no test could kill them)."""
+    the equivalent survivors (no test could kill them); + fixed counts the survivors a new
+    test kills since (triaged `fixed`, each checked by re-applying it) as detected."""
     keys = ["killed", "survived", "not_covered", "triaged", "equivalent", "timeout", "build_error", "not_built",
-            "detected"]
+            "detected", "fixed"]
     rows = {}
     for r in records:
         row = rows.setdefault(r["folder"], dict.fromkeys(keys, 0))
         row[r["status"]] += 1
         row["detected"] += r["status"] == "killed" or (r["status"] == "timeout" and bool(r.get("killed_by")))
+        row["fixed"] += r["status"] == "survived" and r.get("triage") == "fixed"
         if r["status"] == "survived":
             row["not_covered"] += not_covered(r)
             row["triaged"] += bool(r.get("triage"))
@@ -409,15 +411,16 @@ def summary(records, folders, triage_hits, not_run, total_pool, wall):
         for k in all_row:
             all_row[k] += row[k]
     lines = [f"{'folder':<14}{'killed':>8}{'survived':>10}{'(not cov.)':>12}{'(triaged)':>11}{'(equiv.)':>10}"
-             f"{'timeout':>9}{'build err':>11}{'not built':>11}{'score':>8}{'non-equiv.':>12}"]
+             f"{'timeout':>9}{'build err':>11}{'not built':>11}{'score':>8}{'non-equiv.':>12}{'+ fixed':>9}"]
     for name, row in sorted(rows.items()) + [("all", all_row)]:
         den = row["killed"] + row["survived"] + row["timeout"]
         score = f"{100.0 * row['detected'] / den:.0f}%" if den else "-"
         den2 = den - row["equivalent"]
         score2 = f"{100.0 * row['detected'] / den2:.0f}%" if den2 else "-"
+        score3 = f"{100.0 * (row['detected'] + row['fixed']) / den2:.0f}%" if den2 else "-"
         lines.append(f"{name:<14}{row['killed']:>8}{row['survived']:>10}{row['not_covered']:>12}{row['triaged']:>11}"
                      f"{row['equivalent']:>10}{row['timeout']:>9}{row['build_error']:>11}{row['not_built']:>11}"
-                     f"{score:>8}{score2:>12}")
+                     f"{score:>8}{score2:>12}{score3:>9}")
     costs = [r["build_s"] + r["test_s"] for r in records]
     if costs:
         lines.append(f"{len(records)} mutants run ({not_run} selected but not run, {total_pool} in the pool) "

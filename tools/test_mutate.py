@@ -106,6 +106,13 @@ class NotBuilt(unittest.TestCase):
         self.assertEqual(golden[6], "2")      # timeouts
         self.assertEqual(golden[9], "50%")    # the CTest timeout detected, the tool's deadline not
 
+    def test_survivors_fixed_since_count_in_the_last_column_only(self):
+        recs = [dict(mutant(i), folder="cache", status=s, build_s=1.0, test_s=1.0, original="a", mutant="b",
+                     triage=t) for i, (s, t) in enumerate([("killed", None), ("survived", "fixed"),
+                                                           ("survived", "equivalent"), ("survived", None)])]
+        cache = mutate.summary(recs, {"cache": []}, {}, 0, 4, 0.0).splitlines()[1].split()
+        self.assertEqual(cache[9:12], ["25%", "33%", "67%"])  # 1/4; 1/3 non-equivalent; (1+1)/3
+
 
 class CompileTime(unittest.TestCase):
     def test_constexpr_function_body_and_variables(self):
