@@ -249,9 +249,9 @@ TEST(CausalMaskInvalid, CreateRejectsBadArgumentsNamingTheValue) {
   expect_error([] { (void)boolean_mask(2, -1); }, K::invalid_argument, {"offset -1"});
   expect_error([] { (void)boolean_mask(2, 0, -9); }, K::invalid_argument, {"window -9"});
   expect_error([] { (void)boolean_mask(2, 0, -1); }, K::invalid_argument, {"window -1"});
-  expect_error([] { (void)boolean_mask(2, 0, 0, {-1}); }, K::invalid_argument, {"left_padding[0] = -1"});
+  expect_error([] { (void)boolean_mask(2, 0, 0, {-1}); }, K::invalid_argument, {"left_padding[0] = -1 is negative"});
   expect_error([] { (void)boolean_mask(2, 0, 0, {0, -4}); }, K::invalid_argument, {"left_padding[1] = -4"});
-  expect_error([] { (void)boolean_mask(2, 0, 0, {}, {-6}); }, K::invalid_argument, {"right_padding[0] = -6"});
+  expect_error([] { (void)boolean_mask(2, 0, 0, {}, {-6}); }, K::invalid_argument, {"right_padding[0] = -6 is negative"});
   expect_error([] { (void)boolean_mask(2, 3, 0, {1, 0}, {0, 1, 2}); }, K::shape_mismatch, {"2", "3"});
   expect_error([] { (void)ref::create_causal_mask(2, 0, 0, Pads{}, Pads{}, MaskForm::additive, DType::u8); },
                K::dtype_mismatch, {"u8"});
