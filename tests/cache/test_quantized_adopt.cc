@@ -180,7 +180,7 @@ TEST(QuantizedKVCacheAdopt, RejectsInconsistentPartsNamingThem) {
   EXPECT_KVLAB_ERROR(adopt(float_codes, good(), 3, b4), dtype_mismatch, "keys.wq of dtype f32");
   QuantizedDTensor wide = good();
   wide.wq = be.upload(Tensor(DType::u32, {1, 1, 3, 5}));
-  EXPECT_KVLAB_ERROR(adopt(wide, good(), 3, b4), shape_mismatch, "5 words per row");
+  EXPECT_KVLAB_ERROR(adopt(wide, good(), 3, b4), shape_mismatch, "5 words per row, but 1 groups of 32 (D = 32)");
   QuantizedDTensor short_scales = good();
   short_scales.scales = be.upload(Tensor(DType::f32, {1, 1, 2, 1}));
   EXPECT_KVLAB_ERROR(adopt(good(), short_scales, 3, b4), shape_mismatch, "values.scales (1, 1, 2, 1)");

@@ -220,6 +220,8 @@ TEST(TinyModel, BatchRowsEqualRowsAlone) {
     std::vector<std::int32_t> row1(4, 0);  // padding tokens: any id, they are masked
     row1.insert(row1.end(), prompts[1].begin(), prompts[1].end() - 1);
     head.insert(head.end(), row1.begin(), row1.end());
+    // No row of zero tokens: a mutation survivor let L = 0 through with B·L = 0 tokens.
+    expect_error([&] { (void)model->forward({}, 2, 0, ptrs); }, {"forward got 0 tokens for B 2, L 0"});
     std::vector<ForwardRecord> records = {model->forward(head, 2, 12, ptrs)};
     std::vector<std::int32_t> next = {prompts[0].back(), prompts[1].back()};
     for (int s = 0; s < steps; ++s) {
