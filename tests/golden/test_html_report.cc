@@ -225,6 +225,8 @@ TEST(HtmlReport, FailingDiffMarksTheFirstDivergence) {
   EXPECT_NE(s1.find("<p class=\"status ok\">A: ok</p>"), std::string::npos);
   EXPECT_EQ(count(s1, "fill=\"url(#seq-1-hatch)\""), 1u + 1u);  // the cell and the legend swatch
   EXPECT_NE(s1.find("layer 1, step 1: no record"), std::string::npos);
+  // The legend marks the tolerance on its scale (a mutation survivor dropped the label).
+  EXPECT_NE(s1.find("font-weight=\"600\">tolerance "), std::string::npos);
   // The summary flags the broken limits.
   const std::string sum = between(html, "id=\"summary\"", "</table>");
   EXPECT_NE(sum.find("<td class=\"v over\">0.3</td>"), std::string::npos);
