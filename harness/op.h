@@ -120,8 +120,8 @@ class OpInfo {
   // Bytes of every input and output tensor of `p` (and of any host-side copy as large,
   // e.g. the f32 copies a tolerance object makes), from the parameters alone: the spine
   // checks it against the run's memory cap before prepare() allocates anything. An
-  // upper bound of what prepare() makes and within a small factor of it
-  // (tests/test_harness.cc checks both over every case of the full tier).
+  // upper bound of what prepare() makes, at most twice what a whole run holds at its
+  // peak, and an eighth of that peak at least (tests/harness/test_bounds.cc).
   virtual std::uint64_t footprint(const Problem& p) const = 0;
   // The work of a run of `p` in elementary operations, to an order of magnitude, from the
   // parameters alone: the spine skips a problem over the run's work cap before prepare()

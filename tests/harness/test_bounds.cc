@@ -6,6 +6,11 @@
 #include <fstream>
 #include <limits>
 #include <new>
+#include <optional>
+#include <set>
+#include <string_view>
+
+#include <malloc.h>
 
 #include "harness/backends.h"
 #include "harness/check.h"
@@ -48,27 +53,83 @@ TEST(Footprint, BoundsThePreparedTensorsOfEveryCiCase) {
   EXPECT_GT(checked, 1000u);
 }
 
-// The ci cases' dimensions are close to each other, so a footprint that counts one
-// tensor with another's width (V at Dk) still bounds them under the factor above. Here
-// each dimension in turn dominates the others, so every tensor's own size decides.
-TEST(Footprint, BoundsThePreparedTensorsWhenOneDimensionDominates) {
+// The resident memory a whole run adds at its peak (prepare, the backend, the oracle, the
+// check), in bytes: VmHWM after resetting it (clear_refs 5, Linux 4.0+), less VmRSS
+// before, with malloc's free pages returned first so that reuse of earlier frees does not
+// hide the run's own. nullopt where /proc cannot do that.
+std::optional<std::uint64_t> run_peak_bytes(const Problem& p, Backend& backend, Backend& reference) {
+  const auto kib = [](std::string_view key) -> std::optional<std::uint64_t> {
+    std::ifstream in("/proc/self/status");
+    for (std::string line; std::getline(in, line);)
+      if (line.starts_with(key)) return std::stoull(line.substr(key.size()));
+    return std::nullopt;
+  };
+  malloc_trim(0);
+  const std::optional<std::uint64_t> before = kib("VmRSS:");
+  std::ofstream reset("/proc/self/clear_refs");
+  if (!before || !(reset << "5" << std::flush)) return std::nullopt;
+  const CaseResult r = run_case(p, backend, reference, RunOptions{});
+  EXPECT_TRUE(r.status == Status::passed || r.status == Status::unimplemented) << p.line() << ": " << r.reason;
+  const std::optional<std::uint64_t> peak = kib("VmHWM:");
+  if (!peak || *peak < *before) return std::nullopt;
+  return (*peak - *before) << 10;
+}
+
+// The footprint is what the memory cap is checked against (kRunCopies times it), so it
+// must be a bound of a run and not far above one: tested on cases of tens of MB (the ci
+// cases' few KB are below what resident memory can resolve), in which each dimension
+// in turn dominates (the ci cases' dimensions are close to each other, so a footprint
+// that counts one tensor at another's width would still bound them), one per op. Each
+// footprint must hold the prepared tensors, be at most twice what the run really holds at
+// its peak (else the cap skips cases that fit), and the peak at most kRunCopies times the
+// footprint (else the cap is not a bound). A footprint exceeds prepare()'s tensors by the
+// f32 copies the check makes (up to 20x for 4-bit K/V), so the run's peak is the measure.
+TEST(Footprint, BoundsWhatARunHoldsAndIsWithinTwiceItsPeak) {
+#if defined(__SANITIZE_ADDRESS__)
+  GTEST_SKIP() << "resident memory under ASan includes its shadow and quarantine";
+#endif
   const char* const lines[] = {
-      "sdpa B=1 Hq=1 Hkv=1 Lq=1 Lk=2048 Dk=16 Dv=1024 dtype=f32 mask=none",     // Dv ≫ Dk
-      "sdpa B=1 Hq=1 Hkv=1 Lq=1 Lk=2048 Dk=1024 Dv=16 dtype=f16 mask=none",     // Dk ≫ Dv
-      "sdpa B=1 Hq=64 Hkv=1 Lq=256 Lk=4 Dk=32 Dv=32 dtype=bf16 mask=none",      // Hq·Lq ≫ Lk
-      "sdpa B=64 Hq=2 Hkv=2 Lq=1 Lk=64 Dk=32 Dv=32 dtype=f32 mask=causal",      // B ≫ 1
-      "sdpa B=1 Hq=1 Hkv=1 Lq=64 Lk=64 Dk=16 Dv=16 dtype=f32 mask=additive",    // the mask
+      "sdpa B=1 Hq=1 Hkv=1 Lq=1 Lk=2048 Dk=16 Dv=1024 dtype=f32 mask=none",   // Dv >> Dk
+      "sdpa B=1 Hq=1 Hkv=1 Lq=1 Lk=2048 Dk=1024 Dv=16 dtype=f16 mask=none",   // Dk >> Dv
+      "sdpa B=1 Hq=64 Hkv=1 Lq=256 Lk=4 Dk=32 Dv=32 dtype=bf16 mask=none",    // Hq·Lq >> Lk
+      "sdpa B=64 Hq=2 Hkv=2 Lq=1 Lk=64 Dk=32 Dv=32 dtype=f32 mask=causal",    // B >> 1
+      "sdpa B=1 Hq=1 Hkv=1 Lq=1024 Lk=1024 Dk=16 Dv=16 dtype=f32 mask=additive",  // the mask
       "quantized_sdpa B=1 Hq=1 Hkv=1 Lq=1 Lk=2048 Dk=32 Dv=1024 dtype=f16 kbits=8 kgroup=32 vbits=8 vgroup=32 "
       "mask=none",
-      "quantized_sdpa B=1 Hq=1 Hkv=1 Lq=1 Lk=2048 Dk=1024 Dv=32 dtype=f16 kbits=8 kgroup=32 vbits=8 vgroup=32 "
+      "quantized_sdpa B=1 Hq=1 Hkv=1 Lq=1 Lk=2048 Dk=1024 Dv=32 dtype=f16 kbits=4 kgroup=32 vbits=4 vgroup=32 "
       "mask=none",
+      "rope T=8000",
+      "kv_scatter B=2 H=4 S=1024 L=2048 W=128 dtype=f16",
+      "kv_gather Bs=4 Bd=6 H=4 L=1024 W=128 dtype=f16",
+      "kv_roll B=4 H=4 L=1024 W=128 dtype=f16",
+      "kv_cast B=2 H=4 L=2048 W=128 src=f32 dst=f16",
+      "kv_copy_blocks Bs=3 Bd=2 H=4 Ls=1024 Ld=1024 W=128 blocks=8 len=64 dtype=f16",
+      "kv_append_advance B=2 H=4 S=512 C=2048 Dk=128 Dv=128 dtype=f16 start=0",
+      "kv_snapshot N=1000000 dtype=f32",
+      "cache kind=kv Hq=4 Hkv=4 D=64 script=p1024.d",
+      "cache kind=quantized Hq=4 Hkv=4 D=64 rope=0 script=p1024.d",
+      "affine_quantize B=1 H=4 T=4096 D=128 dtype=f16 bits=4 group=64",
+      "affine_dequantize B=1 H=4 T=4096 D=128 dtype=f16 bits=4 group=64",
+      "fp_quantize B=1 H=4 T=4096 D=128 mode=mxfp4",
+      "fp_dequantize B=1 H=4 T=4096 D=128 dtype=f16 mode=nvfp4",
+      "ggml_quantize B=1 H=4 T=4096 D=128 dtype=f16 mode=q4_0",
+      "ggml_dequantize B=1 H=4 T=4096 D=128 dtype=f16 mode=q5_1",
   };
+  auto reference = make_backend("reference");
+  auto simd = make_backend("simd");
+  std::set<std::string> ops;
   for (const char* line : lines) {
     const Problem p = parse_problem(line);
     const OpInfo& op = find_op(p.op());
-    const Prepared prep = op.prepare(p);
-    EXPECT_GE(op.footprint(p), prepared_bytes(prep)) << p.line();
+    const std::uint64_t footprint = op.footprint(p);
+    EXPECT_GE(footprint, prepared_bytes(op.prepare(p))) << p.line();
+    const std::optional<std::uint64_t> peak = run_peak_bytes(p, simd ? *simd : *reference, *reference);
+    if (!peak) GTEST_SKIP() << "/proc/self cannot reset and read the peak resident memory here";
+    EXPECT_LE(footprint, 2 * *peak) << p.line() << ": footprint " << footprint << ", peak " << *peak;
+    EXPECT_LE(*peak, kRunCopies * footprint) << p.line() << ": footprint " << footprint << ", peak " << *peak;
+    ops.insert(std::string(p.op()));
   }
+  for (const OpInfo* op : all_ops()) EXPECT_TRUE(ops.contains(std::string(op->name()))) << op->name() << " has no line here";
 }
 
 // The perf shapes (benchmarks, real GPUs) stay runnable on a 24 GiB machine: the
