@@ -457,6 +457,9 @@ TEST(BatchKVCache, IdxIsReadStrictlyByEveryBatchClass) {
       EXPECT_TRUE(mentions(e, cat("'idx' = '", idx, "'"))) << e.what();
     }
   }
+  // The lower limit, 0 (an empty cache), loads in both (a mutation survivor: idx >= 1).
+  EXPECT_TRUE(BatchKVCache::from_state(be, host)->empty());
+  EXPECT_TRUE(DeviceBatchKVCache::from_state(be, device)->empty());
 }
 
 TEST(BatchKVCache, CorruptStateIsRejectedNamingTheField) {
