@@ -13,6 +13,7 @@ incrementally, and ctest runs the labels that cover the mutant's folder with
   tools/mutate.sh --diff BASE --paths P [P ...]  ... in these files or folders only
   tools/mutate.sh --sample N --seed S            a seeded sample of the whole tree
   tools/mutate.sh --sample N --seed S --list     the mutants alone, nothing built
+  tools/mutate.sh --recheck-fixed REPORT_DIR     an earlier run's `fixed` survivors, run again
 
 Outcomes: killed, survived, timeout, build_error, not_built (no object of the build
 depends on the mutated file: nothing could run it). Report: OUT/mutants.jsonl (one JSON
@@ -38,6 +39,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DATA = os.path.join(ROOT, "tools", "mutate")
 sys.path.insert(0, DATA)
 import coverage  # noqa: E402  (tools/mutate/coverage.py)
+import recheck  # noqa: E402  (tools/mutate/recheck.py)
 import resume  # noqa: E402  (tools/mutate/resume.py)
 RULES = ["universal.rules", "cpp.rules", "c_like.rules"]  # `mutate FILE cpp`'s rule set
 EXTS = (".cc", ".cpp", ".h", ".hpp", ".inl")
@@ -455,6 +457,8 @@ def main():
     mode = ap.add_mutually_exclusive_group(required=True)
     mode.add_argument("--diff", metavar="BASE", help="mutants on the lines changed since BASE (git diff BASE)")
     mode.add_argument("--sample", type=int, metavar="N", help="a seeded random sample of N mutants of the tree")
+    mode.add_argument("--recheck-fixed", metavar="REPORT_DIR",
+                      help="run an earlier report's survivors triaged `fixed` again on this tree")
     mode.add_argument("--build-coverage", action="store_true",
                       help="measure the per-test coverage map in --coverage-dir (the mutate-cov preset) and stop")
     ap.add_argument("--paths", nargs="+", metavar="PATH",
@@ -491,6 +495,8 @@ def main():
     triage = read_survivors(args.survivors)
     if args.build_coverage:  # mutates nothing: leaves the report dir (maybe a running run's) alone
         return build_coverage(args, folders, cheap, never)
+    if args.recheck_fixed:
+        return recheck_fixed(args, folders, cheap, never, triage)
     os.makedirs(args.out, exist_ok=True)
     restorer = Restorer(args.out)
     restorer.recover()
@@ -582,6 +588,48 @@ def main():
     print(text)
     untriaged = [r for r in records if r["status"] == "survived" and not r.get("triage")]
     return 1 if untriaged else 0
+
+
+def recheck_fixed(args, folders, cheap, never, triage):
+    """--recheck-fixed: each `fixed` survivor of the report, mutated again where its line is
+    now, built and run against every cheap label (the folder's first); 1 unless all are
+    killed (a `gone` one, whose line the fix rewrote, is not)."""
+    todo = recheck.fixed_survivors(args.recheck_fixed, triage, find_triage)
+    os.makedirs(args.out, exist_ok=True)
+    restorer = Restorer(args.out)
+    restorer.recover()
+    ok, build_s, out = build(args)
+    if not ok:
+        sys.exit(f"mutate: the unmutated tree does not build:\n{out[-3000:]}")
+    timeout = args.test_timeout or 3600
+    results = []
+    try:
+        for r in todo:
+            m = recheck.moved(r, ROOT)
+            if m is None:
+                results.append((r, "gone", None))
+                print(f"gone      {r['id']}  (its original line is no longer in the file)", flush=True)
+                continue
+            folder = folder_of(m["file"], folders)
+            try:
+                restorer.write(m)
+                built, build_s, _ = build(args)
+                status, failing = ("build_error", None) if not built else \
+                    test(ctest_phases(args, folders[folder], cheap, never), timeout)[:2]
+            finally:
+                restorer.restore()
+            results.append((m, status, failing))
+            print(f"{status:<9} {r['id']} (now line {m['line']})" + (f"  ({failing})" if failing else ""), flush=True)
+    except KeyboardInterrupt:
+        print("mutate: interrupted; the mutated file is restored", file=sys.stderr)
+    finally:
+        restorer.restore() if restorer.path else None
+        build(args)
+    text = "\n".join(recheck.summary(results))
+    with open(os.path.join(args.out, "recheck.txt"), "w") as f:
+        f.write(text + "\n")
+    print(text)
+    return 0 if results and all(s == "killed" for _, s, _ in results) and len(results) == len(todo) else 1
 
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@ sys.path.insert(0, HERE)
 import coverage  # noqa: E402
 import coverage_run  # noqa: E402
 import mutate  # noqa: E402
+import recheck  # noqa: E402
 import resume  # noqa: E402
 
 
@@ -112,6 +113,37 @@ class NotBuilt(unittest.TestCase):
                                                            ("survived", "equivalent"), ("survived", None)])]
         cache = mutate.summary(recs, {"cache": []}, {}, 0, 4, 0.0).splitlines()[1].split()
         self.assertEqual(cache[9:12], ["25%", "33%", "67%"])  # 1/4; 1/3 non-equivalent; (1+1)/3
+
+
+class Recheck(unittest.TestCase):
+    def test_the_nearest_line_with_the_same_text_is_taken(self):
+        lines = ["a", "  x = 1;", "b", "c", "x = 1;  ", "d"]
+        self.assertEqual(recheck.locate(lines, "x = 1;", 5), 5)
+        self.assertEqual(recheck.locate(lines, "x = 1;", 1), 2)
+        self.assertEqual(recheck.locate(lines, "x = 1;", 3), 2)  # a tie goes to the earlier
+        self.assertIsNone(recheck.locate(lines, "x = 2;", 3))
+
+    def test_only_survivors_triaged_fixed_are_taken_and_a_rewritten_line_is_gone(self):
+        with tempfile.TemporaryDirectory() as d:
+            recs = [dict(mutant(1), status="survived", original="x = 1;"),
+                    dict(mutant(2), status="survived", original="y = 2;"),
+                    dict(mutant(3), status="killed", original="z = 3;"),
+                    dict(mutant(4), status="survived", original="w = 4;")]
+            with open(os.path.join(d, "mutants.jsonl"), "w") as f:
+                f.write("\n".join(json.dumps(r) for r in recs) + "\n")
+            triage = {recs[0]["id"]: ("fixed", "T"), recs[1]["id"]: ("equivalent", "E"),
+                      recs[2]["id"]: ("fixed", "T"), recs[3]["id"]: ("fixed", "T")}
+            todo = recheck.fixed_survivors(d, triage, mutate.find_triage)
+            self.assertEqual([r["id"] for r in todo], [recs[0]["id"], recs[3]["id"]])
+            os.makedirs(os.path.join(d, "core"))
+            with open(os.path.join(d, "core", "a.cc"), "w") as f:
+                f.write("// moved\n\n\n\nx = 1;\n")
+            self.assertEqual(recheck.moved(todo[0], d)["line"], 5)
+            self.assertIsNone(recheck.moved(todo[1], d))  # the fix rewrote it
+        text = recheck.summary([(recs[0], "killed", "T.A"), (recs[3], "gone", None)])
+        self.assertIn("2 fixed survivors", text[0])
+        self.assertIn("1 gone", text[0])
+        self.assertIn("(T.A)", text[1])
 
 
 class CompileTime(unittest.TestCase):
