@@ -9,7 +9,10 @@
 #      mlx-lm's BatchGenerator, its MemoryAwarePrefixCache, its max_kv_size bound), written
 #      as goldens in kvlab's format (adapters/mlx/kvlab_mlx/golden_replay_vllm.py); kv_bits
 #      and save_at scenarios get a not-replayed marker with the reason; each request's
-#      reused prefix length is checked against its kvlab golden's (--golden-dir);
+#      reused prefix length is checked against its kvlab golden's (--golden-dir); and four
+#      concurrent requests of the plain prompt under each global kv-cache quantization
+#      setting (SwiftLM's Test 9 as far as vllm-mlx reaches: it takes no per-request
+#      kv_bits), each row judged against kvlab's plain golden (--concurrent-out);
 #   3. tools/golden_table.py replay --engine vllm-mlx: kvlab golden diff of each checked-in
 #      golden against vllm-mlx's, judged by the register golden/known/vllm-mlx (an unlisted
 #      divergence or a stale entry fails).
@@ -28,13 +31,13 @@ if ! "$py" -c 'import importlib.util, sys; sys.exit(importlib.util.find_spec("vl
   echo "SKIPPED: vllm-mlx is not installed in $py's venv (tools/setup_venv_vllm_mlx.sh)"
   exit 0
 fi
-rm -rf "$work/vllm-mlx"
+rm -rf "$work/vllm-mlx" "$work/vllm-mlx-concurrent"
 mkdir -p "$work/vllm-mlx"
 "$kvlab" golden models --models "$work/models"
 for scenarios in "$root"/golden/scenarios/*; do
   id=$(basename "$scenarios")
   "$py" -m kvlab_mlx golden-vllm --model "$work/models/$id" --model-id "$id" --scenarios "$scenarios" \
-    --out "$work/vllm-mlx" --golden-dir "$root/golden/data"
+    --out "$work/vllm-mlx" --golden-dir "$root/golden/data" --concurrent-out "$work/vllm-mlx-concurrent" --kvlab "$kvlab"
 done
 "$py" "$root/tools/golden_table.py" replay --kvlab "$kvlab" --golden-dir "$root/golden" --replays "$work/vllm-mlx" \
   --engine vllm-mlx --known "$root/golden/known/vllm-mlx" --json "$work/replay.json"

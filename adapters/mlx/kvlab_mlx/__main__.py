@@ -1,7 +1,7 @@
 """python -m kvlab_mlx run IN -o OUT [--ops a,b] | info FILE | prompt-cache --kvlab KVLAB --work DIR
                   | golden --model DIR --scenarios FILE --out OUTDIR [--scenario NAME --teacher GOLDEN]
                   | golden-vlm --model DIR --scenarios FILE --out OUTDIR
-                  | golden-vllm --model DIR --scenarios FILE --out OUTDIR [--golden-dir DIR]"""
+                  | golden-vllm --model DIR --scenarios FILE --out OUTDIR [--golden-dir DIR [--concurrent-out DIR --kvlab BIN]]"""
 
 from __future__ import annotations
 
@@ -151,7 +151,7 @@ def _cmd_golden_vlm(args):
 def _cmd_golden_vllm(args):
     from .golden_replay_vllm import main as golden  # imports MLX, mlx-lm 0.31.3 and vllm-mlx
 
-    return golden(args.model, args.scenarios, args.out, args.model_id, args.golden_dir)
+    return golden(args.model, args.scenarios, args.out, args.model_id, args.golden_dir, args.concurrent_out, args.kvlab)
 
 
 def main(argv=None):
@@ -226,6 +226,12 @@ def main(argv=None):
     gl.add_argument("--golden-dir", metavar="DIR",
                     help="kvlab's goldens (golden/data): check each request's reused prefix length against "
                          "its golden's (kvlab golden diff does not compare it); exit 1 on a difference")
+    gl.add_argument("--concurrent-out", metavar="DIR",
+                    help="also run four concurrent requests of the plain prompt under each global kv-cache "
+                         "quantization setting (SwiftLM's Test 9 as far as vllm-mlx reaches: it takes no "
+                         "per-request kv_bits) and judge each row against kvlab's plain golden (needs "
+                         "--golden-dir and --kvlab)")
+    gl.add_argument("--kvlab", metavar="BIN", help="the kvlab executable (for --concurrent-out)")
     gl.set_defaults(fn=_cmd_golden_vllm)
     args = ap.parse_args(argv)
     try:

@@ -32,6 +32,10 @@ Per scenario kind:
   kv_bits      NOT_REPLAYED: vllm-mlx 0.6.0 has no live KV quantization (see NOT_REPLAYED)
   save_at      NOT_REPLAYED: the scheduler has no mid-request save and resume
 
+With --concurrent-out (CONCURRENT_SETTINGS): SwiftLM's "Test 9" as far as vllm-mlx reaches.
+It takes no per-request kv_bits, so four concurrent requests of the plain prompt run under
+each global kv-cache quantization setting, each row judged against kvlab's plain golden.
+
 The scheduler catches a generation error itself (Scheduler.step: it logs the traceback and
 finishes every running request with finish_reason "error"); the replay reads the logged
 message and records it as the status `error: <message>` of every request not yet done.
@@ -338,6 +342,75 @@ def _write(mx, path: Path, tensors: dict, metadata: dict):
         raise
 
 
+# SwiftLM's "Test 9" asks for four concurrent requests with different per-request kv_bits
+# (none, 8, 4, one more). vllm-mlx 0.6.0 takes none: SamplingParams (request.py) has no kv
+# field, Scheduler._schedule_waiting inserts max_tokens, caches and logits_processors only,
+# and kv_cache_quantization* are SchedulerConfig fields wired to the prefix store
+# (MemoryCacheConfig) alone. What is reachable: four concurrent requests under each global
+# setting, one scheduler per setting. The live cache is full precision under every one
+# (vllm-mlx PR 62), so each row is judged against kvlab's single-request plain golden of the
+# same prompt (kvlab has no golden of a quantized prefix store).
+CONCURRENT_SETTINGS = {
+    "none": {},
+    "kvq8": dict(kv_cache_quantization=True, kv_cache_quantization_bits=8),
+    "kvq4": dict(kv_cache_quantization=True, kv_cache_quantization_bits=4),
+    "kvq4g32": dict(kv_cache_quantization=True, kv_cache_quantization_bits=4, kv_cache_quantization_group_size=32),
+}
+CONCURRENT_ROWS = 4
+
+
+def concurrent(rp, plain, out_dir) -> list[Path]:
+    """Test 9's reachable part: per CONCURRENT_SETTINGS, CONCURRENT_ROWS requests of
+    `plain`'s prompt start together in one scheduler; each row is written as a one-sequence
+    golden of `plain` (OUT/<model>.plain.vllm-mlx.<setting>.r<i>.safetensors)."""
+    from .golden_scenario import parse_line
+
+    gr = rp.gr
+    prompt = plain.request_prompts(rp.vocab)[0]
+    together = parse_line(f"concurrent prompts={','.join([str(len(prompt))] * CONCURRENT_ROWS)} steps={plain.steps}")
+    paths = []
+    for name, config in CONCURRENT_SETTINGS.items():
+        seqs = [gr.Sequence(list(prompt), attn=None) for _ in range(CONCURRENT_ROWS)]
+        with SchedulerDriver(rp, plain, **config) as d:
+            store = d.scheduler.memory_aware_cache
+            assert bool(store._config.kv_quantize) == bool(config), (name, store._config)
+
+            def stalled(responses, live, joined):
+                if not d.scheduler.has_requests() and live:
+                    raise RuntimeError("vllm-mlx's scheduler ran out of requests before every request finished")
+
+            gr.drive_batch(together, seqs, lambda idx: [d.add(i, seqs[i].prompt) for i in idx], d.step,
+                           d.scheduler.abort_request, stalled)
+            for i, s in enumerate(seqs):
+                d.take(i, s)
+        for i, s in enumerate(seqs):
+            r = gr.Result(plain, [s], rp.classes(plain), 0.0)
+            path = Path(out_dir) / f"{rp.model_id}.{plain.name}.{rp.engine}.{name}.r{i}.safetensors"
+            _write(gr.mx, path, gr.golden_tensors([s], rp.vocab, rp._widths), rp.metadata(r))
+            paths.append(path)
+    return paths
+
+
+def judge_concurrent(kvlab, golden: Path, paths) -> int:
+    """kvlab golden diff of each row against kvlab's golden; prints a line per row, returns
+    the number that do not pass."""
+    import json
+    import subprocess
+
+    failed = 0
+    for p in paths:
+        out = subprocess.run([str(kvlab), "golden", "diff", str(golden), str(p), "--json"], capture_output=True, text=True)
+        if out.returncode not in (0, 1):
+            raise RuntimeError(f"kvlab golden diff {golden} {p} failed ({out.returncode}): {out.stderr}")
+        rep = json.loads(out.stdout)
+        s = rep["summary"]
+        failed += rep["verdict"] != "pass"
+        print(f"TEST9 {p.name}: {rep['verdict']} top-1 {100 * s['top1_agreement']:.1f}% max|dlogit| "
+              f"{float(s['max_abs_dlogit']):.2g} vs {golden.name}" + ("" if rep["verdict"] == "pass" else
+                                                          " | " + " | ".join(rep["reasons"])), flush=True)
+    return failed
+
+
 def reused_mismatches(ours, kvlab_meta: dict) -> list[str]:
     """The sequences whose reused prefix length differs from kvlab's golden's (metadata
     seq.<i>.reused; `kvlab golden diff` compares outputs, not how much came from a cache,
@@ -352,9 +425,11 @@ def reused_mismatches(ours, kvlab_meta: dict) -> list[str]:
     return out
 
 
-def main(model_dir, scenarios_path, out_dir, model_id=None, golden_dir=None) -> int:
+def main(model_dir, scenarios_path, out_dir, model_id=None, golden_dir=None, concurrent_out=None, kvlab=None) -> int:
     """golden_dir: kvlab's goldens (golden/data); given, each replayed scenario's reused
-    counts are checked against its kvlab golden's (exit 1 on a difference)."""
+    counts are checked against its kvlab golden's (exit 1 on a difference). concurrent_out
+    (with golden_dir and kvlab): Test 9's reachable part (concurrent), each row judged
+    against kvlab's plain golden (exit 1 on a row that does not pass)."""
     from .golden_scenario import read_scenarios
 
     rp = VllmReplayer(model_dir, model_id or Path(scenarios_path).name)
@@ -378,4 +453,13 @@ def main(model_dir, scenarios_path, out_dir, model_id=None, golden_dir=None) -> 
             for m in reused_mismatches(r.sequences, meta):
                 failed += 1
                 print(f"REUSED MISMATCH {rp.model_id} {sc.name}: {m}", flush=True)
+    if concurrent_out is not None:
+        if golden_dir is None or kvlab is None:
+            raise ValueError("--concurrent-out needs --golden-dir and --kvlab (the rows are judged against kvlab's plain golden)")
+        plain = [sc for sc in scenarios if sc.name == "plain"]
+        if len(plain) != 1 or plain[0].kind != "single" or not_replayed(plain[0]):
+            raise ValueError(f"{scenarios_path}: --concurrent-out needs one single-request scenario 'plain'")
+        Path(concurrent_out).mkdir(parents=True, exist_ok=True)
+        paths = concurrent(rp, plain[0], concurrent_out)
+        failed += judge_concurrent(kvlab, Path(golden_dir) / f"{rp.model_id}.plain.kvlab.safetensors", paths)
     return 1 if failed else 0
