@@ -1,6 +1,7 @@
 """python -m kvlab_mlx run IN -o OUT [--ops a,b] | info FILE | prompt-cache --kvlab KVLAB --work DIR
                   | golden --model DIR --scenarios FILE --out OUTDIR [--scenario NAME --teacher GOLDEN]
-                  | golden-vlm --model DIR --scenarios FILE --out OUTDIR"""
+                  | golden-vlm --model DIR --scenarios FILE --out OUTDIR
+                  | golden-vllm --model DIR --scenarios FILE --out OUTDIR [--golden-dir DIR [--concurrent-out DIR --kvlab BIN]]"""
 
 from __future__ import annotations
 
@@ -147,6 +148,12 @@ def _cmd_golden_vlm(args):
     return golden(args.model, args.scenarios, args.out, args.model_id)
 
 
+def _cmd_golden_vllm(args):
+    from .golden_replay_vllm import main as golden  # imports MLX, mlx-lm 0.31.3 and vllm-mlx
+
+    return golden(args.model, args.scenarios, args.out, args.model_id, args.golden_dir, args.concurrent_out, args.kvlab)
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(prog="python -m kvlab_mlx",
                                  description="Recompute kvlab vectors files with real MLX / mlx-lm.")
@@ -209,6 +216,23 @@ def main(argv=None):
                     help="writes OUTDIR/<model id>.<scenario>.mlx-vlm.safetensors")
     gv.add_argument("--model-id", metavar="ID", help="model id (default: the scenario file's name)")
     gv.set_defaults(fn=_cmd_golden_vlm)
+    gl = sub.add_parser("golden-vllm", help="replay golden scenarios through vllm-mlx's continuous-batching "
+                        "scheduler (its venv: build/venv-vllm-mlx), and write goldens")
+    gl.add_argument("--model", required=True, metavar="DIR", help="model directory (config.json, model.safetensors)")
+    gl.add_argument("--scenarios", required=True, metavar="FILE", help="scenario file (golden/scenarios/<model id>)")
+    gl.add_argument("--out", required=True, metavar="OUTDIR",
+                    help="writes OUTDIR/<model id>.<scenario>.vllm-mlx.safetensors (or .not-replayed)")
+    gl.add_argument("--model-id", metavar="ID", help="model id (default: the scenario file's name)")
+    gl.add_argument("--golden-dir", metavar="DIR",
+                    help="kvlab's goldens (golden/data): check each request's reused prefix length against "
+                         "its golden's (kvlab golden diff does not compare it); exit 1 on a difference")
+    gl.add_argument("--concurrent-out", metavar="DIR",
+                    help="also run four concurrent requests of the plain prompt under each global kv-cache "
+                         "quantization setting (SwiftLM's Test 9 as far as vllm-mlx reaches: it takes no "
+                         "per-request kv_bits) and judge each row against kvlab's plain golden (needs "
+                         "--golden-dir and --kvlab)")
+    gl.add_argument("--kvlab", metavar="BIN", help="the kvlab executable (for --concurrent-out)")
+    gl.set_defaults(fn=_cmd_golden_vllm)
     args = ap.parse_args(argv)
     try:
         return args.fn(args)
