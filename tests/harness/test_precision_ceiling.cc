@@ -311,5 +311,23 @@ TEST(PrecisionCeiling, PartialsRoundedPerChunkFailTheRoundingIdentity) {
   }
 }
 
+// The rounding identity's allowance counts the elements an f32 kernel may round otherwise
+// than the oracle: arithmetic only. A row with no visible key gets the fully-masked
+// policy's value (no arithmetic), so a case in which every row is fully masked allows
+// none (a mutation survivor: without the skip, each such row's Dv elements counted).
+// The generated masks hide every key of the first row (harness/ops/sdpa_info.cc,
+// mask_array); with Lq = 1 and a mask broadcast over batch and heads, that is every row.
+TEST(PrecisionCeiling, AFullyMaskedCaseAllowsNoRoundingMismatch) {
+  std::unique_ptr<Backend> reference = make_backend("reference");
+  for (const char* line : {"sdpa B=2 Hq=4 Hkv=2 Lq=1 Lk=16 Dk=32 Dv=64 dtype=f16 mask=bool",
+                           "sdpa B=2 Hq=4 Hkv=2 Lq=1 Lk=16 Dk=32 Dv=64 dtype=bf16 mask=additive"}) {
+    const Problem p = parse_problem(line);
+    const Produced out = produce_case(p, *reference, {});
+    ASSERT_EQ(out.result.status, Status::passed) << out.result.reason;
+    const Budget b = find_op("sdpa").budget(p, out.prep, 0, out.outputs[0]);
+    EXPECT_EQ(b.expected_rounding_mismatches, 0.0) << line;
+  }
+}
+
 }  // namespace
 }  // namespace kvlab::harness
