@@ -183,7 +183,7 @@ class APCStore:
                 if same:
                     return
                 back = [mx.dequantize(*m, group_size=got.group_size, bits=got.bits) for m in mine]
-                steps = max(mx.max(mx.abs(x - f) / mx.maximum(mx.abs(c[1]).repeat(g, axis=-1), 1e-30)).item()
+                steps = max(mx.max(mx.abs(x - f) / mx.maximum(mx.repeat(mx.abs(c[1]), g, axis=-1), 1e-30)).item()
                             for x, f, c in zip(back, fresh, codes))
                 raise EngineRaised(
                     f"{word}: a {reused}-token block hit on a QuantizedKVCache ({b} bits, group {g}) returns codes "
