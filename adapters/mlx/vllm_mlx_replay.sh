@@ -3,7 +3,9 @@
 # conformance.cache_replay_vllm_mlx), or its register's repros and the adapter's
 # prefix-verb tests (REPROS=1: conformance.repros_vllm_mlx), in the venv of its own (build/venv-vllm-mlx,
 # tools/setup_venv_vllm_mlx.sh). Without that venv it prints SKIPPED with the reason the
-# setup wrote, and the test skips.
+# setup wrote, and the test skips. STORE=mlx-vlm-apc[-kvq]: mlx-vlm's APC instead, in
+# build/venv (CTests conformance.cache_replay_mlx_vlm_apc[_kvq]; with REPROS=1 mlx-vlm's
+# repros and the APC store's tests).
 # usage: [STORE=NAME] vllm_mlx_replay.sh KVLAB WORKDIR [TIER COUNT SEED]
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -14,6 +16,11 @@ fi
 if [[ ! -x $venv/bin/python ]]; then
   echo "SKIPPED: no venv at $venv for ${STORE:-vllm-mlx}: $(cat "$venv.unavailable" 2>/dev/null || echo "run $setup")"
   exit 0
+fi
+if [[ ${REPROS:-0} == 1 && ${STORE:-} == mlx-vlm-* ]]; then  # APC's repros are mlx-vlm's
+  "$venv/bin/python" "$root/adapters/mlx/repros/run.py" mlx-vlm
+  cd "$root/adapters/mlx"
+  exec env PYTHONPATH=. "$venv/bin/python" -m unittest tests.test_prefix_store_apc
 fi
 if [[ ${REPROS:-0} == 1 ]]; then
   "$venv/bin/python" "$root/adapters/mlx/repros/run.py" vllm-mlx
