@@ -6,7 +6,7 @@ per store), in markdown.
   STORE=S bash adapters/mlx/vllm_mlx_replay.sh build/ci/tools/kvlab W/S   # for each store S
   tools/prefix_store_table.py W/vllm-mlx W/vllm-mlx-kvq W/vllm-mlx-manager W/vllm-mlx-paged
 
-A folder's name is its store (kvlab_mlx/engines.py VLLM_MLX_STORES). Cells as in
+A folder's name is its store (kvlab_mlx/engines.py VLLM_MLX_STORES, MLX_VLM_STORES). Cells as in
 tools/cache_replay_table.py --hits: a script that agrees counts under every hit kind its
 requests reached, a divergent one under the kind of the last request it reached; the
 requests are classified by kvlab's rule, so every store has the same rows. Scripts that
@@ -23,7 +23,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import cache_replay_table as crt  # noqa: E402
 
 NAMES = {"vllm-mlx": "MemoryAwarePrefixCache", "vllm-mlx-kvq": "MemoryAwarePrefixCache kv_quantize",
-         "vllm-mlx-manager": "PrefixCacheManager", "vllm-mlx-paged": "BlockAwarePrefixCache (blocks of 2)"}
+         "vllm-mlx-manager": "PrefixCacheManager", "vllm-mlx-paged": "BlockAwarePrefixCache (blocks of 2)",
+         "mlx-vlm-apc": "mlx-vlm APC (blocks of 1)", "mlx-vlm-apc-kvq": "mlx-vlm APC kv_quant_config"}
 HITS = ("exact", "prefix", "supersequence", "lcp", "after trim", "miss")
 COLS = ("scripts", "agree", "representation", "upstream-bug", "kvlab-bug", "unclassified", "not replayed")
 

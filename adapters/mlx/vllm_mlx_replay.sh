@@ -3,14 +3,24 @@
 # conformance.cache_replay_vllm_mlx), or its register's repros and the adapter's
 # prefix-verb tests (REPROS=1: conformance.repros_vllm_mlx), in the venv of its own (build/venv-vllm-mlx,
 # tools/setup_venv_vllm_mlx.sh). Without that venv it prints SKIPPED with the reason the
-# setup wrote, and the test skips.
+# setup wrote, and the test skips. STORE=mlx-vlm-apc[-kvq]: mlx-vlm's APC instead, in
+# build/venv (CTests conformance.cache_replay_mlx_vlm_apc[_kvq]; with REPROS=1 mlx-vlm's
+# repros and the APC store's tests).
 # usage: [STORE=NAME] vllm_mlx_replay.sh KVLAB WORKDIR [TIER COUNT SEED]
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
-venv=${KVLAB_VLLM_MLX_VENV:-$root/build/venv-vllm-mlx}
+venv=${KVLAB_VLLM_MLX_VENV:-$root/build/venv-vllm-mlx} setup=tools/setup_venv_vllm_mlx.sh
+if [[ ${STORE:-} == mlx-vlm-* ]]; then  # mlx-vlm's APC (kvlab_mlx/prefix_store_apc.py): build/venv
+  venv=${KVLAB_MLX_VENV:-$root/build/venv} setup=tools/setup_venv.sh
+fi
 if [[ ! -x $venv/bin/python ]]; then
-  echo "SKIPPED: no vllm-mlx venv at $venv: $(cat "$venv.unavailable" 2>/dev/null || echo 'run tools/setup_venv_vllm_mlx.sh')"
+  echo "SKIPPED: no venv at $venv for ${STORE:-vllm-mlx}: $(cat "$venv.unavailable" 2>/dev/null || echo "run $setup")"
   exit 0
+fi
+if [[ ${REPROS:-0} == 1 && ${STORE:-} == mlx-vlm-* ]]; then  # APC's repros are mlx-vlm's
+  "$venv/bin/python" "$root/adapters/mlx/repros/run.py" mlx-vlm
+  cd "$root/adapters/mlx"
+  exec env PYTHONPATH=. "$venv/bin/python" -m unittest tests.test_prefix_store_apc
 fi
 if [[ ${REPROS:-0} == 1 ]]; then
   "$venv/bin/python" "$root/adapters/mlx/repros/run.py" vllm-mlx
@@ -20,7 +30,9 @@ if [[ ${REPROS:-0} == 1 ]]; then
 fi
 # STORE: which of vllm-mlx's prefix stores (kvlab_mlx/engines.py VLLM_MLX_STORES): vllm-mlx
 # (MemoryAwarePrefixCache), vllm-mlx-kvq (the same with kv_quantize), vllm-mlx-manager
-# (PrefixCacheManager). Each request's hit kind goes to WORKDIR/hits.jsonl for the table.
+# (PrefixCacheManager), vllm-mlx-paged; or mlx-vlm's APC, mlx-vlm-apc and mlx-vlm-apc-kvq
+# (engines.py MLX_VLM_STORES), in build/venv (KVLAB_MLX_VENV); their repros run in
+# conformance.repros_mlx_vlm. Each request's hit kind goes to WORKDIR/hits.jsonl for the table.
 mkdir -p "$2"
 rm -f "$2/hits.jsonl"
 export KVLAB_PREFIX_HITS="$2/hits.jsonl"

@@ -4,7 +4,7 @@ Each engine gives its cache module, the mask and attention functions its model l
 call, and its own save → load route for the script's `s` command, so a script means the
 same steps in every engine. Kinds an engine has no driver for yet are listed with the
 reason (the replay reports them UNSUPPORTED, never compares them with a stand-in). An
-engine with a prefix store (vllm-mlx) drives the prefix verbs w, i, g through it.
+engine with a prefix store (vllm-mlx's, mlx-vlm's APC) drives the prefix verbs w, i, g through it.
 """
 
 from __future__ import annotations
@@ -115,8 +115,31 @@ def _vllm_mlx(name):
                               "(tools/conformance.sh --mlx-lm 0.31.3); its own code replayed here is the prefix store")
 
 
+# mlx-vlm's automatic prefix caching (kvlab_mlx/prefix_store_apc.py), without and with its
+# KV-quantization option (kv_quant_config): registers harness/known/<name>-caches{,.adapter}.
+MLX_VLM_STORES = {
+    "mlx-vlm-apc": ("APC", lambda m: m.APCStore()),
+    "mlx-vlm-apc-kvq": ("APC kv_quant_config", lambda m: m.APCStore(kv_quant=True)),
+}
+
+
+def _mlx_vlm_apc(name):
+    # mlx-vlm's cache classes are judged by the mlx-vlm replay; its own code replayed here
+    # is the prefix store, with its cache classes (build/venv)
+    base = _mlx_vlm()
+    from . import prefix_store_apc
+
+    _, make = MLX_VLM_STORES[name]
+    base.name = name
+    base.prefix_store = lambda: make(prefix_store_apc)
+    base.only_prefix = ("mlx-vlm's caches are judged by the mlx-vlm replay (conformance.cache_replay_mlx_vlm); "
+                        "its own code replayed here is the prefix store (APC)")
+    return base
+
+
 _LOADERS = {"mlx-lm": _mlx_lm, "mlx-vlm": _mlx_vlm,
-            **{name: (lambda n=name: _vllm_mlx(n)) for name in VLLM_MLX_STORES}}
+            **{name: (lambda n=name: _vllm_mlx(n)) for name in VLLM_MLX_STORES},
+            **{name: (lambda n=name: _mlx_vlm_apc(n)) for name in MLX_VLM_STORES}}
 
 
 def names():

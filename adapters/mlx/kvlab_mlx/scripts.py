@@ -20,10 +20,10 @@ ENGINE_KINDS = {"mlx-lm": KINDS, "mlx-vlm": KINDS + ("batch_quantized",)}
 # The kinds a prefix store holds (cache/cache_script.h): the engines with a store replay
 # prefix scripts (w, i, g) of these instead.
 PREFIX_KINDS = ("kv", "rotating", "quantized")
-PREFIX_ENGINES = ("vllm-mlx", "vllm-mlx-kvq", "vllm-mlx-manager", "vllm-mlx-paged")
-# kv_quantize groups 64 values along the head dimension, so its kv scripts have D = 64
+PREFIX_ENGINES = ("vllm-mlx", "vllm-mlx-kvq", "vllm-mlx-manager", "vllm-mlx-paged", "mlx-vlm-apc", "mlx-vlm-apc-kvq")
+# kv_quantize (and APC's kv_quant_config at 8 bits, group 64) groups 64 values along the head dimension, so its kv scripts have D = 64
 # (mx.quantize refuses a head dimension that is not a multiple of the group).
-_PREFIX_DIMS = {"vllm-mlx-kvq": {"kv": [64]}}
+_PREFIX_DIMS = {"vllm-mlx-kvq": {"kv": [64]}, "mlx-vlm-apc-kvq": {"kv": [64]}}
 
 
 def _kind_params(rng: random.Random, kind: str):
