@@ -208,21 +208,22 @@ def main(argv=None):
                          "each step's logits compare with the teacher's over the whole stream; one --scenario, "
                          "not a batch")
     gr.set_defaults(fn=_cmd_golden)
-    gv = sub.add_parser("golden-vlm", help="replay golden scenarios with mlx-vlm's own language models, caches "
-                        "and generate_step, and write goldens")
-    gv.add_argument("--model", required=True, metavar="DIR", help="model directory (config.json, model.safetensors)")
-    gv.add_argument("--scenarios", required=True, metavar="FILE", help="scenario file (golden/scenarios/<model id>)")
-    gv.add_argument("--out", required=True, metavar="OUTDIR",
-                    help="writes OUTDIR/<model id>.<scenario>.mlx-vlm.safetensors")
-    gv.add_argument("--model-id", metavar="ID", help="model id (default: the scenario file's name)")
+    def engine_golden_parser(name, engine, help_text, written):
+        """The arguments every engine's golden replay shares."""
+        g = sub.add_parser(name, help=help_text)
+        g.add_argument("--model", required=True, metavar="DIR", help="model directory (config.json, model.safetensors)")
+        g.add_argument("--scenarios", required=True, metavar="FILE", help="scenario file (golden/scenarios/<model id>)")
+        g.add_argument("--out", required=True, metavar="OUTDIR",
+                       help=f"writes OUTDIR/<model id>.<scenario>.{engine}.safetensors{written}")
+        g.add_argument("--model-id", metavar="ID", help="model id (default: the scenario file's name)")
+        return g
+
+    gv = engine_golden_parser("golden-vlm", "mlx-vlm", "replay golden scenarios with mlx-vlm's own language models, "
+                              "caches and generate_step, and write goldens", "")
     gv.set_defaults(fn=_cmd_golden_vlm)
-    gl = sub.add_parser("golden-vllm", help="replay golden scenarios through vllm-mlx's continuous-batching "
-                        "scheduler (its venv: build/venv-vllm-mlx), and write goldens")
-    gl.add_argument("--model", required=True, metavar="DIR", help="model directory (config.json, model.safetensors)")
-    gl.add_argument("--scenarios", required=True, metavar="FILE", help="scenario file (golden/scenarios/<model id>)")
-    gl.add_argument("--out", required=True, metavar="OUTDIR",
-                    help="writes OUTDIR/<model id>.<scenario>.vllm-mlx.safetensors (or .not-replayed)")
-    gl.add_argument("--model-id", metavar="ID", help="model id (default: the scenario file's name)")
+    gl = engine_golden_parser("golden-vllm", "vllm-mlx", "replay golden scenarios through vllm-mlx's "
+                              "continuous-batching scheduler (its venv: build/venv-vllm-mlx), and write goldens",
+                              " (or .not-replayed)")
     gl.add_argument("--golden-dir", metavar="DIR",
                     help="kvlab's goldens (golden/data): check each request's reused prefix length against "
                          "its golden's (kvlab golden diff does not compare it); exit 1 on a difference")
