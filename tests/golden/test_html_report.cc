@@ -5,6 +5,7 @@
 // there (for a look in a browser).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
@@ -56,6 +57,28 @@ void expect_well_formed(const std::string& html) {
               count(html, std::string("</") + tag + ">"))
         << tag;
   }
+  // The stylesheet is a list of rules `selector { property: value; ... }`: a stray token
+  // between rules makes a browser drop the rule after it (a mutation survivor: a line
+  // added inside it went unseen).
+  const std::string css = between(html, "<style>", "</style>");
+  ASSERT_FALSE(css.empty());
+  std::size_t rules = 0;
+  for (std::size_t at = 0, close; (close = css.find('}', at)) != std::string::npos; at = close + 1, ++rules) {
+    const std::string rule = css.substr(at, close - at);
+    const std::size_t open = rule.find('{');
+    ASSERT_NE(open, std::string::npos) << "a '}' without its '{': " << rule;
+    const std::string selector = rule.substr(0, open), body = rule.substr(open + 1);
+    EXPECT_EQ(selector.find_first_of(";{"), std::string::npos) << "not a selector: " << selector;
+    EXPECT_NE(selector.find_first_not_of(" \n"), std::string::npos) << "a rule without a selector: " << rule;
+    EXPECT_EQ(body.find('{'), std::string::npos) << "a nested '{': " << rule;
+    for (std::size_t d = 0, semi; d < body.size(); d = semi + 1) {
+      semi = std::min(body.find(';', d), body.size());
+      const std::string decl = body.substr(d, semi - d);
+      if (decl.find_first_not_of(" \n") != std::string::npos) EXPECT_NE(decl.find(':'), std::string::npos) << decl;
+    }
+  }
+  EXPECT_GT(rules, 10u);
+  EXPECT_EQ(css.substr(css.rfind('}') + 1).find_first_not_of(" \n"), std::string::npos) << "text after the last rule";
   // Nothing external.
   EXPECT_EQ(html.find("http://") == std::string::npos ? 0u : count(html, "http://") - count(html, "http://www.w3.org/2000/svg"), 0u);
   EXPECT_EQ(html.find("https://"), std::string::npos);

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "kernels/vulkan/context.h"
+#include "kernels/vulkan/runtime/command.h"
 #include "kernels/vulkan/runtime/device.h"
 #include "kernels/vulkan/runtime/instance.h"
 #include "kernels/vulkan/runtime/vk_error.h"
@@ -107,6 +108,19 @@ TEST(VulkanRuntime, RealDevicesAreSelectableByIndexAndName) {
   }
   testing::expect_error([] { VulkanBackend be(VulkanOptions{.device = "no-such-gpu-kvlab"}); },
                         ErrorKind::invalid_argument, {"no-such-gpu-kvlab", devices.front().name});
+}
+
+// A transfer recorded outside begin() would go into no command buffer (or a finished one,
+// which Vulkan forbids): kvlab's own misuse, refused naming the call (a mutation
+// survivor: the message could be emptied unseen). Nothing is recorded, so null handles do.
+TEST(VulkanRuntime, TransfersOutsideARecordingAreRefusedNamingTheCall) {
+  KVLAB_VULKAN_OR_SKIP(be, VulkanOptions{});
+  vk::CommandStream stream(be->context().device(), false);
+  const std::vector<std::byte> words(4);
+  testing::expect_error([&] { stream.copy(VK_NULL_HANDLE, 0, VK_NULL_HANDLE, 0, 4); }, ErrorKind::internal,
+                        {"CommandStream::copy outside begin()"});
+  testing::expect_error([&] { stream.update(VK_NULL_HANDLE, 0, words); }, ErrorKind::internal,
+                        {"CommandStream::update outside begin()"});
 }
 
 TEST(VulkanRuntime, FailingCallsBecomeKvlabErrorsNamingTheCallAndResult) {
