@@ -75,7 +75,7 @@ def plan(seed: int) -> dict:
     }
     ops = [dict(op="prefill", **_prefill(rng, int(rng.integers(1, 5))))]
     rows = len(ops[0]["lens"])
-    weights = {"decode": 4, "filter": 2, "extend": 2, "trim": 2, "roundtrip": 1, "snapshot": 1}
+    weights = {"decode": 4, "filter": 2, "extend": 2, "extend_empty": 0.5, "trim": 2, "roundtrip": 1, "snapshot": 1}
     names = list(weights)
     p = np.array([weights[n] for n in names], float)
     for _ in range(int(rng.integers(4, 10))):
@@ -95,6 +95,10 @@ def plan(seed: int) -> dict:
             other = _prefill(rng, int(rng.integers(1, 4)))
             ops.append(dict(op="extend", **other))
             rows += len(other["lens"])
+        elif name == "extend_empty":
+            k = int(rng.integers(1, 3))
+            ops.append({"op": "extend_empty", "rows": k, "side": "other" if rng.random() < 0.5 else "self"})
+            rows += k
         elif name == "trim":
             ops.append({"op": "trim", "n": int(rng.integers(1, 3))})  # clipped at run time
         else:
@@ -124,8 +128,9 @@ def _bits(a):
     return a
 
 
-class Finding(Exception):
-    pass
+class Broken(Exception):
+    """The cache is past judging (its storage and its rows disagree): the sequence stops
+    at its first such finding, so what follows from it is not counted again."""
 
 
 class Run:
@@ -207,6 +212,11 @@ class Run:
             self.record(op, "rows", f"{len(offs)} offsets, {len(lps)} paddings for {len(refs)} rows")
             return
         state = batch.state
+        if state[0] is not None:
+            held = {a.shape[0] for _, a in _leaves(state[0]) + _leaves(state[1])}
+            if held != {len(refs)}:
+                self.record(op, "rows", f"the state holds {sorted(held)} rows, the batch {len(refs)}")
+                raise Broken
         for b, ref in enumerate(refs):
             real = ref.offset
             if offs[b] != real or lps[b] != idx - real:
@@ -223,6 +233,16 @@ class Run:
                     if g.shape != np.array(w).shape or not np.array_equal(_bits(g), _bits(w)):
                         self.record(op, "codes", f"row {b}: {which}.{name} over its {real} real tokens "
                                                  f"differs from the row alone")
+                        break
+            # extract(b): the row as a single-sequence cache, as the engine hands it out
+            ex = batch.extract(b)
+            if ex.offset != real:
+                self.record(op, "extract", f"row {b}: extract holds {ex.offset} tokens, the row {real}")
+            elif ex.keys is not None:
+                for (name, g), (_, w) in zip(_leaves(ex.state[0]) + _leaves(ex.state[1]),
+                                             _leaves(ref.state[0]) + _leaves(ref.state[1])):
+                    if not np.array_equal(_bits(g), _bits(w)):
+                        self.record(op, "extract", f"row {b}: extract's {name} differs from the row alone")
                         break
         for held, off, lp, leaves in self.snapshots:
             now = (np.array(held[2]).tolist(), np.array(held[3]).tolist())
@@ -268,6 +288,17 @@ class Run:
             other, refs = self._prefilled(op, o)
             self.batch.extend(other)
             self.refs += refs
+        elif op == "extend_empty":
+            # rows that hold no token yet (a batch made, not prefilled), merged on either
+            # side: the engine's extend has a branch for each
+            empty = self.new_batch([0] * o["rows"])
+            fresh = [self.new_ref() for _ in range(o["rows"])]
+            if o["side"] == "other":
+                self.batch.extend(empty)
+                self.refs += fresh
+            else:
+                empty.extend(self.batch)
+                self.batch, self.refs = empty, fresh + self.refs
         elif op == "trim":
             # within the contract: a trim takes back tokens every row received (the
             # rejected drafts of a speculative step), so never more than the shortest row
@@ -295,8 +326,9 @@ class Run:
         self.check(op)
 
 
-def run_plan(p, mx, tq, run_class=Run):
-    """Findings of one plan: a list of (op, what, detail)."""
+def run_plan(p, mx, tq, run_class=Run, stats=None):
+    """Findings of one plan: a list of (op, what, detail). `stats` (a dict), if given,
+    counts the operations run and judged, by op."""
     findings = []
     seen = set()
 
@@ -307,7 +339,15 @@ def run_plan(p, mx, tq, run_class=Run):
 
     r = run_class(mx, tq, p["config"], np.random.default_rng([p["seed"], 1]), record)
     for o in p["ops"]:
-        r.apply(o)
+        try:
+            r.apply(o)
+            if stats is not None:
+                stats[o["op"]] = stats.get(o["op"], 0) + 1
+        except Broken:
+            break
+        except Exception as e:  # the engine raised (or the cache broke without a finding)
+            record(o["op"], "raise", f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
+            break
     return findings
 
 
@@ -343,6 +383,7 @@ def main(argv=None):
     entries = known.read(args.known) if args.known else []
     t0 = time.monotonic()
     n_ops = 0
+    ran = {}
     checks = {}
     unmatched = []
     for s in seeds:
@@ -352,10 +393,7 @@ def main(argv=None):
             print(f"config {p['config']}")
             for o in p["ops"]:
                 print(f"  {o}")
-        try:
-            found = run_plan(p, mx, tq)
-        except Exception as e:  # the engine raised: a finding of its own
-            found = [("raise", type(e).__name__, str(e).splitlines()[0] if str(e) else "")]
+        found = run_plan(p, mx, tq, stats=ran)
         for op, what, detail in found:
             line = _finding_line(p, op, what)
             hit = [e for e in entries if e.matches(line)]
@@ -374,7 +412,9 @@ def main(argv=None):
         print(f"STALE {e.where}: no finding matched '{e.filter}' ({e.note})")
     wall = time.monotonic() - t0
     summary = ", ".join(f"{op}/{what} in {n}" for (op, what), n in sorted(checks.items())) or "none"
-    print(f"{len(seeds)} sequences, {n_ops} operations in {wall:.1f} s; divergent sequences per check: {summary}; "
+    judged = ", ".join(f"{op} {n}" for op, n in sorted(ran.items()))
+    print(f"{len(seeds)} sequences, {n_ops} operations drawn, {sum(ran.values())} run and judged ({judged}) "
+          f"in {wall:.1f} s; divergent sequences per check: {summary}; "
           f"{len(unmatched)} unlisted, {len(stale)} stale")
     return 1 if unmatched or stale else 0
 

@@ -29,6 +29,9 @@ class Plans(unittest.TestCase):
                     self.assertEqual(sum(o["chunks"]), max(o["lens"]))
                     self.assertTrue(all(n >= 1 for n in o["chunks"] + o["lens"]))
                     rows = len(o["lens"]) if o["op"] == "prefill" else rows + len(o["lens"])
+                elif o["op"] == "extend_empty":
+                    self.assertIn(o["side"], ("self", "other"))
+                    rows += o["rows"]
                 elif o["op"] == "filter":
                     self.assertTrue(0 < len(o["keep"]) < rows)
                     self.assertEqual(len(set(o["keep"])), len(o["keep"]))
@@ -37,7 +40,8 @@ class Plans(unittest.TestCase):
 
     def test_every_operation_is_drawn(self):
         ops = {o["op"] for s in range(100) for o in tbr.plan(s)["ops"]}
-        self.assertEqual(ops, {"prefill", "decode", "filter", "extend", "trim", "roundtrip", "snapshot"})
+        self.assertEqual(ops, {"prefill", "decode", "filter", "extend", "extend_empty", "trim", "roundtrip",
+                               "snapshot"})
 
 
 class Register(unittest.TestCase):
@@ -89,6 +93,34 @@ class AgainstTheEngine(unittest.TestCase):
         found = self.run_with([PREFILL, {"op": "snapshot"}, {"op": "decode", "n": 1}])
         self.assertEqual([(op, what) for op, what, _ in found], [("decode", "snapshot")])
 
+    def test_an_extend_with_an_empty_side_loses_its_storage(self):
+        # T2 on the engine; an extend that gives the empty side its padding passes
+        for side in ("other", "self"):
+            ops = [PREFILL, {"op": "extend_empty", "rows": 2, "side": side}, {"op": "decode", "n": 1}]
+            self.assertEqual([(op, what) for op, what, _ in self.run_with(ops)], [("extend_empty", "rows")])
+        tq, mx = self.tq, self.mx
+
+        class PadsTheEmptySide(tq.BatchTurboQuantKVCache):
+            def extend(self, other):
+                if (self.keys is None) != (other.keys is None):
+                    empty, full = (self, other) if self.keys is None else (other, self)
+                    rows = empty.batch_size
+
+                    def zeros(state):
+                        state = tq._slice_state(state, full._idx)
+                        return tq._map_state(state, lambda a, nd: mx.zeros((rows,) + a.shape[1:], a.dtype))
+
+                    empty.keys, empty.values = zeros(full.keys), zeros(full.values)
+                    empty.left_padding = empty.left_padding + full._idx
+                    empty._idx = full._idx
+                    empty.key_codec, empty.value_codec = full.key_codec, full.value_codec
+                super().extend(other)
+
+        for side in ("other", "self"):
+            ops = [PREFILL, {"op": "extend_empty", "rows": 2, "side": side}, {"op": "decode", "n": 2},
+                   {"op": "filter", "keep": [4, 1]}, {"op": "decode", "n": 1}]
+            self.assertEqual(self.run_with(ops, batch_class=PadsTheEmptySide), [], side)
+
     def test_a_filter_keeping_the_wrong_rows_is_caught(self):
         base = self.tq.BatchTurboQuantKVCache
 
@@ -132,7 +164,7 @@ class AgainstTheEngine(unittest.TestCase):
         self.assertIn(("extend", "position"), [(op, what) for op, what, _ in found])
 
     def test_main_fails_on_an_unlisted_finding_and_on_a_stale_entry(self):
-        seed = 9  # its plan takes a state, then decodes: one finding, decode what=snapshot
+        seed = 31  # its plan decodes, takes a state, decodes: one finding, decode what=snapshot
         self.assertEqual([(op, what) for op, what, _ in tbr.run_plan(tbr.plan(seed), self.mx, self.tq)],
                          [("decode", "snapshot")])
         with tempfile.TemporaryDirectory() as tmp:
