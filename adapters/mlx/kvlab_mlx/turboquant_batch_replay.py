@@ -158,7 +158,7 @@ class Run:
         v = self.rng.standard_normal(shape).astype(np.float32)
         return k, v
 
-    def _update(self, op, batch, refs, lens_before, k, v, pad):
+    def _update(self, op, batch, refs, k, v, pad):
         """One update_and_fetch of `batch` with (k, v); row b's real tokens start at
         pad[b] within this chunk (tokens before are padding, fed with random content)."""
         mx = self.mx
@@ -266,11 +266,11 @@ class Run:
         at = 0
         for c in spec["chunks"]:
             pad = [max(0, p - at) for p in lp]
-            self._update(op, batch, refs, None, k[:, :, at:at + c], v[:, :, at:at + c], pad)
+            self._update(op, batch, refs, k[:, :, at:at + c], v[:, :, at:at + c], pad)
             at += c
         for _ in range(spec["decode"]):
             k1, v1 = self._tokens(len(lens), 1)
-            self._update(op, batch, refs, None, k1, v1, [0] * len(lens))
+            self._update(op, batch, refs, k1, v1, [0] * len(lens))
         return batch, refs
 
     def apply(self, o):
@@ -280,7 +280,7 @@ class Run:
         elif op == "decode":
             for _ in range(o["n"]):
                 k, v = self._tokens(len(self.refs), 1)
-                self._update(op, self.batch, self.refs, None, k, v, [0] * len(self.refs))
+                self._update(op, self.batch, self.refs, k, v, [0] * len(self.refs))
         elif op == "filter":
             self.batch.filter(self.mx.array(o["keep"]))
             self.refs = [self.refs[i] for i in o["keep"]]
