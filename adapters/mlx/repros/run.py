@@ -4,7 +4,7 @@ conformance.repros_mlx_vlm, conformance.repros_vllm_mlx): each is a standalone s
 asserts that its divergence is still there. An engine's registers are ENGINE-caches and
 every ENGINE-*-caches (one per prefix store of vllm-mlx), each with its .adapter. A repro that stops reproducing (an
 AssertionError) or breaks (any other error) fails the run; so does an entry of the
-registers (harness/known/ENGINE-caches, .adapter, and ENGINE-turboquant and
+registers (harness/known/ENGINE-caches, .adapter, and ENGINE-turboquant[-batch] and
 golden/known/ENGINE where they exist)
 with no repro, or a repro no entry names.
 
@@ -44,9 +44,11 @@ def main(argv):
     registers += sorted((ROOT / "harness" / "known").glob(f"{engine}-*-caches")) + \
         sorted((ROOT / "harness" / "known").glob(f"{engine}-*-caches.adapter"))
     # an engine's codec register too, where it has one (mlx-vlm's TurboQuant: V12, V13)
-    codec_register = ROOT / "harness" / "known" / f"{engine}-turboquant"
-    if codec_register.is_file():
-        registers.append(codec_register)
+    # and its batch TurboQuant register (mlx-vlm's BatchTurboQuantKVCache: T1)
+    for name in (f"{engine}-turboquant", f"{engine}-turboquant-batch"):
+        codec_register = ROOT / "harness" / "known" / name
+        if codec_register.is_file():
+            registers.append(codec_register)
     # and its golden register (golden/known/<engine>: mlx-vlm's V14-V16)
     golden_register = ROOT / "golden" / "known" / engine
     if golden_register.is_file():
