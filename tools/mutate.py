@@ -24,6 +24,7 @@ are marked with their triage class.
 """
 import argparse
 import contextlib
+import fcntl
 import hashlib
 import io
 import json
@@ -226,6 +227,25 @@ class Restorer:
                 f.write(self.text)
             self.path = self.text = None
             os.remove(self.journal)
+
+
+def hold_tree_lock(root):
+    """An exclusive lock on the tree (ROOT/build/.mutate.lock) for this process's life, or
+    exit naming the holder: a second run on the same tree would write its mutants into the
+    first one's sources, and its recovery would take the first one's journal for a
+    crashed run's and put back a file under a mutant being tested."""
+    os.makedirs(os.path.join(root, "build"), exist_ok=True)
+    path = os.path.join(root, "build", ".mutate.lock")
+    f = open(path, "a+")
+    try:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        f.seek(0)
+        sys.exit(f"mutate: another mutation run holds this tree ({path}: {f.read().strip() or 'pid unknown'})")
+    f.truncate(0)
+    f.write(f"pid {os.getpid()}\n")
+    f.flush()
+    return f
 
 
 def run_killable(cmd, timeout):
@@ -499,7 +519,9 @@ def main():
         return recheck_fixed(args, folders, cheap, never, triage)
     os.makedirs(args.out, exist_ok=True)
     restorer = Restorer(args.out)
-    restorer.recover()
+    if not args.list:  # --list writes nothing: it may run beside a run
+        lock = hold_tree_lock(ROOT)  # noqa: F841  (held until the process exits)
+        restorer.recover()
 
     chosen, pool = select(args, list(folders), skip, ignores)
     if args.diff:
@@ -596,6 +618,7 @@ def recheck_fixed(args, folders, cheap, never, triage):
     killed (a `gone` one, whose line the fix rewrote, is not)."""
     todo = recheck.fixed_survivors(args.recheck_fixed, triage, find_triage)
     os.makedirs(args.out, exist_ok=True)
+    lock = hold_tree_lock(ROOT)  # noqa: F841  (held until the process exits)
     restorer = Restorer(args.out)
     restorer.recover()
     ok, build_s, out = build(args)

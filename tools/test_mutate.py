@@ -115,6 +115,18 @@ class NotBuilt(unittest.TestCase):
         self.assertEqual(cache[9:12], ["25%", "33%", "67%"])  # 1/4; 1/3 non-equivalent; (1+1)/3
 
 
+class TreeLock(unittest.TestCase):
+    def test_a_second_run_on_the_same_tree_is_refused(self):
+        with tempfile.TemporaryDirectory() as d:
+            held = mutate.hold_tree_lock(d)
+            with self.assertRaises(SystemExit) as e:
+                mutate.hold_tree_lock(d)
+            self.assertIn("another mutation run holds this tree", str(e.exception.code))
+            self.assertIn(f"pid {os.getpid()}", str(e.exception.code))
+            held.close()  # the first run ends: the tree is free again
+            mutate.hold_tree_lock(d).close()
+
+
 class Recheck(unittest.TestCase):
     def test_the_nearest_line_with_the_same_text_is_taken(self):
         lines = ["a", "  x = 1;", "b", "c", "x = 1;  ", "d"]
