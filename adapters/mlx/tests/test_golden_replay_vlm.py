@@ -80,7 +80,11 @@ class VlmEndToEnd(unittest.TestCase):
         l, lm = _read(self.lm / "llama_dense.batch.mlx-lm.safetensors")
         self.assertEqual((vm["sequences"], vm["seq.1.status"]), ("4", "ok"))
         self.assertEqual([len(v[f"seq.{i}.tokens"]) for i in range(4)], [8, 3, 8, 8])
-        for i in range(4):
+        self._assert_same_sequences(v, l, 4)
+
+    def _assert_same_sequences(self, v, l, count):
+        """mlx-vlm's and mlx-lm's goldens: the same tokens, logits within float noise."""
+        for i in range(count):
             self.assertEqual(v[f"seq.{i}.tokens"].tolist(), l[f"seq.{i}.tokens"].tolist())
             np.testing.assert_allclose(v[f"seq.{i}.logits"], l[f"seq.{i}.logits"], atol=1e-4, rtol=0)
 
@@ -88,9 +92,7 @@ class VlmEndToEnd(unittest.TestCase):
         v, vm = _read(self.vlm / "llama_dense.prefix.mlx-vlm.safetensors")
         l, lm = _read(self.lm / "llama_dense.prefix.mlx-lm.safetensors")
         self.assertEqual((vm["seq.1.reused"], lm["seq.1.reused"]), ("10", "10"))
-        for i in range(2):
-            self.assertEqual(v[f"seq.{i}.tokens"].tolist(), l[f"seq.{i}.tokens"].tolist())
-            np.testing.assert_allclose(v[f"seq.{i}.logits"], l[f"seq.{i}.logits"], atol=1e-4, rtol=0)
+        self._assert_same_sequences(v, l, 2)
 
     def test_save_load_continues_plain(self):
         # Through from_state at token 5, the first 12 steps are plain's (same prompt).
