@@ -38,3 +38,22 @@ else()
     message(STATUS "kvlab: ggml backend skipped: ${KVLAB_GGML_ABSENT_REASON}")
   endif()
 endif()
+
+# llama.cpp's library, built beside ggml by the same script (tools/ggml/engine.sh): the
+# llama.cpp replays (adapters/llama) link it. Absent (an engine built before it was
+# added, or a failed build) → the replays are not built and their tests skip naming why.
+set(KVLAB_LLAMA_FOUND OFF)
+set(KVLAB_LLAMA_ABSENT_REASON "${KVLAB_GGML_ABSENT_REASON}")
+if(KVLAB_GGML_FOUND)
+  set(kvlab_llama_config_dir "${KVLAB_GGML_ROOT}/install/lib/cmake/llama")
+  if(EXISTS "${kvlab_llama_config_dir}/llama-config.cmake")
+    find_package(llama CONFIG QUIET PATHS "${kvlab_llama_config_dir}" NO_DEFAULT_PATH)
+  endif()
+  if(llama_FOUND AND TARGET llama)
+    set(KVLAB_LLAMA_FOUND ON)
+    message(STATUS "kvlab: llama.cpp replays against ${KVLAB_GGML_ROOT}/install")
+  else()
+    set(KVLAB_LLAMA_ABSENT_REASON "no llama library in ${KVLAB_GGML_ROOT}/install (run tools/ggml/engine.sh)")
+    message(STATUS "kvlab: llama.cpp replays skipped: ${KVLAB_LLAMA_ABSENT_REASON}")
+  endif()
+endif()

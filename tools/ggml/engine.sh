@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
-# The ggml engine of the ggml backend (kernels/ggml, docs/engines.md §The ggml backend):
-# downloads the sdist pinned in tools/ggml/engine.lock once (sha256-checked; an
-# already-downloaded file of the right hash is kept), unpacks its vendor/llama.cpp/ggml and
-# builds ggml-base and ggml-cpu with CMake (static, GGML_NATIVE, no OpenMP: ggml's own
-# threadpool, no tests or examples), installed into build/ggml-engine/install, where
-# cmake/KvlabGgml.cmake finds it. Idempotent: a stamp of the hash, the build options and
-# the CPU's flags keeps a finished build (GGML_NATIVE code is this CPU's). Never fails the
-# caller: without network or a toolchain it writes the reason to
-# build/ggml-engine/unavailable, and the ggml backend is absent (its tests skip with it).
+# The ggml engine of the ggml backend (kernels/ggml, docs/engines.md §The ggml backend) and
+# the llama.cpp library of the llama.cpp replays (adapters/llama): downloads the sdist
+# pinned in tools/ggml/engine.lock once (sha256-checked; an already-downloaded file of the
+# right hash is kept), unpacks its vendor/llama.cpp (without its models/ and docs/) and
+# builds ggml-base, ggml-cpu and llama with CMake (static, GGML_NATIVE, no OpenMP: ggml's
+# own threadpool, no tests, tools, examples or app), installed into
+# build/ggml-engine/install, where cmake/KvlabGgml.cmake finds them. The vendored gguf-py
+# (the GGUF writer of the same commit) stays at build/ggml-engine/src/llama.cpp/gguf-py.
+# Idempotent: a stamp of the hash, the build options and the CPU's flags keeps a finished
+# build (GGML_NATIVE code is this CPU's). Never fails the caller: without network or a
+# toolchain it writes the reason to build/ggml-engine/unavailable, and the ggml backend
+# and the llama.cpp replays are absent (their tests skip with it).
 #   tools/ggml/engine.sh            # what tools/setup.sh runs
 #   KVLAB_GGML_JOBS=2 nice -n19 tools/ggml/engine.sh
 set -uo pipefail
@@ -27,7 +30,9 @@ fail() {
 
 options=(-DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=OFF -DGGML_NATIVE=ON -DGGML_OPENMP=OFF
   -DGGML_BUILD_TESTS=OFF -DGGML_BUILD_EXAMPLES=OFF -DGGML_CCACHE=ON -DGGML_ALL_WARNINGS=OFF
-  -DCMAKE_POSITION_INDEPENDENT_CODE=ON)
+  -DLLAMA_BUILD_COMMON=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_EXAMPLES=OFF
+  -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_APP=OFF -DLLAMA_BUILD_HTML=OFF -DLLAMA_OPENSSL=OFF
+  -DLLAMA_ALL_WARNINGS=OFF -DCMAKE_POSITION_INDEPENDENT_CODE=ON)
 stamp="$sha ${options[*]} $(grep -m1 '^flags' /proc/cpuinfo 2>/dev/null | md5sum | cut -c1-16)"
 if [[ -f "$out/install/.kvlab-stamp" ]] && [[ "$(cat "$out/install/.kvlab-stamp")" == "$stamp" ]]; then
   echo "kvlab ggml engine: build/ggml-engine/install is up to date"
@@ -51,18 +56,16 @@ fi
 
 rm -rf "$out/src" "$out/build" "$out/install"
 mkdir -p "$out/src"
-tar -xzf "$sdist" -C "$out/src" --strip-components=3 "${file%.tar.gz}/vendor/llama.cpp/ggml" ||
-  fail "could not unpack vendor/llama.cpp/ggml from $file"
-# The sdist leaves out ggml.pc.in, which a standalone configure reads for pkg-config's file
-# (kvlab does not use it): an empty one stands in.
-: >"$out/src/ggml/ggml.pc.in"
+tar -xzf "$sdist" -C "$out/src" --strip-components=2 --exclude='*/vendor/llama.cpp/models' \
+  --exclude='*/vendor/llama.cpp/docs' "${file%.tar.gz}/vendor/llama.cpp" ||
+  fail "could not unpack vendor/llama.cpp from $file"
 jobs=${KVLAB_GGML_JOBS:-$(nproc)}
 start=$SECONDS
 {
-  cmake -S "$out/src/ggml" -B "$out/build" -G Ninja "${options[@]}" -DCMAKE_INSTALL_PREFIX="$out/install" &&
+  cmake -S "$out/src/llama.cpp" -B "$out/build" -G Ninja "${options[@]}" -DCMAKE_INSTALL_PREFIX="$out/install" &&
     cmake --build "$out/build" -j "$jobs" &&
     cmake --install "$out/build"
-} >"$out/build.log" 2>&1 || fail "the ggml build failed (see build/ggml-engine/build.log)"
+} >"$out/build.log" 2>&1 || fail "the ggml/llama.cpp build failed (see build/ggml-engine/build.log)"
 printf '%s' "$stamp" >"$out/install/.kvlab-stamp"
 rm -f "$out/unavailable"
 echo "kvlab ggml engine: built in $((SECONDS - start)) s into build/ggml-engine/install"
