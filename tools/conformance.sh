@@ -6,7 +6,11 @@
 #   3. per cache kind: kvlab's cache scripts replayed through mlx-lm's and mlx-vlm's cache
 #      classes, and its prefix scripts through vllm-mlx's four prefix stores
 #      (adapters/mlx/cache_replay.sh, vllm_mlx_replay.sh, tools/cache_replay_table.py,
-#      tools/prefix_store_table.py).
+#      tools/prefix_store_table.py);
+#   4. llama.cpp: the ggml backend over the ci tier, its register's C repros, cell scripts
+#      through llama.cpp's KV cache (adapters/llama/cell_replay.sh, tools/cell_replay_table.py)
+#      with their repros (tools/llama/repro.sh), and the goldens through llama.cpp
+#      (golden/replay_llama_cpp.sh); each part says why when its engine is absent.
 # usage: tools/conformance.sh [--build DIR] [--work DIR] [--count N] [--mlx-lm VERSION]
 # --mlx-lm VERSION replays the caches through another mlx-lm release, installed from PyPI
 # into its own venv (build/venv-mlx-lm-VERSION, beside MLX 0.32.4); the registers describe
@@ -55,6 +59,25 @@ if [[ -z $version ]]; then
   if [[ -f $work/prefix/vllm-mlx/judged.jsonl ]]; then
     echo "== vllm-mlx's prefix stores: store x kind x hit kind"
     "$py" "$root/tools/prefix_store_table.py" "${stores[@]/#/$work/prefix/}"
+  fi
+  echo "== per kernel: the ggml backend over the ci tier"
+  if "$kvlab" list | grep -q '^    here: ggml'; then
+    "$kvlab" check --backend ggml --tier ci --progress never --json "$work/ggml.jsonl" > "$work/ggml.txt" || status=1
+    tail -n 2 "$work/ggml.txt"
+    "$py" "$root/tools/conformance_table.py" "$work/ggml.jsonl"
+    bash "$root/tools/ggml/repro.sh" || status=1
+  else
+    echo "(the ggml backend is not built here: $("$kvlab" list | grep -A1 '^  ggml' | tail -1 | sed 's/^ *//'))"
+  fi
+  llama=$build/adapters/llama/kvlab_golden_llama gguf_python=$root/build/ggml-venv/bin/python
+  if [[ -x $llama ]]; then
+    echo "== llama.cpp's KV cache: cell scripts, model x route ($count per row)"
+    bash "$root/adapters/llama/cell_replay.sh" "$kvlab" "$llama" "$gguf_python" "$work/llama-cells" "$count" 1 || status=1
+    bash "$root/tools/llama/repro.sh" "$kvlab" "$gguf_python" "$work/llama-repros" || status=1
+    echo "== goldens through llama.cpp"
+    bash "$root/golden/replay_llama_cpp.sh" "$kvlab" "$llama" "$gguf_python" "$work/llama-goldens" | grep -v '^llama_\|^gemma4' || status=1
+  else
+    echo "(llama.cpp's replays are not built here: no $llama; tools/ggml/engine.sh builds the library)"
   fi
   exit $status
 fi

@@ -329,8 +329,21 @@ int main_(int argc, char** argv) {
 }  // namespace
 }  // namespace kvlab::llama
 
+namespace kvlab::llama {
+int cells_main(const std::map<std::string, std::string>& args);
+}
+
 int main(int argc, char** argv) {
   try {
+    if (argc > 1 && std::string_view(argv[1]) == "cells") {
+      std::map<std::string, std::string> args;
+      if (argc % 2 != 0) {
+        std::cerr << "kvlab_golden_llama cells: options come in pairs (--key value)\n";
+        return 2;
+      }
+      for (int i = 2; i + 1 < argc; i += 2) args[argv[i]] = argv[i + 1];
+      return kvlab::llama::cells_main(args);
+    }
     return kvlab::llama::main_(argc, argv);
   } catch (const std::exception& e) {
     std::cerr << "kvlab_golden_llama: " << e.what() << "\n";

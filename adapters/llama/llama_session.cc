@@ -57,7 +57,7 @@ Session::Session(const std::filesystem::path& gguf, const SessionOptions& option
   cp.flash_attn_type = type == GGML_TYPE_F32 ? LLAMA_FLASH_ATTN_TYPE_DISABLED : LLAMA_FLASH_ATTN_TYPE_ENABLED;
   cp.type_k = cp.type_v = type;
   cp.kv_unified = true;  // one cell pool for every sequence, split_simple keeps batch order
-  cp.swa_full = false;
+  cp.swa_full = options.swa_full;
   cp.no_perf = true;
   cp.cb_eval = &Session::on_tensor;
   cp.cb_eval_user_data = this;

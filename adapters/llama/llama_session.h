@@ -20,6 +20,7 @@ struct SessionOptions {
   int n_ctx = 256;
   int n_seq_max = 4;
   int threads = 2;
+  bool swa_full = false;  // llama.cpp's default: the sliding-window cache keeps what future tokens can see
 };
 
 // One token of a batch: its id, position, sequence and whether its outputs are wanted.

@@ -127,6 +127,62 @@ class Llama final : public Model {
     return rec;
   }
 
+  std::vector<CellOutput> forward_cells(std::span<const CellToken> batch, cells::CellKVCache& cache) const override {
+    KVLAB_REQUIRE(!batch.empty(), invalid_argument, "forward_cells: an empty batch");
+    const auto T = static_cast<std::int64_t>(batch.size());
+    std::vector<std::int32_t> ids;
+    std::vector<std::int64_t> cell;
+    for (const CellToken& t : batch) {
+      ids.push_back(t.token);
+      cell.push_back(cache.add_cell(t.seq, t.pos));
+    }
+    std::vector<CellOutput> outs;
+    std::vector<std::int64_t> out_rows;
+    for (std::int64_t t = 0; t < T; ++t)
+      if (batch[static_cast<std::size_t>(t)].output) out_rows.push_back(t);
+    outs.resize(out_rows.size());
+    RopeParams rope;
+    rope.dims = static_cast<int>(k_.head_dim);
+    rope.traditional = k_.rope_traditional;
+    rope.base = static_cast<float>(k_.rope_theta);
+    const auto scale = static_cast<float>(std::pow(static_cast<double>(k_.head_dim), -0.5));
+    const std::int64_t kv_width = k_.kv_heads * k_.head_dim, width = k_.heads * k_.head_dim;
+    Mat h = dense::embedding(ids, w_.at("model.embed_tokens.weight"));
+    for (std::int64_t l = 0; l < k_.layers; ++l) {
+      const auto W = [&](const char* rest) -> const Tensor& { return w_.at(layer_name(l, rest)); };
+      const int layer = static_cast<int>(l);
+      const Mat x = dense::rms_norm(h, &W("input_layernorm.weight"), k_.eps);
+      const Mat q = dense::linear(x, W("self_attn.q_proj.weight"));
+      const Mat kk = dense::linear(x, W("self_attn.k_proj.weight"));
+      const Mat v = dense::linear(x, W("self_attn.v_proj.weight"));
+      for (std::int64_t t = 0; t < T; ++t)
+        cache.set_kv(layer, cell[static_cast<std::size_t>(t)], {kk.row(t), static_cast<std::size_t>(kv_width)},
+                     {v.row(t), static_cast<std::size_t>(kv_width)});
+      const int window = layers_[static_cast<std::size_t>(l)].kind == LayerKind::sliding ? k_.window : 0;
+      Mat attn(T, width);
+      for (std::int64_t t = 0; t < T; ++t) {
+        const CellToken& tok = batch[static_cast<std::size_t>(t)];
+        const auto a = cell_attention(cache, layer, tok.seq, tok.pos, window, {q.row(t), static_cast<std::size_t>(width)},
+                                      k_.heads, k_.kv_heads, k_.head_dim, rope, scale);
+        std::copy(a.begin(), a.end(), attn.row(t));
+      }
+      for (std::size_t o = 0; o < out_rows.size(); ++o)
+        outs[o].attention.emplace_back(attn.row(out_rows[o]), attn.row(out_rows[o]) + width);
+      dense::add_into(h, dense::linear(attn, W("self_attn.o_proj.weight")));
+      const Mat n = dense::rms_norm(h, &W("post_attention_layernorm.weight"), k_.eps);
+      const Mat m = dense::swiglu(dense::linear(n, W("mlp.gate_proj.weight")), dense::linear(n, W("mlp.up_proj.weight")));
+      dense::add_into(h, dense::linear(m, W("mlp.down_proj.weight")));
+    }
+    Mat last(static_cast<std::int64_t>(out_rows.size()), h.width);
+    for (std::size_t o = 0; o < out_rows.size(); ++o)
+      std::copy_n(h.row(out_rows[o]), h.width, last.row(static_cast<std::int64_t>(o)));
+    const Mat logits = dense::linear(dense::rms_norm(last, &w_.at("model.norm.weight"), k_.eps),
+                                     w_.at(k_.tied ? "model.embed_tokens.weight" : "lm_head.weight"));
+    for (std::size_t o = 0; o < out_rows.size(); ++o)
+      outs[o].logits.assign(logits.row(static_cast<std::int64_t>(o)), logits.row(static_cast<std::int64_t>(o)) + k_.vocab);
+    return outs;
+  }
+
  private:
   LlamaConfig k_;
   Weights w_;

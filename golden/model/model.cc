@@ -8,6 +8,8 @@
 #include "cache/rotating_kv_cache.h"
 #include "golden/files/inputs.h"
 #include "golden/model/model_internal.h"
+#include "reference/rope.h"
+#include "reference/sdpa.h"
 
 namespace kvlab::golden {
 
@@ -179,9 +181,49 @@ void check_call(const Model& model, std::span<const std::int32_t> tokens, std::i
                   layers[l].owns_cache ? " owns a cache but got none" : " is KV-shared but got a cache");
 }
 
+std::vector<float> cell_attention(const cells::CellKVCache& cache, int layer, int seq, std::int32_t pos, int window,
+                                  std::span<const float> q, std::int64_t heads, std::int64_t kv_heads,
+                                  std::int64_t head_dim, const RopeParams& rope, float scale) {
+  const auto seen = cache.visible(seq, pos, window);
+  const auto N = static_cast<std::int64_t>(seen.size());
+  KVLAB_REQUIRE(N > 0, internal, "cell attention: sequence ", seq, " at ", pos, " sees no cell (not even its own)");
+  // Each key as its own batch row, rotated at the position its sequence holds it at.
+  Tensor k(DType::f32, Shape{N, kv_heads, 1, head_dim});
+  Tensor v(DType::f32, Shape{1, kv_heads, N, head_dim});
+  std::vector<std::int64_t> at(static_cast<std::size_t>(N));
+  float* kp = k.storage<float>().data();
+  float* vp = v.storage<float>().data();
+  for (std::int64_t n = 0; n < N; ++n) {
+    const auto& e = seen[static_cast<std::size_t>(n)];
+    at[static_cast<std::size_t>(n)] = e.pos;
+    const auto kr = cache.k_raw(layer, e.cell);
+    const auto vr = cache.v(layer, e.cell);
+    std::copy(kr.begin(), kr.end(), kp + n * kv_heads * head_dim);
+    for (std::int64_t h = 0; h < kv_heads; ++h)
+      std::copy_n(vr.data() + h * head_dim, head_dim, vp + (h * N + n) * head_dim);
+  }
+  const Tensor k_rot = ref::rope(k, rope, Tensor::from_ints(DType::i32, Shape{N}, at));
+  Tensor keys(DType::f32, Shape{1, kv_heads, N, head_dim});
+  const float* kr = k_rot.storage<float>().data();
+  float* dst = keys.storage<float>().data();
+  for (std::int64_t n = 0; n < N; ++n)
+    for (std::int64_t h = 0; h < kv_heads; ++h)
+      std::copy_n(kr + (n * kv_heads + h) * head_dim, head_dim, dst + (h * N + n) * head_dim);
+  const Tensor qt = Tensor::from_values(DType::f32, Shape{1, heads, 1, head_dim}, q);
+  AttentionParams params;
+  params.scale = scale;
+  const Tensor out = ref::sdpa(ref::rope(qt, rope, pos), keys, v, params);
+  const float* o = out.storage<float>().data();
+  return {o, o + heads * head_dim};
+}
+
 }  // namespace detail
 
 // ---- Model -----------------------------------------------------------------------------
+
+std::vector<CellOutput> Model::forward_cells(std::span<const CellToken>, cells::CellKVCache&) const {
+  fail(ErrorKind::unsupported, cat("model_type ", model_type(), " has no forward over a cell cache"));
+}
 
 std::unique_ptr<Model> Model::create(const nlohmann::json& config, std::map<std::string, Tensor> weights) {
   const std::string type = detail::ConfigReader(config).string("model_type");

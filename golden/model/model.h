@@ -21,6 +21,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cache/cache.h"
+#include "cache/cell_kv_cache.h"
 #include "kvlab/tensor.h"
 
 namespace kvlab::golden {
@@ -40,6 +41,20 @@ struct LayerInfo {
 struct ForwardRecord {
   Tensor logits;                  // (B, vocab) f32
   std::vector<Tensor> attention;  // per layer: (B, n_heads * head_dim) f32, the o_proj input
+};
+
+// One token of a call over a cell cache (llama.cpp's batch entry): its id, position,
+// sequence, and whether its outputs are recorded.
+struct CellToken {
+  std::int32_t token = 0;
+  std::int32_t pos = 0;
+  int seq = 0;
+  bool output = false;
+};
+// The outputs of one recorded token: logits and per layer the attention output (o_proj input).
+struct CellOutput {
+  std::vector<float> logits;
+  std::vector<std::vector<float>> attention;
 };
 
 class Model {
@@ -63,6 +78,13 @@ class Model {
   virtual ForwardRecord forward(std::span<const std::int32_t> tokens, std::int64_t B, std::int64_t L,
                                 std::span<Cache* const> caches) const = 0;
 
+  // One call over a cell cache (cache/cell_kv_cache.h, docs/semantics.md §Cell cache):
+  // each token's K (before RoPE) and V become a new cell its sequence holds at its
+  // position; then each token attends to what its sequence holds at positions ≤ its own
+  // (sliding layers: within the window), keys rotated at the positions held now. The
+  // outputs of the tokens marked output, in batch order. The dense parts are forward()'s.
+  // A model without it throws unsupported.
+  virtual std::vector<CellOutput> forward_cells(std::span<const CellToken> batch, cells::CellKVCache& cache) const;
   // Mutable weights by mlx-lm name, for perturbation tests; throws naming unknown names.
   virtual Tensor& weight(const std::string& name) = 0;
 };

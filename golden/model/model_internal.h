@@ -75,6 +75,13 @@ dense::Mat from_heads(Backend& backend, const DTensor& t);
 // Row L-1 of each of the B rows of x (B·L, W) as a (B, W) tensor.
 Tensor last_positions(const dense::Mat& x, std::int64_t B, std::int64_t L);
 dense::Mat last_rows(const dense::Mat& x, std::int64_t B, std::int64_t L);
+// Attention of token t of a cell-cache call (Model::forward_cells): q (one row, heads·D,
+// before RoPE) of sequence `seq` at `pos` over the cells the sequence holds at positions
+// ≤ pos (and within `window` when > 0) in `layer`, every key rotated at its held position,
+// through the reference rope and sdpa. Returns the (heads·D) output row.
+std::vector<float> cell_attention(const cells::CellKVCache& cache, int layer, int seq, std::int32_t pos, int window,
+                                  std::span<const float> q, std::int64_t heads, std::int64_t kv_heads,
+                                  std::int64_t head_dim, const RopeParams& rope, float scale);
 // Checks the call's shapes and that every layer has a cache exactly when it owns one.
 void check_call(const Model& model, std::span<const std::int32_t> tokens, std::int64_t B, std::int64_t L,
                 std::span<Cache* const> caches);
