@@ -24,27 +24,20 @@ Exit status 3 with "unsupported: <reason>" on stderr for a model this cannot exp
 """
 from __future__ import annotations
 
-import importlib.util
 import json
 import struct
 import sys
-import types
 from pathlib import Path
 
 import numpy as np
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools" / "ggml"))
+from gguf_modules import gguf_modules  # noqa: E402
+
 
 def load_gguf():
-    """gguf's writer without gguf/__init__.py (which imports yaml, requests and tqdm)."""
-    spec = importlib.util.find_spec("gguf")
-    if spec is None or not spec.submodule_search_locations:
-        raise SystemExit("gguf_model.py: no gguf package on PYTHONPATH (the vendored gguf-py)")
-    package = types.ModuleType("gguf")
-    package.__path__ = list(spec.submodule_search_locations)
-    sys.modules["gguf"] = package
-    import gguf.constants as constants  # noqa: E402
-    import gguf.gguf_writer as writer  # noqa: E402
-    return constants, writer
+    """gguf.constants and gguf.gguf_writer (tools/ggml/gguf_modules.py)."""
+    return gguf_modules("constants", "gguf_writer")
 
 
 def read_safetensors(path: Path) -> dict[str, np.ndarray]:

@@ -13,25 +13,18 @@ gguf-py has no IQ4_NL quantizer). Inputs are deterministic (numpy's PCG64, fixed
 """
 from __future__ import annotations
 
-import importlib.util
 import sys
-import types
+from pathlib import Path
 
 import numpy as np
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from gguf_modules import gguf_modules  # noqa: E402
+
 
 def load_quants():
-    """gguf.quants without gguf/__init__.py (which imports yaml, requests and tqdm)."""
-    spec = importlib.util.find_spec("gguf")
-    if spec is None or not spec.submodule_search_locations:
-        raise SystemExit("gguf is not installed in this interpreter")
-    package = types.ModuleType("gguf")
-    package.__path__ = list(spec.submodule_search_locations)
-    sys.modules["gguf"] = package
-    import gguf.quants as quants  # noqa: E402  (after the stub package)
-    import gguf.constants as constants  # noqa: E402
-
-    return quants, constants
+    """gguf.quants and gguf.constants (tools/ggml/gguf_modules.py)."""
+    return gguf_modules("quants", "constants")
 
 
 QUANTIZERS = ["q8_0", "q4_0", "q4_1", "q5_0", "q5_1"]
