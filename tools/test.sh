@@ -19,7 +19,8 @@
 # The opt-in property-deep label (10x the cases) runs with
 #   cmake --preset asan && cmake --build --preset asan && ctest --preset asan -L '^property-deep$'
 # and the opt-in conformance-deep label (the mlx-lm cache replay over the full tier and
-# 3000 random scripts per kind) with  ctest --preset ci -L '^conformance-deep$'
+# 3000 random scripts per kind, and 1000 cell scripts per model and route through
+# llama.cpp) with  ctest --preset ci -L '^conformance-deep$'
 # ctest -L/-LE take regexes, so labels are anchored: '^property$' must not match
 # 'property-deep'.
 # JUnit reports land in build/<preset>/junit.xml.
