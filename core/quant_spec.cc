@@ -12,6 +12,8 @@ std::string_view rounding_name(Rounding r) {
     case Rounding::mlx_cpu: return "mlx_cpu";
     case Rounding::mlx_gpu: return "mlx_gpu";
     case Rounding::mlx: return "mlx";
+    case Rounding::ggml_ref: return "ggml_ref";
+    case Rounding::ggml_cpu: return "ggml_cpu";
   }
   return "?";
 }
@@ -20,7 +22,10 @@ Rounding rounding_from_name(std::string_view name) {
   if (name == "mlx_cpu") return Rounding::mlx_cpu;
   if (name == "mlx_gpu") return Rounding::mlx_gpu;
   if (name == "mlx") return Rounding::mlx;
-  fail(ErrorKind::invalid_argument, cat("unknown rounding '", name, "' (expected mlx_cpu, mlx_gpu or mlx)"));
+  if (name == "ggml_ref") return Rounding::ggml_ref;
+  if (name == "ggml_cpu") return Rounding::ggml_cpu;
+  fail(ErrorKind::invalid_argument,
+       cat("unknown rounding '", name, "' (expected mlx_cpu, mlx_gpu, mlx, ggml_ref or ggml_cpu)"));
 }
 
 namespace {

@@ -43,7 +43,9 @@ static_assert(KVLAB_QUANT_Q8_0 == value_of(QuantMode::q8_0) && KVLAB_QUANT_Q4_0 
               KVLAB_QUANT_Q4_1 == value_of(QuantMode::q4_1) && KVLAB_QUANT_Q5_0 == value_of(QuantMode::q5_0) &&
               KVLAB_QUANT_Q5_1 == value_of(QuantMode::q5_1) && KVLAB_QUANT_IQ4_NL == value_of(QuantMode::iq4_nl));
 static_assert(KVLAB_ROUNDING_MLX_CPU == value_of(Rounding::mlx_cpu) &&
-              KVLAB_ROUNDING_MLX_GPU == value_of(Rounding::mlx_gpu) && KVLAB_ROUNDING_MLX == value_of(Rounding::mlx));
+              KVLAB_ROUNDING_MLX_GPU == value_of(Rounding::mlx_gpu) && KVLAB_ROUNDING_MLX == value_of(Rounding::mlx) &&
+                  KVLAB_ROUNDING_GGML_REF == value_of(Rounding::ggml_ref) &&
+                  KVLAB_ROUNDING_GGML_CPU == value_of(Rounding::ggml_cpu));
 static_assert(KVLAB_MASK_NONE == value_of(MaskKind::none) && KVLAB_MASK_CAUSAL == value_of(MaskKind::causal) &&
               KVLAB_MASK_BOOLEAN == value_of(MaskKind::boolean) && KVLAB_MASK_ADDITIVE == value_of(MaskKind::additive));
 static_assert(KVLAB_FULLY_MASKED_ZERO == value_of(FullyMaskedRow::zero) &&
@@ -244,6 +246,7 @@ void PluginBackend::quantize(const QuantizeArgs& a) {
   const ConstTensorView x = host_cview(a.x);
   const QuantizedMutView out = host_view(a.out);
   ref::validate_format_operands(out.spec, out.biases, out.global_scale, "quantize");
+  ref::validate_rounding(out.spec, a.rounding, "quantize");
   switch (out.spec.format().encoder) {
     case QuantEncoder::affine: ref::validate_affine_quantize(x, out.spec, out.wq, out.scales, out.biases); break;
     case QuantEncoder::fp: ref::validate_fp_quantize(x, out.spec, out.global_scale, out.wq, out.scales); break;
@@ -260,6 +263,7 @@ void PluginBackend::dequantize(const DequantizeArgs& a) {
   const QuantizedView in = host_cview(a.in);
   const TensorView out = host_view(a.out);
   ref::validate_format_operands(in.spec, in.biases, in.global_scale, "dequantize");
+  ref::validate_rounding(in.spec, a.flavour, "dequantize");
   switch (in.spec.format().encoder) {
     case QuantEncoder::affine: ref::validate_affine_dequantize(in.wq, in.scales, in.biases, in.spec, out); break;
     case QuantEncoder::fp: ref::validate_fp_dequantize(in.wq, in.scales, in.spec, in.global_scale, out); break;

@@ -37,6 +37,8 @@ float round_to_code(float v, Rounding rounding) {
     case Rounding::mlx_cpu:
     case Rounding::mlx: return std::rint(v);       // std::rint in mlx/backend/cpu/quantized.cpp
     case Rounding::mlx_gpu: return std::round(v);  // Metal/CUDA round(): ties away from zero
+    case Rounding::ggml_ref:
+    case Rounding::ggml_cpu: break;  // the ggml block formats' (refused up front by quantize)
   }
   fail(ErrorKind::invalid_argument, cat("unknown rounding ", static_cast<int>(rounding)));
 }
@@ -140,6 +142,8 @@ std::uint8_t affine_code(float value, const AffineGroupParams& p, int bits, Roun
       if (capped >= 0.0f) return static_cast<std::uint8_t>(capped);
       return gpu_wrapped_code(capped, bits);
     }
+    case Rounding::ggml_ref:
+    case Rounding::ggml_cpu: break;
   }
   fail(ErrorKind::invalid_argument, cat("unknown rounding ", static_cast<int>(rounding)));
 }

@@ -1,8 +1,10 @@
 #include "reference/ggml_quantize.h"
 
 #include <algorithm>
+#include <array>
 #include <cfloat>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <string>
 
@@ -97,6 +99,39 @@ GgmlBlock quantize_q8_0(std::span<const float, kGgmlBlock> x) {
   return b;
 }
 
+// q8_0 as ggml-cpu quantizes it on x86 with AVX/AVX2 (quantize_row_q8_0 of
+// ggml-cpu/arch/x86/quants.c): amax by MAXPS over |x| in its lane order (MAXPS(a, b) is
+// a > b ? a : b, so a NaN operand yields b), id = 127/amax (not 1/(amax/127)), codes by
+// round-to-nearest-even of x·id, NaN and out-of-range by CVTPS2DQ's 0x80000000 saturated
+// to −128 by the packs; d stored by F16C (RNE; a NaN keeps its top payload bits).
+std::uint16_t f16c_bits(float x) {
+  if (!std::isnan(x)) return ggml_fp16_bits(x);
+  std::uint32_t u = 0;
+  std::memcpy(&u, &x, sizeof u);
+  return static_cast<std::uint16_t>(((u >> 16) & 0x8000U) | 0x7E00U | ((u >> 13) & 0x3FFU));
+}
+
+GgmlBlock quantize_q8_0_cpu(std::span<const float, kGgmlBlock> x) {
+  const auto maxps = [](float a, float b) { return a > b ? a : b; };
+  std::array<float, 8> lane{};
+  for (std::size_t j = 0; j < 8; ++j) lane[j] = std::fabs(x[j]);
+  for (std::size_t v = 1; v < 4; ++v)
+    for (std::size_t j = 0; j < 8; ++j) lane[j] = maxps(lane[j], std::fabs(x[8 * v + j]));
+  std::array<float, 4> four{};
+  for (std::size_t k = 0; k < 4; ++k) four[k] = maxps(lane[4 + k], lane[k]);  // high half, low half
+  const float two0 = maxps(four[0], four[2]), two1 = maxps(four[1], four[3]);  // with movehl
+  const float amax = maxps(two0, two1);                                         // max_ss with movehdup
+  GgmlBlock b;
+  b.d = f16c_bits(f32_div_(amax, 127.0f));
+  const float id = amax != 0.0f ? f32_div_(127.0f, amax) : 0.0f;
+  for (std::size_t j = 0; j < kBlock; ++j) {
+    const float r = std::nearbyint(f32_mul_(x[j], id));
+    const int q = std::isnan(r) || r >= 0x1p31f || r < -0x1p31f ? -128 : std::clamp(static_cast<int>(r), -128, 127);
+    b.codes[j] = static_cast<std::uint8_t>(q & 0xFF);
+  }
+  return b;
+}
+
 // q4_0 and q5_0 (quantize_row_q4_0_ref, quantize_row_q5_0_ref): n = 8 or 16.
 GgmlBlock quantize_offset(std::span<const float, kGgmlBlock> x, int n) {
   const float max = ggml_signed_max(x, nullptr);
@@ -178,9 +213,9 @@ std::uint16_t ggml_fp16_bits(float x) {
   return f32_to_f16_bits(x);
 }
 
-GgmlBlock ggml_quantize_block(QuantMode mode, std::span<const float, kGgmlBlock> x) {
+GgmlBlock ggml_quantize_block(QuantMode mode, std::span<const float, kGgmlBlock> x, Rounding rounding) {
   switch (mode) {
-    case QuantMode::q8_0: return quantize_q8_0(x);
+    case QuantMode::q8_0: return rounding == Rounding::ggml_cpu ? quantize_q8_0_cpu(x) : quantize_q8_0(x);
     case QuantMode::q4_0: return quantize_offset(x, 8);
     case QuantMode::q5_0: return quantize_offset(x, 16);
     case QuantMode::q4_1: return quantize_min(x, 15);
@@ -324,7 +359,7 @@ void validate_ggml_dequantize(const ConstTensorView& wq, const ConstTensorView& 
 }
 
 void ggml_quantize(const ConstTensorView& x, const QuantSpec& spec, const TensorView& wq, const TensorView& scales,
-                   const TensorView& biases) {
+                   const TensorView& biases, Rounding rounding) {
   validate_ggml_quantize(x, spec, wq, scales, biases);
   const std::int64_t d = x.dim(-1);
   const std::int64_t rows = x.numel() / d;
@@ -338,7 +373,8 @@ void ggml_quantize(const ConstTensorView& x, const QuantSpec& spec, const Tensor
     for (std::int64_t i = 0; i < d; ++i) row[static_cast<std::size_t>(i)] = x.load(r * d + i);
     for (std::int64_t g = 0; g < blocks_per_row; ++g) {
       const auto begin = static_cast<std::size_t>(g * kGgmlBlock);
-      const GgmlBlock b = ggml_quantize_block(spec.mode, std::span<const float, kGgmlBlock>(row.data() + begin, kGgmlBlock));
+      const GgmlBlock b =
+          ggml_quantize_block(spec.mode, std::span<const float, kGgmlBlock>(row.data() + begin, kGgmlBlock), rounding);
       std::copy(b.codes.begin(), b.codes.end(), codes.begin() + static_cast<std::ptrdiff_t>(begin));
       scale_bits[r * blocks_per_row + g] = b.d;
       if (min_bits != nullptr) min_bits[r * blocks_per_row + g] = b.m;
@@ -373,12 +409,13 @@ void ggml_dequantize(const ConstTensorView& wq, const ConstTensorView& scales, c
   }
 }
 
-QuantizedTensor ggml_quantize(const Tensor& x, const QuantSpec& spec) {
+QuantizedTensor ggml_quantize(const Tensor& x, const QuantSpec& spec, Rounding rounding) {
   require_ggml_spec(spec, "ggml_quantize");
   const PackedShapes shapes = packed_shapes(x.view(), spec, "ggml_quantize input x");
   QuantizedTensor q{Tensor(DType::u32, shapes.wq), Tensor(DType::f16, shapes.scales),
                     spec.has_biases() ? Tensor(DType::f16, shapes.scales) : Tensor(), spec};
-  ggml_quantize(x.view(), spec, q.wq.view(), q.scales.view(), spec.has_biases() ? q.biases.view() : TensorView{});
+  ggml_quantize(x.view(), spec, q.wq.view(), q.scales.view(), spec.has_biases() ? q.biases.view() : TensorView{},
+                rounding);
   return q;
 }
 

@@ -32,6 +32,14 @@
 //         sumqx/sumq2 : 0. The codes stay those of d0.
 //   The codes come from the f32 d (and min); the stored d and m are then rounded to f16
 //   to nearest even (GGML_FP32_TO_FP16: overflow gives ±inf, NaN gives sign|0x7E00).
+// Rounding::ggml_cpu (kvlab/quant_spec.h) changes q8_0 alone, to ggml-cpu's x86 quantizer
+//   (quantize_row_q8_0 under __AVX__/__AVX2__, what llama.cpp's K/V writes run): amax by
+//   MAXPS over |x| in its lane order (lanes j, j+8, j+16, j+24; then the high half
+//   against the low; then movehl and movehdup; MAXPS(a, b) = a > b ? a : b, so a NaN
+//   operand gives b); id = 127/amax (0 when amax is 0); code = x·id rounded to nearest
+//   even, and −128 for a NaN (CVTPS2DQ's 0x80000000 through the saturating packs);
+//   d = amax/127 stored by F16C (RNE; a NaN keeps its top payload bits). Elsewhere the
+//   CPU backend's from_float is the C reference.
 // Float-to-integer conversions of NaN or out-of-range values are undefined in the C; on
 //   finite input they never happen except where d is so small that id overflows. The
 //   oracle gives code 0 for a NaN argument and saturates others to the integer type.
@@ -77,7 +85,10 @@ struct GgmlBlock {
   std::uint16_t d = 0, m = 0;
 };
 
-GgmlBlock ggml_quantize_block(QuantMode mode, std::span<const float, kGgmlBlock> x);
+// rounding: Rounding::ggml_cpu gives q8_0 ggml-cpu's x86 quantizer (see the top); any
+// other value ggml's C reference.
+GgmlBlock ggml_quantize_block(QuantMode mode, std::span<const float, kGgmlBlock> x,
+                              Rounding rounding = Rounding::ggml_ref);
 // The value of element i of a block in f32 (the dequantizers' arithmetic).
 float ggml_block_value(QuantMode mode, const GgmlBlock& block, int i);
 
@@ -94,12 +105,12 @@ void validate_ggml_dequantize(const ConstTensorView& wq, const ConstTensorView& 
                               const ConstTensorView& biases, const QuantSpec& spec, const ConstTensorView& out);
 
 void ggml_quantize(const ConstTensorView& x, const QuantSpec& spec, const TensorView& wq, const TensorView& scales,
-                   const TensorView& biases);
+                   const TensorView& biases, Rounding rounding = Rounding::ggml_ref);
 void ggml_dequantize(const ConstTensorView& wq, const ConstTensorView& scales, const ConstTensorView& biases,
                      const QuantSpec& spec, const TensorView& out);
 
 // Owning conveniences; dequantize's output dtype defaults to f32 (ggml's).
-QuantizedTensor ggml_quantize(const Tensor& x, const QuantSpec& spec);
+QuantizedTensor ggml_quantize(const Tensor& x, const QuantSpec& spec, Rounding rounding = Rounding::ggml_ref);
 Tensor ggml_dequantize(const QuantizedTensor& q, DType out_dtype = DType::f32);
 
 }  // namespace kvlab::ref

@@ -16,18 +16,26 @@ void validate_format_operands(const QuantSpec& spec, const ConstTensorView& bias
                 global_scale.value_or(0.0f), " is only defined for nvfp4, not mode ", f.name);
 }
 
+void validate_rounding(const QuantSpec& spec, Rounding rounding, const char* who) {
+  KVLAB_REQUIRE(spec.format().encoder == QuantEncoder::ggml || !is_ggml_rounding(rounding), invalid_argument, who,
+                ": rounding ", rounding_name(rounding), " is for the ggml block formats, not mode ", spec.format().name);
+}
+
 void quantize(const ConstTensorView& x, Rounding rounding, const QuantizedMutView& out) {
   validate_format_operands(out.spec, out.biases, out.global_scale, "quantize");
+  validate_rounding(out.spec, rounding, "quantize");
   switch (out.spec.format().encoder) {
     case QuantEncoder::affine: affine_quantize(x, out.spec, rounding, out.wq, out.scales, out.biases); return;
     case QuantEncoder::fp: fp_quantize(x, out.spec, rounding, out.global_scale, out.wq, out.scales); return;
-    // ggml's blocks have one arithmetic (its C reference): every flavour computes it.
-    case QuantEncoder::ggml: ggml_quantize(x, out.spec, out.wq, out.scales, out.biases); return;
+    // ggml's C reference, or with Rounding::ggml_cpu its CPU backend's quantizer; the MLX
+    // flavours mean the C reference (kvlab/quant_spec.h).
+    case QuantEncoder::ggml: ggml_quantize(x, out.spec, out.wq, out.scales, out.biases, rounding); return;
   }
 }
 
 void dequantize(const QuantizedView& in, const TensorView& out, Rounding flavour) {
   validate_format_operands(in.spec, in.biases, in.global_scale, "dequantize");
+  validate_rounding(in.spec, flavour, "dequantize");
   switch (in.spec.format().encoder) {
     case QuantEncoder::affine: affine_dequantize(in.wq, in.scales, in.biases, in.spec, out, flavour); return;
     // lut·2^e is exact, so the fp formats' one rounding is every flavour's.
@@ -37,6 +45,10 @@ void dequantize(const QuantizedView& in, const TensorView& out, Rounding flavour
 }
 
 std::optional<Rounding> host_quantize_flavour(const QuantSpec& spec, Rounding rounding) {
+  // ggml's blocks: the C reference, which ggml_cpu is too except for q8_0.
+  if (spec.format().encoder == QuantEncoder::ggml)
+    return rounding == Rounding::ggml_cpu && spec.mode == QuantMode::q8_0 ? std::nullopt
+                                                                         : std::optional(Rounding::ggml_ref);
   // The 1-bit rule (reference/affine_quantize.h) exists only in the oracle so far.
   if (spec.format().encoder == QuantEncoder::affine && spec.bits == 1) return std::nullopt;
   if (rounding != Rounding::mlx) return rounding;
@@ -46,6 +58,7 @@ std::optional<Rounding> host_quantize_flavour(const QuantSpec& spec, Rounding ro
 }
 
 std::optional<Rounding> host_dequantize_flavour(const QuantSpec& spec, DType scales_dtype, Rounding flavour) {
+  if (spec.format().encoder == QuantEncoder::ggml) return Rounding::ggml_ref;  // one arithmetic
   if (flavour != Rounding::mlx) return flavour;
   if (spec.format().encoder == QuantEncoder::affine && scales_dtype != DType::f32) return std::nullopt;
   return Rounding::mlx_cpu;
@@ -57,10 +70,11 @@ std::string unsupported_flavour(const char* backend, const char* op, const Quant
 }
 
 QuantizedTensor quantize(const Tensor& x, const QuantSpec& spec, Rounding rounding) {
+  validate_rounding(spec, rounding, "quantize");
   switch (spec.format().encoder) {
     case QuantEncoder::affine: return affine_quantize(x, spec, rounding);
     case QuantEncoder::fp: return fp_quantize(x, spec, rounding);
-    case QuantEncoder::ggml: return ggml_quantize(x, spec);
+    case QuantEncoder::ggml: return ggml_quantize(x, spec, rounding);
   }
   fail(ErrorKind::internal, cat("no encoder for mode ", quant_mode_name(spec.mode)));
 }

@@ -18,6 +18,9 @@ namespace kvlab::ref {
 // What the format table says of the operands beyond the encoder's own checks: biases only
 // where the format has them (a missing one is the encoder's error), a global scale only
 // where the format takes one. Every backend calls it before dispatching.
+// The rounding flavours a format takes: Rounding::ggml_ref / ggml_cpu only for the ggml
+// block formats (kvlab/quant_spec.h); Error{invalid_argument} naming both otherwise.
+void validate_rounding(const QuantSpec& spec, Rounding rounding, const char* who);
 void validate_format_operands(const QuantSpec& spec, const ConstTensorView& biases,
                               std::optional<float> global_scale, const char* who);
 
@@ -25,7 +28,8 @@ void validate_format_operands(const QuantSpec& spec, const ConstTensorView& bias
 // kernels should compute for a call, or nullopt when `rounding` asks for arithmetic they
 // do not have (then they throw Error{unsupported} with unsupported_flavour()). Rounding::mlx
 // is mlx_cpu's arithmetic except for fp-format quantize, affine dequantize with f16/bf16
-// metadata, and 1-bit affine quantize (kvlab/quant_spec.h).
+// metadata, and 1-bit affine quantize (kvlab/quant_spec.h). For the ggml block formats:
+// their C reference, except q8_0 quantize with Rounding::ggml_cpu (nullopt).
 std::optional<Rounding> host_quantize_flavour(const QuantSpec& spec, Rounding rounding);
 std::optional<Rounding> host_dequantize_flavour(const QuantSpec& spec, DType scales_dtype, Rounding flavour);
 std::string unsupported_flavour(const char* backend, const char* op, const QuantSpec& spec, Rounding rounding);

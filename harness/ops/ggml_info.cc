@@ -23,10 +23,14 @@ std::vector<std::string> ggml_modes() {
   return out;
 }
 
-std::vector<ParamSpec> ggml_params() {
-  return {int_param("B", 1, true), int_param("H", 1, true), int_param("T", 4, true), int_param("D", 64, true, 32),
-          dtype_param(), word_param("mode", ggml_modes()), quiet(real_param("stddev", "1")),
-          quiet(word_param("dist", value_family_names(), true))};
+// rounding: ggml's C reference (ggml_ref, the default) or its CPU backend's quantizer
+// (ggml_cpu: q8_0 differs on x86, kvlab/quant_spec.h); dequantize has one arithmetic.
+std::vector<ParamSpec> ggml_params(bool quantize) {
+  std::vector<ParamSpec> p = {int_param("B", 1, true), int_param("H", 1, true), int_param("T", 4, true),
+                              int_param("D", 64, true, 32), dtype_param(), word_param("mode", ggml_modes()),
+                              quiet(real_param("stddev", "1")), quiet(word_param("dist", value_family_names(), true))};
+  if (quantize) p.push_back(quiet(word_param("rounding", {"ggml_ref", "ggml_cpu"})));
+  return p;
 }
 
 QuantSpec ggml_spec(const Problem& p) { return QuantSpec::make(quant_mode_from_name(p.word("mode"))); }
@@ -66,7 +70,7 @@ class GgmlQuantize final : public OpInfo {
  public:
   std::string_view name() const override { return "ggml_quantize"; }
   std::string_view summary() const override { return "x -> ggml block codes + f16 scales/mins (bit-exact)"; }
-  std::vector<ParamSpec> declared_params() const override { return ggml_params(); }
+  std::vector<ParamSpec> declared_params() const override { return ggml_params(true); }
 
   std::uint64_t footprint(const Problem& p) const override { return ggml_footprint(p, false).bytes(); }
   TrafficModel traffic_model() const override { return ggml_quantize_traffic; }
@@ -88,7 +92,7 @@ class GgmlQuantize final : public OpInfo {
 
   void invoke(Backend& b, const Problem& p, const Bound& in, const Bound& out) const override {
     const QuantSpec spec = ggml_spec(p);
-    b.quantize({in["x"], Rounding::mlx_cpu,
+    b.quantize({in["x"], rounding_from_name(p.word("rounding")),
                 {out.tensors[0], out.tensors[1], spec.has_biases() ? out.tensors[2] : DTensor{}, spec}});
   }
 };
@@ -102,7 +106,7 @@ class GgmlDequantize final : public OpInfo {
  public:
   std::string_view name() const override { return "ggml_dequantize"; }
   std::string_view summary() const override { return "ggml block codes -> values (bit-exact)"; }
-  std::vector<ParamSpec> declared_params() const override { return ggml_params(); }
+  std::vector<ParamSpec> declared_params() const override { return ggml_params(false); }
 
   std::uint64_t footprint(const Problem& p) const override { return ggml_footprint(p, true).bytes(); }
   TrafficModel traffic_model() const override { return ggml_dequantize_traffic; }
@@ -121,7 +125,7 @@ class GgmlDequantize final : public OpInfo {
   void invoke(Backend& b, const Problem& p, const Bound& in, const Bound& out) const override {
     const QuantSpec spec = ggml_spec(p);
     const DTensor* biases = in.find("biases");
-    b.dequantize({{in["wq"], in["scales"], biases ? *biases : DTensor{}, spec}, out.tensors[0], Rounding::mlx_cpu});
+    b.dequantize({{in["wq"], in["scales"], biases ? *biases : DTensor{}, spec}, out.tensors[0], Rounding::ggml_ref});
   }
 };
 

@@ -90,10 +90,13 @@ typedef struct kvlab_tensor {
 #define KVLAB_QUANT_Q5_1 8   /* bits 5, unsigned codes, f16 mins as biases */
 #define KVLAB_QUANT_IQ4_NL 9 /* bits 4, indices into ggml's 16-value table */
 
-/* Arithmetic flavours (kvlab::Rounding): the contract, Metal's, the pinned MLX's. */
+/* Arithmetic flavours (kvlab::Rounding): the contract, Metal's, the pinned MLX's; for the
+ * ggml block formats, ggml's C reference and its CPU backend's quantizer. */
 #define KVLAB_ROUNDING_MLX_CPU 0
 #define KVLAB_ROUNDING_MLX_GPU 1
 #define KVLAB_ROUNDING_MLX 2
+#define KVLAB_ROUNDING_GGML_REF 3
+#define KVLAB_ROUNDING_GGML_CPU 4
 
 /* A packed tensor: codes wq (..., D·bits/32) u32, LSB-first bitstream per row
  * (reference/bitpack.h); scales (..., D/group); biases of the scales' shape and dtype

@@ -81,7 +81,17 @@ QuantMode quant_mode_from_name(std::string_view name);  // throws Error naming t
 //            (reference/fp_quantize.h); affine dequantize to f16/bf16 rounds code·scale
 //            to T and then adds the bias in T — two roundings
 //            (reference/affine_quantize.h).
-enum class Rounding : std::uint8_t { mlx_cpu, mlx_gpu, mlx };
+// For the ggml block formats (whose C reference is one arithmetic) two more:
+//   ggml_ref: ggml's C reference (quantize_row_<fmt>_ref), the oracle of
+//             reference/ggml_quantize.h; the MLX flavours above mean it too there.
+//   ggml_cpu: what ggml's CPU backend quantizes with (ggml_get_type_traits_cpu's
+//             from_float, what llama.cpp's K/V cache writes use): the C reference but for
+//             q8_0 on x86 with AVX, whose own quantizer takes 127/amax and rounds to
+//             nearest even (reference/ggml_quantize.h). The affine and fp formats refuse
+//             both.
+enum class Rounding : std::uint8_t { mlx_cpu, mlx_gpu, mlx, ggml_ref, ggml_cpu };
+// Whether r is one of the ggml block formats' flavours.
+constexpr bool is_ggml_rounding(Rounding r) { return r == Rounding::ggml_ref || r == Rounding::ggml_cpu; }
 std::string_view rounding_name(Rounding r);
 Rounding rounding_from_name(std::string_view name);
 

@@ -25,6 +25,9 @@ class GgmlBackend final : public HostMemoryBackend {
   void quantize(const QuantizeArgs& a) override { ggmlk::quantize(a); }
   void dequantize(const DequantizeArgs& a) override { ggmlk::dequantize(a); }
   void rope(const RopeArgs& a) override { ggmlk::rope(engine_, a); }
+  void kv_scatter(const KvScatterArgs& a) override { ggmlk::kv_scatter(engine_, a); }
+  void kv_gather(const KvGatherArgs& a) override { ggmlk::kv_gather(engine_, a); }
+  void kv_cast(const KvCastArgs& a) override { ggmlk::kv_cast(engine_, a); }
   void sdpa(const SdpaArgs& a) override {
     last_ = {};
     last_ = ggmlk::sdpa(engine_, a);

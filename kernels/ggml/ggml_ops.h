@@ -53,5 +53,9 @@ Arithmetic sdpa(Engine& e, const SdpaArgs& a);
 // buffers come back (ggml_backend.h, static_kv).
 Arithmetic quantized_sdpa(Engine& e, const QuantizedSdpaArgs& a, StaticKv* keep);
 void rope(Engine& e, const RopeArgs& a);
+// kernels/ggml/kv_move.cc: ggml_set_rows, ggml_get_rows, ggml_cpy.
+void kv_scatter(Engine& e, const KvScatterArgs& a);
+void kv_gather(Engine& e, const KvGatherArgs& a);
+void kv_cast(Engine& e, const KvCastArgs& a);
 
 }  // namespace kvlab::ggmlk

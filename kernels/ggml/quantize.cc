@@ -64,16 +64,20 @@ void row_to_blocks(const QuantizedView& t, std::int64_t r, std::uint8_t* dst, st
 void quantize(const QuantizeArgs& a) {
   const ConstTensorView x = host_cview(a.x);
   const QuantizedMutView out = host_view(a.out);
-  // The oracle's checks, in its order, so the same calls fail the same way; the rounding
-  // flavour has no say over ggml's blocks (one arithmetic, reference/quantize.h).
+  // The oracle's checks, in its order, so the same calls fail the same way.
   ref::validate_format_operands(out.spec, out.biases, out.global_scale, "quantize");
+  ref::validate_rounding(out.spec, a.rounding, "quantize");
   require_ggml_format(out.spec, "quantize");
   ref::validate_ggml_quantize(x, out.spec, out.wq, out.scales, out.biases);
   if (x.numel() == 0) return;
   const QuantMode mode = out.spec.mode;
   const ggml_type type = block_type(mode);
-  const ggml_from_float_t from_float = ggml_get_type_traits_cpu(type)->from_float;
-  KVLAB_REQUIRE(from_float != nullptr, unsupported, "ggml: no CPU from_float for ", quant_mode_name(mode));
+  // Rounding::ggml_cpu: the CPU backend's quantizer (what llama.cpp's K/V writes run);
+  // any other flavour: ggml's C reference (kvlab/quant_spec.h).
+  const ggml_from_float_t from_float = a.rounding == Rounding::ggml_cpu ? ggml_get_type_traits_cpu(type)->from_float
+                                                                        : ggml_get_type_traits(type)->from_float_ref;
+  KVLAB_REQUIRE(from_float != nullptr, unsupported, "ggml: no ", rounding_name(a.rounding), " from_float for ",
+                quant_mode_name(mode));
   const std::int64_t d = x.shape.back(), rows = x.numel() / d, blocks = d / ref::kGgmlBlock;
   const std::int64_t words = out.wq.shape.back();
   const std::size_t block_bytes = ref::ggml_block_bytes(mode);

@@ -66,6 +66,7 @@ void quantize(const QuantizeArgs& a) {
   const ConstTensorView x = host_cview(a.x);
   const QuantizedMutView out = host_view(a.out);
   validate_quantize(x, out);
+  ref::validate_rounding(out.spec, a.rounding, "quantize");
   KVLAB_REQUIRE(mlx_computes(a.rounding), unsupported,
                 "MLX's CPU backend computes the mlx flavour (rounding=mlx), not ", rounding_name(a.rounding),
                 " (a contract of kvlab's; mlx_gpu is Metal's arithmetic, absent from this CPU-only wheel)");
@@ -90,6 +91,7 @@ void dequantize(const DequantizeArgs& a) {
   const QuantizedView in = host_cview(a.in);
   const TensorView out = host_view(a.out);
   validate_dequantize(in, out);
+  ref::validate_rounding(in.spec, a.flavour, "dequantize");
   // Another flavour is answered only where its arithmetic is MLX's (fp formats, f32 data).
   KVLAB_REQUIRE(mlx_computes(a.flavour) || ref::host_dequantize_flavour(in.spec, in.scales.dtype, Rounding::mlx) ==
                                               ref::host_dequantize_flavour(in.spec, in.scales.dtype, a.flavour),

@@ -19,6 +19,7 @@ void VulkanBackend::quantize(const QuantizeArgs& a) {
   const auto& [wq, scales, biases, spec, global_scale] = q;
   Context& c = *context_;
   ref::validate_format_operands(spec, biases ? c.view(biases) : ConstTensorView{}, global_scale, "quantize");
+  ref::validate_rounding(spec, rounding, "quantize");
   KVLAB_REQUIRE(spec.format().encoder == QuantEncoder::affine, unsupported, "VulkanBackend: quantize in mode ",
                 quant_mode_name(spec.mode), " is not implemented yet");
   ref::validate_affine_quantize(c.view(x), spec, c.view(wq), c.view(scales), c.view(biases));
@@ -50,6 +51,7 @@ void VulkanBackend::dequantize(const DequantizeArgs& a) {
   const auto& [wq, scales, biases, spec, global_scale] = q;
   Context& c = *context_;
   ref::validate_format_operands(spec, biases ? c.view(biases) : ConstTensorView{}, global_scale, "dequantize");
+  ref::validate_rounding(spec, flavour, "dequantize");
   KVLAB_REQUIRE(spec.format().encoder == QuantEncoder::affine, unsupported, "VulkanBackend: dequantize in mode ",
                 quant_mode_name(spec.mode), " is not implemented yet");
   ref::validate_affine_dequantize(c.view(wq), c.view(scales), c.view(biases), spec, c.view(out));

@@ -12,6 +12,7 @@
 #include <gtest/gtest.h>
 
 #include <array>
+#include <cmath>
 #include <cstdint>
 #include <limits>
 #include <vector>
@@ -92,6 +93,72 @@ TEST(GgmlQ8_0, ZeroBlockHasZeroScaleAndCodes) {
   const GgmlBlock b = quantize(QuantMode::q8_0, block({}));
   EXPECT_EQ(b.d, 0x0000);
   EXPECT_THAT(b.codes, ElementsAreArray(codes({}, 0)));
+}
+
+// ---- q8_0 as ggml-cpu quantizes it on x86 (Rounding::ggml_cpu) -------------------------
+
+GgmlBlock quantize_cpu(QuantMode m, const Block& x) {
+  return ggml_quantize_block(m, std::span<const float, 32>(x), Rounding::ggml_cpu);
+}
+
+// amax 127: id = 127/127 = 1, codes by rint: ties to even (0.5 → 0, 2.5 → 2, −2.5 → −2,
+// 1.5 → 2), where the C reference rounds half away (the block of RoundsHalfAwayFromZero).
+TEST(GgmlQ8_0Cpu, RoundsTiesToEven) {
+  const GgmlBlock b = quantize_cpu(QuantMode::q8_0, block({127, 0.5f, -0.5f, 1.5f, 2.5f, -2.5f, 126.49f, -127, 0.49f}));
+  EXPECT_EQ(b.d, 0x3C00);
+  EXPECT_THAT(b.codes, ElementsAreArray(codes({127, 0, 0, 2, 2, 0xFE, 126, 0x81, 0}, 0)));
+}
+
+// id = 127/amax, not 1/(amax/127): for amax 11, 127/11 rounds to 11.545455 in f32 and
+// 1/(11/127) to 11.545454 (11/127 = 0.08661417 first); times 5.5 they give 63.500004 and
+// 63.499996, so the CPU quantizer's code is 64 and the C reference's 63 (no tie involved).
+// amax 29 and x = 14.5 go the other way: 127/29 = 4.37931 → 63.499996 → 63, against
+// 1/(29/127) = 4.3793106 → 63.500004 → 64.
+TEST(GgmlQ8_0Cpu, TakesTheMultiplierAs127OverAmax) {
+  EXPECT_EQ(quantize_cpu(QuantMode::q8_0, block({11, 5.5f})).codes[1], 64);
+  EXPECT_EQ(quantize(QuantMode::q8_0, block({11, 5.5f})).codes[1], 63);
+  EXPECT_EQ(quantize_cpu(QuantMode::q8_0, block({29, 14.5f})).codes[1], 63);
+  EXPECT_EQ(quantize(QuantMode::q8_0, block({29, 14.5f})).codes[1], 64);
+}
+
+// A NaN in element 5 is dropped from amax (lane 5's MAXPS with the next vector's element 13
+// returns that operand), so d comes from the rest (amax 127 → d = 1); its own code is NaN·1
+// → CVTPS2DQ's 0x80000000 → −128.
+TEST(GgmlQ8_0Cpu, ANaNEarlyInALaneIsDroppedFromAmaxAndBecomesMinus128) {
+  Block x = block({127});
+  x[5] = std::numeric_limits<float>::quiet_NaN();
+  const GgmlBlock b = quantize_cpu(QuantMode::q8_0, x);
+  EXPECT_EQ(b.d, 0x3C00);
+  EXPECT_EQ(b.codes[5], 0x80);
+  EXPECT_EQ(b.codes[0], 127);
+}
+
+// A NaN in element 27 (lane 3 of the last vector: the second operand of every MAXPS on its
+// way, lane 3 → four[3] → two1 → the final max_ss) becomes amax: d = NaN (F16C 0x7E00) and
+// id = 127/NaN, so every code is −128.
+TEST(GgmlQ8_0Cpu, ANaNThatReachesAmaxMakesEveryCodeMinus128) {
+  Block x = block({127, 1, 2});
+  x[27] = std::numeric_limits<float>::quiet_NaN();
+  const GgmlBlock b = quantize_cpu(QuantMode::q8_0, x);
+  EXPECT_EQ(b.d, 0x7E00);
+  EXPECT_THAT(b.codes, ElementsAreArray(codes({}, 0x80)));
+}
+
+// The other formats have no CPU quantizer of their own: ggml_cpu is the C reference there.
+TEST(GgmlQ8_0Cpu, OtherFormatsAreTheReference) {
+  const Block x = block({-8, 0.5f, -1.5f, 8, 3.25f});
+  for (QuantMode m : {QuantMode::q4_0, QuantMode::q4_1, QuantMode::q5_0, QuantMode::q5_1, QuantMode::iq4_nl}) {
+    const GgmlBlock a = quantize(m, x), c = quantize_cpu(m, x);
+    EXPECT_EQ(a.codes, c.codes) << quant_mode_name(m);
+    EXPECT_EQ(a.d, c.d) << quant_mode_name(m);
+  }
+}
+
+TEST(GgmlQ8_0Cpu, TheRoundingIsRefusedForOtherEncoders) {
+  const Tensor x(DType::f32, Shape{1, 64});
+  EXPECT_THROW(ref::quantize(x, QuantSpec::make(QuantMode::affine), Rounding::ggml_cpu), Error);
+  EXPECT_THROW(ref::quantize(x, QuantSpec::make(QuantMode::mxfp4), Rounding::ggml_ref), Error);
+  EXPECT_NO_THROW(ref::quantize(x, QuantSpec::make(QuantMode::q8_0), Rounding::ggml_cpu));
 }
 
 // ---- q4_0 and q5_0 -----------------------------------------------------------------------
