@@ -19,6 +19,7 @@
 #include "kernels/simd/parallel.h"
 #include "kernels/simd/quantized_decode.h"
 #include "kernels/simd/simd_kernels.h"
+#include "kvlab/dtype.h"
 #include "kvlab/error.h"
 #include "reference/quantized_sdpa.h"
 
@@ -109,6 +110,71 @@ bool fused_path_takes(const ConstTensorView& q, const ref::QuantizedView& k, con
   // The fused decode reads affine codes (unsigned integers with a float scale and bias).
   const auto affine = [](const ref::QuantizedView& x) { return x.spec.format().encoder == QuantEncoder::affine; };
   return affine(k) && affine(v) && rows <= qdecode::kMaxFusedRows;
+}
+
+// ---------------------------------------------------------------- ggml blocks
+
+// ggml's q8_0, q4_0 and q4_1 blocks are affine groups of 32 under other names (docs/
+// quantization.md §ggml block formats): q4_0's code c has the value (c − 8)·d, q4_1's
+// c·d + m, q8_0's signed byte q the value q·d = (q ⊕ 0x80)·d − 128·d. So their codes go
+// to the fused decode as they are (q8_0's with the top bit of each byte flipped, one
+// pass), with f32 scales d and biases −8d, m or −128d. Every value is then exact, as the
+// oracle's q·d is (a code of at most 8 bits times an f16 d has at most 19 significant
+// bits; the bias is a power-of-two multiple of d, or m itself): only the attention's own
+// summation order differs, under quantized_sdpa's tolerance. Only when every d (and m)
+// is finite: a non-finite d would make code·d + bias NaN where q·d is ±inf.
+struct AffineBlocks {
+  std::vector<std::uint32_t> codes;  // q8_0's flipped codes (empty: the source's are used)
+  std::vector<float> scales, biases;
+};
+
+// f16 bits to f32 by table (built once): the metadata pass converts a scale per 32 codes.
+float f16_value(std::uint16_t bits) {
+  static const std::vector<float> table = [] {
+    std::vector<float> t(65536);
+    for (std::size_t i = 0; i < t.size(); ++i) t[i] = f16_bits_to_f32(static_cast<std::uint16_t>(i));
+    return t;
+  }();
+  return table[bits];
+}
+
+std::optional<ref::QuantizedView> ggml_as_affine(const ref::QuantizedView& x, AffineBlocks& store) {
+  const QuantMode mode = x.spec.mode;
+  if (mode != QuantMode::q8_0 && mode != QuantMode::q4_0 && mode != QuantMode::q4_1) return std::nullopt;
+  const auto groups = static_cast<std::size_t>(x.scales.numel());
+  const auto* d = x.scales.as<const std::uint16_t>();
+  const auto* m = mode == QuantMode::q4_1 ? x.biases.as<const std::uint16_t>() : nullptr;
+  store.scales.resize(groups);
+  store.biases.resize(groups);
+  const float shift = mode == QuantMode::q8_0 ? -128.0f : -8.0f;
+  const auto words = static_cast<std::size_t>(x.wq.numel());
+  if (mode == QuantMode::q8_0) store.codes.resize(words);
+  const auto* src = x.wq.as<const std::uint32_t>();
+  // Tasks by a fixed count (not the pool's size), each a range of groups and their words.
+  constexpr std::int64_t kTasks = 64;
+  std::atomic<bool> finite{true};
+  parallel_for(kTasks, [&](std::int64_t t) {
+    const std::size_t g0 = groups * static_cast<std::size_t>(t) / kTasks;
+    const std::size_t g1 = groups * static_cast<std::size_t>(t + 1) / kTasks;
+    bool ok = true;
+    for (std::size_t g = g0; g < g1; ++g) {
+      const float scale = f16_value(d[g]);
+      const float bias = m != nullptr ? f16_value(m[g]) : shift * scale;
+      ok = ok && std::isfinite(scale) && std::isfinite(bias);
+      store.scales[g] = scale;
+      store.biases[g] = bias;
+    }
+    if (!ok) finite = false;
+    if (mode == QuantMode::q8_0) {  // a group of 32 bytes is 8 words
+      for (std::size_t w = g0 * 8; w < g1 * 8 && w < words; ++w) store.codes[w] = src[w] ^ 0x80808080U;
+    }
+  });
+  if (!finite) return std::nullopt;
+  ref::QuantizedView out{x.wq, {}, {}, QuantSpec::make(QuantMode::affine, x.spec.bits, 32), std::nullopt};
+  if (mode == QuantMode::q8_0) out.wq.data = reinterpret_cast<const std::byte*>(store.codes.data());
+  out.scales = {reinterpret_cast<const std::byte*>(store.scales.data()), DType::f32, x.scales.shape};
+  out.biases = {reinterpret_cast<const std::byte*>(store.biases.data()), DType::f32, x.scales.shape};
+  return out;
 }
 
 // ---------------------------------------------------------------- fallback
@@ -291,7 +357,13 @@ void quantized_sdpa(const ConstTensorView& q, const ref::QuantizedView& k, const
                     const AttentionParams& params, const ConstTensorView* mask_array, const ConstTensorView* sinks,
                     const TensorView& out) {
   ref::validate_quantized_sdpa(q, k, v, params, mask_array, sinks, out);
-  if (fused_path_takes(q, k, v)) fused(q, k, v, params, mask_array, sinks, out);
+  // Per calling thread, reused across calls: a fresh 64 MB vector each decode step would
+  // cost its zero fill and page faults (measured: 2.3× the whole q8_0 decode at 32K keys).
+  static thread_local AffineBlocks k_store, v_store;
+  const std::optional<ref::QuantizedView> k_affine = ggml_as_affine(k, k_store), v_affine = ggml_as_affine(v, v_store);
+  const ref::QuantizedView& kf = k_affine ? *k_affine : k;
+  const ref::QuantizedView& vf = v_affine ? *v_affine : v;
+  if (fused_path_takes(q, kf, vf)) fused(q, kf, vf, params, mask_array, sinks, out);
   else fallback(q, k, v, params, mask_array, sinks, out);
 }
 
