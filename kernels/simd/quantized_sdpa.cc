@@ -358,13 +358,21 @@ void quantized_sdpa(const ConstTensorView& q, const ref::QuantizedView& k, const
                     const TensorView& out) {
   ref::validate_quantized_sdpa(q, k, v, params, mask_array, sinks, out);
   // Per calling thread, reused across calls: a fresh 64 MB vector each decode step would
-  // cost its zero fill and page faults (measured: 2.3× the whole q8_0 decode at 32K keys).
+  // cost its zero fill and page faults (measured: 2.3× the whole q8_0 decode at 32K keys);
+  // released after the call beyond 256 MiB (below).
   static thread_local AffineBlocks k_store, v_store;
   const std::optional<ref::QuantizedView> k_affine = ggml_as_affine(k, k_store), v_affine = ggml_as_affine(v, v_store);
   const ref::QuantizedView& kf = k_affine ? *k_affine : k;
   const ref::QuantizedView& vf = v_affine ? *v_affine : v;
   if (fused_path_takes(q, kf, vf)) fused(q, kf, vf, params, mask_array, sinks, out);
   else fallback(q, k, v, params, mask_array, sinks, out);
+  // Kept only up to a bound, so a thread that once decoded a multi-GB q8_0 cache does not
+  // hold a copy of it afterwards: larger copies are made (and paid for) per call.
+  constexpr std::size_t kKeptBytes = std::size_t{256} << 20;
+  for (AffineBlocks* b : {&k_store, &v_store}) {
+    const std::size_t bytes = b->codes.capacity() * 4 + (b->scales.capacity() + b->biases.capacity()) * 4;
+    if (bytes > kKeptBytes) *b = AffineBlocks{};
+  }
 }
 
 }  // namespace kvlab::simd
