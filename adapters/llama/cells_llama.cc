@@ -58,6 +58,7 @@ class LlamaEngine final : public cells::CellEngine {
   std::int32_t pos_max(int seq) const override { return s_.seq_pos_max(seq); }
   std::int32_t pos_min(int seq) const override { return s_.seq_pos_min(seq); }
   std::int64_t vocab() const override { return s_.vocab(); }
+  void clear() { s_.clear(); }
 
  private:
   Session s_;
@@ -114,6 +115,7 @@ int cells_main(const std::map<std::string, std::string>& args) {
   opt.n_seq_max = cell_script::kMaxSequences;
   opt.n_ctx = 512;
   opt.swa_full = swa_full;
+  LlamaEngine llm(gguf, opt, div_as_add);
   int divergent = 0;
   for (const auto& [s, text] : scripts) {
     const auto script = cell_script::parse(text);
@@ -123,7 +125,7 @@ int cells_main(const std::map<std::string, std::string>& args) {
       std::cout << "INVALID: " << a.error << "\n";
       return 2;
     }
-    LlamaEngine llm(gguf, opt, div_as_add);
+    llm.clear();  // one context for every script: each starts on an empty cell pool
     const cells::Run b = cells::run_script(llm, script, s, &a.fed);
     const cells::Verdict v = cells::compare(a, b, golden::Tolerance{});
     const std::string repro = cat("kvlab_golden_llama cells --model-dir ", get("--model-dir"), " --gguf ", gguf,

@@ -79,7 +79,7 @@ Session::~Session() {
 
 bool Session::on_tensor(::ggml_tensor* t, bool ask, void* user) {
   const std::string_view name(t->name);
-  if (name.substr(0, kAttentionTensor.size()) != kAttentionTensor) return !ask ? true : false;
+  if (name.substr(0, kAttentionTensor.size()) != kAttentionTensor) return !ask;  // ask: not wanted; else go on
   if (ask) return true;
   auto* self = static_cast<Session*>(user);
   const int layer = std::atoi(t->name + kAttentionTensor.size());

@@ -14,7 +14,6 @@
 // kv_cast is ggml's own conversion (ggml-cpu's dup: FP32→FP16 by F16C, FP32→BF16 by
 // GGML_FP32_TO_BF16, widening exact), judged bit for bit against the oracle's.
 #include <limits>
-#include <tuple>
 #include <vector>
 
 #include "kernels/ggml/ggml_ops.h"
@@ -42,7 +41,7 @@ void kv_scatter(Engine& e, const KvScatterArgs& a) {
   const std::size_t es = dtype_size(src.dtype);
   KVLAB_REQUIRE(es == 2 || es == 4, unsupported, "ggml kv_scatter: ", dtype_name(src.dtype),
                 " (ggml_set_rows copies bits for 2- and 4-byte elements only)");
-  const auto& [B, H, S, W] = std::tuple(plan.src.B, plan.src.H, plan.src.L, plan.src.W);
+  const std::int64_t B = plan.src.B, H = plan.src.H, S = plan.src.L, W = plan.src.W;
   if (B == 0 || H == 0 || S == 0 || W == 0) return;
   require_int32(plan.dst.L, "kv_scatter length");
   const ggml_type type = es == 2 ? GGML_TYPE_F16 : GGML_TYPE_F32;
