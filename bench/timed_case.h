@@ -33,7 +33,6 @@ struct TimedCase {
   harness::Prepared prep;
   std::vector<std::string> output_names;
   harness::Bound in, out;
-  std::optional<float> fp_global_scale;
   std::string skip;     // not timed, and why (unsupported kernel, unattainable target)
   std::string failure;  // not timed because wrong: FAILED/INVALID verification, a throw
   // Timed although it differs from the oracle: a divergence the backend's register

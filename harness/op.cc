@@ -28,6 +28,13 @@ const DTensor* Bound::find(std::string_view name) const {
   return nullptr;
 }
 
+std::optional<double> Bound::scalar(std::string_view name) const {
+  if (scalars == nullptr) return std::nullopt;
+  const auto it = scalars->find(name);
+  if (it == scalars->end()) return std::nullopt;
+  return it->second;
+}
+
 const DTensor& Bound::operator[](std::string_view name) const {
   const DTensor* t = find(name);
   KVLAB_REQUIRE(t != nullptr, internal, "no bound tensor '", name, "'");

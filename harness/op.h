@@ -9,7 +9,9 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <initializer_list>
+#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -66,6 +68,9 @@ struct Prepared {
   std::vector<std::string> input_names;
   std::vector<Tensor> inputs;
   std::vector<OutputSlot> outputs;
+  // Host values derived once from the inputs (fp's global scale is the amax of x), so
+  // that invoke() need not recompute them inside a timed call.
+  std::map<std::string, double, std::less<>> scalars;
   void add_input(std::string name, Tensor t) {
     input_names.push_back(std::move(name));
     inputs.push_back(std::move(t));
@@ -77,8 +82,10 @@ struct Prepared {
 struct Bound {
   const std::vector<std::string>* names = nullptr;
   std::vector<DTensor> tensors;
+  const std::map<std::string, double, std::less<>>* scalars = nullptr;  // Prepared::scalars
   const DTensor& operator[](std::string_view name) const;
   const DTensor* find(std::string_view name) const;
+  std::optional<double> scalar(std::string_view name) const;  // absent: nullopt
 };
 
 // A saturating sum of tensor sizes for OpInfo::footprint. A negative dimension counts as

@@ -77,6 +77,7 @@ Run execute(const OpInfo& op, const Problem& p, const Prepared& prep, Backend& b
         place(b, s.dtype, s.shape, s.initial ? s.initial->data() : nullptr, lead_bytes(p, s.dtype)));
   }
   r.in.names = &prep.input_names;
+  r.in.scalars = &prep.scalars;
   for (const Placed& pl : r.inputs) r.in.tensors.push_back(pl.tensor);
   for (const Placed& pl : r.outputs) r.out.tensors.push_back(pl.tensor);
   try {

@@ -68,6 +68,15 @@ std::optional<float> global_scale(const Problem& p, const Tensor& x) {
   return amax;
 }
 
+// The global scale prepare() derived from x (absent: none), an f32 held exactly as a double.
+void keep_global_scale(Prepared& prep, std::optional<float> scale) {
+  if (scale) prep.scalars["global_scale"] = *scale;
+}
+std::optional<float> kept_global_scale(const Bound& in) {
+  const std::optional<double> s = in.scalar("global_scale");
+  return s ? std::optional<float>(static_cast<float>(*s)) : std::nullopt;
+}
+
 // x, its codes (at most a byte per element plus a padding word per row), one scale
 // byte per group (groups of 16 or 32), and the output of dequantize.
 Footprint fp_footprint(const Problem& p, bool with_output) {
@@ -92,7 +101,9 @@ class FpQuantize final : public OpInfo {
   Prepared prepare(const Problem& p) const override {
     const QuantSpec spec = fp_spec(p);
     Prepared prep;
-    prep.add_input("x", fp_input(p));
+    Tensor x = fp_input(p);
+    keep_global_scale(prep, global_scale(p, x));
+    prep.add_input("x", std::move(x));
     const Shape xs = bhtd_shape(p);
     prep.outputs.push_back({"wq", DType::u32, shape_with_last(xs, spec.packed_words(xs.back())), true, {}});
     prep.outputs.push_back({"scales", DType::u8, shape_with_last(xs, spec.groups(xs.back())), true, {}});
@@ -101,8 +112,7 @@ class FpQuantize final : public OpInfo {
 
   void invoke(Backend& b, const Problem& p, const Bound& in, const Bound& out) const override {
     // The global scale is derived on the host from the same input bits on both sides.
-    const Tensor x = fp_input(p);
-    b.quantize({in["x"], rounding_from_name(p.word("rounding")), {out.tensors[0], out.tensors[1], {}, fp_spec(p), global_scale(p, x)}});
+    b.quantize({in["x"], rounding_from_name(p.word("rounding")), {out.tensors[0], out.tensors[1], {}, fp_spec(p), kept_global_scale(in)}});
   }
 };
 
@@ -125,9 +135,10 @@ class FpDequantize final : public OpInfo {
 
   Prepared prepare(const Problem& p) const override {
     const Tensor x = fp_input(p);
-    ref::QuantizedTensor q =
-        ref::fp_quantize(x, fp_spec(p), rounding_from_name(p.word("rounding")), global_scale(p, x));
+    const std::optional<float> scale = global_scale(p, x);
+    ref::QuantizedTensor q = ref::fp_quantize(x, fp_spec(p), rounding_from_name(p.word("rounding")), scale);
     Prepared prep;
+    keep_global_scale(prep, scale);
     prep.add_input("wq", std::move(q.wq));
     prep.add_input("scales", std::move(q.scales));
     prep.outputs.push_back({"out", dtype_from_name(p.word("dtype")), bhtd_shape(p), false, {}});
@@ -135,7 +146,7 @@ class FpDequantize final : public OpInfo {
   }
 
   void invoke(Backend& b, const Problem& p, const Bound& in, const Bound& out) const override {
-    b.dequantize({{in["wq"], in["scales"], {}, fp_spec(p), global_scale(p, fp_input(p))}, out.tensors[0]});
+    b.dequantize({{in["wq"], in["scales"], {}, fp_spec(p), kept_global_scale(in)}, out.tensors[0]});
   }
 
   Budget budget(const Problem& p, const Prepared&, std::size_t, const Tensor& ref) const override {
