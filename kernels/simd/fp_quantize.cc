@@ -25,11 +25,13 @@
 #ifndef KVLAB_SIMD_FP_COMMON
 #define KVLAB_SIMD_FP_COMMON
 #include <algorithm>
+#include <array>
 #include <bit>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 #include "kernels/simd/parallel.h"
@@ -81,16 +83,6 @@ using DI = hn::RebindToSigned<DF>;
 using VF = hn::Vec<DF>;
 using VI = hn::Vec<DI>;
 
-// n stored f16/bf16/f32 elements → f32, exactly (f16/bf16 by the shared conversions of
-// half_convert-inl.h).
-void RowToF32(const std::byte* src, DType dtype, std::size_t n, float* HWY_RESTRICT dst) {
-  if (dtype == DType::f32) {
-    std::memcpy(dst, src, n * sizeof(float));
-    return;
-  }
-  HalfRowToF32(reinterpret_cast<const std::uint16_t*>(src), dtype == DType::bf16, n, dst);
-}
-
 // Lanes whose sign bit is set (−0.0 and negative NaNs included).
 hn::Mask<DI> SignBitSet(VF y) { return hn::Lt(hn::BitCast(DI(), y), hn::Zero(DI())); }
 
@@ -140,109 +132,369 @@ VI E4M3(VF y) {
   return hn::Or(mag, hn::IfThenElseZero(SignBitSet(y), hn::Set(di, 0x80)));
 }
 
-// amax of one group: max |w| with NaN lanes ignored (the oracle's fmax from 0).
-float GroupAmax(const float* HWY_RESTRICT w, std::size_t n) {
-  const DF df;
-  const std::size_t N = hn::Lanes(df);
-  VF m = hn::Zero(df);
-  for (std::size_t i = 0; i < n; i += N) {
-    const VF a = hn::Abs(hn::LoadU(df, w + i));
-    m = hn::Max(m, hn::IfThenZeroElse(hn::IsNaN(a), a));
+// E2M1 for the CPU rounding, from q = 4y, for a group whose |y| are all <= 12 (no NaN).
+// There the argmin's f32 distances to the two entries around |y| are exact (Sterbenz: each
+// entry is within a factor 2 of |y|, or |y| <= 0.25 and +0 wins), and every other
+// distance rounds to a value no smaller than theirs, so the first minimum is the nearest
+// entry with ties to the lower magnitude: the number of midpoints |y| lies strictly above.
+// In quarters the midpoints are the integers of kE2M1QuarterMidpoints, and for an integer
+// t, t < |q| exactly when t < c = ceil(|q|), so the magnitude is a table of c (c > 31 reads
+// as 31: every midpoint passed). The sign goes on every nonzero magnitude: q < −1, i.e.
+// y < −0.25. A y that is an f32 subnormal makes q differ from 4y by rounding, but c is 0
+// or 1 either way, magnitude 0. Groups with a NaN or a larger |y| take E2M1Cpu.
+constexpr int kE2M1QuarterMidpoints[7] = {1, 3, 5, 7, 10, 14, 20};
+
+constexpr std::array<std::int32_t, 32> E2M1MagnitudeByCeilQuarter() {
+  std::array<std::int32_t, 32> table{};
+  for (int c = 0; c < 32; ++c) {
+    for (const int t : kE2M1QuarterMidpoints) table[static_cast<std::size_t>(c)] += t < c ? 1 : 0;
   }
-  return hn::GetLane(hn::MaxOfLanes(df, m));
+  return table;
+}
+
+HWY_INLINE VI E2M1CpuQuarters(VF q) {
+  const DF df;
+  const DI di;
+  alignas(64) static constexpr std::array<std::int32_t, 32> kTable = E2M1MagnitudeByCeilQuarter();
+#if HWY_TARGET <= HWY_AVX3 && HWY_ARCH_X86
+  // AVX-512: ceil and convert in one instruction, the 32-entry table in one two-source permute.
+  const __m512i c = _mm512_cvt_roundps_epi32(hn::Abs(q).raw, _MM_FROUND_TO_POS_INF | _MM_FROUND_NO_EXC);
+  const __m512i index = _mm512_min_epi32(c, _mm512_set1_epi32(31));
+  const VI mag{_mm512_permutex2var_epi32(_mm512_load_si512(kTable.data()), index,
+                                         _mm512_load_si512(kTable.data() + 16))};
+#else
+  (void)kTable;
+  const VI c = hn::ConvertTo(di, hn::Ceil(hn::Abs(q)));
+  VI mag = hn::Min(hn::ShiftRight<1>(c), hn::Set(di, 4));  // the midpoints 1 3 5 7
+  mag = hn::Sub(mag, hn::VecFromMask(di, hn::Gt(c, hn::Set(di, 10))));
+  mag = hn::Sub(mag, hn::VecFromMask(di, hn::Gt(c, hn::Set(di, 14))));
+  mag = hn::Sub(mag, hn::VecFromMask(di, hn::Gt(c, hn::Set(di, 20))));
+#endif
+  return hn::IfThenElse(hn::RebindMask(di, hn::Lt(q, hn::Set(df, -1.0f))), hn::Or(mag, hn::Set(di, 8)), mag);
+}
+
+// E4M3 code bits (sign in bit 7) → f32, as the oracle's decode: the magnitude bits << 7
+// read as an f16, ·2^112 (f16 → f32) ·2^8 (the oracle's ×256) folded into one exact ·2^120.
+VF E4M3Decode(VI c) {
+  const DF df;
+  const DI di;
+  const auto half = hn::ShiftLeft<20>(hn::And(c, hn::Set(di, 0x7F)));  // (<< 7) << 13
+  const auto mag = hn::Mul(hn::BitCast(df, half), hn::Set(df, 0x1p120f));
+  return hn::BitCast(df, hn::Or(hn::BitCast(di, mag), hn::ShiftLeft<24>(hn::And(c, hn::Set(di, 0x80)))));
+}
+
+// E2M1 code bits → f32: exponent field E = bits 1..2 of the magnitude, mantissa bit 0. E = 0
+// is 0 or 0.5; else 2^(E−1)·(1 + m/2), i.e. f32 exponent E + 126 and mantissa bit 22.
+VF E2M1Decode(VI c) {
+  const DF df;
+  const DI di;
+  const auto m = hn::And(c, hn::Set(di, 7));
+  const auto e = hn::ShiftRight<1>(m), low = hn::And(m, hn::Set(di, 1));
+  const auto normal = hn::Or(hn::ShiftLeft<23>(hn::Add(e, hn::Set(di, 126))), hn::ShiftLeft<22>(low));
+  const auto subnormal = hn::IfThenElseZero(hn::Eq(low, hn::Set(di, 1)), hn::Set(di, 0x3F000000));  // 0.5f
+  const auto bits = hn::IfThenElse(hn::Eq(e, hn::Zero(di)), subnormal, normal);
+  return hn::BitCast(df, hn::Or(bits, hn::ShiftLeft<28>(hn::And(c, hn::Set(di, 8)))));
+}
+
+// E2M1 codes → f32 by a table where a vector holds one: 16 lanes the signed values, 8
+// lanes the magnitudes (the sign bit moved in); narrower vectors build the bits.
+VF E2M1DecodeLut(VI c) {
+  const DF df;
+  const DI di;
+  constexpr std::size_t kMaxN = hn::MaxLanes(DF());
+  if constexpr (kMaxN >= 16) {
+    alignas(64) static constexpr float kValues[16] = {0.0f,  0.5f,  1.0f,  1.5f,  2.0f,  3.0f,  4.0f,  6.0f,
+                                                      -0.0f, -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f};
+    return hn::TableLookupLanes(hn::LoadU(df, kValues), hn::IndicesFromVec(df, hn::And(c, hn::Set(di, 15))));
+  } else if constexpr (kMaxN >= 8) {
+    alignas(32) static constexpr float kMagnitudes[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
+    const VF mag = hn::TableLookupLanes(hn::LoadU(df, kMagnitudes), hn::IndicesFromVec(df, hn::And(c, hn::Set(di, 7))));
+    return hn::BitCast(df, hn::Or(hn::BitCast(di, mag), hn::ShiftLeft<28>(hn::And(c, hn::Set(di, 8)))));
+  } else {
+    return E2M1Decode(c);
+  }
+}
+
+// E8M0 codes → 2^(c−127) as ref::e8m0_decode: code 0 is the subnormal 2^-127, 255 is +inf.
+VF E8M0Decode(VI c) {
+  const DF df;
+  const DI di;
+  const VF normal = hn::BitCast(df, hn::ShiftLeft<23>(c));
+  const VF low = hn::IfThenElse(hn::RebindMask(df, hn::Eq(c, hn::Zero(di))), hn::Set(df, 0x1p-127f), normal);
+  return hn::IfThenElse(hn::RebindMask(df, hn::Eq(c, hn::Set(di, 255))), hn::Set(df, HUGE_VALF), low);
+}
+
+// ref::e8m0_encode(x) for N lanes of x = amax/max. For a normal x = 2^e·m, log2 x lies in
+// (e, e+1) and both roundings (rint, round half away) give e+1 exactly when m > √2; ties
+// are impossible (√2 is irrational) but the oracle's log2f can round to e + 0.5 for m
+// within a few ulp of √2, so m within 2^-11 of √2 (log2 ≥ 5e-4 from the tie, far beyond
+// log2f's error) goes to the scalar code, as do zero, subnormal and non-finite x.
+VI E8M0Encode(VF x, Rounding rounding) {
+  const DF df;
+  const DI di;
+  const VI bits = hn::BitCast(di, x);
+  const VI e = hn::Sub(hn::ShiftRight<23>(bits), hn::Set(di, 127));
+  const VI mant = hn::And(bits, hn::Set(di, 0x7FFFFF));
+  constexpr std::int32_t kSqrt2Mantissa = 0x3504F3, kWindow = 1 << 12;
+  const VI up = hn::VecFromMask(di, hn::Gt(mant, hn::Set(di, kSqrt2Mantissa)));
+  const VI code = hn::Min(hn::Sub(hn::Add(e, hn::Set(di, 127)), up), hn::Set(di, 254));  // clamp at 2^127
+  const auto near_tie = hn::Lt(hn::Abs(hn::Sub(mant, hn::Set(di, kSqrt2Mantissa))), hn::Set(di, kWindow));
+  const auto normal = hn::And(hn::Ge(x, hn::Set(df, 0x1p-126f)), hn::Lt(x, hn::Set(df, HUGE_VALF)));
+  const auto fast = hn::AndNot(near_tie, hn::RebindMask(di, normal));
+  if (hn::AllTrue(di, fast)) return code;
+  alignas(64) float xs[hn::MaxLanes(df)];
+  alignas(64) std::int32_t codes[hn::MaxLanes(di)];
+  hn::Store(x, df, xs);
+  hn::Store(hn::IfThenElse(fast, code, hn::Set(di, -1)), di, codes);
+  for (std::size_t i = 0; i < hn::Lanes(di); ++i) {
+    if (codes[i] < 0) codes[i] = ref::e8m0_encode(xs[i], rounding);
+  }
+  return hn::Load(di, codes);
 }
 
 }  // namespace fp_impl
 
-void RowToF32Fp(const std::byte* src, DType dtype, std::size_t n, float* HWY_RESTRICT dst) {
-  fp_impl::RowToF32(src, dtype, n, dst);
-}
-
-// One row of groups·gs f32 values → element codes (one byte each) and scale codes.
-void FpQuantizeRow(const fd::RowJob& job, const float* HWY_RESTRICT x, std::uint8_t* HWY_RESTRICT scale_codes,
-                   std::uint8_t* HWY_RESTRICT codes) {
+// The scale codes of N groups from their amax, in the oracle's operation order, and what
+// their elements are multiplied by (mx: the exact reciprocal of the power-of-two scale)
+// or divided by (nvfp4: the decoded E4M3 scale).
+fp_impl::VI ScaleCodes(const fd::RowJob& job, fp_impl::VF amax, float* HWY_RESTRICT factor) {
   namespace fi = fp_impl;
   const fi::DF df;
-  const hn::Rebind<std::uint8_t, fi::DF> du8;
+  const fi::DI di;
+  if (!job.e8m0_scales) {
+    const fi::VI code = fi::E4M3(hn::Mul(hn::Div(amax, hn::Set(df, fd::kE2M1Max)), hn::Set(df, job.enc)));
+    hn::StoreU(fi::E4M3Decode(code), df, factor);
+    return code;
+  }
+  const Rounding rounding = job.gpu ? Rounding::mlx_gpu : Rounding::mlx_cpu;
+  const fi::VI code =
+      fi::E8M0Encode(hn::Div(amax, hn::Set(df, job.e4m3_elements ? fd::kE4M3Max : fd::kE2M1Max)), rounding);
+  // 1/2^(c−127) = 2^(127−c) = decode(254 − c): exact for c in [0, 254] (2^-127 is an f32
+  // subnormal); c = 255 (scale +inf) gives 0, and w·0 = w/inf for every w (±0, NaN for inf
+  // and NaN).
+  const fi::VF inv = fi::E8M0Decode(hn::Sub(hn::Set(di, 254), code));
+  hn::StoreU(hn::IfThenZeroElse(hn::RebindMask(df, hn::Eq(code, hn::Set(di, 255))), inv), df, factor);
+  return code;
+}
+
+// Stores N element codes (i32 lanes, each < 256): one byte each, or (kPacked, codes < 16)
+// N/2 bytes with element 2k in the low nibble. Pairs are combined inside u64 lanes (the odd
+// code sits at bit 32: >> 28 puts it at bit 4) and truncated to a byte. The SCALAR target
+// (one lane) stores single bytes, and its caller packs them.
+template <bool kPacked>
+HWY_INLINE void StoreCodes(fp_impl::VI code, std::uint8_t* HWY_RESTRICT out) {
+  const fp_impl::DI di;
+#if HWY_TARGET == HWY_SCALAR
+  *out = static_cast<std::uint8_t>(hn::GetLane(code));
+  (void)di;
+#else
+  if constexpr (kPacked) {
+    const hn::Repartition<std::uint64_t, fp_impl::DI> d64;
+    const auto pairs = hn::BitCast(d64, code);
+    const auto bytes = hn::Or(pairs, hn::ShiftRight<28>(pairs));
+    const hn::Rebind<std::uint8_t, decltype(d64)> d8;
+    hn::StoreU(hn::TruncateTo(d8, bytes), d8, out);
+  } else {
+    // Not TruncateTo: Highway 1.0.3's u32 → u8 TruncateTo on AVX3_DL permutes 32-bit lanes
+    // where it means bytes (x86_512-inl.h), which the oracle comparison caught.
+    const hn::Rebind<std::uint8_t, fp_impl::DI> d8;
+    hn::StoreU(hn::DemoteTo(d8, code), d8, out);
+  }
+#endif
+}
+
+// The element encoders, as types for the block kernel's template.
+struct E2M1CpuCodes {  // the group-wise fast path of E2M1CpuQuarters, else E2M1Cpu
+  static constexpr bool kPacked = true;
+  static fp_impl::VI Encode(fp_impl::VF y) { return fp_impl::E2M1Cpu(y); }
+};
+struct E2M1GpuCodes {
+  static constexpr bool kPacked = true;
+  static fp_impl::VI Encode(fp_impl::VF y) { return fp_impl::E2M1Gpu(y); }
+};
+struct E4M3Codes {
+  static constexpr bool kPacked = false;
+  static fp_impl::VI Encode(fp_impl::VF y) { return fp_impl::E4M3(y); }
+};
+
+// Lanes(df) stored values from element i on → f32, exactly (an f16 NaN may come back
+// quiet, which no encoder distinguishes: every NaN gives the same code).
+template <DType kDtype>
+HWY_INLINE fp_impl::VF LoadStored(const std::byte* HWY_RESTRICT src, std::size_t i) {
+  const fp_impl::DF df;
+  if constexpr (kDtype == DType::bf16) return LoadBF16(df, reinterpret_cast<const std::uint16_t*>(src) + i);
+  else if constexpr (kDtype == DType::f16) return LoadF16QuietingNaN(df, reinterpret_cast<const std::uint16_t*>(src) + i);
+  else return hn::LoadU(df, reinterpret_cast<const float*>(src) + i);
+}
+
+// `groups` consecutive groups of stored values (rows are contiguous, so a block of rows is
+// a run of groups) → scale codes and element codes (E4M3: a byte each; E2M1: packed two
+// to a byte). N groups at a time (N = Lanes): convert to f32 and take each amax, the N
+// scale codes as one vector, then encode. kDivide: nvfp4's y = (w·enc)/s; else the mx
+// formats' y = w·(1/scale), exact (ScaleCodes).
+template <DType kDtype, bool kDivide, class Codes>
+void QuantizeBlock(const fd::RowJob& job, const std::byte* HWY_RESTRICT src, std::size_t groups,
+                   std::uint8_t* HWY_RESTRICT scale_codes, std::uint8_t* HWY_RESTRICT out) {
+  namespace fi = fp_impl;
+  const fi::DF df;
+  const fi::DI di;
+  constexpr std::size_t kMaxN = hn::MaxLanes(fi::DF());
+  constexpr std::size_t kMaxGroup = 32;
+  constexpr std::size_t kStoredBytes = kDtype == DType::f32 ? 4 : 2;
   const std::size_t N = hn::Lanes(df);
   const auto gs = static_cast<std::size_t>(job.group_size);
-  const Rounding rounding = job.gpu ? Rounding::mlx_gpu : Rounding::mlx_cpu;
-  for (std::int64_t g = 0; g < job.groups; ++g) {
-    const float* w = x + static_cast<std::size_t>(g) * gs;
-    std::uint8_t* out = codes + static_cast<std::size_t>(g) * gs;
-    const float amax = fi::GroupAmax(w, gs);
-    std::uint8_t scale_code = 0;
-    float scale = 0.0f;
-    if (job.e8m0_scales) {
-      scale_code = ref::e8m0_encode(amax / (job.e4m3_elements ? fd::kE4M3Max : fd::kE2M1Max), rounding);
-      scale = ref::e8m0_decode(scale_code);  // a power of two, or +inf
-    } else {
-      scale_code = ref::e4m3_encode(amax / fd::kE2M1Max * job.enc);
-      scale = ref::e4m3_decode(scale_code);
+  const std::size_t group_bytes = Codes::kPacked ? gs / 2 : gs;
+  const auto venc = hn::Set(df, job.enc);
+  alignas(64) float values[kMaxN * kMaxGroup];
+  constexpr bool kQuarters = std::is_same_v<Codes, E2M1CpuCodes> && HWY_TARGET != HWY_SCALAR;  // one lane: no pairs
+  alignas(64) float amax[kMaxN], factor[kMaxN];
+  alignas(64) std::int32_t codes32[kMaxN];
+  bool has_nan[kMaxN];
+  for (std::size_t g0 = 0; g0 < groups; g0 += N) {
+    const std::size_t nb = std::min(N, groups - g0);
+    const std::byte* const batch = src + g0 * gs * kStoredBytes;
+    for (std::size_t g = 0; g < nb; ++g) {
+      fi::VF m = hn::Zero(df);
+      auto nan = hn::FirstN(df, 0);
+      for (std::size_t i = g * gs; i < (g + 1) * gs; i += N) {
+        const fi::VF v = LoadStored<kDtype>(batch, i);
+        hn::Store(v, df, values + i);
+        const fi::VF a = hn::Abs(v);
+        const auto is_nan = hn::IsNaN(a);
+        m = hn::Max(m, hn::IfThenZeroElse(is_nan, a));  // NaN ignored, as the oracle's fmax
+        nan = hn::Or(nan, is_nan);
+      }
+      amax[g] = hn::GetLane(hn::MaxOfLanes(df, m));
+      has_nan[g] = !hn::AllFalse(df, nan);
     }
-    scale_codes[g] = scale_code;
-    if (!job.e8m0_scales && scale == 0.0f) {  // the oracle's zero-scale rule
-      std::memset(out, 0, gs);
-      continue;
-    }
-    const auto vscale = hn::Set(df, scale), venc = hn::Set(df, job.enc);
-    for (std::size_t i = 0; i < gs; i += N) {
-      const auto v = hn::LoadU(df, w + i);
-      const auto y = !job.e8m0_scales ? hn::Div(hn::Mul(v, venc), vscale) : hn::Div(v, vscale);
-      const auto code = job.e4m3_elements ? fi::E4M3(y) : job.gpu ? fi::E2M1Gpu(y) : fi::E2M1Cpu(y);
-      hn::StoreU(hn::DemoteTo(du8, code), du8, out + i);
+    for (std::size_t g = nb; g < N; ++g) amax[g] = 0.0f;
+    hn::Store(ScaleCodes(job, hn::Load(df, amax), factor), di, codes32);
+    for (std::size_t g = 0; g < nb; ++g) scale_codes[g0 + g] = static_cast<std::uint8_t>(codes32[g]);
+    for (std::size_t g = 0; g < nb; ++g) {
+      std::uint8_t* const dst = out + (g0 + g) * group_bytes;
+      const fi::VF vfactor = hn::Set(df, factor[g]);
+      if constexpr (kDivide) {
+        if (factor[g] == 0.0f) {  // the oracle's zero-scale rule
+          std::memset(dst, 0, group_bytes);
+          continue;
+        }
+      }
+      if constexpr (kQuarters) {
+        // q = 4y directly: mx y·4 = w·(4/scale); nvfp4 (w·enc)/(s/4), s/4 exact (s >= 2^-9).
+        // Every |q| is at most the same arithmetic on amax (monotone roundings).
+        const float quarter_factor = kDivide ? factor[g] * 0.25f : factor[g] * 4.0f;
+        const float bound = std::fabs(kDivide ? amax[g] * job.enc / quarter_factor : amax[g] * quarter_factor);
+        if (!has_nan[g] && bound <= 48.0f) {
+          const fi::VF vq = hn::Set(df, quarter_factor);
+          for (std::size_t i = 0; i < gs; i += N) {
+            const fi::VF w = hn::Load(df, values + g * gs + i);
+            const fi::VF q = kDivide ? hn::Div(hn::Mul(w, venc), vq) : hn::Mul(w, vq);
+            StoreCodes<true>(fi::E2M1CpuQuarters(q), dst + i / 2);
+          }
+          continue;
+        }
+      }
+      const auto scaled = [&](fi::VF w) { return kDivide ? hn::Div(hn::Mul(w, venc), vfactor) : hn::Mul(w, vfactor); };
+#if HWY_TARGET == HWY_SCALAR
+      if constexpr (Codes::kPacked) {  // one lane: the pairs are joined here
+        for (std::size_t i = 0; i < gs; i += 2) {
+          const auto lo = hn::GetLane(Codes::Encode(scaled(hn::Load(df, values + g * gs + i))));
+          const auto hi = hn::GetLane(Codes::Encode(scaled(hn::Load(df, values + g * gs + i + 1))));
+          dst[i / 2] = static_cast<std::uint8_t>(lo | (hi << 4));
+        }
+        continue;
+      }
+#endif
+      for (std::size_t i = 0; i < gs; i += N) {
+        StoreCodes<Codes::kPacked>(Codes::Encode(scaled(hn::Load(df, values + g * gs + i))),
+                                   dst + (Codes::kPacked ? i / 2 : i));
+      }
     }
   }
 }
 
-// Two 4-bit codes per byte, element 2k in the low nibble (n even).
-void PackNibbles(const std::uint8_t* HWY_RESTRICT codes, std::size_t n, std::uint8_t* HWY_RESTRICT bytes) {
+template <DType kDtype>
+void QuantizeBlockFor(const fd::RowJob& job, const std::byte* src, std::size_t groups, std::uint8_t* scale_codes,
+                      std::uint8_t* out) {
+  if (job.e4m3_elements) return QuantizeBlock<kDtype, false, E4M3Codes>(job, src, groups, scale_codes, out);
+  if (job.e8m0_scales) {
+    if (job.gpu) return QuantizeBlock<kDtype, false, E2M1GpuCodes>(job, src, groups, scale_codes, out);
+    return QuantizeBlock<kDtype, false, E2M1CpuCodes>(job, src, groups, scale_codes, out);
+  }
+  if (job.gpu) return QuantizeBlock<kDtype, true, E2M1GpuCodes>(job, src, groups, scale_codes, out);
+  return QuantizeBlock<kDtype, true, E2M1CpuCodes>(job, src, groups, scale_codes, out);
+}
+
+void FpQuantizeBlock(const fd::RowJob& job, const std::byte* HWY_RESTRICT src, DType dtype, std::size_t groups,
+                     std::uint8_t* HWY_RESTRICT scale_codes, std::uint8_t* HWY_RESTRICT out) {
+  switch (dtype) {
+    case DType::bf16: return QuantizeBlockFor<DType::bf16>(job, src, groups, scale_codes, out);
+    case DType::f16: return QuantizeBlockFor<DType::f16>(job, src, groups, scale_codes, out);
+    default: return QuantizeBlockFor<DType::f32>(job, src, groups, scale_codes, out);
+  }
+}
+
+// Bytes of two 4-bit codes → one code per byte, the low nibble first (n even).
+void UnpackNibbles(const std::uint8_t* HWY_RESTRICT bytes, std::size_t n, std::uint8_t* HWY_RESTRICT codes) {
   const hn::ScalableTag<std::uint8_t> d8;
   const std::size_t N = hn::Lanes(d8);
   std::size_t i = 0;
   for (; i + 2 * N <= n; i += 2 * N) {
-    hn::Vec<decltype(d8)> even, odd;
-    hn::LoadInterleaved2(d8, codes + i, even, odd);
-    hn::StoreU(hn::Or(even, hn::ShiftLeft<4>(odd)), d8, bytes + i / 2);
+    const auto b = hn::LoadU(d8, bytes + i / 2);
+    hn::StoreInterleaved2(hn::And(b, hn::Set(d8, 0x0F)), hn::ShiftRight<4>(b), d8, codes + i);
   }
-  for (; i < n; i += 2) bytes[i / 2] = static_cast<std::uint8_t>(codes[i] | (codes[i + 1] << 4));
+  for (; i < n; i += 2) {
+    codes[i] = bytes[i / 2] & 0x0F;
+    codes[i + 1] = static_cast<std::uint8_t>(bytes[i / 2] >> 4);
+  }
 }
 
-// One row: element codes (one byte each, already unpacked) and scale codes → f32 values.
-void FpDequantizeRow(const fd::RowJob& job, const std::uint8_t* HWY_RESTRICT codes,
-                     const std::uint8_t* HWY_RESTRICT scale_codes, float* HWY_RESTRICT out) {
+// `groups` consecutive groups: element codes (one byte each, or two to a byte for 4-bit
+// formats) and scale codes → values in out's dtype (f32, or f16/bf16 by one RNE rounding
+// of the f32 value, as the oracle's store). N groups at a time: unpack, N scales as one
+// vector, then decode·scale (·global).
+void FpDequantizeBlock(const fd::RowJob& job, const std::uint8_t* HWY_RESTRICT in,
+                       const std::uint8_t* HWY_RESTRICT scale_codes, std::size_t groups, DType out_dtype,
+                       std::byte* HWY_RESTRICT out) {
   namespace fi = fp_impl;
   const fi::DF df;
   const fi::DI di;
   const hn::Rebind<std::uint8_t, fi::DF> du8;
+  constexpr std::size_t kMaxN = hn::MaxLanes(fi::DF());
+  constexpr std::size_t kMaxGroup = 32;
   const std::size_t N = hn::Lanes(df);
   const auto gs = static_cast<std::size_t>(job.group_size);
+  const bool packed = !job.e4m3_elements;
   const auto vglobal = hn::Set(df, job.global_factor);
-  for (std::int64_t g = 0; g < job.groups; ++g) {
-    const std::uint8_t sc = scale_codes[g];
-    const auto vscale = hn::Set(df, job.e8m0_scales ? ref::e8m0_decode(sc) : ref::e4m3_decode(sc));
-    const std::size_t base = static_cast<std::size_t>(g) * gs;
-    for (std::size_t i = 0; i < gs; i += N) {
-      const auto c = hn::PromoteTo(di, hn::LoadU(du8, codes + base + i));
-      fi::VF element;
-      if (job.e4m3_elements) {
-        // E4M3 magnitude bits << 7 read as an f16, ·2^112 (f16 → f32) ·2^8 (the oracle's ×256).
-        const auto half = hn::ShiftLeft<20>(hn::And(c, hn::Set(di, 0x7F)));  // (<< 7) << 13
-        const auto mag = hn::Mul(hn::BitCast(df, half), hn::Set(df, 0x1p120f));
-        element = hn::BitCast(df, hn::Or(hn::BitCast(di, mag), hn::ShiftLeft<24>(hn::And(c, hn::Set(di, 0x80)))));
-      } else {
-        // E2M1: exponent field E = bits 1..2 of the magnitude, mantissa bit 0. E = 0 is 0 or
-        // 0.5; else 2^(E−1)·(1 + m/2), i.e. f32 exponent E + 126 and mantissa bit 22.
-        const auto m = hn::And(c, hn::Set(di, 7));
-        const auto e = hn::ShiftRight<1>(m), low = hn::And(m, hn::Set(di, 1));
-        const auto normal = hn::Or(hn::ShiftLeft<23>(hn::Add(e, hn::Set(di, 126))), hn::ShiftLeft<22>(low));
-        const auto subnormal = hn::IfThenElseZero(hn::Eq(low, hn::Set(di, 1)), hn::Set(di, 0x3F000000));  // 0.5f
-        const auto bits = hn::IfThenElse(hn::Eq(e, hn::Zero(di)), subnormal, normal);
-        element = hn::BitCast(df, hn::Or(bits, hn::ShiftLeft<28>(hn::And(c, hn::Set(di, 8)))));
+  auto* const out_f32 = reinterpret_cast<float*>(out);
+  auto* const out_half = reinterpret_cast<std::uint16_t*>(out);
+  alignas(64) std::uint8_t unpacked[kMaxN * kMaxGroup];
+  alignas(64) std::int32_t lane_codes[kMaxN];
+  alignas(64) float scales[kMaxN];
+  for (std::size_t g0 = 0; g0 < groups; g0 += N) {
+    const std::size_t nb = std::min(N, groups - g0);
+    const std::uint8_t* codes = in + g0 * gs;
+    if (packed) {
+      UnpackNibbles(in + g0 * gs / 2, nb * gs, unpacked);
+      codes = unpacked;
+    }
+    for (std::size_t g = 0; g < N; ++g) lane_codes[g] = g < nb ? scale_codes[g0 + g] : 0;
+    const fi::VI sc = hn::Load(di, lane_codes);
+    hn::Store(job.e8m0_scales ? fi::E8M0Decode(sc) : fi::E4M3Decode(sc), df, scales);
+    for (std::size_t g = 0; g < nb; ++g) {
+      const auto vscale = hn::Set(df, scales[g]);
+      const std::size_t base = (g0 + g) * gs;
+      for (std::size_t i = 0; i < gs; i += N) {
+        const auto c = hn::PromoteTo(di, hn::LoadU(du8, codes + g * gs + i));
+        const fi::VF element = job.e4m3_elements ? fi::E4M3Decode(c) : fi::E2M1DecodeLut(c);
+        auto value = hn::Mul(element, vscale);
+        if (job.has_global) value = hn::Mul(value, vglobal);  // a separate rounding, as the oracle
+        switch (out_dtype) {
+          case DType::bf16: StoreBF16(value, df, out_half + base + i); break;
+          case DType::f16: StoreF16(value, df, out_half + base + i); break;
+          default: hn::StoreU(value, df, out_f32 + base + i); break;
+        }
       }
-      auto value = hn::Mul(element, vscale);
-      if (job.has_global) value = hn::Mul(value, vglobal);  // a separate rounding, as the oracle
-      hn::StoreU(value, df, out + base + i);
     }
   }
 }
@@ -253,10 +505,8 @@ HWY_AFTER_NAMESPACE();
 #if HWY_ONCE
 namespace kvlab::simd {
 
-HWY_EXPORT(FpQuantizeRow);
-HWY_EXPORT(PackNibbles);
-HWY_EXPORT(FpDequantizeRow);
-HWY_EXPORT(RowToF32Fp);
+HWY_EXPORT(FpQuantizeBlock);
+HWY_EXPORT(FpDequantizeBlock);
 
 namespace fp_detail {
 namespace {
@@ -265,6 +515,9 @@ namespace {
 constexpr std::int64_t kRowsPerTask = 64;
 
 RowJob make_job(const QuantSpec& spec, Rounding rounding, std::optional<float> global_scale, std::int64_t d) {
+  // The block kernels hold N groups of at most 32 values on the stack (the format table's
+  // fp group sizes are 16 and 32).
+  KVLAB_REQUIRE(spec.group_size <= 32, internal, "SIMD fp kernels: group size ", spec.group_size, " above 32");
   RowJob job;
   job.e8m0_scales = spec.format().scale == ScaleEncoding::e8m0;
   job.e4m3_elements = spec.format().element == ElementEncoding::e4m3;
@@ -280,35 +533,24 @@ RowJob make_job(const QuantSpec& spec, Rounding rounding, std::optional<float> g
 }  // namespace
 }  // namespace fp_detail
 
+// Rows are independent and every array is row-major and contiguous, so a task's block of
+// rows is a run of groups, read and written in place.
 void fp_quantize(const ConstTensorView& x, const QuantSpec& spec, Rounding rounding,
                  std::optional<float> global_scale, const TensorView& wq, const TensorView& scales) {
   namespace fd = fp_detail;
   const std::int64_t d = ref::validate_fp_quantize(x, spec, global_scale, wq, scales);
-  const Shape& wq_shape = wq.shape;
-
   const fd::RowJob job = fd::make_job(spec, rounding, global_scale, d);
   const std::int64_t rows = x.numel() / d;
-  const auto n = static_cast<std::size_t>(d);
-  const std::size_t row_bytes = n * dtype_size(x.dtype);
-  const std::size_t wq_row_bytes = static_cast<std::size_t>(wq_shape.back()) * sizeof(std::uint32_t);
-  auto* const quantize_row = &HWY_DYNAMIC_DISPATCH(FpQuantizeRow);
-  auto* const to_f32 = &HWY_DYNAMIC_DISPATCH(RowToF32Fp);
-  auto* const pack = &HWY_DYNAMIC_DISPATCH(PackNibbles);
-  auto* const wq_bytes = reinterpret_cast<std::uint8_t*>(wq.data);
+  const auto n = static_cast<std::size_t>(d), groups_per_row = static_cast<std::size_t>(job.groups);
+  const std::size_t row_bytes = n * dtype_size(x.dtype), wq_row_bytes = n * static_cast<std::size_t>(spec.bits) / 8;
+  auto* const quantize_block = &HWY_DYNAMIC_DISPATCH(FpQuantizeBlock);
+  auto* const wq_bytes = reinterpret_cast<std::uint8_t*>(wq.data);  // LSB-first words = byte order
   auto* const scale_bytes = reinterpret_cast<std::uint8_t*>(scales.data);
   parallel_for((rows + fd::kRowsPerTask - 1) / fd::kRowsPerTask, [&](std::int64_t task) {
-    std::vector<float> row(n);
-    std::vector<std::uint8_t> codes(n);
-    const std::int64_t r1 = std::min(rows, (task + 1) * fd::kRowsPerTask);
-    for (std::int64_t r = task * fd::kRowsPerTask; r < r1; ++r) {
-      const auto ur = static_cast<std::size_t>(r);
-      to_f32(x.data + ur * row_bytes, x.dtype, n, row.data());
-      quantize_row(job, row.data(), scale_bytes + ur * static_cast<std::size_t>(job.groups), codes.data());
-      // The LSB-first bitstream in little-endian words is plain byte order.
-      std::uint8_t* dst = wq_bytes + ur * wq_row_bytes;
-      if (spec.bits == 8) std::memcpy(dst, codes.data(), n);
-      else pack(codes.data(), n, dst);
-    }
+    const std::int64_t r0 = task * fd::kRowsPerTask, r1 = std::min(rows, r0 + fd::kRowsPerTask);
+    const auto u0 = static_cast<std::size_t>(r0), block_rows = static_cast<std::size_t>(r1 - r0);
+    quantize_block(job, x.data + u0 * row_bytes, x.dtype, block_rows * groups_per_row,
+                   scale_bytes + u0 * groups_per_row, wq_bytes + u0 * wq_row_bytes);
   });
 }
 
@@ -316,37 +558,18 @@ void fp_dequantize(const ConstTensorView& wq, const ConstTensorView& scales, con
                    std::optional<float> global_scale, const TensorView& out) {
   namespace fd = fp_detail;
   const std::int64_t d = ref::validate_fp_dequantize(wq, scales, spec, global_scale, out);
-  const std::int64_t words_per_row = wq.dim(-1);
-  const std::int64_t groups_per_row = scales.dim(-1);
-
   const std::int64_t rows = d == 0 ? 0 : out.numel() / d;
   const fd::RowJob job = fd::make_job(spec, Rounding::mlx_cpu, global_scale, d);
-  const auto n = static_cast<std::size_t>(d);
-  auto* const dequantize_row = &HWY_DYNAMIC_DISPATCH(FpDequantizeRow);
+  const auto n = static_cast<std::size_t>(d), groups_per_row = static_cast<std::size_t>(scales.dim(-1));
+  const std::size_t out_row_bytes = n * dtype_size(out.dtype), wq_row_bytes = n * static_cast<std::size_t>(spec.bits) / 8;
+  auto* const dequantize_block = &HWY_DYNAMIC_DISPATCH(FpDequantizeBlock);
   const auto* const wq_bytes = reinterpret_cast<const std::uint8_t*>(wq.data);
   const auto* const scale_bytes = reinterpret_cast<const std::uint8_t*>(scales.data);
-  const std::size_t wq_row_bytes = static_cast<std::size_t>(words_per_row) * sizeof(std::uint32_t);
   parallel_for((rows + fd::kRowsPerTask - 1) / fd::kRowsPerTask, [&](std::int64_t task) {
-    std::vector<std::uint8_t> codes(n);
-    std::vector<float> values(out.dtype == DType::f32 ? 0 : n);
-    const std::int64_t r1 = std::min(rows, (task + 1) * fd::kRowsPerTask);
-    for (std::int64_t r = task * fd::kRowsPerTask; r < r1; ++r) {
-      const auto ur = static_cast<std::size_t>(r);
-      const std::uint8_t* src = wq_bytes + ur * wq_row_bytes;
-      if (spec.bits == 8) {
-        std::memcpy(codes.data(), src, n);
-      } else {
-        for (std::size_t i = 0; i < n; i += 2) {
-          codes[i] = src[i / 2] & 0x0F;
-          codes[i + 1] = static_cast<std::uint8_t>(src[i / 2] >> 4);
-        }
-      }
-      float* dst = out.dtype == DType::f32 ? out.as<float>() + r * d : values.data();
-      dequantize_row(job, codes.data(), scale_bytes + ur * static_cast<std::size_t>(groups_per_row), dst);
-      if (out.dtype != DType::f32) {  // the single rounding (RNE) to out.dtype, as the oracle
-        for (std::size_t i = 0; i < n; ++i) out.store(r * d + static_cast<std::int64_t>(i), values[i]);
-      }
-    }
+    const std::int64_t r0 = task * fd::kRowsPerTask, r1 = std::min(rows, r0 + fd::kRowsPerTask);
+    const auto u0 = static_cast<std::size_t>(r0), block_rows = static_cast<std::size_t>(r1 - r0);
+    dequantize_block(job, wq_bytes + u0 * wq_row_bytes, scale_bytes + u0 * groups_per_row,
+                     block_rows * groups_per_row, out.dtype, out.data + u0 * out_row_bytes);
   });
 }
 
