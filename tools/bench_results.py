@@ -271,6 +271,8 @@ TARGETS = [
     # Unquantized decode attention (f16/bf16 K and V) at the 32K/64K shapes: >= 80 % of read.
     (lambda p: p.get("op") == "sdpa" and _int(p, "Lq") == 1 and _int(p, "Lk") >= 32768, "read", 80.0),
     (lambda p: p.get("op") == "affine_quantize", "memcpy", 70.0),
+    # The microscaling formats (issue 46): mxfp4/mxfp8/nvfp4 quantize and dequantize.
+    (lambda p: p.get("op") in ("fp_quantize", "fp_dequantize"), "memcpy", 50.0),
     (lambda p: p.get("op") == "rope", "memcpy", 80.0),
     (lambda p: p.get("op") == "kv_scatter", "memcpy", 80.0),
 ]

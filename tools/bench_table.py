@@ -57,6 +57,7 @@ table: one row per kernel benchmark: kernel | shape | backend | GB/s | % read | 
       quantized_sdpa B=1 Hq=32 Hkv=8 Lq=1 Lk=32768 or 65536 D=128 f16, affine group 64,
         K and V at 4 or 8 bits each: >= 80 % read
       affine_quantize >= 70 % memcpy;  rope, kv_scatter (append) >= 80 % memcpy
+      fp_quantize, fp_dequantize (mxfp4, mxfp8, nvfp4) >= 50 % memcpy
     They apply to the optimized host backends, not to the reference. On a Vulkan GPU:
       quantized_sdpa decode (Lq=1), affine K and V, Lk >= 32768: >= 70 % vkcopy
     A Vulkan device of type cpu (lavapipe) is not a target: "lavapipe: not a target".

@@ -69,6 +69,7 @@ struct RowJob {
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
 #include <hwy/highway.h>
 
+#include "kernels/simd/affine_pack-inl.h"
 #include "kernels/simd/half_convert-inl.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -86,7 +87,7 @@ using VI = hn::Vec<DI>;
 // Lanes whose sign bit is set (−0.0 and negative NaNs included).
 hn::Mask<DI> SignBitSet(VF y) { return hn::Lt(hn::BitCast(DI(), y), hn::Zero(DI())); }
 
-VI E2M1Gpu(VF y) {
+HWY_INLINE VI E2M1Gpu(VF y) {
   const DF df;
   const DI di;
   const VF a = hn::Abs(y), one = hn::Set(df, 1.0f);
@@ -101,7 +102,7 @@ VI E2M1Gpu(VF y) {
   return hn::IfThenElse(hn::RebindMask(di, hn::IsNaN(y)), hn::Set(di, 7), code);  // NaN → +6
 }
 
-VI E2M1Cpu(VF y) {
+HWY_INLINE VI E2M1Cpu(VF y) {
   const DF df;
   const DI di;
   static constexpr float kMagnitudes[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
@@ -117,7 +118,7 @@ VI E2M1Cpu(VF y) {
   return hn::Or(hn::ConvertTo(di, mag), hn::IfThenElseZero(negative, hn::Set(di, 8)));
 }
 
-VI E4M3(VF y) {
+HWY_INLINE VI E4M3(VF y) {
   const DF df;
   const DI di;
   const VF abs = hn::Abs(y);
@@ -175,7 +176,7 @@ HWY_INLINE VI E2M1CpuQuarters(VF q) {
 
 // E4M3 code bits (sign in bit 7) → f32, as the oracle's decode: the magnitude bits << 7
 // read as an f16, ·2^112 (f16 → f32) ·2^8 (the oracle's ×256) folded into one exact ·2^120.
-VF E4M3Decode(VI c) {
+HWY_INLINE VF E4M3Decode(VI c) {
   const DF df;
   const DI di;
   const auto half = hn::ShiftLeft<20>(hn::And(c, hn::Set(di, 0x7F)));  // (<< 7) << 13
@@ -185,7 +186,7 @@ VF E4M3Decode(VI c) {
 
 // E2M1 code bits → f32: exponent field E = bits 1..2 of the magnitude, mantissa bit 0. E = 0
 // is 0 or 0.5; else 2^(E−1)·(1 + m/2), i.e. f32 exponent E + 126 and mantissa bit 22.
-VF E2M1Decode(VI c) {
+HWY_INLINE VF E2M1Decode(VI c) {
   const DF df;
   const DI di;
   const auto m = hn::And(c, hn::Set(di, 7));
@@ -198,7 +199,7 @@ VF E2M1Decode(VI c) {
 
 // E2M1 codes → f32 by a table where a vector holds one: 16 lanes the signed values, 8
 // lanes the magnitudes (the sign bit moved in); narrower vectors build the bits.
-VF E2M1DecodeLut(VI c) {
+HWY_INLINE VF E2M1DecodeLut(VI c) {
   const DF df;
   const DI di;
   constexpr std::size_t kMaxN = hn::MaxLanes(DF());
@@ -216,7 +217,7 @@ VF E2M1DecodeLut(VI c) {
 }
 
 // E8M0 codes → 2^(c−127) as ref::e8m0_decode: code 0 is the subnormal 2^-127, 255 is +inf.
-VF E8M0Decode(VI c) {
+HWY_INLINE VF E8M0Decode(VI c) {
   const DF df;
   const DI di;
   const VF normal = hn::BitCast(df, hn::ShiftLeft<23>(c));
@@ -295,10 +296,9 @@ HWY_INLINE void StoreCodes(fp_impl::VI code, std::uint8_t* HWY_RESTRICT out) {
     const hn::Rebind<std::uint8_t, decltype(d64)> d8;
     hn::StoreU(hn::TruncateTo(d8, bytes), d8, out);
   } else {
-    // Not TruncateTo: Highway 1.0.3's u32 → u8 TruncateTo on AVX3_DL permutes 32-bit lanes
-    // where it means bytes (x86_512-inl.h), which the oracle comparison caught.
-    const hn::Rebind<std::uint8_t, fp_impl::DI> d8;
-    hn::StoreU(hn::DemoteTo(d8, code), d8, out);
+    const hn::RebindToUnsigned<fp_impl::DI> du;
+    const hn::Rebind<std::uint8_t, decltype(du)> d8;
+    hn::StoreU(affine_pack::LowBytes(d8, hn::BitCast(du, code)), d8, out);
   }
 #endif
 }

@@ -243,6 +243,18 @@ class AdjacentBaselines(unittest.TestCase):
         self.assertIn("MISS >= 80% memcpy", row)
         self.assertEqual(row.split()[row.split().index("8.00") + 1:][:2], ["25.0", "50.0"])
 
+    def test_the_fp_formats_are_judged_at_half_the_copy(self):
+        # 1e9 B in 0.2 s = 5 GB/s against a 10 GB/s adjacent memcpy: 50 %, just met; in 0.25 s,
+        # 4 GB/s = 40 %: MISS by 10 points. Both ops, any mode.
+        rows = (adj_reps("fp_quantize/simd:AVX3/mode=mxfp4", [0.2] * 3, [20] * 3, [10] * 3,
+                         bytes_per_iter=1e9, label="fp_quantize B=1 H=8 T=4096 D=128 mode=mxfp4")
+                + adj_reps("fp_dequantize/simd:AVX3/mode=nvfp4", [0.25] * 3, [20] * 3, [10] * 3,
+                           bytes_per_iter=1e9, label="fp_dequantize B=1 H=8 T=4096 D=128 mode=nvfp4"))
+        text = self.run_table(rows)
+        self.assertIn("PASS >= 50% memcpy", self.row(text, "fp_quantize"))
+        self.assertIn("MISS >= 50% memcpy", self.row(text, "fp_dequantize"))
+        self.assertIn("[simd:AVX3]: 40.0% of memcpy (target 50%): MISS by 10.0 points", text)
+
     def test_a_drift_beyond_ten_percent_marks_the_verdict(self):
         # The largest drift of the repetitions (23 %) is the column and marks the verdict; the
         # same row at 8 % drift carries no mark.
