@@ -1,13 +1,15 @@
 // SIMD mxfp4 / mxfp8 / nvfp4 quantize and dequantize (contract: reference/fp_quantize.h),
 // bit-exact with the oracle on every Highway target.
 //
-// Vectorized: f16/bf16 → f32 rows, the group amax (NaN lanes zeroed, then Max), the
-// division by the group scale, the E2M1 (both roundings) and E4M3 element encoders, the
-// nibble packing, and dequantize's decode·scale. Scalar, once per group: the scale code,
-// with the oracle's own ref::e8m0_encode / ref::e4m3_encode, so scale codes cannot differ.
+// Vectorized, N groups at a time: f16/bf16 → f32, the group amax (NaN lanes zeroed, then
+// Max), the scale codes (E8M0 from the exponent bits, see E8M0Encode; E4M3 by the element
+// encoder), the scaling, the E2M1 (both roundings) and E4M3 element encoders, the nibble
+// packing, and dequantize's decode·scale. Scalar: only the E8M0 codes of the rare scales
+// E8M0Encode sends to the oracle's ref::e8m0_encode.
 //
-// Exactness argument, per encoder (y = w/scale, or (w·enc)/s for nvfp4, both single
-// correctly rounded vector ops in the oracle's order; -ffp-contract=off):
+// Exactness argument, per encoder (y = w/scale, computed as the exact w·(1/scale) for the
+// power-of-two mx scales, or (w·enc)/s for nvfp4, single correctly rounded vector ops in
+// the oracle's order; -ffp-contract=off):
 // * E2M1 mlx_gpu is the oracle's threshold chain; the thresholds are increasing, so the
 //   magnitude is the number of thresholds passed. NaN → 7 (no sign) as the oracle.
 // * E2M1 mlx_cpu is the oracle's argmin over the 16-entry LUT, restated over magnitudes:
@@ -16,10 +18,11 @@
 //   wins ties). Hence: argmin over {0, .5, …, 6} of round(|a − v|), first minimum kept,
 //   starting from a (the +0 entry), and the sign bit only when that magnitude is nonzero
 //   (−0 and every tie with +0 give code 0). NaN/inf distances never compare less: code 0.
+//   Groups with no NaN and |y| <= 12 take the equivalent table of E2M1CpuQuarters.
 // * E4M3 follows the oracle's arithmetic: e = max(⌊log2 a⌋, −6) from the exponent bits,
 //   q = rint(a·2^(3−e)) (an exact power-of-two rescale), code = (e+6)·8 + q; !(a < 448)
 //   (inf, NaN) saturates to 0x7E; the sign is y's sign bit.
-// * Dequantize: E2M1 values are built from their bits; E4M3's decode is the oracle's f16
+// * Dequantize: E2M1 values come from a table (or their bits on narrow vectors); E4M3's decode is the oracle's f16
 //   trick (magnitude bits << 7 as an f16, exact into f32 by ·2^112, then ·2^8, folded into
 //   one exact ·2^120); then ·scale (and ·g/2688 as a separate multiply, as the oracle).
 #ifndef KVLAB_SIMD_FP_COMMON
@@ -32,7 +35,6 @@
 #include <cstdint>
 #include <cstring>
 #include <type_traits>
-#include <vector>
 
 #include "kernels/simd/parallel.h"
 #include "kernels/simd/simd_kernels.h"
@@ -48,7 +50,7 @@ constexpr float kE2M1Max = 6.0f;
 constexpr float kE4M3Max = 448.0f;
 constexpr float kNvfp4Range = kE4M3Max * kE2M1Max;  // 2688, as the oracle
 
-// What a row's kernel needs besides the data. The format's encodings come from its row of
+// What the block kernels need besides the data. The format's encodings come from its row of
 // the format table (kvlab/quant_spec.h), not from its name.
 struct RowJob {
   bool e8m0_scales = true;   // power-of-two group scales (MX formats); else E4M3 (nvfp4)
