@@ -436,66 +436,114 @@ void FpQuantizeBlock(const fd::RowJob& job, const std::byte* HWY_RESTRICT src, D
   }
 }
 
-// Bytes of two 4-bit codes → one code per byte, the low nibble first (n even).
-void UnpackNibbles(const std::uint8_t* HWY_RESTRICT bytes, std::size_t n, std::uint8_t* HWY_RESTRICT codes) {
-  const hn::ScalableTag<std::uint8_t> d8;
-  const std::size_t N = hn::Lanes(d8);
-  std::size_t i = 0;
-  for (; i + 2 * N <= n; i += 2 * N) {
-    const auto b = hn::LoadU(d8, bytes + i / 2);
-    hn::StoreInterleaved2(hn::And(b, hn::Set(d8, 0x0F)), hn::ShiftRight<4>(b), d8, codes + i);
+// Lanes(df) element codes from element i of a group's codes: a byte each, or (kPacked)
+// two to a byte, element 2k in the low nibble. Packed: N/2 bytes widened to u64 lanes,
+// b | b << 28 puts the high nibble at bit 32, and the mask leaves each code alone in its
+// i32 lane.
+template <bool kPacked>
+HWY_INLINE fp_impl::VI LoadCodes(const std::uint8_t* HWY_RESTRICT codes, std::size_t i) {
+  const fp_impl::DI di;
+  if constexpr (!kPacked) {
+    return hn::PromoteTo(di, hn::LoadU(hn::Rebind<std::uint8_t, fp_impl::DI>(), codes + i));
+  } else {
+#if HWY_TARGET == HWY_SCALAR
+    return hn::Set(di, (codes[i / 2] >> (4 * (i % 2))) & 0x0F);
+#else
+    const hn::Repartition<std::uint64_t, fp_impl::DI> d64;
+    const hn::Rebind<std::uint32_t, decltype(d64)> d32;
+    const hn::Rebind<std::uint8_t, decltype(d64)> d8;
+    const auto b = hn::PromoteTo(d64, hn::PromoteTo(d32, hn::LoadU(d8, codes + i / 2)));
+    return hn::BitCast(di, hn::And(hn::Or(b, hn::ShiftLeft<28>(b)), hn::Set(d64, 0x0000000F0000000Full)));
+#endif
   }
-  for (; i < n; i += 2) {
-    codes[i] = bytes[i / 2] & 0x0F;
-    codes[i + 1] = static_cast<std::uint8_t>(bytes[i / 2] >> 4);
+}
+
+// How a dequantized value is stored. kBF16High: the f32 value is a normal number of at
+// most 8 significant bits (an E2M1 value has 2, E4M3 4, E8M0 scales 1, nvfp4's E4M3
+// scale 4: products of at most 6 bits), so it is a bf16 value and its bf16 pattern is
+// its high half, which RNE would give too.
+enum class StoreAs { f32, f16, bf16, kBF16High };
+
+// One group: decode·scale (·global), stored as kStore.
+template <bool kE4M3, StoreAs kStore, bool kGlobal>
+HWY_INLINE void DequantizeGroup(const std::uint8_t* HWY_RESTRICT codes, std::size_t gs, fp_impl::VF vscale,
+                                fp_impl::VF vglobal, std::byte* HWY_RESTRICT out) {
+  namespace fi = fp_impl;
+  const fi::DF df;
+  const fi::DI di;
+  const hn::RebindToUnsigned<fi::DF> du;
+  const hn::Rebind<std::uint16_t, fi::DF> du16;
+  const std::size_t N = hn::Lanes(df);
+  auto* const out_f32 = reinterpret_cast<float*>(out);
+  auto* const out_half = reinterpret_cast<std::uint16_t*>(out);
+  for (std::size_t i = 0; i < gs; i += N) {
+    const auto c = LoadCodes<!kE4M3>(codes, i);  // E2M1 codes come packed
+    fi::VF value = hn::Mul(kE4M3 ? fi::E4M3Decode(c) : fi::E2M1DecodeLut(c), vscale);
+    if constexpr (kGlobal) value = hn::Mul(value, vglobal);  // a separate rounding, as the oracle
+    if constexpr (kStore == StoreAs::kBF16High) {
+      hn::StoreU(hn::DemoteTo(du16, hn::BitCast(di, hn::ShiftRight<16>(hn::BitCast(du, value)))), du16, out_half + i);
+    } else if constexpr (kStore == StoreAs::bf16) {
+      StoreBF16(value, df, out_half + i);
+    } else if constexpr (kStore == StoreAs::f16) {
+      StoreF16(value, df, out_half + i);
+    } else {
+      hn::StoreU(value, df, out_f32 + i);
+    }
+  }
+}
+
+template <bool kE4M3, bool kGlobal>
+HWY_INLINE void DequantizeGroupAs(StoreAs store, const std::uint8_t* codes, std::size_t gs, fp_impl::VF vscale,
+                                  fp_impl::VF vglobal, std::byte* out) {
+  switch (store) {
+    case StoreAs::kBF16High: return DequantizeGroup<kE4M3, StoreAs::kBF16High, kGlobal>(codes, gs, vscale, vglobal, out);
+    case StoreAs::bf16: return DequantizeGroup<kE4M3, StoreAs::bf16, kGlobal>(codes, gs, vscale, vglobal, out);
+    case StoreAs::f16: return DequantizeGroup<kE4M3, StoreAs::f16, kGlobal>(codes, gs, vscale, vglobal, out);
+    case StoreAs::f32: return DequantizeGroup<kE4M3, StoreAs::f32, kGlobal>(codes, gs, vscale, vglobal, out);
   }
 }
 
 // `groups` consecutive groups: element codes (one byte each, or two to a byte for 4-bit
 // formats) and scale codes → values in out's dtype (f32, or f16/bf16 by one RNE rounding
-// of the f32 value, as the oracle's store). N groups at a time: unpack, N scales as one
-// vector, then decode·scale (·global).
+// of the f32 value, as the oracle's store). N groups at a time: N scales as one vector,
+// then decode·scale (·global) group by group.
 void FpDequantizeBlock(const fd::RowJob& job, const std::uint8_t* HWY_RESTRICT in,
                        const std::uint8_t* HWY_RESTRICT scale_codes, std::size_t groups, DType out_dtype,
                        std::byte* HWY_RESTRICT out) {
   namespace fi = fp_impl;
   const fi::DF df;
   const fi::DI di;
-  const hn::Rebind<std::uint8_t, fi::DF> du8;
   constexpr std::size_t kMaxN = hn::MaxLanes(fi::DF());
-  constexpr std::size_t kMaxGroup = 32;
   const std::size_t N = hn::Lanes(df);
   const auto gs = static_cast<std::size_t>(job.group_size);
   const bool packed = !job.e4m3_elements;
   const auto vglobal = hn::Set(df, job.global_factor);
-  auto* const out_f32 = reinterpret_cast<float*>(out);
-  auto* const out_half = reinterpret_cast<std::uint16_t*>(out);
-  alignas(64) std::uint8_t unpacked[kMaxN * kMaxGroup];
+  const std::size_t out_group_bytes = gs * dtype_size(out_dtype);
+  const StoreAs store = out_dtype == DType::bf16 ? StoreAs::bf16 : out_dtype == DType::f16 ? StoreAs::f16 : StoreAs::f32;
+  // Scale codes whose products with every element value are normal f32 numbers: E8M0
+  // 2^(c−127) times the smallest nonzero element (E2M1 0.5, E4M3 2^-9) at least 2^-126 and
+  // times the largest (6, 480) below 2^127; nvfp4's E4M3 scales (2^-9 … 480) always.
+  const int lowest = job.e4m3_elements ? 10 : 2, highest = job.e4m3_elements ? 245 : 251;
   alignas(64) std::int32_t lane_codes[kMaxN];
   alignas(64) float scales[kMaxN];
   for (std::size_t g0 = 0; g0 < groups; g0 += N) {
     const std::size_t nb = std::min(N, groups - g0);
-    const std::uint8_t* codes = in + g0 * gs;
-    if (packed) {
-      UnpackNibbles(in + g0 * gs / 2, nb * gs, unpacked);
-      codes = unpacked;
-    }
     for (std::size_t g = 0; g < N; ++g) lane_codes[g] = g < nb ? scale_codes[g0 + g] : 0;
     const fi::VI sc = hn::Load(di, lane_codes);
     hn::Store(job.e8m0_scales ? fi::E8M0Decode(sc) : fi::E4M3Decode(sc), df, scales);
     for (std::size_t g = 0; g < nb; ++g) {
+      const int c = lane_codes[g];
+      const bool normal_products = !job.e8m0_scales || (c >= lowest && c <= highest);
+      const StoreAs as = store == StoreAs::bf16 && !job.has_global && normal_products ? StoreAs::kBF16High : store;
       const auto vscale = hn::Set(df, scales[g]);
-      const std::size_t base = (g0 + g) * gs;
-      for (std::size_t i = 0; i < gs; i += N) {
-        const auto c = hn::PromoteTo(di, hn::LoadU(du8, codes + g * gs + i));
-        const fi::VF element = job.e4m3_elements ? fi::E4M3Decode(c) : fi::E2M1DecodeLut(c);
-        auto value = hn::Mul(element, vscale);
-        if (job.has_global) value = hn::Mul(value, vglobal);  // a separate rounding, as the oracle
-        switch (out_dtype) {
-          case DType::bf16: StoreBF16(value, df, out_half + base + i); break;
-          case DType::f16: StoreF16(value, df, out_half + base + i); break;
-          default: hn::StoreU(value, df, out_f32 + base + i); break;
-        }
+      std::byte* const dst = out + (g0 + g) * out_group_bytes;
+      const std::uint8_t* const group_codes = in + (g0 + g) * (packed ? gs / 2 : gs);
+      if (job.e4m3_elements) {
+        if (job.has_global) DequantizeGroupAs<true, true>(as, group_codes, gs, vscale, vglobal, dst);
+        else DequantizeGroupAs<true, false>(as, group_codes, gs, vscale, vglobal, dst);
+      } else {
+        if (job.has_global) DequantizeGroupAs<false, true>(as, group_codes, gs, vscale, vglobal, dst);
+        else DequantizeGroupAs<false, false>(as, group_codes, gs, vscale, vglobal, dst);
       }
     }
   }
