@@ -329,6 +329,13 @@ HWY_INLINE fp_impl::VF LoadStored(const std::byte* HWY_RESTRICT src, std::size_t
   else return hn::LoadU(df, reinterpret_cast<const float*>(src) + i);
 }
 
+// The oracle's amax of a group that holds a NaN: the largest |w| of the others.
+inline float AmaxIgnoringNaN(const float* w, std::size_t n) {
+  float amax = 0.0f;
+  for (std::size_t i = 0; i < n; ++i) amax = std::fmax(amax, std::fabs(w[i]));
+  return amax;
+}
+
 // `groups` consecutive groups of stored values (rows are contiguous, so a block of rows is
 // a run of groups) → scale codes and element codes (E4M3: a byte each; E2M1: packed two
 // to a byte). N groups at a time (N = Lanes): convert to f32 and take each amax, the N
@@ -349,29 +356,39 @@ void QuantizeBlock(const fd::RowJob& job, const std::byte* HWY_RESTRICT src, std
   const auto venc = hn::Set(df, job.enc);
   alignas(64) float values[kMaxN * kMaxGroup];
   constexpr bool kQuarters = std::is_same_v<Codes, E2M1CpuCodes> && HWY_TARGET != HWY_SCALAR;  // one lane: no pairs
-  alignas(64) float amax[kMaxN], factor[kMaxN];
-  alignas(64) std::int32_t codes32[kMaxN];
+  alignas(64) float amax[kMaxN], factor[kMaxN], quarter_factor[kMaxN];
+  alignas(64) std::int32_t codes32[kMaxN], small[kMaxN];
   bool has_nan[kMaxN];
   for (std::size_t g0 = 0; g0 < groups; g0 += N) {
     const std::size_t nb = std::min(N, groups - g0);
     const std::byte* const batch = src + g0 * gs * kStoredBytes;
+    // amax on the magnitude bits (non-negative floats order as integers): above +inf's
+    // pattern only when the group holds a NaN, whose amax the oracle takes without it.
     for (std::size_t g = 0; g < nb; ++g) {
-      fi::VF m = hn::Zero(df);
-      auto nan = hn::FirstN(df, 0);
+      fi::VI m = hn::Zero(di);
       for (std::size_t i = g * gs; i < (g + 1) * gs; i += N) {
         const fi::VF v = LoadStored<kDtype>(batch, i);
         hn::Store(v, df, values + i);
-        const fi::VF a = hn::Abs(v);
-        const auto is_nan = hn::IsNaN(a);
-        m = hn::Max(m, hn::IfThenZeroElse(is_nan, a));  // NaN ignored, as the oracle's fmax
-        nan = hn::Or(nan, is_nan);
+        m = hn::Max(m, hn::And(hn::BitCast(di, v), hn::Set(di, 0x7FFFFFFF)));
       }
-      amax[g] = hn::GetLane(hn::MaxOfLanes(df, m));
-      has_nan[g] = !hn::AllFalse(df, nan);
+      const std::int32_t bits = hn::GetLane(hn::MaxOfLanes(di, m));
+      has_nan[g] = bits > 0x7F800000;
+      amax[g] = has_nan[g] ? AmaxIgnoringNaN(values + g * gs, gs) : std::bit_cast<float>(bits);
     }
     for (std::size_t g = nb; g < N; ++g) amax[g] = 0.0f;
-    hn::Store(ScaleCodes(job, hn::Load(df, amax), factor), di, codes32);
+    const fi::VF vamax = hn::Load(df, amax);
+    hn::Store(ScaleCodes(job, vamax, factor), di, codes32);
     for (std::size_t g = 0; g < nb; ++g) scale_codes[g0 + g] = static_cast<std::uint8_t>(codes32[g]);
+    if constexpr (kQuarters) {
+      // q = 4y directly: mx y·4 = w·(4/scale); nvfp4 (w·enc)/(s/4), s/4 exact (s >= 2^-9).
+      // Every |q| is at most the same arithmetic on amax (monotone roundings), so a group
+      // takes E2M1CpuQuarters when that bound is <= 48 (|y| <= 12) and it holds no NaN.
+      const fi::VF vfactor = hn::Load(df, factor);
+      const fi::VF quarter = kDivide ? hn::Mul(vfactor, hn::Set(df, 0.25f)) : hn::Mul(vfactor, hn::Set(df, 4.0f));
+      const fi::VF bound = hn::Abs(kDivide ? hn::Div(hn::Mul(vamax, venc), quarter) : hn::Mul(vamax, quarter));
+      hn::Store(quarter, df, quarter_factor);
+      hn::Store(hn::VecFromMask(di, hn::RebindMask(di, hn::Le(bound, hn::Set(df, 48.0f)))), di, small);
+    }
     for (std::size_t g = 0; g < nb; ++g) {
       std::uint8_t* const dst = out + (g0 + g) * group_bytes;
       const fi::VF vfactor = hn::Set(df, factor[g]);
@@ -382,12 +399,8 @@ void QuantizeBlock(const fd::RowJob& job, const std::byte* HWY_RESTRICT src, std
         }
       }
       if constexpr (kQuarters) {
-        // q = 4y directly: mx y·4 = w·(4/scale); nvfp4 (w·enc)/(s/4), s/4 exact (s >= 2^-9).
-        // Every |q| is at most the same arithmetic on amax (monotone roundings).
-        const float quarter_factor = kDivide ? factor[g] * 0.25f : factor[g] * 4.0f;
-        const float bound = std::fabs(kDivide ? amax[g] * job.enc / quarter_factor : amax[g] * quarter_factor);
-        if (!has_nan[g] && bound <= 48.0f) {
-          const fi::VF vq = hn::Set(df, quarter_factor);
+        if (!has_nan[g] && small[g] != 0) {
+          const fi::VF vq = hn::Set(df, quarter_factor[g]);
           for (std::size_t i = 0; i < gs; i += N) {
             const fi::VF w = hn::Load(df, values + g * gs + i);
             const fi::VF q = kDivide ? hn::Div(hn::Mul(w, venc), vq) : hn::Mul(w, vq);
