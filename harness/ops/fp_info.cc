@@ -72,9 +72,11 @@ std::optional<float> global_scale(const Problem& p, const Tensor& x) {
 void keep_global_scale(Prepared& prep, std::optional<float> scale) {
   if (scale) prep.scalars["global_scale"] = *scale;
 }
-std::optional<float> kept_global_scale(const Bound& in) {
+std::optional<float> kept_global_scale(const Problem& p, const Bound& in) {
+  if (p.word("global_scale") == "none") return std::nullopt;
   const std::optional<double> s = in.scalar("global_scale");
-  return s ? std::optional<float>(static_cast<float>(*s)) : std::nullopt;
+  KVLAB_REQUIRE(s.has_value(), internal, "fp op: the bound inputs carry no prepared global scale");
+  return static_cast<float>(*s);
 }
 
 // x, its codes (at most a byte per element plus a padding word per row), one scale
@@ -112,7 +114,7 @@ class FpQuantize final : public OpInfo {
 
   void invoke(Backend& b, const Problem& p, const Bound& in, const Bound& out) const override {
     // The global scale is derived on the host from the same input bits on both sides.
-    b.quantize({in["x"], rounding_from_name(p.word("rounding")), {out.tensors[0], out.tensors[1], {}, fp_spec(p), kept_global_scale(in)}});
+    b.quantize({in["x"], rounding_from_name(p.word("rounding")), {out.tensors[0], out.tensors[1], {}, fp_spec(p), kept_global_scale(p, in)}});
   }
 };
 
@@ -146,7 +148,7 @@ class FpDequantize final : public OpInfo {
   }
 
   void invoke(Backend& b, const Problem& p, const Bound& in, const Bound& out) const override {
-    b.dequantize({{in["wq"], in["scales"], {}, fp_spec(p), kept_global_scale(in)}, out.tensors[0]});
+    b.dequantize({{in["wq"], in["scales"], {}, fp_spec(p), kept_global_scale(p, in)}, out.tensors[0]});
   }
 
   Budget budget(const Problem& p, const Prepared&, std::size_t, const Tensor& ref) const override {
