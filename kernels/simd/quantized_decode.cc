@@ -18,7 +18,10 @@
 //    are selected to 0 where p_t = 0, so NaN-poisoned scales of hidden keys cannot reach
 //    the output (0·NaN would). Its rounding term (2γ·max|b_V|) is derived in the
 //    quantized_sdpa budget (harness/ops/sdpa_info.cc).
-// Everything accumulates in f32 (Highway MulAdd: FMA on AVX2/AVX3).
+// Everything accumulates in f32 (Highway MulAdd: FMA on AVX2/AVX3). Plain bf16 K and V
+// with a bf16 output on an AVX512_BF16 CPU take vdpbf16ps on both sides (K: the stored
+// bf16 queries, exact products; V: P rounded to bf16, declared as such, with the
+// argument at ValueBlockBf16).
 //
 // Codes are read straight from the packed rows for 4 and 8 bits: 8-bit N bytes → N f32
 // in element order; 4-bit N bytes → two vectors (low nibbles = even elements, high =
@@ -70,6 +73,7 @@ struct Scratch {
   std::vector<float> v_scales, v_biases, convert;  // [g][ncp]
   std::vector<float> scores;   // [ρ][ncp]: raw, then capped and masked scores
   std::vector<float> weights;  // [ρ][Gv][ncp]: p·s_v
+  std::vector<float> weights_bf16;  // [ρ][ncp] p in bf16, two per float (DecodePlan::value_bf16)
   std::vector<float> tile;     // [RB][N/KB][N] partly reduced dot products of one key tile (RB <= 8)
   std::vector<float> out_bias; // [ρ][Gv]: Σ p·b_v
   std::vector<std::uint8_t> k_codes, v_codes;  // one byte per code (2/3/5/6-bit)
@@ -456,6 +460,22 @@ void DecodeChunk(const DecodePlan& plan, std::int64_t task) {
   // V side: Σ (p·s)·c into the partial output (lane order), then + Σ p·b per group.
   const CodeRows vc = ChunkCodes(vs, bk, plan.lk, j0, nc, sc.v_codes);
   float* out = plan.part_out + static_cast<std::size_t>(task * rows) * dv;
+#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+  if (plan.value_bf16 && vc.bits == kPlainBF16) {  // p in bf16 and vdpbf16ps, unless V is too small
+    auto* wb = reinterpret_cast<std::uint16_t*>(aligned_floats(sc.weights_bf16, urows * ncp / 2));
+    WeightsToBf16(weights, urows * ncp, wb);
+    bool taken = true;
+    for (std::size_t r0 = 0, rb = 0; r0 < urows && taken; r0 += rb) {
+      rb = RowBlock(urows - r0);
+      taken = ValueBlockBf16(rb, reinterpret_cast<const std::uint32_t*>(wb + r0 * ncp), ncp / 2, vc.data,
+                             vc.row_bytes, dv, nc, out + r0 * dv);
+    }
+    if (taken) {
+      plan.rounded_probabilities->store(true, std::memory_order_relaxed);
+      return;  // plain rows: no biases
+    }
+  }
+#endif
   for (std::size_t r0 = 0, rb = 0; r0 < urows; r0 += rb) {
     rb = RowBlock(urows - r0);
     const auto accumulate = [&](auto bits) {

@@ -18,6 +18,7 @@
 // element order.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <vector>
@@ -48,6 +49,10 @@ class ScopedChunkTokens {
 
 // Query rows of one kv head that the fused path takes (R·Lq); more goes to the fallback.
 constexpr std::int64_t kMaxFusedRows = 32;
+
+// Longest chunk the vdpbf16ps V side takes: its flush-to-zero error grows with the keys
+// of a chunk (ValueBlockBf16's argument assumes at most 2^16).
+constexpr std::int64_t kMaxBf16ValueChunk = std::int64_t{1} << 16;
 
 // One operand, K or V, of shape (B, Hkv, Lk, D): packed affine codes, or plain rows.
 struct PackedSide {
@@ -100,6 +105,12 @@ struct DecodePlan {
   // otherwise.
   const std::uint16_t* query_bf16 = nullptr;
   float query_scale = 1;
+  // Plain bf16 V, a bf16 output and a CPU with AVX512_BF16: the V side rounds the
+  // weights p to bf16 (the tolerance's "P rounded to T") and sums p·v by vdpbf16ps
+  // (quantized_decode_blocks-inl.h, ValueBlockBf16, with its precision argument).
+  bool value_bf16 = false;
+  // Set by each task whose V side did so (run() reports it to the calling thread).
+  std::atomic<bool>* rounded_probabilities = nullptr;
   // Queries scaled by params.scale, in K's lane order: [b][kvh][ρ][Dk].
   const float* query = nullptr;
   // Partials, task t = (b·Hkv + kvh)·chunks + c: max and sum [t][ρ], output [t][ρ][Dv]
@@ -141,6 +152,9 @@ void meta_columns(const std::byte* src, DType dtype, std::size_t n, std::size_t 
 
 // Runs a plan whose sides, shape, softcap and score_slack are set: visibility, queries,
 // the tasks and the combine into `out` (B, Hq, Lq, Dv) (quantized_sdpa.cc).
+// Records, for the calling thread, whether its current attention call rounded P
+// (simd::last_attention_rounded_probabilities()).
+void note_rounded_probabilities(bool rounded);
 void run(DecodePlan& plan, const ConstTensorView& q, const AttentionParams& params,
          const ConstTensorView* mask_array, const ConstTensorView* sinks, const TensorView& out);
 

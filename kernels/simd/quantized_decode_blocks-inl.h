@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 
 #include <hwy/cache_control.h>
 #include <hwy/highway.h>
@@ -437,6 +438,123 @@ void ScoreBlockBf16(std::size_t rb, const std::uint16_t* q, std::size_t dk, cons
     case 4: return ScoreRowsBf16AnyShape<4>(q, dk, codes, row_bytes, nc, ncp, tile, scores);
   }
   ScoreRowsBf16AnyShape<8>(q, dk, codes, row_bytes, nc, ncp, tile, scores);
+}
+
+// V side of plain bf16 V for a bf16 output (DecodePlan::value_bf16), by vdpbf16ps. The
+// weights p come rounded to bf16 (RNE), two keys share an f32 lane: vpunpck{l,h}wd pairs
+// v_j[d] with v_{j+1}[d], the pair's weights are one broadcast u32, and 32 products take
+// one instruction where the f32 path widens V and spends two FMAs. The unpacks permute
+// the elements within each 128-bit block (lo: d = 8k + 0..3 of block k, hi: 8k + 4..7);
+// the store puts them back in element order.
+//
+// Precision, against the f32 path (both add each product to an f32 sum, one rounding
+// each; only the order of the sums differs, which the tolerance's γ term covers):
+//  * p rounded to bf16: a relative 2^-9, the tolerance's "P rounded to T before P·V"
+//    with T = bf16 (harness/ops/sdpa_info.cc: 2·eps_T·max|v| and the ceiling's
+//    probabilities term). The chunk's largest p is 1 and stays 1, so l_c >= 1.
+//  * vdpbf16ps treats subnormal inputs as 0 and flushes subnormal results (DAZ/FTZ,
+//    whatever MXCSR says), as does the bf16 conversion of p: a dropped p (< 2^-126, and
+//    p <= 1) loses < 2^-126·max|v|, a dropped v < 2^-126, a flushed product or partial
+//    sum < 2^-126. Per key at most one of the first three and one flushed sum, so a
+//    chunk of n <= 2^16 keys (kMaxBf16ValueChunk) moves o_c = Σ p·v / l_c by at most
+//    n·2^-125·(max|v| + 1) <= 2^-108 when max|v| <= 1, and 2^-108·max|v| above that;
+//    the combine's convex mixture of the chunks keeps the bound.
+//  * The budget is at least 2·eps_T·max|v| = 2^-6·max|v|: with max|v| >= 2^-90 the flush
+//    term is below 2^-18 of it. The kernel checks that lower bound on the way: the
+//    largest first vector of each key's row as i16 (a positive bf16 pattern orders like
+//    its value; negative ones are negative i16) must reach the pattern of 2^-90, else
+//    ValueBlockBf16 returns false and the chunk takes the f32 path (V all tiny, or all
+//    negative in those elements).
+constexpr std::int16_t kBf16ValueFloor = (127 - 90) << 7;  // bf16 pattern of 2^-90
+
+// p → bf16 (RNE, vcvtneps2bf16) for n weights (n a multiple of 16).
+KVLAB_TARGET_BF16 void WeightsToBf16(const float* HWY_RESTRICT w, std::size_t n, std::uint16_t* HWY_RESTRICT out) {
+  for (std::size_t i = 0; i < n; i += 16) {
+    const __m256bh b = _mm512_cvtneps_pbh(_mm512_loadu_ps(w + i));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i), reinterpret_cast<__m256i>(b));
+  }
+}
+
+// Elements [0, 32·kUnits) of each V row over keys [0, nc) for RB rows: w holds each
+// row's bf16 weights as u32 pairs (row r at w + r·w_stride), out[r·dv + ...] gets the
+// sums in element order; sample tracks the largest first vector of each row.
+template <std::size_t RB, std::size_t kUnits>
+KVLAB_TARGET_BF16 HWY_INLINE void AccumulateSliceBf16(const std::uint32_t* HWY_RESTRICT w, std::size_t w_stride,
+                                                      const std::uint8_t* HWY_RESTRICT codes,
+                                                      const std::uint8_t* HWY_RESTRICT row, std::size_t row_bytes,
+                                                      std::size_t nc, bool prefetch, std::size_t dv,
+                                                      float* HWY_RESTRICT out, __m512i& sample) {
+  __m512 o[RB][2 * kUnits];
+#pragma GCC unroll 16
+  for (std::size_t r = 0; r < RB; ++r) {
+#pragma GCC unroll 16
+    for (std::size_t s = 0; s < 2 * kUnits; ++s) o[r][s] = _mm512_setzero_ps();
+  }
+  // Keys j and j + 1 (b_row null: j is the chunk's last key, paired with zeros and the
+  // zero weight that SoftmaxRow leaves past it).
+  const auto pair = [&](const std::uint8_t* a_row, const std::uint8_t* b_row, std::size_t jp) KVLAB_TARGET_BF16 {
+#pragma GCC unroll 4
+    for (std::size_t u = 0; u < kUnits; ++u) {
+      const __m512i a = _mm512_loadu_si512(a_row + u * 64);
+      const __m512i b = b_row != nullptr ? _mm512_loadu_si512(b_row + u * 64) : _mm512_setzero_si512();
+      if (u == 0) sample = _mm512_max_epi16(sample, a);
+      const auto lo = reinterpret_cast<__m512bh>(_mm512_unpacklo_epi16(a, b));
+      const auto hi = reinterpret_cast<__m512bh>(_mm512_unpackhi_epi16(a, b));
+#pragma GCC unroll 16
+      for (std::size_t r = 0; r < RB; ++r) {
+        const auto wv = reinterpret_cast<__m512bh>(_mm512_set1_epi32(static_cast<int>(w[r * w_stride + jp])));
+        o[r][2 * u] = _mm512_dpbf16_ps(o[r][2 * u], wv, lo);
+        o[r][2 * u + 1] = _mm512_dpbf16_ps(o[r][2 * u + 1], wv, hi);
+      }
+    }
+  };
+  std::size_t j = 0;
+  for (; j + 2 <= nc; j += 2, row += 2 * row_bytes) {
+    if (prefetch && j + kPrefetchKeys + 2 <= nc) PrefetchRows(codes, row_bytes, j + kPrefetchKeys, j + kPrefetchKeys + 2);
+    pair(row, row + row_bytes, j / 2);
+  }
+  if (j < nc) pair(row, nullptr, j / 2);
+  // Element order: block k of lo holds d = 8k + 0..3, of hi d = 8k + 4..7.
+  const __m512i first = _mm512_setr_epi32(0, 1, 2, 3, 16, 17, 18, 19, 4, 5, 6, 7, 20, 21, 22, 23);
+  const __m512i second = _mm512_setr_epi32(8, 9, 10, 11, 24, 25, 26, 27, 12, 13, 14, 15, 28, 29, 30, 31);
+#pragma GCC unroll 16
+  for (std::size_t r = 0; r < RB; ++r) {
+#pragma GCC unroll 4
+    for (std::size_t u = 0; u < kUnits; ++u) {
+      _mm512_storeu_ps(out + r * dv + u * 32, _mm512_permutex2var_ps(o[r][2 * u], first, o[r][2 * u + 1]));
+      _mm512_storeu_ps(out + r * dv + u * 32 + 16, _mm512_permutex2var_ps(o[r][2 * u], second, o[r][2 * u + 1]));
+    }
+  }
+}
+
+// RB rows of the V side (dv a multiple of 32); false where the sampled values do not show
+// max|v| >= 2^-90 (out is then partly written, and the caller takes the f32 path).
+template <std::size_t RB>
+KVLAB_TARGET_BF16 bool ValueRowsBf16(const std::uint32_t* w, std::size_t w_stride, const std::uint8_t* codes,
+                                     std::size_t row_bytes, std::size_t dv, std::size_t nc, float* out) {
+  constexpr std::size_t kUnits = RB <= 4 ? 2 : 1;  // accumulators: 4·RB or 2·RB of 32 registers
+  __m512i sample = _mm512_set1_epi16(std::numeric_limits<std::int16_t>::min());
+  const std::size_t units = dv / 32;
+  std::size_t u0 = 0;
+  for (; u0 + kUnits <= units; u0 += kUnits) {
+    AccumulateSliceBf16<RB, kUnits>(w, w_stride, codes, codes + u0 * 64, row_bytes, nc, u0 == 0, dv, out + u0 * 32,
+                                    sample);
+  }
+  for (; u0 < units; ++u0) {
+    AccumulateSliceBf16<RB, 1>(w, w_stride, codes, codes + u0 * 64, row_bytes, nc, u0 == 0, dv, out + u0 * 32, sample);
+  }
+  return _mm512_cmpge_epi16_mask(sample, _mm512_set1_epi16(kBf16ValueFloor)) != 0;
+}
+
+bool ValueBlockBf16(std::size_t rb, const std::uint32_t* w, std::size_t w_stride, const std::uint8_t* codes,
+                    std::size_t row_bytes, std::size_t dv, std::size_t nc, float* out) {
+  switch (rb) {
+    case 1: return ValueRowsBf16<1>(w, w_stride, codes, row_bytes, dv, nc, out);
+    case 2: return ValueRowsBf16<2>(w, w_stride, codes, row_bytes, dv, nc, out);
+    case 3: return ValueRowsBf16<3>(w, w_stride, codes, row_bytes, dv, nc, out);
+    case 4: return ValueRowsBf16<4>(w, w_stride, codes, row_bytes, dv, nc, out);
+  }
+  return ValueRowsBf16<8>(w, w_stride, codes, row_bytes, dv, nc, out);
 }
 #endif
 

@@ -45,6 +45,12 @@ bool bf16_dot_available() {
   return false;
 #endif
 }
+namespace {
+thread_local bool t_rounded_probabilities = false;
+}  // namespace
+
+void note_rounded_probabilities(bool rounded) { t_rounded_probabilities = rounded; }
+
 ScopedNoBf16Dot::ScopedNoBf16Dot() : previous_(g_bf16_dot.exchange(false)) {}
 ScopedNoBf16Dot::~ScopedNoBf16Dot() { g_bf16_dot.store(previous_); }
 
@@ -331,12 +337,17 @@ void run(DecodePlan& plan, const ConstTensorView& q, const AttentionParams& para
   plan.query = plan_queries(q, params, plan, query);
   plan.query_bf16 = bf16_queries(q, params, plan);
   plan.query_scale = params.scale;
+  plan.value_bf16 = plan.v.plain != nullptr && plan.v.plain_dtype == DType::bf16 && out.dtype == DType::bf16 &&
+                    plan.v.d % 32 == 0 && plan.chunk <= kMaxBf16ValueChunk && qdecode::bf16_dot_available();
   const auto parts = static_cast<std::size_t>(plan.tasks() * plan.rows);
   plan.part_max = aligned_floats(part_max, parts);
   plan.part_sum = aligned_floats(part_sum, parts);
   plan.part_out = aligned_floats(part_out, parts * static_cast<std::size_t>(plan.v.d));
 
+  std::atomic<bool> rounded_probabilities{false};
+  plan.rounded_probabilities = &rounded_probabilities;
   parallel_for(plan.tasks(), [&](std::int64_t task) { decode_chunk(plan, task); });
+  note_rounded_probabilities(rounded_probabilities.load());
 
   CombineArgs args;
   args.plan = &plan;
@@ -353,9 +364,12 @@ void run(DecodePlan& plan, const ConstTensorView& q, const AttentionParams& para
 
 }  // namespace qdecode
 
+bool last_attention_rounded_probabilities() { return qdecode::t_rounded_probabilities; }
+
 void quantized_sdpa(const ConstTensorView& q, const ref::QuantizedView& k, const ref::QuantizedView& v,
                     const AttentionParams& params, const ConstTensorView* mask_array, const ConstTensorView* sinks,
                     const TensorView& out) {
+  qdecode::note_rounded_probabilities(false);
   ref::validate_quantized_sdpa(q, k, v, params, mask_array, sinks, out);
   // Per calling thread, reused across calls: a fresh 64 MB vector each decode step would
   // cost its zero fill and page faults (measured: 2.3× the whole q8_0 decode at 32K keys);

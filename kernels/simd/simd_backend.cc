@@ -120,6 +120,12 @@ void SimdBackend::rope_kernel(const RopeArgs& a) {
   simd::rope(host_cview(a.x), a.params, a.offsets.scalar, host_per_row(a.offsets), host_view(a.out));
 }
 
+Backend::AttentionRounding SimdBackend::attention_rounding() const {
+  AttentionRounding r = AttentionRounding::none();
+  r.probabilities = simd::last_attention_rounded_probabilities();
+  return r;
+}
+
 void SimdBackend::sdpa_kernel(const SdpaArgs& a) {
   ConstTensorView m, s;
   simd::sdpa(host_cview(a.q), host_cview(a.k), host_cview(a.v), a.params, host_cview(a.mask, m),

@@ -94,9 +94,11 @@ class SimdBackend final : public HostMemoryBackend {
   explicit SimdBackend(std::string_view target);
 
   std::string name() const override;
-  // f32 throughout: q·scale, logits, P and dequantized K/V stay f32 (the integer K side
-  // of the 4-bit decode carries q in 24 bits under a run-time error certificate).
-  AttentionRounding attention_rounding() const override { return AttentionRounding::none(); }
+  // f32 throughout: q·scale, logits and dequantized K/V stay f32 (the integer K side of
+  // the 4-bit decode carries q in 24 bits under a run-time error certificate); P too,
+  // except in a bf16 decode on an AVX512_BF16 CPU, whose V side rounds it to bf16 (the
+  // call reports it: simd::last_attention_rounded_probabilities).
+  AttentionRounding attention_rounding() const override;
 
   // The ops this backend runs (KVLAB_SIMD_OPS below); the rest keep Backend's default,
   // Error{unsupported} naming the op. `override` makes each entry a checked member of

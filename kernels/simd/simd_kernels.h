@@ -41,6 +41,10 @@ void sdpa(const ConstTensorView& q, const ConstTensorView& k, const ConstTensorV
 void quantized_sdpa(const ConstTensorView& q, const ref::QuantizedView& k, const ref::QuantizedView& v,
                     const AttentionParams& params, const ConstTensorView* mask_array,
                     const ConstTensorView* sinks, const TensorView& out);
+// Whether the calling thread's last sdpa/quantized_sdpa call rounded the softmax
+// weights P to the output dtype before P·V (the bf16 decode's vdpbf16ps V side): what
+// SimdBackend::attention_rounding() declares. Every other intermediate stays f32.
+bool last_attention_rounded_probabilities();
 
 void kv_scatter(const ConstTensorView& src, const ConstTensorView& slots, const TensorView& dst);
 void kv_gather(const ConstTensorView& src, const ConstTensorView& batch_index, const TensorView& dst);

@@ -7,6 +7,7 @@
 // runs serially), and invalid input raises the oracle's errors on every target.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <limits>
@@ -172,35 +173,109 @@ TEST_F(SimdSdpa, InvalidInputRaisesTheOraclesErrors) {
   }
 }
 
-// bf16 decode on an AVX512_BF16 CPU takes the vdpbf16ps K side; AVX-512 CPUs without it
-// take the f32 path, which the harness then never runs here. Both against the oracle's
-// bf16 output: every element within one bf16 ulp, and at most 2 % not identical (f32
-// arithmetic in either order; the harness' rounding identity holds the dot path to what
-// an f32 twin allows, test_precision_ceiling.cc).
-TEST_F(SimdSdpa, Bf16DecodeAgreesWithTheOracleWithAndWithoutTheDotProductKSide) {
+// What a bf16 decode whose V side rounds P to bf16 computes, in double from the inputs:
+// per chunk of `chunk` keys (the flash-decoding split, quantized_decode.h) p = e^(s − m_c)
+// rounded to bf16 (through f32, RNE) with m_c the chunk's max, then scaled by
+// e^(m_c − max); o = Σ p·v / Σ e^(s − max) (the sum of the unrounded p), rounded to bf16.
+// Every key visible (mask none, or causal with Lq 1).
+Tensor rounded_p_twin(const Inputs& in, std::int64_t chunk) {
+  const std::int64_t B = in.q.dim(0), Hq = in.q.dim(1), Lq = in.q.dim(2), Dk = in.q.dim(3);
+  const std::int64_t Hkv = in.k.dim(1), Lk = in.k.dim(2), Dv = in.v.dim(3);
+  Tensor out(DType::bf16, {B, Hq, Lq, Dv});
+  const ConstTensorView q = in.q.view(), k = in.k.view(), v = in.v.view();
+  std::vector<double> s(static_cast<std::size_t>(Lk)), o(static_cast<std::size_t>(Dv));
+  for (std::int64_t b = 0; b < B; ++b) {
+    for (std::int64_t h = 0; h < Hq; ++h) {
+      const std::int64_t kv = (b * Hkv + h / (Hq / Hkv)) * Lk;
+      for (std::int64_t i = 0; i < Lq; ++i) {
+        const std::int64_t row = (b * Hq + h) * Lq + i;
+        double m = -INFINITY;
+        for (std::int64_t j = 0; j < Lk; ++j) {
+          double dot = 0;
+          for (std::int64_t d = 0; d < Dk; ++d) dot += double{q.load(row * Dk + d)} * double{k.load((kv + j) * Dk + d)};
+          s[static_cast<std::size_t>(j)] = dot * in.params.scale;
+          m = std::max(m, s[static_cast<std::size_t>(j)]);
+        }
+        double sum = 0;
+        std::fill(o.begin(), o.end(), 0.0);
+        for (std::int64_t j = 0; j < Lk; ++j) {
+          const auto first = s.begin() + j / chunk * chunk, last = s.begin() + std::min(Lk, (j / chunk + 1) * chunk);
+          const double mc = *std::max_element(first, last), x = s[static_cast<std::size_t>(j)];
+          const double pb = bf16_bits_to_f32(f32_to_bf16_bits(static_cast<float>(std::exp(x - mc)))) * std::exp(mc - m);
+          sum += std::exp(x - m);
+          for (std::int64_t d = 0; d < Dv; ++d) o[static_cast<std::size_t>(d)] += pb * double{v.load((kv + j) * Dv + d)};
+        }
+        for (std::int64_t d = 0; d < Dv; ++d) {
+          out.view().store(row * Dv + d, static_cast<float>(o[static_cast<std::size_t>(d)] / sum));
+        }
+      }
+    }
+  }
+  return out;
+}
+
+// got within `ulps` bf16 ulps of want everywhere (|got − want| <= ulps·2^-7·|want|,
+// plus `absolute`), and at most 2 % of the elements not identical.
+void expect_within_ulps(const Tensor& got, const Tensor& want, const std::string& what, double absolute = 0,
+                        int ulps = 1) {
+  std::int64_t differ = 0;
+  for (std::int64_t i = 0; i < want.numel(); ++i) {
+    const float w = want.view().load(i), g = got.view().load(i);
+    if (w == g) continue;
+    ++differ;
+    EXPECT_LE(std::abs(g - w), std::ldexp(double{std::abs(w)}, -7) * ulps + absolute) << what << ", element " << i;
+  }
+  EXPECT_LE(differ, want.numel() / 50) << what;
+}
+
+// bf16 decode on an AVX512_BF16 CPU takes the vdpbf16ps K side and the vdpbf16ps V side
+// with P rounded to bf16, and says so (attention_rounding); AVX-512 CPUs without it take
+// the f32 path, which the harness then never runs here (ScopedNoBf16Dot runs it). The
+// f32 path against the oracle's bf16 output, the dot path against a twin that rounds P
+// as it declares: every element within one bf16 ulp (two for the dot path), and at most
+// 2 % not identical (f32 arithmetic in either order; the harness holds the f32 path to
+// its rounding identity and the dot path to the precision ceiling with the P term,
+// test_precision_ceiling.cc).
+TEST_F(SimdSdpa, Bf16DecodeAgreesWithTheOracleOrItsRoundedPTwinOnEitherPath) {
   if (!simd::qdecode::bf16_dot_available()) GTEST_SKIP() << "this CPU has no AVX512_BF16: only the f32 path exists";
   KVLAB_SEEDED_RNG(rng, 4242);
   for (const std::int64_t dk : {64, 128}) {
-    const Shape4 s{1, 8, 2, 1, 2100, dk, 128};
-    Inputs in = random_inputs(rng, DType::bf16, s);
-    in.params.mask.kind = MaskKind::causal;
-    const Tensor want = run_sdpa(ref_, in);
-    const Tensor dot = run_sdpa(simd_, in);
-    Tensor plain;
-    {
+    for (const std::int64_t lk : {2100, 2101}) {  // 5 chunks; an odd one pairs its last key with zeros
+      const Shape4 s{1, 8, 2, 1, lk, dk, 128};
+      Inputs in = random_inputs(rng, DType::bf16, s);
+      in.params.mask.kind = MaskKind::causal;
+      const std::string what = cat("Dk ", dk, " Lk ", lk);
+      // An f32 sum rounds relative to its terms, not to its result: outputs near zero
+      // (cancellation) get a few f32 ulps of max|v| besides the bf16 ulp of their own.
+      float max_v = 0;
+      for (std::int64_t i = 0; i < in.v.numel(); ++i) max_v = std::max(max_v, std::abs(in.v.view().load(i)));
+      const double near_zero = 4 * 0x1p-24 * max_v;
+      const Tensor dot = run_sdpa(simd_, in);
+      EXPECT_TRUE(simd_.attention_rounding().probabilities) << what;
+      expect_within_ulps(dot, rounded_p_twin(in, simd::qdecode::chunk_tokens()), cat("vdpbf16ps path, ", what), near_zero,
+                         2);  // a p next to a bf16 rounding boundary may round the other way than the twin's
       const simd::qdecode::ScopedNoBf16Dot no_dot;
-      plain = run_sdpa(simd_, in);
+      const Tensor plain = run_sdpa(simd_, in);
+      EXPECT_FALSE(simd_.attention_rounding().probabilities) << what;
+      expect_within_ulps(plain, run_sdpa(ref_, in), cat("f32 path, ", what), near_zero);
     }
-    for (const Tensor* got : {&dot, static_cast<const Tensor*>(&plain)}) {
-      std::int64_t differ = 0;
-      for (std::int64_t i = 0; i < want.numel(); ++i) {
-        const float w = want.view().load(i), g = got->view().load(i);
-        if (w == g) continue;
-        ++differ;
-        EXPECT_LE(std::abs(g - w), std::ldexp(std::abs(w), -7)) << "element " << i << " Dk " << dk;
-      }
-      EXPECT_LE(differ, want.numel() / 50) << (got == &dot ? "vdpbf16ps" : "f32") << " path, Dk " << dk;
-    }
+  }
+}
+
+// vdpbf16ps treats subnormal inputs as zero and flushes subnormal sums; the V side takes
+// it only where a sampled |v| reaches 2^-90 (ValueBlockBf16's argument), so a V of
+// subnormals, or of normals below the floor, runs in f32 and keeps its tiny outputs
+// (taking the dot path anyway would flush the first to zero), and a V above it does not.
+TEST_F(SimdSdpa, Bf16DecodeKeepsTinyValuesOffTheFlushingDotPath) {
+  if (!simd::qdecode::bf16_dot_available()) GTEST_SKIP() << "this CPU has no AVX512_BF16: only the f32 path exists";
+  KVLAB_SEEDED_RNG(rng, 77);
+  for (const int exponent : {-128, -100, -80}) {
+    Inputs in = random_inputs(rng, DType::bf16, {1, 4, 1, 1, 600, 64, 64});
+    for (std::int64_t i = 0; i < in.v.numel(); ++i) in.v.view().store(i, std::ldexp(in.v.view().load(i), exponent));
+    const Tensor got = run_sdpa(simd_, in);
+    const bool dot = exponent > -90;
+    EXPECT_EQ(simd_.attention_rounding().probabilities, dot) << "V scaled by 2^" << exponent;
+    if (!dot) expect_within_ulps(got, run_sdpa(ref_, in), cat("V scaled by 2^", exponent), 0x1p-133);
   }
 }
 
