@@ -25,6 +25,8 @@
 // * Dequantize: E2M1 values come from a table (or their bits on narrow vectors); E4M3's decode is the oracle's f16
 //   trick (magnitude bits << 7 as an f16, exact into f32 by ·2^112, then ·2^8, folded into
 //   one exact ·2^120); then ·scale (and ·g/2688 as a separate multiply, as the oracle).
+//   Outputs of kStreamBytes or more go out by streaming stores (Put): only bits that
+//   would be stored anyway, written without the read-for-ownership of each line.
 #ifndef KVLAB_SIMD_FP_COMMON
 #define KVLAB_SIMD_FP_COMMON
 #include <algorithm>
@@ -69,6 +71,7 @@ struct RowJob {
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "kernels/simd/fp_quantize.cc"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
+#include <hwy/cache_control.h>
 #include <hwy/highway.h>
 
 #include "kernels/simd/affine_pack-inl.h"
@@ -477,10 +480,25 @@ HWY_INLINE fp_impl::VI LoadCodes(const std::uint8_t* HWY_RESTRICT codes, std::si
 // its high half, which RNE would give too.
 enum class StoreAs { f32, f16, bf16, kBF16High };
 
-// One group: decode·scale (·global), stored as kStore.
+// v to p, by a streaming (non-temporal) store where `stream` says so and the vector is at
+// least 32 bytes: the line is written without first being read (no read-for-ownership),
+// for outputs too large to be found in cache by their consumer anyway (kStreamBytes).
+// Streaming 32-byte halves of a line measured faster than plain stores on Zen 4
+// (docs/benchmarks.md §Measurements behind kernel choices); narrower vectors store as usual.
+template <class D, typename T>
+HWY_INLINE void Put(D d, hn::Vec<D> v, T* HWY_RESTRICT p, bool stream) {
+  if (hn::Lanes(d) * sizeof(T) >= 32 && stream) {
+    hn::Stream(v, d, p);
+  } else {
+    hn::StoreU(v, d, p);
+  }
+}
+
+// One group: decode·scale (·global), stored as kStore (streamed where `stream`: f32 and
+// the bf16 high halves; out then 64-byte aligned).
 template <bool kE4M3, StoreAs kStore, bool kGlobal>
 HWY_INLINE void DequantizeGroup(const std::uint8_t* HWY_RESTRICT codes, std::size_t gs, fp_impl::VF vscale,
-                                fp_impl::VF vglobal, std::byte* HWY_RESTRICT out) {
+                                fp_impl::VF vglobal, std::byte* HWY_RESTRICT out, bool stream) {
   namespace fi = fp_impl;
   const fi::DF df;
   const fi::DI di;
@@ -494,35 +512,37 @@ HWY_INLINE void DequantizeGroup(const std::uint8_t* HWY_RESTRICT codes, std::siz
     fi::VF value = hn::Mul(kE4M3 ? fi::E4M3Decode(c) : fi::E2M1DecodeLut(c), vscale);
     if constexpr (kGlobal) value = hn::Mul(value, vglobal);  // a separate rounding, as the oracle
     if constexpr (kStore == StoreAs::kBF16High) {
-      hn::StoreU(hn::DemoteTo(du16, hn::BitCast(di, hn::ShiftRight<16>(hn::BitCast(du, value)))), du16, out_half + i);
+      Put(du16, hn::DemoteTo(du16, hn::BitCast(di, hn::ShiftRight<16>(hn::BitCast(du, value)))), out_half + i, stream);
     } else if constexpr (kStore == StoreAs::bf16) {
       StoreBF16(value, df, out_half + i);
     } else if constexpr (kStore == StoreAs::f16) {
       StoreF16(value, df, out_half + i);
     } else {
-      hn::StoreU(value, df, out_f32 + i);
+      Put(df, value, out_f32 + i, stream);
     }
   }
 }
 
 template <bool kE4M3, bool kGlobal>
 HWY_INLINE void DequantizeGroupAs(StoreAs store, const std::uint8_t* codes, std::size_t gs, fp_impl::VF vscale,
-                                  fp_impl::VF vglobal, std::byte* out) {
+                                  fp_impl::VF vglobal, std::byte* out, bool stream) {
   switch (store) {
-    case StoreAs::kBF16High: return DequantizeGroup<kE4M3, StoreAs::kBF16High, kGlobal>(codes, gs, vscale, vglobal, out);
-    case StoreAs::bf16: return DequantizeGroup<kE4M3, StoreAs::bf16, kGlobal>(codes, gs, vscale, vglobal, out);
-    case StoreAs::f16: return DequantizeGroup<kE4M3, StoreAs::f16, kGlobal>(codes, gs, vscale, vglobal, out);
-    case StoreAs::f32: return DequantizeGroup<kE4M3, StoreAs::f32, kGlobal>(codes, gs, vscale, vglobal, out);
+    case StoreAs::kBF16High:
+      return DequantizeGroup<kE4M3, StoreAs::kBF16High, kGlobal>(codes, gs, vscale, vglobal, out, stream);
+    case StoreAs::bf16: return DequantizeGroup<kE4M3, StoreAs::bf16, kGlobal>(codes, gs, vscale, vglobal, out, stream);
+    case StoreAs::f16: return DequantizeGroup<kE4M3, StoreAs::f16, kGlobal>(codes, gs, vscale, vglobal, out, stream);
+    case StoreAs::f32: return DequantizeGroup<kE4M3, StoreAs::f32, kGlobal>(codes, gs, vscale, vglobal, out, stream);
   }
 }
 
 // `groups` consecutive groups: element codes (one byte each, or two to a byte for 4-bit
 // formats) and scale codes → values in out's dtype (f32, or f16/bf16 by one RNE rounding
 // of the f32 value, as the oracle's store). N groups at a time: N scales as one vector,
-// then decode·scale (·global) group by group.
+// then decode·scale (·global) group by group. stream: streaming stores (out 64-byte
+// aligned), fenced before returning.
 void FpDequantizeBlock(const fd::RowJob& job, const std::uint8_t* HWY_RESTRICT in,
                        const std::uint8_t* HWY_RESTRICT scale_codes, std::size_t groups, DType out_dtype,
-                       std::byte* HWY_RESTRICT out) {
+                       std::byte* HWY_RESTRICT out, bool stream) {
   namespace fi = fp_impl;
   const fi::DF df;
   const fi::DI di;
@@ -552,14 +572,15 @@ void FpDequantizeBlock(const fd::RowJob& job, const std::uint8_t* HWY_RESTRICT i
       std::byte* const dst = out + (g0 + g) * out_group_bytes;
       const std::uint8_t* const group_codes = in + (g0 + g) * (packed ? gs / 2 : gs);
       if (job.e4m3_elements) {
-        if (job.has_global) DequantizeGroupAs<true, true>(as, group_codes, gs, vscale, vglobal, dst);
-        else DequantizeGroupAs<true, false>(as, group_codes, gs, vscale, vglobal, dst);
+        if (job.has_global) DequantizeGroupAs<true, true>(as, group_codes, gs, vscale, vglobal, dst, stream);
+        else DequantizeGroupAs<true, false>(as, group_codes, gs, vscale, vglobal, dst, stream);
       } else {
-        if (job.has_global) DequantizeGroupAs<false, true>(as, group_codes, gs, vscale, vglobal, dst);
-        else DequantizeGroupAs<false, false>(as, group_codes, gs, vscale, vglobal, dst);
+        if (job.has_global) DequantizeGroupAs<false, true>(as, group_codes, gs, vscale, vglobal, dst, stream);
+        else DequantizeGroupAs<false, false>(as, group_codes, gs, vscale, vglobal, dst, stream);
       }
     }
   }
+  if (stream) hwy::FlushStream();  // the streamed lines visible before the task ends
 }
 
 }  // namespace kvlab::simd::HWY_NAMESPACE
@@ -576,6 +597,10 @@ namespace {
 
 // Rows per parallel task: a fixed split (the ops are exact, so it cannot change bits).
 constexpr std::int64_t kRowsPerTask = 64;
+// Dequantized outputs at least this large are written with streaming stores (Put): an
+// L2's worth, as kv_move's large copies; below it the consumer may still find them in
+// cache.
+constexpr std::size_t kStreamBytes = std::size_t{1} << 20;
 
 RowJob make_job(const QuantSpec& spec, Rounding rounding, std::optional<float> global_scale, std::int64_t d) {
   // The block kernels hold N groups of at most 32 values on the stack (the format table's
@@ -628,11 +653,15 @@ void fp_dequantize(const ConstTensorView& wq, const ConstTensorView& scales, con
   auto* const dequantize_block = &HWY_DYNAMIC_DISPATCH(FpDequantizeBlock);
   const auto* const wq_bytes = reinterpret_cast<const std::uint8_t*>(wq.data);
   const auto* const scale_bytes = reinterpret_cast<const std::uint8_t*>(scales.data);
+  // Streamed stores need aligned addresses: every group starts a multiple of 32 bytes
+  // (16 or 32 bf16/f32 values) past an aligned start, so rows and tasks do too.
+  const bool stream = static_cast<std::size_t>(out.numel()) * dtype_size(out.dtype) >= fd::kStreamBytes &&
+                      reinterpret_cast<std::uintptr_t>(out.data) % 64 == 0 && out_row_bytes % 64 == 0;
   parallel_for((rows + fd::kRowsPerTask - 1) / fd::kRowsPerTask, [&](std::int64_t task) {
     const std::int64_t r0 = task * fd::kRowsPerTask, r1 = std::min(rows, r0 + fd::kRowsPerTask);
     const auto u0 = static_cast<std::size_t>(r0), block_rows = static_cast<std::size_t>(r1 - r0);
     dequantize_block(job, wq_bytes + u0 * wq_row_bytes, scale_bytes + u0 * groups_per_row,
-                     block_rows * groups_per_row, out.dtype, out.data + u0 * out_row_bytes);
+                     block_rows * groups_per_row, out.dtype, out.data + u0 * out_row_bytes, stream);
   });
 }
 

@@ -12,6 +12,7 @@
 // on every target by harness.check_ci_host).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <limits>
@@ -217,6 +218,37 @@ TEST_F(SimdFp, DequantizeOfEveryCodeUnderEveryScaleMatchesTheOracle) {
       }
   }
   EXPECT_EQ(configs, (1 + 1 + 4) * 3);
+}
+
+// Outputs of 1 MiB or more take streaming stores (fp_quantize.cc kStreamBytes): every
+// element code under 64 scale codes, the rows repeated to 1 MiB of bf16 (2 MiB of f32),
+// bit for bit on every target.
+TEST_F(SimdFp, LargeDequantizedOutputsAreStreamedBitForBit) {
+  for (const QuantMode mode : {QuantMode::mxfp4, QuantMode::mxfp8, QuantMode::nvfp4}) {
+    const QuantSpec spec = QuantSpec::make(mode);
+    const int codes = 1 << spec.bits;
+    const std::int64_t d = std::max(codes, spec.group_size), per_word = 32 / spec.bits;
+    const std::int64_t rows = (std::int64_t{1} << 20) / (2 * d);
+    std::vector<std::int64_t> words, scale_codes;
+    for (std::int64_t r = 0; r < rows; ++r) {
+      const std::int64_t s = 96 + r % 64;  // E8M0 2^-31 … 2^32; E4M3 scales 0.5 … 3.75
+      for (std::int64_t i = 0; i < d; i += per_word) {
+        std::uint32_t w = 0;
+        for (std::int64_t k = 0; k < per_word; ++k) w |= static_cast<std::uint32_t>((i + k + r) % codes) << (k * spec.bits);
+        words.push_back(w);
+      }
+      for (std::int64_t g = 0; g < d / spec.group_size; ++g) scale_codes.push_back(s);
+    }
+    const Quantized q{Tensor::from_ints(DType::u32, {rows, d * spec.bits / 32}, words),
+                      Tensor::from_ints(DType::u8, {rows, d / spec.group_size}, scale_codes)};
+    for (const DType t : {DType::f32, DType::bf16}) {
+      SCOPED_TRACE(::testing::Message() << quant_mode_name(mode) << " to " << dtype_name(t));
+      const Tensor want = dequantize_on(ref_, q, spec, std::nullopt, t);
+      testing::for_each_simd_target([&](const std::string&) {
+        EXPECT_TRUE(testing::bit_equal(dequantize_on(simd_, q, spec, std::nullopt, t), want));
+      });
+    }
+  }
 }
 
 // Hand-derived pins of what the bulk tests cover (so the oracle itself is not the only
