@@ -13,6 +13,7 @@
 #include <limits>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kernels/simd/parallel.h"
@@ -259,6 +260,14 @@ TEST_F(SimdSdpa, Bf16DecodeAgreesWithTheOracleOrItsRoundedPTwinOnEitherPath) {
       EXPECT_FALSE(simd_.attention_rounding().probabilities) << what;
       expect_within_ulps(plain, run_sdpa(ref_, in), cat("f32 path, ", what), near_zero);
     }
+  }
+  // The declaration is per call: an f16 decode, or a bf16 call of 12 query positions (48
+  // rows: the general kernel), right after a bf16 decode keeps P in f32 and says so.
+  for (const auto& [dtype, lq] : {std::pair{DType::f16, 1}, std::pair{DType::bf16, 12}}) {
+    run_sdpa(simd_, random_inputs(rng, DType::bf16, {1, 8, 2, 1, 600, 64, 64}));
+    ASSERT_TRUE(simd_.attention_rounding().probabilities);
+    run_sdpa(simd_, random_inputs(rng, dtype, {1, 8, 2, lq, 600, 64, 64}));
+    EXPECT_FALSE(simd_.attention_rounding().probabilities) << dtype_name(dtype) << " Lq " << lq;
   }
 }
 
