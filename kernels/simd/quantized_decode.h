@@ -150,11 +150,12 @@ void to_f32(const std::byte* src, DType dtype, std::size_t n, float* dst);
 void meta_columns(const std::byte* src, DType dtype, std::size_t n, std::size_t groups, std::size_t ncp,
                   std::vector<float>& convert, float* dst);
 
-// Runs a plan whose sides, shape, softcap and score_slack are set: visibility, queries,
-// the tasks and the combine into `out` (B, Hq, Lq, Dv) (quantized_sdpa.cc).
 // Records, for the calling thread, whether its current attention call rounded P
 // (simd::last_attention_rounded_probabilities()).
 void note_rounded_probabilities(bool rounded);
+
+// Runs a plan whose sides, shape, softcap and score_slack are set: visibility, queries,
+// the tasks and the combine into `out` (B, Hq, Lq, Dv) (quantized_sdpa.cc).
 void run(DecodePlan& plan, const ConstTensorView& q, const AttentionParams& params,
          const ConstTensorView* mask_array, const ConstTensorView* sinks, const TensorView& out);
 

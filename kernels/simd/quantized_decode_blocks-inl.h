@@ -460,9 +460,10 @@ void ScoreBlockBf16(std::size_t rb, const std::uint16_t* q, std::size_t dk, cons
 //    n·2^-125·(max|v| + 1) <= 2^-108 when max|v| <= 1, and 2^-108·max|v| above that;
 //    the combine's convex mixture of the chunks keeps the bound.
 //  * The budget is at least 2·eps_T·max|v| = 2^-6·max|v|: with max|v| >= 2^-90 the flush
-//    term is below 2^-18 of it. The kernel checks that lower bound on the way: the
-//    largest first vector of each key's row as i16 (a positive bf16 pattern orders like
-//    its value; negative ones are negative i16) must reach the pattern of 2^-90, else
+//    term is below 2^-12 of it (2^-108 against 2^-96). The kernel checks that lower
+//    bound on the way: the largest first vector of each key's row as i16 (a positive
+//    bf16 pattern orders like its value; negative ones are negative i16) must reach the
+//    pattern of 2^-90, else
 //    ValueBlockBf16 returns false and the chunk takes the f32 path (V all tiny, or all
 //    negative in those elements).
 constexpr std::int16_t kBf16ValueFloor = (127 - 90) << 7;  // bf16 pattern of 2^-90
