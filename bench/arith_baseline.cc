@@ -33,19 +33,30 @@ HWY_AFTER_NAMESPACE();
 
 #if HWY_ONCE
 #include <atomic>
+#include <string>
 #include <vector>
 
 #include "bench/arith_baseline.h"
 #include "kernels/simd/parallel.h"
+#include "kvlab/error.h"
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+#define KVLAB_X86_DOTS 1
+#endif
 
 namespace kvlab::bench {
 
 HWY_EXPORT(FmaChains);
 
-double fma_lanes(std::int64_t rounds, bool use_pool) {
+namespace {
+
+// chains(rounds, &sink) → lanes, on each worker of the pool or on the caller alone.
+template <class Chains>
+double over_workers(const Chains& chains, std::int64_t rounds, bool use_pool) {
   if (!use_pool) {
     float sink = 0;
-    const double lanes = HWY_DYNAMIC_DISPATCH(FmaChains)(rounds, &sink);
+    const double lanes = chains(rounds, &sink);
     return sink == 12345.0f ? lanes + 1 : lanes;  // the sink is read
   }
   const int workers = simd::worker_count();
@@ -53,11 +64,76 @@ double fma_lanes(std::int64_t rounds, bool use_pool) {
   std::vector<double> lanes(static_cast<std::size_t>(workers), 0.0);
   simd::parallel_for(workers, [&](std::int64_t w) {
     const auto i = static_cast<std::size_t>(w);
-    lanes[i] = HWY_DYNAMIC_DISPATCH(FmaChains)(rounds, &sinks[i]);
+    lanes[i] = chains(rounds, &sinks[i]);
   });
   double total = 0;
   for (std::size_t i = 0; i < lanes.size(); ++i) total += sinks[i] == 12345.0f ? lanes[i] + 1 : lanes[i];
   return total;
+}
+
+#ifdef KVLAB_X86_DOTS
+// Twelve independent accumulators, as FmaChains: more than either instruction's latency
+// (5-6 cycles) times its pipes. The operands stay in registers; an empty asm on one of
+// them each round keeps the compiler from folding the chains.
+__attribute__((target("avx512f,avx512bf16"))) double Bf16DotChains(std::int64_t rounds, float* sink) {
+  constexpr int kChains = 12;
+  __m512 a[kChains];
+  for (int k = 0; k < kChains; ++k) a[k] = _mm512_set1_ps(static_cast<float>(k) * 1e-7f);
+  __m512i x = _mm512_set1_epi32(0x3F803F80);  // bf16 1.0 in both halves
+  for (std::int64_t i = 0; i < rounds; ++i) {
+#pragma GCC unroll 12
+    for (int k = 0; k < kChains; ++k) {
+      a[k] = _mm512_dpbf16_ps(a[k], reinterpret_cast<__m512bh>(x), reinterpret_cast<__m512bh>(x));
+    }
+    asm volatile("" : "+v"(x));
+  }
+  __m512 total = a[0];
+  for (int k = 1; k < kChains; ++k) total = _mm512_add_ps(total, a[k]);
+  *sink += _mm512_reduce_add_ps(total);
+  return static_cast<double>(rounds) * kChains * 16;
+}
+
+__attribute__((target("avx512f,avx512vnni"))) double U8DotChains(std::int64_t rounds, float* sink) {
+  constexpr int kChains = 12;
+  __m512i a[kChains];
+  for (int k = 0; k < kChains; ++k) a[k] = _mm512_set1_epi32(k);
+  __m512i x = _mm512_set1_epi32(0x01010101);
+  for (std::int64_t i = 0; i < rounds; ++i) {
+#pragma GCC unroll 12
+    for (int k = 0; k < kChains; ++k) a[k] = _mm512_dpbusd_epi32(a[k], x, x);
+    asm volatile("" : "+v"(x));
+  }
+  __m512i total = a[0];
+  for (int k = 1; k < kChains; ++k) total = _mm512_add_epi32(total, a[k]);
+  *sink += static_cast<float>(_mm512_reduce_add_epi32(total));
+  return static_cast<double>(rounds) * kChains * 16;
+}
+#endif
+
+}  // namespace
+
+double fma_lanes(std::int64_t rounds, bool use_pool) {
+  return over_workers([](std::int64_t n, float* sink) { return HWY_DYNAMIC_DISPATCH(FmaChains)(n, sink); }, rounds,
+                      use_pool);
+}
+
+std::string dot_unavailable(DotKind kind) {
+#ifdef KVLAB_X86_DOTS
+  if (kind == DotKind::bf16) return __builtin_cpu_supports("avx512bf16") ? "" : "this CPU has no AVX512_BF16";
+  return __builtin_cpu_supports("avx512vnni") ? "" : "this CPU has no AVX512_VNNI";
+#else
+  return kind == DotKind::bf16 ? "vdpbf16ps is x86-64 only" : "vpdpbusd is x86-64 only";
+#endif
+}
+
+double dot_lanes(DotKind kind, std::int64_t rounds, bool use_pool) {
+  const std::string why = dot_unavailable(kind);
+  KVLAB_REQUIRE(why.empty(), unsupported, why);
+#ifdef KVLAB_X86_DOTS
+  return over_workers(kind == DotKind::bf16 ? Bf16DotChains : U8DotChains, rounds, use_pool);
+#else
+  return 0;
+#endif
 }
 
 }  // namespace kvlab::bench

@@ -8,11 +8,23 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 namespace kvlab::bench {
 
 // Runs `rounds` rounds of independent FMA chains on each of the pool's workers (use_pool)
 // or on the calling thread alone; returns the f32 lanes multiplied-and-added.
 double fma_lanes(std::int64_t rounds, bool use_pool);
+
+// The dot-product instructions the decode kernels use beside FMAs (simd::ArithmeticMix),
+// timed the same way on 512-bit vectors: vdpbf16ps (AVX512_BF16; each lane adds two bf16
+// products) and vpdpbusd (AVX512_VNNI; four u8·s8 products). A kernel's arithmetic floor
+// is then its FMA lanes over the FMA rate plus its dot lanes over these rates.
+enum class DotKind { bf16, u8 };
+// Why this CPU (or build) cannot time `kind`; empty when it can.
+std::string dot_unavailable(DotKind kind);
+// Lanes computed by `rounds` rounds of independent chains per worker (or the caller);
+// throws kvlab::Error (unsupported) with dot_unavailable's reason where it is not empty.
+double dot_lanes(DotKind kind, std::int64_t rounds, bool use_pool);
 
 }  // namespace kvlab::bench

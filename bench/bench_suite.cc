@@ -21,6 +21,7 @@
 #include "harness/op.h"
 #include "kernels/simd/parallel.h"
 #include "kernels/simd/simd_backend.h"
+#include "kernels/simd/simd_kernels.h"
 #include "kvlab/error.h"
 
 namespace kvlab::bench {
@@ -177,7 +178,26 @@ void register_baselines(const SuiteOptions& o) {
           state.counters["workers"] = pool ? threads : 1;
           state.SetLabel(cat("f32 FMA chains (Highway ", simd_current_target(), ")"));
         });
-    for (auto* b : {read, copy, fma}) {
+    // The decode kernels' dot-product instructions (arith_baseline.h), for the floor of
+    // rows that declare them; skipped with the reason where the CPU lacks one.
+    const auto dot = [&](DotKind kind, const char* row, const char* counter, const char* what) {
+      return benchmark::RegisterBenchmark(
+          cat(row, where, "/threads=", pool ? threads : 1).c_str(), [=](benchmark::State& state) {
+            release_timed_case();
+            if (const std::string why = dot_unavailable(kind); !why.empty()) {
+              state.SkipWithError(cat("skipped: ", why).c_str());
+              return;
+            }
+            double lanes = 0;
+            for (auto _ : state) lanes += dot_lanes(kind, std::int64_t{1} << 22, pool);
+            state.counters[counter] = benchmark::Counter(lanes, benchmark::Counter::kIsRate);
+            state.counters["workers"] = pool ? threads : 1;
+            state.SetLabel(what);
+          });
+    };
+    auto* bf16_dot = dot(DotKind::bf16, "baseline_bf16dot/", "bf16_dot_lanes_per_second", "vdpbf16ps chains (zmm)");
+    auto* u8_dot = dot(DotKind::u8, "baseline_u8dot/", "u8_dot_lanes_per_second", "vpdpbusd chains (zmm)");
+    for (auto* b : {read, copy, fma, bf16_dot, u8_dot}) {
       b->UseRealTime()->Unit(benchmark::kMillisecond);
       if (o.smoke) {
         b->Iterations(1)->Repetitions(1);
@@ -345,6 +365,15 @@ void run_kernel(benchmark::State& state, const BenchCase& c, const std::string& 
   state.counters["flops"] = benchmark::Counter(static_cast<double>(t.flops), benchmark::Counter::kIsIterationInvariantRate);
   state.counters["bytes_per_iter"] = static_cast<double>(t.bytes());
   if (!device) state.counters["workers"] = simd::worker_count();
+  // What the SIMD decode kernel declared for its last call (simd::last_attention_mix): the
+  // roofline's arithmetic floor divides each by the same run's rate (tools/bench_table.py).
+  if (backend.rfind("simd", 0) == 0 && (c.problem.op() == "sdpa" || c.problem.op() == "quantized_sdpa")) {
+    if (const simd::ArithmeticMix mix = simd::last_attention_mix(); !mix.empty()) {
+      state.counters["mix_fma_lanes"] = static_cast<double>(mix.fma);
+      state.counters["mix_bf16_dot_lanes"] = static_cast<double>(mix.bf16_dot);
+      state.counters["mix_u8_dot_lanes"] = static_cast<double>(mix.u8_dot);
+    }
+  }
   state.SetLabel(tc.known.empty() ? c.problem.line() : cat(c.problem.line(), " [", tc.known, "]"));
 }
 

@@ -54,6 +54,8 @@ class Row:
         self.bytes_per_iter = None
         self.flops_per_second = []
         self.fma_lanes_per_second = []  # baseline_fma rows
+        self.dot_lanes_per_second = {}  # baseline_bf16dot / baseline_u8dot rows: kind -> per repetition
+        self.mix = {}  # SIMD decode rows: kind (MIX_KINDS) -> multiply-add lanes per call, as declared
         self.device_timed = []  # Vulkan rows: fraction of calls timed on the device, per repetition
         self.adjacent = []  # host rows: (seconds, adj read GB/s, adj memcpy GB/s, adj drift) per repetition
         self.passes = {}  # Vulkan rows: pass name -> its mean device µs per call, one per repetition
@@ -81,6 +83,11 @@ class Row:
             self.flops_per_second.append(b["flops"])
         if "fma_lanes_per_second" in b:
             self.fma_lanes_per_second.append(b["fma_lanes_per_second"])
+        for kind in MIX_KINDS[1:]:
+            if f"{kind}_lanes_per_second" in b:
+                self.dot_lanes_per_second.setdefault(kind, []).append(b[f"{kind}_lanes_per_second"])
+        if any(f"mix_{kind}_lanes" in b for kind in MIX_KINDS):
+            self.mix = {kind: b.get(f"mix_{kind}_lanes", 0.0) for kind in MIX_KINDS}
         if "device_timed" in b:
             self.device_timed.append(b["device_timed"])
         for key, value in b.items():
@@ -219,7 +226,7 @@ def baselines(rows):
     and each Vulkan device's buffer copies, keyed ('baseline_vkcopy' | 'baseline_vkshadercopy', device key)."""
     out = {}
     for r in rows.values():
-        if r.op in ("baseline_read", "baseline_memcpy", "baseline_fma") + DEVICE_COPIES and r.timed:
+        if r.op in ("baseline_read", "baseline_memcpy", "baseline_fma") + DOT_BASELINES + DEVICE_COPIES and r.timed:
             out[(r.op, r.backend)] = r
     return out
 
@@ -331,6 +338,12 @@ DEVICE_TARGETS = [
 NOT_A_TARGET = "lavapipe: not a target"
 # The device copies a Vulkan row is read against (the faster one): the copy command, the shader copy.
 DEVICE_COPIES = ("baseline_vkcopy", "baseline_vkshadercopy")
+# The instructions a SIMD decode row declares its multiply-adds by (simd::ArithmeticMix:
+# counters mix_<kind>_lanes), the first timed by baseline_fma, the others by
+# baseline_<kind without its underscore> rows (bench/arith_baseline.h).
+MIX_KINDS = ("fma", "bf16_dot", "u8_dot")
+DOT_BASELINES = ("baseline_bf16dot", "baseline_u8dot")
+MIX_NAMES = {"fma": "f32 FMA", "bf16_dot": "vdpbf16ps", "u8_dot": "vpdpbusd"}
 
 
 def target_of(row):

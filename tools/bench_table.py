@@ -12,9 +12,13 @@ Reads Google Benchmark JSON written by kvlab_bench (bench/bench_suite.h), e.g.
   tools/bench_table.py passes r.json
 
 table: one row per kernel benchmark: kernel | shape | backend | GB/s | % read | % memcpy |
-  % vkcopy | FMA floor | base drift | speed-up vs reference | target.
-  * FMA floor: baseline_fma's f32 FMA lanes per second over the row's dense flop pairs per
-    byte (its flops counter), in GB/s, and which bound is lower: arith or read.
+  % vkcopy | arith floor | base drift | speed-up vs reference | target.
+  * arith floor: the most the row's multiply-adds allow, in GB/s, and which bound is
+    lower: arith or read. A SIMD decode row declares its multiply-add lanes per
+    instruction (mix_fma_lanes, mix_bf16_dot_lanes, mix_u8_dot_lanes): its bytes over
+    Σ lanes / the same run's lanes per second of baseline_fma, baseline_bf16dot and
+    baseline_u8dot. Other rows: baseline_fma's lanes per second over their dense flop pairs
+    per byte (the flops counter), as f32 FMAs.
   * GB/s = bytes model (bench/bytes_model.h: bytes read + bytes written, each once) /
     median wall time of the repetitions, in 10^9 bytes per second (Google Benchmark's
     console prints GiB/s).
@@ -96,7 +100,8 @@ import sys
 # parse_label are here for those callers.
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_results import (  # noqa: E402  pylint: disable=wrong-import-position
-    DEVICE_COPIES, DRIFT_MARK_PCT, MIN_REPS_FOR_NOISE, NOT_A_TARGET, PEERS, UNIT_SECONDS, ResultError, peer_key,
+    DEVICE_COPIES, DOT_BASELINES, DRIFT_MARK_PCT, MIN_REPS_FOR_NOISE, MIX_KINDS, MIX_NAMES, NOT_A_TARGET, PEERS,
+    UNIT_SECONDS, ResultError, peer_key,
     adjacent_range, base_name, baselines, device_key, device_type, is_vulkan, load, parse_label, target_of)
 
 
@@ -131,22 +136,39 @@ class Bases:
         self.copy = copy.gbps() if copy else None
         fma = self.rows.get(("baseline_fma", "pool"))
         self.fma = statistics.median(fma.fma_lanes_per_second) if fma and fma.fma_lanes_per_second else None
+        # Lanes per second of each instruction a row may declare its multiply-adds by.
+        self.rates = {"fma": self.fma}
+        for op in DOT_BASELINES:
+            r = self.rows.get((op, "pool"))
+            for kind, values in (r.dot_lanes_per_second.items() if r else ()):
+                self.rates[kind] = statistics.median(values)
         self.device_copy = {}
         for (op, where), r in self.rows.items():
             if op in DEVICE_COPIES and r.gbps():
                 self.device_copy[where] = max(self.device_copy.get(where, 0.0), r.gbps())
 
-    def fma_floor(self, r):
-        """(the f32 FMA floor of a host row in GB/s, the bound that governs: 'arith' or 'read'),
-        or (None, None). Every dense flop pair is one FMA lane (sdpa: 2·(Dk + Dv) flops per
-        key row), so the row cannot move more than baseline_fma's lanes/s over its lanes per
-        byte; the bound is whichever of that and the adjacent read is lower."""
-        per_byte = r.flops_per_byte()
-        if is_vulkan(r.backend) or not self.fma or not per_byte:
-            return None, None
-        floor = 2 * self.fma / per_byte / 1e9
+    def arith_floor(self, r):
+        """(the arithmetic floor of a host row in GB/s, the bound that governs: 'arith' or
+        'read', what the floor counts), or (None, None, None). A row that declares its
+        multiply-adds by instruction (SIMD decode rows: mix counters) needs Σ lanes/rate of
+        this run's baselines per call; any other row is credited its dense flops as f32 FMAs,
+        one lane per flop pair (sdpa: 2·(Dk + Dv) flops per key row). The bound is whichever
+        of the floor and the adjacent read is lower."""
+        if is_vulkan(r.backend):
+            return None, None, None
+        if r.mix and r.bytes_per_iter:
+            used = [k for k in MIX_KINDS if r.mix.get(k)]
+            if not used or any(not self.rates.get(k) for k in used):
+                return None, None, None
+            floor = r.bytes_per_iter / sum(r.mix[k] / self.rates[k] for k in used) / 1e9
+            what = " + ".join(MIX_NAMES[k] for k in used)
+        else:
+            per_byte = r.flops_per_byte()
+            if not self.fma or not per_byte:
+                return None, None, None
+            floor, what = 2 * self.fma / per_byte / 1e9, "dense f32 FMAs"
         read = r.read_gbps() or self.read
-        return floor, ("arith" if read and floor < read else "read")
+        return floor, ("arith" if read and floor < read else "read"), what
 
     def ratios(self, r):
         """(% read, % memcpy, % vkcopy, base drift %) of a timed row (None where not defined)."""
@@ -227,6 +249,11 @@ def table(path, out=sys.stdout):
             lanes = statistics.median(r.fma_lanes_per_second) / 1e9 if r.fma_lanes_per_second else None
             out.write(f"  {op:21s} {where:6s} {r.shape:24s} {fmt(lanes, '.1f')} G f32 FMA lanes/s\n")
             continue
+        if op in DOT_BASELINES:
+            for kind, values in r.dot_lanes_per_second.items():
+                out.write(f"  {op:21s} {where:6s} {r.shape:24s} {statistics.median(values) / 1e9:.1f} G "
+                          f"{MIX_NAMES[kind]} lanes/s\n")
+            continue
         if op == "baseline_memcpy" and r.gbps():
             extra = f"  ({r.gbps() / 2:.1f} GB/s copied)"
         if op in DEVICE_COPIES:
@@ -291,23 +318,23 @@ def table(path, out=sys.stdout):
             if judged:
                 verdicts.append(judged)
         reps = len(r.times) if r.times else "agg"
-        floor, bound = bases.fma_floor(r)
+        floor, bound, _ = bases.arith_floor(r)
         lines.append([r.op, r.shape, r.backend, fmt(g, ".2f") + (" (wall)" if r.wall_timed() else ""),
                       fmt(pr, ".1f"), fmt(pc, ".1f"), fmt(pd, ".1f"),
                       fmt(floor, ".1f") + (f" {bound}" if bound else ""),
                       fmt(drift, ".1f") + ("%" if drift is not None else ""),
                       fmt(speedup, ".1f", "-") + ("x" if speedup else ""), *vs_peers, reps, verdict])
-    print_table(lines, ["kernel", "shape", "backend", "GB/s", "% read", "% memcpy", "% vkcopy", "FMA floor",
+    print_table(lines, ["kernel", "shape", "backend", "GB/s", "% read", "% memcpy", "% vkcopy", "arith floor",
                         "base drift", "vs ref",
                         *[f"vs {p}" for p in peers_present], "reps", "target"], out)
     if verdicts:
         out.write("\ntargets (best optimized backend per kernel, shape and baseline):\n")
         for (op, shape, _), j in best_per_target(verdicts).items():
             status = "PASS" if j.passed else f"MISS by {fmt(j.need - j.got, '.1f')} points"
-            floor, bound = bases.fma_floor(j.row)
+            floor, bound, what = bases.arith_floor(j.row)
             read = j.row.read_gbps() or bases.read
             if not j.passed and floor and read and j.basis == "read":
-                status += (f"; dense f32 FMAs alone allow {floor:.1f} GB/s = {100 * floor / read:.0f}% of read "
+                status += (f"; {what} alone allow {floor:.1f} GB/s = {100 * floor / read:.0f}% of read "
                            f"({'arithmetic' if bound == 'arith' else 'bandwidth'}-bound)")
             out.write(f"  {op} {shape} [{j.row.backend}]: {j.got:.1f}% of {j.basis} (target {j.need:g}%): "
                       f"{status}{j.marks}\n")

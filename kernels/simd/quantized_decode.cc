@@ -406,7 +406,7 @@ void DecodeChunk(const DecodePlan& plan, std::int64_t task) {
     meta_columns(ks.scales + kmeta_row * kbytes, ks.meta_dtype, nc, kg, ncp, sc.convert, s_cols);
     meta_columns(ks.biases + kmeta_row * kbytes, ks.meta_dtype, nc, kg, ncp, sc.convert, b_cols);
     scored = vnni::ScoreChunk(plan.call, bk, query, urows, dk, kgs, ks.bits, plan.score_slack, kc.data,
-                              kc.row_bytes, nc, ncp, s_cols, b_cols, scores);
+                              kc.row_bytes, nc, ncp, s_cols, b_cols, scores, plan.mix->u8_dot);
   }
 #endif
   float* k_scales = aligned_floats(sc.k_scales, nc * kg);
@@ -423,11 +423,14 @@ void DecodeChunk(const DecodePlan& plan, std::int64_t task) {
       rb = RowBlock(urows - r0);
       ScoreBlockBf16(rb, qb + r0 * dk, dk, kc.data, kc.row_bytes, nc, ncp, tile, scores + r0 * ncp);
     }
+    plan.mix->bf16_dot += static_cast<std::int64_t>(urows * nc * dk / 2);  // Dk/2 lanes per key and row
     const VF scale = hn::Set(df, plan.query_scale);
     for (std::size_t i = 0; i < urows * ncp; i += N) hn::StoreU(hn::Mul(hn::LoadU(df, scores + i), scale), df, scores + i);
     scored = true;
   }
 #endif
+  // Dk FMA lanes per key and row (the integer side counted its own, certificate held or not).
+  if (!scored) plan.mix->fma += static_cast<std::int64_t>(urows * nc * dk);
   for (std::size_t r0 = 0, rb = 0; r0 < urows && !scored; r0 += rb) {
     rb = RowBlock(urows - r0);
     const auto score = [&](auto bits) {
@@ -469,6 +472,7 @@ void DecodeChunk(const DecodePlan& plan, std::int64_t task) {
       rb = RowBlock(urows - r0);
       taken = ValueBlockBf16(rb, reinterpret_cast<const std::uint32_t*>(wb + r0 * ncp), ncp / 2, vc.data,
                              vc.row_bytes, dv, nc, out + r0 * dv);
+      plan.mix->bf16_dot += static_cast<std::int64_t>(rb * ((nc + 1) / 2) * dv);  // Dv lanes per key pair
     }
     if (taken) {
       plan.rounded_probabilities->store(true, std::memory_order_relaxed);
@@ -476,6 +480,7 @@ void DecodeChunk(const DecodePlan& plan, std::int64_t task) {
     }
   }
 #endif
+  plan.mix->fma += static_cast<std::int64_t>(urows * nc * dv);
   for (std::size_t r0 = 0, rb = 0; r0 < urows; r0 += rb) {
     rb = RowBlock(urows - r0);
     const auto accumulate = [&](auto bits) {

@@ -26,6 +26,7 @@
 #include "kvlab/dtype.h"
 #include "kvlab/ops.h"
 #include "kvlab/tensor.h"
+#include "kernels/simd/simd_kernels.h"
 
 namespace kvlab::simd::qdecode {
 
@@ -111,6 +112,11 @@ struct DecodePlan {
   bool value_bf16 = false;
   // Set by each task whose V side did so (run() reports it to the calling thread).
   std::atomic<bool>* rounded_probabilities = nullptr;
+  // Each task adds the lanes of its multiply-adds (ArithmeticMix; run() reports the sums).
+  struct MixCounters {
+    std::atomic<std::int64_t> fma{0}, bf16_dot{0}, u8_dot{0};
+  };
+  MixCounters* mix = nullptr;
   // Queries scaled by params.scale, in K's lane order: [b][kvh][ρ][Dk].
   const float* query = nullptr;
   // Partials, task t = (b·Hkv + kvh)·chunks + c: max and sum [t][ρ], output [t][ρ][Dv]
@@ -150,9 +156,11 @@ void to_f32(const std::byte* src, DType dtype, std::size_t n, float* dst);
 void meta_columns(const std::byte* src, DType dtype, std::size_t n, std::size_t groups, std::size_t ncp,
                   std::vector<float>& convert, float* dst);
 
-// Records, for the calling thread, whether its current attention call rounded P
-// (simd::last_attention_rounded_probabilities()).
-void note_rounded_probabilities(bool rounded);
+// Records, for the calling thread, what its current attention call did: whether it
+// rounded P (simd::last_attention_rounded_probabilities()) and its multiply-adds
+// (simd::last_attention_mix()). Every entry point calls note_call_start() first.
+void note_decode(bool rounded_probabilities, const ArithmeticMix& mix);
+inline void note_call_start() { note_decode(false, ArithmeticMix{}); }
 
 // Runs a plan whose sides, shape, softcap and score_slack are set: visibility, queries,
 // the tasks and the combine into `out` (B, Hq, Lq, Dv) (quantized_sdpa.cc).

@@ -253,12 +253,14 @@ HWY_INLINE void TileRows(const __m512i* HWY_RESTRICT tq, std::size_t J, std::siz
 
 // Raw scores of the chunk's keys [0, nc) for all rows (scores[r][ncp], keys past nc 0),
 // or false where the certificate fails (scores then unspecified). s_cols/b_cols: the
-// chunk's K scales and biases as columns [g][ncp], zero past nc.
+// chunk's K scales and biases as columns [g][ncp], zero past nc. u8_lanes gets the
+// vpdpbusd lanes spent (DecodePlan::mix), certificate held or not.
 // The digits are made once per (call, b, kv head) per thread: the chunks of one (b, kv
 // head) are consecutive tasks, and making them costs as much as scoring ~50 keys.
 bool ScoreChunk(std::uint64_t call, std::int64_t bk, const float* query, std::size_t rows, std::size_t dk,
                 std::size_t gs, int code_bits, float slack, const std::uint8_t* codes, std::size_t row_bytes,
-                std::size_t nc, std::size_t ncp, const float* s_cols, const float* b_cols, float* scores) {
+                std::size_t nc, std::size_t ncp, const float* s_cols, const float* b_cols, float* scores,
+                std::atomic<std::int64_t>& u8_lanes) {
   static thread_local Digits dg;
   if (dg.call != call || dg.bk != bk) {
     dg.finite = MakeDigits(query, rows, dk, gs, code_bits, dg);
@@ -290,6 +292,8 @@ bool ScoreChunk(std::uint64_t call, std::int64_t bk, const float* query, std::si
       default: break;
     }
   }
+  // Per key of the tiles, row and piece, one lane per four dims.
+  u8_lanes += static_cast<std::int64_t>((nc + kTileKeys - 1) / kTileKeys * kTileKeys * rows * kPieces * J);
   const float bound = _mm512_reduce_max_ps(emax), largest = _mm512_reduce_max_ps(shat);
   if (!std::isfinite(_mm512_reduce_add_ps(esum)) || !std::isfinite(_mm512_reduce_add_ps(probe))) return false;
   return bound <= slack / 4 * largest;

@@ -47,9 +47,13 @@ bool bf16_dot_available() {
 }
 namespace {
 thread_local bool t_rounded_probabilities = false;
+thread_local ArithmeticMix t_mix;
 }  // namespace
 
-void note_rounded_probabilities(bool rounded) { t_rounded_probabilities = rounded; }
+void note_decode(bool rounded_probabilities, const ArithmeticMix& mix) {
+  t_rounded_probabilities = rounded_probabilities;
+  t_mix = mix;
+}
 
 ScopedNoBf16Dot::ScopedNoBf16Dot() : previous_(g_bf16_dot.exchange(false)) {}
 ScopedNoBf16Dot::~ScopedNoBf16Dot() { g_bf16_dot.store(previous_); }
@@ -346,8 +350,10 @@ void run(DecodePlan& plan, const ConstTensorView& q, const AttentionParams& para
 
   std::atomic<bool> rounded_probabilities{false};
   plan.rounded_probabilities = &rounded_probabilities;
+  DecodePlan::MixCounters mix;
+  plan.mix = &mix;
   parallel_for(plan.tasks(), [&](std::int64_t task) { decode_chunk(plan, task); });
-  note_rounded_probabilities(rounded_probabilities.load());
+  note_decode(rounded_probabilities.load(), ArithmeticMix{mix.fma.load(), mix.bf16_dot.load(), mix.u8_dot.load()});
 
   CombineArgs args;
   args.plan = &plan;
@@ -365,11 +371,12 @@ void run(DecodePlan& plan, const ConstTensorView& q, const AttentionParams& para
 }  // namespace qdecode
 
 bool last_attention_rounded_probabilities() { return qdecode::t_rounded_probabilities; }
+ArithmeticMix last_attention_mix() { return qdecode::t_mix; }
 
 void quantized_sdpa(const ConstTensorView& q, const ref::QuantizedView& k, const ref::QuantizedView& v,
                     const AttentionParams& params, const ConstTensorView* mask_array, const ConstTensorView* sinks,
                     const TensorView& out) {
-  qdecode::note_rounded_probabilities(false);
+  qdecode::note_call_start();
   ref::validate_quantized_sdpa(q, k, v, params, mask_array, sinks, out);
   // Per calling thread, reused across calls: a fresh 64 MB vector each decode step would
   // cost its zero fill and page faults (measured: 2.3× the whole q8_0 decode at 32K keys);

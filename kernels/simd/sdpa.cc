@@ -478,7 +478,7 @@ void sdpa(const ConstTensorView& q, const ConstTensorView& k, const ConstTensorV
           const AttentionParams& params, const ConstTensorView* mask_array, const ConstTensorView* sinks,
           const TensorView& out) {
   namespace sd = sdpa_detail;
-  qdecode::note_rounded_probabilities(false);
+  qdecode::note_call_start();
   ref::validate_sdpa(q, k, v, params, mask_array, sinks, out);  // the oracle's checks and messages
   if (decode_path_takes(q, k, v, params)) return decode(q, k, v, params, sinks, out);
 

@@ -45,6 +45,19 @@ void quantized_sdpa(const ConstTensorView& q, const ref::QuantizedView& k, const
 // weights P to the output dtype before P·V (the bf16 decode's vdpbf16ps V side): what
 // SimdBackend::attention_rounding() declares. Every other intermediate stays f32.
 bool last_attention_rounded_probabilities();
+// The dense multiply-adds of the calling thread's last sdpa/quantized_sdpa call (q·k and
+// p·v over the keys its decode tasks read), by the instruction that carried them, in
+// vector lanes: what the benchmarks' arithmetic floor divides by the same run's rate of
+// each instruction (bench/arith_baseline.h). All zero for a call that did not take the
+// decode kernel (the general attention kernel, the quantized fallback): the floor then
+// counts the op's dense products as f32 FMAs.
+struct ArithmeticMix {
+  std::int64_t fma = 0;       // f32 FMA lanes: one product each
+  std::int64_t bf16_dot = 0;  // vdpbf16ps lanes: two bf16 products each
+  std::int64_t u8_dot = 0;    // vpdpbusd lanes: four u8·s8 products each (each q digit counts)
+  bool empty() const { return fma == 0 && bf16_dot == 0 && u8_dot == 0; }
+};
+ArithmeticMix last_attention_mix();
 
 void kv_scatter(const ConstTensorView& src, const ConstTensorView& slots, const TensorView& dst);
 void kv_gather(const ConstTensorView& src, const ConstTensorView& batch_index, const TensorView& dst);

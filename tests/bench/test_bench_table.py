@@ -147,6 +147,35 @@ class Table(unittest.TestCase):
         self.assertIn("MISS by 55.0 points; dense f32 FMAs alone allow 25.0 GB/s = 62% of read (arithmetic-bound)",
                       text)
 
+    def test_a_declared_instruction_mix_sets_the_floor(self):
+        # baseline_fma 50e9 lanes/s, baseline_bf16dot 50e9, baseline_u8dot 100e9. A bf16 decode
+        # of 1e9 bytes declaring 1e9 vdpbf16ps lanes per call needs 1e9 / 50e9 = 20 ms: 50 GB/s,
+        # above the 40 GB/s read (read-bound), though its 4e9 flops as f32 FMAs would say 25.
+        # A 4-bit decode of 1e9 bytes declaring 1e9 FMA lanes and 4e9 vpdpbusd lanes: 20 + 40 ms
+        # = 60 ms, 16.7 GB/s (arith); at 0.1 s it moves 10 GB/s, 25 % of read, and the MISS
+        # names both instructions. A row that declares a lane kind this run did not time has no
+        # floor: its instructions cannot be priced.
+        base = ([dict(rep("baseline_fma/pool/threads=2", 0.1, index=i), fma_lanes_per_second=50e9) for i in range(3)]
+                + [dict(rep("baseline_bf16dot/pool/threads=2", 0.1, index=i), bf16_dot_lanes_per_second=50e9)
+                   for i in range(3)]
+                + [dict(rep("baseline_u8dot/pool/threads=2", 0.1, index=i), u8_dot_lanes_per_second=100e9)
+                   for i in range(3)])
+        label = "sdpa B=1 Hq=32 Hkv=8 Lq=1 Lk=32768 Dk=128 Dv=128 dtype=bf16 mask=none"
+        bf16 = [dict(r, flops=4e10, mix_fma_lanes=0, mix_bf16_dot_lanes=1e9, mix_u8_dot_lanes=0)
+                for r in reps("sdpa/simd:AVX3_DL/bf16", [0.1] * 3, bytes_per_iter=1e9, label=label)]
+        four = [dict(r, flops=4e10, mix_fma_lanes=1e9, mix_bf16_dot_lanes=0, mix_u8_dot_lanes=4e9)
+                for r in reps("quantized_sdpa/simd:AVX3_DL/4bit", [0.1] * 3, bytes_per_iter=1e9, label=QSDPA8)]
+        text = self.run_table(base + bf16 + four)
+        self.assertIn("50.0 G vdpbf16ps lanes/s", text)
+        self.assertIn("100.0 G vpdpbusd lanes/s", text)
+        row = lambda op: next(l for l in text.splitlines() if l.startswith(op + " "))
+        self.assertIn("50.0 read", row("sdpa"))
+        self.assertIn("16.7 arith", row("quantized_sdpa"))
+        self.assertIn("f32 FMA + vpdpbusd alone allow 16.7 GB/s = 42% of read (arithmetic-bound)", text)
+        unpriced = self.run_table(base[:3] + bf16)
+        self.assertNotIn("50.0 read", next(l for l in unpriced.splitlines() if l.startswith("sdpa ")))
+        self.assertNotIn("alone allow", unpriced)
+
     def test_a_peer_in_the_same_run_gets_a_speedup_column(self):
         # The same problem timed on mlx at 2.5 s and on simd at 0.1 s: "vs mlx" 25.0x on the
         # simd row, "-" on mlx's own row; without mlx rows there is no such column.
