@@ -344,10 +344,16 @@ void ScoreRows(const float* HWY_RESTRICT q, std::size_t dk, const std::uint8_t* 
 // Highway's ops into it (GCC adds the two).
 #undef KVLAB_TARGET_BF16
 #define KVLAB_TARGET_BF16 __attribute__((target(HWY_TARGET_STR ",avx512bf16")))
+// The queries of RB rows as bf16 vectors: in registers for the whole chunk when they fit
+// (kHeld: RB·Dk/32 <= 16 with Dk fixed), reloaded from L1 per block otherwise.
+template <std::size_t RB, std::size_t kUnits>
+constexpr bool kHeldQueries = kUnits != 0 && RB * kUnits <= 16;
+
 template <std::size_t RB, std::size_t KB, std::size_t kUnits>
 KVLAB_TARGET_BF16 HWY_INLINE void KeyBlockBf16(const std::uint16_t* HWY_RESTRICT q, std::size_t dk,
-                                                                    const std::uint8_t* HWY_RESTRICT codes,
-                                                                    std::size_t row_bytes, VF* out) {
+                                              const __m512bh (&held)[RB][kUnits == 0 ? 1 : kUnits],
+                                              const std::uint8_t* HWY_RESTRICT codes, std::size_t row_bytes,
+                                              VF* out) {
   const DF df;
   const std::size_t units = kUnits != 0 ? kUnits : dk / 32;
   if constexpr (kUnits != 0) {
@@ -369,7 +375,12 @@ KVLAB_TARGET_BF16 HWY_INLINE void KeyBlockBf16(const std::uint16_t* HWY_RESTRICT
     }
 #pragma GCC unroll 16
     for (std::size_t r = 0; r < RB; ++r) {
-      const auto qv = reinterpret_cast<__m512bh>(_mm512_loadu_si512(q + r * dk + u * 32));
+      __m512bh qv;
+      if constexpr (kHeldQueries<RB, kUnits>) {
+        qv = held[r][u];
+      } else {
+        qv = reinterpret_cast<__m512bh>(_mm512_loadu_si512(q + r * dk + u * 32));
+      }
 #pragma GCC unroll 16
       for (std::size_t k = 0; k < KB; ++k) acc[k][r] = _mm512_dpbf16_ps(acc[k][r], qv, kv[k]);
     }
@@ -384,21 +395,36 @@ KVLAB_TARGET_BF16 HWY_INLINE void KeyBlockBf16(const std::uint16_t* HWY_RESTRICT
   }
 }
 
+// No software prefetch here, unlike ScoreRows: on Zen 4 a one-thread bf16 decode from
+// DRAM moved 16.0 GB/s with it and 17.9 without (the hardware prefetchers follow this
+// one forward stream; the prefetches only held line fill buffers), while the V side,
+// which reads each row in two slices, lost 17 % without its own.
+// With the queries held (kHeldQueries) a block is 2 keys, so that KB·RB accumulators,
+// the queries and the key vectors fit the 32 registers: reloading 16 query vectors per
+// 4 keys cost 18 % in cache and more from DRAM (the loads queue behind the misses).
 template <std::size_t RB, std::size_t kUnits>
 KVLAB_TARGET_BF16 void ScoreRowsBf16(const std::uint16_t* HWY_RESTRICT q, std::size_t dk,
-                                                          const std::uint8_t* HWY_RESTRICT codes, std::size_t row_bytes,
-                                                          std::size_t nc, std::size_t ncp, float* HWY_RESTRICT tile,
-                                                          float* HWY_RESTRICT scores) {
+                                     const std::uint8_t* HWY_RESTRICT codes, std::size_t row_bytes, std::size_t nc,
+                                     std::size_t ncp, float* HWY_RESTRICT tile, float* HWY_RESTRICT scores) {
   const DF df;
-  constexpr std::size_t N = 16, KB = kKeysPerBlock<RB>, kBlocks = N / KB;
+  constexpr std::size_t N = 16, KB = kHeldQueries<RB, kUnits> ? 2 : kKeysPerBlock<RB>, kBlocks = N / KB;
+  __m512bh held[RB][kUnits == 0 ? 1 : kUnits];
+  if constexpr (kHeldQueries<RB, kUnits>) {
+#pragma GCC unroll 16
+    for (std::size_t r = 0; r < RB; ++r) {
+#pragma GCC unroll 8
+      for (std::size_t u = 0; u < kUnits; ++u) {
+        held[r][u] = reinterpret_cast<__m512bh>(_mm512_loadu_si512(q + r * kUnits * 32 + u * 32));
+      }
+    }
+  }
   for (std::size_t t0 = 0; t0 < nc; t0 += N) {
     const std::size_t in_tile = std::min(N, nc - t0);
     for (std::size_t blk = 0; blk < kBlocks; ++blk) {
       const std::size_t key = t0 + blk * KB;
       VF red[RB];
       if ((blk + 1) * KB <= in_tile) {
-        PrefetchRows(codes, row_bytes, std::min(nc, key + kPrefetchKeys), std::min(nc, key + kPrefetchKeys + KB));
-        KeyBlockBf16<RB, KB, kUnits>(q, dk, codes + key * row_bytes, row_bytes, red);
+        KeyBlockBf16<RB, KB, kUnits>(q, dk, held, codes + key * row_bytes, row_bytes, red);
       } else {  // the chunk's last keys one at a time, zeros past them
         VF part[RB][KB];
         for (std::size_t r = 0; r < RB; ++r) {
@@ -406,7 +432,7 @@ KVLAB_TARGET_BF16 void ScoreRowsBf16(const std::uint16_t* HWY_RESTRICT q, std::s
         }
         for (std::size_t k = 0; blk * KB + k < in_tile; ++k) {
           VF one[RB];
-          KeyBlockBf16<RB, 1, kUnits>(q, dk, codes + (key + k) * row_bytes, row_bytes, one);
+          KeyBlockBf16<RB, 1, kUnits>(q, dk, held, codes + (key + k) * row_bytes, row_bytes, one);
           for (std::size_t r = 0; r < RB; ++r) part[r][k] = one[r];
         }
         for (std::size_t r = 0; r < RB; ++r) {
