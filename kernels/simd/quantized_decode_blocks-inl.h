@@ -395,13 +395,13 @@ KVLAB_TARGET_BF16 HWY_INLINE void KeyBlockBf16(const std::uint16_t* HWY_RESTRICT
   }
 }
 
-// No software prefetch here, unlike ScoreRows: on Zen 4 a one-thread bf16 decode from
-// DRAM moved 16.0 GB/s with it and 17.9 without (the hardware prefetchers follow this
-// one forward stream; the prefetches only held line fill buffers), while the V side,
-// which reads each row in two slices, lost 17 % without its own.
-// With the queries held (kHeldQueries) a block is 2 keys, so that KB·RB accumulators,
-// the queries and the key vectors fit the 32 registers: reloading 16 query vectors per
-// 4 keys cost 18 % in cache and more from DRAM (the loads queue behind the misses).
+// No software prefetch here, unlike ScoreRows and the V side: the hardware prefetchers
+// follow this one forward stream, and the prefetches only held line fill buffers (from
+// DRAM the row was slower with them). With the queries held (kHeldQueries) a block is 2
+// keys, so that the KB·RB accumulators, the queries and the key vectors fit the 32
+// registers: reloading the queries every block cost in cache and more from DRAM, where
+// those loads queue behind the misses
+// (docs/benchmarks.md §Measurements behind kernel choices).
 template <std::size_t RB, std::size_t kUnits>
 KVLAB_TARGET_BF16 void ScoreRowsBf16(const std::uint16_t* HWY_RESTRICT q, std::size_t dk,
                                      const std::uint8_t* HWY_RESTRICT codes, std::size_t row_bytes, std::size_t nc,
