@@ -345,7 +345,7 @@ void ScoreRows(const float* HWY_RESTRICT q, std::size_t dk, const std::uint8_t* 
 #undef KVLAB_TARGET_BF16
 #define KVLAB_TARGET_BF16 __attribute__((target(HWY_TARGET_STR ",avx512bf16")))
 // The queries of RB rows as bf16 vectors: in registers for the whole chunk when they fit
-// (kHeld: RB·Dk/32 <= 16 with Dk fixed), reloaded from L1 per block otherwise.
+// (RB·Dk/32 <= 16 with Dk fixed), reloaded from L1 per block otherwise.
 template <std::size_t RB, std::size_t kUnits>
 constexpr bool kHeldQueries = kUnits != 0 && RB * kUnits <= 16;
 
