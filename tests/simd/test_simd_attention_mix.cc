@@ -9,13 +9,13 @@
 // digits (keys in tiles of 16). A wrong declaration misplaces a row's roofline.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <string>
 
 #include "kernels/simd/quantized_decode.h"
 #include "kernels/simd/simd_kernels.h"
-#include "reference/affine_quantize.h"
 #include "tests/simd/simd_test_util.h"
 #include "tests/unit/quantized_attention_inputs.h"
 #include "tests/unit/test_util.h"
