@@ -167,19 +167,26 @@ inline void note_call_start() { note_decode(false, ArithmeticMix{}); }
 void run(DecodePlan& plan, const ConstTensorView& q, const AttentionParams& params,
          const ConstTensorView* mask_array, const ConstTensorView* sinks, const TensorView& out);
 
-// Whether the bf16 dot-product K side may run: the CPU has AVX512_BF16 and no test has
-// switched it off (ScopedNoBf16Dot), so the f32 path of AVX-512 CPUs without it is
-// tested on one that has it.
+// The bf16 dot-product path (vdpbf16ps on the K side, and on the V side where
+// DecodePlan::value_bf16 allows): bf16_dot_supported() says the CPU has AVX512_BF16;
+// bf16_dot_available() whether the decode takes it. By default it does where the
+// instruction beats the f32 path it replaces: on AMD (Zen 4 retires one 512-bit
+// vdpbf16ps, 32 products, per cycle beside one 16-lane FMA), not on Intel (Sapphire
+// Rapids class: one per two cycles beside two FMAs, half the FMA's products, and the
+// f32 path measured faster; docs/benchmarks.md §Measurements behind kernel choices).
+// ScopedBf16Dot switches it for a test, so each path is tested on any CPU that has the
+// instruction; asking for it on a CPU without it is an invalid_argument.
+bool bf16_dot_supported();
 bool bf16_dot_available();
-class ScopedNoBf16Dot {
+class ScopedBf16Dot {
  public:
-  ScopedNoBf16Dot();
-  ~ScopedNoBf16Dot();
-  ScopedNoBf16Dot(const ScopedNoBf16Dot&) = delete;
-  ScopedNoBf16Dot& operator=(const ScopedNoBf16Dot&) = delete;
+  explicit ScopedBf16Dot(bool on);
+  ~ScopedBf16Dot();
+  ScopedBf16Dot(const ScopedBf16Dot&) = delete;
+  ScopedBf16Dot& operator=(const ScopedBf16Dot&) = delete;
 
  private:
-  bool previous_;
+  int previous_;
 };
 
 // Fills plan.part_* for one task (per-target, dispatched).

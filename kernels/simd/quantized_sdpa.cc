@@ -34,13 +34,26 @@ std::atomic<std::int64_t> g_chunk_tokens{kDefaultChunkTokens};
 std::int64_t chunk_tokens() { return g_chunk_tokens.load(); }
 
 namespace {
-std::atomic<bool> g_bf16_dot{true};
+// -1: the CPU's default; 0 / 1: a test's ScopedBf16Dot.
+std::atomic<int> g_bf16_dot{-1};
 }  // namespace
 
-bool bf16_dot_available() {
+bool bf16_dot_supported() {
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
   static const bool cpu = __builtin_cpu_supports("avx512bf16") != 0;
-  return cpu && g_bf16_dot.load();
+  return cpu;
+#else
+  return false;
+#endif
+}
+
+bool bf16_dot_available() {
+  if (!bf16_dot_supported()) return false;
+  const int forced = g_bf16_dot.load();
+  if (forced >= 0) return forced == 1;
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+  static const bool fast = __builtin_cpu_is("amd") != 0;
+  return fast;
 #else
   return false;
 #endif
@@ -55,8 +68,12 @@ void note_decode(bool rounded_probabilities, const ArithmeticMix& mix) {
   t_mix = mix;
 }
 
-ScopedNoBf16Dot::ScopedNoBf16Dot() : previous_(g_bf16_dot.exchange(false)) {}
-ScopedNoBf16Dot::~ScopedNoBf16Dot() { g_bf16_dot.store(previous_); }
+ScopedBf16Dot::ScopedBf16Dot(bool on) : previous_(g_bf16_dot.load()) {
+  KVLAB_REQUIRE(!on || bf16_dot_supported(), invalid_argument,
+                "the bf16 dot-product path needs AVX512_BF16, which this CPU lacks");
+  g_bf16_dot.store(on ? 1 : 0);
+}
+ScopedBf16Dot::~ScopedBf16Dot() { g_bf16_dot.store(previous_); }
 
 ScopedChunkTokens::ScopedChunkTokens(std::int64_t tokens) : previous_(g_chunk_tokens.load()) {
   KVLAB_REQUIRE(tokens > 0, invalid_argument, "chunk size ", tokens, " must be positive");

@@ -72,11 +72,13 @@ TEST_F(SimdAttentionMix, DecodeDeclaresItsMultiplyAddsByInstructionPerCall) {
     const simd::ArithmeticMix bf16_dots{0, heads * R * (s.Lk * s.Dk / 2 + padded_keys(s.Lk, 2) / 2 * s.Dv), 0};
     const bool dots = avx512 && simd::qdecode::bf16_dot_available();
     run_sdpa(rng, DType::bf16, s);
-    expect_mix(dots ? bf16_dots : all_fma, "bf16 decode");
-    {
-      const simd::qdecode::ScopedNoBf16Dot no_dot;
-      run_sdpa(rng, DType::bf16, s);
-      expect_mix(all_fma, "bf16 decode without the bf16 dot");
+    expect_mix(dots ? bf16_dots : all_fma, "bf16 decode, the CPU's default path");
+    if (simd::qdecode::bf16_dot_supported()) {
+      for (const bool on : {false, true}) {
+        const simd::qdecode::ScopedBf16Dot forced(on);
+        run_sdpa(rng, DType::bf16, s);
+        expect_mix(on && avx512 ? bf16_dots : all_fma, on ? "bf16 decode, dot path" : "bf16 decode, f32 path");
+      }
     }
     // 12 query positions (48 rows per kv head): the general kernel, which declares nothing
     // (its floor counts the op's products as FMAs); the previous call's mix is gone.

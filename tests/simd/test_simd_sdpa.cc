@@ -229,16 +229,17 @@ void expect_within_ulps(const Tensor& got, const Tensor& want, const std::string
   EXPECT_LE(differ, want.numel() / 50) << what;
 }
 
-// bf16 decode on an AVX512_BF16 CPU takes the vdpbf16ps K side and the vdpbf16ps V side
-// with P rounded to bf16, and says so (attention_rounding); AVX-512 CPUs without it take
-// the f32 path, which the harness then never runs here (ScopedNoBf16Dot runs it). The
+// bf16 decode on the vdpbf16ps path takes the dot product on the K side and on the V side
+// with P rounded to bf16, and says so (attention_rounding); the f32 path does not. The
+// CPU picks one by default (bf16_dot_available), so the harness runs only that one here;
+// ScopedBf16Dot runs each on any AVX512_BF16 CPU. The
 // f32 path against the oracle's bf16 output, the dot path against a twin that rounds P
 // as it declares: every element within one bf16 ulp (two for the dot path), and at most
 // 2 % not identical (f32 arithmetic in either order; the harness holds the f32 path to
 // its rounding identity and the dot path to the precision ceiling with the P term,
 // test_precision_ceiling.cc).
 TEST_F(SimdSdpa, Bf16DecodeAgreesWithTheOracleOrItsRoundedPTwinOnEitherPath) {
-  if (!simd::qdecode::bf16_dot_available()) GTEST_SKIP() << "this CPU has no AVX512_BF16: only the f32 path exists";
+  if (!simd::qdecode::bf16_dot_supported()) GTEST_SKIP() << "this CPU has no AVX512_BF16: only the f32 path exists";
   KVLAB_SEEDED_RNG(rng, 4242);
   for (const std::int64_t dk : {64, 128}) {
     for (const std::int64_t lk : {2100, 2101}) {  // 5 chunks; an odd one pairs its last key with zeros
@@ -251,11 +252,14 @@ TEST_F(SimdSdpa, Bf16DecodeAgreesWithTheOracleOrItsRoundedPTwinOnEitherPath) {
       float max_v = 0;
       for (std::int64_t i = 0; i < in.v.numel(); ++i) max_v = std::max(max_v, std::abs(in.v.view().load(i)));
       const double near_zero = 4 * 0x1p-24 * max_v;
-      const Tensor dot = run_sdpa(simd_, in);
+      const Tensor dot = [&] {
+        const simd::qdecode::ScopedBf16Dot on(true);
+        return run_sdpa(simd_, in);
+      }();
       EXPECT_TRUE(simd_.attention_rounding().probabilities) << what;
       expect_within_ulps(dot, rounded_p_twin(in, simd::qdecode::chunk_tokens()), cat("vdpbf16ps path, ", what), near_zero,
                          2);  // a p next to a bf16 rounding boundary may round the other way than the twin's
-      const simd::qdecode::ScopedNoBf16Dot no_dot;
+      const simd::qdecode::ScopedBf16Dot off(false);
       const Tensor plain = run_sdpa(simd_, in);
       EXPECT_FALSE(simd_.attention_rounding().probabilities) << what;
       expect_within_ulps(plain, run_sdpa(ref_, in), cat("f32 path, ", what), near_zero);
@@ -263,6 +267,7 @@ TEST_F(SimdSdpa, Bf16DecodeAgreesWithTheOracleOrItsRoundedPTwinOnEitherPath) {
   }
   // The declaration is per call: an f16 decode, or a bf16 call of 12 query positions (48
   // rows: the general kernel), right after a bf16 decode keeps P in f32 and says so.
+  const simd::qdecode::ScopedBf16Dot on(true);
   for (const auto& [dtype, lq] : {std::pair{DType::f16, 1}, std::pair{DType::bf16, 12}}) {
     run_sdpa(simd_, random_inputs(rng, DType::bf16, {1, 8, 2, 1, 600, 64, 64}));
     ASSERT_TRUE(simd_.attention_rounding().probabilities);
@@ -271,12 +276,20 @@ TEST_F(SimdSdpa, Bf16DecodeAgreesWithTheOracleOrItsRoundedPTwinOnEitherPath) {
   }
 }
 
+// Asking for the vdpbf16ps path on a CPU without the instruction is an error, not a crash.
+TEST_F(SimdSdpa, Bf16DotPathCannotBeForcedWithoutTheInstruction) {
+  if (simd::qdecode::bf16_dot_supported()) GTEST_SKIP() << "this CPU has AVX512_BF16";
+  EXPECT_THROW(simd::qdecode::ScopedBf16Dot(true), Error);
+  EXPECT_FALSE(simd::qdecode::bf16_dot_available());
+}
+
 // vdpbf16ps treats subnormal inputs as zero and flushes subnormal sums; the V side takes
 // it only where a sampled |v| reaches 2^-90 (ValueBlockBf16's argument), so a V of
 // subnormals, or of normals below the floor, runs in f32 and keeps its tiny outputs
 // (taking the dot path anyway would flush the first to zero), and a V above it does not.
 TEST_F(SimdSdpa, Bf16DecodeKeepsTinyValuesOffTheFlushingDotPath) {
-  if (!simd::qdecode::bf16_dot_available()) GTEST_SKIP() << "this CPU has no AVX512_BF16: only the f32 path exists";
+  if (!simd::qdecode::bf16_dot_supported()) GTEST_SKIP() << "this CPU has no AVX512_BF16: only the f32 path exists";
+  const simd::qdecode::ScopedBf16Dot on(true);
   KVLAB_SEEDED_RNG(rng, 77);
   for (const int exponent : {-128, -100, -80}) {
     Inputs in = random_inputs(rng, DType::bf16, {1, 4, 1, 1, 600, 64, 64});
