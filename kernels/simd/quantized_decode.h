@@ -189,6 +189,25 @@ class ScopedBf16Dot {
   int previous_;
 };
 
+// AMX-INT8 for the integer K side (quantized_decode_vnni-inl.h): amx_supported() says
+// the CPU has AMX-TILE and AMX-INT8 and Linux granted this process the tile state
+// (arch_prctl ARCH_REQ_XCOMP_PERM, asked once); amx_available() whether the decode takes
+// it (by default wherever supported). The tile multiply yields the same exact i32 sums
+// as vpdpbusd, so the two paths' outputs are identical. ScopedAmx switches it for a test;
+// asking for it where unsupported is an invalid_argument.
+bool amx_supported();
+bool amx_available();
+class ScopedAmx {
+ public:
+  explicit ScopedAmx(bool on);
+  ~ScopedAmx();
+  ScopedAmx(const ScopedAmx&) = delete;
+  ScopedAmx& operator=(const ScopedAmx&) = delete;
+
+ private:
+  int previous_;
+};
+
 // Fills plan.part_* for one task (per-target, dispatched).
 void decode_chunk(const DecodePlan& plan, std::int64_t task);
 // Merges the partials of (b, kv head) = bk into out rows (B, Hq, Lq, Dv), applying the

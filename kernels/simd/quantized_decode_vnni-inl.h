@@ -65,7 +65,8 @@ inline bool Eligible(float slack, std::int64_t keys, int storage_bits, std::size
   return slack > 0 && keys >= kMinKeys && storage_bits == 4 && dk <= kMaxDk && dk % 32 == 0 && gs % 32 == 0;
 }
 
-// Per row and group: the q digits [r][piece][j] (dwords, tile-vector order), σ, Q, and
+// Per row and group: the q digits [r][piece][j] (dwords, tile-vector order; rows padded
+// with zeros to a multiple of 4), σ, Q, and
 // the bound's per-group factors A_g, B_g (max over rows).
 struct Digits {
   std::uint64_t call = 0;  // DecodePlan::call and the (b, kv head) they were made for
@@ -86,7 +87,7 @@ inline void Place(std::size_t d, std::size_t& j, std::size_t& byte) {
 inline bool MakeDigits(const float* query, std::size_t rows, std::size_t dk, std::size_t gs, int code_bits,
                        Digits& dg) {
   const std::size_t groups = dk / gs, J = dk / 4;
-  dg.words.assign(rows * kPieces * J, 0);
+  dg.words.assign((rows + 3) / 4 * 4 * kPieces * J, 0);  // whole blocks of 4 rows for AMX's A tile
   dg.sigma.assign(rows * groups, 1.0f);
   dg.qsum.assign(rows * groups, 0.0f);
   dg.a.assign(groups, 0.0f);
@@ -204,9 +205,101 @@ HWY_INLINE void TileCodes(const std::uint8_t* HWY_RESTRICT codes, std::size_t ro
   }
 }
 
+// AMX-INT8 (qdecode::amx_available): the same sums acc[r][p] of a group by tile
+// multiplies. tmm0 = A, the digits of a block of 4 rows: 12 rows (r, piece) of kb bytes
+// (the dims of one step, in tile order), s8; tmm1 = B, kb/4 tile vectors: row j holds
+// dword j of the 16 keys, u8; tmm2 = C, 12 rows of 16 i32 lanes, one per key. tdpbsud
+// adds A's s8 times B's u8 four at a time, exactly as vpdpbusd does, so C row (r, p) is
+// acc[r][p] bit for bit. Raw instructions: no target attribute needed, and GCC's
+// intrinsics would have to be inlined into AMX-targeted functions only.
+struct alignas(64) AmxConfig {
+  std::uint8_t palette = 1, start_row = 0, reserved[14] = {};
+  std::uint16_t colsb[16] = {};
+  std::uint8_t rows[16] = {};
+};
+constexpr std::size_t kAmxRows = 4 * kPieces;
+
+// Step bytes: 64 where the group allows (the most A takes), else 32 (Eligible: gs % 32 == 0).
+inline std::size_t AmxStep(std::size_t gs) { return gs % 64 == 0 ? 64 : 32; }
+
+// Two layouts. Resident (rows <= 4 and at most two steps per key tile, as at R = 4, D =
+// 128, gs 64): each step's A stays in a tile for the whole chunk (tmm0, tmm1), B and C
+// get a tile per step (tmm2/3, tmm4/5), so the two multiplies of a key tile overlap.
+// Otherwise one A, B and C tile, reloaded per step (tmm0, tmm1, tmm2).
+inline bool AmxResident(std::size_t rows, std::size_t dk, std::size_t gs) {
+  return rows <= 4 && dk / AmxStep(gs) <= 2;
+}
+
+inline void AmxConfigure(std::size_t kb, bool resident, const Digits& dg, std::size_t J) {
+  AmxConfig c;
+  const std::size_t a_tiles = resident ? 2 : 1;
+  for (std::size_t i = 0; i < a_tiles; ++i) {
+    c.colsb[i] = static_cast<std::uint16_t>(kb);
+    c.rows[i] = kAmxRows;
+    c.colsb[a_tiles + i] = 64;
+    c.rows[a_tiles + i] = static_cast<std::uint8_t>(kb / 4);
+    c.colsb[2 * a_tiles + i] = 64;
+    c.rows[2 * a_tiles + i] = kAmxRows;
+  }
+  asm volatile("ldtilecfg %0" ::"m"(c));
+  if (resident) {
+    const long a_stride = static_cast<long>(J * 4);
+    asm volatile("tileloadd (%0,%1,1), %%tmm0" ::"r"(dg.words.data()), "r"(a_stride) : "memory");
+    if (J > kb / 4)
+      asm volatile("tileloadd (%0,%1,1), %%tmm1" ::"r"(dg.words.data() + kb / 4), "r"(a_stride) : "memory");
+  }
+}
+inline void AmxRelease() { asm volatile("tilerelease" ::); }
+
+// C[(r, p)][key] for rows [r0, r0 + 4) and the group starting at tile vector j0.
+inline void AmxGroup(const std::int32_t* words, std::size_t J, const __m512i* tq, std::size_t j0, std::size_t gs,
+                     std::int32_t* HWY_RESTRICT c) {
+  const std::size_t kb = AmxStep(gs);
+  const long a_stride = static_cast<long>(J * 4), b_stride = 64, c_stride = 64;
+  asm volatile("tilezero %%tmm2" ::);
+  for (std::size_t j = j0; j < j0 + gs / 4; j += kb / 4) {
+    asm volatile("tileloadd (%0,%1,1), %%tmm0" ::"r"(words + j), "r"(a_stride) : "memory");
+    asm volatile("tileloadd (%0,%1,1), %%tmm1" ::"r"(tq + j), "r"(b_stride) : "memory");
+    asm volatile("tdpbsud %%tmm1, %%tmm0, %%tmm2" ::);
+  }
+  asm volatile("tilestored %%tmm2, (%0,%1,1)" ::"r"(c), "r"(c_stride) : "memory");
+}
+
+// C of every block of 4 rows and group of a key tile → sums[block][g][12][16].
+inline void AmxTile(bool resident, const Digits& dg, std::size_t rows, std::size_t J, std::size_t groups,
+                    std::size_t gs, const __m512i* tq, std::int32_t* sums) {
+  if (resident) {  // one block; step 0 (and 1) with A in tmm0 (tmm1); one group or two
+    const std::size_t kb = AmxStep(gs), steps = J / (kb / 4);
+    const long stride = 64;
+    const std::size_t second = groups == 2 ? kAmxRows * 16 : 0;  // C of step 1: group 1's, or group 0's again
+    asm volatile("tileloadd (%0,%1,1), %%tmm2" ::"r"(tq), "r"(stride) : "memory");
+    asm volatile("tilezero %%tmm4" ::);
+    asm volatile("tdpbsud %%tmm2, %%tmm0, %%tmm4" ::);
+    if (steps == 2) {
+      asm volatile("tileloadd (%0,%1,1), %%tmm3" ::"r"(tq + kb / 4), "r"(stride) : "memory");
+      if (second == 0) {
+        asm volatile("tdpbsud %%tmm3, %%tmm1, %%tmm4" ::);
+      } else {
+        asm volatile("tilezero %%tmm5" ::);
+        asm volatile("tdpbsud %%tmm3, %%tmm1, %%tmm5" ::);
+        asm volatile("tilestored %%tmm5, (%0,%1,1)" ::"r"(sums + second), "r"(stride) : "memory");
+      }
+    }
+    asm volatile("tilestored %%tmm4, (%0,%1,1)" ::"r"(sums), "r"(stride) : "memory");
+    return;
+  }
+  for (std::size_t r0 = 0; r0 < rows; r0 += 4) {
+    for (std::size_t g = 0; g < groups; ++g) {
+      AmxGroup(dg.words.data() + r0 * kPieces * J, J, tq, g * (gs / 4), gs, sums + ((r0 / 4) * groups + g) * kAmxRows * 16);
+    }
+  }
+}
+
 // Logits of RB rows for the tile's 16 keys: logit[r] and Σ_g |share|·σ (Ŝ's candidates).
+// The integer sums by vpdpbusd from tq, or read from `sums` (AmxTile's C of this row
+// block, [g][12][16]) where not null.
 template <std::size_t RB>
-HWY_INLINE void TileRows(const __m512i* HWY_RESTRICT tq, std::size_t J, std::size_t groups, std::size_t gs,
+HWY_INLINE void TileRows(const std::int32_t* HWY_RESTRICT sums, const __m512i* HWY_RESTRICT tq, std::size_t J, std::size_t groups, std::size_t gs,
                          const Digits& dg, std::size_t r0, const float* HWY_RESTRICT s_cols,
                          const float* HWY_RESTRICT b_cols, std::size_t ncp, float* HWY_RESTRICT scores,
                          __m512& shat, __m512& probe) {
@@ -222,8 +315,16 @@ HWY_INLINE void TileRows(const __m512i* HWY_RESTRICT tq, std::size_t J, std::siz
       for (std::size_t p = 0; p < kPieces; ++p) acc[r][p] = _mm512_setzero_si512();
     }
     const std::int32_t* words = dg.words.data() + r0 * kPieces * J;
+    if (sums != nullptr) {  // AMX: C of (this row block, g), made a tile ahead
+      const std::int32_t* c = sums + g * kAmxRows * 16;
+#pragma GCC unroll 4
+      for (std::size_t r = 0; r < RB; ++r) {
+#pragma GCC unroll 3
+        for (std::size_t p = 0; p < kPieces; ++p) acc[r][p] = _mm512_loadu_si512(c + (r * kPieces + p) * 16);
+      }
+    }
 #pragma GCC unroll 16
-    for (std::size_t j = g * per_group; j < (g + 1) * per_group; ++j) {
+    for (std::size_t j = g * per_group; j < (g + 1) * per_group && sums == nullptr; ++j) {
       const __m512i c = tq[j];
 #pragma GCC unroll 4
       for (std::size_t r = 0; r < RB; ++r) {
@@ -254,13 +355,15 @@ HWY_INLINE void TileRows(const __m512i* HWY_RESTRICT tq, std::size_t J, std::siz
 // Raw scores of the chunk's keys [0, nc) for all rows (scores[r][ncp], keys past nc 0),
 // or false where the certificate fails (scores then unspecified). s_cols/b_cols: the
 // chunk's K scales and biases as columns [g][ncp], zero past nc. u8_lanes gets the
-// vpdpbusd lanes spent (DecodePlan::mix), certificate held or not.
+// vpdpbusd lanes spent (DecodePlan::mix), certificate held or not; amx: the sums by tile
+// multiplies (qdecode::amx_available), whose products the mix does not count (no
+// baseline prices them: the floor then leaves the K side out).
 // The digits are made once per (call, b, kv head) per thread: the chunks of one (b, kv
 // head) are consecutive tasks, and making them costs as much as scoring ~50 keys.
 bool ScoreChunk(std::uint64_t call, std::int64_t bk, const float* query, std::size_t rows, std::size_t dk,
                 std::size_t gs, int code_bits, float slack, const std::uint8_t* codes, std::size_t row_bytes,
                 std::size_t nc, std::size_t ncp, const float* s_cols, const float* b_cols, float* scores,
-                std::atomic<std::int64_t>& u8_lanes) {
+                bool amx, std::atomic<std::int64_t>& u8_lanes) {
   static thread_local Digits dg;
   if (dg.call != call || dg.bk != bk) {
     dg.finite = MakeDigits(query, rows, dk, gs, code_bits, dg);
@@ -269,11 +372,31 @@ bool ScoreChunk(std::uint64_t call, std::int64_t bk, const float* query, std::si
   }
   if (!dg.finite) return false;
   const std::size_t groups = dk / gs, J = dk / 4;
-  alignas(64) __m512i tq[kMaxVectors];
+  // Two tiles in flight: the tile multiplies of one run while the previous one's logits
+  // are made from their C (tdpbsud's latency hidden; an unpipelined first version gained
+  // 3-8 %, its samples waiting on each C).
+  alignas(64) __m512i tq[2][kMaxVectors];
+  static thread_local std::vector<std::int32_t> sums_store;
+  const std::size_t sums_per_tile = (rows + 3) / 4 * groups * kAmxRows * 16;
+  const bool resident = amx && AmxResident(rows, dk, gs);
+  if (amx) {
+    sums_store.resize(2 * sums_per_tile);
+    AmxConfigure(AmxStep(gs), resident, dg, J);
+  }
   __m512 emax = _mm512_setzero_ps(), esum = emax, shat = emax, probe = emax;
-  for (std::size_t t0 = 0; t0 < nc; t0 += kTileKeys) {
-    const std::size_t keys = std::min(kTileKeys, nc - t0);
-    TileCodes(codes + t0 * row_bytes, row_bytes, keys, dk, tq);
+  const std::size_t tiles = (nc + kTileKeys - 1) / kTileKeys;
+  for (std::size_t t = 0; t <= tiles; ++t) {
+    if (t < tiles) {
+      const std::size_t t0 = t * kTileKeys;
+      TileCodes(codes + t0 * row_bytes, row_bytes, std::min(kTileKeys, nc - t0), dk, tq[t % 2]);
+      if (amx) AmxTile(resident, dg, rows, J, groups, gs, tq[t % 2], sums_store.data() + t % 2 * sums_per_tile);
+    }
+    // The tile whose logits are made now: this one (vpdpbusd) or the previous one (AMX).
+    if (amx ? t == 0 : t == tiles) continue;
+    const std::size_t done = amx ? t - 1 : t;
+    const std::size_t t0 = done * kTileKeys;
+    const __m512i* codes_of = tq[done % 2];
+    const std::int32_t* sums = amx ? sums_store.data() + done % 2 * sums_per_tile : nullptr;
     __m512 e = _mm512_setzero_ps();
     for (std::size_t g = 0; g < groups; ++g) {
       const __m512 s = _mm512_abs_ps(_mm512_loadu_ps(s_cols + g * ncp + t0));
@@ -283,17 +406,19 @@ bool ScoreChunk(std::uint64_t call, std::int64_t bk, const float* query, std::si
     emax = _mm512_max_ps(emax, e);
     esum = _mm512_add_ps(esum, e);
     std::size_t r0 = 0;
+    auto block_sums = [&](std::size_t r) { return sums == nullptr ? nullptr : sums + r / 4 * groups * kAmxRows * 16; };
     for (; r0 + 4 <= rows; r0 += 4)
-      TileRows<4>(tq, J, groups, gs, dg, r0, s_cols + t0, b_cols + t0, ncp, scores + t0, shat, probe);
+      TileRows<4>(block_sums(r0), codes_of, J, groups, gs, dg, r0, s_cols + t0, b_cols + t0, ncp, scores + t0, shat, probe);
     switch (rows - r0) {
-      case 3: TileRows<3>(tq, J, groups, gs, dg, r0, s_cols + t0, b_cols + t0, ncp, scores + t0, shat, probe); break;
-      case 2: TileRows<2>(tq, J, groups, gs, dg, r0, s_cols + t0, b_cols + t0, ncp, scores + t0, shat, probe); break;
-      case 1: TileRows<1>(tq, J, groups, gs, dg, r0, s_cols + t0, b_cols + t0, ncp, scores + t0, shat, probe); break;
+      case 3: TileRows<3>(block_sums(r0), codes_of, J, groups, gs, dg, r0, s_cols + t0, b_cols + t0, ncp, scores + t0, shat, probe); break;
+      case 2: TileRows<2>(block_sums(r0), codes_of, J, groups, gs, dg, r0, s_cols + t0, b_cols + t0, ncp, scores + t0, shat, probe); break;
+      case 1: TileRows<1>(block_sums(r0), codes_of, J, groups, gs, dg, r0, s_cols + t0, b_cols + t0, ncp, scores + t0, shat, probe); break;
       default: break;
     }
   }
+  if (amx) AmxRelease();
   // Per key of the tiles, row and piece, one lane per four dims.
-  u8_lanes += static_cast<std::int64_t>((nc + kTileKeys - 1) / kTileKeys * kTileKeys * rows * kPieces * J);
+  if (!amx) u8_lanes += static_cast<std::int64_t>((nc + kTileKeys - 1) / kTileKeys * kTileKeys * rows * kPieces * J);
   const float bound = _mm512_reduce_max_ps(emax), largest = _mm512_reduce_max_ps(shat);
   if (!std::isfinite(_mm512_reduce_add_ps(esum)) || !std::isfinite(_mm512_reduce_add_ps(probe))) return false;
   return bound <= slack / 4 * largest;

@@ -16,6 +16,12 @@
 #include <string>
 #include <vector>
 
+#if defined(__linux__) && defined(__x86_64__)
+#include <cpuid.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
+
 #include "kernels/simd/parallel.h"
 #include "kernels/simd/quantized_decode.h"
 #include "kernels/simd/simd_kernels.h"
@@ -58,6 +64,40 @@ bool bf16_dot_available() {
   return false;
 #endif
 }
+namespace {
+std::atomic<int> g_amx{-1};  // as g_bf16_dot
+
+bool cpu_and_os_grant_amx() {
+#if defined(__linux__) && defined(__x86_64__)
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  if (__get_cpuid_count(7, 0, &a, &b, &c, &d) == 0) return false;
+  const bool tile = (d >> 24) & 1u, int8 = (d >> 25) & 1u;
+  if (!tile || !int8) return false;
+  constexpr long kReqXcompPerm = 0x1023, kXtileData = 18;  // asm/prctl.h, the XTILEDATA component
+  return syscall(SYS_arch_prctl, kReqXcompPerm, kXtileData) == 0;
+#else
+  return false;
+#endif
+}
+}  // namespace
+
+bool amx_supported() {
+  static const bool granted = cpu_and_os_grant_amx();
+  return granted;
+}
+
+bool amx_available() {
+  const int forced = g_amx.load();
+  return amx_supported() && forced != 0;
+}
+
+ScopedAmx::ScopedAmx(bool on) : previous_(g_amx.load()) {
+  KVLAB_REQUIRE(!on || amx_supported(), invalid_argument,
+                "the AMX K side needs AMX-TILE and AMX-INT8 granted by the OS, which this process lacks");
+  g_amx.store(on ? 1 : 0);
+}
+ScopedAmx::~ScopedAmx() { g_amx.store(previous_); }
+
 namespace {
 thread_local bool t_rounded_probabilities = false;
 thread_local ArithmeticMix t_mix;

@@ -7,7 +7,8 @@
 // decode chunk size (a test hook, not a problem parameter) swept from one key per chunk
 // to one chunk for all, through harness lines; one key giving the dequantized values
 // rounded once (bit-exact, with rounding ties, f16 overflow and a NaN group); thread
-// independence; the softmax's exp against Highway's; the oracle's errors.
+// independence; the AMX K side against the vpdpbusd one; the softmax's exp against
+// Highway's; the oracle's errors.
 #include <gtest/gtest.h>
 
 #include <bit>
@@ -222,6 +223,54 @@ TEST(SimdQuantizedSdpa, LogitsTheIntegerKSideCannotCertifyAreScoredInF32) {
       EXPECT_LE(worst, 0x1p-7f * largest_v) << "largest |out| " << largest_v;
     });
   }
+}
+
+// On an AMX CPU the AVX3_DL K side takes its integer sums from tile multiplies
+// (quantized_decode_vnni-inl.h, AmxTile): exact like vpdpbusd's, so the outputs must be
+// the vpdpbusd path's bit for bit, with its A tile resident (4 rows, two steps) or
+// reloaded (8 rows; one step of 32 bytes; a group of 128 in two steps), over two chunks
+// and a partial last tile. The mix shows which path ran: vpdpbusd lanes on one, none
+// and no K-side FMAs on the other (the integer side, not the f32 fallback).
+TEST(SimdQuantizedSdpa, TheAmxKSideGivesTheVpdpbusdSidesBits) {
+  if (!simd::qdecode::amx_supported()) GTEST_SKIP() << "no AMX-INT8 granted to this process";
+  KVLAB_SEEDED_RNG(rng, 2718);
+  struct Shape {
+    std::int64_t hq, dk;
+    int group;
+  };
+  for (const Shape sh : {Shape{8, 128, 64}, Shape{16, 128, 64}, Shape{8, 64, 32}, Shape{8, 256, 128}, Shape{4, 128, 128}}) {
+    const std::string what = cat("Hq ", sh.hq, " Dk ", sh.dk, " K group ", sh.group);
+    const Dims s{1, sh.hq, 2, 1, 1000, sh.dk, 128};
+    Inputs in = random_inputs(rng, s, DType::f16, affine(4, sh.group), affine(4, 64), DType::f16, DType::f16);
+    in.params.mask.kind = MaskKind::causal;
+    in.params.mask.left_padding = {7};
+    testing::for_each_simd_target([&](const std::string& target) {
+      if (target != "AVX3_DL") return;
+      Tensor dots, tiles;
+      simd::ArithmeticMix dot_mix, tile_mix;
+      {
+        const simd::qdecode::ScopedAmx off(false);
+        dots = run_simd(in);
+        dot_mix = simd::last_attention_mix();
+      }
+      {
+        const simd::qdecode::ScopedAmx on(true);
+        tiles = run_simd(in);
+        tile_mix = simd::last_attention_mix();
+      }
+      EXPECT_GT(dot_mix.u8_dot, 0) << what << ": the vpdpbusd side did not run";
+      EXPECT_EQ(tile_mix.u8_dot, 0) << what;
+      EXPECT_EQ(tile_mix.fma, dot_mix.fma) << what << ": the tile side fell back to f32 FMAs";
+      EXPECT_TRUE(testing::bit_equal(tiles, dots)) << what;
+    });
+  }
+}
+
+// Asking for AMX where the process has none is an error, not a crash (SIGILL).
+TEST(SimdQuantizedSdpa, AmxCannotBeForcedWhereAbsent) {
+  if (simd::qdecode::amx_supported()) GTEST_SKIP() << "this process has AMX";
+  EXPECT_THROW(simd::qdecode::ScopedAmx(true), Error);
+  EXPECT_FALSE(simd::qdecode::amx_available());
 }
 
 // The softmax's e^x (x = s − max <= 0) is a trimmed copy of Highway's Exp on AVX3 (no
