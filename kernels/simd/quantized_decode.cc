@@ -400,13 +400,14 @@ void DecodeChunk(const DecodePlan& plan, std::int64_t task) {
   const auto kgs = static_cast<std::size_t>(ks.group);
   bool scored = false;
 #if HWY_TARGET == HWY_AVX3_DL
-  if (vnni::Eligible(plan.score_slack, plan.lk, kc.bits, dk, kgs)) {
+  const bool amx = amx_available();
+  if (vnni::Eligible(plan.score_slack, plan.lk, kc.bits, dk, kgs, amx)) {
     float* s_cols = aligned_floats(sc.k_scales, kg * ncp);
     float* b_cols = aligned_floats(sc.k_biases, kg * ncp);
     meta_columns(ks.scales + kmeta_row * kbytes, ks.meta_dtype, nc, kg, ncp, sc.convert, s_cols);
     meta_columns(ks.biases + kmeta_row * kbytes, ks.meta_dtype, nc, kg, ncp, sc.convert, b_cols);
-    scored = vnni::ScoreChunk(plan.call, bk, query, urows, dk, kgs, ks.bits, plan.score_slack, kc.data,
-                              kc.row_bytes, nc, ncp, s_cols, b_cols, scores, amx_available(), plan.mix->u8_dot);
+    scored = vnni::ScoreChunk(plan.call, bk, query, urows, dk, kgs, ks.bits, kc.bits, plan.score_slack, kc.data,
+                              kc.row_bytes, nc, ncp, s_cols, b_cols, scores, amx, plan.mix->u8_dot);
   }
 #endif
   float* k_scales = aligned_floats(sc.k_scales, nc * kg);

@@ -51,18 +51,19 @@ constexpr std::size_t kPieces = 3;
 constexpr std::size_t kMaxDk = 256;
 constexpr std::size_t kMaxVectors = kMaxDk / 4;  // tile vectors: four dims each
 
-// Whether a chunk may take this path (the certificate decides the rest). 4-bit K only:
-// an 8-bit K side built the same way (dims 4jj + b, two transposes per key) measured
-// slower than the f32 path at S 32 768-65 536 on Zen 4, so 8-bit K and the widths
-// unpacked to bytes stay there.
+// Whether a chunk may take this path (the certificate decides the rest). 4-bit K; K
+// stored as bytes (8-bit, and the widths unpacked to bytes) only with AMX: built the
+// same way with vpdpbusd (dims 4jj + b, two transposes per key) it measured slower than
+// the f32 path at S 32 768-65 536 on Zen 4.
 // Below kMinKeys keys per (b, kv head), making the q digits (MakeDigits, once per (call,
 // b, kv head) and thread) costs what the integer side saves: 768 is where the integer path
 // started to win in alternated single-thread runs
 // (docs/benchmarks.md §Measurements behind kernel choices).
 constexpr std::int64_t kMinKeys = 768;
 
-inline bool Eligible(float slack, std::int64_t keys, int storage_bits, std::size_t dk, std::size_t gs) {
-  return slack > 0 && keys >= kMinKeys && storage_bits == 4 && dk <= kMaxDk && dk % 32 == 0 && gs % 32 == 0;
+inline bool Eligible(float slack, std::int64_t keys, int storage_bits, std::size_t dk, std::size_t gs, bool amx) {
+  return slack > 0 && keys >= kMinKeys && (storage_bits == 4 || (storage_bits == 8 && amx)) && dk <= kMaxDk &&
+         dk % 32 == 0 && gs % 32 == 0;
 }
 
 // Per row and group: the q digits [r][piece][j] (dwords, tile-vector order; rows padded
@@ -85,7 +86,7 @@ inline void Place(std::size_t d, std::size_t& j, std::size_t& byte) {
 
 // False when a q value is not finite.
 inline bool MakeDigits(const float* query, std::size_t rows, std::size_t dk, std::size_t gs, int code_bits,
-                       Digits& dg) {
+                       int storage_bits, Digits& dg) {
   const std::size_t groups = dk / gs, J = dk / 4;
   dg.words.assign((rows + 3) / 4 * 4 * kPieces * J, 0);  // whole blocks of 4 rows for AMX's A tile
   dg.sigma.assign(rows * groups, 1.0f);
@@ -94,12 +95,15 @@ inline bool MakeDigits(const float* query, std::size_t rows, std::size_t dk, std
   dg.b.assign(groups, 0.0f);
   const double n = std::ldexp(1.0, code_bits) - 1, u = 0x1p-24, G = static_cast<double>(groups);
   const double g_size = static_cast<double>(gs);
-  const __m128i tile_order = _mm_setr_epi8(0, 2, 4, 6, 1, 3, 5, 7, 8, 10, 12, 14, 9, 11, 13, 15);
+  // Bytes as TileCodes leaves them: 4-bit dims 8jj + 2b (+1) in byte b of vectors 2jj
+  // (2jj + 1); bytes, dims 4jj + b in byte b of vector jj.
+  const __m128i tile_order = storage_bits == 4 ? _mm_setr_epi8(0, 2, 4, 6, 1, 3, 5, 7, 8, 10, 12, 14, 9, 11, 13, 15)
+                                               : _mm_setr_epi8(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
   const __m512i half_byte = _mm512_set1_epi32(128), byte_mask = _mm512_set1_epi32(255);
   alignas(64) float q[kMaxDk];  // the row in element order
   for (std::size_t r = 0; r < rows; ++r) {
     for (std::size_t pos = 0; pos < dk; ++pos) {
-      const auto element = lane_to_element(static_cast<std::int64_t>(pos), 4, hn::Lanes(DF()));
+      const auto element = lane_to_element(static_cast<std::int64_t>(pos), storage_bits, hn::Lanes(DF()));
       q[static_cast<std::size_t>(element)] = query[r * dk + pos];
     }
     for (std::size_t g = 0; g < groups; ++g) {
@@ -178,11 +182,12 @@ HWY_INLINE void Transpose16(__m512i r[16]) {
 }
 
 // The tile's 4-bit codes (keys [0, keys) of `codes`, the others zero) as J vectors of
-// four one-byte codes per key.
+// four one-byte codes per key; byte codes (storage_bits 8) as they are, dims 4jj + b.
 HWY_INLINE void TileCodes(const std::uint8_t* HWY_RESTRICT codes, std::size_t row_bytes, std::size_t keys,
-                          std::size_t dk, __m512i* HWY_RESTRICT tq) {
+                          std::size_t dk, int storage_bits, __m512i* HWY_RESTRICT tq) {
   const __m512i nibble = _mm512_set1_epi8(0x0F);
-  const std::size_t bytes = dk / 2;  // a multiple of 16
+  const bool nibbles = storage_bits == 4;
+  const std::size_t bytes = nibbles ? dk / 2 : dk;  // a multiple of 16
   for (std::size_t block = 0; block < bytes; block += 64) {
     const std::size_t part = std::min<std::size_t>(64, bytes - block);
     const __mmask64 mask = part == 64 ? ~__mmask64{0} : (__mmask64{1} << part) - 1;
@@ -199,6 +204,10 @@ HWY_INLINE void TileCodes(const std::uint8_t* HWY_RESTRICT codes, std::size_t ro
 #pragma GCC unroll 16
     for (std::size_t v = 0; v < 16; ++v) {
       if (v >= dwords) break;
+      if (!nibbles) {
+        tq[jj0 + v] = r[v];
+        continue;
+      }
       tq[2 * (jj0 + v)] = _mm512_and_si512(r[v], nibble);
       tq[2 * (jj0 + v) + 1] = _mm512_and_si512(_mm512_srli_epi16(r[v], 4), nibble);
     }
@@ -361,12 +370,13 @@ HWY_INLINE void TileRows(const std::int32_t* HWY_RESTRICT sums, const __m512i* H
 // The digits are made once per (call, b, kv head) per thread: the chunks of one (b, kv
 // head) are consecutive tasks, and making them costs as much as scoring ~50 keys.
 bool ScoreChunk(std::uint64_t call, std::int64_t bk, const float* query, std::size_t rows, std::size_t dk,
-                std::size_t gs, int code_bits, float slack, const std::uint8_t* codes, std::size_t row_bytes,
+                std::size_t gs, int code_bits, int storage_bits, float slack, const std::uint8_t* codes,
+                std::size_t row_bytes,
                 std::size_t nc, std::size_t ncp, const float* s_cols, const float* b_cols, float* scores,
                 bool amx, std::atomic<std::int64_t>& u8_lanes) {
   static thread_local Digits dg;
   if (dg.call != call || dg.bk != bk) {
-    dg.finite = MakeDigits(query, rows, dk, gs, code_bits, dg);
+    dg.finite = MakeDigits(query, rows, dk, gs, code_bits, storage_bits, dg);
     dg.call = call;
     dg.bk = bk;
   }
@@ -388,7 +398,7 @@ bool ScoreChunk(std::uint64_t call, std::int64_t bk, const float* query, std::si
   for (std::size_t t = 0; t <= tiles; ++t) {
     if (t < tiles) {
       const std::size_t t0 = t * kTileKeys;
-      TileCodes(codes + t0 * row_bytes, row_bytes, std::min(kTileKeys, nc - t0), dk, tq[t % 2]);
+      TileCodes(codes + t0 * row_bytes, row_bytes, std::min(kTileKeys, nc - t0), dk, storage_bits, tq[t % 2]);
       if (amx) AmxTile(resident, dg, rows, J, groups, gs, tq[t % 2], sums_store.data() + t % 2 * sums_per_tile);
     }
     // The tile whose logits are made now: this one (vpdpbusd) or the previous one (AMX).

@@ -266,6 +266,26 @@ TEST(SimdQuantizedSdpa, TheAmxKSideGivesTheVpdpbusdSidesBits) {
   }
 }
 
+// K stored as bytes takes the integer side only with AMX (harness/cases/quantized_sdpa/ci
+// holds its outputs to the tolerance): with it the decode spends no K-side FMAs, without
+// it the f32 path spends Dk per key and row.
+TEST(SimdQuantizedSdpa, ByteCodedKTakesTheIntegerSideOnlyWithAmx) {
+  if (!simd::qdecode::amx_supported()) GTEST_SKIP() << "no AMX-INT8 granted to this process";
+  KVLAB_SEEDED_RNG(rng, 1618);
+  const Dims s{1, 8, 2, 1, 1000, 128, 64};
+  const Inputs in = random_inputs(rng, s, DType::f16, affine(8, 64), affine(4, 64), DType::f16, DType::f16);
+  testing::for_each_simd_target([&](const std::string& target) {
+    if (target != "AVX3_DL") return;
+    for (const bool amx : {false, true}) {
+      const simd::qdecode::ScopedAmx use(amx);
+      run_simd(in);
+      const simd::ArithmeticMix mix = simd::last_attention_mix();
+      EXPECT_EQ(mix.fma, s.Hq * s.Lk * (s.Dv + (amx ? 0 : s.Dk))) << (amx ? "AMX" : "no AMX");
+      EXPECT_EQ(mix.u8_dot, 0);
+    }
+  });
+}
+
 // Asking for AMX where the process has none is an error, not a crash (SIGILL).
 TEST(SimdQuantizedSdpa, AmxCannotBeForcedWhereAbsent) {
   if (simd::qdecode::amx_supported()) GTEST_SKIP() << "this process has AMX";
