@@ -1,4 +1,7 @@
 // The --kvlab_* flags of kvlab_bench (bench/bench_suite.h).
+#include <algorithm>
+#include <charconv>
+#include <fstream>
 #include <optional>
 #include <set>
 #include <sstream>
@@ -114,9 +117,40 @@ SuiteOptions parse_suite_flags(int& argc, char** argv) {
   // The smoke tier proves the suites build, run and verify, in seconds: one iteration
   // of each benchmark, small baseline buffers, no cache flush (unless asked for).
   o.smoke = o.tier == "smoke";
-  o.baseline_mib = baseline.value_or(o.smoke ? 16 : 256);
-  o.flush_mib = flush.value_or(o.smoke ? 0 : 128);
+  o.baseline_mib = baseline.value_or(o.smoke ? 16 : default_big_mib(256));
+  o.flush_mib = flush.value_or(o.smoke ? 0 : default_big_mib(128));
   return o;
+}
+
+std::int64_t big_mib(std::int64_t floor_mib, std::int64_t largest_cache_bytes) {
+  constexpr std::int64_t kMiB = 1 << 20;
+  return std::max(floor_mib, 2 * ((largest_cache_bytes + kMiB - 1) / kMiB));
+}
+
+std::int64_t largest_cache_bytes() {
+  std::int64_t largest = 0;
+  for (int index = 0; index < 16; ++index) {
+    std::ifstream in(cat("/sys/devices/system/cpu/cpu0/cache/index", index, "/size"));
+    std::string text;
+    if (!(in >> text) || text.empty()) continue;
+    std::int64_t scale = 1;
+    const char unit = text.back();
+    if (unit == 'K') scale = std::int64_t{1} << 10;
+    if (unit == 'M') scale = std::int64_t{1} << 20;
+    if (unit == 'G') scale = std::int64_t{1} << 30;
+    if (scale != 1) text.pop_back();
+    std::int64_t value = 0;
+    const char* end = text.data() + text.size();
+    if (std::from_chars(text.data(), end, value).ptr != end || value < 0 || value > (std::int64_t{1} << 40) / scale)
+      continue;  // unreadable: ignored, not trusted
+    largest = std::max(largest, value * scale);
+  }
+  return largest;
+}
+
+std::int64_t default_big_mib(std::int64_t floor_mib) {
+  static const std::int64_t cache = largest_cache_bytes();
+  return big_mib(floor_mib, cache);
 }
 
 std::string suite_flags_help() {
@@ -128,9 +162,11 @@ std::string suite_flags_help() {
          "  --kvlab_backends=B[,B]           default: reference, simd:<each attainable target>, and vulkan\n"
          "                                   when a device is usable; vulkan[:[<device>][,words][,staging]\n"
          "                                   [,validate]] is timed on the device, against its buffer copy\n"
-         "  --kvlab_baseline_mib=N           streaming read / memcpy buffers (default 256, smoke 16)\n"
+         "  --kvlab_baseline_mib=N           streaming read / memcpy buffers (default the larger of 256\n"
+         "                                   and twice the largest CPU cache; smoke 16)\n"
          "  --kvlab_flush_mib=N              untimed read of N MiB before each timed call, evicting the\n"
-         "                                   caches (default 128, smoke 0; 0 = hot-cache timing); Vulkan\n"
+         "                                   caches (default the larger of 128 and twice the largest CPU\n"
+         "                                   cache; smoke 0; 0 = hot-cache timing); Vulkan\n"
          "                                   rows: an untimed device copy touching N MiB\n"
          "  --kvlab_min_time=S               min timed seconds of the baselines and kernels (default 0.2;\n"
          "                                   overrides --benchmark_min_time, whose 0.5 s, spent in\n"

@@ -36,11 +36,14 @@ struct SuiteOptions {
   std::vector<std::filesystem::path> case_files;  // when given, replace the tier's files
   std::vector<std::string> ops;                   // empty: every op with a case file
   std::vector<std::string> backends;              // empty: reference, simd:<each target>, vulkan
-  std::int64_t baseline_mib = 256;                // streaming read / memcpy buffer size
+  // Streaming read / memcpy buffer size; default default_big_mib(256): twice the
+  // largest cache, so the baselines stream from DRAM.
+  std::int64_t baseline_mib = 256;
   // Cold caches: before every timed call, a read of this many MiB (untimed) evicts the
-  // kernel's data from L1–L3 (48 MiB here), so the kernel streams from DRAM like the
-  // baselines do; 0 times hot calls instead (working sets below L3 then beat DRAM). A
-  // kernel whose bytes model reaches the flush size gets no flush (it evicts itself).
+  // kernel's data from L1–L3, so the kernel streams from DRAM like the baselines do
+  // (default default_big_mib(128)); 0 times hot calls instead (working sets below L3
+  // then beat DRAM). A kernel whose bytes model reaches the flush size gets no flush: at
+  // twice the last-level cache it evicts itself.
   std::int64_t flush_mib = 128;
   bool smoke = false;                   // one iteration, one repetition per benchmark
   double min_time = 0.2;                // seconds timed per benchmark (baselines, kernels)
@@ -56,6 +59,13 @@ std::vector<std::string> tier_roles(const std::string& tier);
 // Reads and removes the --kvlab_* flags from argv (the rest is Google Benchmark's).
 // Throws kvlab::Error naming an unknown --kvlab_ flag or a bad value.
 SuiteOptions parse_suite_flags(int& argc, char** argv);
+// max(floor_mib, 2 × the largest cache in MiB): a buffer that no cache level holds. A
+// 128 MiB flush and a 256 MiB read left a 128 MiB decode and the baselines partly in the
+// 480 MiB L3 of an Intel Xeon (bench/records/2026-11-30-intel-xeon-amx.md).
+std::int64_t big_mib(std::int64_t floor_mib, std::int64_t largest_cache_bytes);
+std::int64_t default_big_mib(std::int64_t floor_mib);  // this host's largest cache
+// The largest CPU cache of this host from /sys/devices/system/cpu/cpu0/cache (0 if unknown).
+std::int64_t largest_cache_bytes();
 std::string suite_flags_help();
 
 // Registers the baselines and the kernel benchmarks; prints notes (skipped backends,

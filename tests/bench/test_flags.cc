@@ -36,7 +36,21 @@ TEST(SuiteFlags, KvlabFlagsAreTakenAndTheRestIsLeftForGoogleBenchmark) {
   EXPECT_EQ(o.min_time, 0.3);
   EXPECT_EQ(o.tier, "perf");
   EXPECT_FALSE(o.smoke);
-  EXPECT_EQ(o.baseline_mib, 256);  // the issue's >= 256 MiB
+  EXPECT_EQ(o.baseline_mib, big_mib(256, largest_cache_bytes()));  // the issue's >= 256 MiB
+  EXPECT_EQ(o.flush_mib, 0);
+  Argv b({"kvlab_bench"});
+  EXPECT_EQ(parse_suite_flags(b.argc, b.ptrs.data()).flush_mib, big_mib(128, largest_cache_bytes()));
+}
+
+// The default buffers outgrow every cache: twice the largest (rounded up to MiB), never
+// below the fixed floors; an unknown cache size (0) leaves the floors.
+TEST(SuiteFlags, DefaultBuffersAreTwiceTheLargestCache) {
+  constexpr std::int64_t kMiB = 1 << 20;
+  EXPECT_EQ(big_mib(256, 0), 256);
+  EXPECT_EQ(big_mib(128, 32 * kMiB), 128);
+  EXPECT_EQ(big_mib(128, 480 * kMiB), 960);
+  EXPECT_EQ(big_mib(256, 480 * kMiB + 1), 962);
+  EXPECT_EQ(big_mib(256, 96 * kMiB), 256);
 }
 
 TEST(SuiteFlags, TheSmokeTierIsOneIterationOverSmallBuffersUnlessToldOtherwise) {
@@ -71,7 +85,7 @@ TEST(SuiteFlags, TheFullTierAddsTheGpuShapesToThePerfFiles) {
   const SuiteOptions o = parse_suite_flags(a.argc, a.ptrs.data());
   EXPECT_EQ(o.tier, "full");
   EXPECT_FALSE(o.smoke);
-  EXPECT_EQ(o.baseline_mib, 256);
+  EXPECT_EQ(o.baseline_mib, big_mib(256, largest_cache_bytes()));
 }
 
 TEST(SuiteFlags, BadFlagsAndValuesAreNamed) {
