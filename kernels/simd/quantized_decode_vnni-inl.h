@@ -299,7 +299,8 @@ inline void AmxTile(bool resident, const Digits& dg, std::size_t rows, std::size
   }
   for (std::size_t r0 = 0; r0 < rows; r0 += 4) {
     for (std::size_t g = 0; g < groups; ++g) {
-      AmxGroup(dg.words.data() + r0 * kPieces * J, J, tq, g * (gs / 4), gs, sums + ((r0 / 4) * groups + g) * kAmxRows * 16);
+      AmxGroup(dg.words.data() + r0 * kPieces * J, J, tq, g * (gs / 4), gs,
+               sums + ((r0 / 4) * groups + g) * kAmxRows * 16);
     }
   }
 }
@@ -308,8 +309,9 @@ inline void AmxTile(bool resident, const Digits& dg, std::size_t rows, std::size
 // The integer sums by vpdpbusd from tq, or read from `sums` (AmxTile's C of this row
 // block, [g][12][16]) where not null.
 template <std::size_t RB>
-HWY_INLINE void TileRows(const std::int32_t* HWY_RESTRICT sums, const __m512i* HWY_RESTRICT tq, std::size_t J, std::size_t groups, std::size_t gs,
-                         const Digits& dg, std::size_t r0, const float* HWY_RESTRICT s_cols,
+HWY_INLINE void TileRows(const std::int32_t* HWY_RESTRICT sums, const __m512i* HWY_RESTRICT tq, std::size_t J,
+                         std::size_t groups, std::size_t gs, const Digits& dg, std::size_t r0,
+                         const float* HWY_RESTRICT s_cols,
                          const float* HWY_RESTRICT b_cols, std::size_t ncp, float* HWY_RESTRICT scores,
                          __m512& shat, __m512& probe) {
   __m512 logit[RB], absum[RB];
@@ -371,9 +373,8 @@ HWY_INLINE void TileRows(const std::int32_t* HWY_RESTRICT sums, const __m512i* H
 // head) are consecutive tasks, and making them costs as much as scoring ~50 keys.
 bool ScoreChunk(std::uint64_t call, std::int64_t bk, const float* query, std::size_t rows, std::size_t dk,
                 std::size_t gs, int code_bits, int storage_bits, float slack, const std::uint8_t* codes,
-                std::size_t row_bytes,
-                std::size_t nc, std::size_t ncp, const float* s_cols, const float* b_cols, float* scores,
-                bool amx, std::atomic<std::int64_t>& u8_lanes) {
+                std::size_t row_bytes, std::size_t nc, std::size_t ncp, const float* s_cols, const float* b_cols,
+                float* scores, bool amx, std::atomic<std::int64_t>& u8_lanes) {
   static thread_local Digits dg;
   if (dg.call != call || dg.bk != bk) {
     dg.finite = MakeDigits(query, rows, dk, gs, code_bits, storage_bits, dg);
@@ -417,12 +418,20 @@ bool ScoreChunk(std::uint64_t call, std::int64_t bk, const float* query, std::si
     esum = _mm512_add_ps(esum, e);
     std::size_t r0 = 0;
     auto block_sums = [&](std::size_t r) { return sums == nullptr ? nullptr : sums + r / 4 * groups * kAmxRows * 16; };
+    const float *s_tile = s_cols + t0, *b_tile = b_cols + t0;
+    float* scores_tile = scores + t0;
     for (; r0 + 4 <= rows; r0 += 4)
-      TileRows<4>(block_sums(r0), codes_of, J, groups, gs, dg, r0, s_cols + t0, b_cols + t0, ncp, scores + t0, shat, probe);
+      TileRows<4>(block_sums(r0), codes_of, J, groups, gs, dg, r0, s_tile, b_tile, ncp, scores_tile, shat, probe);
     switch (rows - r0) {
-      case 3: TileRows<3>(block_sums(r0), codes_of, J, groups, gs, dg, r0, s_cols + t0, b_cols + t0, ncp, scores + t0, shat, probe); break;
-      case 2: TileRows<2>(block_sums(r0), codes_of, J, groups, gs, dg, r0, s_cols + t0, b_cols + t0, ncp, scores + t0, shat, probe); break;
-      case 1: TileRows<1>(block_sums(r0), codes_of, J, groups, gs, dg, r0, s_cols + t0, b_cols + t0, ncp, scores + t0, shat, probe); break;
+      case 3:
+        TileRows<3>(block_sums(r0), codes_of, J, groups, gs, dg, r0, s_tile, b_tile, ncp, scores_tile, shat, probe);
+        break;
+      case 2:
+        TileRows<2>(block_sums(r0), codes_of, J, groups, gs, dg, r0, s_tile, b_tile, ncp, scores_tile, shat, probe);
+        break;
+      case 1:
+        TileRows<1>(block_sums(r0), codes_of, J, groups, gs, dg, r0, s_tile, b_tile, ncp, scores_tile, shat, probe);
+        break;
       default: break;
     }
   }

@@ -238,7 +238,8 @@ TEST(SimdQuantizedSdpa, TheAmxKSideGivesTheVpdpbusdSidesBits) {
     std::int64_t hq, dk;
     int group;
   };
-  for (const Shape sh : {Shape{8, 128, 64}, Shape{16, 128, 64}, Shape{8, 64, 32}, Shape{8, 256, 128}, Shape{4, 128, 128}}) {
+  for (const Shape sh :
+       {Shape{8, 128, 64}, Shape{16, 128, 64}, Shape{8, 64, 32}, Shape{8, 256, 128}, Shape{4, 128, 128}}) {
     const std::string what = cat("Hq ", sh.hq, " Dk ", sh.dk, " K group ", sh.group);
     const Dims s{1, sh.hq, 2, 1, 1000, sh.dk, 128};
     Inputs in = random_inputs(rng, s, DType::f16, affine(4, sh.group), affine(4, 64), DType::f16, DType::f16);
