@@ -19,6 +19,7 @@
 
 #include "kernels/simd/affine_common.h"
 #include "kernels/simd/affine_pack-inl.h"
+#include "kernels/simd/group_reduce-inl.h"
 #include "kernels/simd/half_convert-inl.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -145,44 +146,15 @@ HWY_INLINE void StoreParams(DType t, const float* v, std::size_t count, std::byt
 }
 
 // The extremes of kBlock groups, one lane-wise partial vector per group in v[j], down
-// to one value per group: out[j] = op over the lanes of v[j]. Each level merges two
-// vectors of G groups × P lanes into one of 2G groups × P/2 lanes, in group order, with
-// a shuffle pair that never mixes two groups (vector halves, then u64 lane pairs, then
-// f32 lane pairs): ~3 ops per vector for the whole block instead of a full lane
-// reduction per group. Max/Min are exact; only which signed zero wins can depend on the
-// order, which never matters (file header). v is clobbered.
-#if HWY_TARGET != HWY_SCALAR  // one lane per vector: nothing to reduce
-// One level: kCount vectors of groups × P lanes → kCount/2 vectors of groups × P/2.
-template <std::size_t P, std::size_t kCount, class D, class Op>
-HWY_INLINE void ReduceLevel(D d, hn::Vec<D>* v, Op op) {
-  const hn::Repartition<std::uint64_t, D> du64;
-  for (std::size_t k = 0; k < kCount / 2; ++k) {
-    const hn::Vec<D> lo = v[2 * k], hi = v[2 * k + 1];
-    if constexpr (P == hn::MaxLanes(D())) {
-      v[k] = op(hn::ConcatLowerLower(d, hi, lo), hn::ConcatUpperUpper(d, hi, lo));
-    } else if constexpr (P >= 4) {
-      const auto lo64 = hn::BitCast(du64, lo), hi64 = hn::BitCast(du64, hi);
-      v[k] = op(hn::BitCast(d, hn::ConcatEven(du64, hi64, lo64)), hn::BitCast(d, hn::ConcatOdd(du64, hi64, lo64)));
-    } else {
-      v[k] = op(hn::ConcatEven(d, hi, lo), hn::ConcatOdd(d, hi, lo));
-    }
-  }
-}
-#endif
-
+// to one value per group: out[j] = op over the lanes of v[j] (ReduceGroups: ~3 ops per
+// vector for the whole block instead of a full lane reduction per group). Max/Min are
+// exact; only which signed zero wins can depend on the order, which never matters (file
+// header). v is clobbered.
 // D: f32 lanes (the f32 scan's extremes) or i32 lanes (the 16-bit scan's ordered keys).
 template <class D, class Op>
 HWY_INLINE void ReduceBlock(D d, hn::Vec<D>* v, Op op, hn::TFromD<D>* out) {
   constexpr std::size_t N = hn::MaxLanes(D());  // full vectors: == Lanes(d)
-  static_assert(N <= kBlock && kBlock % N == 0);
-#if HWY_TARGET != HWY_SCALAR
-  if constexpr (N >= 2) ReduceLevel<N, kBlock>(d, v, op);
-  if constexpr (N >= 4) ReduceLevel<N / 2, kBlock / 2>(d, v, op);
-  if constexpr (N >= 8) ReduceLevel<N / 4, kBlock / 4>(d, v, op);
-  if constexpr (N >= 16) ReduceLevel<N / 8, kBlock / 8>(d, v, op);
-  static_assert(N <= 16, "more levels needed");
-#endif
-  (void)op;
+  ReduceGroups<kBlock>(d, v, op);
   for (std::size_t k = 0; k < kBlock / N; ++k) hn::StoreU(v[k], d, out + k * N);
 }
 

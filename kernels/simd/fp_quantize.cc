@@ -1,11 +1,15 @@
 // SIMD mxfp4 / mxfp8 / nvfp4 quantize and dequantize (contract: reference/fp_quantize.h),
 // bit-exact with the oracle on every Highway target.
 //
-// Vectorized, N groups at a time: f16/bf16 → f32, the group amax (NaN lanes zeroed, then
-// Max), the scale codes (E8M0 from the exponent bits, see E8M0Encode; E4M3 by the element
-// encoder), the scaling, the E2M1 (both roundings) and E4M3 element encoders, the nibble
-// packing, and dequantize's decode·scale. Scalar: only the E8M0 codes of the rare scales
-// E8M0Encode sends to the oracle's ref::e8m0_encode.
+// Vectorized, N groups (a batch) at a time: f16/bf16 → f32, the group amax, the scale
+// codes (E8M0 from the exponent bits, see E8M0Encode; E4M3 by the element encoder), the
+// scaling, the E2M1 (both roundings) and E4M3 element encoders, the nibble packing, and
+// dequantize's decode·scale. Scalar: only the E8M0 codes of the rare scales E8M0Encode
+// sends to the oracle's ref::e8m0_encode. The common batch (no NaN, no zero nvfp4 scale,
+// E2M1 CPU rounding within E2M1CpuQuarters' range) takes the fast path: every amax from
+// one reduction of the stored patterns (ReduceGroups), batches planned a chunk ahead of
+// their encoding, bf16 read as even/odd pairs, nvfp4 without a division
+// (E2M1CpuQuotient), large outputs streamed; any other batch the general path.
 //
 // Exactness argument, per encoder (y = w/scale, computed as the exact w·(1/scale) for the
 // power-of-two mx scales, or (w·enc)/s for nvfp4, single correctly rounded vector ops in
@@ -18,12 +22,13 @@
 //   wins ties). Hence: argmin over {0, .5, …, 6} of round(|a − v|), first minimum kept,
 //   starting from a (the +0 entry), and the sign bit only when that magnitude is nonzero
 //   (−0 and every tie with +0 give code 0). NaN/inf distances never compare less: code 0.
-//   Groups with no NaN and |y| <= 12 take the equivalent table of E2M1CpuQuarters.
-// * E4M3 follows the oracle's arithmetic: e = max(⌊log2 a⌋, −6) from the exponent bits,
-//   q = rint(a·2^(3−e)) (an exact power-of-two rescale), code = (e+6)·8 + q; !(a < 448)
-//   (inf, NaN) saturates to 0x7E; the sign is y's sign bit.
-// * Dequantize: E2M1 values come from a table (or their bits on narrow vectors); E4M3's decode is the oracle's f16
-//   trick (magnitude bits << 7 as an f16, exact into f32 by ·2^112, then ·2^8, folded into
+//   Groups with no NaN and |y| <= 12 take the equivalent table of E2M1CpuQuarters
+//   (nvfp4: E2M1CpuQuotient, E2M1CpuQuotientNarrow, with their own proofs).
+// * E4M3 is the oracle's arithmetic: e = max(⌊log2 a⌋, −6), q = rint(a·2^(3−e)), code =
+//   (e+6)·8 + q, done for a >= 2^-6 on the f32 pattern (RNE at 3 mantissa bits, rebias);
+//   !(a < 448) (inf, NaN) saturates to 0x7E; the sign is y's sign bit.
+// * Dequantize: E2M1 values come from a table (or their bits on narrow vectors); E4M3's
+//   decode is the oracle's f16 trick (magnitude bits << 7 as an f16, exact into f32 by ·2^112, then ·2^8, folded into
 //   one exact ·2^120); then ·scale (and ·g/2688 as a separate multiply, as the oracle).
 //   Outputs of kStreamBytes or more go out by streaming stores (Put): only bits that
 //   would be stored anyway, written without the read-for-ownership of each line.
@@ -63,6 +68,7 @@ struct RowJob {
   float enc = 1.0f;          // nvfp4: 2688/global_scale, else 1
   float global_factor = 1.0f;
   bool has_global = false;
+  bool stream = false;  // quantize: the element codes go out by streaming stores (QuantizeBlock)
 };
 
 }  // namespace kvlab::simd::fp_detail
@@ -75,6 +81,7 @@ struct RowJob {
 #include <hwy/highway.h>
 
 #include "kernels/simd/affine_pack-inl.h"
+#include "kernels/simd/group_reduce-inl.h"
 #include "kernels/simd/half_convert-inl.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -92,6 +99,30 @@ using VI = hn::Vec<DI>;
 // Lanes whose sign bit is set (−0.0 and negative NaNs included).
 hn::Mask<DI> SignBitSet(VF y) { return hn::Lt(hn::BitCast(DI(), y), hn::Zero(DI())); }
 
+// Integral f32 lanes with |v| < 2^31 → i32 by one truncating conversion: Highway 1.0.3's
+// ConvertTo adds an overflow fix-up (four more ops on x86) that no such value needs.
+HWY_INLINE VI IntegralToInt(VF v) {
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+  return VI{_mm512_cvttps_epi32(v.raw)};
+#elif HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
+  return VI{_mm256_cvttps_epi32(v.raw)};
+#elif HWY_ARCH_X86 && HWY_TARGET != HWY_SCALAR
+  return VI{_mm_cvttps_epi32(v.raw)};
+#else
+  return hn::ConvertTo(DI(), v);
+#endif
+}
+
+// rint(v) (ties to even) as i32, for |v| < 2^31: on AVX-512 one conversion with the
+// rounding embedded (not MXCSR's).
+HWY_INLINE VI RoundToInt(VF v) {
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+  return VI{_mm512_cvt_roundps_epi32(v.raw, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)};
+#else
+  return IntegralToInt(hn::Round(v));
+#endif
+}
+
 HWY_INLINE VI E2M1Gpu(VF y) {
   const DF df;
   const DI di;
@@ -103,7 +134,7 @@ HWY_INLINE VI E2M1Gpu(VF y) {
   mag = hn::Add(mag, hn::IfThenElseZero(hn::Gt(a, hn::Set(df, 2.5f)), one));
   mag = hn::Add(mag, hn::IfThenElseZero(hn::Ge(a, hn::Set(df, 3.5f)), one));
   mag = hn::Add(mag, hn::IfThenElseZero(hn::Gt(a, hn::Set(df, 5.0f)), one));
-  const VI code = hn::Or(hn::ConvertTo(di, mag), hn::IfThenElseZero(SignBitSet(y), hn::Set(di, 8)));
+  const VI code = hn::Or(IntegralToInt(mag), hn::IfThenElseZero(SignBitSet(y), hn::Set(di, 8)));
   return hn::IfThenElse(hn::RebindMask(di, hn::IsNaN(y)), hn::Set(di, 7), code);  // NaN → +6
 }
 
@@ -120,22 +151,24 @@ HWY_INLINE VI E2M1Cpu(VF y) {
     mag = hn::IfThenElse(closer, hn::Set(df, static_cast<float>(k)), mag);
   }
   const auto negative = hn::And(SignBitSet(y), hn::RebindMask(di, hn::Gt(mag, hn::Zero(df))));
-  return hn::Or(hn::ConvertTo(di, mag), hn::IfThenElseZero(negative, hn::Set(di, 8)));
+  return hn::Or(IntegralToInt(mag), hn::IfThenElseZero(negative, hn::Set(di, 8)));
 }
 
 HWY_INLINE VI E4M3(VF y) {
   const DF df;
   const DI di;
-  const VF abs = hn::Abs(y);
-  const auto in_range = hn::Lt(abs, hn::Set(df, fd::kE4M3Max));  // false for inf and NaN
-  const VF a = hn::IfThenElseZero(in_range, abs);  // saturated lanes: 0, so no NaN reaches ConvertTo
-  // e = max(⌊log2 a⌋, −6): the exponent field, with the subnormal binade (and zero) at −6.
-  const VI e = hn::Max(hn::Sub(hn::ShiftRight<23>(hn::BitCast(di, a)), hn::Set(di, 127)), hn::Set(di, -6));
-  const VF rescale = hn::BitCast(df, hn::ShiftLeft<23>(hn::Sub(hn::Set(di, 127 + 3), e)));  // 2^(3−e)
-  const VI q = hn::ConvertTo(di, hn::Round(hn::Mul(a, rescale)));  // exact product, RNE
-  const VI finite = hn::Add(hn::ShiftLeft<3>(hn::Add(e, hn::Set(di, 6))), q);
-  const VI mag = hn::IfThenElse(hn::RebindMask(di, in_range), finite, hn::Set(di, 0x7E));
-  return hn::Or(mag, hn::IfThenElseZero(SignBitSet(y), hn::Set(di, 0x80)));
+  const VI bits = hn::BitCast(di, hn::Abs(y));
+  // a >= 2^-6: (e+6)·8 + rint(a·2^(3−e)) is the f32 pattern with its 20 low mantissa bits
+  // rounded off to even (a carry moves to the next binade, as q = 16 does) and the
+  // exponent rebiased 127 → 7, i.e. less 120 << 23.
+  const VI odd = hn::And(hn::ShiftRight<20>(bits), hn::Set(di, 1));
+  const VI normal = hn::ShiftRight<20>(hn::Add(hn::Add(bits, odd), hn::Set(di, 0x7FFFF - (120 << 23))));
+  // a < 2^-6 (e = −6): q = rint(a·2^9), an exact product.
+  const VI subnormal = RoundToInt(hn::Mul(hn::BitCast(df, bits), hn::Set(df, 512.0f)));
+  const VI finite = hn::IfThenElse(hn::Lt(bits, hn::Set(di, 0x3C800000)), subnormal, normal);  // 2^-6
+  // a >= 448 (inf and NaN too: their patterns are the largest) gives 0x7E or more: 0x7E.
+  const VI mag = hn::Min(finite, hn::Set(di, 0x7E));
+  return hn::Or(mag, hn::And(hn::ShiftRight<24>(hn::BitCast(di, y)), hn::Set(di, 0x80)));  // y's sign bit → bit 7
 }
 
 // E2M1 for the CPU rounding, from q = 4y, for a group whose |y| are all <= 12 (no NaN).
@@ -158,25 +191,97 @@ constexpr std::array<std::int32_t, 32> E2M1MagnitudeByCeilQuarter() {
   return table;
 }
 
-HWY_INLINE VI E2M1CpuQuarters(VF q) {
-  const DF df;
+// ⌈v⌉ as an integer, for |v| < 2^31.
+HWY_INLINE VI CeilToInt(VF v) {
+#if HWY_TARGET <= HWY_AVX3 && HWY_ARCH_X86
+  return VI{_mm512_cvt_roundps_epi32(v.raw, _MM_FROUND_TO_POS_INF | _MM_FROUND_NO_EXC)};  // one instruction
+#else
+  return IntegralToInt(hn::Ceil(v));
+#endif
+}
+
+// The E2M1 magnitude of c = ⌈|q|⌉ >= 0: table[min(c, 31)].
+HWY_INLINE VI E2M1MagnitudeOfCeil(VI c) {
   const DI di;
   alignas(64) static constexpr std::array<std::int32_t, 32> kTable = E2M1MagnitudeByCeilQuarter();
 #if HWY_TARGET <= HWY_AVX3 && HWY_ARCH_X86
-  // AVX-512: ceil and convert in one instruction, the 32-entry table in one two-source permute.
-  const __m512i c = _mm512_cvt_roundps_epi32(hn::Abs(q).raw, _MM_FROUND_TO_POS_INF | _MM_FROUND_NO_EXC);
-  const __m512i index = _mm512_min_epi32(c, _mm512_set1_epi32(31));
-  const VI mag{_mm512_permutex2var_epi32(_mm512_load_si512(kTable.data()), index,
-                                         _mm512_load_si512(kTable.data() + 16))};
+  // AVX-512: the 32-entry table in one two-source permute.
+  const __m512i index = _mm512_min_epi32(c.raw, _mm512_set1_epi32(31));
+  return VI{_mm512_permutex2var_epi32(_mm512_load_si512(kTable.data()), index, _mm512_load_si512(kTable.data() + 16))};
 #else
   (void)kTable;
-  const VI c = hn::ConvertTo(di, hn::Ceil(hn::Abs(q)));
   VI mag = hn::Min(hn::ShiftRight<1>(c), hn::Set(di, 4));  // the midpoints 1 3 5 7
   mag = hn::Sub(mag, hn::VecFromMask(di, hn::Gt(c, hn::Set(di, 10))));
   mag = hn::Sub(mag, hn::VecFromMask(di, hn::Gt(c, hn::Set(di, 14))));
-  mag = hn::Sub(mag, hn::VecFromMask(di, hn::Gt(c, hn::Set(di, 20))));
+  return hn::Sub(mag, hn::VecFromMask(di, hn::Gt(c, hn::Set(di, 20))));
 #endif
-  return hn::IfThenElse(hn::RebindMask(di, hn::Lt(q, hn::Set(df, -1.0f))), hn::Or(mag, hn::Set(di, 8)), mag);
+}
+
+#if HWY_TARGET == HWY_AVX3_DL && HWY_ARCH_X86
+// E2M1 codes by (sign, ⌈|q|⌉ clamped to 31): the magnitude, with the sign bit on every
+// nonzero one (index 0 is code 0, which the zero bytes of each index lane read).
+constexpr std::array<std::uint8_t, 64> E2M1CodeBySignAndCeil() {
+  std::array<std::uint8_t, 64> table{};
+  const std::array<std::int32_t, 32> mag = E2M1MagnitudeByCeilQuarter();
+  for (std::size_t i = 0; i < 64; ++i) {
+    const auto m = static_cast<std::uint8_t>(mag[i % 32]);
+    table[i] = static_cast<std::uint8_t>(i >= 32 && m != 0 ? m | 8 : m);
+  }
+  return table;
+}
+#endif
+
+// The E2M1 code of q from c = ⌈|q|⌉ and a value `src` of q's sign: the sign bit goes on
+// every nonzero magnitude (|q| > 1), i.e. when src < neg_threshold, a value the caller
+// gives as equivalent. AVX3_DL: one byte lookup (vpermb) indexed by c and src's sign bit
+// (neg_threshold unused); else the magnitude table and a compare.
+HWY_INLINE VI E2M1CodeOfCeil(VI c, VF src, VF neg_threshold) {
+  const DI di;
+#if HWY_TARGET == HWY_AVX3_DL && HWY_ARCH_X86
+  (void)neg_threshold;
+  alignas(64) static constexpr std::array<std::uint8_t, 64> kTable = E2M1CodeBySignAndCeil();
+  const __m512i low = _mm512_min_epi32(c.raw, _mm512_set1_epi32(31));
+  const __m512i sign = _mm512_srli_epi32(_mm512_castps_si512(src.raw), 26);  // bit 31 → bit 5
+  const __m512i index = _mm512_ternarylogic_epi32(low, sign, _mm512_set1_epi32(32), 0xF8);  // low | (sign & 32)
+  (void)di;
+  return VI{_mm512_permutexvar_epi8(index, _mm512_load_si512(kTable.data()))};
+#else
+  const VI mag = E2M1MagnitudeOfCeil(c);
+  return hn::IfThenElse(hn::RebindMask(di, hn::Lt(src, neg_threshold)), hn::Or(mag, hn::Set(di, 8)), mag);
+#endif
+}
+
+HWY_INLINE VI E2M1CpuQuarters(VF q) {
+  return E2M1CodeOfCeil(CeilToInt(hn::Abs(q)), q, hn::Set(DF(), -1.0f));  // q < −1 iff |q| > 1 and q < 0
+}
+
+// E2M1CpuQuarters(q) of nvfp4's q = RN(x/(s/4)) without the division, from p = x·2^(5−e)
+// (e = ⌊log2 s⌋; an exact power-of-two scaling) and the integer m = s·2^(3−e) in [8, 16)
+// (s, an E4M3 value, has at most 4 significant bits), so that x/(s/4) = p/m exactly.
+// * ⌈RN(y)⌉ = ⌈y⌉ for y = |p|/m <= 50: for an integer 1 <= t <= 64, RN(y) > t iff y > t:
+//   RN(y) > t iff y exceeds t + ulp(t)/2 (the tie goes to t, whose last mantissa bit is
+//   0), and |x| > (t + ulp(t)/2)·(s/4) iff |x| > t·(s/4), because t·(s/4) is an f32
+//   (at most 10 significant bits) and the excess, ulp(t)/2·(s/4), is below its ulp. For
+//   t = 0 they can differ only on a y below 2^-149, where both ceilings (0 or 1) give
+//   magnitude 0 and no sign. A |p| below 2^-126 may lose bits to the scaling, but then
+//   |q| < 1 too: magnitude 0 either way.
+// * ⌈|p|/m⌉ = ⌈P/m⌉ for the integer P = ⌈|p|⌉ <= 800, = ⌈(P − 1/2)/m⌉, whose argument lies
+//   at least 1/(2m) >= 1/32 from every integer, far beyond the error of RN(P·r − r/2)
+//   with r = RN(1/m) (one FMA; r/2 exact; error < 2^-12 here): the ceiling is exact.
+// * q < −1 iff RN(x/(s/4)) < −1 iff x < −s/4 (the same argument at t = 1) iff p < −m.
+// The per-group constants: neg_m = −m, inv_m = RN(1/m), neg_half_inv_m = −inv_m/2.
+HWY_INLINE VI E2M1CpuQuotient(VF p, VF neg_m, VF inv_m, VF neg_half_inv_m) {
+  return E2M1CodeOfCeil(CeilToInt(hn::MulAdd(hn::Ceil(hn::Abs(p)), inv_m, neg_half_inv_m)), p, neg_m);
+}
+
+// E2M1CpuQuotient for an x of at most 11 significant bits (an f16/bf16 w; enc = 1), with
+// K = 2^(5−e)·RN(1/m) (exact) and neg_quarter_s = −s/4: ⌈|x|·K − 2^-16⌉ in one FMA. For
+// |p| >= 1, |p| = M·2^E with M < 2^11, so E >= −10 and |p| − k·m (a multiple of 2^E) is 0
+// or at least 2^-10: y = |p|/m is an integer or at least 2^-14 from every integer, while
+// RN(|x|·K − 2^-16) lies within 2^-17.5 of y − 2^-16 (y <= 50; |x|·K = |p|·RN(1/m)), so
+// its ceiling is ⌈y⌉. For |p| < 1 both ceilings are 0 or 1: magnitude 0, no sign.
+HWY_INLINE VI E2M1CpuQuotientNarrow(VF x, VF k, VF neg_quarter_s) {
+  return E2M1CodeOfCeil(CeilToInt(hn::MulAdd(hn::Abs(x), k, hn::Set(DF(), -0x1p-16f))), x, neg_quarter_s);
 }
 
 // E4M3 code bits (sign in bit 7) → f32, as the oracle's decode: the magnitude bits << 7
@@ -332,6 +437,110 @@ HWY_INLINE fp_impl::VF LoadStored(const std::byte* HWY_RESTRICT src, std::size_t
   else return hn::LoadU(df, reinterpret_cast<const float*>(src) + i);
 }
 
+#if HWY_TARGET != HWY_SCALAR  // QuantizeBatchFast's pieces (one lane: no pairs of 16-bit lanes)
+// Stores the codes of 2N consecutive elements given as the even-indexed (`even`) and
+// odd-indexed ones: packed (codes < 16), lane k's byte is even | odd << 4; else (codes
+// < 256) lane k's two bytes, even first (little-endian u16).
+template <bool kPacked>
+HWY_INLINE void StorePairs(fp_impl::VI even, fp_impl::VI odd, std::uint8_t* HWY_RESTRICT out) {
+  const fp_impl::DI di;
+  if constexpr (kPacked) {
+    const hn::Rebind<std::uint8_t, fp_impl::DI> d8;
+    const auto bytes = hn::BitCast(hn::RebindToUnsigned<fp_impl::DI>(), hn::Or(even, hn::ShiftLeft<4>(odd)));
+    hn::StoreU(affine_pack::LowBytes(d8, bytes), d8, out);
+  } else {
+    const hn::Rebind<std::uint16_t, fp_impl::DI> d16;
+    hn::StoreU(hn::DemoteTo(d16, hn::Or(even, hn::ShiftLeft<8>(odd))), d16, reinterpret_cast<std::uint16_t*>(out));
+    (void)di;
+  }
+}
+
+// The element codes of nb consecutive groups, encode(g, w) of Lanes(df) values w of group
+// g at a time, stored; the loop shape chosen once per batch. bf16 groups of a multiple of
+// 2N values are read 2N at a time as N u32 lanes, whose low and high halves are elements
+// 2k and 2k+1, each made an f32 by one shift or mask and encoded in that order; the codes
+// of both go out together (StorePairs). Groups of one vector take one pass each.
+template <DType kDtype, bool kPacked, class Encode>
+HWY_INLINE void EncodeGroups(const std::byte* HWY_RESTRICT batch, std::size_t nb, std::size_t gs,
+                             std::uint8_t* HWY_RESTRICT out, const Encode& encode) {
+  const fp_impl::DF df;
+  const fp_impl::DI di;
+  const std::size_t N = hn::Lanes(df);
+  const std::size_t stride = gs * (kDtype == DType::f32 ? 4 : 2), group_bytes = kPacked ? gs / 2 : gs;
+  if constexpr (kDtype == DType::bf16) {
+    if (gs % (2 * N) == 0) {
+      for (std::size_t g = 0; g < nb; ++g) {
+        const auto* words = reinterpret_cast<const std::int32_t*>(batch + g * stride);
+        for (std::size_t i = 0; i < gs; i += 2 * N) {
+          const fp_impl::VI raw = hn::LoadU(di, words + i / 2);
+          const fp_impl::VI even = encode(g, hn::BitCast(df, hn::ShiftLeft<16>(raw)));
+          const fp_impl::VI odd = encode(g, hn::BitCast(df, hn::And(raw, hn::Set(di, -65536))));  // 0xFFFF0000
+          StorePairs<kPacked>(even, odd, out + g * group_bytes + (kPacked ? i / 2 : i));
+        }
+      }
+      return;
+    }
+  }
+  if (gs == N) {
+    for (std::size_t g = 0; g < nb; ++g)
+      StoreCodes<kPacked>(encode(g, LoadStored<kDtype>(batch + g * stride, 0)), out + g * group_bytes);
+    return;
+  }
+  for (std::size_t g = 0; g < nb; ++g) {
+    for (std::size_t i = 0; i < gs; i += N) {
+      StoreCodes<kPacked>(encode(g, LoadStored<kDtype>(batch + g * stride, i)),
+                          out + g * group_bytes + (kPacked ? i / 2 : i));
+    }
+  }
+}
+
+// The lane-wise maximum of a group's magnitude patterns, as i32 lanes: |w|'s bits for f32
+// inputs, the stored pattern & 0x7FFF for f16/bf16, unconverted (non-negative patterns
+// order as their values, so the largest is the amax's pattern, and one above the format's
+// infinity is a NaN).
+template <DType kDtype>
+HWY_INLINE fp_impl::VI GroupMagnitudeMax(const std::byte* HWY_RESTRICT group, std::size_t gs) {
+  const fp_impl::DI di;
+  if constexpr (kDtype == DType::f32) {
+    const auto* p = reinterpret_cast<const std::int32_t*>(group);
+    fp_impl::VI m = hn::Zero(di);
+    for (std::size_t i = 0; i < gs; i += hn::Lanes(di)) {
+      m = hn::Max(m, hn::And(hn::LoadU(di, p + i), hn::Set(di, 0x7FFFFFFF)));
+    }
+    return m;
+  } else {
+    const hn::Repartition<std::int16_t, fp_impl::DI> d16;
+    const auto* p = reinterpret_cast<const std::int16_t*>(group);
+    if (gs < hn::Lanes(d16)) {  // gs (16 or 32, a multiple of N) below 2N: gs == N, widened
+      return hn::And(hn::PromoteTo(di, hn::LoadU(hn::Rebind<std::int16_t, fp_impl::DI>(), p)), hn::Set(di, 0x7FFF));
+    }
+    auto m = hn::Zero(d16);
+    for (std::size_t i = 0; i < gs; i += hn::Lanes(d16)) {
+      m = hn::Max(m, hn::And(hn::LoadU(d16, p + i), hn::Set(d16, 0x7FFF)));
+    }
+    const fp_impl::VI pairs = hn::BitCast(di, m);  // two non-negative patterns per i32 lane
+    return hn::Max(hn::And(pairs, hn::Set(di, 0xFFFF)), hn::ShiftRight<16>(pairs));
+  }
+}
+
+template <DType kDtype>
+constexpr std::int32_t kInfPattern = kDtype == DType::bf16 ? 0x7F80 : kDtype == DType::f16 ? 0x7C00 : 0x7F800000;
+
+// A magnitude pattern of GroupMagnitudeMax → its f32 value, exactly.
+template <DType kDtype>
+HWY_INLINE fp_impl::VF MagnitudeToF32(fp_impl::VI bits) {
+  const fp_impl::DF df;
+  const hn::RebindToUnsigned<fp_impl::DF> du;
+  if constexpr (kDtype == DType::bf16) return hn::BitCast(df, hn::ShiftLeft<16>(bits));
+  else if constexpr (kDtype == DType::f16) return F16BitsToF32(df, hn::BitCast(du, bits));
+  else return hn::BitCast(df, bits);
+}
+
+#endif
+
+template <class Codes>
+constexpr bool kQuarters = std::is_same_v<Codes, E2M1CpuCodes> && HWY_TARGET != HWY_SCALAR;  // one lane: no pairs
+
 // The oracle's amax of a group that holds a NaN: the largest |w| of the others.
 inline float AmaxIgnoringNaN(const float* w, std::size_t n) {
   float amax = 0.0f;
@@ -339,96 +548,250 @@ inline float AmaxIgnoringNaN(const float* w, std::size_t n) {
   return amax;
 }
 
-// `groups` consecutive groups of stored values (rows are contiguous, so a block of rows is
-// a run of groups) → scale codes and element codes (E4M3: a byte each; E2M1: packed two
-// to a byte). N groups at a time (N = Lanes): convert to f32 and take each amax, the N
-// scale codes as one vector, then encode. kDivide: nvfp4's y = (w·enc)/s; else the mx
-// formats' y = w·(1/scale), exact (ScaleCodes).
+// The per-group constants of a batch's encoding (QuantizeBatchFast): mx E2M1 CPU rounding
+// k1 = 4/scale; nvfp4 E2M1 CPU rounding E2M1CpuQuotient's k1 = 2^(5−e), neg_m = −m,
+// inv_m = RN(1/m), neg_half_inv_m = −inv_m/2; other encoders: k1 = the factor.
+struct alignas(64) BatchPlan {
+  static constexpr std::size_t kMaxN = hn::MaxLanes(fp_impl::DF());
+  float k1[kMaxN], neg_m[kMaxN], inv_m[kMaxN], neg_half_inv_m[kMaxN];
+  float k1_inv_m[kMaxN], neg_quarter_s[kMaxN];  // E2M1CpuQuotientNarrow's K and −s/4
+};
+
+// The common batch of N groups: no NaN, no zero nvfp4 scale, and (E2M1 CPU rounding) every
+// |y| <= 12. Writes its scale codes and plan: the amax of all N groups from one
+// ReduceGroups of their magnitude patterns, then the scale codes and the per-group
+// constants, with no per-group reduction or branch. Returns false for any other batch
+// (then QuantizeBatch writes the scale codes again, identically).
 template <DType kDtype, bool kDivide, class Codes>
-void QuantizeBlock(const fd::RowJob& job, const std::byte* HWY_RESTRICT src, std::size_t groups,
+HWY_INLINE bool PlanBatchFast(const fd::RowJob& job, const std::byte* HWY_RESTRICT batch, std::size_t nb,
+                              std::uint8_t* HWY_RESTRICT scale_codes, BatchPlan& plan) {
+#if HWY_TARGET == HWY_SCALAR
+  (void)job, (void)batch, (void)nb, (void)scale_codes, (void)plan;
+  return false;
+#else
+  namespace fi = fp_impl;
+  const fi::DF df;
+  const fi::DI di;
+  constexpr std::size_t kMaxN = BatchPlan::kMaxN;  // x86 vectors: == Lanes
+  constexpr std::size_t kStoredBytes = kDtype == DType::f32 ? 4 : 2;
+  const auto gs = static_cast<std::size_t>(job.group_size);
+  fi::VI partial[kMaxN];
+  for (std::size_t g = 0; g < kMaxN; ++g)
+    partial[g] = g < nb ? GroupMagnitudeMax<kDtype>(batch + g * gs * kStoredBytes, gs) : hn::Zero(di);
+  ReduceGroups<kMaxN>(di, partial, [](fi::VI x, fi::VI y) { return hn::Max(x, y); });
+  if (!hn::AllFalse(di, hn::Gt(partial[0], hn::Set(di, kInfPattern<kDtype>)))) return false;  // a NaN
+  const fi::VF vamax = MagnitudeToF32<kDtype>(partial[0]);
+  const fi::VI codes = ScaleCodes(job, vamax, plan.k1);
+  if (nb == hn::Lanes(di)) {
+    const hn::Rebind<std::uint8_t, fi::DI> d8;
+    hn::StoreU(affine_pack::LowBytes(d8, hn::BitCast(hn::RebindToUnsigned<fi::DI>(), codes)), d8, scale_codes);
+  } else {
+    alignas(64) std::int32_t codes32[kMaxN];
+    hn::Store(codes, di, codes32);
+    for (std::size_t g = 0; g < nb; ++g) scale_codes[g] = static_cast<std::uint8_t>(codes32[g]);
+  }
+  const auto live = hn::FirstN(df, nb);
+  const fi::VF vfactor = hn::Load(df, plan.k1), venc = hn::Set(df, job.enc);
+  if (kDivide && !hn::AllFalse(df, hn::And(live, hn::Eq(vfactor, hn::Zero(df))))) return false;
+  if constexpr (kQuarters<Codes>) {
+    // |q| <= 48 (|y| <= 12) for every element when the same arithmetic on amax gives at
+    // most 48 (monotone roundings). mx: q = w·(4/scale), exact. nvfp4: E2M1CpuQuotient's
+    // p = (w·enc)·2^(5−e) and m = s·2^(3−e) (e = ⌊log2 s⌋; s >= 2^-9 is a normal f32).
+    const fi::VF quarter = kDivide ? hn::Mul(vfactor, hn::Set(df, 0.25f)) : hn::Mul(vfactor, hn::Set(df, 4.0f));
+    const fi::VF bound = hn::Abs(kDivide ? hn::Div(hn::Mul(vamax, venc), quarter) : hn::Mul(vamax, quarter));
+    if (!hn::AllTrue(df, hn::Or(hn::Not(live), hn::Le(bound, hn::Set(df, 48.0f))))) return false;
+    if constexpr (kDivide) {
+      const fi::VI e = hn::Sub(hn::ShiftRight<23>(hn::BitCast(di, vfactor)), hn::Set(di, 127));
+      const auto pow2 = [&](fi::VI k) { return hn::BitCast(df, hn::ShiftLeft<23>(hn::Add(k, hn::Set(di, 127)))); };
+      const fi::VF vm = hn::Mul(vfactor, pow2(hn::Sub(hn::Set(di, 3), e)));
+      const fi::VF vinv = hn::Div(hn::Set(df, 1.0f), hn::IfThenElse(live, vm, hn::Set(df, 8.0f)));
+      const fi::VF vk1 = pow2(hn::Sub(hn::Set(di, 5), e));
+      hn::Store(vk1, df, plan.k1);
+      hn::Store(hn::Neg(vm), df, plan.neg_m);
+      hn::Store(vinv, df, plan.inv_m);
+      hn::Store(hn::Mul(vinv, hn::Set(df, -0.5f)), df, plan.neg_half_inv_m);
+      hn::Store(hn::Mul(vk1, vinv), df, plan.k1_inv_m);
+      hn::Store(hn::Neg(quarter), df, plan.neg_quarter_s);
+    } else {
+      hn::Store(quarter, df, plan.k1);
+    }
+  }
+  return true;
+#endif
+}
+
+// The element codes of a batch that PlanBatchFast accepted, group by group: converted
+// again from the input (now cached) and encoded with no branch or (nvfp4) division.
+template <DType kDtype, bool kDivide, class Codes>
+HWY_INLINE void EncodeBatchFast(const fd::RowJob& job, const std::byte* HWY_RESTRICT batch, std::size_t nb,
+                                const BatchPlan& plan, std::uint8_t* HWY_RESTRICT out) {
+#if HWY_TARGET == HWY_SCALAR
+  (void)job, (void)batch, (void)nb, (void)plan, (void)out;
+#else
+  namespace fi = fp_impl;
+  const fi::DF df;
+  const auto gs = static_cast<std::size_t>(job.group_size);
+  const fi::VF venc = hn::Set(df, job.enc);
+  if constexpr (kQuarters<Codes> && kDivide) {
+    const auto quotient = [&](std::size_t g, fi::VF x) {
+      return fi::E2M1CpuQuotient(hn::Mul(x, hn::Set(df, plan.k1[g])), hn::Set(df, plan.neg_m[g]),
+                                 hn::Set(df, plan.inv_m[g]), hn::Set(df, plan.neg_half_inv_m[g]));
+    };
+    if (job.has_global) {
+      EncodeGroups<kDtype, true>(batch, nb, gs, out,
+                                 [&](std::size_t g, fi::VF w) { return quotient(g, hn::Mul(w, venc)); });
+    } else if constexpr (kDtype != DType::f32) {  // enc = 1: x = w·enc = w, of at most 11 significant bits
+      EncodeGroups<kDtype, true>(batch, nb, gs, out, [&](std::size_t g, fi::VF w) {
+        return fi::E2M1CpuQuotientNarrow(w, hn::Set(df, plan.k1_inv_m[g]), hn::Set(df, plan.neg_quarter_s[g]));
+      });
+    } else {
+      EncodeGroups<kDtype, true>(batch, nb, gs, out, quotient);  // enc = 1: w·enc = w
+    }
+  } else if constexpr (kQuarters<Codes>) {
+    EncodeGroups<kDtype, true>(batch, nb, gs, out, [&](std::size_t g, fi::VF w) {
+      return fi::E2M1CpuQuarters(hn::Mul(w, hn::Set(df, plan.k1[g])));
+    });
+  } else {
+    EncodeGroups<kDtype, Codes::kPacked>(batch, nb, gs, out, [&](std::size_t g, fi::VF w) {
+      const fi::VF factor = hn::Set(df, plan.k1[g]);
+      return Codes::Encode(kDivide ? hn::Div(hn::Mul(w, venc), factor) : hn::Mul(w, factor));
+    });
+  }
+#endif
+}
+
+// Any batch of nb <= N groups, group by group: convert to f32 and take each amax (NaN
+// groups as the oracle), the N scale codes as one vector, then encode. kDivide: nvfp4's
+// y = (w·enc)/s; else the mx formats' y = w·(1/scale), exact (ScaleCodes).
+template <DType kDtype, bool kDivide, class Codes>
+void QuantizeBatch(const fd::RowJob& job, const std::byte* HWY_RESTRICT batch, std::size_t nb,
                    std::uint8_t* HWY_RESTRICT scale_codes, std::uint8_t* HWY_RESTRICT out) {
   namespace fi = fp_impl;
   const fi::DF df;
   const fi::DI di;
   constexpr std::size_t kMaxN = hn::MaxLanes(fi::DF());
   constexpr std::size_t kMaxGroup = 32;
-  constexpr std::size_t kStoredBytes = kDtype == DType::f32 ? 4 : 2;
   const std::size_t N = hn::Lanes(df);
   const auto gs = static_cast<std::size_t>(job.group_size);
   const std::size_t group_bytes = Codes::kPacked ? gs / 2 : gs;
   const auto venc = hn::Set(df, job.enc);
   alignas(64) float values[kMaxN * kMaxGroup];
-  constexpr bool kQuarters = std::is_same_v<Codes, E2M1CpuCodes> && HWY_TARGET != HWY_SCALAR;  // one lane: no pairs
   alignas(64) float amax[kMaxN], factor[kMaxN], quarter_factor[kMaxN];
   alignas(64) std::int32_t codes32[kMaxN], small[kMaxN];
   bool has_nan[kMaxN];
-  for (std::size_t g0 = 0; g0 < groups; g0 += N) {
-    const std::size_t nb = std::min(N, groups - g0);
-    const std::byte* const batch = src + g0 * gs * kStoredBytes;
-    // amax on the magnitude bits (non-negative floats order as integers): above +inf's
-    // pattern only when the group holds a NaN, whose amax the oracle takes without it.
-    for (std::size_t g = 0; g < nb; ++g) {
-      fi::VI m = hn::Zero(di);
-      for (std::size_t i = g * gs; i < (g + 1) * gs; i += N) {
-        const fi::VF v = LoadStored<kDtype>(batch, i);
-        hn::Store(v, df, values + i);
-        m = hn::Max(m, hn::And(hn::BitCast(di, v), hn::Set(di, 0x7FFFFFFF)));
-      }
-      const std::int32_t bits = hn::GetLane(hn::MaxOfLanes(di, m));
-      has_nan[g] = bits > 0x7F800000;
-      amax[g] = has_nan[g] ? AmaxIgnoringNaN(values + g * gs, gs) : std::bit_cast<float>(bits);
+  // amax on the magnitude bits (non-negative floats order as integers): above +inf's
+  // pattern only when the group holds a NaN, whose amax the oracle takes without it.
+  for (std::size_t g = 0; g < nb; ++g) {
+    fi::VI m = hn::Zero(di);
+    for (std::size_t i = g * gs; i < (g + 1) * gs; i += N) {
+      const fi::VF v = LoadStored<kDtype>(batch, i);
+      hn::Store(v, df, values + i);
+      m = hn::Max(m, hn::And(hn::BitCast(di, v), hn::Set(di, 0x7FFFFFFF)));
     }
-    for (std::size_t g = nb; g < N; ++g) amax[g] = 0.0f;
-    const fi::VF vamax = hn::Load(df, amax);
-    hn::Store(ScaleCodes(job, vamax, factor), di, codes32);
-    for (std::size_t g = 0; g < nb; ++g) scale_codes[g0 + g] = static_cast<std::uint8_t>(codes32[g]);
-    if constexpr (kQuarters) {
-      // q = 4y directly: mx y·4 = w·(4/scale); nvfp4 (w·enc)/(s/4), s/4 exact (s >= 2^-9).
-      // Every |q| is at most the same arithmetic on amax (monotone roundings), so a group
-      // takes E2M1CpuQuarters when that bound is <= 48 (|y| <= 12) and it holds no NaN.
-      const fi::VF vfactor = hn::Load(df, factor);
-      const fi::VF quarter = kDivide ? hn::Mul(vfactor, hn::Set(df, 0.25f)) : hn::Mul(vfactor, hn::Set(df, 4.0f));
-      const fi::VF bound = hn::Abs(kDivide ? hn::Div(hn::Mul(vamax, venc), quarter) : hn::Mul(vamax, quarter));
-      hn::Store(quarter, df, quarter_factor);
-      hn::Store(hn::VecFromMask(di, hn::RebindMask(di, hn::Le(bound, hn::Set(df, 48.0f)))), di, small);
+    const std::int32_t bits = hn::GetLane(hn::MaxOfLanes(di, m));
+    has_nan[g] = bits > 0x7F800000;
+    amax[g] = has_nan[g] ? AmaxIgnoringNaN(values + g * gs, gs) : std::bit_cast<float>(bits);
+  }
+  for (std::size_t g = nb; g < N; ++g) amax[g] = 0.0f;
+  const fi::VF vamax = hn::Load(df, amax);
+  hn::Store(ScaleCodes(job, vamax, factor), di, codes32);
+  for (std::size_t g = 0; g < nb; ++g) scale_codes[g] = static_cast<std::uint8_t>(codes32[g]);
+  if constexpr (kQuarters<Codes>) {
+    // q = 4y directly: mx y·4 = w·(4/scale); nvfp4 (w·enc)/(s/4), s/4 exact (s >= 2^-9).
+    // Every |q| is at most the same arithmetic on amax (monotone roundings), so a group
+    // takes E2M1CpuQuarters when that bound is <= 48 (|y| <= 12) and it holds no NaN.
+    const fi::VF vfactor = hn::Load(df, factor);
+    const fi::VF quarter = kDivide ? hn::Mul(vfactor, hn::Set(df, 0.25f)) : hn::Mul(vfactor, hn::Set(df, 4.0f));
+    const fi::VF bound = hn::Abs(kDivide ? hn::Div(hn::Mul(vamax, venc), quarter) : hn::Mul(vamax, quarter));
+    hn::Store(quarter, df, quarter_factor);
+    hn::Store(hn::VecFromMask(di, hn::RebindMask(di, hn::Le(bound, hn::Set(df, 48.0f)))), di, small);
+  }
+  for (std::size_t g = 0; g < nb; ++g) {
+    std::uint8_t* const dst = out + g * group_bytes;
+    const fi::VF vfactor = hn::Set(df, factor[g]);
+    if constexpr (kDivide) {
+      if (factor[g] == 0.0f) {  // the oracle's zero-scale rule
+        std::memset(dst, 0, group_bytes);
+        continue;
+      }
     }
-    for (std::size_t g = 0; g < nb; ++g) {
-      std::uint8_t* const dst = out + (g0 + g) * group_bytes;
-      const fi::VF vfactor = hn::Set(df, factor[g]);
-      if constexpr (kDivide) {
-        if (factor[g] == 0.0f) {  // the oracle's zero-scale rule
-          std::memset(dst, 0, group_bytes);
-          continue;
-        }
-      }
-      if constexpr (kQuarters) {
-        if (!has_nan[g] && small[g] != 0) {
-          const fi::VF vq = hn::Set(df, quarter_factor[g]);
-          for (std::size_t i = 0; i < gs; i += N) {
-            const fi::VF w = hn::Load(df, values + g * gs + i);
-            const fi::VF q = kDivide ? hn::Div(hn::Mul(w, venc), vq) : hn::Mul(w, vq);
-            StoreCodes<true>(fi::E2M1CpuQuarters(q), dst + i / 2);
-          }
-          continue;
-        }
-      }
-      const auto scaled = [&](fi::VF w) { return kDivide ? hn::Div(hn::Mul(w, venc), vfactor) : hn::Mul(w, vfactor); };
-#if HWY_TARGET == HWY_SCALAR
-      if constexpr (Codes::kPacked) {  // one lane: the pairs are joined here
-        for (std::size_t i = 0; i < gs; i += 2) {
-          const auto lo = hn::GetLane(Codes::Encode(scaled(hn::Load(df, values + g * gs + i))));
-          const auto hi = hn::GetLane(Codes::Encode(scaled(hn::Load(df, values + g * gs + i + 1))));
-          dst[i / 2] = static_cast<std::uint8_t>(lo | (hi << 4));
+    if constexpr (kQuarters<Codes>) {
+      if (!has_nan[g] && small[g] != 0) {
+        const fi::VF vq = hn::Set(df, quarter_factor[g]);
+        for (std::size_t i = 0; i < gs; i += N) {
+          const fi::VF w = hn::Load(df, values + g * gs + i);
+          const fi::VF q = kDivide ? hn::Div(hn::Mul(w, venc), vq) : hn::Mul(w, vq);
+          StoreCodes<true>(fi::E2M1CpuQuarters(q), dst + i / 2);
         }
         continue;
       }
+    }
+    const auto scaled = [&](fi::VF w) { return kDivide ? hn::Div(hn::Mul(w, venc), vfactor) : hn::Mul(w, vfactor); };
+#if HWY_TARGET == HWY_SCALAR
+    if constexpr (Codes::kPacked) {  // one lane: the pairs are joined here
+      for (std::size_t i = 0; i < gs; i += 2) {
+        const auto lo = hn::GetLane(Codes::Encode(scaled(hn::Load(df, values + g * gs + i))));
+        const auto hi = hn::GetLane(Codes::Encode(scaled(hn::Load(df, values + g * gs + i + 1))));
+        dst[i / 2] = static_cast<std::uint8_t>(lo | (hi << 4));
+      }
+      continue;
+    }
 #endif
-      for (std::size_t i = 0; i < gs; i += N) {
-        StoreCodes<Codes::kPacked>(Codes::Encode(scaled(hn::Load(df, values + g * gs + i))),
-                                   dst + (Codes::kPacked ? i / 2 : i));
+    for (std::size_t i = 0; i < gs; i += N) {
+      StoreCodes<Codes::kPacked>(Codes::Encode(scaled(hn::Load(df, values + g * gs + i))),
+                                 dst + (Codes::kPacked ? i / 2 : i));
+    }
+  }
+}
+
+// `groups` consecutive groups of stored values (rows are contiguous, so a block of rows is
+// a run of groups) → scale codes and element codes (E4M3: a byte each; E2M1: packed two
+// to a byte), N groups (a batch) at a time, kChunk batches planned before any is
+// encoded: the plans are independent of each other, so their reductions and scale
+// arithmetic overlap instead of each batch's encoding waiting on its own. A batch the
+// fast plan refuses goes to QuantizeBatch. The chunk after next is prefetched while
+// planning: the cold input otherwise left much of the time waiting on DRAM
+// (docs/benchmarks.md §Measurements behind kernel choices).
+template <DType kDtype, bool kDivide, class Codes>
+void QuantizeBlock(const fd::RowJob& job, const std::byte* HWY_RESTRICT src, std::size_t groups,
+                   std::uint8_t* HWY_RESTRICT scale_codes, std::uint8_t* HWY_RESTRICT out) {
+  constexpr std::size_t kStoredBytes = kDtype == DType::f32 ? 4 : 2;
+  constexpr std::size_t kChunk = 8;
+  const std::size_t N = hn::Lanes(fp_impl::DF());
+  const auto gs = static_cast<std::size_t>(job.group_size);
+  const std::size_t group_bytes = Codes::kPacked ? gs / 2 : gs, batch_bytes = N * gs * kStoredBytes;
+  BatchPlan plans[kChunk];
+  bool fast[kChunk];
+  alignas(64) std::uint8_t staged[BatchPlan::kMaxN * 32];  // a batch's element codes, to be streamed
+  const hn::ScalableTag<std::uint8_t> d8;
+  for (std::size_t c0 = 0; c0 < groups; c0 += kChunk * N) {
+    const std::size_t batches = std::min(kChunk, (groups - c0 + N - 1) / N);
+    for (std::size_t b = 0; b < batches; ++b) {
+      const std::size_t g0 = c0 + b * N;
+      const std::byte* const batch = src + g0 * gs * kStoredBytes;
+      // An integer address: a prefetch never faults, past the input's end included.
+      const std::uintptr_t ahead = reinterpret_cast<std::uintptr_t>(batch) + 2 * kChunk * batch_bytes;
+      for (std::size_t line = 0; line < batch_bytes; line += 64) {
+        hwy::Prefetch(reinterpret_cast<const std::uint8_t*>(ahead + line));
+      }
+      fast[b] = PlanBatchFast<kDtype, kDivide, Codes>(job, batch, std::min(N, groups - g0), scale_codes + g0, plans[b]);
+    }
+    for (std::size_t b = 0; b < batches; ++b) {
+      const std::size_t g0 = c0 + b * N, nb = std::min(N, groups - g0);
+      const std::byte* const batch = src + g0 * gs * kStoredBytes;
+      std::uint8_t* const dst = out + g0 * group_bytes;
+      const std::size_t bytes = nb * group_bytes;
+      if (!fast[b]) {
+        QuantizeBatch<kDtype, kDivide, Codes>(job, batch, nb, scale_codes + g0, dst);
+      } else if (job.stream && bytes % 64 == 0 && reinterpret_cast<std::uintptr_t>(dst) % 64 == 0) {
+        EncodeBatchFast<kDtype, kDivide, Codes>(job, batch, nb, plans[b], staged);
+        for (std::size_t i = 0; i < bytes; i += hn::Lanes(d8)) hn::Stream(hn::Load(d8, staged + i), d8, dst + i);
+      } else {
+        EncodeBatchFast<kDtype, kDivide, Codes>(job, batch, nb, plans[b], dst);
       }
     }
   }
+  if (job.stream) hwy::FlushStream();  // the streamed lines visible before the task ends
 }
 
 template <DType kDtype>
@@ -627,8 +990,9 @@ void fp_quantize(const ConstTensorView& x, const QuantSpec& spec, Rounding round
                  std::optional<float> global_scale, const TensorView& wq, const TensorView& scales) {
   namespace fd = fp_detail;
   const std::int64_t d = ref::validate_fp_quantize(x, spec, global_scale, wq, scales);
-  const fd::RowJob job = fd::make_job(spec, rounding, global_scale, d);
+  fd::RowJob job = fd::make_job(spec, rounding, global_scale, d);
   const std::int64_t rows = x.numel() / d;
+  job.stream = static_cast<std::size_t>(wq.numel()) * dtype_size(wq.dtype) >= fd::kStreamBytes;
   const auto n = static_cast<std::size_t>(d), groups_per_row = static_cast<std::size_t>(job.groups);
   const std::size_t row_bytes = n * dtype_size(x.dtype), wq_row_bytes = n * static_cast<std::size_t>(spec.bits) / 8;
   auto* const quantize_block = &HWY_DYNAMIC_DISPATCH(FpQuantizeBlock);
