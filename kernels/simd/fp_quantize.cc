@@ -163,8 +163,10 @@ HWY_INLINE VI E4M3(VF y) {
   // exponent rebiased 127 → 7, i.e. less 120 << 23.
   const VI odd = hn::And(hn::ShiftRight<20>(bits), hn::Set(di, 1));
   const VI normal = hn::ShiftRight<20>(hn::Add(hn::Add(bits, odd), hn::Set(di, 0x7FFFF - (120 << 23))));
-  // a < 2^-6 (e = −6): q = rint(a·2^9), an exact product.
-  const VI subnormal = RoundToInt(hn::Mul(hn::BitCast(df, bits), hn::Set(df, 512.0f)));
+  // a < 2^-6 (e = −6): q = rint(a·2^9), an exact product. Min keeps the other lanes (inf,
+  // NaN: Min gives its second operand) in range of the conversion, whose result they drop.
+  const VF low = hn::Min(hn::BitCast(df, bits), hn::Set(df, 0x1p-6f));
+  const VI subnormal = RoundToInt(hn::Mul(low, hn::Set(df, 512.0f)));
   const VI finite = hn::IfThenElse(hn::Lt(bits, hn::Set(di, 0x3C800000)), subnormal, normal);  // 2^-6
   // a >= 448 (inf and NaN too: their patterns are the largest) gives 0x7E or more: 0x7E.
   const VI mag = hn::Min(finite, hn::Set(di, 0x7E));
