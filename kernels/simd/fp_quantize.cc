@@ -543,6 +543,19 @@ HWY_INLINE fp_impl::VF MagnitudeToF32(fp_impl::VI bits) {
 template <class Codes>
 constexpr bool kQuarters = std::is_same_v<Codes, E2M1CpuCodes> && HWY_TARGET != HWY_SCALAR;  // one lane: no pairs
 
+// E2M1 CPU rounding in quarters, q = 4y: mx q = w·quarter with quarter = 4/scale, nvfp4
+// q = (w·enc)/quarter with quarter = s/4 (exact: s >= 2^-9). Every |q| of a group is at
+// most the same arithmetic on its amax (monotone roundings): the groups whose bound is
+// <= 48 (|y| <= 12, the table's range).
+template <bool kDivide>
+HWY_INLINE hn::Mask<fp_impl::DF> QuartersInRange(fp_impl::VF factor, fp_impl::VF amax, fp_impl::VF enc,
+                                                 fp_impl::VF& quarter) {
+  const fp_impl::DF df;
+  quarter = kDivide ? hn::Mul(factor, hn::Set(df, 0.25f)) : hn::Mul(factor, hn::Set(df, 4.0f));
+  const fp_impl::VF bound = hn::Abs(kDivide ? hn::Div(hn::Mul(amax, enc), quarter) : hn::Mul(amax, quarter));
+  return hn::Le(bound, hn::Set(df, 48.0f));
+}
+
 // The oracle's amax of a group that holds a NaN: the largest |w| of the others.
 inline float AmaxIgnoringNaN(const float* w, std::size_t n) {
   float amax = 0.0f;
@@ -596,12 +609,10 @@ HWY_INLINE bool PlanBatchFast(const fd::RowJob& job, const std::byte* HWY_RESTRI
   const fi::VF vfactor = hn::Load(df, plan.k1), venc = hn::Set(df, job.enc);
   if (kDivide && !hn::AllFalse(df, hn::And(live, hn::Eq(vfactor, hn::Zero(df))))) return false;
   if constexpr (kQuarters<Codes>) {
-    // |q| <= 48 (|y| <= 12) for every element when the same arithmetic on amax gives at
-    // most 48 (monotone roundings). mx: q = w·(4/scale), exact. nvfp4: E2M1CpuQuotient's
+    // Every live group within the table's range (QuartersInRange). nvfp4: E2M1CpuQuotient's
     // p = (w·enc)·2^(5−e) and m = s·2^(3−e) (e = ⌊log2 s⌋; s >= 2^-9 is a normal f32).
-    const fi::VF quarter = kDivide ? hn::Mul(vfactor, hn::Set(df, 0.25f)) : hn::Mul(vfactor, hn::Set(df, 4.0f));
-    const fi::VF bound = hn::Abs(kDivide ? hn::Div(hn::Mul(vamax, venc), quarter) : hn::Mul(vamax, quarter));
-    if (!hn::AllTrue(df, hn::Or(hn::Not(live), hn::Le(bound, hn::Set(df, 48.0f))))) return false;
+    fi::VF quarter;
+    if (!hn::AllTrue(df, hn::Or(hn::Not(live), QuartersInRange<kDivide>(vfactor, vamax, venc, quarter)))) return false;
     if constexpr (kDivide) {
       const fi::VI e = hn::Sub(hn::ShiftRight<23>(hn::BitCast(di, vfactor)), hn::Set(di, 127));
       const auto pow2 = [&](fi::VI k) { return hn::BitCast(df, hn::ShiftLeft<23>(hn::Add(k, hn::Set(di, 127)))); };
@@ -699,14 +710,11 @@ void QuantizeBatch(const fd::RowJob& job, const std::byte* HWY_RESTRICT batch, s
   hn::Store(ScaleCodes(job, vamax, factor), di, codes32);
   for (std::size_t g = 0; g < nb; ++g) scale_codes[g] = static_cast<std::uint8_t>(codes32[g]);
   if constexpr (kQuarters<Codes>) {
-    // q = 4y directly: mx y·4 = w·(4/scale); nvfp4 (w·enc)/(s/4), s/4 exact (s >= 2^-9).
-    // Every |q| is at most the same arithmetic on amax (monotone roundings), so a group
-    // takes E2M1CpuQuarters when that bound is <= 48 (|y| <= 12) and it holds no NaN.
-    const fi::VF vfactor = hn::Load(df, factor);
-    const fi::VF quarter = kDivide ? hn::Mul(vfactor, hn::Set(df, 0.25f)) : hn::Mul(vfactor, hn::Set(df, 4.0f));
-    const fi::VF bound = hn::Abs(kDivide ? hn::Div(hn::Mul(vamax, venc), quarter) : hn::Mul(vamax, quarter));
+    // A group takes E2M1CpuQuarters when QuartersInRange holds and it has no NaN.
+    fi::VF quarter;
+    const auto in_range = QuartersInRange<kDivide>(hn::Load(df, factor), vamax, venc, quarter);
     hn::Store(quarter, df, quarter_factor);
-    hn::Store(hn::VecFromMask(di, hn::RebindMask(di, hn::Le(bound, hn::Set(df, 48.0f)))), di, small);
+    hn::Store(hn::VecFromMask(di, hn::RebindMask(di, in_range)), di, small);
   }
   for (std::size_t g = 0; g < nb; ++g) {
     std::uint8_t* const dst = out + g * group_bytes;
