@@ -457,13 +457,27 @@ HWY_INLINE void StorePairs(fp_impl::VI even, fp_impl::VI odd, std::uint8_t* HWY_
   }
 }
 
+// One prefetch per 64 bytes of the batch that group g's `stride` bytes cover (a group of
+// 32 bytes every other time), `ahead` bytes past them, issued as the group is encoded:
+// spread through the compute, they keep the next chunk's DRAM reads in flight while it
+// runs; a burst of a batch's lines at once, before its plan, left compute and memory
+// less overlapped (docs/benchmarks.md §Measurements behind kernel choices). An integer
+// address: a prefetch never faults, past the input's end included.
+HWY_INLINE void PrefetchPast(const std::byte* batch, std::size_t g, std::size_t stride, std::size_t ahead) {
+  const std::uintptr_t at = reinterpret_cast<std::uintptr_t>(batch) + ahead;
+  for (std::size_t b = (g * stride + 63) / 64 * 64; b < (g + 1) * stride; b += 64) {
+    hwy::Prefetch(reinterpret_cast<const std::uint8_t*>(at + b));
+  }
+}
+
 // The element codes of nb consecutive groups, encode(g, w) of Lanes(df) values w of group
 // g at a time, stored; the loop shape chosen once per batch. bf16 groups of a multiple of
 // 2N values are read 2N at a time as N u32 lanes, whose low and high halves are elements
 // 2k and 2k+1, each made an f32 by one shift or mask and encoded in that order; the codes
-// of both go out together (StorePairs). Groups of one vector take one pass each.
+// of both go out together (StorePairs). Groups of one vector take one pass each. Each
+// group asks for the input `ahead` bytes past it (PrefetchPast).
 template <DType kDtype, bool kPacked, class Encode>
-HWY_INLINE void EncodeGroups(const std::byte* HWY_RESTRICT batch, std::size_t nb, std::size_t gs,
+HWY_INLINE void EncodeGroups(const std::byte* HWY_RESTRICT batch, std::size_t nb, std::size_t gs, std::size_t ahead,
                              std::uint8_t* HWY_RESTRICT out, const Encode& encode) {
   const fp_impl::DF df;
   const fp_impl::DI di;
@@ -472,6 +486,7 @@ HWY_INLINE void EncodeGroups(const std::byte* HWY_RESTRICT batch, std::size_t nb
   if constexpr (kDtype == DType::bf16) {
     if (gs % (2 * N) == 0) {
       for (std::size_t g = 0; g < nb; ++g) {
+        PrefetchPast(batch, g, stride, ahead);
         const auto* words = reinterpret_cast<const std::int32_t*>(batch + g * stride);
         for (std::size_t i = 0; i < gs; i += 2 * N) {
           const fp_impl::VI raw = hn::LoadU(di, words + i / 2);
@@ -484,11 +499,14 @@ HWY_INLINE void EncodeGroups(const std::byte* HWY_RESTRICT batch, std::size_t nb
     }
   }
   if (gs == N) {
-    for (std::size_t g = 0; g < nb; ++g)
+    for (std::size_t g = 0; g < nb; ++g) {
+      PrefetchPast(batch, g, stride, ahead);
       StoreCodes<kPacked>(encode(g, LoadStored<kDtype>(batch + g * stride, 0)), out + g * group_bytes);
+    }
     return;
   }
   for (std::size_t g = 0; g < nb; ++g) {
+    PrefetchPast(batch, g, stride, ahead);
     for (std::size_t i = 0; i < gs; i += N) {
       StoreCodes<kPacked>(encode(g, LoadStored<kDtype>(batch + g * stride, i)),
                           out + g * group_bytes + (kPacked ? i / 2 : i));
@@ -637,9 +655,9 @@ HWY_INLINE bool PlanBatchFast(const fd::RowJob& job, const std::byte* HWY_RESTRI
 // again from the input (now cached) and encoded with no branch or (nvfp4) division.
 template <DType kDtype, bool kDivide, class Codes>
 HWY_INLINE void EncodeBatchFast(const fd::RowJob& job, const std::byte* HWY_RESTRICT batch, std::size_t nb,
-                                const BatchPlan& plan, std::uint8_t* HWY_RESTRICT out) {
+                                const BatchPlan& plan, std::size_t ahead, std::uint8_t* HWY_RESTRICT out) {
 #if HWY_TARGET == HWY_SCALAR
-  (void)job, (void)batch, (void)nb, (void)plan, (void)out;
+  (void)job, (void)batch, (void)nb, (void)plan, (void)ahead, (void)out;
 #else
   namespace fi = fp_impl;
   const fi::DF df;
@@ -651,21 +669,21 @@ HWY_INLINE void EncodeBatchFast(const fd::RowJob& job, const std::byte* HWY_REST
                                  hn::Set(df, plan.inv_m[g]), hn::Set(df, plan.neg_half_inv_m[g]));
     };
     if (job.has_global) {
-      EncodeGroups<kDtype, true>(batch, nb, gs, out,
+      EncodeGroups<kDtype, true>(batch, nb, gs, ahead, out,
                                  [&](std::size_t g, fi::VF w) { return quotient(g, hn::Mul(w, venc)); });
     } else if constexpr (kDtype != DType::f32) {  // enc = 1: x = w·enc = w, of at most 11 significant bits
-      EncodeGroups<kDtype, true>(batch, nb, gs, out, [&](std::size_t g, fi::VF w) {
+      EncodeGroups<kDtype, true>(batch, nb, gs, ahead, out, [&](std::size_t g, fi::VF w) {
         return fi::E2M1CpuQuotientNarrow(w, hn::Set(df, plan.k1_inv_m[g]), hn::Set(df, plan.neg_quarter_s[g]));
       });
     } else {
-      EncodeGroups<kDtype, true>(batch, nb, gs, out, quotient);  // enc = 1: w·enc = w
+      EncodeGroups<kDtype, true>(batch, nb, gs, ahead, out, quotient);  // enc = 1: w·enc = w
     }
   } else if constexpr (kQuarters<Codes>) {
-    EncodeGroups<kDtype, true>(batch, nb, gs, out, [&](std::size_t g, fi::VF w) {
+    EncodeGroups<kDtype, true>(batch, nb, gs, ahead, out, [&](std::size_t g, fi::VF w) {
       return fi::E2M1CpuQuarters(hn::Mul(w, hn::Set(df, plan.k1[g])));
     });
   } else {
-    EncodeGroups<kDtype, Codes::kPacked>(batch, nb, gs, out, [&](std::size_t g, fi::VF w) {
+    EncodeGroups<kDtype, Codes::kPacked>(batch, nb, gs, ahead, out, [&](std::size_t g, fi::VF w) {
       const fi::VF factor = hn::Set(df, plan.k1[g]);
       return Codes::Encode(kDivide ? hn::Div(hn::Mul(w, venc), factor) : hn::Mul(w, factor));
     });
@@ -759,9 +777,8 @@ void QuantizeBatch(const fd::RowJob& job, const std::byte* HWY_RESTRICT batch, s
 // to a byte), N groups (a batch) at a time, kChunk batches planned before any is
 // encoded: the plans are independent of each other, so their reductions and scale
 // arithmetic overlap instead of each batch's encoding waiting on its own. A batch the
-// fast plan refuses goes to QuantizeBatch. The chunk after next is prefetched while
-// planning: the cold input otherwise left much of the time waiting on DRAM
-// (docs/benchmarks.md §Measurements behind kernel choices).
+// fast plan refuses goes to QuantizeBatch. Encoding a chunk prefetches the chunk after next
+// (PrefetchPast): the next chunk's plan reads its input as soon as this encoding ends.
 template <DType kDtype, bool kDivide, class Codes>
 void QuantizeBlock(const fd::RowJob& job, const std::byte* HWY_RESTRICT src, std::size_t groups,
                    std::uint8_t* HWY_RESTRICT scale_codes, std::uint8_t* HWY_RESTRICT out) {
@@ -769,7 +786,7 @@ void QuantizeBlock(const fd::RowJob& job, const std::byte* HWY_RESTRICT src, std
   constexpr std::size_t kChunk = 8;
   const std::size_t N = hn::Lanes(fp_impl::DF());
   const auto gs = static_cast<std::size_t>(job.group_size);
-  const std::size_t group_bytes = Codes::kPacked ? gs / 2 : gs, batch_bytes = N * gs * kStoredBytes;
+  const std::size_t group_bytes = Codes::kPacked ? gs / 2 : gs, ahead = 2 * kChunk * N * gs * kStoredBytes;
   BatchPlan plans[kChunk];
   bool fast[kChunk];
   alignas(64) std::uint8_t staged[BatchPlan::kMaxN * 32];  // a batch's element codes, to be streamed
@@ -779,11 +796,6 @@ void QuantizeBlock(const fd::RowJob& job, const std::byte* HWY_RESTRICT src, std
     for (std::size_t b = 0; b < batches; ++b) {
       const std::size_t g0 = c0 + b * N;
       const std::byte* const batch = src + g0 * gs * kStoredBytes;
-      // An integer address: a prefetch never faults, past the input's end included.
-      const std::uintptr_t ahead = reinterpret_cast<std::uintptr_t>(batch) + 2 * kChunk * batch_bytes;
-      for (std::size_t line = 0; line < batch_bytes; line += 64) {
-        hwy::Prefetch(reinterpret_cast<const std::uint8_t*>(ahead + line));
-      }
       fast[b] = PlanBatchFast<kDtype, kDivide, Codes>(job, batch, std::min(N, groups - g0), scale_codes + g0, plans[b]);
     }
     for (std::size_t b = 0; b < batches; ++b) {
@@ -794,10 +806,10 @@ void QuantizeBlock(const fd::RowJob& job, const std::byte* HWY_RESTRICT src, std
       if (!fast[b]) {
         QuantizeBatch<kDtype, kDivide, Codes>(job, batch, nb, scale_codes + g0, dst);
       } else if (job.stream && bytes % 64 == 0 && reinterpret_cast<std::uintptr_t>(dst) % 64 == 0) {
-        EncodeBatchFast<kDtype, kDivide, Codes>(job, batch, nb, plans[b], staged);
+        EncodeBatchFast<kDtype, kDivide, Codes>(job, batch, nb, plans[b], ahead, staged);
         for (std::size_t i = 0; i < bytes; i += hn::Lanes(d8)) hn::Stream(hn::Load(d8, staged + i), d8, dst + i);
       } else {
-        EncodeBatchFast<kDtype, kDivide, Codes>(job, batch, nb, plans[b], dst);
+        EncodeBatchFast<kDtype, kDivide, Codes>(job, batch, nb, plans[b], ahead, dst);
       }
     }
   }
