@@ -16,6 +16,28 @@ namespace {
 
 thread_local bool t_inside_task = false;
 
+// The loop running tasks on this thread (claim_next_task): the pool's counter, or a
+// serial loop's next index.
+struct TaskLoop {
+  std::atomic<std::int64_t>* counter;  // null: a serial loop
+  std::int64_t n, threads;
+  std::int64_t next;  // claimed (or, serially, the next) index; kUnclaimed: none yet
+};
+constexpr std::int64_t kUnclaimed = -2;
+thread_local TaskLoop* t_loop = nullptr;
+
+// Sets t_loop for the lifetime of a loop, restoring the enclosing one (a nested serial loop).
+class LoopScope {
+ public:
+  explicit LoopScope(TaskLoop* loop) : outer_(t_loop) { t_loop = loop; }
+  ~LoopScope() { t_loop = outer_; }
+  LoopScope(const LoopScope&) = delete;
+  LoopScope& operator=(const LoopScope&) = delete;
+
+ private:
+  TaskLoop* outer_;
+};
+
 // How long a thread polls before it sleeps on a condition variable: a worker after its
 // last task, waiting for the next job; the caller after its last task, waiting for the
 // workers to finish theirs. A sleeping thread's vCPU halts, and on this kind of host
@@ -93,16 +115,22 @@ class Pool {
  private:
   void drain() {
     t_inside_task = true;
-    for (std::int64_t i = next_.fetch_add(1); i < n_; i = next_.fetch_add(1)) {
+    TaskLoop loop{&next_, n_, static_cast<std::int64_t>(workers_.size()) + 1, kUnclaimed};
+    const LoopScope scope(&loop);
+    for (std::int64_t i = next_.fetch_add(1); i < n_;) {
+      loop.next = kUnclaimed;
       std::exception_ptr error;
       try {
         (*task_)(i);
       } catch (...) {
         error = std::current_exception();
       }
-      const std::lock_guard lock(mutex_);
-      if (error && !error_) error_ = error;
-      if (++done_ == n_) finished_.notify_all();
+      {
+        const std::lock_guard lock(mutex_);
+        if (error && !error_) error_ = error;
+        if (++done_ == n_) finished_.notify_all();
+      }
+      i = loop.next != kUnclaimed ? loop.next : next_.fetch_add(1);
     }
     t_inside_task = false;
   }
@@ -156,10 +184,28 @@ int worker_count() {
 void parallel_for(std::int64_t n, const std::function<void(std::int64_t)>& task) {
   if (n <= 0) return;
   if (n == 1 || t_inside_task || worker_count() == 1) {
-    for (std::int64_t i = 0; i < n; ++i) task(i);
+    TaskLoop loop{nullptr, n, 1, 0};
+    const LoopScope scope(&loop);
+    for (std::int64_t i = 0; i < n; ++i) {
+      loop.next = i + 1;
+      task(i);
+    }
     return;
   }
   pool().run(n, task);
+}
+
+std::int64_t claim_next_task() {
+  TaskLoop* loop = t_loop;
+  if (loop == nullptr) return -1;
+  if (loop->next == kUnclaimed) {
+    std::int64_t at = loop->counter->load();
+    do {
+      if (loop->n - at < loop->threads) return -1;
+    } while (!loop->counter->compare_exchange_weak(at, at + 1));
+    loop->next = at;
+  }
+  return loop->next < loop->n ? loop->next : -1;
 }
 
 }  // namespace kvlab::simd

@@ -20,4 +20,11 @@ int worker_count();
 // A call made from inside a task runs its tasks serially on that thread.
 void parallel_for(std::int64_t n, const std::function<void(std::int64_t)>& task);
 
+// From inside a task: the index of the task this thread runs right after the current one,
+// claimed now so that the current task can prefetch its data; -1 when there is none to
+// promise: the last task, outside parallel_for, or in the pool once fewer unclaimed tasks
+// are left than there are threads (so that no thread idles while another holds a task).
+// Calling it again returns the same index.
+std::int64_t claim_next_task();
+
 }  // namespace kvlab::simd

@@ -63,6 +63,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "kernels/simd/parallel.h"
 #include "kernels/simd/quantized_decode.h"
 
 namespace kvlab::simd::qdecode::detail {
@@ -354,6 +355,23 @@ CodeRows ChunkCodes(const PackedSide& side, std::int64_t bk, std::int64_t lk, st
   return {unpacked.data(), d, 8};
 }
 
+// The first K rows (as stored: plain or packed) of the chunk this thread runs next, for
+// the V side to prefetch as it ends; claims that task (claim_next_task). None where no
+// task is promised or the next chunk has no visible key.
+NextChunk NextChunkRows(const DecodePlan& plan) {
+  const std::int64_t task = claim_next_task();
+  if (task < 0) return {};
+  const std::int64_t bk = task / plan.chunks, c = task % plan.chunks, b = bk / plan.hkv;
+  const std::int64_t j0 = std::max(c * plan.chunk, plan.span_lo[static_cast<std::size_t>(b)]);
+  if (j0 >= std::min((c + 1) * plan.chunk, plan.span_hi[static_cast<std::size_t>(b)])) return {};
+  const PackedSide& k = plan.k;
+  const auto row_bytes = static_cast<std::size_t>(k.row_bytes());
+  const auto first = static_cast<std::size_t>(bk * plan.lk + j0) * row_bytes;
+  const auto* base = k.plain != nullptr ? reinterpret_cast<const std::uint8_t*>(k.plain)
+                                        : reinterpret_cast<const std::uint8_t*>(k.codes);
+  return {base + first, row_bytes};
+}
+
 // f(std::integral_constant<int, bits>) for a CodeRows::bits value.
 template <class F>
 void DispatchKernel(int bits, const F& f) {
@@ -395,6 +413,8 @@ void DecodeChunk(const DecodePlan& plan, std::int64_t task) {
   // (quantized_decode_vnni-inl.h), else from the chunk's f32 scales/biases.
   const std::size_t kbytes = dtype_size(ks.meta_dtype);
   const CodeRows kc = ChunkCodes(ks, bk, plan.lk, j0, nc, sc.k_codes);
+  const CodeRows vc = ChunkCodes(vs, bk, plan.lk, j0, nc, sc.v_codes);
+  const ChunkStream stream{kc.data, nc * kc.row_bytes, vc.data, nc * vc.row_bytes};
   float* scores = aligned_floats(sc.scores, urows * ncp);
   const float* query = plan.query + static_cast<std::size_t>(bk * rows) * dk;
   const auto kgs = static_cast<std::size_t>(ks.group);
@@ -436,7 +456,7 @@ void DecodeChunk(const DecodePlan& plan, std::int64_t task) {
     rb = RowBlock(urows - r0);
     const auto score = [&](auto bits) {
       ScoreBlock<decltype(bits)::value>(rb, query + r0 * dk, dk, kc.data, kc.row_bytes, k_scales, k_biases, kg, kgs,
-                                        nc, ncp, tile, scores + r0 * ncp);
+                                        nc, ncp, tile, scores + r0 * ncp, r0 == 0 ? &stream : nullptr);
     };
     DispatchKernel(kc.bits, score);
   }
@@ -462,7 +482,7 @@ void DecodeChunk(const DecodePlan& plan, std::int64_t task) {
   }
 
   // V side: Σ (p·s)·c into the partial output (lane order), then + Σ p·b per group.
-  const CodeRows vc = ChunkCodes(vs, bk, plan.lk, j0, nc, sc.v_codes);
+  const NextChunk next = NextChunkRows(plan);
   float* out = plan.part_out + static_cast<std::size_t>(task * rows) * dv;
 #if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
   if (plan.value_bf16 && vc.bits == kPlainBF16) {  // p in bf16 and vdpbf16ps, unless V is too small
@@ -472,7 +492,7 @@ void DecodeChunk(const DecodePlan& plan, std::int64_t task) {
     for (std::size_t r0 = 0, rb = 0; r0 < urows && taken; r0 += rb) {
       rb = RowBlock(urows - r0);
       taken = ValueBlockBf16(rb, reinterpret_cast<const std::uint32_t*>(wb + r0 * ncp), ncp / 2, vc.data,
-                             vc.row_bytes, dv, nc, out + r0 * dv);
+                             vc.row_bytes, dv, nc, r0 == 0 ? next : NextChunk{}, out + r0 * dv);
       plan.mix->bf16_dot += static_cast<std::int64_t>(rb * ((nc + 1) / 2) * dv);  // Dv lanes per key pair
     }
     if (taken) {
@@ -486,7 +506,8 @@ void DecodeChunk(const DecodePlan& plan, std::int64_t task) {
     rb = RowBlock(urows - r0);
     const auto accumulate = [&](auto bits) {
       ValueBlock<decltype(bits)::value>(rb, weights + r0 * vg * ncp, vg, ncp, vc.data, vc.row_bytes, dv,
-                                        static_cast<std::size_t>(vs.group), nc, out + r0 * dv);
+                                        static_cast<std::size_t>(vs.group), nc, r0 == 0 ? &next : nullptr,
+                                        out + r0 * dv);
     };
     DispatchKernel(vc.bits, accumulate);
   }

@@ -137,15 +137,61 @@ HWY_INLINE VF KeyValues(DF df, VI bytes, std::size_t t, [[maybe_unused]] VF tabl
   return hn::MulAdd(CodesAsFloats<kBits>(df, bytes, t), scale, bias);
 }
 
-// Software prefetch of whole code rows [from, to) (every 64-byte line), kPrefetchKeys
-// keys ahead of the rows being read: each side of a chunk is one sequential stream, but
-// the hardware prefetcher alone leaves DRAM latency exposed at 2 cores. The rows are
-// contiguous: one loop over the lines of the byte range.
+// Software prefetch, kPrefetchKeys keys ahead: each side of a chunk is one sequential
+// stream, but the hardware prefetcher alone leaves DRAM latency exposed at 2 cores. One
+// line is asked for per line the kernel reads, among the arithmetic on that line: issued
+// in bursts (a block's 16 lines at once), the prefetches fill the line fill buffers, and
+// the time of the read and of the compute add up instead of overlapping
+// (docs/benchmarks.md §Measurements behind kernel choices).
 constexpr std::size_t kPrefetchKeys = 32;
-HWY_INLINE void PrefetchRows(const std::uint8_t* codes, std::size_t row_bytes, std::size_t from, std::size_t to) {
-  const std::uint8_t* end = codes + to * row_bytes;
-  for (const std::uint8_t* line = codes + from * row_bytes; line < end; line += 64) hwy::Prefetch(line);
-}
+// Into L2 (prefetcht2, locality 1): on the Intel Xeon the f16/bf16 decode read 70-72 % of
+// the DRAM read this way and 65-67 % with prefetcht0, into L1 (docs/benchmarks.md).
+HWY_INLINE void PrefetchLine(const std::uint8_t* p) { __builtin_prefetch(p, 0, 1); }
+
+// A chunk's code bytes in the order the K side looks ahead: its K rows, then its V rows,
+// so the K side's last keys fetch the first rows the V side reads after the softmax.
+struct ChunkStream {
+  const std::uint8_t* k = nullptr;
+  std::size_t k_bytes = 0;
+  const std::uint8_t* v = nullptr;
+  std::size_t v_bytes = 0;
+
+  // The line holding stream byte pos; nothing past the stream's end (the V side's last
+  // slice looks ahead into the next task's chunk).
+  HWY_INLINE void Prefetch(std::size_t pos) const {
+    if (pos < k_bytes) return PrefetchLine(k + pos);
+    if (pos - k_bytes < v_bytes) PrefetchLine(v + (pos - k_bytes));
+  }
+};
+
+// The first K rows of the task this thread runs after the current one
+// (claim_next_task): where the V side's last slice looks ahead past the chunk's end.
+struct NextChunk {
+  const std::uint8_t* rows = nullptr;  // null: no such task
+  std::size_t row_bytes = 0;
+};
+
+// The V side reads a chunk slice by slice: bytes [s0, s0 + sb) of every row, then the
+// next slice's. Key j prefetches its slice's lines of key j + kPrefetchKeys; past the
+// chunk's end, the next slice's lines of the first keys (the K side fetched the first
+// slice's), or after the last slice the next chunk's K rows, whole.
+struct SliceStream {
+  const std::uint8_t* codes;
+  std::size_t row_bytes, nc, s0, sb;
+  bool last;
+  NextChunk next;
+
+  HWY_INLINE void Prefetch(std::size_t j) const {
+    std::size_t key = j + kPrefetchKeys;
+    if (key < nc) return Lines(codes + key * row_bytes + s0, sb);
+    key -= nc;
+    if (!last) return Lines(codes + key * row_bytes + s0 + sb, sb);
+    if (next.rows != nullptr) Lines(next.rows + key * next.row_bytes, next.row_bytes);
+  }
+  static HWY_INLINE void Lines(const std::uint8_t* p, std::size_t bytes) {
+    for (std::size_t off = 0; off < bytes; off += 64) PrefetchLine(p + off);
+  }
+};
 
 // ---------------------------------------------------------------- K side: scores
 
@@ -198,10 +244,12 @@ HWY_INLINE void FinishTile(DF df, const float* HWY_RESTRICT tile, std::size_t nc
 // from dk and gs). Fixed, the block is straight-line code: with the common 2 or 4 units
 // per group, loop control, table setup and the reduction otherwise cost as much as the
 // FMAs (measured: half of the K side's time outside its inner loop).
+// ahead (null: none): the block's prefetches, from stream byte ahead_pos on.
 template <int kBits, std::size_t RB, std::size_t KB, std::size_t kUnits = 0, std::size_t kUnitsPerGroup = 0>
 HWY_INLINE void KeyBlock(DF df, const float* HWY_RESTRICT q, std::size_t dk, const std::uint8_t* HWY_RESTRICT codes,
                          std::size_t row_bytes, const float* HWY_RESTRICT scales, const float* HWY_RESTRICT biases,
-                         std::size_t groups, std::size_t gs, VF* HWY_RESTRICT out) {
+                         std::size_t groups, std::size_t gs, VF* HWY_RESTRICT out,
+                         const ChunkStream* ahead = nullptr, std::size_t ahead_pos = 0) {
   constexpr std::size_t kV = kVecsPerUnit<kBits>;
   const std::size_t N = hn::Lanes(df);
   const std::size_t units = kUnits != 0 ? kUnits : dk / (kV * N);
@@ -234,6 +282,11 @@ HWY_INLINE void KeyBlock(DF df, const float* HWY_RESTRICT q, std::size_t dk, con
     }
 #pragma GCC unroll 8
     for (std::size_t u = u0; u < u0 + units_per_group; ++u) {
+      const std::size_t unit_byte = u * N * kLaneBytes<kBits>;
+      if (ahead != nullptr && unit_byte % 64 == 0) {  // a line of each key at its first unit
+#pragma GCC unroll 16
+        for (std::size_t k = 0; k < KB; ++k) ahead->Prefetch(ahead_pos + k * row_bytes + unit_byte);
+      }
       VF c[KB][kV];
 #pragma GCC unroll 16
       for (std::size_t k = 0; k < KB; ++k) {
@@ -290,7 +343,7 @@ template <int kBits, std::size_t RB, std::size_t kUnits = 0, std::size_t kUnitsP
 void ScoreRows(const float* HWY_RESTRICT q, std::size_t dk, const std::uint8_t* HWY_RESTRICT codes,
                std::size_t row_bytes, const float* HWY_RESTRICT scales, const float* HWY_RESTRICT biases,
                std::size_t groups, std::size_t gs, std::size_t nc, std::size_t ncp, float* HWY_RESTRICT tile,
-               float* HWY_RESTRICT scores) {
+               float* HWY_RESTRICT scores, const ChunkStream* ahead) {
   const DF df;
   const std::size_t N = hn::Lanes(df);
   constexpr std::size_t KB = kKeysPerBlock<RB>, kBlocks = kMaxLanes / KB;
@@ -299,13 +352,10 @@ void ScoreRows(const float* HWY_RESTRICT q, std::size_t dk, const std::uint8_t* 
     std::size_t blk = 0;
     for (; (blk + 1) * KB <= in_tile; ++blk) {
       const std::size_t key = t0 + blk * KB;
-      // A few rows per block, not N rows per tile: a burst of prefetches fills the line
-      // fill buffers and stalls the loads that follow.
-      PrefetchRows(codes, row_bytes, std::min(nc, key + kPrefetchKeys), std::min(nc, key + kPrefetchKeys + KB));
       VF red[RB];
       KeyBlock<kBits, RB, KB, kUnits, kUnitsPerGroup>(df, q, dk, codes + key * row_bytes, row_bytes,
                                                       Meta<kBits>(scales, key * groups), Meta<kBits>(biases, key * groups),
-                                                      groups, gs, red);
+                                                      groups, gs, red, ahead, (key + kPrefetchKeys) * row_bytes);
 #pragma GCC unroll 16
       for (std::size_t r = 0; r < RB; ++r) hn::StoreU(red[r], df, tile + (r * kBlocks + blk) * N);
     }
@@ -507,10 +557,10 @@ KVLAB_TARGET_BF16 void WeightsToBf16(const float* HWY_RESTRICT w, std::size_t n,
 // sums in element order; sample tracks the largest first vector of each row.
 template <std::size_t RB, std::size_t kUnits>
 KVLAB_TARGET_BF16 HWY_INLINE void AccumulateSliceBf16(const std::uint32_t* HWY_RESTRICT w, std::size_t w_stride,
-                                                      const std::uint8_t* HWY_RESTRICT codes,
-                                                      const std::uint8_t* HWY_RESTRICT row, std::size_t row_bytes,
-                                                      std::size_t nc, bool prefetch, std::size_t dv,
+                                                      const SliceStream& ahead, std::size_t dv,
                                                       float* HWY_RESTRICT out, __m512i& sample) {
+  const std::uint8_t* row = ahead.codes + ahead.s0;
+  const std::size_t row_bytes = ahead.row_bytes, nc = ahead.nc;
   __m512 o[RB][2 * kUnits];
 #pragma GCC unroll 16
   for (std::size_t r = 0; r < RB; ++r) {
@@ -537,7 +587,8 @@ KVLAB_TARGET_BF16 HWY_INLINE void AccumulateSliceBf16(const std::uint32_t* HWY_R
   };
   std::size_t j = 0;
   for (; j + 2 <= nc; j += 2, row += 2 * row_bytes) {
-    if (prefetch && j + kPrefetchKeys + 2 <= nc) PrefetchRows(codes, row_bytes, j + kPrefetchKeys, j + kPrefetchKeys + 2);
+    ahead.Prefetch(j);
+    ahead.Prefetch(j + 1);
     pair(row, row + row_bytes, j / 2);
   }
   if (j < nc) pair(row, nullptr, j / 2);
@@ -558,30 +609,32 @@ KVLAB_TARGET_BF16 HWY_INLINE void AccumulateSliceBf16(const std::uint32_t* HWY_R
 // max|v| >= 2^-90 (out is then partly written, and the caller takes the f32 path).
 template <std::size_t RB>
 KVLAB_TARGET_BF16 bool ValueRowsBf16(const std::uint32_t* w, std::size_t w_stride, const std::uint8_t* codes,
-                                     std::size_t row_bytes, std::size_t dv, std::size_t nc, float* out) {
+                                     std::size_t row_bytes, std::size_t dv, std::size_t nc, const NextChunk& next,
+                                     float* out) {
   constexpr std::size_t kUnits = RB <= 4 ? 2 : 1;  // accumulators: 4·RB or 2·RB of 32 registers
   __m512i sample = _mm512_set1_epi16(std::numeric_limits<std::int16_t>::min());
   const std::size_t units = dv / 32;
   std::size_t u0 = 0;
   for (; u0 + kUnits <= units; u0 += kUnits) {
-    AccumulateSliceBf16<RB, kUnits>(w, w_stride, codes, codes + u0 * 64, row_bytes, nc, u0 == 0, dv, out + u0 * 32,
-                                    sample);
+    const SliceStream ahead{codes, row_bytes, nc, u0 * 64, kUnits * 64, u0 + kUnits == units, next};
+    AccumulateSliceBf16<RB, kUnits>(w, w_stride, ahead, dv, out + u0 * 32, sample);
   }
   for (; u0 < units; ++u0) {
-    AccumulateSliceBf16<RB, 1>(w, w_stride, codes, codes + u0 * 64, row_bytes, nc, u0 == 0, dv, out + u0 * 32, sample);
+    const SliceStream ahead{codes, row_bytes, nc, u0 * 64, 64, u0 + 1 == units, next};
+    AccumulateSliceBf16<RB, 1>(w, w_stride, ahead, dv, out + u0 * 32, sample);
   }
   return _mm512_cmpge_epi16_mask(sample, _mm512_set1_epi16(kBf16ValueFloor)) != 0;
 }
 
 bool ValueBlockBf16(std::size_t rb, const std::uint32_t* w, std::size_t w_stride, const std::uint8_t* codes,
-                    std::size_t row_bytes, std::size_t dv, std::size_t nc, float* out) {
+                    std::size_t row_bytes, std::size_t dv, std::size_t nc, const NextChunk& next, float* out) {
   switch (rb) {
-    case 1: return ValueRowsBf16<1>(w, w_stride, codes, row_bytes, dv, nc, out);
-    case 2: return ValueRowsBf16<2>(w, w_stride, codes, row_bytes, dv, nc, out);
-    case 3: return ValueRowsBf16<3>(w, w_stride, codes, row_bytes, dv, nc, out);
-    case 4: return ValueRowsBf16<4>(w, w_stride, codes, row_bytes, dv, nc, out);
+    case 1: return ValueRowsBf16<1>(w, w_stride, codes, row_bytes, dv, nc, next, out);
+    case 2: return ValueRowsBf16<2>(w, w_stride, codes, row_bytes, dv, nc, next, out);
+    case 3: return ValueRowsBf16<3>(w, w_stride, codes, row_bytes, dv, nc, next, out);
+    case 4: return ValueRowsBf16<4>(w, w_stride, codes, row_bytes, dv, nc, next, out);
   }
-  return ValueRowsBf16<8>(w, w_stride, codes, row_bytes, dv, nc, out);
+  return ValueRowsBf16<8>(w, w_stride, codes, row_bytes, dv, nc, next, out);
 }
 #endif
 
@@ -593,13 +646,12 @@ bool ValueBlockBf16(std::size_t rb, const std::uint32_t* w, std::size_t w_stride
 // halves the broadcast loads (the V side is bound by loads as much as by FMAs on AVX2).
 template <int kBits, std::size_t RB, std::size_t DS, bool kTwoGroups>
 HWY_INLINE void AccumulateSlice(DF df, const float* const* HWY_RESTRICT wr, std::size_t second,
-                                const std::uint8_t* HWY_RESTRICT codes, const std::uint8_t* HWY_RESTRICT row,
-                                std::size_t row_bytes, std::size_t nc, bool prefetch, VF codes_table,
-                                VF (&o)[RB][DS]) {
+                                const std::uint8_t* HWY_RESTRICT row, std::size_t row_bytes, std::size_t nc,
+                                const SliceStream* ahead, VF codes_table, VF (&o)[RB][DS]) {
   constexpr std::size_t kV = kVecsPerUnit<kBits>;
   const std::size_t N = hn::Lanes(df);
   for (std::size_t j = 0; j < nc; ++j, row += row_bytes) {
-    if (prefetch && j + kPrefetchKeys < nc) PrefetchRows(codes, row_bytes, j + kPrefetchKeys, j + kPrefetchKeys + 1);
+    if (ahead != nullptr) ahead->Prefetch(j);
     VF c[DS];
 #pragma GCC unroll 16
     for (std::size_t uu = 0; uu < DS / kV; ++uu) {
@@ -623,11 +675,12 @@ HWY_INLINE void AccumulateSlice(DF df, const float* const* HWY_RESTRICT wr, std:
 
 // out[r][pos] = Σ_{j<nc} w[r][g(pos)][j]·c_j[pos] for RB rows (pos in lane order), DS
 // vectors of positions at a time. A DS·N-position slice lies in one group, or (DS·N =
-// 64, group 32) in two, split at its middle.
+// 64, group 32) in two, split at its middle. ahead (null: no prefetch, as for a second
+// block of rows): the slices prefetch their rows, the last one the next chunk's.
 template <int kBits, std::size_t RB, std::size_t DS>
 void AccumulateValues(const float* HWY_RESTRICT w, std::size_t groups, std::size_t ncp,
                       const std::uint8_t* HWY_RESTRICT codes, std::size_t row_bytes, std::size_t dv, std::size_t gs,
-                      std::size_t nc, float* HWY_RESTRICT out) {
+                      std::size_t nc, const NextChunk* ahead, float* HWY_RESTRICT out) {
   const DF df;
   constexpr std::size_t kV = kVecsPerUnit<kBits>;
   static_assert(DS % kV == 0, "a slice holds whole units");
@@ -645,11 +698,13 @@ void AccumulateValues(const float* HWY_RESTRICT w, std::size_t groups, std::size
 #pragma GCC unroll 16
       for (std::size_t s = 0; s < DS; ++s) o[r][s] = hn::Zero(df);
     }
-    const std::uint8_t* row = codes + (vs / kV) * N * kLaneBytes<kBits>;
+    const std::size_t s0 = (vs / kV) * N * kLaneBytes<kBits>, sb = DS / kV * N * kLaneBytes<kBits>;
+    const SliceStream stream{codes, row_bytes, nc, s0, sb, vs + DS >= nvec, ahead != nullptr ? *ahead : NextChunk{}};
+    const SliceStream* slice_ahead = ahead != nullptr ? &stream : nullptr;
     if (second != 0) {
-      AccumulateSlice<kBits, RB, DS, true>(df, wr, second, codes, row, row_bytes, nc, vs == 0, codes_table, o);
+      AccumulateSlice<kBits, RB, DS, true>(df, wr, second, codes + s0, row_bytes, nc, slice_ahead, codes_table, o);
     } else {
-      AccumulateSlice<kBits, RB, DS, false>(df, wr, second, codes, row, row_bytes, nc, vs == 0, codes_table, o);
+      AccumulateSlice<kBits, RB, DS, false>(df, wr, second, codes + s0, row_bytes, nc, slice_ahead, codes_table, o);
     }
 #pragma GCC unroll 16
     for (std::size_t r = 0; r < RB; ++r) {
@@ -666,57 +721,63 @@ void AccumulateValues(const float* HWY_RESTRICT w, std::size_t groups, std::size
 template <int kBits, std::size_t RB>
 void ScoreRowsAnyShape(const float* q, std::size_t dk, const std::uint8_t* codes, std::size_t row_bytes,
                        const float* scales, const float* biases, std::size_t groups, std::size_t gs, std::size_t nc,
-                       std::size_t ncp, float* tile, float* scores) {
+                       std::size_t ncp, float* tile, float* scores, const ChunkStream* ahead) {
   if constexpr (kManyRegisters && (RB == 4 || RB == 8)) {
     constexpr std::size_t kUnitDims = kVecsPerUnit<kBits> * kMaxLanes, kUnits = 128 / kUnitDims;
     if (dk == 128 && gs == 64) {
       return ScoreRows<kBits, RB, kUnits, 64 / kUnitDims>(q, dk, codes, row_bytes, scales, biases, groups, gs, nc,
-                                                         ncp, tile, scores);
+                                                         ncp, tile, scores, ahead);
     }
     if (dk == 128 && gs == 128) {
       return ScoreRows<kBits, RB, kUnits, kUnits>(q, dk, codes, row_bytes, scales, biases, groups, gs, nc, ncp, tile,
-                                                  scores);
+                                                  scores, ahead);
     }
   }
-  ScoreRows<kBits, RB>(q, dk, codes, row_bytes, scales, biases, groups, gs, nc, ncp, tile, scores);
+  ScoreRows<kBits, RB>(q, dk, codes, row_bytes, scales, biases, groups, gs, nc, ncp, tile, scores, ahead);
 }
 
 template <int kBits>
 void ScoreBlock(std::size_t rb, const float* q, std::size_t dk, const std::uint8_t* codes, std::size_t row_bytes,
                 const float* scales, const float* biases, std::size_t groups, std::size_t gs, std::size_t nc,
-                std::size_t ncp, float* tile, float* scores) {
+                std::size_t ncp, float* tile, float* scores, const ChunkStream* ahead) {
   switch (rb) {
-    case 1: return ScoreRows<kBits, 1>(q, dk, codes, row_bytes, scales, biases, groups, gs, nc, ncp, tile, scores);
-    case 2: return ScoreRows<kBits, 2>(q, dk, codes, row_bytes, scales, biases, groups, gs, nc, ncp, tile, scores);
-    case 3: return ScoreRows<kBits, 3>(q, dk, codes, row_bytes, scales, biases, groups, gs, nc, ncp, tile, scores);
+    case 1:
+      return ScoreRows<kBits, 1>(q, dk, codes, row_bytes, scales, biases, groups, gs, nc, ncp, tile, scores, ahead);
+    case 2:
+      return ScoreRows<kBits, 2>(q, dk, codes, row_bytes, scales, biases, groups, gs, nc, ncp, tile, scores, ahead);
+    case 3:
+      return ScoreRows<kBits, 3>(q, dk, codes, row_bytes, scales, biases, groups, gs, nc, ncp, tile, scores, ahead);
     case 4:
-      return ScoreRowsAnyShape<kBits, 4>(q, dk, codes, row_bytes, scales, biases, groups, gs, nc, ncp, tile, scores);
+      return ScoreRowsAnyShape<kBits, 4>(q, dk, codes, row_bytes, scales, biases, groups, gs, nc, ncp, tile, scores,
+                                         ahead);
   }
   if constexpr (kManyRegisters) {
-    ScoreRowsAnyShape<kBits, 8>(q, dk, codes, row_bytes, scales, biases, groups, gs, nc, ncp, tile, scores);
+    ScoreRowsAnyShape<kBits, 8>(q, dk, codes, row_bytes, scales, biases, groups, gs, nc, ncp, tile, scores, ahead);
   }
 }
 
 template <int kBits, std::size_t RB>
 void ValueRowsAnyWidth(const float* w, std::size_t groups, std::size_t ncp, const std::uint8_t* codes,
-                       std::size_t row_bytes, std::size_t dv, std::size_t gs, std::size_t nc, float* out) {
+                       std::size_t row_bytes, std::size_t dv, std::size_t gs, std::size_t nc, const NextChunk* ahead,
+                       float* out) {
   const std::size_t nvec = dv / hn::Lanes(DF());
   // Four vectors per slice where the accumulators (RB·4) still fit the registers.
   const bool wide = nvec % 4 == 0 && (kManyRegisters ? RB <= 4 : RB <= 2);
-  if (wide) return AccumulateValues<kBits, RB, 4>(w, groups, ncp, codes, row_bytes, dv, gs, nc, out);
-  return AccumulateValues<kBits, RB, 2>(w, groups, ncp, codes, row_bytes, dv, gs, nc, out);
+  if (wide) return AccumulateValues<kBits, RB, 4>(w, groups, ncp, codes, row_bytes, dv, gs, nc, ahead, out);
+  return AccumulateValues<kBits, RB, 2>(w, groups, ncp, codes, row_bytes, dv, gs, nc, ahead, out);
 }
 
 template <int kBits>
 void ValueBlock(std::size_t rb, const float* w, std::size_t groups, std::size_t ncp, const std::uint8_t* codes,
-                std::size_t row_bytes, std::size_t dv, std::size_t gs, std::size_t nc, float* out) {
+                std::size_t row_bytes, std::size_t dv, std::size_t gs, std::size_t nc, const NextChunk* ahead,
+                float* out) {
   switch (rb) {
-    case 1: return ValueRowsAnyWidth<kBits, 1>(w, groups, ncp, codes, row_bytes, dv, gs, nc, out);
-    case 2: return ValueRowsAnyWidth<kBits, 2>(w, groups, ncp, codes, row_bytes, dv, gs, nc, out);
-    case 3: return ValueRowsAnyWidth<kBits, 3>(w, groups, ncp, codes, row_bytes, dv, gs, nc, out);
-    case 4: return ValueRowsAnyWidth<kBits, 4>(w, groups, ncp, codes, row_bytes, dv, gs, nc, out);
+    case 1: return ValueRowsAnyWidth<kBits, 1>(w, groups, ncp, codes, row_bytes, dv, gs, nc, ahead, out);
+    case 2: return ValueRowsAnyWidth<kBits, 2>(w, groups, ncp, codes, row_bytes, dv, gs, nc, ahead, out);
+    case 3: return ValueRowsAnyWidth<kBits, 3>(w, groups, ncp, codes, row_bytes, dv, gs, nc, ahead, out);
+    case 4: return ValueRowsAnyWidth<kBits, 4>(w, groups, ncp, codes, row_bytes, dv, gs, nc, ahead, out);
   }
-  if constexpr (kManyRegisters) ValueRowsAnyWidth<kBits, 8>(w, groups, ncp, codes, row_bytes, dv, gs, nc, out);
+  if constexpr (kManyRegisters) ValueRowsAnyWidth<kBits, 8>(w, groups, ncp, codes, row_bytes, dv, gs, nc, ahead, out);
 }
 
 // Rows per block: 8 where 32 registers hold 8 rows' accumulators, else 4; a remainder

@@ -3,7 +3,8 @@
 // waiting (threads poll for a while after a job, then sleep on a condition variable):
 // calls back to back, calls after idle gaps longer than the poll, and callers on several
 // threads at once. A lost wake-up shows as a hang, which the test's CTest timeout turns
-// into a failure.
+// into a failure. A task may claim the one its thread runs next (claim_next_task): that
+// index then runs next on the same thread, once.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -95,6 +96,52 @@ TEST(SimdPool, CallInsideATaskRunsSeriallyOnThatThread) {
     });
   });
   EXPECT_EQ(foreign.load(), 0);
+}
+
+TEST(SimdPool, AClaimedTaskRunsNextOnTheClaimingThreadAndOnlyThere) {
+  for (std::int64_t n : {2, 3, 7, 64, 1000}) {
+    for (int rep = 0; rep < 50; ++rep) {
+      std::vector<std::atomic<int>> runs(static_cast<std::size_t>(n));
+      std::atomic<int> broken{0};
+      thread_local std::int64_t promised = -1;  // what this thread's previous task claimed
+      parallel_for(n, [&](std::int64_t i) {
+        if (promised >= 0 && promised != i) broken.fetch_add(1);
+        runs[static_cast<std::size_t>(i)].fetch_add(1);
+        promised = claim_next_task();
+        if (claim_next_task() != promised) broken.fetch_add(1);  // a second call: the same index
+        if (promised >= n || promised == i) broken.fetch_add(1);
+      });
+      EXPECT_EQ(promised, -1);  // a thread's last task had nothing left to claim
+      EXPECT_EQ(broken.load(), 0) << n << " tasks";
+      for (auto& r : runs) ASSERT_EQ(r.load(), 1) << n << " tasks";
+    }
+  }
+}
+
+TEST(SimdPool, NoClaimOutsideALoopOrPastItsLastTask) {
+  EXPECT_EQ(claim_next_task(), -1);
+  std::vector<std::int64_t> claimed;
+  // Inside a pool task a loop runs serially: its next index is known, -1 after the last.
+  parallel_for(2, [&](std::int64_t i) {
+    if (i == 0) parallel_for(3, [&](std::int64_t) { claimed.push_back(claim_next_task()); });
+  });
+  EXPECT_EQ(claimed, (std::vector<std::int64_t>{1, 2, -1}));
+  EXPECT_EQ(claim_next_task(), -1);
+}
+
+TEST(SimdPool, NoClaimOnceFewerTasksAreLeftThanThreads) {
+  if (worker_count() < 2) GTEST_SKIP() << "a pool of " << worker_count() << " thread";
+  // With every task claiming, a claim granted while fewer unclaimed tasks than threads
+  // remain could leave a thread idle: the last worker_count() - 1 tasks are never promised.
+  const std::int64_t n = 4 * worker_count();
+  std::vector<std::atomic<int>> promised(static_cast<std::size_t>(n));
+  parallel_for(n, [&](std::int64_t) {
+    const std::int64_t next = claim_next_task();
+    if (next >= 0) promised[static_cast<std::size_t>(next)].fetch_add(1);
+  });
+  for (std::int64_t i = n - worker_count() + 1; i < n; ++i) {
+    EXPECT_EQ(promised[static_cast<std::size_t>(i)].load(), 0) << "task " << i << " of " << n;
+  }
 }
 
 }  // namespace
