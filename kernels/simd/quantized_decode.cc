@@ -337,22 +337,34 @@ int PlainKernel(DType dtype) {
   return dtype == DType::f16 ? kPlainF16 : dtype == DType::bf16 ? kPlainBF16 : kPlainF32;
 }
 
+// Key j0's row of (b, kv head) bk as stored: plain values or packed code words.
+const std::uint8_t* StoredRow(const PackedSide& side, std::int64_t bk, std::int64_t lk, std::int64_t j0) {
+  const auto* base = side.plain != nullptr ? reinterpret_cast<const std::uint8_t*>(side.plain)
+                                           : reinterpret_cast<const std::uint8_t*>(side.codes);
+  return base + static_cast<std::size_t>(bk * lk + j0) * static_cast<std::size_t>(side.row_bytes());
+}
+
 CodeRows ChunkCodes(const PackedSide& side, std::int64_t bk, std::int64_t lk, std::int64_t j0, std::size_t nc,
                     std::vector<std::uint8_t>& unpacked) {
-  if (side.plain != nullptr) {
-    const auto row_bytes = static_cast<std::size_t>(side.row_bytes());
-    return {reinterpret_cast<const std::uint8_t*>(side.plain) + static_cast<std::size_t>(bk * lk + j0) * row_bytes,
-            row_bytes, PlainKernel(side.plain_dtype)};
-  }
-  const std::int64_t words = side.d * side.bits / 32;
-  const std::uint32_t* first = side.codes + (bk * lk + j0) * words;
-  if (side.bits == 4 || side.bits == 8) {
-    return {reinterpret_cast<const std::uint8_t*>(first), static_cast<std::size_t>(side.row_bytes()), side.bits};
-  }
+  const std::uint8_t* first = StoredRow(side, bk, lk, j0);
+  const auto row_bytes = static_cast<std::size_t>(side.row_bytes());
+  if (side.plain != nullptr) return {first, row_bytes, PlainKernel(side.plain_dtype)};
+  if (side.bits == 4 || side.bits == 8) return {first, row_bytes, side.bits};
   const auto d = static_cast<std::size_t>(side.d);
   if (unpacked.size() < nc * d) unpacked.resize(nc * d);
-  qd::unpack_rows(first, static_cast<std::int64_t>(nc), words, side.d, side.bits, unpacked.data());
+  qd::unpack_rows(reinterpret_cast<const std::uint32_t*>(first), static_cast<std::int64_t>(nc),
+                  side.d * side.bits / 32, side.d, side.bits, unpacked.data());
   return {unpacked.data(), d, 8};
+}
+
+// A task's (b, kv head) and key range [j0, j1) (empty: no key of its chunk is visible).
+struct ChunkKeys {
+  std::int64_t bk, b, j0, j1;
+};
+ChunkKeys KeysOf(const DecodePlan& plan, std::int64_t task) {
+  const std::int64_t bk = task / plan.chunks, c = task % plan.chunks, b = bk / plan.hkv;
+  return {bk, b, std::max(c * plan.chunk, plan.span_lo[static_cast<std::size_t>(b)]),
+          std::min((c + 1) * plan.chunk, plan.span_hi[static_cast<std::size_t>(b)])};
 }
 
 // The first K rows (as stored: plain or packed) of the chunk this thread runs next, for
@@ -361,15 +373,9 @@ CodeRows ChunkCodes(const PackedSide& side, std::int64_t bk, std::int64_t lk, st
 NextChunk NextChunkRows(const DecodePlan& plan) {
   const std::int64_t task = claim_next_task();
   if (task < 0) return {};
-  const std::int64_t bk = task / plan.chunks, c = task % plan.chunks, b = bk / plan.hkv;
-  const std::int64_t j0 = std::max(c * plan.chunk, plan.span_lo[static_cast<std::size_t>(b)]);
-  if (j0 >= std::min((c + 1) * plan.chunk, plan.span_hi[static_cast<std::size_t>(b)])) return {};
-  const PackedSide& k = plan.k;
-  const auto row_bytes = static_cast<std::size_t>(k.row_bytes());
-  const auto first = static_cast<std::size_t>(bk * plan.lk + j0) * row_bytes;
-  const auto* base = k.plain != nullptr ? reinterpret_cast<const std::uint8_t*>(k.plain)
-                                        : reinterpret_cast<const std::uint8_t*>(k.codes);
-  return {base + first, row_bytes};
+  const ChunkKeys next = KeysOf(plan, task);
+  if (next.j0 >= next.j1) return {};
+  return {StoredRow(plan.k, next.bk, plan.lk, next.j0), static_cast<std::size_t>(plan.k.row_bytes())};
 }
 
 // f(std::integral_constant<int, bits>) for a CodeRows::bits value.
@@ -389,13 +395,12 @@ void DecodeChunk(const DecodePlan& plan, std::int64_t task) {
   qd::Scratch& sc = scratch;
   const DF df;
   const std::size_t N = hn::Lanes(df);
-  const std::int64_t bk = task / plan.chunks, c = task % plan.chunks, b = bk / plan.hkv, kvh = bk % plan.hkv;
+  const ChunkKeys keys = KeysOf(plan, task);
+  const std::int64_t bk = keys.bk, b = keys.b, kvh = bk % plan.hkv, j0 = keys.j0, j1 = keys.j1;
   const std::int64_t rows = plan.rows;
   const auto urows = static_cast<std::size_t>(rows);
   float* part_max = plan.part_max + task * rows;
   float* part_sum = plan.part_sum + task * rows;
-  const std::int64_t j0 = std::max(c * plan.chunk, plan.span_lo[static_cast<std::size_t>(b)]);
-  const std::int64_t j1 = std::min((c + 1) * plan.chunk, plan.span_hi[static_cast<std::size_t>(b)]);
   if (j0 >= j1) {  // no key of this chunk is visible to any row
     std::fill(part_max, part_max + rows, -INFINITY);
     std::fill(part_sum, part_sum + rows, 0.0f);
