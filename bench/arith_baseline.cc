@@ -32,12 +32,15 @@ double FmaChains(std::int64_t rounds, float* sink) {
 HWY_AFTER_NAMESPACE();
 
 #if HWY_ONCE
+#include <algorithm>
 #include <atomic>
+#include <iterator>
 #include <string>
 #include <vector>
 
 #include "bench/arith_baseline.h"
 #include "kernels/simd/parallel.h"
+#include "kernels/simd/quantized_decode.h"
 #include "kvlab/error.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
@@ -108,6 +111,35 @@ __attribute__((target("avx512f,avx512vnni"))) double U8DotChains(std::int64_t ro
   *sink += static_cast<float>(_mm512_reduce_add_epi32(total));
   return static_cast<double>(rounds) * kChains * 16;
 }
+
+// Four independent C tiles (tmm0..tmm3, 16 rows of 16 i32) each += A (tmm4, 16 rows of 64
+// bytes) · B (tmm5, 16 rows of 64 bytes) per round: four multiplies in flight cover
+// tdpbsud's latency. Lanes per multiply: 16 × 16 elements of C times 16 dwords of A's row.
+// Raw instructions, as the decode's (quantized_decode_vnni-inl.h): no target attribute.
+double AmxInt8Chains(std::int64_t rounds, float* sink) {
+  struct alignas(64) {
+    std::uint8_t palette = 1, start_row = 0, reserved[14] = {};
+    std::uint16_t colsb[16] = {64, 64, 64, 64, 64, 64};
+    std::uint8_t rows[16] = {16, 16, 16, 16, 16, 16};
+  } config;
+  alignas(64) std::uint8_t ones[16 * 64];
+  std::fill(std::begin(ones), std::end(ones), std::uint8_t{1});
+  alignas(64) std::int32_t c[16 * 16];
+  const long stride = 64;
+  asm volatile("ldtilecfg %0" ::"m"(config));
+  asm volatile("tileloadd (%0,%1,1), %%tmm4" ::"r"(ones), "r"(stride) : "memory");
+  asm volatile("tileloadd (%0,%1,1), %%tmm5" ::"r"(ones), "r"(stride) : "memory");
+  asm volatile("tilezero %%tmm0\n\ttilezero %%tmm1\n\ttilezero %%tmm2\n\ttilezero %%tmm3" ::);
+  for (std::int64_t i = 0; i < rounds; ++i) {
+    asm volatile(
+        "tdpbsud %%tmm5, %%tmm4, %%tmm0\n\ttdpbsud %%tmm5, %%tmm4, %%tmm1\n\t"
+        "tdpbsud %%tmm5, %%tmm4, %%tmm2\n\ttdpbsud %%tmm5, %%tmm4, %%tmm3" ::);
+  }
+  asm volatile("tilestored %%tmm3, (%0,%1,1)" ::"r"(c), "r"(stride) : "memory");
+  asm volatile("tilerelease" ::);
+  *sink += static_cast<float>(c[0]);
+  return static_cast<double>(rounds) * 4 * 16 * 16 * 16;
+}
 #endif
 
 }  // namespace
@@ -119,10 +151,20 @@ double fma_lanes(std::int64_t rounds, bool use_pool) {
 
 std::string dot_unavailable(DotKind kind) {
 #ifdef KVLAB_X86_DOTS
-  if (kind == DotKind::bf16) return __builtin_cpu_supports("avx512bf16") ? "" : "this CPU has no AVX512_BF16";
-  return __builtin_cpu_supports("avx512vnni") ? "" : "this CPU has no AVX512_VNNI";
+  switch (kind) {
+    case DotKind::bf16: return __builtin_cpu_supports("avx512bf16") ? "" : "this CPU has no AVX512_BF16";
+    case DotKind::u8: return __builtin_cpu_supports("avx512vnni") ? "" : "this CPU has no AVX512_VNNI";
+    case DotKind::amx_int8:
+      return simd::qdecode::amx_supported() ? "" : "no AMX-TILE and AMX-INT8 granted to this process";
+  }
+  return "unknown instruction";
 #else
-  return kind == DotKind::bf16 ? "vdpbf16ps is x86-64 only" : "vpdpbusd is x86-64 only";
+  switch (kind) {
+    case DotKind::bf16: return "vdpbf16ps is x86-64 only";
+    case DotKind::u8: return "vpdpbusd is x86-64 only";
+    case DotKind::amx_int8: return "tdpbsud is x86-64 only";
+  }
+  return "unknown instruction";
 #endif
 }
 
@@ -130,7 +172,12 @@ double dot_lanes(DotKind kind, std::int64_t rounds, bool use_pool) {
   const std::string why = dot_unavailable(kind);
   KVLAB_REQUIRE(why.empty(), unsupported, why);
 #ifdef KVLAB_X86_DOTS
-  return over_workers(kind == DotKind::bf16 ? Bf16DotChains : U8DotChains, rounds, use_pool);
+  switch (kind) {
+    case DotKind::bf16: return over_workers(Bf16DotChains, rounds, use_pool);
+    case DotKind::u8: return over_workers(U8DotChains, rounds, use_pool);
+    case DotKind::amx_int8: return over_workers(AmxInt8Chains, rounds / 16, use_pool);  // ~16 cycles a round per tile
+  }
+  return 0;
 #else
   return 0;
 #endif

@@ -197,7 +197,9 @@ void register_baselines(const SuiteOptions& o) {
     };
     auto* bf16_dot = dot(DotKind::bf16, "baseline_bf16dot/", "bf16_dot_lanes_per_second", "vdpbf16ps chains (zmm)");
     auto* u8_dot = dot(DotKind::u8, "baseline_u8dot/", "u8_dot_lanes_per_second", "vpdpbusd chains (zmm)");
-    for (auto* b : {read, copy, fma, bf16_dot, u8_dot}) {
+    auto* amx_int8 = dot(DotKind::amx_int8, "baseline_amxint8/", "amx_int8_lanes_per_second",
+                         "tdpbsud into four C tiles (16 x 64-byte A rows)");
+    for (auto* b : {read, copy, fma, bf16_dot, u8_dot, amx_int8}) {
       b->UseRealTime()->Unit(benchmark::kMillisecond);
       if (o.smoke) {
         b->Iterations(1)->Repetitions(1);
@@ -372,6 +374,7 @@ void run_kernel(benchmark::State& state, const BenchCase& c, const std::string& 
       state.counters["mix_fma_lanes"] = static_cast<double>(mix.fma);
       state.counters["mix_bf16_dot_lanes"] = static_cast<double>(mix.bf16_dot);
       state.counters["mix_u8_dot_lanes"] = static_cast<double>(mix.u8_dot);
+      state.counters["mix_amx_int8_lanes"] = static_cast<double>(mix.amx_int8);
     }
   }
   state.SetLabel(tc.known.empty() ? c.problem.line() : cat(c.problem.line(), " [", tc.known, "]"));

@@ -432,7 +432,7 @@ void DecodeChunk(const DecodePlan& plan, std::int64_t task) {
     meta_columns(ks.scales + kmeta_row * kbytes, ks.meta_dtype, nc, kg, ncp, sc.convert, s_cols);
     meta_columns(ks.biases + kmeta_row * kbytes, ks.meta_dtype, nc, kg, ncp, sc.convert, b_cols);
     scored = vnni::ScoreChunk(plan.call, bk, query, urows, dk, kgs, ks.bits, kc.bits, plan.score_slack, kc.data,
-                              kc.row_bytes, nc, ncp, s_cols, b_cols, scores, amx, plan.mix->u8_dot);
+                              kc.row_bytes, nc, ncp, s_cols, b_cols, scores, amx, *plan.mix);
   }
 #endif
   float* k_scales = aligned_floats(sc.k_scales, nc * kg);

@@ -365,16 +365,16 @@ HWY_INLINE void TileRows(const std::int32_t* HWY_RESTRICT sums, const __m512i* H
 
 // Raw scores of the chunk's keys [0, nc) for all rows (scores[r][ncp], keys past nc 0),
 // or false where the certificate fails (scores then unspecified). s_cols/b_cols: the
-// chunk's K scales and biases as columns [g][ncp], zero past nc. u8_lanes gets the
-// vpdpbusd lanes spent (DecodePlan::mix), certificate held or not; amx: the sums by tile
-// multiplies (qdecode::amx_available), whose products the mix does not count (no
-// baseline prices them: the floor then leaves the K side out).
+// chunk's K scales and biases as columns [g][ncp], zero past nc. mix gets the lanes
+// spent, certificate held or not: vpdpbusd's (u8_dot), or with amx, the sums by tile
+// multiplies (qdecode::amx_available), tdpbsud's (amx_int8: 12 A rows × 16 keys per
+// dword of a step, every row block).
 // The digits are made once per (call, b, kv head) per thread: the chunks of one (b, kv
 // head) are consecutive tasks, and making them costs as much as scoring ~50 keys.
 bool ScoreChunk(std::uint64_t call, std::int64_t bk, const float* query, std::size_t rows, std::size_t dk,
                 std::size_t gs, int code_bits, int storage_bits, float slack, const std::uint8_t* codes,
                 std::size_t row_bytes, std::size_t nc, std::size_t ncp, const float* s_cols, const float* b_cols,
-                float* scores, bool amx, std::atomic<std::int64_t>& u8_lanes) {
+                float* scores, bool amx, DecodePlan::MixCounters& mix) {
   static thread_local Digits dg;
   if (dg.call != call || dg.bk != bk) {
     dg.finite = MakeDigits(query, rows, dk, gs, code_bits, storage_bits, dg);
@@ -436,8 +436,14 @@ bool ScoreChunk(std::uint64_t call, std::int64_t bk, const float* query, std::si
     }
   }
   if (amx) AmxRelease();
-  // Per key of the tiles, row and piece, one lane per four dims.
-  if (!amx) u8_lanes += static_cast<std::int64_t>((nc + kTileKeys - 1) / kTileKeys * kTileKeys * rows * kPieces * J);
+  // Per key of the tiles, row and piece, one lane per four dims; AMX multiplies whole
+  // blocks of 4 rows (A's 12 rows), padding included.
+  const std::size_t tile_keys = (nc + kTileKeys - 1) / kTileKeys * kTileKeys;
+  if (amx) {
+    mix.amx_int8 += static_cast<std::int64_t>(tile_keys * ((rows + 3) / 4) * kAmxRows * J);
+  } else {
+    mix.u8_dot += static_cast<std::int64_t>(tile_keys * rows * kPieces * J);
+  }
   const float bound = _mm512_reduce_max_ps(emax), largest = _mm512_reduce_max_ps(shat);
   if (!std::isfinite(_mm512_reduce_add_ps(esum)) || !std::isfinite(_mm512_reduce_add_ps(probe))) return false;
   return bound <= slack / 4 * largest;

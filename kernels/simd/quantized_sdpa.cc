@@ -410,7 +410,8 @@ void run(DecodePlan& plan, const ConstTensorView& q, const AttentionParams& para
   DecodePlan::MixCounters mix;
   plan.mix = &mix;
   parallel_for(plan.tasks(), [&](std::int64_t task) { decode_chunk(plan, task); });
-  note_decode(rounded_probabilities.load(), ArithmeticMix{mix.fma.load(), mix.bf16_dot.load(), mix.u8_dot.load()});
+  note_decode(rounded_probabilities.load(),
+              ArithmeticMix{mix.fma.load(), mix.bf16_dot.load(), mix.u8_dot.load(), mix.amx_int8.load()});
 
   CombineArgs args;
   args.plan = &plan;

@@ -176,6 +176,25 @@ class Table(unittest.TestCase):
         self.assertNotIn("50.0 read", next(l for l in unpriced.splitlines() if l.startswith("sdpa ")))
         self.assertNotIn("alone allow", unpriced)
 
+    def test_tile_multiplies_are_priced_by_their_own_baseline(self):
+        # A 4-bit decode whose K side ran as AMX tile multiplies: 1e9 FMA lanes (V) and 16e9
+        # tdpbsud lanes per call of 1e9 bytes. At baseline_amxint8 800e9 lanes/s the tiles
+        # cost 20 ms beside the FMAs' 20: 25.0 GB/s (arith, against a 40 GB/s read); priced
+        # as vpdpbusd lanes (100e9/s) they would cost 160 ms. Without the tile baseline in the
+        # run the row has no floor (its tiles cannot be priced), rather than one that drops them.
+        fma = [dict(rep("baseline_fma/pool/threads=2", 0.1, index=i), fma_lanes_per_second=50e9) for i in range(3)]
+        tiles = [dict(rep("baseline_amxint8/pool/threads=2", 0.1, index=i), amx_int8_lanes_per_second=800e9)
+                 for i in range(3)]
+        four = [dict(r, flops=4e10, mix_fma_lanes=1e9, mix_bf16_dot_lanes=0, mix_u8_dot_lanes=0,
+                     mix_amx_int8_lanes=16e9)
+                for r in reps("quantized_sdpa/simd:AVX3_DL/4bit", [0.1] * 3, bytes_per_iter=1e9, label=QSDPA8)]
+        text = self.run_table(fma + tiles + four)
+        self.assertIn("800.0 G tdpbsud lanes/s", text)
+        self.assertIn("25.0 arith", next(l for l in text.splitlines() if l.startswith("quantized_sdpa ")))
+        self.assertIn("f32 FMA + tdpbsud alone allow 25.0 GB/s", text)
+        unpriced = self.run_table(fma + four)
+        self.assertNotIn("alone allow", unpriced)
+
     def test_a_peer_in_the_same_run_gets_a_speedup_column(self):
         # The same problem timed on mlx at 2.5 s and on simd at 0.1 s: "vs mlx" 25.0x on the
         # simd row, "-" on mlx's own row; without mlx rows there is no such column.

@@ -28,12 +28,13 @@ namespace {
 using testing::AttentionDims;
 
 std::string describe(const simd::ArithmeticMix& m) {
-  return cat("fma ", m.fma, ", bf16 dot ", m.bf16_dot, ", u8 dot ", m.u8_dot);
+  return cat("fma ", m.fma, ", bf16 dot ", m.bf16_dot, ", u8 dot ", m.u8_dot, ", amx int8 ", m.amx_int8);
 }
 
 void expect_mix(const simd::ArithmeticMix& want, const std::string& what) {
   const simd::ArithmeticMix got = simd::last_attention_mix();
-  EXPECT_TRUE(got.fma == want.fma && got.bf16_dot == want.bf16_dot && got.u8_dot == want.u8_dot)
+  EXPECT_TRUE(got.fma == want.fma && got.bf16_dot == want.bf16_dot && got.u8_dot == want.u8_dot &&
+              got.amx_int8 == want.amx_int8)
       << what << ": declared " << describe(got) << ", expected " << describe(want);
 }
 
@@ -92,8 +93,10 @@ TEST_F(SimdAttentionMix, DecodeDeclaresItsMultiplyAddsByInstructionPerCall) {
     simd::quantized_sdpa(in.q.view(), testing::view_of(in.k), testing::view_of(in.v), in.params, nullptr, nullptr,
                          out.view());
     const simd::ArithmeticMix integer_k{heads * R * s.Lk * s.Dv, 0, heads * R * padded_keys(s.Lk, 16) * 3 * s.Dk / 4};
-    // With AMX the K side's products are tile multiplies, which the mix leaves out.
-    const simd::ArithmeticMix tile_k{heads * R * s.Lk * s.Dv, 0, 0};
+    // With AMX the K side's products are tile multiplies: per key of the 16-key tiles,
+    // each block of 4 rows' 12 A rows (row, q digit) times Dk/4 dwords.
+    const simd::ArithmeticMix tile_k{heads * R * s.Lk * s.Dv, 0, 0,
+                                     heads * padded_keys(s.Lk, 16) * ((R + 3) / 4) * 12 * (s.Dk / 4)};
     const bool avx3_dl = target == "AVX3_DL";
     expect_mix(avx3_dl ? (simd::qdecode::amx_available() ? tile_k : integer_k) : all_fma, "4-bit quantized decode");
   });

@@ -261,6 +261,8 @@ TEST(SimdQuantizedSdpa, TheAmxKSideGivesTheVpdpbusdSidesBits) {
       }
       EXPECT_GT(dot_mix.u8_dot, 0) << what << ": the vpdpbusd side did not run";
       EXPECT_EQ(tile_mix.u8_dot, 0) << what;
+      EXPECT_EQ(dot_mix.amx_int8, 0) << what;
+      EXPECT_GT(tile_mix.amx_int8, 0) << what << ": the tile side declared no tile multiplies";
       EXPECT_EQ(tile_mix.fma, dot_mix.fma) << what << ": the tile side fell back to f32 FMAs";
       EXPECT_TRUE(testing::bit_equal(tiles, dots)) << what;
     });
@@ -268,23 +270,29 @@ TEST(SimdQuantizedSdpa, TheAmxKSideGivesTheVpdpbusdSidesBits) {
 }
 
 // K stored as bytes takes the integer side only with AMX (harness/cases/quantized_sdpa/ci
-// holds its outputs to the tolerance): with it the decode spends no K-side FMAs, without
-// it the f32 path spends Dk per key and row.
+// holds its outputs to the tolerance): with it the decode spends no K-side FMAs but
+// declares its tile multiplies, without it the f32 path spends Dk per key and row.
 TEST(SimdQuantizedSdpa, ByteCodedKTakesTheIntegerSideOnlyWithAmx) {
   if (!simd::qdecode::amx_supported()) GTEST_SKIP() << "no AMX-INT8 granted to this process";
   KVLAB_SEEDED_RNG(rng, 1618);
-  const Dims s{1, 8, 2, 1, 1000, 128, 64};
-  const Inputs in = random_inputs(rng, s, DType::f16, affine(8, 64), affine(4, 64), DType::f16, DType::f16);
-  testing::for_each_simd_target([&](const std::string& target) {
-    if (target != "AVX3_DL") return;
-    for (const bool amx : {false, true}) {
-      const simd::qdecode::ScopedAmx use(amx);
-      run_simd(in);
-      const simd::ArithmeticMix mix = simd::last_attention_mix();
-      EXPECT_EQ(mix.fma, s.Hq * s.Lk * (s.Dv + (amx ? 0 : s.Dk))) << (amx ? "AMX" : "no AMX");
-      EXPECT_EQ(mix.u8_dot, 0);
-    }
-  });
+  for (const std::int64_t hq : {8, 4}) {  // 4 and 2 query rows per kv head
+    const Dims s{1, hq, 2, 1, 1000, 128, 64};
+    const Inputs in = random_inputs(rng, s, DType::f16, affine(8, 64), affine(4, 64), DType::f16, DType::f16);
+    testing::for_each_simd_target([&](const std::string& target) {
+      if (target != "AVX3_DL") return;
+      for (const bool amx : {false, true}) {
+        const simd::qdecode::ScopedAmx use(amx);
+        run_simd(in);
+        const simd::ArithmeticMix mix = simd::last_attention_mix();
+        const std::string what = cat(amx ? "AMX" : "no AMX", ", Hq ", hq);
+        EXPECT_EQ(mix.fma, s.Hq * s.Lk * (s.Dv + (amx ? 0 : s.Dk))) << what;
+        EXPECT_EQ(mix.u8_dot, 0) << what;
+        // 1000 keys in 16-key tiles (512 + 496), a kv head's rows one block of 12 A rows
+        // (4 rows × 3 q digits; 2 rows padded to the block), Dk/4 dwords per A row.
+        EXPECT_EQ(mix.amx_int8, amx ? s.B * s.Hkv * 1008 * 12 * (s.Dk / 4) : 0) << what;
+      }
+    });
+  }
 }
 
 // Asking for AMX where the process has none is an error, not a crash (SIGILL).
