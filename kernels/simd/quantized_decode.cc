@@ -390,6 +390,30 @@ void DispatchKernel(int bits, const F& f) {
   }
 }
 
+// K and V bytes of a call from which the decode reads its chunks in quarters: above the
+// L2 of a few cores, where the quarters' gain from DRAM outweighs their cost in cache.
+constexpr std::int64_t kQuarterMinBytes = std::int64_t{8} << 20;
+
+// The chunk's key order (KeyOrder): quarters where the f32 kernels read plain K and V
+// rows of at least kQuarterMinBytes, every row sees every key of the chunk (no array
+// mask, no row's bound inside it), the chunk holds a multiple of 64 keys and every row
+// block's K side takes 4 keys a block; in order otherwise (the vdpbf16ps sides read in
+// order).
+KeyOrder ChunkOrder(const DecodePlan& plan, std::int64_t b, std::int64_t j0, std::int64_t j1) {
+  const auto nc = static_cast<std::size_t>(j1 - j0);
+  const bool f32_sides = plan.k.plain != nullptr && plan.v.plain != nullptr && plan.query_bf16 == nullptr &&
+                         !plan.value_bf16;
+  const std::int64_t bytes = plan.batch * plan.hkv * plan.lk * (plan.k.row_bytes() + plan.v.row_bytes());
+  if (bytes < kQuarterMinBytes) return {};
+  constexpr bool kBlocksOfFour = kQuarterOrder<1> && kQuarterOrder<2> && kQuarterOrder<3> && kQuarterOrder<4>;
+  if (!kBlocksOfFour || !f32_sides || plan.mask != nullptr || plan.rows > 4 || nc % 64 != 0) return {};
+  for (std::int64_t rho = 0; rho < plan.rows; ++rho) {
+    const auto cell = static_cast<std::size_t>(b * plan.rows + rho);
+    if (plan.row_lo[cell] > j0 || plan.row_hi[cell] < j1) return {};
+  }
+  return {nc / 4};
+}
+
 void DecodeChunk(const DecodePlan& plan, std::int64_t task) {
   static thread_local qd::Scratch scratch;
   qd::Scratch& sc = scratch;
@@ -455,13 +479,14 @@ void DecodeChunk(const DecodePlan& plan, std::int64_t task) {
     scored = true;
   }
 #endif
+  const KeyOrder order = scored ? KeyOrder{} : ChunkOrder(plan, b, j0, j1);
   // Dk FMA lanes per key and row (the integer side counted its own, certificate held or not).
   if (!scored) plan.mix->fma += static_cast<std::int64_t>(urows * nc * dk);
   for (std::size_t r0 = 0, rb = 0; r0 < urows && !scored; r0 += rb) {
     rb = RowBlock(urows - r0);
     const auto score = [&](auto bits) {
       ScoreBlock<decltype(bits)::value>(rb, query + r0 * dk, dk, kc.data, kc.row_bytes, k_scales, k_biases, kg, kgs,
-                                        nc, ncp, tile, scores + r0 * ncp, r0 == 0 ? &stream : nullptr);
+                                        nc, ncp, tile, scores + r0 * ncp, r0 == 0 ? &stream : nullptr, order);
     };
     DispatchKernel(kc.bits, score);
   }
@@ -511,7 +536,7 @@ void DecodeChunk(const DecodePlan& plan, std::int64_t task) {
     rb = RowBlock(urows - r0);
     const auto accumulate = [&](auto bits) {
       ValueBlock<decltype(bits)::value>(rb, weights + r0 * vg * ncp, vg, ncp, vc.data, vc.row_bytes, dv,
-                                        static_cast<std::size_t>(vs.group), nc, r0 == 0 ? &next : nullptr,
+                                        static_cast<std::size_t>(vs.group), nc, r0 == 0 ? &next : nullptr, order,
                                         out + r0 * dv);
     };
     DispatchKernel(vc.bits, accumulate);

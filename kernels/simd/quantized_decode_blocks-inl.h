@@ -148,6 +148,20 @@ constexpr std::size_t kPrefetchKeys = 32;
 // the DRAM read this way and 65-67 % with prefetcht0, into L1 (docs/benchmarks.md).
 HWY_INLINE void PrefetchLine(const std::uint8_t* p) { __builtin_prefetch(p, 0, 1); }
 
+// Key order of a chunk. Its keys are read in order, or, where every row sees every key of
+// the chunk and the call's K and V are too large to stay in cache (KeyOrder::quarter >
+// 0), as four interleaved streams: position j (the order of the scores, the softmax
+// weights and the V side's sum) is key j/4 + (j%4)·quarter, so a block of 4 consecutive
+// positions is one key of each quarter. From DRAM four streams keep more lines in flight
+// while the arithmetic runs; in L2 they cost time
+// (docs/benchmarks.md §Measurements behind kernel choices). Softmax and the sums do not
+// depend on the order beyond rounding, and the order depends only on the shape, never on
+// the thread count.
+struct KeyOrder {
+  std::size_t quarter = 0;  // 0: in order
+  HWY_INLINE std::size_t Key(std::size_t j) const { return quarter == 0 ? j : j / 4 + (j % 4) * quarter; }
+};
+
 // A chunk's code bytes in the order the K side looks ahead: its K rows, then its V rows,
 // so the K side's last keys fetch the first rows the V side reads after the softmax.
 struct ChunkStream {
@@ -181,8 +195,9 @@ struct SliceStream {
   bool last;
   NextChunk next;
 
-  HWY_INLINE void Prefetch(std::size_t j) const {
-    std::size_t key = j + kPrefetchKeys;
+  HWY_INLINE void Prefetch(std::size_t j) const { PrefetchKey(j + kPrefetchKeys); }
+  // The slice's lines of key `key` (past the chunk's end: as Prefetch says).
+  HWY_INLINE void PrefetchKey(std::size_t key) const {
     if (key < nc) return Lines(codes + key * row_bytes + s0, sb);
     key -= nc;
     if (!last) return Lines(codes + key * row_bytes + s0 + sb, sb);
@@ -244,12 +259,13 @@ HWY_INLINE void FinishTile(DF df, const float* HWY_RESTRICT tile, std::size_t nc
 // from dk and gs). Fixed, the block is straight-line code: with the common 2 or 4 units
 // per group, loop control, table setup and the reduction otherwise cost as much as the
 // FMAs (measured: half of the K side's time outside its inner loop).
-// ahead (null: none): the block's prefetches, from stream byte ahead_pos on.
+// ahead (null: none): the block's prefetches, from stream byte ahead_pos on. key_stride:
+// bytes from one key of the block to the next (0: row_bytes, consecutive keys).
 template <int kBits, std::size_t RB, std::size_t KB, std::size_t kUnits = 0, std::size_t kUnitsPerGroup = 0>
 HWY_INLINE void KeyBlock(DF df, const float* HWY_RESTRICT q, std::size_t dk, const std::uint8_t* HWY_RESTRICT codes,
                          std::size_t row_bytes, const float* HWY_RESTRICT scales, const float* HWY_RESTRICT biases,
                          std::size_t groups, std::size_t gs, VF* HWY_RESTRICT out,
-                         const ChunkStream* ahead = nullptr, std::size_t ahead_pos = 0) {
+                         const ChunkStream* ahead = nullptr, std::size_t ahead_pos = 0, std::size_t key_stride = 0) {
   constexpr std::size_t kV = kVecsPerUnit<kBits>;
   const std::size_t N = hn::Lanes(df);
   const std::size_t units = kUnits != 0 ? kUnits : dk / (kV * N);
@@ -259,6 +275,7 @@ HWY_INLINE void KeyBlock(DF df, const float* HWY_RESTRICT q, std::size_t dk, con
     row_bytes = RowBytes<kBits>(dk);
     groups = kUnits / kUnitsPerGroup;
   }
+  if (key_stride == 0) key_stride = row_bytes;
   VF acc[KB][RB];
 #pragma GCC unroll 16
   for (std::size_t k = 0; k < KB; ++k) {
@@ -285,15 +302,15 @@ HWY_INLINE void KeyBlock(DF df, const float* HWY_RESTRICT q, std::size_t dk, con
       const std::size_t unit_byte = u * N * kLaneBytes<kBits>;
       if (ahead != nullptr && unit_byte % 64 == 0) {  // a line of each key at its first unit
 #pragma GCC unroll 16
-        for (std::size_t k = 0; k < KB; ++k) ahead->Prefetch(ahead_pos + k * row_bytes + unit_byte);
+        for (std::size_t k = 0; k < KB; ++k) ahead->Prefetch(ahead_pos + k * key_stride + unit_byte);
       }
       VF c[KB][kV];
 #pragma GCC unroll 16
       for (std::size_t k = 0; k < KB; ++k) {
         if constexpr (kPlain<kBits>) {
-          c[k][0] = PlainValues<kBits>(df, codes + k * row_bytes + u * N * kLaneBytes<kBits>);
+          c[k][0] = PlainValues<kBits>(df, codes + k * key_stride + u * N * kLaneBytes<kBits>);
         } else {
-          const VI bytes = LoadBytes(df, codes + k * row_bytes + u * N);
+          const VI bytes = LoadBytes(df, codes + k * key_stride + u * N);
 #pragma GCC unroll 2
           for (std::size_t t = 0; t < kV; ++t) c[k][t] = KeyValues<kBits>(df, bytes, t, table[k], scale[k], bias[k]);
         }
@@ -327,6 +344,9 @@ HWY_INLINE void KeyBlock(DF df, const float* HWY_RESTRICT q, std::size_t dk, con
 // the accumulators' latency (bench/records/2026-11-27-zen3-avx2.md, "Night").
 template <std::size_t RB>
 constexpr std::size_t kKeysPerBlock = std::min(kMaxLanes, kManyRegisters && RB <= 4 ? std::size_t{4} : std::size_t{2});
+// Row blocks whose K side can read a chunk in quarters (KeyOrder): blocks of 4 keys.
+template <std::size_t RB>
+constexpr bool kQuarterOrder = kKeysPerBlock<RB> == 4;
 
 // meta + offset, or null for plain rows (which have no scales or biases).
 template <int kBits>
@@ -339,14 +359,34 @@ HWY_INLINE const float* Meta(const float* meta, std::size_t offset) {
 // stored: [key][group].
 // Per N keys: N/KB blocks, each reduced by log2(KB) rounds in registers and parked in
 // `tile` ([r][block][N]), then the remaining log2(N/KB) rounds give a vector of N scores.
+// order: the chunk's key order (quarters only where kQuarterOrder<RB>, for plain rows and
+// nc a multiple of 64; the caller checks).
 template <int kBits, std::size_t RB, std::size_t kUnits = 0, std::size_t kUnitsPerGroup = 0>
 void ScoreRows(const float* HWY_RESTRICT q, std::size_t dk, const std::uint8_t* HWY_RESTRICT codes,
                std::size_t row_bytes, const float* HWY_RESTRICT scales, const float* HWY_RESTRICT biases,
                std::size_t groups, std::size_t gs, std::size_t nc, std::size_t ncp, float* HWY_RESTRICT tile,
-               float* HWY_RESTRICT scores, const ChunkStream* ahead) {
+               float* HWY_RESTRICT scores, const ChunkStream* ahead, KeyOrder order) {
   const DF df;
   const std::size_t N = hn::Lanes(df);
   constexpr std::size_t KB = kKeysPerBlock<RB>, kBlocks = kMaxLanes / KB;
+  if constexpr (kQuarterOrder<RB> && kPlain<kBits>) {
+    if (order.quarter != 0) {  // the block at position t: key t/4 of each quarter; prefetch 8 keys on in each
+      for (std::size_t t0 = 0; t0 < nc; t0 += N) {
+        for (std::size_t blk = 0; blk < kBlocks; ++blk) {
+          const std::size_t key = (t0 + blk * KB) / 4;
+          VF red[RB];
+          KeyBlock<kBits, RB, KB, kUnits, kUnitsPerGroup>(df, q, dk, codes + key * row_bytes, row_bytes, nullptr,
+                                                          nullptr, groups, gs, red, ahead,
+                                                          (key + kPrefetchKeys / 4) * row_bytes,
+                                                          order.quarter * row_bytes);
+#pragma GCC unroll 16
+          for (std::size_t r = 0; r < RB; ++r) hn::StoreU(red[r], df, tile + (r * kBlocks + blk) * N);
+        }
+        FinishTile<RB, kBlocks>(df, tile, ncp, scores + t0);
+      }
+      return;
+    }
+  }
   for (std::size_t t0 = 0; t0 < nc; t0 += N) {
     const std::size_t in_tile = std::min(N, nc - t0);
     std::size_t blk = 0;
@@ -644,14 +684,22 @@ bool ValueBlockBf16(std::size_t rb, const std::uint32_t* w, std::size_t w_stride
 // kTwoGroups: the slice's second half lies in the next group (its weights `second`
 // floats on); otherwise one broadcast weight per (row, key) serves the whole slice, which
 // halves the broadcast loads (the V side is bound by loads as much as by FMAs on AVX2).
-template <int kBits, std::size_t RB, std::size_t DS, bool kTwoGroups>
+// kQuarters: the keys in KeyOrder's quarters (order.quarter > 0), else in order.
+template <int kBits, std::size_t RB, std::size_t DS, bool kTwoGroups, bool kQuarters = false>
 HWY_INLINE void AccumulateSlice(DF df, const float* const* HWY_RESTRICT wr, std::size_t second,
                                 const std::uint8_t* HWY_RESTRICT row, std::size_t row_bytes, std::size_t nc,
-                                const SliceStream* ahead, VF codes_table, VF (&o)[RB][DS]) {
+                                const SliceStream* ahead, VF codes_table, VF (&o)[RB][DS], KeyOrder order = {}) {
   constexpr std::size_t kV = kVecsPerUnit<kBits>;
   const std::size_t N = hn::Lanes(df);
+  const std::uint8_t* HWY_RESTRICT const first = row;
   for (std::size_t j = 0; j < nc; ++j, row += row_bytes) {
-    if (ahead != nullptr) ahead->Prefetch(j);
+    if constexpr (kQuarters) {  // 8 keys ahead in each quarter, 32 in all
+      const std::size_t key = order.Key(j);
+      row = first + key * row_bytes;
+      if (ahead != nullptr) ahead->PrefetchKey(key + kPrefetchKeys / 4);
+    } else if (ahead != nullptr) {
+      ahead->Prefetch(j);
+    }
     VF c[DS];
 #pragma GCC unroll 16
     for (std::size_t uu = 0; uu < DS / kV; ++uu) {
@@ -680,7 +728,7 @@ HWY_INLINE void AccumulateSlice(DF df, const float* const* HWY_RESTRICT wr, std:
 template <int kBits, std::size_t RB, std::size_t DS>
 void AccumulateValues(const float* HWY_RESTRICT w, std::size_t groups, std::size_t ncp,
                       const std::uint8_t* HWY_RESTRICT codes, std::size_t row_bytes, std::size_t dv, std::size_t gs,
-                      std::size_t nc, const NextChunk* ahead, float* HWY_RESTRICT out) {
+                      std::size_t nc, const NextChunk* ahead, KeyOrder order, float* HWY_RESTRICT out) {
   const DF df;
   constexpr std::size_t kV = kVecsPerUnit<kBits>;
   static_assert(DS % kV == 0, "a slice holds whole units");
@@ -701,7 +749,14 @@ void AccumulateValues(const float* HWY_RESTRICT w, std::size_t groups, std::size
     const std::size_t s0 = (vs / kV) * N * kLaneBytes<kBits>, sb = DS / kV * N * kLaneBytes<kBits>;
     const SliceStream stream{codes, row_bytes, nc, s0, sb, vs + DS >= nvec, ahead != nullptr ? *ahead : NextChunk{}};
     const SliceStream* slice_ahead = ahead != nullptr ? &stream : nullptr;
-    if (second != 0) {
+    if constexpr (kPlain<kBits>) {  // one group: no second half
+      if (order.quarter != 0) {
+        AccumulateSlice<kBits, RB, DS, false, true>(df, wr, second, codes + s0, row_bytes, nc, slice_ahead, codes_table,
+                                                    o, order);
+      } else {
+        AccumulateSlice<kBits, RB, DS, false>(df, wr, second, codes + s0, row_bytes, nc, slice_ahead, codes_table, o);
+      }
+    } else if (second != 0) {
       AccumulateSlice<kBits, RB, DS, true>(df, wr, second, codes + s0, row_bytes, nc, slice_ahead, codes_table, o);
     } else {
       AccumulateSlice<kBits, RB, DS, false>(df, wr, second, codes + s0, row_bytes, nc, slice_ahead, codes_table, o);
@@ -721,63 +776,69 @@ void AccumulateValues(const float* HWY_RESTRICT w, std::size_t groups, std::size
 template <int kBits, std::size_t RB>
 void ScoreRowsAnyShape(const float* q, std::size_t dk, const std::uint8_t* codes, std::size_t row_bytes,
                        const float* scales, const float* biases, std::size_t groups, std::size_t gs, std::size_t nc,
-                       std::size_t ncp, float* tile, float* scores, const ChunkStream* ahead) {
+                       std::size_t ncp, float* tile, float* scores, const ChunkStream* ahead, KeyOrder order) {
   if constexpr (kManyRegisters && (RB == 4 || RB == 8)) {
     constexpr std::size_t kUnitDims = kVecsPerUnit<kBits> * kMaxLanes, kUnits = 128 / kUnitDims;
     if (dk == 128 && gs == 64) {
       return ScoreRows<kBits, RB, kUnits, 64 / kUnitDims>(q, dk, codes, row_bytes, scales, biases, groups, gs, nc,
-                                                         ncp, tile, scores, ahead);
+                                                         ncp, tile, scores, ahead, order);
     }
     if (dk == 128 && gs == 128) {
       return ScoreRows<kBits, RB, kUnits, kUnits>(q, dk, codes, row_bytes, scales, biases, groups, gs, nc, ncp, tile,
-                                                  scores, ahead);
+                                                  scores, ahead, order);
     }
   }
-  ScoreRows<kBits, RB>(q, dk, codes, row_bytes, scales, biases, groups, gs, nc, ncp, tile, scores, ahead);
+  ScoreRows<kBits, RB>(q, dk, codes, row_bytes, scales, biases, groups, gs, nc, ncp, tile, scores, ahead, order);
 }
 
 template <int kBits>
 void ScoreBlock(std::size_t rb, const float* q, std::size_t dk, const std::uint8_t* codes, std::size_t row_bytes,
                 const float* scales, const float* biases, std::size_t groups, std::size_t gs, std::size_t nc,
-                std::size_t ncp, float* tile, float* scores, const ChunkStream* ahead) {
+                std::size_t ncp, float* tile, float* scores, const ChunkStream* ahead, KeyOrder order) {
   switch (rb) {
     case 1:
-      return ScoreRows<kBits, 1>(q, dk, codes, row_bytes, scales, biases, groups, gs, nc, ncp, tile, scores, ahead);
+      return ScoreRows<kBits, 1>(q, dk, codes, row_bytes, scales, biases, groups, gs, nc, ncp, tile, scores, ahead,
+                                 order);
     case 2:
-      return ScoreRows<kBits, 2>(q, dk, codes, row_bytes, scales, biases, groups, gs, nc, ncp, tile, scores, ahead);
+      return ScoreRows<kBits, 2>(q, dk, codes, row_bytes, scales, biases, groups, gs, nc, ncp, tile, scores, ahead,
+                                 order);
     case 3:
-      return ScoreRows<kBits, 3>(q, dk, codes, row_bytes, scales, biases, groups, gs, nc, ncp, tile, scores, ahead);
+      return ScoreRows<kBits, 3>(q, dk, codes, row_bytes, scales, biases, groups, gs, nc, ncp, tile, scores, ahead,
+                                 order);
     case 4:
       return ScoreRowsAnyShape<kBits, 4>(q, dk, codes, row_bytes, scales, biases, groups, gs, nc, ncp, tile, scores,
-                                         ahead);
+                                         ahead, order);
   }
   if constexpr (kManyRegisters) {
-    ScoreRowsAnyShape<kBits, 8>(q, dk, codes, row_bytes, scales, biases, groups, gs, nc, ncp, tile, scores, ahead);
+    ScoreRowsAnyShape<kBits, 8>(q, dk, codes, row_bytes, scales, biases, groups, gs, nc, ncp, tile, scores, ahead,
+                                order);
   }
 }
 
 template <int kBits, std::size_t RB>
 void ValueRowsAnyWidth(const float* w, std::size_t groups, std::size_t ncp, const std::uint8_t* codes,
                        std::size_t row_bytes, std::size_t dv, std::size_t gs, std::size_t nc, const NextChunk* ahead,
-                       float* out) {
+                       KeyOrder order, float* out) {
   const std::size_t nvec = dv / hn::Lanes(DF());
   // Four vectors per slice where the accumulators (RB·4) still fit the registers.
   const bool wide = nvec % 4 == 0 && (kManyRegisters ? RB <= 4 : RB <= 2);
-  if (wide) return AccumulateValues<kBits, RB, 4>(w, groups, ncp, codes, row_bytes, dv, gs, nc, ahead, out);
-  return AccumulateValues<kBits, RB, 2>(w, groups, ncp, codes, row_bytes, dv, gs, nc, ahead, out);
+  if (wide) return AccumulateValues<kBits, RB, 4>(w, groups, ncp, codes, row_bytes, dv, gs, nc, ahead, order, out);
+  return AccumulateValues<kBits, RB, 2>(w, groups, ncp, codes, row_bytes, dv, gs, nc, ahead, order, out);
 }
 
 template <int kBits>
 void ValueBlock(std::size_t rb, const float* w, std::size_t groups, std::size_t ncp, const std::uint8_t* codes,
                 std::size_t row_bytes, std::size_t dv, std::size_t gs, std::size_t nc, const NextChunk* ahead,
-                float* out) {
+                KeyOrder order, float* out) {
   switch (rb) {
-    case 1: return ValueRowsAnyWidth<kBits, 1>(w, groups, ncp, codes, row_bytes, dv, gs, nc, ahead, out);
-    case 2: return ValueRowsAnyWidth<kBits, 2>(w, groups, ncp, codes, row_bytes, dv, gs, nc, ahead, out);
-    case 3: return ValueRowsAnyWidth<kBits, 3>(w, groups, ncp, codes, row_bytes, dv, gs, nc, ahead, out);
-    case 4: return ValueRowsAnyWidth<kBits, 4>(w, groups, ncp, codes, row_bytes, dv, gs, nc, ahead, out);
+    case 1: return ValueRowsAnyWidth<kBits, 1>(w, groups, ncp, codes, row_bytes, dv, gs, nc, ahead, order, out);
+    case 2: return ValueRowsAnyWidth<kBits, 2>(w, groups, ncp, codes, row_bytes, dv, gs, nc, ahead, order, out);
+    case 3: return ValueRowsAnyWidth<kBits, 3>(w, groups, ncp, codes, row_bytes, dv, gs, nc, ahead, order, out);
+    case 4: return ValueRowsAnyWidth<kBits, 4>(w, groups, ncp, codes, row_bytes, dv, gs, nc, ahead, order, out);
   }
-  if constexpr (kManyRegisters) ValueRowsAnyWidth<kBits, 8>(w, groups, ncp, codes, row_bytes, dv, gs, nc, ahead, out);
+  if constexpr (kManyRegisters) {
+    ValueRowsAnyWidth<kBits, 8>(w, groups, ncp, codes, row_bytes, dv, gs, nc, ahead, order, out);
+  }
 }
 
 // Rows per block: 8 where 32 registers hold 8 rows' accumulators, else 4; a remainder
