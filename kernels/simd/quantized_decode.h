@@ -30,13 +30,23 @@
 
 namespace kvlab::simd::qdecode {
 
-// Tokens per chunk. 512 keeps a task's scratch (scores, weights, f32 scales/biases)
-// within L2 and its partial (R·Lq·(Dv+2) floats) near 3 % of the bytes it reads at
-// Dv = 128; tests shrink it (ScopedChunkTokens) to cover the combine with short caches.
-constexpr std::int64_t kDefaultChunkTokens = 512;
-std::int64_t chunk_tokens();
+// Tokens per chunk (one task's keys), from the call's shape alone, so that no result
+// depends on the thread count: kMinChunkTokens, doubled up to kMaxChunkTokens while the
+// call still splits into at least kMinChunkTasks tasks and a task's scores (rows · chunk
+// floats) stay within kMaxChunkScores. 512 keeps a task's scratch (scores, weights, f32
+// scales/biases) within L2 and its partial (R·Lq·(Dv+2) floats) near 3 % of the bytes it
+// reads at Dv = 128, and short caches still split into enough tasks for every core (64:
+// four a core on a 16-core host). Long caches read faster in long chunks: each task
+// starts its K and V streams cold, and from DRAM those starts cost more than the scratch
+// (docs/benchmarks.md, "Measurements"). batch, hkv, lk: the call's; rows: R·Lq.
+constexpr std::int64_t kMinChunkTokens = 512;
+constexpr std::int64_t kMaxChunkTokens = 4096;
+constexpr std::int64_t kMinChunkTasks = 64;
+constexpr std::int64_t kMaxChunkScores = 16384;
+std::int64_t chunk_tokens(std::int64_t batch, std::int64_t hkv, std::int64_t lk, std::int64_t rows);
 
-// Test hook: overrides chunk_tokens() for its lifetime (process-global, not thread-safe).
+// Test hook: chunk_tokens() returns `tokens` whatever the shape, for its lifetime
+// (process-global, not thread-safe).
 class ScopedChunkTokens {
  public:
   explicit ScopedChunkTokens(std::int64_t tokens);

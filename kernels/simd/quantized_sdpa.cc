@@ -34,10 +34,19 @@ namespace kvlab::simd {
 namespace qdecode {
 
 namespace {
-std::atomic<std::int64_t> g_chunk_tokens{kDefaultChunkTokens};
+std::atomic<std::int64_t> g_chunk_tokens{0};  // 0: by shape; else a test's ScopedChunkTokens
 }  // namespace
 
-std::int64_t chunk_tokens() { return g_chunk_tokens.load(); }
+std::int64_t chunk_tokens(std::int64_t batch, std::int64_t hkv, std::int64_t lk, std::int64_t rows) {
+  const std::int64_t forced = g_chunk_tokens.load();
+  if (forced > 0) return forced;
+  const auto tasks = [&](std::int64_t chunk) { return batch * hkv * ((lk + chunk - 1) / chunk); };
+  std::int64_t chunk = kMinChunkTokens;
+  while (chunk * 2 <= kMaxChunkTokens && tasks(chunk * 2) >= kMinChunkTasks && rows * chunk * 2 <= kMaxChunkScores) {
+    chunk *= 2;
+  }
+  return chunk;
+}
 
 namespace {
 // -1: the CPU's default; 0 / 1: a test's ScopedBf16Dot.
@@ -382,7 +391,7 @@ void run(DecodePlan& plan, const ConstTensorView& q, const AttentionParams& para
   plan.softcap = params.softcap;
   static std::atomic<std::uint64_t> calls{0};
   plan.call = ++calls;
-  plan.chunk = chunk_tokens();
+  plan.chunk = chunk_tokens(plan.batch, plan.hkv, plan.lk, plan.rows);
   plan.chunks = (plan.lk + plan.chunk - 1) / plan.chunk;
   plan.mask_kind = params.mask.kind;
   if (mask_array != nullptr) {

@@ -48,12 +48,12 @@ void run_sdpa(testing::SeededRng& rng, DType dtype, const AttentionDims& s) {
   simd::sdpa(q.view(), k.view(), v.view(), params, nullptr, nullptr, out.view());
 }
 
-// Σ over the chunks of ⌈keys/n⌉·n (n = 2: the bf16 V side's key pairs; 16: the integer
-// K side's tiles).
-std::int64_t padded_keys(std::int64_t lk, std::int64_t n) {
-  const std::int64_t chunk = simd::qdecode::chunk_tokens();
+// Σ over the chunks of the decode of s of ⌈keys/n⌉·n (n = 2: the bf16 V side's key pairs;
+// 16: the integer K side's tiles).
+std::int64_t padded_keys(const AttentionDims& s, std::int64_t n) {
+  const std::int64_t chunk = simd::qdecode::chunk_tokens(s.B, s.Hkv, s.Lk, s.Hq / s.Hkv * s.Lq);
   std::int64_t total = 0;
-  for (std::int64_t j = 0; j < lk; j += chunk) total += (std::min(chunk, lk - j) + n - 1) / n * n;
+  for (std::int64_t j = 0; j < s.Lk; j += chunk) total += (std::min(chunk, s.Lk - j) + n - 1) / n * n;
   return total;
 }
 
@@ -70,7 +70,7 @@ TEST_F(SimdAttentionMix, DecodeDeclaresItsMultiplyAddsByInstructionPerCall) {
     run_sdpa(rng, DType::f16, s);
     expect_mix(all_fma, "f16 decode");
     // bf16 q, K and V with a bf16 output: vdpbf16ps on both sides where the CPU has it.
-    const simd::ArithmeticMix bf16_dots{0, heads * R * (s.Lk * s.Dk / 2 + padded_keys(s.Lk, 2) / 2 * s.Dv), 0};
+    const simd::ArithmeticMix bf16_dots{0, heads * R * (s.Lk * s.Dk / 2 + padded_keys(s, 2) / 2 * s.Dv), 0};
     const bool dots = avx512 && simd::qdecode::bf16_dot_available();
     run_sdpa(rng, DType::bf16, s);
     expect_mix(dots ? bf16_dots : all_fma, "bf16 decode, the CPU's default path");
@@ -92,11 +92,11 @@ TEST_F(SimdAttentionMix, DecodeDeclaresItsMultiplyAddsByInstructionPerCall) {
     Tensor out(DType::f16, {s.B, s.Hq, s.Lq, s.Dv});
     simd::quantized_sdpa(in.q.view(), testing::view_of(in.k), testing::view_of(in.v), in.params, nullptr, nullptr,
                          out.view());
-    const simd::ArithmeticMix integer_k{heads * R * s.Lk * s.Dv, 0, heads * R * padded_keys(s.Lk, 16) * 3 * s.Dk / 4};
+    const simd::ArithmeticMix integer_k{heads * R * s.Lk * s.Dv, 0, heads * R * padded_keys(s, 16) * 3 * s.Dk / 4};
     // With AMX the K side's products are tile multiplies: per key of the 16-key tiles,
     // each block of 4 rows' 12 A rows (row, q digit) times Dk/4 dwords.
     const simd::ArithmeticMix tile_k{heads * R * s.Lk * s.Dv, 0, 0,
-                                     heads * padded_keys(s.Lk, 16) * ((R + 3) / 4) * 12 * (s.Dk / 4)};
+                                     heads * padded_keys(s, 16) * ((R + 3) / 4) * 12 * (s.Dk / 4)};
     const bool avx3_dl = target == "AVX3_DL";
     expect_mix(avx3_dl ? (simd::qdecode::amx_available() ? tile_k : integer_k) : all_fma, "4-bit quantized decode");
   });

@@ -128,6 +128,24 @@ TEST(SimdQuantizedSdpa, ChunkSizesOfAtLeastLkGiveTheSameBits) {
   });
 }
 
+// The chunk follows the shape (quantized_decode.h): doubled from 512 up to 4096 while the
+// call keeps 64 tasks and a task's scores (rows · chunk) stay within 16384 floats; a test's
+// override wins over the shape.
+TEST(SimdQuantizedSdpa, ChunksGrowWithTheCacheWhileTasksAndScoresAllow) {
+  using simd::qdecode::chunk_tokens;
+  EXPECT_EQ(chunk_tokens(1, 8, 32768, 4), 4096);  // 8 chunks of 8 heads: 64 tasks
+  EXPECT_EQ(chunk_tokens(1, 8, 65536, 4), 4096);  // the longest
+  EXPECT_EQ(chunk_tokens(64, 8, 32768, 4), 4096);
+  EXPECT_EQ(chunk_tokens(1, 8, 16384, 4), 2048);  // 4096 would leave 32 tasks
+  EXPECT_EQ(chunk_tokens(1, 2, 32768, 4), 1024);
+  EXPECT_EQ(chunk_tokens(1, 8, 4096, 4), 512);    // 1024 would leave 32 tasks
+  EXPECT_EQ(chunk_tokens(1, 1, 100, 1), 512);     // never shorter than 512
+  EXPECT_EQ(chunk_tokens(1, 8, 32768, 8), 2048);  // 8 rows · 4096 keys: more than 16384 scores
+  EXPECT_EQ(chunk_tokens(1, 8, 32768, 32), 512);
+  const qchunk forced(7);
+  EXPECT_EQ(chunk_tokens(1, 8, 32768, 4), 7);
+}
+
 // With one key its weight is exactly 1, so out = V dequantized (c·s + b in f32, both
 // backends) rounded once to q's dtype: bit-exact, which pins the output conversion. V is
 // chosen to hit bf16 and f16 rounding ties, f16 overflow to inf, and a NaN group.

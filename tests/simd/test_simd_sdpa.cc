@@ -257,7 +257,7 @@ TEST_F(SimdSdpa, Bf16DecodeAgreesWithTheOracleOrItsRoundedPTwinOnEitherPath) {
         return run_sdpa(simd_, in);
       }();
       EXPECT_TRUE(simd_.attention_rounding().probabilities) << what;
-      expect_within_ulps(dot, rounded_p_twin(in, simd::qdecode::chunk_tokens()), cat("vdpbf16ps path, ", what), near_zero,
+      expect_within_ulps(dot, rounded_p_twin(in, simd::qdecode::chunk_tokens(s.B, s.Hkv, s.Lk, s.Hq / s.Hkv * s.Lq)), cat("vdpbf16ps path, ", what), near_zero,
                          2);  // a p next to a bf16 rounding boundary may round the other way than the twin's
       const simd::qdecode::ScopedBf16Dot off(false);
       const Tensor plain = run_sdpa(simd_, in);
