@@ -292,8 +292,8 @@ TEST(PrecisionCeiling, ARoundingPerKeyBlockFailsTheCeilingOfAKernelThatDeclaresN
   }
 }
 
-// Partials rounded to T per chunk of 512 keys (the flash-decoding split of kvlab's SIMD
-// decode): inside the NMSE ceiling of a kernel that declares no rounding, outside the
+// Partials rounded to T per chunk of 512 keys (the shortest flash-decoding split of
+// kvlab's SIMD decode): inside the NMSE ceiling of a kernel that declares no rounding, outside the
 // rounding identity (Budget::expected_rounding_mismatches), which names itself. The same
 // split with f32 partials passes; the real kernel with this defect (its chunk partials
 // rounded before the combine) fails the same way (docs/harness.md §Rounding identity).

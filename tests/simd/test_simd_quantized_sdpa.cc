@@ -77,8 +77,9 @@ Tensor run_ref(const Inputs& in) {
 }
 
 #ifdef KVLAB_TEST_WITH_HARNESS
-// The harness runs at the default chunk (512 keys: its lines of Lk 1, 100, 513 and 1500
-// cover below one chunk, a tail and several chunks). Smaller chunks, down to one key
+// The harness runs at the chunk its shapes give (chunk_tokens: 512 keys for its lines of
+// Lk 1, 100, 513 and 1500, which cover below one chunk, a tail and several chunks; up to
+// 4096 for its long decodes). Smaller chunks, down to one key
 // each, run the same harness lines here, each held to the harness's tolerance object:
 // chunks change the f32 summation order, so they agree within it, not bitwise.
 TEST(SimdQuantizedSdpa, EveryChunkSizeMatchesTheOracleThroughTheHarnessCases) {
