@@ -36,9 +36,9 @@ namespace kvlab::simd::qdecode {
 // floats) stay within kMaxChunkScores. 512 keeps a task's scratch (scores, weights, f32
 // scales/biases) within L2 and its partial (R·Lq·(Dv+2) floats) near 3 % of the bytes it
 // reads at Dv = 128, and short caches still split into enough tasks for every core (64:
-// four a core on a 16-core host). Long caches read faster in long chunks: each task
-// starts its K and V streams cold, and from DRAM those starts cost more than the scratch
-// (docs/benchmarks.md, "Measurements"). batch, hkv, lk: the call's; rows: R·Lq.
+// four a core on a 16-core host). Long caches read faster from DRAM in long chunks
+// (docs/benchmarks.md, "Measurements"; likely because each task starts its K and V
+// streams cold). batch, hkv, lk: the call's; rows: R·Lq.
 constexpr std::int64_t kMinChunkTokens = 512;
 constexpr std::int64_t kMaxChunkTokens = 4096;
 constexpr std::int64_t kMinChunkTasks = 64;
