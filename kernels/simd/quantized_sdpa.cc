@@ -204,14 +204,12 @@ struct AffineBlocks {
   std::vector<float> scales, biases;
 };
 
-// f16 bits to f32 by table (built once): the metadata pass converts a scale per 32 codes.
-float f16_value(std::uint16_t bits) {
-  static const std::vector<float> table = [] {
-    std::vector<float> t(65536);
-    for (std::size_t i = 0; i < t.size(); ++i) t[i] = f16_bits_to_f32(static_cast<std::uint16_t>(i));
-    return t;
-  }();
-  return table[bits];
+// Whether any of n f16 values is ±inf or NaN (all exponent bits set): a branch-free OR
+// over the bits, which the compiler vectorizes.
+bool any_nonfinite_f16(const std::uint16_t* bits, std::size_t n) {
+  unsigned bad = 0;
+  for (std::size_t i = 0; i < n; ++i) bad |= (bits[i] & 0x7C00u) == 0x7C00u ? 1u : 0u;
+  return bad != 0;
 }
 
 std::optional<ref::QuantizedView> ggml_as_affine(const ref::QuantizedView& x, AffineBlocks& store) {
@@ -232,15 +230,17 @@ std::optional<ref::QuantizedView> ggml_as_affine(const ref::QuantizedView& x, Af
   parallel_for(kTasks, [&](std::int64_t t) {
     const std::size_t g0 = groups * static_cast<std::size_t>(t) / kTasks;
     const std::size_t g1 = groups * static_cast<std::size_t>(t + 1) / kTasks;
-    bool ok = true;
-    for (std::size_t g = g0; g < g1; ++g) {
-      const float scale = f16_value(d[g]);
-      const float bias = m != nullptr ? f16_value(m[g]) : shift * scale;
-      ok = ok && std::isfinite(scale) && std::isfinite(bias);
-      store.scales[g] = scale;
-      store.biases[g] = bias;
+    // f16 → f32 is exact, and shift·d too (a power of two times an f16), so a finite d
+    // (and m) gives finite values.
+    qdecode::to_f32(reinterpret_cast<const std::byte*>(d + g0), DType::f16, g1 - g0, store.scales.data() + g0);
+    bool bad = any_nonfinite_f16(d + g0, g1 - g0);
+    if (m != nullptr) {
+      qdecode::to_f32(reinterpret_cast<const std::byte*>(m + g0), DType::f16, g1 - g0, store.biases.data() + g0);
+      bad = bad || any_nonfinite_f16(m + g0, g1 - g0);
+    } else {
+      for (std::size_t g = g0; g < g1; ++g) store.biases[g] = shift * store.scales[g];
     }
-    if (!ok) finite = false;
+    if (bad) finite = false;
     if (mode == QuantMode::q8_0) {  // a group of 32 bytes is 8 words
       for (std::size_t w = g0 * 8; w < g1 * 8 && w < words; ++w) store.codes[w] = src[w] ^ 0x80808080U;
     }

@@ -31,6 +31,7 @@
 #include "reference/affine_quantize.h"
 #include "reference/bitpack.h"
 #include "reference/fp_quantize.h"
+#include "reference/ggml_quantize.h"
 #include "reference/quantized_sdpa.h"
 #include "reference/reference_backend.h"
 #include "tests/simd/simd_test_util.h"
@@ -171,6 +172,60 @@ TEST(SimdQuantizedSdpa, OneKeyGivesTheDequantizedValuesRoundedOnce) {
     SCOPED_TRACE(dtype_name(dtype));
     const Tensor want = run_ref(in);
     testing::for_each_simd_target([&](const std::string&) { EXPECT_TRUE(testing::bit_equal(run_simd(in), want)); });
+  }
+}
+
+// ggml's blocks reach the fused decode as affine groups (f32 scales d, biases −8d/−128d,
+// or m) only while every d and m is finite: with d = +inf, code·d + bias is inf − inf =
+// NaN where the oracle's (c − 8)·d or q·d is ±inf. Two cases where that shows:
+// - K (q8_0): key 40's second group has d = +inf, negative codes, and every query is
+//   positive there, so its logit is −inf in the oracle and the key drops out (a finite
+//   output), where a NaN logit would poison the rows;
+// - V (q4_0): key 70's first group has d = +inf, so the outputs of that group are ±inf
+//   (NaN only for the code 8) in the oracle, not NaN throughout.
+TEST(SimdQuantizedSdpa, GgmlBlocksWithAnInfiniteScaleAgreeWithTheOracle) {
+  KVLAB_SEEDED_RNG(rng, 3131);
+  const Dims dims{1, 4, 2, 1, 96, 64, 64};
+  const auto ggml = [&](QuantMode mode, std::int64_t d) {
+    return ref::ggml_quantize(testing::random_normal(rng, DType::f32, {dims.B, dims.Hkv, dims.Lk, d}),
+                              QuantSpec::make(mode, mode == QuantMode::q8_0 ? 8 : 4, 32));
+  };
+  for (const bool on_k : {true, false}) {
+    Inputs in;
+    in.q = testing::random_normal(rng, DType::f16, {dims.B, dims.Hq, dims.Lq, dims.Dk});
+    in.params.scale = 0.125f;
+    in.k = ggml(QuantMode::q8_0, dims.Dk);
+    in.v = ggml(QuantMode::q4_0, dims.Dv);
+    if (on_k) {
+      for (std::int64_t i = 0; i < in.q.numel(); ++i) {
+        if (i % dims.Dk >= 32) in.q.view().store(i, 0.25f + std::abs(in.q.view().load(i)));
+      }
+      std::uint32_t* words = in.k.wq.storage<std::uint32_t>().data();
+      for (std::int64_t h = 0; h < dims.Hkv; ++h) {
+        const std::int64_t row = h * dims.Lk + 40;
+        for (std::int64_t w = 8; w < 16; ++w) words[row * 16 + w] = 0xF0F1F2F3u;  // int8 −16…−13
+        in.k.scales.view().store(row * 2 + 1, kInf);
+      }
+    } else {
+      in.v.scales.view().store(70 * 2, kInf);  // kv head 0
+    }
+    SCOPED_TRACE(on_k ? "q8_0 K, d = +inf" : "q4_0 V, d = +inf");
+    const Tensor want = run_ref(in);
+    int nonfinite = 0;
+    for (std::int64_t i = 0; i < want.numel(); ++i) nonfinite += std::isfinite(want.view().load(i)) ? 0 : 1;
+    if (on_k) EXPECT_EQ(nonfinite, 0) << "the −inf logit drops its key";
+    else EXPECT_GT(nonfinite, 0) << "the inf values reach the output";
+    testing::for_each_simd_target([&](const std::string&) {
+      const Tensor got = run_simd(in);
+      for (std::int64_t i = 0; i < want.numel(); ++i) {
+        const float w = want.view().load(i), g = got.view().load(i);
+        if (!std::isfinite(w) || !std::isfinite(g)) {
+          EXPECT_TRUE((std::isnan(w) && std::isnan(g)) || w == g) << "element " << i << ": " << g << " vs " << w;
+        } else {
+          EXPECT_NEAR(g, w, 0x1p-8f * (1.0f + std::abs(w))) << "element " << i;
+        }
+      }
+    });
   }
 }
 
