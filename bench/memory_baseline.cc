@@ -71,12 +71,13 @@ void for_chunks(std::size_t bytes, bool use_pool, const std::function<void(std::
 
 }  // namespace
 
-void BigBuffer::Free::operator()(std::byte* p) const { std::free(p); }
+void BigBuffer::Free::operator()(std::byte* p) const { free_host_bytes(p, bytes); }
 
 BigBuffer::BigBuffer(std::size_t bytes) : size_(bytes) {
   KVLAB_REQUIRE(bytes > 0 && bytes % kPage == 0, invalid_argument, "baseline buffer of ", bytes,
                 " bytes: expected a positive multiple of ", kPage);
-  data_.reset(allocate_host_bytes(bytes));  // the kernels' page policy (kvlab/host_buffer.h)
+  // The kernels' page policy (kvlab/host_buffer.h).
+  data_ = std::unique_ptr<std::byte, Free>(allocate_host_bytes(bytes), Free{bytes});
   if (!data_) throw std::bad_alloc();
   // Touch every page now (pattern 0x3F: 0.75f as f32, finite sums).
   std::memset(data_.get(), 0x3F, bytes);

@@ -24,6 +24,7 @@ class BigBuffer {
 
  private:
   struct Free {
+    std::size_t bytes;  // what was allocated: free_host_bytes needs it
     void operator()(std::byte* p) const;
   };
   std::unique_ptr<std::byte, Free> data_;

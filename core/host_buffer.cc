@@ -13,12 +13,15 @@ namespace kvlab {
 
 namespace {
 
+// A large allocation's mapped bytes: whole 4 KiB pages.
+[[maybe_unused]] std::size_t mapped_length(std::size_t bytes) { return (bytes + 4095) / 4096 * 4096; }
+
 class HostBuffer final : public Buffer {
  public:
   explicit HostBuffer(std::size_t bytes) : size_(bytes), data_(allocate_host_bytes(bytes)) {
     if (!data_) throw std::bad_alloc();
   }
-  ~HostBuffer() override { std::free(data_); }
+  ~HostBuffer() override { free_host_bytes(data_, size_); }
   HostBuffer(const HostBuffer&) = delete;
   HostBuffer& operator=(const HostBuffer&) = delete;
   std::size_t size() const override { return size_; }
@@ -32,18 +35,46 @@ class HostBuffer final : public Buffer {
 }  // namespace
 
 std::byte* allocate_host_bytes(std::size_t bytes) {
+  if (bytes > SIZE_MAX - 2 * kHugePageBytes) return nullptr;
+#if defined(__linux__)
+  if (bytes >= kHugePageBytes) {
+    // A mapping of its own, not glibc's heap: glibc raises its mmap threshold to the size
+    // of each large block freed (up to 32 MiB), after which blocks of that size come from
+    // the heap, onto pages earlier blocks faulted in at 4 KiB that madvise does not
+    // convert. Mapped 2 MiB longer than needed, then trimmed to a 2 MiB-aligned start;
+    // the tail's partial huge page stays in 4 KiB pages.
+    const std::size_t length = mapped_length(bytes);
+    void* const raw = ::mmap(nullptr, length + kHugePageBytes, PROT_READ | PROT_WRITE,
+                             MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (raw == MAP_FAILED) return nullptr;
+    const auto start = reinterpret_cast<std::uintptr_t>(raw);
+    const std::uintptr_t aligned = (start + kHugePageBytes - 1) / kHugePageBytes * kHugePageBytes;
+    if (aligned > start) ::munmap(raw, aligned - start);
+    const std::uintptr_t end = start + length + kHugePageBytes;
+    if (end > aligned + length) ::munmap(reinterpret_cast<void*>(aligned + length), end - aligned - length);
+#if defined(MADV_HUGEPAGE)
+    (void)::madvise(reinterpret_cast<void*>(aligned), length, MADV_HUGEPAGE);  // a hint only
+#endif
+    return reinterpret_cast<std::byte*>(aligned);
+  }
+#endif
   // 64 bytes: a full cache line / AVX-512 vector for every kernel; the size rounded to
-  // whole lines. A huge-page-aligned start for large buffers, without rounding their size
-  // up to 2 MiB (the tail's partial huge page stays in 4 KiB pages, nothing is wasted).
-  const std::size_t align = bytes >= kHugePageBytes ? kHugePageBytes : 64;
-  if (bytes > SIZE_MAX - 64) return nullptr;
+  // whole lines.
   const std::size_t rounded = bytes == 0 ? 64 : (bytes + 63) / 64 * 64;
   void* data = nullptr;
-  if (posix_memalign(&data, align, rounded) != 0) return nullptr;
-#if defined(__linux__) && defined(MADV_HUGEPAGE)
-  if (align == kHugePageBytes) (void)madvise(data, rounded, MADV_HUGEPAGE);  // a hint only
-#endif
+  if (posix_memalign(&data, bytes >= kHugePageBytes ? kHugePageBytes : 64, rounded) != 0) return nullptr;
   return static_cast<std::byte*>(data);
+}
+
+void free_host_bytes(std::byte* data, std::size_t bytes) {
+  if (data == nullptr) return;
+#if defined(__linux__)
+  if (bytes >= kHugePageBytes) {
+    ::munmap(data, mapped_length(bytes));
+    return;
+  }
+#endif
+  std::free(data);
 }
 
 BufferPtr make_host_buffer(std::size_t bytes) { return std::make_shared<HostBuffer>(bytes); }

@@ -27,6 +27,7 @@
 #include "kernels/simd/simd_kernels.h"
 #include "kvlab/dtype.h"
 #include "kvlab/error.h"
+#include "kvlab/host_buffer.h"
 #include "reference/quantized_sdpa.h"
 
 namespace kvlab::simd {
@@ -200,8 +201,8 @@ bool fused_path_takes(const ConstTensorView& q, const ref::QuantizedView& k, con
 // summation order differs, under quantized_sdpa's tolerance. Only when every d (and m)
 // is finite: a non-finite d would make code·d + bias NaN where q·d is ±inf.
 struct AffineBlocks {
-  std::vector<std::uint32_t> codes;  // q8_0's flipped codes (empty: the source's are used)
-  std::vector<float> scales, biases;
+  HostArray<std::uint32_t> codes;  // q8_0's flipped codes (unused: the source's are read)
+  HostArray<float> scales, biases;
 };
 
 // Whether any of n f16 values is ±inf or NaN (all exponent bits set): a branch-free OR
@@ -218,11 +219,11 @@ std::optional<ref::QuantizedView> ggml_as_affine(const ref::QuantizedView& x, Af
   const auto groups = static_cast<std::size_t>(x.scales.numel());
   const auto* d = x.scales.as<const std::uint16_t>();
   const auto* m = mode == QuantMode::q4_1 ? x.biases.as<const std::uint16_t>() : nullptr;
-  store.scales.resize(groups);
-  store.biases.resize(groups);
+  float* const scales = store.scales.resize(groups);
+  float* const biases = store.biases.resize(groups);
   const float shift = mode == QuantMode::q8_0 ? -128.0f : -8.0f;
   const auto words = static_cast<std::size_t>(x.wq.numel());
-  if (mode == QuantMode::q8_0) store.codes.resize(words);
+  std::uint32_t* const codes = mode == QuantMode::q8_0 ? store.codes.resize(words) : nullptr;
   const auto* src = x.wq.as<const std::uint32_t>();
   // Tasks by a fixed count (not the pool's size), each a range of groups and their words.
   constexpr std::int64_t kTasks = 64;
@@ -232,24 +233,24 @@ std::optional<ref::QuantizedView> ggml_as_affine(const ref::QuantizedView& x, Af
     const std::size_t g1 = groups * static_cast<std::size_t>(t + 1) / kTasks;
     // f16 → f32 is exact, and shift·d too (a power of two times an f16), so a finite d
     // (and m) gives finite values.
-    qdecode::to_f32(reinterpret_cast<const std::byte*>(d + g0), DType::f16, g1 - g0, store.scales.data() + g0);
+    qdecode::to_f32(reinterpret_cast<const std::byte*>(d + g0), DType::f16, g1 - g0, scales + g0);
     bool bad = any_nonfinite_f16(d + g0, g1 - g0);
     if (m != nullptr) {
-      qdecode::to_f32(reinterpret_cast<const std::byte*>(m + g0), DType::f16, g1 - g0, store.biases.data() + g0);
+      qdecode::to_f32(reinterpret_cast<const std::byte*>(m + g0), DType::f16, g1 - g0, biases + g0);
       bad = bad || any_nonfinite_f16(m + g0, g1 - g0);
     } else {
-      for (std::size_t g = g0; g < g1; ++g) store.biases[g] = shift * store.scales[g];
+      for (std::size_t g = g0; g < g1; ++g) biases[g] = shift * scales[g];
     }
     if (bad) finite = false;
     if (mode == QuantMode::q8_0) {  // a group of 32 bytes is 8 words
-      for (std::size_t w = g0 * 8; w < g1 * 8 && w < words; ++w) store.codes[w] = src[w] ^ 0x80808080U;
+      for (std::size_t w = g0 * 8; w < g1 * 8 && w < words; ++w) codes[w] = src[w] ^ 0x80808080U;
     }
   });
   if (!finite) return std::nullopt;
   ref::QuantizedView out{x.wq, {}, {}, QuantSpec::make(QuantMode::affine, x.spec.bits, 32), std::nullopt};
-  if (mode == QuantMode::q8_0) out.wq.data = reinterpret_cast<const std::byte*>(store.codes.data());
-  out.scales = {reinterpret_cast<const std::byte*>(store.scales.data()), DType::f32, x.scales.shape};
-  out.biases = {reinterpret_cast<const std::byte*>(store.biases.data()), DType::f32, x.scales.shape};
+  if (mode == QuantMode::q8_0) out.wq.data = reinterpret_cast<const std::byte*>(codes);
+  out.scales = {reinterpret_cast<const std::byte*>(scales), DType::f32, x.scales.shape};
+  out.biases = {reinterpret_cast<const std::byte*>(biases), DType::f32, x.scales.shape};
   return out;
 }
 
@@ -445,7 +446,7 @@ void quantized_sdpa(const ConstTensorView& q, const ref::QuantizedView& k, const
                     const TensorView& out) {
   qdecode::note_call_start();
   ref::validate_quantized_sdpa(q, k, v, params, mask_array, sinks, out);
-  // Per calling thread, reused across calls: a fresh 64 MB vector each decode step would
+  // Per calling thread, reused across calls: fresh 64 MB of scratch each decode step would
   // cost its zero fill and page faults (measured: 2.3× the whole q8_0 decode at 32K keys);
   // released after the call beyond 256 MiB (below).
   static thread_local AffineBlocks k_store, v_store;
@@ -458,8 +459,11 @@ void quantized_sdpa(const ConstTensorView& q, const ref::QuantizedView& k, const
   // hold a copy of it afterwards: larger copies are made (and paid for) per call.
   constexpr std::size_t kKeptBytes = std::size_t{256} << 20;
   for (AffineBlocks* b : {&k_store, &v_store}) {
-    const std::size_t bytes = b->codes.capacity() * 4 + (b->scales.capacity() + b->biases.capacity()) * 4;
-    if (bytes > kKeptBytes) *b = AffineBlocks{};
+    if (b->codes.capacity_bytes() + b->scales.capacity_bytes() + b->biases.capacity_bytes() > kKeptBytes) {
+      b->codes.release();
+      b->scales.release();
+      b->biases.release();
+    }
   }
 }
 
