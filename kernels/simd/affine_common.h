@@ -23,18 +23,6 @@ namespace kvlab::simd::affine_detail {
 
 constexpr float kScaleFloor = 1e-7f;  // MLX's eps on the group step (as the oracle)
 constexpr int kMaxGroup = 128;        // QuantSpec::validate allows 32, 64, 128
-// Elements per parallel task: the problem's over kTasks, within [64K, 256K]. Each task
-// pays the pipeline's ramp (a block scanned alone, a block encoded alone), the pool's
-// claim and a new input stream whose first lines no prefetch has asked for: smaller tasks
-// measured slower on the perf shape, 16K against 64K and 64K against 256K elements
-// (tools/bench_ab.py; docs/benchmarks.md §Measurements behind kernel choices). The floor keeps
-// small problems split as before (a tensor of 128K elements still has two tasks); from 1M to 4M
-// elements there are 16 tasks, so a machine of more cores still gets one each.
-constexpr std::int64_t kMinElementsPerTask = 65536, kMaxElementsPerTask = 262144, kTasks = 16;
-inline std::int64_t elements_per_task(std::int64_t elements) {
-  return std::clamp(elements / kTasks, kMinElementsPerTask, kMaxElementsPerTask);
-}
-
 struct GroupParams {
   float scale = 0, bias = 0;
 };
@@ -115,13 +103,13 @@ inline float load_param(DType t, const std::byte* base, std::size_t k) {
   return t == DType::f16 ? f16_bits_to_f32(bits) : bf16_bits_to_f32(bits);
 }
 
-// Runs fn over `groups` groups in tasks of elements_per_task/gs groups: a split fixed by
+// Runs fn over `groups` groups in tasks of streaming_elements_per_task/gs groups: a split fixed by
 // the problem, never by the pool size.
 using GroupsFn = void (*)(const GroupJob&, std::int64_t, std::int64_t);
 inline void run_in_tasks(GroupsFn fn, const GroupJob& job, std::int64_t groups) {
   KVLAB_REQUIRE(job.gs > 0 && job.gs <= kMaxGroup && job.gs % 32 == 0, internal, "group size ", job.gs,
                 " is outside the SIMD kernel's 32..", kMaxGroup);
-  const std::int64_t per_task = std::max<std::int64_t>(1, elements_per_task(groups * job.gs) / job.gs);
+  const std::int64_t per_task = std::max<std::int64_t>(1, streaming_elements_per_task(groups * job.gs) / job.gs);
   parallel_for((groups + per_task - 1) / per_task,
                [&](std::int64_t t) { fn(job, t * per_task, std::min(groups, (t + 1) * per_task)); });
 }

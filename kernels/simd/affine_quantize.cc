@@ -5,7 +5,7 @@
 // so group k of the flattened tensor owns elements [k·gs, (k+1)·gs), scale/bias k and
 // stream bytes [k·gs·bits/8, (k+1)·gs·bits/8) (gs·bits is a multiple of 32: whole words,
 // docs/quantization.md §Bit packing). Groups are independent: parallel_for runs tasks of
-// elements_per_task/gs groups (a split fixed by the problem, never by the thread count). Scratch
+// streaming_elements_per_task/gs groups (a split fixed by the problem, never by the thread count). Scratch
 // lives on the stack (two Blocks of kBlock groups), so nothing is allocated per call or row.
 //
 // Quantize, in blocks of kBlock = 32 groups, software-pipelined (the encoding of one

@@ -980,8 +980,11 @@ HWY_EXPORT(FpDequantizeBlock);
 namespace fp_detail {
 namespace {
 
-// Rows per parallel task: a fixed split (the ops are exact, so it cannot change bits).
-constexpr std::int64_t kRowsPerTask = 64;
+// Rows per parallel task: whole rows of streaming_elements_per_task elements (at least one),
+// a split fixed by the problem (the ops are exact: no split can change bits).
+std::int64_t rows_per_task(std::int64_t rows, std::int64_t d) {
+  return std::max<std::int64_t>(1, streaming_elements_per_task(rows * d) / std::max<std::int64_t>(d, 1));
+}
 // Dequantized outputs at least this large are written with streaming stores (Put): an
 // L2's worth, as kv_move's large copies; below it the consumer may still find them in
 // cache.
@@ -1020,8 +1023,9 @@ void fp_quantize(const ConstTensorView& x, const QuantSpec& spec, Rounding round
   auto* const quantize_block = &HWY_DYNAMIC_DISPATCH(FpQuantizeBlock);
   auto* const wq_bytes = reinterpret_cast<std::uint8_t*>(wq.data);  // LSB-first words = byte order
   auto* const scale_bytes = reinterpret_cast<std::uint8_t*>(scales.data);
-  parallel_for((rows + fd::kRowsPerTask - 1) / fd::kRowsPerTask, [&](std::int64_t task) {
-    const std::int64_t r0 = task * fd::kRowsPerTask, r1 = std::min(rows, r0 + fd::kRowsPerTask);
+  const std::int64_t per_task = fd::rows_per_task(rows, d);
+  parallel_for((rows + per_task - 1) / per_task, [&](std::int64_t task) {
+    const std::int64_t r0 = task * per_task, r1 = std::min(rows, r0 + per_task);
     const auto u0 = static_cast<std::size_t>(r0), block_rows = static_cast<std::size_t>(r1 - r0);
     quantize_block(job, x.data + u0 * row_bytes, x.dtype, block_rows * groups_per_row,
                    scale_bytes + u0 * groups_per_row, wq_bytes + u0 * wq_row_bytes);
@@ -1043,8 +1047,9 @@ void fp_dequantize(const ConstTensorView& wq, const ConstTensorView& scales, con
   // (16 or 32 bf16/f32 values) past an aligned start, so rows and tasks do too.
   const bool stream = static_cast<std::size_t>(out.numel()) * dtype_size(out.dtype) >= fd::kStreamBytes &&
                       reinterpret_cast<std::uintptr_t>(out.data) % 64 == 0 && out_row_bytes % 64 == 0;
-  parallel_for((rows + fd::kRowsPerTask - 1) / fd::kRowsPerTask, [&](std::int64_t task) {
-    const std::int64_t r0 = task * fd::kRowsPerTask, r1 = std::min(rows, r0 + fd::kRowsPerTask);
+  const std::int64_t per_task = fd::rows_per_task(rows, d);
+  parallel_for((rows + per_task - 1) / per_task, [&](std::int64_t task) {
+    const std::int64_t r0 = task * per_task, r1 = std::min(rows, r0 + per_task);
     const auto u0 = static_cast<std::size_t>(r0), block_rows = static_cast<std::size_t>(r1 - r0);
     dequantize_block(job, wq_bytes + u0 * wq_row_bytes, scale_bytes + u0 * groups_per_row,
                      block_rows * groups_per_row, out.dtype, out.data + u0 * out_row_bytes, stream);
