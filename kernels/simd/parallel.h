@@ -16,9 +16,10 @@ namespace kvlab::simd {
 // problem's over kStreamingTasks, within [64K, 256K]. Each task pays the pool's claim, its
 // own pipeline ramp and a new input stream whose first lines no prefetch has asked for:
 // smaller tasks measured slower, for affine_quantize 16K against 64K and 64K against 256K
-// elements, for fp_quantize 8K against 256K (docs/benchmarks.md §Measurements behind
-// kernel choices). The floor keeps small problems split (128K elements still make two
-// tasks); from 1M to 4M elements there are 16 tasks, one each on a machine of 16 cores.
+// elements, for fp_quantize 8K against 256K
+// (docs/benchmarks.md §Measurements behind kernel choices). The floor keeps small
+// problems split (128K elements still make two tasks); from 1M to 4M elements there are
+// 16 tasks, one each on a machine of 16 cores.
 // Depends on the problem only, never on the pool's size.
 inline constexpr std::int64_t kMinStreamingElementsPerTask = 65536, kMaxStreamingElementsPerTask = 262144,
                               kStreamingTasks = 16;
