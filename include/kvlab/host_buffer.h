@@ -57,7 +57,6 @@ class HostArray {
     data_ = nullptr;
     capacity_ = 0;
   }
-  T* data() const { return data_; }
   std::size_t capacity_bytes() const { return capacity_ * sizeof(T); }
 
  private:

@@ -7,8 +7,8 @@
 // decode chunk size (a test hook, not a problem parameter) swept from one key per chunk
 // to one chunk for all, through harness lines; one key giving the dequantized values
 // rounded once (bit-exact, with rounding ties, f16 overflow and a NaN group); ggml blocks
-// with an infinite scale; the chunk rule; thread independence; the AMX K side against the vpdpbusd one; the softmax's exp against
-// Highway's; the oracle's errors.
+// with an infinite scale; the chunk rule; thread independence; the AMX K side against the
+// vpdpbusd one; the softmax's exp against Highway's; the oracle's errors.
 #include <gtest/gtest.h>
 
 #include <bit>
