@@ -218,6 +218,21 @@ class ScopedAmx {
   int previous_;
 };
 
+// Which AMX layout scores byte codes (quantized_decode_amx-inl.h): keys as A where it fits
+// (the default), or keys as B everywhere. Both give vpdpbusd's exact sums, so the outputs
+// are identical; ScopedAmxKeyRows(false) lets a test compare them.
+bool amx_key_rows();
+class ScopedAmxKeyRows {
+ public:
+  explicit ScopedAmxKeyRows(bool on);
+  ~ScopedAmxKeyRows();
+  ScopedAmxKeyRows(const ScopedAmxKeyRows&) = delete;
+  ScopedAmxKeyRows& operator=(const ScopedAmxKeyRows&) = delete;
+
+ private:
+  bool previous_;
+};
+
 // Fills plan.part_* for one task (per-target, dispatched).
 void decode_chunk(const DecodePlan& plan, std::int64_t task);
 // Merges the partials of (b, kv head) = bk into out rows (B, Hq, Lq, Dv), applying the

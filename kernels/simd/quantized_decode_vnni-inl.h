@@ -214,96 +214,28 @@ HWY_INLINE void TileCodes(const std::uint8_t* HWY_RESTRICT codes, std::size_t ro
   }
 }
 
-// AMX-INT8 (qdecode::amx_available): the same sums acc[r][p] of a group by tile
-// multiplies. tmm0 = A, the digits of a block of 4 rows: 12 rows (r, piece) of kb bytes
-// (the dims of one step, in tile order), s8; tmm1 = B, kb/4 tile vectors: row j holds
-// dword j of the 16 keys, u8; tmm2 = C, 12 rows of 16 i32 lanes, one per key. tdpbsud
-// adds A's s8 times B's u8 four at a time, exactly as vpdpbusd does, so C row (r, p) is
-// acc[r][p] bit for bit. Raw instructions: no target attribute needed, and GCC's
-// intrinsics would have to be inlined into AMX-targeted functions only.
-struct alignas(64) AmxConfig {
-  std::uint8_t palette = 1, start_row = 0, reserved[14] = {};
-  std::uint16_t colsb[16] = {};
-  std::uint8_t rows[16] = {};
-};
-constexpr std::size_t kAmxRows = 4 * kPieces;
-
-// Step bytes: 64 where the group allows (the most A takes), else 32 (Eligible: gs % 32 == 0).
-inline std::size_t AmxStep(std::size_t gs) { return gs % 64 == 0 ? 64 : 32; }
-
-// Two layouts. Resident (rows <= 4 and at most two steps per key tile, as at R = 4, D =
-// 128, gs 64): each step's A stays in a tile for the whole chunk (tmm0, tmm1), B and C
-// get a tile per step (tmm2/3, tmm4/5), so the two multiplies of a key tile overlap.
-// Otherwise one A, B and C tile, reloaded per step (tmm0, tmm1, tmm2).
-inline bool AmxResident(std::size_t rows, std::size_t dk, std::size_t gs) {
-  return rows <= 4 && dk / AmxStep(gs) <= 2;
+// The bound E of each key of a tile (the error bound above; s_cols/b_cols at the tile's
+// first key) into emax (the largest) and esum (a sum keeps a NaN a max may drop).
+HWY_INLINE void TileBound(const Digits& dg, const float* HWY_RESTRICT s_cols, const float* HWY_RESTRICT b_cols,
+                          std::size_t groups, std::size_t ncp, __m512& emax, __m512& esum) {
+  __m512 e = _mm512_setzero_ps();
+  for (std::size_t g = 0; g < groups; ++g) {
+    const __m512 s = _mm512_abs_ps(_mm512_loadu_ps(s_cols + g * ncp));
+    const __m512 b = _mm512_abs_ps(_mm512_loadu_ps(b_cols + g * ncp));
+    e = _mm512_fmadd_ps(s, _mm512_set1_ps(dg.a[g]), _mm512_fmadd_ps(b, _mm512_set1_ps(dg.b[g]), e));
+  }
+  emax = _mm512_max_ps(emax, e);
+  esum = _mm512_add_ps(esum, e);
 }
 
-inline void AmxConfigure(std::size_t kb, bool resident, const Digits& dg, std::size_t J) {
-  AmxConfig c;
-  const std::size_t a_tiles = resident ? 2 : 1;
-  for (std::size_t i = 0; i < a_tiles; ++i) {
-    c.colsb[i] = static_cast<std::uint16_t>(kb);
-    c.rows[i] = kAmxRows;
-    c.colsb[a_tiles + i] = 64;
-    c.rows[a_tiles + i] = static_cast<std::uint8_t>(kb / 4);
-    c.colsb[2 * a_tiles + i] = 64;
-    c.rows[2 * a_tiles + i] = kAmxRows;
-  }
-  asm volatile("ldtilecfg %0" ::"m"(c));
-  if (resident) {
-    const long a_stride = static_cast<long>(J * 4);
-    asm volatile("tileloadd (%0,%1,1), %%tmm0" ::"r"(dg.words.data()), "r"(a_stride) : "memory");
-    if (J > kb / 4)
-      asm volatile("tileloadd (%0,%1,1), %%tmm1" ::"r"(dg.words.data() + kb / 4), "r"(a_stride) : "memory");
-  }
-}
-inline void AmxRelease() { asm volatile("tilerelease" ::); }
-
-// C[(r, p)][key] for rows [r0, r0 + 4) and the group starting at tile vector j0.
-inline void AmxGroup(const std::int32_t* words, std::size_t J, const __m512i* tq, std::size_t j0, std::size_t gs,
-                     std::int32_t* HWY_RESTRICT c) {
-  const std::size_t kb = AmxStep(gs);
-  const long a_stride = static_cast<long>(J * 4), b_stride = 64, c_stride = 64;
-  asm volatile("tilezero %%tmm2" ::);
-  for (std::size_t j = j0; j < j0 + gs / 4; j += kb / 4) {
-    asm volatile("tileloadd (%0,%1,1), %%tmm0" ::"r"(words + j), "r"(a_stride) : "memory");
-    asm volatile("tileloadd (%0,%1,1), %%tmm1" ::"r"(tq + j), "r"(b_stride) : "memory");
-    asm volatile("tdpbsud %%tmm1, %%tmm0, %%tmm2" ::);
-  }
-  asm volatile("tilestored %%tmm2, (%0,%1,1)" ::"r"(c), "r"(c_stride) : "memory");
+// The certificate: every term finite and Ê <= eps_T/4·Ŝ (slack = eps_T).
+inline bool Certified(__m512 emax, __m512 esum, __m512 shat, __m512 probe, float slack) {
+  const float bound = _mm512_reduce_max_ps(emax), largest = _mm512_reduce_max_ps(shat);
+  if (!std::isfinite(_mm512_reduce_add_ps(esum)) || !std::isfinite(_mm512_reduce_add_ps(probe))) return false;
+  return bound <= slack / 4 * largest;
 }
 
-// C of every block of 4 rows and group of a key tile → sums[block][g][12][16].
-inline void AmxTile(bool resident, const Digits& dg, std::size_t rows, std::size_t J, std::size_t groups,
-                    std::size_t gs, const __m512i* tq, std::int32_t* sums) {
-  if (resident) {  // one block; step 0 (and 1) with A in tmm0 (tmm1); one group or two
-    const std::size_t kb = AmxStep(gs), steps = J / (kb / 4);
-    const long stride = 64;
-    const std::size_t second = groups == 2 ? kAmxRows * 16 : 0;  // C of step 1: group 1's, or group 0's again
-    asm volatile("tileloadd (%0,%1,1), %%tmm2" ::"r"(tq), "r"(stride) : "memory");
-    asm volatile("tilezero %%tmm4" ::);
-    asm volatile("tdpbsud %%tmm2, %%tmm0, %%tmm4" ::);
-    if (steps == 2) {
-      asm volatile("tileloadd (%0,%1,1), %%tmm3" ::"r"(tq + kb / 4), "r"(stride) : "memory");
-      if (second == 0) {
-        asm volatile("tdpbsud %%tmm3, %%tmm1, %%tmm4" ::);
-      } else {
-        asm volatile("tilezero %%tmm5" ::);
-        asm volatile("tdpbsud %%tmm3, %%tmm1, %%tmm5" ::);
-        asm volatile("tilestored %%tmm5, (%0,%1,1)" ::"r"(sums + second), "r"(stride) : "memory");
-      }
-    }
-    asm volatile("tilestored %%tmm4, (%0,%1,1)" ::"r"(sums), "r"(stride) : "memory");
-    return;
-  }
-  for (std::size_t r0 = 0; r0 < rows; r0 += 4) {
-    for (std::size_t g = 0; g < groups; ++g) {
-      AmxGroup(dg.words.data() + r0 * kPieces * J, J, tq, g * (gs / 4), gs,
-               sums + ((r0 / 4) * groups + g) * kAmxRows * 16);
-    }
-  }
-}
+#include "kernels/simd/quantized_decode_amx-inl.h"  // the tile multiplies (AMX-INT8)
 
 // Logits of RB rows for the tile's 16 keys: logit[r] and Σ_g |share|·σ (Ŝ's candidates).
 // The integer sums by vpdpbusd from tq, or read from `sums` (AmxTile's C of this row
@@ -383,6 +315,9 @@ bool ScoreChunk(std::uint64_t call, std::int64_t bk, const float* query, std::si
   }
   if (!dg.finite) return false;
   const std::size_t groups = dk / gs, J = dk / 4;
+  if (amx_key_rows() && KeyRowsFit(amx, storage_bits, rows, dk, gs)) {
+    return KeyRowsChunk(call, bk, rows, dk, gs, codes, row_bytes, nc, ncp, s_cols, b_cols, scores, slack, dg, mix);
+  }
   // Two tiles in flight: the tile multiplies of one run while the previous one's logits
   // are made from their C (tdpbsud's latency hidden; an unpipelined first version gained
   // 3-8 %, its samples waiting on each C).
@@ -408,14 +343,7 @@ bool ScoreChunk(std::uint64_t call, std::int64_t bk, const float* query, std::si
     const std::size_t t0 = done * kTileKeys;
     const __m512i* codes_of = tq[done % 2];
     const std::int32_t* sums = amx ? sums_store.data() + done % 2 * sums_per_tile : nullptr;
-    __m512 e = _mm512_setzero_ps();
-    for (std::size_t g = 0; g < groups; ++g) {
-      const __m512 s = _mm512_abs_ps(_mm512_loadu_ps(s_cols + g * ncp + t0));
-      const __m512 b = _mm512_abs_ps(_mm512_loadu_ps(b_cols + g * ncp + t0));
-      e = _mm512_fmadd_ps(s, _mm512_set1_ps(dg.a[g]), _mm512_fmadd_ps(b, _mm512_set1_ps(dg.b[g]), e));
-    }
-    emax = _mm512_max_ps(emax, e);
-    esum = _mm512_add_ps(esum, e);
+    TileBound(dg, s_cols + t0, b_cols + t0, groups, ncp, emax, esum);
     std::size_t r0 = 0;
     auto block_sums = [&](std::size_t r) { return sums == nullptr ? nullptr : sums + r / 4 * groups * kAmxRows * 16; };
     const float *s_tile = s_cols + t0, *b_tile = b_cols + t0;
@@ -444,9 +372,7 @@ bool ScoreChunk(std::uint64_t call, std::int64_t bk, const float* query, std::si
   } else {
     mix.u8_dot += static_cast<std::int64_t>(tile_keys * rows * kPieces * J);
   }
-  const float bound = _mm512_reduce_max_ps(emax), largest = _mm512_reduce_max_ps(shat);
-  if (!std::isfinite(_mm512_reduce_add_ps(esum)) || !std::isfinite(_mm512_reduce_add_ps(probe))) return false;
-  return bound <= slack / 4 * largest;
+  return Certified(emax, esum, shat, probe, slack);
 }
 
 }  // namespace vnni

@@ -76,6 +76,7 @@ bool bf16_dot_available() {
 }
 namespace {
 std::atomic<int> g_amx{-1};  // as g_bf16_dot
+std::atomic<bool> g_amx_key_rows{true};
 
 bool cpu_and_os_grant_amx() {
 #if defined(__linux__) && defined(__x86_64__)
@@ -107,6 +108,10 @@ ScopedAmx::ScopedAmx(bool on) : previous_(g_amx.load()) {
   g_amx.store(on ? 1 : 0);
 }
 ScopedAmx::~ScopedAmx() { g_amx.store(previous_); }
+
+bool amx_key_rows() { return g_amx_key_rows.load(); }
+ScopedAmxKeyRows::ScopedAmxKeyRows(bool on) : previous_(g_amx_key_rows.load()) { g_amx_key_rows.store(on); }
+ScopedAmxKeyRows::~ScopedAmxKeyRows() { g_amx_key_rows.store(previous_); }
 
 namespace {
 thread_local bool t_rounded_probabilities = false;

@@ -343,6 +343,45 @@ TEST(SimdQuantizedSdpa, TheAmxKSideGivesTheVpdpbusdSidesBits) {
   }
 }
 
+// Byte codes with at most 4 rows per kv head take the AMX layout with keys as A
+// (quantized_decode_amx-inl.h, KeyRowsChunk): the same exact sums as keys as B, so the
+// same bits, for 1 to 4 rows, a group per step or one over two steps, Dk 64 and 128,
+// 8-bit and unpacked 3-bit codes, over two chunks and a partial last tile (1000 keys).
+// Equal mixes: both ran the integer side, neither fell back to f32 FMAs.
+TEST(SimdQuantizedSdpa, AmxKeysAsAGiveKeysAsBsBits) {
+  if (!simd::qdecode::amx_supported()) GTEST_SKIP() << "no AMX-INT8 granted to this process";
+  KVLAB_SEEDED_RNG(rng, 1414);
+  struct Shape {
+    std::int64_t rows, dk;
+    int bits, group;
+  };
+  for (const Shape sh : {Shape{1, 128, 8, 64}, Shape{2, 128, 8, 128}, Shape{3, 64, 8, 64}, Shape{4, 128, 8, 64},
+                         Shape{4, 128, 3, 64}}) {
+    const std::string what = cat(sh.rows, " rows, Dk ", sh.dk, ", ", sh.bits, "-bit K, group ", sh.group);
+    const Dims s{1, 2 * sh.rows, 2, 1, 1000, sh.dk, 128};
+    Inputs in = random_inputs(rng, s, DType::f16, affine(sh.bits, sh.group), affine(4, 64), DType::f16, DType::f16);
+    in.params.mask.kind = MaskKind::causal;
+    in.params.mask.left_padding = {7};
+    testing::for_each_simd_target([&](const std::string& target) {
+      if (target != "AVX3_DL") return;
+      const simd::qdecode::ScopedAmx amx(true);
+      Tensor as_a, as_b;
+      simd::ArithmeticMix a_mix, b_mix;
+      {
+        const simd::qdecode::ScopedAmxKeyRows keys_as_b(false);
+        as_b = run_simd(in);
+        b_mix = simd::last_attention_mix();
+      }
+      as_a = run_simd(in);
+      a_mix = simd::last_attention_mix();
+      EXPECT_GT(a_mix.amx_int8, 0) << what << ": no tile multiplies";
+      EXPECT_EQ(a_mix.amx_int8, b_mix.amx_int8) << what;
+      EXPECT_EQ(a_mix.fma, b_mix.fma) << what << ": one side fell back to f32 FMAs";
+      EXPECT_TRUE(testing::bit_equal(as_a, as_b)) << what;
+    });
+  }
+}
+
 // K stored as bytes takes the integer side only with AMX (harness/cases/quantized_sdpa/ci
 // holds its outputs to the tolerance): with it the decode spends no K-side FMAs but
 // declares its tile multiplies, without it the f32 path spends Dk per key and row.
