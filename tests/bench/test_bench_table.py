@@ -116,17 +116,40 @@ class Table(unittest.TestCase):
         self.assertAlmostEqual(r.noise(), 0.002)
 
     def test_decode_attention_target_needs_the_exact_shape(self):
-        # 3.2e9 bytes in 0.1 s = 32 GB/s = 80 % of 40 GB/s read: exactly the target, at 64 K
-        # and at 32 K keys, K and V at 8 bits or mixed; 16 K keys is not a target shape.
+        # 3.2e9 bytes in 0.1 s = 32 GB/s = 80 % of 40 GB/s read: exactly the 8-bit target, at
+        # 64 K and at 32 K keys (there with V at 4 bits: target 70); 16 K keys is not a target
+        # shape.
         rows = []
         for lk, bits in (("65536", "vbits=8"), ("32768", "vbits=4"), ("16384", "vbits=8")):
             label = QSDPA8.replace("Lk=65536", f"Lk={lk}").replace("vbits=8", bits)
             rows += reps(f"quantized_sdpa/simd:AVX3/Lk={lk} kbits=8 {bits}", [0.1] * 3, bytes_per_iter=3.2e9,
                          label=label)
         text = self.run_table(rows)
-        self.assertEqual(text.count("80.0% of read (target 80%): PASS"), 2)
+        self.assertEqual(text.count("80.0% of read (target 80%): PASS"), 1)
+        self.assertEqual(text.count("80.0% of read (target 70%): PASS"), 1)
         short = next(l for l in text.splitlines() if "Lk=16384" in l and l.startswith("quantized_sdpa"))
         self.assertNotIn("PASS", short)
+
+    def test_decode_targets_follow_the_bits_and_the_instruction_set(self):
+        # Issue 46: K and V at 8 bits >= 80 % of read with AVX-512 (simd:AVX3*), >= 65 %
+        # without; a 4-bit side >= 70 % / >= 50 %. Against the 40 GB/s read, bytes in 0.1 s:
+        # 3.0e9 = 75 %, 2.88e9 = 72 %, 2.64e9 = 66 %, 2.4e9 = 60 %, 2.04e9 = 51 %.
+        rows = []
+        for backend, kbits, vbits, nbytes in (("AVX3", 8, 8, 3.0e9), ("AVX3_DL", 8, 4, 2.88e9), ("AVX2", 8, 8, 2.64e9),
+                                              ("AVX3_ZEN4", 4, 4, 2.4e9), ("AVX2", 4, 4, 2.04e9)):
+            label = QSDPA8.replace("kbits=8", f"kbits={kbits}").replace("vbits=8", f"vbits={vbits}")
+            rows += reps(f"quantized_sdpa/simd:{backend}/kbits={kbits} vbits={vbits}", [0.1] * 3,
+                         bytes_per_iter=nbytes, label=label)
+        text = self.run_table(rows)
+        self.assertIn("75.0% of read (target 80%): MISS by 5.0 points", text)
+        self.assertIn("72.0% of read (target 70%): PASS", text)
+        self.assertIn("60.0% of read (target 70%): MISS by 10.0 points", text)
+        # The AVX2 rows share their shapes with faster AVX-512 rows, which the targets list
+        # names; their own verdicts are in the table's target column.
+        avx2 = [l for l in text.splitlines() if l.startswith("quantized_sdpa") and " simd:AVX2 " in l]
+        self.assertEqual(len(avx2), 2)
+        self.assertTrue(avx2[0].endswith("PASS >= 65% read"), avx2[0])  # 8/8 at 66 %
+        self.assertTrue(avx2[1].endswith("PASS >= 50% read"), avx2[1])  # 4/4 at 51 %
 
     def test_the_fma_floor_names_the_bound_that_governs(self):
         # baseline_fma: 50e9 lanes/s. sdpa decode: 1e9 bytes and 4e9 flops per call (2e9 FMA
