@@ -248,24 +248,16 @@ HWY_INLINE void KeyRowsLogits(const std::int32_t* HWY_RESTRICT c, std::size_t ro
 }
 
 // ScoreChunk by KeyRowsTile/KeyRowsLogits (KeyRowsFit): the same scores and certificate.
-inline bool KeyRowsChunk(std::uint64_t call, std::int64_t bk, std::size_t rows, std::size_t dk, std::size_t gs,
-                         const std::uint8_t* codes, std::size_t row_bytes, std::size_t nc, std::size_t ncp,
-                         const float* s_cols, const float* b_cols, float* scores, float slack, const Digits& dg,
+inline bool KeyRowsChunk(std::size_t rows, std::size_t dk, std::size_t gs, const std::uint8_t* codes,
+                         std::size_t row_bytes, std::size_t nc, std::size_t ncp, const float* s_cols,
+                         const float* b_cols, float* scores, float slack, const Digits& dg,
                          DecodePlan::MixCounters& mix) {
-  static thread_local std::vector<std::int32_t> b_words;
-  static thread_local std::uint64_t b_call = 0;
-  static thread_local std::int64_t b_bk = -1;
   const std::size_t groups = dk / gs, J = dk / 4, steps = dk / 64;
-  if (b_call != call || b_bk != bk) {
-    KeyRowsB(dg, J, b_words);
-    b_call = call;
-    b_bk = bk;
-  }
   // Tile t: its multiplies, then tile t−1's C stored, then tile t−2's logits (the vector
   // loads of a C a tile after its store).
   alignas(64) std::int32_t c[2][2 * 256] = {};  // zero: the shuffles read columns 12-15 too
   alignas(64) std::uint8_t tail[16 * 128];  // the last tile's keys, zero past nc
-  KeyRowsConfigure(steps, b_words.data());
+  KeyRowsConfigure(steps, dg.key_rows_b.data());
   const RowTerms rv = KeyRowsTerms(dg, rows, groups);
   __m512 emax = _mm512_setzero_ps(), esum = emax, shat = emax, probe = emax;
   const std::size_t tiles = (nc + kTileKeys - 1) / kTileKeys;

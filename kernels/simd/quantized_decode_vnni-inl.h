@@ -74,6 +74,7 @@ struct Digits {
   std::int64_t bk = -1;
   bool finite = false;
   std::vector<std::int32_t> words;
+  std::vector<std::int32_t> key_rows_b;  // the words as B for keys as A (KeyRowsB), where taken
   std::vector<float> sigma, qsum;  // [r][g]
   std::vector<float> a, b;         // [g]
 };
@@ -308,16 +309,16 @@ bool ScoreChunk(std::uint64_t call, std::int64_t bk, const float* query, std::si
                 std::size_t row_bytes, std::size_t nc, std::size_t ncp, const float* s_cols, const float* b_cols,
                 float* scores, bool amx, DecodePlan::MixCounters& mix) {
   static thread_local Digits dg;
+  const std::size_t groups = dk / gs, J = dk / 4;
+  const bool key_rows = amx_key_rows() && KeyRowsFit(amx, storage_bits, rows, dk, gs);
   if (dg.call != call || dg.bk != bk) {
     dg.finite = MakeDigits(query, rows, dk, gs, code_bits, storage_bits, dg);
+    if (dg.finite && key_rows) KeyRowsB(dg, J, dg.key_rows_b);
     dg.call = call;
     dg.bk = bk;
   }
   if (!dg.finite) return false;
-  const std::size_t groups = dk / gs, J = dk / 4;
-  if (amx_key_rows() && KeyRowsFit(amx, storage_bits, rows, dk, gs)) {
-    return KeyRowsChunk(call, bk, rows, dk, gs, codes, row_bytes, nc, ncp, s_cols, b_cols, scores, slack, dg, mix);
-  }
+  if (key_rows) return KeyRowsChunk(rows, dk, gs, codes, row_bytes, nc, ncp, s_cols, b_cols, scores, slack, dg, mix);
   // Two tiles in flight: the tile multiplies of one run while the previous one's logits
   // are made from their C (tdpbsud's latency hidden; an unpipelined first version gained
   // 3-8 %, its samples waiting on each C).
