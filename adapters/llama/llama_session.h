@@ -19,7 +19,10 @@ struct SessionOptions {
   std::string cache_type = "f32";  // K and V cache type: f32, f16, q8_0, q4_0, ...
   int n_ctx = 256;
   int n_seq_max = 4;
-  int threads = 2;
+  // One thread: ggml's CPU workers spin at every graph node's barrier, so two of them on a
+  // busy two-core machine (ctest -j2) wait out each other's time slices; the cell replay
+  // went from 10 s to 232 s beside two busy loops. The test models are too small to gain.
+  int threads = 1;
   bool swa_full = false;  // llama.cpp's default: the sliding-window cache keeps what future tokens can see
 };
 
