@@ -20,8 +20,8 @@ struct SessionOptions {
   int n_ctx = 256;
   int n_seq_max = 4;
   // One thread: ggml's CPU workers spin at every graph node's barrier, so two of them on a
-  // busy two-core machine (ctest -j2) wait out each other's time slices; the cell replay
-  // went from 10 s to 232 s beside two busy loops. The test models are too small to gain.
+  // busy two-core machine (ctest -j2) wait out each other's time slices, many times over
+  // (docs/ci.md §Test costs). The test models are too small to gain from a second one.
   int threads = 1;
   bool swa_full = false;  // llama.cpp's default: the sliding-window cache keeps what future tokens can see
 };
