@@ -40,6 +40,20 @@ void MetaToF32(const std::byte* HWY_RESTRICT src, DType dt, std::size_t n, float
   hc::HalfRowToF32(reinterpret_cast<const std::uint16_t*>(src), dt == DType::bf16, n, dst);
 }
 
+// MetaToF32 for the decode's scales and biases: f16 by vcvtph2ps where F16C exists, which
+// quiets a signalling NaN. Every use of a scale or bias in the decode is arithmetic (a NaN
+// reaches the outputs quiet either way) or a select that drops it, so only the payload's
+// quiet bit could differ, and no output keeps it.
+void MetaToF32Quieting(const std::byte* HWY_RESTRICT src, DType dt, std::size_t n, float* HWY_RESTRICT dst) {
+  if (dt != DType::f16) return MetaToF32(src, dt, n, dst);
+  const DF df;
+  const std::size_t N = hn::Lanes(df);
+  const auto* p = reinterpret_cast<const std::uint16_t*>(src);
+  std::size_t i = 0;
+  for (; i + N <= n; i += N) hn::StoreU(hc::LoadF16QuietingNaN(df, p + i), df, dst + i);
+  for (; i < n; ++i) dst[i] = f16_bits_to_f32(p[i]);
+}
+
 // Rows [0, n) of a (Lk, G) scale/bias array → f32 transposed to [g][ncp], zero padded
 // to ncp so whole vectors of keys can be read.
 void MetaColumns(const std::byte* src, DType dt, std::size_t n, std::size_t groups, std::size_t ncp,
@@ -47,10 +61,10 @@ void MetaColumns(const std::byte* src, DType dt, std::size_t n, std::size_t grou
   const DF df;
   const std::size_t N = hn::Lanes(df);
   if (groups == 1) {
-    MetaToF32(src, dt, n, dst);
+    MetaToF32Quieting(src, dt, n, dst);
   } else {
     float* flat = aligned_floats(convert, n * groups);
-    MetaToF32(src, dt, n * groups, flat);
+    MetaToF32Quieting(src, dt, n * groups, flat);
     std::size_t j = 0;
     if (groups == 2) {
       for (; j + N <= n; j += N) {
