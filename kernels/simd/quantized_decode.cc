@@ -394,7 +394,8 @@ void DispatchKernel(int bits, const F& f) {
 // L2 of a few cores, where the quarters' gain from DRAM outweighs their cost in cache.
 constexpr std::int64_t kQuarterMinBytes = std::int64_t{8} << 20;
 
-// The chunk's key order (KeyOrder): quarters where the f32 kernels read plain K and V
+// The chunk's key order (KeyOrder): quarters where the plan allows them
+// (quarter_order_available()), the f32 kernels read plain K and V
 // rows of at least kQuarterMinBytes, every row sees every key of the chunk (no array
 // mask, no row's bound inside it), the chunk holds a multiple of 64 keys and every row
 // block's K side takes 4 keys a block; in order otherwise (the vdpbf16ps sides read in
@@ -404,7 +405,7 @@ KeyOrder ChunkOrder(const DecodePlan& plan, std::int64_t b, std::int64_t j0, std
   const bool f32_sides = plan.k.plain != nullptr && plan.v.plain != nullptr && plan.query_bf16 == nullptr &&
                          !plan.value_bf16;
   const std::int64_t bytes = plan.batch * plan.hkv * plan.lk * (plan.k.row_bytes() + plan.v.row_bytes());
-  if (bytes < kQuarterMinBytes) return {};
+  if (!plan.quarters || bytes < kQuarterMinBytes) return {};
   constexpr bool kBlocksOfFour = kQuarterOrder<1> && kQuarterOrder<2> && kQuarterOrder<3> && kQuarterOrder<4>;
   if (!kBlocksOfFour || !f32_sides || plan.mask != nullptr || plan.rows > 4 || nc % 64 != 0) return {};
   for (std::int64_t rho = 0; rho < plan.rows; ++rho) {

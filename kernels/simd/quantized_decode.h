@@ -120,6 +120,8 @@ struct DecodePlan {
   // weights p to bf16 (the tolerance's "P rounded to T") and sums p·v by vdpbf16ps
   // (quantized_decode_blocks-inl.h, ValueBlockBf16, with its precision argument).
   bool value_bf16 = false;
+  // Whether chunks may be read in quarters (KeyOrder; quarter_order_available()).
+  bool quarters = false;
   // Set by each task whose V side did so (run() reports it to the calling thread).
   std::atomic<bool>* rounded_probabilities = nullptr;
   // Each task adds the lanes of its multiply-adds (ArithmeticMix; run() reports the sums).
@@ -213,6 +215,23 @@ class ScopedAmx {
   ~ScopedAmx();
   ScopedAmx(const ScopedAmx&) = delete;
   ScopedAmx& operator=(const ScopedAmx&) = delete;
+
+ private:
+  int previous_;
+};
+
+// The decode's chunks of plain K and V read as four interleaved key streams (KeyOrder,
+// quantized_decode_blocks-inl.h) where the call is large: by default on Intel, where the
+// order read faster from DRAM, and not on AMD, where it read far slower (f16, Zen 4:
+// docs/benchmarks.md §Measurements behind kernel choices). Either order sums the same
+// terms; ScopedQuarterOrder switches it for a test, so each path is tested on any CPU.
+bool quarter_order_available();
+class ScopedQuarterOrder {
+ public:
+  explicit ScopedQuarterOrder(bool on);
+  ~ScopedQuarterOrder();
+  ScopedQuarterOrder(const ScopedQuarterOrder&) = delete;
+  ScopedQuarterOrder& operator=(const ScopedQuarterOrder&) = delete;
 
  private:
   int previous_;

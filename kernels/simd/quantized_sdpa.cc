@@ -130,6 +130,26 @@ ScopedBf16Dot::ScopedBf16Dot(bool on) : previous_(g_bf16_dot.load()) {
 }
 ScopedBf16Dot::~ScopedBf16Dot() { g_bf16_dot.store(previous_); }
 
+namespace {
+std::atomic<int> g_quarter_order{-1};  // as g_bf16_dot
+}  // namespace
+
+bool quarter_order_available() {
+  const int forced = g_quarter_order.load();
+  if (forced >= 0) return forced == 1;
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+  static const bool intel = __builtin_cpu_is("intel") != 0;
+  return intel;
+#else
+  return false;
+#endif
+}
+
+ScopedQuarterOrder::ScopedQuarterOrder(bool on) : previous_(g_quarter_order.load()) {
+  g_quarter_order.store(on ? 1 : 0);
+}
+ScopedQuarterOrder::~ScopedQuarterOrder() { g_quarter_order.store(previous_); }
+
 ScopedChunkTokens::ScopedChunkTokens(std::int64_t tokens) : previous_(g_chunk_tokens.load()) {
   KVLAB_REQUIRE(tokens > 0, invalid_argument, "chunk size ", tokens, " must be positive");
   g_chunk_tokens.store(tokens);
@@ -415,6 +435,7 @@ void run(DecodePlan& plan, const ConstTensorView& q, const AttentionParams& para
   plan.query_scale = params.scale;
   plan.value_bf16 = plan.v.plain != nullptr && plan.v.plain_dtype == DType::bf16 && out.dtype == DType::bf16 &&
                     plan.v.d % 32 == 0 && plan.chunk <= kMaxBf16ValueChunk && qdecode::bf16_dot_available();
+  plan.quarters = qdecode::quarter_order_available();
   const auto parts = static_cast<std::size_t>(plan.tasks() * plan.rows);
   plan.part_max = aligned_floats(part_max, parts);
   plan.part_sum = aligned_floats(part_sum, parts);
