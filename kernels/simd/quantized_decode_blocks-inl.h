@@ -214,28 +214,50 @@ struct SliceStream {
 // ---------------------------------------------------------------- K side: scores
 
 #if HWY_TARGET != HWY_SCALAR
-// One round of the transposing reduction: lanes (2k, 2k+1) of v[2i] are summed into the
-// low half of v[i], those of v[2i+1] into its high half; after log2(n) rounds lane i of
-// v[0] holds the full sum of the original v[i] (n = N), or, for n < N, of lanes
-// [i·N/n, (i+1)·N/n) of what a full N-vector tree would sum there. The rounds only ever
+// Round kRound (0-based) of the transposing reduction, on neighbours lo = v[2i] and hi =
+// v[2i+1]: each output lane sums two lanes of one input. Generic: lanes (2k, 2k+1) of lo
+// go to the low half, of hi to the high half (ConcatEven/ConcatOdd, any round). AVX-512:
+// rounds 0-1 pair floats inside each 128-bit block (vshufps), rounds 2-3 pair the blocks
+// (vshuff32x4); after the four rounds of 16 vectors lane i again holds the sum of v[i].
+// Both shuffles keep their inputs, where vpermt2ps overwrites one (so a copy precedes
+// it), and they cost less a shuffle: the bf16 K side spent most of its time in this
+// reduction on a Zen 4 (docs/benchmarks.md §Measurements behind kernel choices).
+template <std::size_t kRound>
+HWY_INLINE VF PairRound(DF df, VF lo, VF hi) {
+#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+  (void)df;
+  if constexpr (kRound < 2) {
+    return VF{_mm512_add_ps(_mm512_shuffle_ps(lo.raw, hi.raw, 0x88), _mm512_shuffle_ps(lo.raw, hi.raw, 0xDD))};
+  } else {
+    return VF{_mm512_add_ps(_mm512_shuffle_f32x4(lo.raw, hi.raw, 0x88), _mm512_shuffle_f32x4(lo.raw, hi.raw, 0xDD))};
+  }
+#else
+  return hn::Add(hn::ConcatEven(df, hi, lo), hn::ConcatOdd(df, hi, lo));
+#endif
+}
+
+// Rounds kFirst.. of the reduction over n consecutive vectors: afterwards lane i of v[0]
+// holds the full sum of the original v[i] (n = N, kFirst = 0), or, for n < N, the part
+// of the full N-vector tree's sums that these vectors contribute. Rounds only ever
 // combine neighbours, so log2(KB) rounds over each block of KB consecutive vectors and
-// then log2(N/KB) rounds over the N/KB results are exactly the full tree.
-template <std::size_t n>
+// then rounds log2(KB).. over the N/KB results are exactly the full tree.
+template <std::size_t n, std::size_t kFirst = 0>
 HWY_INLINE void PairRounds(DF df, VF* v) {
   if constexpr (n > 1) {
 #pragma GCC unroll 16
-    for (std::size_t i = 0; i < n / 2; ++i) {
-      v[i] = hn::Add(hn::ConcatEven(df, v[2 * i + 1], v[2 * i]), hn::ConcatOdd(df, v[2 * i + 1], v[2 * i]));
-    }
-    PairRounds<n / 2>(df, v);
+    for (std::size_t i = 0; i < n / 2; ++i) v[i] = PairRound<kFirst>(df, v[2 * i], v[2 * i + 1]);
+    PairRounds<n / 2, kFirst + 1>(df, v);
   }
 }
 #else
-template <std::size_t n>
+template <std::size_t n, std::size_t kFirst = 0>
 HWY_INLINE void PairRounds(DF, VF*) {
   static_assert(n == 1, "one lane: nothing to reduce");
 }
 #endif
+
+// Rounds of a tree over n vectors (n a power of two).
+constexpr std::size_t RoundsOf(std::size_t n) { return n <= 1 ? 0 : 1 + RoundsOf(n / 2); }
 
 constexpr std::size_t kMaxLanes = hn::MaxLanes(DF());
 
@@ -249,7 +271,7 @@ HWY_INLINE void FinishTile(DF df, const float* HWY_RESTRICT tile, std::size_t nc
     VF v[kBlocks];
 #pragma GCC unroll 16
     for (std::size_t b = 0; b < kBlocks; ++b) v[b] = hn::LoadU(df, tile + (r * kBlocks + b) * N);
-    PairRounds<kBlocks>(df, v);
+    PairRounds<kBlocks, RoundsOf(kMaxLanes / kBlocks)>(df, v);
     hn::StoreU(v[0], df, scores + r * ncp);
   }
 }
