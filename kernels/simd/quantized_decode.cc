@@ -5,7 +5,7 @@
 // Arithmetic, k = c·s + b and v = c·s + b (c the code, s/b its group's scale and bias):
 //  * K side: each key's codes are dequantized once for all rows, k = c·s + b by one
 //    MulAdd per 16 codes; then q·k by FMAs (queries carry params.scale), and scores
-//    reduced N keys at a time (a transposing tree of ConcatEven/ConcatOdd pairs: N
+//    reduced N keys at a time (a transposing tree of shuffle pairs, PairRound: N
 //    vectors in, one vector of N dot products out). Not factored as s·Σq·c + b·Σq
 //    (issue 4's suggestion): that form rounds relative to |b|·Σ|q| instead of Σ|q·k|
 //    (the two terms cancel), and its rigorous bound is 7-9× the whole f32 attention
