@@ -383,8 +383,12 @@ const std::uint16_t* bf16_queries(const ConstTensorView& q, const AttentionParam
   }
   const auto* raw = reinterpret_cast<const std::uint16_t*>(q.data);
   const auto n = static_cast<std::size_t>(q.numel());
-  float largest = 0;
-  for (std::size_t i = 0; i < n; ++i) largest = std::max(largest, std::abs(bf16_bits_to_f32(raw[i])));
+  // The largest |q| by its bits: a bf16 pattern without its sign orders like its
+  // magnitude, infinity above every finite value and NaN above infinity, so a NaN cannot
+  // slip past (std::max over floats skips it).
+  std::uint16_t largest_bits = 0;
+  for (std::size_t i = 0; i < n; ++i) largest_bits = std::max(largest_bits, static_cast<std::uint16_t>(raw[i] & 0x7FFFu));
+  const float largest = bf16_bits_to_f32(largest_bits);
   if (!(largest * std::abs(params.scale) <= 0x1p64f)) return nullptr;  // also NaN/inf: the f32 path
   // q is (B, Hq, Lq, Dk): the rows of (b, kvh) are heads kvh·R + r at positions i, row
   // ρ = r·Lq + i: q's own order, so its data is the [b][kvh][ρ][Dk] array as it lies.

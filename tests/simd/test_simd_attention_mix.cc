@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <string>
 
 #include "kernels/simd/quantized_decode.h"
@@ -100,6 +101,29 @@ TEST_F(SimdAttentionMix, DecodeDeclaresItsMultiplyAddsByInstructionPerCall) {
     const bool avx3_dl = target == "AVX3_DL";
     expect_mix(avx3_dl ? (simd::qdecode::amx_available() ? tile_k : integer_k) : all_fma, "4-bit quantized decode");
   });
+}
+
+// The vdpbf16ps K side multiplies the stored bf16 queries and scales the scores after;
+// a query holding a NaN or an infinity (or one whose product with the scale could
+// overflow) takes the f32 K side instead, whose NaN/inf semantics the oracle's are
+// (quantized_sdpa.cc bf16_queries). The choice shows in the K side's declared lanes.
+TEST_F(SimdAttentionMix, Bf16DecodeWithANonFiniteQueryScoresInF32) {
+  if (!simd::qdecode::bf16_dot_available()) GTEST_SKIP() << "the CPU's default bf16 decode is the f32 path";
+  KVLAB_SEEDED_RNG(rng, 5151);
+  const AttentionDims s{1, 8, 2, 1, 600, 64, 64};
+  const std::int64_t k_side = s.B * s.Hq * s.Lq * s.Lk * s.Dk;  // f32 FMA lanes of an f32 K side
+  for (const float special : {0.5f, std::numeric_limits<float>::quiet_NaN(), -std::numeric_limits<float>::infinity()}) {
+    const Tensor k = testing::random_normal(rng, DType::bf16, {s.B, s.Hkv, s.Lk, s.Dk});
+    const Tensor v = testing::random_normal(rng, DType::bf16, {s.B, s.Hkv, s.Lk, s.Dv});
+    Tensor q = testing::random_normal(rng, DType::bf16, {s.B, s.Hq, s.Lq, s.Dk});
+    q.view().store(3 * s.Dk + 17, special);  // one element of query head 3
+    Tensor out(DType::bf16, {s.B, s.Hq, s.Lq, s.Dv});
+    AttentionParams params;
+    params.scale = 0.125f;
+    simd::sdpa(q.view(), k.view(), v.view(), params, nullptr, nullptr, out.view());
+    const bool finite = std::isfinite(special);
+    EXPECT_EQ(simd::last_attention_mix().fma, finite ? 0 : k_side) << "one query element " << special;
+  }
 }
 
 }  // namespace
