@@ -220,8 +220,9 @@ struct SliceStream {
 // rounds 0-1 pair floats inside each 128-bit block (vshufps), rounds 2-3 pair the blocks
 // (vshuff32x4); after the four rounds of 16 vectors lane i again holds the sum of v[i].
 // Both shuffles keep their inputs, where vpermt2ps overwrites one (so a copy precedes
-// it), and they cost less a shuffle: the bf16 K side spent most of its time in this
-// reduction on a Zen 4 (docs/benchmarks.md §Measurements behind kernel choices).
+// it), and each is a cheaper shuffle than vpermt2ps: the bf16 K side spent most of
+// its time in this reduction on a Zen 4
+// (docs/benchmarks.md §Measurements behind kernel choices).
 template <std::size_t kRound>
 HWY_INLINE VF PairRound(DF df, VF lo, VF hi) {
 #if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
