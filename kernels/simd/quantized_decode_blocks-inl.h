@@ -373,6 +373,14 @@ constexpr std::size_t kKeysPerBlock = std::min(kMaxLanes, kManyRegisters && RB <
 // Row blocks whose K side can read a chunk in quarters (KeyOrder): blocks of 4 keys.
 template <std::size_t RB>
 constexpr bool kQuarterOrder = kKeysPerBlock<RB> == 4;
+// Keys per block of a chunk read in order. At 4 rows, 8-bit codes and plain f16 take 2:
+// their unpacks (widen + convert per 16 codes or values, the codes' scale and bias per
+// key) leave 4 keys' 16 accumulators short of registers, and the spills cost more than
+// the q loads that 2 keys share less (docs/benchmarks.md §Measurements behind kernel choices).
+// The quarters keep blocks of 4: one key of each quarter.
+template <int kBits, std::size_t RB>
+constexpr std::size_t kInOrderKeysPerBlock =
+    RB == 4 && (kBits == 8 || kBits == kPlainF16) ? std::min(kMaxLanes, std::size_t{2}) : kKeysPerBlock<RB>;
 
 // meta + offset, or null for plain rows (which have no scales or biases).
 template <int kBits>
@@ -394,8 +402,8 @@ void ScoreRows(const float* HWY_RESTRICT q, std::size_t dk, const std::uint8_t* 
                float* HWY_RESTRICT scores, const ChunkStream* ahead, KeyOrder order) {
   const DF df;
   const std::size_t N = hn::Lanes(df);
-  constexpr std::size_t KB = kKeysPerBlock<RB>, kBlocks = kMaxLanes / KB;
   if constexpr (kQuarterOrder<RB> && kPlain<kBits>) {
+    constexpr std::size_t KB = kKeysPerBlock<RB>, kBlocks = kMaxLanes / KB;
     if (order.quarter != 0) {  // the block at position t: key t/4 of each quarter; prefetch 8 keys on in each
       for (std::size_t t0 = 0; t0 < nc; t0 += N) {
         for (std::size_t blk = 0; blk < kBlocks; ++blk) {
@@ -413,6 +421,7 @@ void ScoreRows(const float* HWY_RESTRICT q, std::size_t dk, const std::uint8_t* 
       return;
     }
   }
+  constexpr std::size_t KB = kInOrderKeysPerBlock<kBits, RB>, kBlocks = kMaxLanes / KB;
   for (std::size_t t0 = 0; t0 < nc; t0 += N) {
     const std::size_t in_tile = std::min(N, nc - t0);
     std::size_t blk = 0;
