@@ -44,14 +44,12 @@
 // A K side in fixed point needs a run-time certificate instead (its error bound against
 // eps_T times a lower bound of S, the f32 path again where it fails): that is
 // quantized_decode_vnni-inl.h, for 4-bit K with f16/bf16 outputs on AVX3_DL.
-// The V side has an a-priori bound for f16/bf16 outputs: weights p·s_v in fixed point per
-// block of N keys (Q = round(w·32639/W), two s8 pieces) move the output by at most
-// N·2^-15·max|v| (Σ over blocks of the block maxima of p is at most Σp), half the 2^-9
-// that f16's budget gives the P and output roundings at N = 32. A prototype of it
-// (vpdpbusd over 4-key byte interleaves) measured no faster than the f32 path on Zen 4:
-// there a zmm vpdpbusd and a zmm FMA each retire one per cycle, so two pieces halve the
-// V side's 32 multiply cycles per key, and the interleave, the per-block weight
-// conversion and the flush ate the saving.
+// The V side in fixed point has no a-priori bound either: weights p·s_v rounded per block
+// of keys move the output relative to the block's largest p·|s|, and a key's scale times
+// its largest code need not be a value V holds (its codes may all be small), so the move
+// is not bounded by max|v|. quantized_decode_int_values-inl.h takes byte-coded V with
+// f16/bf16 outputs by vpdpwssd under a run-time certificate (its bound against a sampled
+// lower bound of max|v|); 4-bit V stays f32.
 #ifndef KVLAB_SIMD_QDECODE_COMMON
 #define KVLAB_SIMD_QDECODE_COMMON
 #include <algorithm>
@@ -114,6 +112,7 @@ HWY_BEFORE_NAMESPACE();
 namespace kvlab::simd::qdecode::HWY_NAMESPACE {
 
 #include "kernels/simd/quantized_decode_vnni-inl.h"  // the integer K side (AVX3_DL only)
+#include "kernels/simd/quantized_decode_int_values-inl.h"  // the integer V side (AVX3_DL only)
 
 // ---------------------------------------------------------------- softmax of a chunk
 
@@ -532,18 +531,32 @@ void DecodeChunk(const DecodePlan& plan, std::int64_t task) {
     }
   }
 #endif
-  plan.mix->fma += static_cast<std::int64_t>(urows * nc * dv);
-  for (std::size_t r0 = 0, rb = 0; r0 < urows; r0 += rb) {
-    rb = RowBlock(urows - r0);
-    const auto accumulate = [&](auto bits) {
-      ValueBlock<decltype(bits)::value>(rb, weights + r0 * vg * ncp, vg, ncp, vc.data, vc.row_bytes, dv,
-                                        static_cast<std::size_t>(vs.group), nc, r0 == 0 ? &next : nullptr, order,
-                                        out + r0 * dv);
-    };
-    DispatchKernel(vc.bits, accumulate);
+  const std::size_t vgs = static_cast<std::size_t>(vs.group);
+  bool summed = false;
+#if HWY_TARGET == HWY_AVX3_DL
+  if (vs.plain == nullptr && int_values::Eligible(plan.score_slack, vc.bits, dv, vgs)) {
+    static thread_local int_values::Weights rounded;
+    summed = int_values::AccumulateChunk(weights, urows, vg, ncp, vc.data, vc.row_bytes, dv, vgs, nc, vs.bits,
+                                         v_scales, v_biases, part_sum, plan.score_slack, next, rounded, out);
+    if (summed) {
+      // vpdpwssd counted with vpdpbusd: 16 i32 lanes each, one a cycle on Zen 4 alike.
+      plan.mix->u8_dot += static_cast<std::int64_t>(urows * ((nc + 1) / 2) * dv);
+      plan.rounded_probabilities->store(true, std::memory_order_relaxed);
+    }
+  }
+#endif
+  if (!summed) {
+    plan.mix->fma += static_cast<std::int64_t>(urows * nc * dv);
+    for (std::size_t r0 = 0, rb = 0; r0 < urows; r0 += rb) {
+      rb = RowBlock(urows - r0);
+      const auto accumulate = [&](auto bits) {
+        ValueBlock<decltype(bits)::value>(rb, weights + r0 * vg * ncp, vg, ncp, vc.data, vc.row_bytes, dv, vgs, nc,
+                                          r0 == 0 ? &next : nullptr, order, out + r0 * dv);
+      };
+      DispatchKernel(vc.bits, accumulate);
+    }
   }
   if (vs.plain != nullptr) return;  // no biases
-  const std::size_t vgs = static_cast<std::size_t>(vs.group);
   for (std::size_t rho = 0; rho < urows; ++rho) {
     float* o = out + rho * dv;
     for (std::size_t pos = 0; pos < dv; pos += N) {

@@ -1,0 +1,238 @@
+// The V side of the fused quantized decode kernel in integers (AVX3_DL: AVX-512 VNNI's
+// vpdpwssd), included by quantized_decode.cc only. It replaces the f32 V side for a
+// chunk of byte codes (8-bit, and the widths unpacked to bytes) when the call's output is
+// f16/bf16 and its run-time certificate (below) holds; otherwise the chunk takes the f32
+// path, so what it may return is bounded either way.
+//
+// Arithmetic. The f32 side sums o[d] = Σ_j w_j·c_j[d] per row and group, w = p·s (the
+// group's Σ p·b is added later by both). Here, per block of N = 32 keys, w is rounded to
+// a multiple of σ = W/32767, W = max |w| over the block: Q_j = rint(w_j·(32767/W)), an
+// s16. vpdpwssd multiplies the s16 pairs (Q_j, Q_j+1) by the codes of keys j and j + 1
+// widened to s16 and adds both products to an i32 lane exactly (|lane| <= 16 pairs ·
+// 2·32767·255 < 2^31), so the block's Σ Q·c is exact; it is flushed into f32 as
+// fl(Σ)·σ once per block. Codes of two keys are interleaved by byte unpacks against
+// zero (dims 16L + 4k..4k+3 of 128-bit block L in vector k), undone at the end.
+// Cost per key at R = 4, Dv = 128: 16 vpdpwssd (half the f32 side's 32 FMAs, at one a
+// cycle on Zen 4 either way) and 8 unpacks, which run beside them on the shuffle pipes;
+// the weights' rounding and the flushes add about 3 per key
+// (docs/benchmarks.md §Measurements behind kernel choices).
+//
+// Error bound (u = 2^-24, n = 2^bits − 1 the largest code): with inv = fl(32767/W) and
+// σ' = fl(W/32767), σ'·Q = w·(1+e1)(1+e2)(1+e3) + σ'·e4, |e_i| <= u, |e4| <= 1/2, so each
+// weight moves by at most W·(0.5/32767 + 3.1u) <= 1.55e-5·W, and a block's share of
+// o[d] by at most 1.55e-5·W·N_β·n (N_β its keys). The exact integer sum rounds once in
+// the conversion and once in the flush FMA: relative f32 roundings of partial sums,
+// fewer than the f32 side's per-key ones (the tolerance's γ term). A block whose W is
+// below 2^-100 (where 32767/W could overflow) is dropped: its share moves by at most
+// W·N_β·n.
+// Certificate. The tolerance (harness/ops/sdpa_info.cc, attention_budget) allows the
+// output 2·eps_T·max|v| for P rounded to T before P·V and the output's own rounding;
+// this path leaves P in f32 and spends half the first allowance on its own rounding
+// instead, declaring P rounded (Backend::attention_rounding). Per row and group, E =
+// Σ_β (bound above) must stay within eps_T/2·V·l, l = Σ p of the chunk's row (the partial
+// output is o/l) and V a lower bound of max|v|: the largest |s·c + b| of the first key
+// of each block (all its dims; read after the sums, from rows they left in cache: read
+// before them, cold, it cost the path its gain from DRAM), less 2^-8 for the dequantized
+// values' rounding to their dtype. Then o/l moves by at most eps_T/2·max|v|, and the combine's convex mixture of
+// the chunks keeps that. A non-finite weight fails it (the f32 side's NaN/inf semantics
+// hold there), as does a sample that shows no finite value (V stays 0).
+#if HWY_TARGET == HWY_AVX3_DL
+namespace int_values {
+
+constexpr std::size_t kBlockKeys = 32;
+constexpr float kLevels = 32767.0f;
+constexpr double kWeightError = 1.55e-5;  // per unit of W, the bound above
+constexpr float kTinyBlock = 0x1p-100f;
+
+// Whether a chunk may take this path (the certificate decides the rest): byte codes,
+// an f16/bf16 output (eps > 0), 64-dim slices that each lie in one group.
+inline bool Eligible(float eps, int code_bits, std::size_t dv, std::size_t gs) {
+  return eps > 0 && code_bits == 8 && dv % 64 == 0 && gs % 64 == 0;
+}
+
+// Per-thread scratch: the rounded weights [ρ][g][ncp] (s16, key pairs as u32) and the
+// blocks' σ [ρ][g][block].
+struct Weights {
+  std::vector<std::int16_t> q;
+  std::vector<float> sigma;
+};
+
+// Largest |s·c + b| over keys 0, N, 2N, ... of the chunk, all dv dims (non-finite values
+// left out; 0 when none is finite). s/b: [g][ncp] columns.
+inline float SampledMax(const std::uint8_t* codes, std::size_t row_bytes, std::size_t nc, std::size_t dv,
+                        std::size_t gs, std::size_t ncp, const float* s, const float* b) {
+  __m512 largest = _mm512_setzero_ps();
+  for (std::size_t j = 0; j < nc; j += kBlockKeys) {
+    for (std::size_t d = 0; d < dv; d += 16) {
+      const std::size_t g = d / gs;
+      const __m512 c = _mm512_cvtepi32_ps(
+          _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(codes + j * row_bytes + d))));
+      const __m512 v = _mm512_abs_ps(_mm512_fmadd_ps(c, _mm512_set1_ps(s[g * ncp + j]), _mm512_set1_ps(b[g * ncp + j])));
+      const __mmask16 finite = static_cast<__mmask16>(~_mm512_fpclass_ps_mask(v, 0x99));  // not NaN, not ±inf
+      largest = _mm512_mask_max_ps(largest, finite, largest, v);
+    }
+  }
+  return _mm512_reduce_max_ps(largest);
+}
+
+// Rounds one row and group's weights w[0, ncp) (zero past the chunk's keys) to Q and σ;
+// returns the error bound E of the row's outputs in that group, or −1 for a non-finite
+// weight.
+inline double RoundWeights(const float* w, std::size_t nc, std::size_t ncp, double levels_n, std::int16_t* q,
+                           float* sigma) {
+  double bound = 0;
+  for (std::size_t j0 = 0, blk = 0; j0 < ncp; j0 += kBlockKeys, ++blk) {
+    const __m512 a = _mm512_loadu_ps(w + j0);
+    const __m512 c = j0 + 16 < ncp ? _mm512_loadu_ps(w + j0 + 16) : _mm512_setzero_ps();
+    if ((_mm512_fpclass_ps_mask(a, 0x99) | _mm512_fpclass_ps_mask(c, 0x99)) != 0) return -1;
+    const float largest = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(a), _mm512_abs_ps(c)));
+    const double keys = static_cast<double>(std::min(kBlockKeys, nc > j0 ? nc - j0 : 0));
+    __m512i qa = _mm512_setzero_si512(), qc = qa;
+    if (largest < kTinyBlock) {
+      sigma[blk] = 0;
+      bound += static_cast<double>(largest) * keys * levels_n;
+    } else {
+      const __m512 inverse = _mm512_set1_ps(kLevels / largest);
+      qa = _mm512_cvt_roundps_epi32(_mm512_mul_ps(a, inverse), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+      qc = _mm512_cvt_roundps_epi32(_mm512_mul_ps(c, inverse), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+      sigma[blk] = largest / kLevels;
+      bound += kWeightError * static_cast<double>(largest) * keys * levels_n;
+    }
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + j0), _mm512_cvtsepi32_epi16(qa));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + j0 + 16), _mm512_cvtsepi32_epi16(qc));
+  }
+  return bound;
+}
+
+// acc += Σ of each i32 lane's two s16 products, the weights one broadcast dword (the
+// target's attributes leave out AVX512_VNNI: as vnni::Dot, inline assembly).
+HWY_INLINE __m512i DotPairs(__m512i acc, __m512i codes, const std::int32_t* weights) {
+  asm("vpdpwssd %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(codes), "m"(*weights));
+  return acc;
+}
+
+// One 64-dim slice (bytes [s0, s0 + 64) of every row, one group) for RB <= 4 rows:
+// out[r·dv + s0 ...] = Σ_blocks σ·Σ Q·c, element order. q: row r's rounded weights at
+// q + r·q_stride; sigma likewise.
+template <std::size_t RB>
+HWY_INLINE void Slice(const std::int16_t* HWY_RESTRICT q, std::size_t q_stride, const float* HWY_RESTRICT sigma,
+                      std::size_t sigma_stride, const SliceStream& ahead, bool prefetch, std::size_t dv,
+                      float* HWY_RESTRICT out) {
+  const std::uint8_t* HWY_RESTRICT row = ahead.codes + ahead.s0;
+  const std::size_t row_bytes = ahead.row_bytes, nc = ahead.nc;
+  const __m512i zero = _mm512_setzero_si512();
+  __m512 o[RB][4];
+#pragma GCC unroll 4
+  for (std::size_t r = 0; r < RB; ++r) {
+#pragma GCC unroll 4
+    for (std::size_t k = 0; k < 4; ++k) o[r][k] = _mm512_setzero_ps();
+  }
+  for (std::size_t j0 = 0, blk = 0; j0 < nc; j0 += kBlockKeys, ++blk) {
+    __m512i acc[RB][4];
+#pragma GCC unroll 4
+    for (std::size_t r = 0; r < RB; ++r) {
+#pragma GCC unroll 4
+      for (std::size_t k = 0; k < 4; ++k) acc[r][k] = zero;
+    }
+    const std::size_t j1 = std::min(nc, j0 + kBlockKeys);
+    for (std::size_t j = j0; j < j1; j += 2) {
+      const std::uint8_t* a_row = row + j * row_bytes;
+      if (prefetch) {
+        ahead.Prefetch(j);
+        ahead.Prefetch(j + 1);
+      }
+      const __m512i a = _mm512_loadu_si512(a_row);
+      const __m512i b = j + 1 < nc ? _mm512_loadu_si512(a_row + row_bytes) : zero;  // the last key's pair: weight 0
+      const __m512i al = _mm512_unpacklo_epi8(a, zero), ah = _mm512_unpackhi_epi8(a, zero);
+      const __m512i bl = _mm512_unpacklo_epi8(b, zero), bh = _mm512_unpackhi_epi8(b, zero);
+      const __m512i pair[4] = {_mm512_unpacklo_epi16(al, bl), _mm512_unpackhi_epi16(al, bl),
+                               _mm512_unpacklo_epi16(ah, bh), _mm512_unpackhi_epi16(ah, bh)};
+#pragma GCC unroll 4
+      for (std::size_t r = 0; r < RB; ++r) {
+        const auto* both = reinterpret_cast<const std::int32_t*>(q + r * q_stride + j);  // (Q_j, Q_j+1)
+#pragma GCC unroll 4
+        for (std::size_t k = 0; k < 4; ++k) acc[r][k] = DotPairs(acc[r][k], pair[k], both);
+      }
+    }
+#pragma GCC unroll 4
+    for (std::size_t r = 0; r < RB; ++r) {
+      const __m512 s = _mm512_set1_ps(sigma[r * sigma_stride + blk]);
+#pragma GCC unroll 4
+      for (std::size_t k = 0; k < 4; ++k) o[r][k] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[r][k]), s, o[r][k]);
+    }
+  }
+  // Vector k's block L holds dims 16L + 4k..4k+3: transpose the 4×4 blocks.
+#pragma GCC unroll 4
+  for (std::size_t r = 0; r < RB; ++r) {
+    const __m512 t0 = _mm512_shuffle_f32x4(o[r][0], o[r][1], 0x44), t1 = _mm512_shuffle_f32x4(o[r][0], o[r][1], 0xEE);
+    const __m512 t2 = _mm512_shuffle_f32x4(o[r][2], o[r][3], 0x44), t3 = _mm512_shuffle_f32x4(o[r][2], o[r][3], 0xEE);
+    float* dst = out + r * dv + ahead.s0;
+    _mm512_storeu_ps(dst, _mm512_shuffle_f32x4(t0, t2, 0x88));
+    _mm512_storeu_ps(dst + 16, _mm512_shuffle_f32x4(t0, t2, 0xDD));
+    _mm512_storeu_ps(dst + 32, _mm512_shuffle_f32x4(t1, t3, 0x88));
+    _mm512_storeu_ps(dst + 48, _mm512_shuffle_f32x4(t1, t3, 0xDD));
+  }
+}
+
+// Every slice of RB <= 4 rows; a group's weights start q_row values (blocks σ) after the
+// previous group's.
+template <std::size_t RB>
+void Rows(const std::int16_t* q, std::size_t q_row, const float* sigma, std::size_t blocks, std::size_t vg,
+          const std::uint8_t* codes, std::size_t row_bytes, std::size_t nc, std::size_t dv, std::size_t gs,
+          const NextChunk& next, bool prefetch, float* out) {
+  for (std::size_t s0 = 0; s0 < dv; s0 += 64) {
+    const std::size_t g = s0 / gs;
+    const SliceStream ahead{codes, row_bytes, nc, s0, 64, s0 + 64 == dv, next};
+    Slice<RB>(q + g * q_row, vg * q_row, sigma + g * blocks, vg * blocks, ahead, prefetch, dv, out);
+  }
+}
+
+// The chunk's V side for `rows` rows: true with out[ρ·dv + d] = Σ_j ŵ·c_j[d] (before
+// the group's Σ p·b), or false (certificate failed; out partly written or not at all)
+// for the f32 side, which writes all of it.
+// w: [ρ][g][ncp] the f32 weights p·s; s/b: [g][ncp] V scales/biases; sums: l per row;
+// code_bits: the stored width (n = 2^bits − 1).
+inline bool AccumulateChunk(const float* w, std::size_t rows, std::size_t vg, std::size_t ncp, const std::uint8_t* codes,
+                            std::size_t row_bytes, std::size_t dv, std::size_t gs, std::size_t nc, int code_bits,
+                            const float* s, const float* b, const float* sums, float eps, const NextChunk& next,
+                            Weights& scratch, float* out) {
+  const double levels_n = std::ldexp(1.0, code_bits) - 1;
+  const std::size_t blocks = (ncp + kBlockKeys - 1) / kBlockKeys;
+  // Q rows padded to whole blocks: RoundWeights stores 32 values a block.
+  const std::size_t q_row = blocks * kBlockKeys;
+  if (scratch.q.size() < rows * vg * q_row) scratch.q.resize(rows * vg * q_row);
+  if (scratch.sigma.size() < rows * vg * blocks) scratch.sigma.resize(rows * vg * blocks);
+  double worst = 0;  // the largest E / l over rows and groups
+  for (std::size_t rho = 0; rho < rows; ++rho) {
+    for (std::size_t g = 0; g < vg; ++g) {
+      const std::size_t rg = rho * vg + g;
+      const double bound = RoundWeights(w + rg * ncp, nc, ncp, levels_n, scratch.q.data() + rg * q_row,
+                                        scratch.sigma.data() + rg * blocks);
+      if (bound < 0) return false;
+      if (bound > 0) {
+        const double per_sum = bound / static_cast<double>(sums[rho]);
+        if (!(per_sum <= std::numeric_limits<double>::max())) return false;  // NaN, or l = 0 with weights
+        worst = std::max(worst, per_sum);
+      }
+    }
+  }
+  const std::size_t q_stride = vg * q_row, sigma_stride = vg * blocks;
+  for (std::size_t r0 = 0; r0 < rows; r0 += 4) {
+    const std::int16_t* q = scratch.q.data() + r0 * q_stride;
+    const float* sg = scratch.sigma.data() + r0 * sigma_stride;
+    float* o = out + r0 * dv;
+    const bool prefetch = r0 == 0;
+    switch (std::min<std::size_t>(4, rows - r0)) {
+      case 1: Rows<1>(q, q_row, sg, blocks, vg, codes, row_bytes, nc, dv, gs, next, prefetch, o); break;
+      case 2: Rows<2>(q, q_row, sg, blocks, vg, codes, row_bytes, nc, dv, gs, next, prefetch, o); break;
+      case 3: Rows<3>(q, q_row, sg, blocks, vg, codes, row_bytes, nc, dv, gs, next, prefetch, o); break;
+      default: Rows<4>(q, q_row, sg, blocks, vg, codes, row_bytes, nc, dv, gs, next, prefetch, o);
+    }
+  }
+  // Sampled after the sums, from rows they left in cache.
+  const float sampled = SampledMax(codes, row_bytes, nc, dv, gs, ncp, s, b);
+  return worst <= 0.5 * static_cast<double>(eps) * static_cast<double>(sampled) * (1 - 0x1p-8);
+}
+
+}  // namespace int_values
+#endif  // HWY_TARGET == HWY_AVX3_DL
