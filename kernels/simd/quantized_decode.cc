@@ -47,9 +47,9 @@
 // The V side in fixed point has no a-priori bound either: weights p·s_v rounded per block
 // of keys move the output relative to the block's largest p·|s|, and a key's scale times
 // its largest code need not be a value V holds (its codes may all be small), so the move
-// is not bounded by max|v|. quantized_decode_int_values-inl.h takes byte-coded V with
-// f16/bf16 outputs by vpdpwssd under a run-time certificate (its bound against a sampled
-// lower bound of max|v|); 4-bit V stays f32.
+// is not bounded by max|v|. quantized_decode_int_values-inl.h takes byte-coded and 4-bit
+// V with f16/bf16 outputs by vpdpwssd under a run-time certificate (its bound against a
+// sampled lower bound of max|v|).
 #ifndef KVLAB_SIMD_QDECODE_COMMON
 #define KVLAB_SIMD_QDECODE_COMMON
 #include <algorithm>
@@ -536,8 +536,12 @@ void DecodeChunk(const DecodePlan& plan, std::int64_t task) {
 #if HWY_TARGET == HWY_AVX3_DL
   if (vs.plain == nullptr && int_values::Eligible(plan.score_slack, vc.bits, dv, vgs)) {
     static thread_local int_values::Weights rounded;
-    summed = int_values::AccumulateChunk(weights, urows, vg, ncp, vc.data, vc.row_bytes, dv, vgs, nc, vs.bits,
-                                         v_scales, v_biases, part_sum, plan.score_slack, next, rounded, out);
+    const auto sum = [&](auto bits) {
+      return int_values::AccumulateChunk<decltype(bits)::value>(weights, urows, vg, ncp, vc.data, vc.row_bytes, dv,
+                                                                vgs, nc, vs.bits, v_scales, v_biases, part_sum,
+                                                                plan.score_slack, next, rounded, out);
+    };
+    summed = vc.bits == 4 ? sum(std::integral_constant<int, 4>{}) : sum(std::integral_constant<int, 8>{});
     if (summed) {
       // vpdpwssd counted with vpdpbusd: 16 i32 lanes each, one a cycle on Zen 4 alike.
       plan.mix->u8_dot += static_cast<std::int64_t>(urows * ((nc + 1) / 2) * dv);

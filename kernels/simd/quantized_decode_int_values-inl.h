@@ -1,6 +1,7 @@
 // The V side of the fused quantized decode kernel in integers (AVX3_DL: AVX-512 VNNI's
 // vpdpwssd), included by quantized_decode.cc only. It replaces the f32 V side for a
-// chunk of byte codes (8-bit, and the widths unpacked to bytes) when the call's output is
+// chunk of byte codes (8-bit, and the widths unpacked to bytes) or packed 4-bit codes
+// (nibbles split into bytes in the f32 side's lane order) when the call's output is
 // f16/bf16 and its run-time certificate (below) holds; otherwise the chunk takes the f32
 // path, so what it may return is bounded either way.
 //
@@ -44,10 +45,26 @@ constexpr float kLevels = 32767.0f;
 constexpr double kWeightError = 1.55e-5;  // per unit of W, the bound above
 constexpr float kTinyBlock = 0x1p-100f;
 
-// Whether a chunk may take this path (the certificate decides the rest): byte codes,
-// an f16/bf16 output (eps > 0), 64-dim slices that each lie in one group.
-inline bool Eligible(float eps, int code_bits, std::size_t dv, std::size_t gs) {
-  return eps > 0 && code_bits == 8 && dv % 64 == 0 && gs % 64 == 0;
+// Whether a chunk may take this path (the certificate decides the rest): byte or packed
+// 4-bit codes (kernel_bits, CodeRows::bits), an f16/bf16 output (eps > 0), 64-dim
+// slices that each lie in one group.
+inline bool Eligible(float eps, int kernel_bits, std::size_t dv, std::size_t gs) {
+  return eps > 0 && (kernel_bits == 8 || kernel_bits == 4) && dv % 64 == 0 && gs % 64 == 0;
+}
+
+// The 64 codes of a slice at p, one byte each, in the row's lane order: 8-bit as stored;
+// 4-bit (32 bytes) as the f32 side reads them, per 16 bytes their low nibbles (even
+// elements) then their high ones (odd elements).
+template <int kBits>
+HWY_INLINE __m512i SliceCodes(const std::uint8_t* HWY_RESTRICT p) {
+  if constexpr (kBits == 8) {
+    return _mm512_loadu_si512(p);
+  } else {
+    const __m512i x = _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+    const __m512i halves = _mm512_shuffle_i64x2(x, x, 0x50);  // 128-bit blocks 0, 0, 1, 1
+    const __m512i nibbles = _mm512_mask_blend_epi64(0xCC, halves, _mm512_srli_epi16(halves, 4));
+    return _mm512_and_si512(nibbles, _mm512_set1_epi8(0x0F));
+  }
 }
 
 // Per-thread scratch: the rounded weights [ρ][g][ncp] (s16, key pairs as u32) and the
@@ -59,17 +76,23 @@ struct Weights {
 
 // Largest |s·c + b| over keys 0, N, 2N, ... of the chunk, all dv dims (non-finite values
 // left out; 0 when none is finite). s/b: [g][ncp] columns.
-inline float SampledMax(const std::uint8_t* codes, std::size_t row_bytes, std::size_t nc, std::size_t dv,
-                        std::size_t gs, std::size_t ncp, const float* s, const float* b) {
+template <int kBits>
+float SampledMax(const std::uint8_t* codes, std::size_t row_bytes, std::size_t nc, std::size_t dv, std::size_t gs,
+                 std::size_t ncp, const float* s, const float* b) {
   __m512 largest = _mm512_setzero_ps();
   for (std::size_t j = 0; j < nc; j += kBlockKeys) {
-    for (std::size_t d = 0; d < dv; d += 16) {
-      const std::size_t g = d / gs;
-      const __m512 c = _mm512_cvtepi32_ps(
-          _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(codes + j * row_bytes + d))));
-      const __m512 v = _mm512_abs_ps(_mm512_fmadd_ps(c, _mm512_set1_ps(s[g * ncp + j]), _mm512_set1_ps(b[g * ncp + j])));
-      const __mmask16 finite = static_cast<__mmask16>(~_mm512_fpclass_ps_mask(v, 0x99));  // not NaN, not ±inf
-      largest = _mm512_mask_max_ps(largest, finite, largest, v);
+    for (std::size_t s0 = 0; s0 < dv; s0 += 64) {
+      const std::size_t g = s0 / gs;
+      const __m512i bytes = SliceCodes<kBits>(codes + j * row_bytes + s0 * kBits / 8);
+      const __m512 scale = _mm512_set1_ps(s[g * ncp + j]), bias = _mm512_set1_ps(b[g * ncp + j]);
+      const __m128i part[4] = {_mm512_extracti32x4_epi32(bytes, 0), _mm512_extracti32x4_epi32(bytes, 1),
+                               _mm512_extracti32x4_epi32(bytes, 2), _mm512_extracti32x4_epi32(bytes, 3)};
+      for (const __m128i sixteen : part) {
+        const __m512 c = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(sixteen));
+        const __m512 v = _mm512_abs_ps(_mm512_fmadd_ps(c, scale, bias));
+        const __mmask16 finite = static_cast<__mmask16>(~_mm512_fpclass_ps_mask(v, 0x99));  // not NaN, not ±inf
+        largest = _mm512_mask_max_ps(largest, finite, largest, v);
+      }
     }
   }
   return _mm512_reduce_max_ps(largest);
@@ -111,13 +134,13 @@ HWY_INLINE __m512i DotPairs(__m512i acc, __m512i codes, const std::int32_t* weig
   return acc;
 }
 
-// One 64-dim slice (bytes [s0, s0 + 64) of every row, one group) for RB <= 4 rows:
-// out[r·dv + s0 ...] = Σ_blocks σ·Σ Q·c, element order. q: row r's rounded weights at
-// q + r·q_stride; sigma likewise.
-template <std::size_t RB>
+// One 64-dim slice (lane-order positions [s0, s0 + 64) of every row, bytes from
+// ahead.s0, one group) for RB <= 4 rows: out[r·dv + s0 ...] = Σ_blocks σ·Σ Q·c, lane
+// order. q: row r's rounded weights at q + r·q_stride; sigma likewise.
+template <int kBits, std::size_t RB>
 HWY_INLINE void Slice(const std::int16_t* HWY_RESTRICT q, std::size_t q_stride, const float* HWY_RESTRICT sigma,
                       std::size_t sigma_stride, const SliceStream& ahead, bool prefetch, std::size_t dv,
-                      float* HWY_RESTRICT out) {
+                      std::size_t s0, float* HWY_RESTRICT out) {
   const std::uint8_t* HWY_RESTRICT row = ahead.codes + ahead.s0;
   const std::size_t row_bytes = ahead.row_bytes, nc = ahead.nc;
   const __m512i zero = _mm512_setzero_si512();
@@ -141,8 +164,8 @@ HWY_INLINE void Slice(const std::int16_t* HWY_RESTRICT q, std::size_t q_stride, 
         ahead.Prefetch(j);
         ahead.Prefetch(j + 1);
       }
-      const __m512i a = _mm512_loadu_si512(a_row);
-      const __m512i b = j + 1 < nc ? _mm512_loadu_si512(a_row + row_bytes) : zero;  // the last key's pair: weight 0
+      const __m512i a = SliceCodes<kBits>(a_row);
+      const __m512i b = j + 1 < nc ? SliceCodes<kBits>(a_row + row_bytes) : zero;  // the last key's pair: weight 0
       const __m512i al = _mm512_unpacklo_epi8(a, zero), ah = _mm512_unpackhi_epi8(a, zero);
       const __m512i bl = _mm512_unpacklo_epi8(b, zero), bh = _mm512_unpackhi_epi8(b, zero);
       const __m512i pair[4] = {_mm512_unpacklo_epi16(al, bl), _mm512_unpackhi_epi16(al, bl),
@@ -166,7 +189,7 @@ HWY_INLINE void Slice(const std::int16_t* HWY_RESTRICT q, std::size_t q_stride, 
   for (std::size_t r = 0; r < RB; ++r) {
     const __m512 t0 = _mm512_shuffle_f32x4(o[r][0], o[r][1], 0x44), t1 = _mm512_shuffle_f32x4(o[r][0], o[r][1], 0xEE);
     const __m512 t2 = _mm512_shuffle_f32x4(o[r][2], o[r][3], 0x44), t3 = _mm512_shuffle_f32x4(o[r][2], o[r][3], 0xEE);
-    float* dst = out + r * dv + ahead.s0;
+    float* dst = out + r * dv + s0;
     _mm512_storeu_ps(dst, _mm512_shuffle_f32x4(t0, t2, 0x88));
     _mm512_storeu_ps(dst + 16, _mm512_shuffle_f32x4(t0, t2, 0xDD));
     _mm512_storeu_ps(dst + 32, _mm512_shuffle_f32x4(t1, t3, 0x88));
@@ -176,14 +199,14 @@ HWY_INLINE void Slice(const std::int16_t* HWY_RESTRICT q, std::size_t q_stride, 
 
 // Every slice of RB <= 4 rows; a group's weights start q_row values (blocks σ) after the
 // previous group's.
-template <std::size_t RB>
+template <int kBits, std::size_t RB>
 void Rows(const std::int16_t* q, std::size_t q_row, const float* sigma, std::size_t blocks, std::size_t vg,
           const std::uint8_t* codes, std::size_t row_bytes, std::size_t nc, std::size_t dv, std::size_t gs,
           const NextChunk& next, bool prefetch, float* out) {
   for (std::size_t s0 = 0; s0 < dv; s0 += 64) {
     const std::size_t g = s0 / gs;
-    const SliceStream ahead{codes, row_bytes, nc, s0, 64, s0 + 64 == dv, next};
-    Slice<RB>(q + g * q_row, vg * q_row, sigma + g * blocks, vg * blocks, ahead, prefetch, dv, out);
+    const SliceStream ahead{codes, row_bytes, nc, s0 * kBits / 8, 64 * kBits / 8, s0 + 64 == dv, next};
+    Slice<kBits, RB>(q + g * q_row, vg * q_row, sigma + g * blocks, vg * blocks, ahead, prefetch, dv, s0, out);
   }
 }
 
@@ -191,8 +214,9 @@ void Rows(const std::int16_t* q, std::size_t q_row, const float* sigma, std::siz
 // the group's Σ p·b), or false (certificate failed; out partly written or not at all)
 // for the f32 side, which writes all of it.
 // w: [ρ][g][ncp] the f32 weights p·s; s/b: [g][ncp] V scales/biases; sums: l per row;
-// code_bits: the stored width (n = 2^bits − 1).
-inline bool AccumulateChunk(const float* w, std::size_t rows, std::size_t vg, std::size_t ncp, const std::uint8_t* codes,
+// code_bits: the stored width (n = 2^bits − 1); kBits: the rows' (CodeRows::bits).
+template <int kBits>
+bool AccumulateChunk(const float* w, std::size_t rows, std::size_t vg, std::size_t ncp, const std::uint8_t* codes,
                             std::size_t row_bytes, std::size_t dv, std::size_t gs, std::size_t nc, int code_bits,
                             const float* s, const float* b, const float* sums, float eps, const NextChunk& next,
                             Weights& scratch, float* out) {
@@ -223,14 +247,14 @@ inline bool AccumulateChunk(const float* w, std::size_t rows, std::size_t vg, st
     float* o = out + r0 * dv;
     const bool prefetch = r0 == 0;
     switch (std::min<std::size_t>(4, rows - r0)) {
-      case 1: Rows<1>(q, q_row, sg, blocks, vg, codes, row_bytes, nc, dv, gs, next, prefetch, o); break;
-      case 2: Rows<2>(q, q_row, sg, blocks, vg, codes, row_bytes, nc, dv, gs, next, prefetch, o); break;
-      case 3: Rows<3>(q, q_row, sg, blocks, vg, codes, row_bytes, nc, dv, gs, next, prefetch, o); break;
-      default: Rows<4>(q, q_row, sg, blocks, vg, codes, row_bytes, nc, dv, gs, next, prefetch, o);
+      case 1: Rows<kBits, 1>(q, q_row, sg, blocks, vg, codes, row_bytes, nc, dv, gs, next, prefetch, o); break;
+      case 2: Rows<kBits, 2>(q, q_row, sg, blocks, vg, codes, row_bytes, nc, dv, gs, next, prefetch, o); break;
+      case 3: Rows<kBits, 3>(q, q_row, sg, blocks, vg, codes, row_bytes, nc, dv, gs, next, prefetch, o); break;
+      default: Rows<kBits, 4>(q, q_row, sg, blocks, vg, codes, row_bytes, nc, dv, gs, next, prefetch, o);
     }
   }
   // Sampled after the sums, from rows they left in cache.
-  const float sampled = SampledMax(codes, row_bytes, nc, dv, gs, ncp, s, b);
+  const float sampled = SampledMax<kBits>(codes, row_bytes, nc, dv, gs, ncp, s, b);
   return worst <= 0.5 * static_cast<double>(eps) * static_cast<double>(sampled) * (1 - 0x1p-8);
 }
 

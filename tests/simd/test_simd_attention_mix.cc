@@ -6,7 +6,8 @@
 // q·k needs R·Dk products per key and p·v R·Dv (R query rows per kv head); an f32 FMA lane
 // does one, a vdpbf16ps lane two (the V side pairs keys within a chunk, an odd chunk's
 // last key with zeros), a vpdpbusd lane four for each of the integer K side's three q
-// digits (keys in tiles of 16). A wrong declaration misplaces a row's roofline.
+// digits (keys in tiles of 16), a vpdpwssd lane two (the integer V side's key pairs). A
+// wrong declaration misplaces a row's roofline.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -87,17 +88,19 @@ TEST_F(SimdAttentionMix, DecodeDeclaresItsMultiplyAddsByInstructionPerCall) {
     run_sdpa(rng, DType::f16, {1, 8, 2, 12, 600, 64, 64});
     expect_mix({}, "general kernel after a decode");
 
-    // 4-bit K and V, f16 output: the integer K side on AVX3_DL (Lk >= 768), f32 elsewhere.
+    // 4-bit K and V, f16 output: the integer K side on AVX3_DL (Lk >= 768) and the integer
+    // V side (groups of 64), f32 elsewhere.
     testing::QuantizedAttentionInputs in = testing::random_inputs(
         rng, s, DType::f16, testing::affine(4, 64), testing::affine(4, 64), DType::f16, DType::f16);
     Tensor out(DType::f16, {s.B, s.Hq, s.Lq, s.Dv});
     simd::quantized_sdpa(in.q.view(), testing::view_of(in.k), testing::view_of(in.v), in.params, nullptr, nullptr,
                          out.view());
-    const simd::ArithmeticMix integer_k{heads * R * s.Lk * s.Dv, 0, heads * R * padded_keys(s, 16) * 3 * s.Dk / 4};
+    // The V side in integers too there (vpdpwssd, counted with vpdpbusd: Dv lanes a key pair).
+    const std::int64_t v_pairs = heads * R * padded_keys(s, 2) / 2 * s.Dv;
+    const simd::ArithmeticMix integer_k{0, 0, heads * R * padded_keys(s, 16) * 3 * s.Dk / 4 + v_pairs};
     // With AMX the K side's products are tile multiplies: per key of the 16-key tiles,
     // each block of 4 rows' 12 A rows (row, q digit) times Dk/4 dwords.
-    const simd::ArithmeticMix tile_k{heads * R * s.Lk * s.Dv, 0, 0,
-                                     heads * padded_keys(s, 16) * ((R + 3) / 4) * 12 * (s.Dk / 4)};
+    const simd::ArithmeticMix tile_k{0, 0, v_pairs, heads * padded_keys(s, 16) * ((R + 3) / 4) * 12 * (s.Dk / 4)};
     const bool avx3_dl = target == "AVX3_DL";
     expect_mix(avx3_dl ? (simd::qdecode::amx_available() ? tile_k : integer_k) : all_fma, "4-bit quantized decode");
   });

@@ -404,49 +404,52 @@ TEST(SimdQuantizedSdpa, AmxKeysAsAGiveKeysAsBsBits) {
 // K stored as bytes takes the integer side only with AMX (harness/cases/quantized_sdpa/ci
 // holds its outputs to the tolerance): with it the decode spends no K-side FMAs but
 // declares its tile multiplies, without it the f32 path spends Dk per key and row.
-// Byte-coded V with an f16/bf16 output sums in integers on AVX3_DL
+// 8- and 4-bit V with an f16/bf16 output sums in integers on AVX3_DL
 // (quantized_decode_int_values-inl.h) where its run-time bound holds, and in f32 where it
-// does not: with one key of every 32 given a V scale about 4·10^6 times the others' and
-// codes 0 (its values 0, so max|v| does not move), each block's rounded weights would keep
-// that key's and round every other to 0. The mix shows which side ran (vpdpwssd lanes,
+// does not: with one key of every 32 given a V scale far above the others' and codes 0
+// (its values 0, so max|v| does not move), each block's rounded weights would keep that
+// key's and round every other to 0. The mix shows which side ran (vpdpwssd lanes,
 // counted with vpdpbusd, or the V side's FMAs); either way the result agrees with the
 // oracle.
-TEST(SimdQuantizedSdpa, ByteCodedValuesSumInIntegersOnlyWhereTheirBoundHolds) {
+TEST(SimdQuantizedSdpa, ValuesSumInIntegersOnlyWhereTheirBoundHolds) {
   KVLAB_SEEDED_RNG(rng, 3141);
   const Dims s{1, 8, 2, 1, 1001, 64, 128};  // chunks of 512 and 489 keys
-  const std::int64_t heads = s.B * s.Hkv, R = s.Hq / s.Hkv, groups = s.Dv / 64, words = s.Dv / 4;
+  const std::int64_t heads = s.B * s.Hkv, R = s.Hq / s.Hkv, groups = s.Dv / 64;
   const std::int64_t chunk = simd::qdecode::chunk_tokens(s.B, s.Hkv, s.Lk, R * s.Lq);
   std::int64_t pairs = 0;
   for (std::int64_t j = 0; j < s.Lk; j += chunk) pairs += (std::min(chunk, s.Lk - j) + 1) / 2;
-  for (const bool spiked : {false, true}) {
-    SCOPED_TRACE(spiked ? "one key in 32 with a huge scale" : "random values");
-    Inputs in = random_inputs(rng, s, DType::f16, affine(8, 64), affine(8, 64), DType::f16, DType::f16);
-    if (spiked) {
-      auto* codes = in.v.wq.storage<std::uint32_t>().data();
-      for (std::int64_t row = 1; row < heads * s.Lk; row += 32) {  // key 1 mod 32 of each kv head
-        for (std::int64_t g = 0; g < groups; ++g) {
-          in.v.scales.view().store(row * groups + g, 60000.0f);
-          in.v.biases.view().store(row * groups + g, 0.0f);
+  for (const int bits : {8, 4}) {
+    for (const bool spiked : {false, true}) {
+      SCOPED_TRACE(cat(bits, "-bit V, ", spiked ? "one key in 32 with a huge scale" : "random values"));
+      Inputs in = random_inputs(rng, s, DType::f16, affine(8, 64), affine(bits, 64), DType::f16, DType::f16);
+      if (spiked) {
+        auto* codes = in.v.wq.storage<std::uint32_t>().data();
+        const std::int64_t words = s.Dv * bits / 32;
+        for (std::int64_t row = 1; row < heads * s.Lk; row += 32) {  // key 1 mod 32 of each kv head
+          for (std::int64_t g = 0; g < groups; ++g) {
+            in.v.scales.view().store(row * groups + g, 60000.0f);
+            in.v.biases.view().store(row * groups + g, 0.0f);
+          }
+          for (std::int64_t w = 0; w < words; ++w) codes[row * words + w] = 0;
         }
-        for (std::int64_t w = 0; w < words; ++w) codes[row * words + w] = 0;
       }
+      const Tensor want = run_ref(in);
+      float largest = 0;
+      for (std::int64_t i = 0; i < want.numel(); ++i) largest = std::max(largest, std::abs(want.view().load(i)));
+      testing::for_each_simd_target([&](const std::string& target) {
+        const Tensor got = run_simd(in);
+        const simd::ArithmeticMix mix = simd::last_attention_mix();
+        float worst = 0;
+        for (std::int64_t i = 0; i < want.numel(); ++i)
+          worst = std::max(worst, std::abs(got.view().load(i) - want.view().load(i)));
+        EXPECT_LE(worst, 0x1p-8f * largest) << "largest |out| " << largest;
+        const bool integer = target == "AVX3_DL" && !spiked;
+        EXPECT_EQ(mix.u8_dot, integer ? heads * R * pairs * s.Dv : 0);
+        if (!simd::qdecode::amx_available()) {  // 8-bit K: f32 FMAs (tile multiplies with AMX)
+          EXPECT_EQ(mix.fma, heads * R * s.Lk * (s.Dk + (integer ? 0 : s.Dv)));
+        }
+      });
     }
-    const Tensor want = run_ref(in);
-    float largest = 0;
-    for (std::int64_t i = 0; i < want.numel(); ++i) largest = std::max(largest, std::abs(want.view().load(i)));
-    testing::for_each_simd_target([&](const std::string& target) {
-      const Tensor got = run_simd(in);
-      const simd::ArithmeticMix mix = simd::last_attention_mix();
-      float worst = 0;
-      for (std::int64_t i = 0; i < want.numel(); ++i)
-        worst = std::max(worst, std::abs(got.view().load(i) - want.view().load(i)));
-      EXPECT_LE(worst, 0x1p-8f * largest) << "largest |out| " << largest;
-      const bool integer = target == "AVX3_DL" && !spiked;
-      EXPECT_EQ(mix.u8_dot, integer ? heads * R * pairs * s.Dv : 0);
-      if (!simd::qdecode::amx_available()) {  // 8-bit K: f32 FMAs (tile multiplies with AMX)
-        EXPECT_EQ(mix.fma, heads * R * s.Lk * (s.Dk + (integer ? 0 : s.Dv)));
-      }
-    });
   }
 }
 
