@@ -112,6 +112,22 @@ __attribute__((target("avx512f,avx512vnni"))) double U8DotChains(std::int64_t ro
   return static_cast<double>(rounds) * kChains * 16;
 }
 
+__attribute__((target("avx512f,avx512vnni"))) double S16DotChains(std::int64_t rounds, float* sink) {
+  constexpr int kChains = 12;
+  __m512i a[kChains];
+  for (int k = 0; k < kChains; ++k) a[k] = _mm512_set1_epi32(k);
+  __m512i x = _mm512_set1_epi32(0x00010001);
+  for (std::int64_t i = 0; i < rounds; ++i) {
+#pragma GCC unroll 12
+    for (int k = 0; k < kChains; ++k) a[k] = _mm512_dpwssd_epi32(a[k], x, x);
+    asm volatile("" : "+v"(x));
+  }
+  __m512i total = a[0];
+  for (int k = 1; k < kChains; ++k) total = _mm512_add_epi32(total, a[k]);
+  *sink += static_cast<float>(_mm512_reduce_add_epi32(total));
+  return static_cast<double>(rounds) * kChains * 16;
+}
+
 // Four independent C tiles (tmm0..tmm3, 16 rows of 16 i32) each += A (tmm4, 16 rows of 64
 // bytes) · B (tmm5, 16 rows of 64 bytes) per round: four multiplies in flight cover
 // tdpbsud's latency. Lanes per multiply: 16 × 16 elements of C times 16 dwords of A's row.
@@ -153,7 +169,8 @@ std::string dot_unavailable(DotKind kind) {
 #ifdef KVLAB_X86_DOTS
   switch (kind) {
     case DotKind::bf16: return __builtin_cpu_supports("avx512bf16") ? "" : "this CPU has no AVX512_BF16";
-    case DotKind::u8: return __builtin_cpu_supports("avx512vnni") ? "" : "this CPU has no AVX512_VNNI";
+    case DotKind::u8:
+    case DotKind::s16: return __builtin_cpu_supports("avx512vnni") ? "" : "this CPU has no AVX512_VNNI";
     case DotKind::amx_int8:
       return simd::qdecode::amx_supported() ? "" : "no AMX-TILE and AMX-INT8 granted to this process";
   }
@@ -163,6 +180,7 @@ std::string dot_unavailable(DotKind kind) {
     case DotKind::bf16: return "vdpbf16ps is x86-64 only";
     case DotKind::u8: return "vpdpbusd is x86-64 only";
     case DotKind::amx_int8: return "tdpbsud is x86-64 only";
+    case DotKind::s16: return "vpdpwssd is x86-64 only";
   }
   return "unknown instruction";
 #endif
@@ -175,6 +193,7 @@ double dot_lanes(DotKind kind, std::int64_t rounds, bool use_pool) {
   switch (kind) {
     case DotKind::bf16: return over_workers(Bf16DotChains, rounds, use_pool);
     case DotKind::u8: return over_workers(U8DotChains, rounds, use_pool);
+    case DotKind::s16: return over_workers(S16DotChains, rounds, use_pool);
     case DotKind::amx_int8: return over_workers(AmxInt8Chains, rounds / 16, use_pool);  // ~16 cycles a round per tile
   }
   return 0;

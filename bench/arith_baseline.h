@@ -18,12 +18,13 @@ double fma_lanes(std::int64_t rounds, bool use_pool);
 
 // The dot-product instructions the decode kernels use beside FMAs (simd::ArithmeticMix),
 // timed the same way on 512-bit vectors: vdpbf16ps (AVX512_BF16; each lane adds two bf16
-// products) and vpdpbusd (AVX512_VNNI; four u8·s8 products); and the tile multiply
+// products), vpdpbusd (AVX512_VNNI; four u8·s8 products) and vpdpwssd (AVX512_VNNI; two
+// s16·s16 products: the integer V side); and the tile multiply
 // tdpbsud (AMX-INT8, granted by the OS), whose lanes are C's i32 elements times A's
 // dwords (four u8·s8 products each, as vpdpbusd's), on whole 16×64-byte tiles. A
 // kernel's arithmetic floor is then its FMA lanes over the FMA rate plus its dot lanes
 // over these rates.
-enum class DotKind { bf16, u8, amx_int8 };
+enum class DotKind { bf16, u8, amx_int8, s16 };
 // Why this CPU (or build) cannot time `kind`; empty when it can.
 std::string dot_unavailable(DotKind kind);
 // Lanes computed by `rounds` rounds of independent chains per worker (or the caller);

@@ -199,7 +199,8 @@ void register_baselines(const SuiteOptions& o) {
     auto* u8_dot = dot(DotKind::u8, "baseline_u8dot/", "u8_dot_lanes_per_second", "vpdpbusd chains (zmm)");
     auto* amx_int8 = dot(DotKind::amx_int8, "baseline_amxint8/", "amx_int8_lanes_per_second",
                          "tdpbsud into four C tiles (16 x 64-byte A rows)");
-    for (auto* b : {read, copy, fma, bf16_dot, u8_dot, amx_int8}) {
+    auto* s16_dot = dot(DotKind::s16, "baseline_s16dot/", "s16_dot_lanes_per_second", "vpdpwssd chains (zmm)");
+    for (auto* b : {read, copy, fma, bf16_dot, u8_dot, amx_int8, s16_dot}) {
       b->UseRealTime()->Unit(benchmark::kMillisecond);
       if (o.smoke) {
         b->Iterations(1)->Repetitions(1);
@@ -375,6 +376,7 @@ void run_kernel(benchmark::State& state, const BenchCase& c, const std::string& 
       state.counters["mix_bf16_dot_lanes"] = static_cast<double>(mix.bf16_dot);
       state.counters["mix_u8_dot_lanes"] = static_cast<double>(mix.u8_dot);
       state.counters["mix_amx_int8_lanes"] = static_cast<double>(mix.amx_int8);
+      state.counters["mix_s16_dot_lanes"] = static_cast<double>(mix.s16_dot);
     }
   }
   state.SetLabel(tc.known.empty() ? c.problem.line() : cat(c.problem.line(), " [", tc.known, "]"));

@@ -54,7 +54,7 @@ class Row:
         self.bytes_per_iter = None
         self.flops_per_second = []
         self.fma_lanes_per_second = []  # baseline_fma rows
-        self.dot_lanes_per_second = {}  # baseline_bf16dot / _u8dot / _amxint8 rows: kind -> per repetition
+        self.dot_lanes_per_second = {}  # baseline_bf16dot / _u8dot / _amxint8 / _s16dot rows: kind -> per repetition
         self.mix = {}  # SIMD decode rows: kind (MIX_KINDS) -> multiply-add lanes per call, as declared
         self.device_timed = []  # Vulkan rows: fraction of calls timed on the device, per repetition
         self.adjacent = []  # host rows: (seconds, adj read GB/s, adj memcpy GB/s, adj drift) per repetition
@@ -351,9 +351,10 @@ DEVICE_COPIES = ("baseline_vkcopy", "baseline_vkshadercopy")
 # The instructions a SIMD decode row declares its multiply-adds by (simd::ArithmeticMix:
 # counters mix_<kind>_lanes), the first timed by baseline_fma, the others by
 # baseline_<kind without its underscore> rows (bench/arith_baseline.h).
-MIX_KINDS = ("fma", "bf16_dot", "u8_dot", "amx_int8")
-DOT_BASELINES = ("baseline_bf16dot", "baseline_u8dot", "baseline_amxint8")
-MIX_NAMES = {"fma": "f32 FMA", "bf16_dot": "vdpbf16ps", "u8_dot": "vpdpbusd", "amx_int8": "tdpbsud"}
+MIX_KINDS = ("fma", "bf16_dot", "u8_dot", "amx_int8", "s16_dot")
+DOT_BASELINES = ("baseline_bf16dot", "baseline_u8dot", "baseline_amxint8", "baseline_s16dot")
+MIX_NAMES = {"fma": "f32 FMA", "bf16_dot": "vdpbf16ps", "u8_dot": "vpdpbusd", "amx_int8": "tdpbsud",
+             "s16_dot": "vpdpwssd"}
 
 
 def target_of(row):

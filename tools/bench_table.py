@@ -15,9 +15,10 @@ table: one row per kernel benchmark: kernel | shape | backend | GB/s | % read | 
   % vkcopy | arith floor | base drift | speed-up vs reference | target.
   * arith floor: the most the row's multiply-adds allow, in GB/s, and which bound is
     lower: arith or read. A SIMD decode row declares its multiply-add lanes per
-    instruction (mix_fma_lanes, mix_bf16_dot_lanes, mix_u8_dot_lanes, mix_amx_int8_lanes):
-    its bytes over Σ lanes / the same run's lanes per second of baseline_fma,
-    baseline_bf16dot, baseline_u8dot and baseline_amxint8 (AMX tile multiplies). Other
+    instruction (mix_fma_lanes, mix_bf16_dot_lanes, mix_u8_dot_lanes, mix_amx_int8_lanes,
+    mix_s16_dot_lanes): its bytes over Σ lanes / the same run's lanes per second of
+    baseline_fma, baseline_bf16dot, baseline_u8dot, baseline_amxint8 (AMX tile multiplies)
+    and baseline_s16dot (vpdpwssd). Other
     rows: baseline_fma's lanes per second over their dense flop pairs per byte (the flops
     counter), as f32 FMAs.
   * GB/s = bytes model (bench/bytes_model.h: bytes read + bytes written, each once) /

@@ -543,8 +543,7 @@ void DecodeChunk(const DecodePlan& plan, std::int64_t task) {
     };
     summed = vc.bits == 4 ? sum(std::integral_constant<int, 4>{}) : sum(std::integral_constant<int, 8>{});
     if (summed) {
-      // vpdpwssd counted with vpdpbusd: 16 i32 lanes each, one a cycle on Zen 4 alike.
-      plan.mix->u8_dot += static_cast<std::int64_t>(urows * ((nc + 1) / 2) * dv);
+      plan.mix->s16_dot += static_cast<std::int64_t>(urows * ((nc + 1) / 2) * dv);
       plan.rounded_probabilities->store(true, std::memory_order_relaxed);
     }
   }

@@ -451,7 +451,8 @@ void run(DecodePlan& plan, const ConstTensorView& q, const AttentionParams& para
   plan.mix = &mix;
   parallel_for(plan.tasks(), [&](std::int64_t task) { decode_chunk(plan, task); });
   note_decode(rounded_probabilities.load(),
-              ArithmeticMix{mix.fma.load(), mix.bf16_dot.load(), mix.u8_dot.load(), mix.amx_int8.load()});
+              ArithmeticMix{mix.fma.load(), mix.bf16_dot.load(), mix.u8_dot.load(), mix.amx_int8.load(),
+                            mix.s16_dot.load()});
 
   CombineArgs args;
   args.plan = &plan;

@@ -56,7 +56,8 @@ struct ArithmeticMix {
   std::int64_t bf16_dot = 0;  // vdpbf16ps lanes: two bf16 products each
   std::int64_t u8_dot = 0;    // vpdpbusd lanes: four u8·s8 products each (each q digit counts)
   std::int64_t amx_int8 = 0;  // tdpbsud lanes (one i32 element of C per A row): four products each
-  bool empty() const { return fma == 0 && bf16_dot == 0 && u8_dot == 0 && amx_int8 == 0; }
+  std::int64_t s16_dot = 0;   // vpdpwssd lanes: two s16·s16 products each (the integer V side)
+  bool empty() const { return fma == 0 && bf16_dot == 0 && u8_dot == 0 && amx_int8 == 0 && s16_dot == 0; }
 };
 ArithmeticMix last_attention_mix();
 

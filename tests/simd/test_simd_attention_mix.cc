@@ -30,13 +30,14 @@ namespace {
 using testing::AttentionDims;
 
 std::string describe(const simd::ArithmeticMix& m) {
-  return cat("fma ", m.fma, ", bf16 dot ", m.bf16_dot, ", u8 dot ", m.u8_dot, ", amx int8 ", m.amx_int8);
+  return cat("fma ", m.fma, ", bf16 dot ", m.bf16_dot, ", u8 dot ", m.u8_dot, ", amx int8 ", m.amx_int8, ", s16 dot ",
+             m.s16_dot);
 }
 
 void expect_mix(const simd::ArithmeticMix& want, const std::string& what) {
   const simd::ArithmeticMix got = simd::last_attention_mix();
   EXPECT_TRUE(got.fma == want.fma && got.bf16_dot == want.bf16_dot && got.u8_dot == want.u8_dot &&
-              got.amx_int8 == want.amx_int8)
+              got.amx_int8 == want.amx_int8 && got.s16_dot == want.s16_dot)
       << what << ": declared " << describe(got) << ", expected " << describe(want);
 }
 
@@ -95,12 +96,13 @@ TEST_F(SimdAttentionMix, DecodeDeclaresItsMultiplyAddsByInstructionPerCall) {
     Tensor out(DType::f16, {s.B, s.Hq, s.Lq, s.Dv});
     simd::quantized_sdpa(in.q.view(), testing::view_of(in.k), testing::view_of(in.v), in.params, nullptr, nullptr,
                          out.view());
-    // The V side in integers too there (vpdpwssd, counted with vpdpbusd: Dv lanes a key pair).
+    // The V side in integers too there (vpdpwssd: Dv lanes a key pair).
     const std::int64_t v_pairs = heads * R * padded_keys(s, 2) / 2 * s.Dv;
-    const simd::ArithmeticMix integer_k{0, 0, heads * R * padded_keys(s, 16) * 3 * s.Dk / 4 + v_pairs};
+    const simd::ArithmeticMix integer_k{0, 0, heads * R * padded_keys(s, 16) * 3 * s.Dk / 4, 0, v_pairs};
     // With AMX the K side's products are tile multiplies: per key of the 16-key tiles,
     // each block of 4 rows' 12 A rows (row, q digit) times Dk/4 dwords.
-    const simd::ArithmeticMix tile_k{0, 0, v_pairs, heads * padded_keys(s, 16) * ((R + 3) / 4) * 12 * (s.Dk / 4)};
+    const simd::ArithmeticMix tile_k{0, 0, 0, heads * padded_keys(s, 16) * ((R + 3) / 4) * 12 * (s.Dk / 4),
+                                     v_pairs};
     const bool avx3_dl = target == "AVX3_DL";
     expect_mix(avx3_dl ? (simd::qdecode::amx_available() ? tile_k : integer_k) : all_fma, "4-bit quantized decode");
   });

@@ -357,6 +357,7 @@ TEST(SimdQuantizedSdpa, TheAmxKSideGivesTheVpdpbusdSidesBits) {
       EXPECT_EQ(dot_mix.amx_int8, 0) << what;
       EXPECT_GT(tile_mix.amx_int8, 0) << what << ": the tile side declared no tile multiplies";
       EXPECT_EQ(tile_mix.fma, dot_mix.fma) << what << ": the tile side fell back to f32 FMAs";
+      EXPECT_EQ(tile_mix.s16_dot, dot_mix.s16_dot) << what << ": the V side differs";
       EXPECT_TRUE(testing::bit_equal(tiles, dots)) << what;
     });
   }
@@ -403,14 +404,14 @@ TEST(SimdQuantizedSdpa, AmxKeysAsAGiveKeysAsBsBits) {
 
 // K stored as bytes takes the integer side only with AMX (harness/cases/quantized_sdpa/ci
 // holds its outputs to the tolerance): with it the decode spends no K-side FMAs but
-// declares its tile multiplies, without it the f32 path spends Dk per key and row.
+// declares its tile multiplies, without it the f32 path spends Dk per key and row. The
+// 4-bit V (f16 output) sums in vpdpwssd either way: no V-side FMAs, no vpdpbusd.
 // 8- and 4-bit V with an f16/bf16 output sums in integers on AVX3_DL
 // (quantized_decode_int_values-inl.h) where its run-time bound holds, and in f32 where it
 // does not: with one key of every 32 given a V scale far above the others' and codes 0
 // (its values 0, so max|v| does not move), each block's rounded weights would keep that
-// key's and round every other to 0. The mix shows which side ran (vpdpwssd lanes,
-// counted with vpdpbusd, or the V side's FMAs); either way the result agrees with the
-// oracle.
+// key's and round every other to 0. The mix shows which side ran (vpdpwssd lanes or the
+// V side's FMAs); either way the result agrees with the oracle.
 TEST(SimdQuantizedSdpa, ValuesSumInIntegersOnlyWhereTheirBoundHolds) {
   KVLAB_SEEDED_RNG(rng, 3141);
   const Dims s{1, 8, 2, 1, 1001, 64, 128};  // chunks of 512 and 489 keys
@@ -444,7 +445,7 @@ TEST(SimdQuantizedSdpa, ValuesSumInIntegersOnlyWhereTheirBoundHolds) {
           worst = std::max(worst, std::abs(got.view().load(i) - want.view().load(i)));
         EXPECT_LE(worst, 0x1p-8f * largest) << "largest |out| " << largest;
         const bool integer = target == "AVX3_DL" && !spiked;
-        EXPECT_EQ(mix.u8_dot, integer ? heads * R * pairs * s.Dv : 0);
+        EXPECT_EQ(mix.s16_dot, integer ? heads * R * pairs * s.Dv : 0);
         if (!simd::qdecode::amx_available()) {  // 8-bit K: f32 FMAs (tile multiplies with AMX)
           EXPECT_EQ(mix.fma, heads * R * s.Lk * (s.Dk + (integer ? 0 : s.Dv)));
         }
@@ -466,8 +467,9 @@ TEST(SimdQuantizedSdpa, ByteCodedKTakesTheIntegerSideOnlyWithAmx) {
         run_simd(in);
         const simd::ArithmeticMix mix = simd::last_attention_mix();
         const std::string what = cat(amx ? "AMX" : "no AMX", ", Hq ", hq);
-        EXPECT_EQ(mix.fma, s.Hq * s.Lk * (s.Dv + (amx ? 0 : s.Dk))) << what;
+        EXPECT_EQ(mix.fma, s.Hq * s.Lk * (amx ? 0 : s.Dk)) << what;
         EXPECT_EQ(mix.u8_dot, 0) << what;
+        EXPECT_EQ(mix.s16_dot, s.Hq * 500 * s.Dv) << what << ": key pairs of the chunks of 512 and 488";
         // 1000 keys in 16-key tiles (512 + 496), a kv head's rows one block of 12 A rows
         // (4 rows × 3 q digits; 2 rows padded to the block), Dk/4 dwords per A row.
         EXPECT_EQ(mix.amx_int8, amx ? s.B * s.Hkv * 1008 * 12 * (s.Dk / 4) : 0) << what;
