@@ -534,7 +534,8 @@ void DecodeChunk(const DecodePlan& plan, std::int64_t task) {
   const std::size_t vgs = static_cast<std::size_t>(vs.group);
   bool summed = false;
 #if HWY_TARGET == HWY_AVX3_DL
-  if (vs.plain == nullptr && int_values::Eligible(plan.score_slack, vc.bits, dv, vgs)) {
+  if (vs.plain == nullptr && int_values::Eligible(plan.score_slack, vc.bits, dv, vgs) &&
+      (vc.bits == 8 || plan.packed_int_values)) {
     static thread_local int_values::Weights rounded;
     const auto sum = [&](auto bits) {
       return int_values::AccumulateChunk<decltype(bits)::value>(weights, urows, vg, ncp, vc.data, vc.row_bytes, dv,

@@ -122,6 +122,8 @@ struct DecodePlan {
   bool value_bf16 = false;
   // Whether chunks may be read in quarters (KeyOrder; quarter_order_available()).
   bool quarters = false;
+  // Whether packed 4-bit V may sum in integers (packed_int_values_available()).
+  bool packed_int_values = false;
   // Set by each task whose V side did so (run() reports it to the calling thread).
   std::atomic<bool>* rounded_probabilities = nullptr;
   // Each task adds the lanes of its multiply-adds (ArithmeticMix; run() reports the sums).
@@ -232,6 +234,24 @@ class ScopedQuarterOrder {
   ~ScopedQuarterOrder();
   ScopedQuarterOrder(const ScopedQuarterOrder&) = delete;
   ScopedQuarterOrder& operator=(const ScopedQuarterOrder&) = delete;
+
+ private:
+  int previous_;
+};
+
+// Packed 4-bit V with an f16/bf16 output sums in integers on AVX3_DL
+// (quantized_decode_int_values-inl.h, its nibbles split into bytes first) by default on
+// AMD, where it read faster, and not on Intel, where 4/4-bit read slower
+// (docs/benchmarks.md §Measurements behind kernel choices). Byte-coded V takes that side
+// on either. Both sides stay under the tolerance; ScopedPackedIntValues switches it for a
+// test, so each is tested on any CPU.
+bool packed_int_values_available();
+class ScopedPackedIntValues {
+ public:
+  explicit ScopedPackedIntValues(bool on);
+  ~ScopedPackedIntValues();
+  ScopedPackedIntValues(const ScopedPackedIntValues&) = delete;
+  ScopedPackedIntValues& operator=(const ScopedPackedIntValues&) = delete;
 
  private:
   int previous_;

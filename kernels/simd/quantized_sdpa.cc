@@ -131,12 +131,10 @@ ScopedBf16Dot::ScopedBf16Dot(bool on) : previous_(g_bf16_dot.load()) {
 ScopedBf16Dot::~ScopedBf16Dot() { g_bf16_dot.store(previous_); }
 
 namespace {
-std::atomic<int> g_quarter_order{-1};  // as g_bf16_dot
-}  // namespace
+std::atomic<int> g_quarter_order{-1};       // as g_bf16_dot
+std::atomic<int> g_packed_int_values{-1};  // as g_bf16_dot
 
-bool quarter_order_available() {
-  const int forced = g_quarter_order.load();
-  if (forced >= 0) return forced == 1;
+bool cpu_is_intel() {
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
   static const bool intel = __builtin_cpu_is("intel") != 0;
   return intel;
@@ -144,6 +142,22 @@ bool quarter_order_available() {
   return false;
 #endif
 }
+}  // namespace
+
+bool quarter_order_available() {
+  const int forced = g_quarter_order.load();
+  return forced >= 0 ? forced == 1 : cpu_is_intel();
+}
+
+bool packed_int_values_available() {
+  const int forced = g_packed_int_values.load();
+  return forced >= 0 ? forced == 1 : !cpu_is_intel();
+}
+
+ScopedPackedIntValues::ScopedPackedIntValues(bool on) : previous_(g_packed_int_values.load()) {
+  g_packed_int_values.store(on ? 1 : 0);
+}
+ScopedPackedIntValues::~ScopedPackedIntValues() { g_packed_int_values.store(previous_); }
 
 ScopedQuarterOrder::ScopedQuarterOrder(bool on) : previous_(g_quarter_order.load()) {
   g_quarter_order.store(on ? 1 : 0);
@@ -440,6 +454,7 @@ void run(DecodePlan& plan, const ConstTensorView& q, const AttentionParams& para
   plan.value_bf16 = plan.v.plain != nullptr && plan.v.plain_dtype == DType::bf16 && out.dtype == DType::bf16 &&
                     plan.v.d % 32 == 0 && plan.chunk <= kMaxBf16ValueChunk && qdecode::bf16_dot_available();
   plan.quarters = qdecode::quarter_order_available();
+  plan.packed_int_values = qdecode::packed_int_values_available();
   const auto parts = static_cast<std::size_t>(plan.tasks() * plan.rows);
   plan.part_max = aligned_floats(part_max, parts);
   plan.part_sum = aligned_floats(part_sum, parts);

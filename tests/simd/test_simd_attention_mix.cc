@@ -90,7 +90,8 @@ TEST_F(SimdAttentionMix, DecodeDeclaresItsMultiplyAddsByInstructionPerCall) {
     expect_mix({}, "general kernel after a decode");
 
     // 4-bit K and V, f16 output: the integer K side on AVX3_DL (Lk >= 768) and the integer
-    // V side (groups of 64), f32 elsewhere.
+    // V side (groups of 64; switched on, as by default on AMD), f32 elsewhere.
+    const simd::qdecode::ScopedPackedIntValues packed_v(true);
     testing::QuantizedAttentionInputs in = testing::random_inputs(
         rng, s, DType::f16, testing::affine(4, 64), testing::affine(4, 64), DType::f16, DType::f16);
     Tensor out(DType::f16, {s.B, s.Hq, s.Lq, s.Dv});

@@ -18,6 +18,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kernels/simd/parallel.h"
@@ -405,7 +406,8 @@ TEST(SimdQuantizedSdpa, AmxKeysAsAGiveKeysAsBsBits) {
 // K stored as bytes takes the integer side only with AMX (harness/cases/quantized_sdpa/ci
 // holds its outputs to the tolerance): with it the decode spends no K-side FMAs but
 // declares its tile multiplies, without it the f32 path spends Dk per key and row. The
-// 4-bit V (f16 output) sums in vpdpwssd either way: no V-side FMAs, no vpdpbusd.
+// 4-bit V (f16 output), its integer side switched on, sums in vpdpwssd either way: no
+// V-side FMAs, no vpdpbusd.
 // 8- and 4-bit V with an f16/bf16 output sums in integers on AVX3_DL
 // (quantized_decode_int_values-inl.h) where its run-time bound holds, and in f32 where it
 // does not: with one key of every 32 given a V scale far above the others' and codes 0
@@ -419,9 +421,13 @@ TEST(SimdQuantizedSdpa, ValuesSumInIntegersOnlyWhereTheirBoundHolds) {
   const std::int64_t chunk = simd::qdecode::chunk_tokens(s.B, s.Hkv, s.Lk, R * s.Lq);
   std::int64_t pairs = 0;
   for (std::int64_t j = 0; j < s.Lk; j += chunk) pairs += (std::min(chunk, s.Lk - j) + 1) / 2;
-  for (const int bits : {8, 4}) {
+  // Packed 4-bit V takes the side only where packed_int_values_available(): both settings;
+  // byte codes take it under either.
+  for (const auto& [bits, packed] : {std::pair{8, false}, std::pair{4, true}, std::pair{4, false}}) {
+    const simd::qdecode::ScopedPackedIntValues packed_setting(packed);
     for (const bool spiked : {false, true}) {
-      SCOPED_TRACE(cat(bits, "-bit V, ", spiked ? "one key in 32 with a huge scale" : "random values"));
+      SCOPED_TRACE(cat(bits, "-bit V", bits == 4 ? (packed ? " (packed side on)" : " (packed side off)") : "", ", ",
+                       spiked ? "one key in 32 with a huge scale" : "random values"));
       Inputs in = random_inputs(rng, s, DType::f16, affine(8, 64), affine(bits, 64), DType::f16, DType::f16);
       if (spiked) {
         auto* codes = in.v.wq.storage<std::uint32_t>().data();
@@ -444,7 +450,7 @@ TEST(SimdQuantizedSdpa, ValuesSumInIntegersOnlyWhereTheirBoundHolds) {
         for (std::int64_t i = 0; i < want.numel(); ++i)
           worst = std::max(worst, std::abs(got.view().load(i) - want.view().load(i)));
         EXPECT_LE(worst, 0x1p-8f * largest) << "largest |out| " << largest;
-        const bool integer = target == "AVX3_DL" && !spiked;
+        const bool integer = target == "AVX3_DL" && !spiked && (bits == 8 || packed);
         EXPECT_EQ(mix.s16_dot, integer ? heads * R * pairs * s.Dv : 0);
         if (!simd::qdecode::amx_available()) {  // 8-bit K: f32 FMAs (tile multiplies with AMX)
           EXPECT_EQ(mix.fma, heads * R * s.Lk * (s.Dk + (integer ? 0 : s.Dv)));
@@ -462,6 +468,7 @@ TEST(SimdQuantizedSdpa, ByteCodedKTakesTheIntegerSideOnlyWithAmx) {
     const Inputs in = random_inputs(rng, s, DType::f16, affine(8, 64), affine(4, 64), DType::f16, DType::f16);
     testing::for_each_simd_target([&](const std::string& target) {
       if (target != "AVX3_DL") return;
+      const simd::qdecode::ScopedPackedIntValues packed_v(true);
       for (const bool amx : {false, true}) {
         const simd::qdecode::ScopedAmx use(amx);
         run_simd(in);
