@@ -218,6 +218,22 @@ class Table(unittest.TestCase):
         unpriced = self.run_table(fma + four)
         self.assertNotIn("alone allow", unpriced)
 
+    def test_integer_value_sums_are_priced_by_their_own_baseline(self):
+        # A decode whose V side summed in vpdpwssd: 1e9 FMA lanes (K) and 4e9 vpdpwssd lanes
+        # per call of 1e9 bytes. At baseline_s16dot 200e9 lanes/s they cost 20 ms beside the
+        # FMAs' 20: 25.0 GB/s. Without that baseline the row has no floor, rather than one
+        # that prices the lanes as another instruction's or drops them.
+        fma = [dict(rep("baseline_fma/pool/threads=2", 0.1, index=i), fma_lanes_per_second=50e9) for i in range(3)]
+        s16 = [dict(rep("baseline_s16dot/pool/threads=2", 0.1, index=i), s16_dot_lanes_per_second=200e9)
+               for i in range(3)]
+        four = [dict(r, flops=4e10, mix_fma_lanes=1e9, mix_bf16_dot_lanes=0, mix_u8_dot_lanes=0,
+                     mix_amx_int8_lanes=0, mix_s16_dot_lanes=4e9)
+                for r in reps("quantized_sdpa/simd:AVX3_DL/4bit", [0.1] * 3, bytes_per_iter=1e9, label=QSDPA8)]
+        text = self.run_table(fma + s16 + four)
+        self.assertIn("200.0 G vpdpwssd lanes/s", text)
+        self.assertIn("f32 FMA + vpdpwssd alone allow 25.0 GB/s", text)
+        self.assertNotIn("alone allow", self.run_table(fma + four))
+
     def test_a_peer_in_the_same_run_gets_a_speedup_column(self):
         # The same problem timed on mlx at 2.5 s and on simd at 0.1 s: "vs mlx" 25.0x on the
         # simd row, "-" on mlx's own row; without mlx rows there is no such column.
