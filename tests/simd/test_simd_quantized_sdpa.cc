@@ -423,7 +423,9 @@ TEST(SimdQuantizedSdpa, ValuesSumInIntegersOnlyWhereTheirBoundHolds) {
   for (std::int64_t j = 0; j < s.Lk; j += chunk) pairs += (std::min(chunk, s.Lk - j) + 1) / 2;
   // Packed 4-bit V takes the side only where packed_int_values_available(): both settings;
   // byte codes take it under either.
-  for (const auto& [bits, packed] : {std::pair{8, false}, std::pair{4, true}, std::pair{4, false}}) {
+  for (const auto& setting : {std::pair{8, false}, std::pair{4, true}, std::pair{4, false}}) {
+    const int bits = setting.first;  // named copies: a lambda below captures them
+    const bool packed = setting.second;
     const simd::qdecode::ScopedPackedIntValues packed_setting(packed);
     for (const bool spiked : {false, true}) {
       SCOPED_TRACE(cat(bits, "-bit V", bits == 4 ? (packed ? " (packed side on)" : " (packed side off)") : "", ", ",
