@@ -96,30 +96,17 @@ __attribute__((target("avx512f,avx512bf16"))) double Bf16DotChains(std::int64_t 
   return static_cast<double>(rounds) * kChains * 16;
 }
 
-__attribute__((target("avx512f,avx512vnni"))) double U8DotChains(std::int64_t rounds, float* sink) {
+// The two VNNI dot products, each lane's i32 accumulating four u8·s8 (vpdpbusd) or two
+// s16·s16 products (vpdpwssd): 16 lanes an instruction either way.
+template <bool kWords>
+__attribute__((target("avx512f,avx512vnni"))) double VnniDotChains(std::int64_t rounds, float* sink) {
   constexpr int kChains = 12;
   __m512i a[kChains];
   for (int k = 0; k < kChains; ++k) a[k] = _mm512_set1_epi32(k);
-  __m512i x = _mm512_set1_epi32(0x01010101);
+  __m512i x = _mm512_set1_epi32(kWords ? 0x00010001 : 0x01010101);
   for (std::int64_t i = 0; i < rounds; ++i) {
 #pragma GCC unroll 12
-    for (int k = 0; k < kChains; ++k) a[k] = _mm512_dpbusd_epi32(a[k], x, x);
-    asm volatile("" : "+v"(x));
-  }
-  __m512i total = a[0];
-  for (int k = 1; k < kChains; ++k) total = _mm512_add_epi32(total, a[k]);
-  *sink += static_cast<float>(_mm512_reduce_add_epi32(total));
-  return static_cast<double>(rounds) * kChains * 16;
-}
-
-__attribute__((target("avx512f,avx512vnni"))) double S16DotChains(std::int64_t rounds, float* sink) {
-  constexpr int kChains = 12;
-  __m512i a[kChains];
-  for (int k = 0; k < kChains; ++k) a[k] = _mm512_set1_epi32(k);
-  __m512i x = _mm512_set1_epi32(0x00010001);
-  for (std::int64_t i = 0; i < rounds; ++i) {
-#pragma GCC unroll 12
-    for (int k = 0; k < kChains; ++k) a[k] = _mm512_dpwssd_epi32(a[k], x, x);
+    for (int k = 0; k < kChains; ++k) a[k] = kWords ? _mm512_dpwssd_epi32(a[k], x, x) : _mm512_dpbusd_epi32(a[k], x, x);
     asm volatile("" : "+v"(x));
   }
   __m512i total = a[0];
@@ -192,8 +179,8 @@ double dot_lanes(DotKind kind, std::int64_t rounds, bool use_pool) {
 #ifdef KVLAB_X86_DOTS
   switch (kind) {
     case DotKind::bf16: return over_workers(Bf16DotChains, rounds, use_pool);
-    case DotKind::u8: return over_workers(U8DotChains, rounds, use_pool);
-    case DotKind::s16: return over_workers(S16DotChains, rounds, use_pool);
+    case DotKind::u8: return over_workers(VnniDotChains<false>, rounds, use_pool);
+    case DotKind::s16: return over_workers(VnniDotChains<true>, rounds, use_pool);
     case DotKind::amx_int8: return over_workers(AmxInt8Chains, rounds / 16, use_pool);  // ~16 cycles a round per tile
   }
   return 0;
