@@ -920,6 +920,31 @@ HWY_INLINE void DequantizeGroupAs(StoreAs store, const std::uint8_t* codes, std:
   }
 }
 
+#if HWY_TARGET != HWY_SCALAR
+// `values` element codes (whole groups of gs, a multiple of Lanes) → bf16 where every
+// group's products are StoreAs::kBF16High values (no global factor): 2N at a time, the
+// high halves of two f32 vectors as one full vector (ConcatOdd: one vpermt2w on AVX-512)
+// and one store, a whole line there. Group by group (DequantizeGroup) each vector took a
+// half-line store, a shift and two packs, and nvfp4's 16-value groups a dispatch each
+// (docs/benchmarks.md §Measurements behind kernel choices).
+template <bool kE4M3>
+HWY_INLINE void DequantizeBf16High(const std::uint8_t* HWY_RESTRICT codes, std::size_t values, std::size_t gs,
+                                   const float* HWY_RESTRICT scales, std::uint16_t* HWY_RESTRICT out, bool stream) {
+  namespace fi = fp_impl;
+  const fi::DF df;
+  const hn::Repartition<std::uint16_t, fi::DF> d16;
+  const std::size_t N = hn::Lanes(df);
+  const auto decode = [&](std::size_t i) {
+    const auto c = LoadCodes<!kE4M3>(codes, i);  // E2M1 codes come packed
+    return hn::Mul(kE4M3 ? fi::E4M3Decode(c) : fi::E2M1DecodeLut(c), hn::Set(df, scales[i / gs]));
+  };
+  for (std::size_t i = 0; i < values; i += 2 * N) {
+    const fi::VF lo = decode(i), hi = decode(i + N);
+    Put(d16, hn::ConcatOdd(d16, hn::BitCast(d16, hi), hn::BitCast(d16, lo)), out + i, stream);
+  }
+}
+#endif
+
 // `groups` consecutive groups: element codes (one byte each, or two to a byte for 4-bit
 // formats) and scale codes → values in out's dtype (f32, or f16/bf16 by one RNE rounding
 // of the f32 value, as the oracle's store). N groups at a time: N scales as one vector,
@@ -946,9 +971,26 @@ void FpDequantizeBlock(const fd::RowJob& job, const std::uint8_t* HWY_RESTRICT i
   alignas(64) float scales[kMaxN];
   for (std::size_t g0 = 0; g0 < groups; g0 += N) {
     const std::size_t nb = std::min(N, groups - g0);
-    for (std::size_t g = 0; g < N; ++g) lane_codes[g] = g < nb ? scale_codes[g0 + g] : 0;
-    const fi::VI sc = hn::Load(di, lane_codes);
+    fi::VI sc;
+    if (nb == N) {
+      sc = hn::PromoteTo(di, hn::LoadU(hn::Rebind<std::uint8_t, fi::DI>(), scale_codes + g0));
+      hn::Store(sc, di, lane_codes);
+    } else {  // the block's last groups; the lanes past them 0
+      for (std::size_t g = 0; g < N; ++g) lane_codes[g] = g < nb ? scale_codes[g0 + g] : 0;
+      sc = hn::Load(di, lane_codes);
+    }
     hn::Store(job.e8m0_scales ? fi::E8M0Decode(sc) : fi::E4M3Decode(sc), df, scales);
+#if HWY_TARGET != HWY_SCALAR
+    // Every lane's products normal (a partial batch's zero lanes fail an E8M0 batch).
+    const bool normal_batch = !job.e8m0_scales ||
+                              hn::AllFalse(di, hn::Or(hn::Lt(sc, hn::Set(di, lowest)), hn::Gt(sc, hn::Set(di, highest))));
+    if (store == StoreAs::bf16 && !job.has_global && gs % N == 0 && nb * gs % (2 * N) == 0 && normal_batch) {
+      auto* const dst = reinterpret_cast<std::uint16_t*>(out + g0 * out_group_bytes);
+      if (packed) DequantizeBf16High<false>(in + g0 * gs / 2, nb * gs, gs, scales, dst, stream);
+      else DequantizeBf16High<true>(in + g0 * gs, nb * gs, gs, scales, dst, stream);
+      continue;
+    }
+#endif
     for (std::size_t g = 0; g < nb; ++g) {
       const int c = lane_codes[g];
       const bool normal_products = !job.e8m0_scales || (c >= lowest && c <= highest);
