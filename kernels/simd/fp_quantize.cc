@@ -967,6 +967,10 @@ void FpDequantizeBlock(const fd::RowJob& job, const std::uint8_t* HWY_RESTRICT i
   // 2^(c−127) times the smallest nonzero element (E2M1 0.5, E4M3 2^-9) at least 2^-126 and
   // times the largest (6, 480) below 2^127; nvfp4's E4M3 scales (2^-9 … 480) always.
   const int lowest = job.e4m3_elements ? 10 : 2, highest = job.e4m3_elements ? 245 : 251;
+#if HWY_TARGET != HWY_SCALAR
+  // Whole lines (DequantizeBf16High) for bf16 outputs of groups of whole vectors.
+  const bool line_stores = store == StoreAs::bf16 && !job.has_global && gs % N == 0;
+#endif
   alignas(64) std::int32_t lane_codes[kMaxN];
   alignas(64) float scales[kMaxN];
   for (std::size_t g0 = 0; g0 < groups; g0 += N) {
@@ -982,9 +986,11 @@ void FpDequantizeBlock(const fd::RowJob& job, const std::uint8_t* HWY_RESTRICT i
     hn::Store(job.e8m0_scales ? fi::E8M0Decode(sc) : fi::E4M3Decode(sc), df, scales);
 #if HWY_TARGET != HWY_SCALAR
     // Every lane's products normal (a partial batch's zero lanes fail an E8M0 batch).
-    const bool normal_batch = !job.e8m0_scales ||
-                              hn::AllFalse(di, hn::Or(hn::Lt(sc, hn::Set(di, lowest)), hn::Gt(sc, hn::Set(di, highest))));
-    if (store == StoreAs::bf16 && !job.has_global && gs % N == 0 && nb * gs % (2 * N) == 0 && normal_batch) {
+    const auto normal_batch = [&] {
+      return !job.e8m0_scales ||
+             hn::AllFalse(di, hn::Or(hn::Lt(sc, hn::Set(di, lowest)), hn::Gt(sc, hn::Set(di, highest))));
+    };
+    if (line_stores && nb * gs % (2 * N) == 0 && normal_batch()) {
       auto* const dst = reinterpret_cast<std::uint16_t*>(out + g0 * out_group_bytes);
       if (packed) DequantizeBf16High<false>(in + g0 * gs / 2, nb * gs, gs, scales, dst, stream);
       else DequantizeBf16High<true>(in + g0 * gs, nb * gs, gs, scales, dst, stream);
