@@ -217,9 +217,9 @@ void Rows(const std::int16_t* q, std::size_t q_row, const float* sigma, std::siz
 // code_bits: the stored width (n = 2^bits − 1); kBits: the rows' (CodeRows::bits).
 template <int kBits>
 bool AccumulateChunk(const float* w, std::size_t rows, std::size_t vg, std::size_t ncp, const std::uint8_t* codes,
-                            std::size_t row_bytes, std::size_t dv, std::size_t gs, std::size_t nc, int code_bits,
-                            const float* s, const float* b, const float* sums, float eps, const NextChunk& next,
-                            Weights& scratch, float* out) {
+                     std::size_t row_bytes, std::size_t dv, std::size_t gs, std::size_t nc, int code_bits,
+                     const float* s, const float* b, const float* sums, float eps, const NextChunk& next,
+                     Weights& scratch, float* out) {
   const double levels_n = std::ldexp(1.0, code_bits) - 1;
   const std::size_t blocks = (ncp + kBlockKeys - 1) / kBlockKeys;
   // Q rows padded to whole blocks: RoundWeights stores 32 values a block.
