@@ -756,6 +756,65 @@ HWY_INLINE void AccumulateSlice(DF df, const float* const* HWY_RESTRICT wr, std:
   }
 }
 
+// Whether AccumulateValues may walk the chunk in blocks of kValueBlockKeys keys, every
+// slice of a block before the next block, instead of slice by slice over the whole chunk.
+// With 16 registers a slice of RB >= 3 rows is 2 vectors wide, so a V row of Dv = 128 f16
+// values is read in 8 passes of 32 bytes; from DRAM each pass touches every line of the
+// rows at a quarter of a sequential stream's density. In blocks the rows stream in order
+// once and the passes over a block find it in L1, for one load and store of the slice's
+// accumulators per block. Rows of 128 bytes or more only (8-bit, plain f16/bf16/f32):
+// 4-bit rows of Dv = 128 are one line, which a slice pass already reads whole. The sums
+// run in the same key order either way, so the outputs are the same bits
+// (docs/benchmarks.md §Measurements behind kernel choices).
+template <std::size_t RB>
+constexpr bool kKeyBlocks = !kManyRegisters && RB >= 3 && HWY_TARGET != HWY_SCALAR;
+constexpr std::size_t kValueBlockKeys = 32, kValueBlockMinRow = 128;
+
+template <int kBits, std::size_t RB, std::size_t DS>
+void AccumulateKeyBlocks(const float* HWY_RESTRICT w, std::size_t groups, std::size_t ncp,
+                         const std::uint8_t* HWY_RESTRICT codes, std::size_t row_bytes, std::size_t dv,
+                         std::size_t gs, std::size_t nc, const NextChunk* ahead, float* HWY_RESTRICT out) {
+  const DF df;
+  constexpr std::size_t kV = kVecsPerUnit<kBits>;
+  const std::size_t N = hn::Lanes(df);
+  const std::size_t nvec = dv / N;
+  const VF codes_table = NibbleCodes(df);
+  for (std::size_t r = 0; r < RB; ++r) {
+    for (std::size_t i = 0; i < dv; i += N) hn::StoreU(hn::Zero(df), df, out + r * dv + i);
+  }
+  // Whole rows kPrefetchKeys keys ahead; past the chunk's end the next chunk's K rows.
+  const SliceStream rows{codes, row_bytes, nc, 0, row_bytes, true, ahead != nullptr ? *ahead : NextChunk{}};
+  for (std::size_t j0 = 0; j0 < nc; j0 += kValueBlockKeys) {
+    const std::size_t jn = std::min(kValueBlockKeys, nc - j0);
+    for (std::size_t vs = 0; vs < nvec; vs += DS) {
+      if (ahead != nullptr) {  // the block's prefetches spread over its slices
+        for (std::size_t j = j0 + vs * jn / nvec; j < j0 + (vs + DS) * jn / nvec; ++j) rows.Prefetch(j);
+      }
+      const std::size_t ga = vs * N / gs, gb = (vs + DS - 1) * N / gs;
+      const std::size_t second = (gb - ga) * ncp;
+      const float* wr[RB];
+      for (std::size_t r = 0; r < RB; ++r) wr[r] = w + (r * groups + ga) * ncp + j0;
+      VF o[RB][DS];
+#pragma GCC unroll 16
+      for (std::size_t r = 0; r < RB; ++r) {
+#pragma GCC unroll 16
+        for (std::size_t s = 0; s < DS; ++s) o[r][s] = hn::LoadU(df, out + r * dv + (vs + s) * N);
+      }
+      const std::uint8_t* block = codes + j0 * row_bytes + (vs / kV) * N * kLaneBytes<kBits>;
+      if (!kPlain<kBits> && second != 0) {
+        AccumulateSlice<kBits, RB, DS, true>(df, wr, second, block, row_bytes, jn, nullptr, codes_table, o);
+      } else {
+        AccumulateSlice<kBits, RB, DS, false>(df, wr, second, block, row_bytes, jn, nullptr, codes_table, o);
+      }
+#pragma GCC unroll 16
+      for (std::size_t r = 0; r < RB; ++r) {
+#pragma GCC unroll 16
+        for (std::size_t s = 0; s < DS; ++s) hn::StoreU(o[r][s], df, out + r * dv + (vs + s) * N);
+      }
+    }
+  }
+}
+
 // out[r][pos] = Σ_{j<nc} w[r][g(pos)][j]·c_j[pos] for RB rows (pos in lane order), DS
 // vectors of positions at a time. A DS·N-position slice lies in one group, or (DS·N =
 // 64, group 32) in two, split at its middle. ahead (null: no prefetch, as for a second
@@ -770,6 +829,11 @@ void AccumulateValues(const float* HWY_RESTRICT w, std::size_t groups, std::size
   const std::size_t N = hn::Lanes(df);
   const std::size_t nvec = dv / N;
   const VF codes_table = NibbleCodes(df);
+  if constexpr (kKeyBlocks<RB>) {
+    if (order.quarter == 0 && row_bytes >= kValueBlockMinRow) {
+      return AccumulateKeyBlocks<kBits, RB, DS>(w, groups, ncp, codes, row_bytes, dv, gs, nc, ahead, out);
+    }
+  }
   for (std::size_t vs = 0; vs < nvec; vs += DS) {
     const std::size_t ga = vs * N / gs, gb = (vs + DS - 1) * N / gs;
     const std::size_t second = (gb - ga) * ncp;
