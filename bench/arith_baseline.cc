@@ -115,6 +115,35 @@ __attribute__((target("avx512f,avx512vnni"))) double VnniDotChains(std::int64_t 
   return static_cast<double>(rounds) * kChains * 16;
 }
 
+// The AVX2 form of an s16 dot product, for CPUs without VNNI: vpmaddwd (eight i32 lanes,
+// each the sum of two s16·s16 products) and the vpaddd that accumulates it, the pair an
+// integer K or V side would issue per 16 products. Six chains, each with its own
+// multiplicand: the adds' latency (1 cycle) times the integer pipes (4) is below six;
+// distinct multiplicands keep the compiler from computing one product for all chains,
+// and the other operand, re-declared changed each round by an empty asm, from hoisting
+// the products out of the loop.
+__attribute__((target("avx2"))) double MaddChains(std::int64_t rounds, float* sink) {
+  constexpr int kChains = 6;
+  // Named, not arrays: with arrays GCC 12 kept the chains on the stack.
+  __m256i a0 = _mm256_set1_epi32(0), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0;
+  const __m256i x0 = _mm256_set1_epi32(0x00010001), x1 = _mm256_set1_epi32(0x00020002), x2 = _mm256_set1_epi32(0x00030003),
+          x3 = _mm256_set1_epi32(0x00040004), x4 = _mm256_set1_epi32(0x00050005), x5 = _mm256_set1_epi32(0x00060006);
+  __m256i y = _mm256_set1_epi32(0x00010001);
+  for (std::int64_t i = 0; i < rounds; ++i) {
+    a0 = _mm256_add_epi32(a0, _mm256_madd_epi16(x0, y));
+    a1 = _mm256_add_epi32(a1, _mm256_madd_epi16(x1, y));
+    a2 = _mm256_add_epi32(a2, _mm256_madd_epi16(x2, y));
+    a3 = _mm256_add_epi32(a3, _mm256_madd_epi16(x3, y));
+    a4 = _mm256_add_epi32(a4, _mm256_madd_epi16(x4, y));
+    a5 = _mm256_add_epi32(a5, _mm256_madd_epi16(x5, y));
+    asm volatile("" : "+x"(y));
+  }
+  const __m256i total = _mm256_add_epi32(_mm256_add_epi32(_mm256_add_epi32(a0, a1), _mm256_add_epi32(a2, a3)),
+                                         _mm256_add_epi32(a4, a5));
+  *sink += static_cast<float>(_mm256_extract_epi32(total, 0));
+  return static_cast<double>(rounds) * kChains * 8;
+}
+
 // Four independent C tiles (tmm0..tmm3, 16 rows of 16 i32) each += A (tmm4, 16 rows of 64
 // bytes) · B (tmm5, 16 rows of 64 bytes) per round: four multiplies in flight cover
 // tdpbsud's latency. Lanes per multiply: 16 × 16 elements of C times 16 dwords of A's row.
@@ -160,6 +189,7 @@ std::string dot_unavailable(DotKind kind) {
     case DotKind::s16: return __builtin_cpu_supports("avx512vnni") ? "" : "this CPU has no AVX512_VNNI";
     case DotKind::amx_int8:
       return simd::qdecode::amx_supported() ? "" : "no AMX-TILE and AMX-INT8 granted to this process";
+    case DotKind::s16_madd: return __builtin_cpu_supports("avx2") ? "" : "this CPU has no AVX2";
   }
   return "unknown instruction";
 #else
@@ -168,6 +198,7 @@ std::string dot_unavailable(DotKind kind) {
     case DotKind::u8: return "vpdpbusd is x86-64 only";
     case DotKind::amx_int8: return "tdpbsud is x86-64 only";
     case DotKind::s16: return "vpdpwssd is x86-64 only";
+    case DotKind::s16_madd: return "vpmaddwd is x86-64 only";
   }
   return "unknown instruction";
 #endif
@@ -182,6 +213,7 @@ double dot_lanes(DotKind kind, std::int64_t rounds, bool use_pool) {
     case DotKind::u8: return over_workers(VnniDotChains<false>, rounds, use_pool);
     case DotKind::s16: return over_workers(VnniDotChains<true>, rounds, use_pool);
     case DotKind::amx_int8: return over_workers(AmxInt8Chains, rounds / 16, use_pool);  // ~16 cycles a round per tile
+    case DotKind::s16_madd: return over_workers(MaddChains, rounds, use_pool);
   }
   return 0;
 #else

@@ -23,8 +23,10 @@ double fma_lanes(std::int64_t rounds, bool use_pool);
 // tdpbsud (AMX-INT8, granted by the OS), whose lanes are C's i32 elements times A's
 // dwords (four u8·s8 products each, as vpdpbusd's), on whole 16×64-byte tiles. A
 // kernel's arithmetic floor is then its FMA lanes over the FMA rate plus its dot lanes
-// over these rates.
-enum class DotKind { bf16, u8, amx_int8, s16 };
+// over these rates. s16_madd: AVX2's vpmaddwd + vpaddd on 256-bit vectors (two s16·s16
+// products a lane, as vpdpwssd's), the integer ceiling of CPUs without VNNI; no kernel
+// declares it yet, so it prices no row and stands beside baseline_fma in the table.
+enum class DotKind { bf16, u8, amx_int8, s16, s16_madd };
 // Why this CPU (or build) cannot time `kind`; empty when it can.
 std::string dot_unavailable(DotKind kind);
 // Lanes computed by `rounds` rounds of independent chains per worker (or the caller);

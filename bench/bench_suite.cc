@@ -200,7 +200,9 @@ void register_baselines(const SuiteOptions& o) {
     auto* amx_int8 = dot(DotKind::amx_int8, "baseline_amxint8/", "amx_int8_lanes_per_second",
                          "tdpbsud into four C tiles (16 x 64-byte A rows)");
     auto* s16_dot = dot(DotKind::s16, "baseline_s16dot/", "s16_dot_lanes_per_second", "vpdpwssd chains (zmm)");
-    for (auto* b : {read, copy, fma, bf16_dot, u8_dot, amx_int8, s16_dot}) {
+    auto* s16_madd = dot(DotKind::s16_madd, "baseline_s16madd/", "s16_madd_lanes_per_second",
+                         "vpmaddwd + vpaddd chains (ymm)");
+    for (auto* b : {read, copy, fma, bf16_dot, u8_dot, amx_int8, s16_dot, s16_madd}) {
       b->UseRealTime()->Unit(benchmark::kMillisecond);
       if (o.smoke) {
         b->Iterations(1)->Repetitions(1);

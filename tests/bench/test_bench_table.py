@@ -234,6 +234,21 @@ class Table(unittest.TestCase):
         self.assertIn("f32 FMA + vpdpwssd alone allow 25.0 GB/s", text)
         self.assertNotIn("alone allow", self.run_table(fma + four))
 
+    def test_the_avx2_integer_ceiling_is_printed_beside_the_fma_rate(self):
+        # baseline_s16madd (vpmaddwd + vpaddd, AVX2) at 75e9 lanes/s beside baseline_fma at
+        # 50e9: the header shows both; a decode declaring 1e9 FMA lanes per call of 1e9 bytes
+        # keeps its FMA floor (50 GB/s), as no kernel declares the AVX2 integer pair.
+        fma = [dict(rep("baseline_fma/pool/threads=2", 0.1, index=i), fma_lanes_per_second=50e9) for i in range(3)]
+        madd = [dict(rep("baseline_s16madd/pool/threads=2", 0.1, index=i), s16_madd_lanes_per_second=75e9)
+                for i in range(3)]
+        eight = [dict(r, flops=4e10, mix_fma_lanes=1e9, mix_bf16_dot_lanes=0, mix_u8_dot_lanes=0,
+                      mix_amx_int8_lanes=0, mix_s16_dot_lanes=0)
+                 for r in reps("quantized_sdpa/simd:AVX2/8bit", [0.1] * 3, bytes_per_iter=1e9, label=QSDPA8)]
+        text = self.run_table(fma + madd + eight)
+        self.assertIn("75.0 G vpmaddwd+vpaddd lanes/s", text)
+        self.assertIn("50.0 read", next(l for l in text.splitlines() if l.startswith("quantized_sdpa ")))
+        self.assertNotIn("vpmaddwd+vpaddd lanes/s", self.run_table(fma + eight))
+
     def test_a_peer_in_the_same_run_gets_a_speedup_column(self):
         # The same problem timed on mlx at 2.5 s and on simd at 0.1 s: "vs mlx" 25.0x on the
         # simd row, "-" on mlx's own row; without mlx rows there is no such column.
