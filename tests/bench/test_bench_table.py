@@ -34,6 +34,21 @@ def reps(name, times, **kw):
     return [rep(name, t, index=i, **kw) for i, t in enumerate(times)]
 
 
+def lane_baseline(kind, lanes_per_second):
+    """Three pool repetitions of an arithmetic baseline row: baseline_<kind without its
+    underscore> with counter <kind>_lanes_per_second (bench/arith_baseline.h)."""
+    name = f"baseline_{kind.replace('_', '')}/pool/threads=2"
+    return [dict(rep(name, 0.1, index=i), **{f"{kind}_lanes_per_second": lanes_per_second}) for i in range(3)]
+
+
+def decode_rows(name, label=QSDPA8, **lanes):
+    """Three 0.1 s repetitions of a SIMD decode row of 1e9 bytes and 4e10 flops that
+    declares its multiply-adds per call by instruction: mix_<kind>_lanes = lanes[kind],
+    0 for the kinds not named."""
+    mix = {f"mix_{kind}_lanes": lanes.get(kind, 0) for kind in ("fma", "bf16_dot", "u8_dot", "amx_int8", "s16_dot")}
+    return [dict(r, flops=4e10, **mix) for r in reps(name, [0.1] * 3, bytes_per_iter=1e9, label=label)]
+
+
 def write(rows, context=None):
     f = tempfile.NamedTemporaryFile("w", suffix=".json", delete=False)
     json.dump({"context": context or {"kvlab_baseline_mib": "256"}, "benchmarks": rows}, f)
@@ -157,7 +172,7 @@ class Table(unittest.TestCase):
         # arithmetic-bound, 62 % of read. At 0.1 s the row moves 10 GB/s = 25 % of read: a MISS
         # of the 80 % target that says what the FMAs allow. Half the flops per byte (1e9 bytes,
         # 2e9 flops): 50 GB/s, above the read: read-bound.
-        fma = [dict(rep("baseline_fma/pool/threads=2", 0.1, index=i), fma_lanes_per_second=50e9) for i in range(3)]
+        fma = lane_baseline("fma", 50e9)
         label = "sdpa B=1 Hq=32 Hkv=8 Lq=1 Lk=32768 Dk=128 Dv=128 dtype=f16 mask=none"
         dense = [dict(r, flops=4e10) for r in reps("sdpa/simd:AVX3/Lk=32768", [0.1] * 3, bytes_per_iter=1e9, label=label)]
         light = [dict(r, flops=2e10) for r in reps("sdpa/simd:AVX3/Lk=65536", [0.1] * 3, bytes_per_iter=1e9,
@@ -178,16 +193,12 @@ class Table(unittest.TestCase):
         # = 60 ms, 16.7 GB/s (arith); at 0.1 s it moves 10 GB/s, 25 % of read, and the MISS
         # names both instructions. A row that declares a lane kind this run did not time has no
         # floor: its instructions cannot be priced.
-        base = ([dict(rep("baseline_fma/pool/threads=2", 0.1, index=i), fma_lanes_per_second=50e9) for i in range(3)]
-                + [dict(rep("baseline_bf16dot/pool/threads=2", 0.1, index=i), bf16_dot_lanes_per_second=50e9)
-                   for i in range(3)]
-                + [dict(rep("baseline_u8dot/pool/threads=2", 0.1, index=i), u8_dot_lanes_per_second=100e9)
-                   for i in range(3)])
+        base = (lane_baseline("fma", 50e9)
+                + lane_baseline("bf16_dot", 50e9)
+                + lane_baseline("u8_dot", 100e9))
         label = "sdpa B=1 Hq=32 Hkv=8 Lq=1 Lk=32768 Dk=128 Dv=128 dtype=bf16 mask=none"
-        bf16 = [dict(r, flops=4e10, mix_fma_lanes=0, mix_bf16_dot_lanes=1e9, mix_u8_dot_lanes=0)
-                for r in reps("sdpa/simd:AVX3_DL/bf16", [0.1] * 3, bytes_per_iter=1e9, label=label)]
-        four = [dict(r, flops=4e10, mix_fma_lanes=1e9, mix_bf16_dot_lanes=0, mix_u8_dot_lanes=4e9)
-                for r in reps("quantized_sdpa/simd:AVX3_DL/4bit", [0.1] * 3, bytes_per_iter=1e9, label=QSDPA8)]
+        bf16 = decode_rows("sdpa/simd:AVX3_DL/bf16", label=label, bf16_dot=1e9)
+        four = decode_rows("quantized_sdpa/simd:AVX3_DL/4bit", fma=1e9, u8_dot=4e9)
         text = self.run_table(base + bf16 + four)
         self.assertIn("50.0 G vdpbf16ps lanes/s", text)
         self.assertIn("100.0 G vpdpbusd lanes/s", text)
@@ -205,12 +216,9 @@ class Table(unittest.TestCase):
         # cost 20 ms beside the FMAs' 20: 25.0 GB/s (arith, against a 40 GB/s read); priced
         # as vpdpbusd lanes (100e9/s) they would cost 160 ms. Without the tile baseline in the
         # run the row has no floor (its tiles cannot be priced), rather than one that drops them.
-        fma = [dict(rep("baseline_fma/pool/threads=2", 0.1, index=i), fma_lanes_per_second=50e9) for i in range(3)]
-        tiles = [dict(rep("baseline_amxint8/pool/threads=2", 0.1, index=i), amx_int8_lanes_per_second=800e9)
-                 for i in range(3)]
-        four = [dict(r, flops=4e10, mix_fma_lanes=1e9, mix_bf16_dot_lanes=0, mix_u8_dot_lanes=0,
-                     mix_amx_int8_lanes=16e9)
-                for r in reps("quantized_sdpa/simd:AVX3_DL/4bit", [0.1] * 3, bytes_per_iter=1e9, label=QSDPA8)]
+        fma = lane_baseline("fma", 50e9)
+        tiles = lane_baseline("amx_int8", 800e9)
+        four = decode_rows("quantized_sdpa/simd:AVX3_DL/4bit", fma=1e9, amx_int8=16e9)
         text = self.run_table(fma + tiles + four)
         self.assertIn("800.0 G tdpbsud lanes/s", text)
         self.assertIn("25.0 arith", next(l for l in text.splitlines() if l.startswith("quantized_sdpa ")))
@@ -223,12 +231,9 @@ class Table(unittest.TestCase):
         # per call of 1e9 bytes. At baseline_s16dot 200e9 lanes/s they cost 20 ms beside the
         # FMAs' 20: 25.0 GB/s. Without that baseline the row has no floor, rather than one
         # that prices the lanes as another instruction's or drops them.
-        fma = [dict(rep("baseline_fma/pool/threads=2", 0.1, index=i), fma_lanes_per_second=50e9) for i in range(3)]
-        s16 = [dict(rep("baseline_s16dot/pool/threads=2", 0.1, index=i), s16_dot_lanes_per_second=200e9)
-               for i in range(3)]
-        four = [dict(r, flops=4e10, mix_fma_lanes=1e9, mix_bf16_dot_lanes=0, mix_u8_dot_lanes=0,
-                     mix_amx_int8_lanes=0, mix_s16_dot_lanes=4e9)
-                for r in reps("quantized_sdpa/simd:AVX3_DL/4bit", [0.1] * 3, bytes_per_iter=1e9, label=QSDPA8)]
+        fma = lane_baseline("fma", 50e9)
+        s16 = lane_baseline("s16_dot", 200e9)
+        four = decode_rows("quantized_sdpa/simd:AVX3_DL/4bit", fma=1e9, s16_dot=4e9)
         text = self.run_table(fma + s16 + four)
         self.assertIn("200.0 G vpdpwssd lanes/s", text)
         self.assertIn("f32 FMA + vpdpwssd alone allow 25.0 GB/s", text)
@@ -238,12 +243,9 @@ class Table(unittest.TestCase):
         # baseline_s16madd (vpmaddwd + vpaddd, AVX2) at 75e9 lanes/s beside baseline_fma at
         # 50e9: the header shows both; a decode declaring 1e9 FMA lanes per call of 1e9 bytes
         # keeps its FMA floor (50 GB/s), as no kernel declares the AVX2 integer pair.
-        fma = [dict(rep("baseline_fma/pool/threads=2", 0.1, index=i), fma_lanes_per_second=50e9) for i in range(3)]
-        madd = [dict(rep("baseline_s16madd/pool/threads=2", 0.1, index=i), s16_madd_lanes_per_second=75e9)
-                for i in range(3)]
-        eight = [dict(r, flops=4e10, mix_fma_lanes=1e9, mix_bf16_dot_lanes=0, mix_u8_dot_lanes=0,
-                      mix_amx_int8_lanes=0, mix_s16_dot_lanes=0)
-                 for r in reps("quantized_sdpa/simd:AVX2/8bit", [0.1] * 3, bytes_per_iter=1e9, label=QSDPA8)]
+        fma = lane_baseline("fma", 50e9)
+        madd = lane_baseline("s16_madd", 75e9)
+        eight = decode_rows("quantized_sdpa/simd:AVX2/8bit", fma=1e9)
         text = self.run_table(fma + madd + eight)
         self.assertIn("75.0 G vpmaddwd+vpaddd lanes/s", text)
         self.assertIn("50.0 read", next(l for l in text.splitlines() if l.startswith("quantized_sdpa ")))
