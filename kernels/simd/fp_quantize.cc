@@ -286,6 +286,33 @@ HWY_INLINE VI E2M1CpuQuotientNarrow(VF x, VF k, VF neg_quarter_s) {
   return E2M1CodeOfCeil(CeilToInt(hn::MulAdd(hn::Abs(x), k, hn::Set(DF(), -0x1p-16f))), x, neg_quarter_s);
 }
 
+// E2M1 CPU codes of 16-bit lanes holding bf16 patterns w of an mx group whose scale is
+// 2^k, given shift = k << 7, for a group whose |y| = |w|·2^-k are all <= 12 (no NaN): the
+// same nearest entry with ties to the lower magnitude as E2M1CpuQuarters, on the stored
+// bits. s = (w & 0x7FFF) − shift is |y|'s bf16 pattern whenever |y| >= 2^-126 (the
+// exponent field less k); otherwise s is below 0.25's pattern (fast plans have k >= −123,
+// so even a subnormal w scaled up reads below 2^-3), as |y| is: magnitude 0 either way.
+// Non-negative patterns order as their values, so:
+// * |y| >= 1: the entries of each binade [2^e, 2^(e+1)) are its values of one mantissa
+//   bit (1 1.5 | 2 3 | 4 6, and 8 saturates to 6), so the code 2(e+1) + m is s rounded to
+//   one mantissa bit with ties down — (s + 31) >> 6 — less 2·126: exponent carries
+//   included (1.75 < |y| < 2 → 2). Above 6 it is clamped to 7.
+// * |y| < 1: the entries are 0, 0.5 and 1 with midpoints 0.25 and 0.75: the count of those
+//   |y| lies strictly above, which for |y| >= 1 is 2, no more than the first rule's code,
+//   and for |y| < 1 at least that code (<= 1 there), so the code is the larger of the two.
+// * The sign goes on every nonzero magnitude, i.e. |y| > 0.25, from w's sign bit.
+template <class D16>
+HWY_INLINE hn::Vec<D16> E2M1CpuOfBF16(D16 d16, hn::Vec<D16> w, hn::Vec<D16> shift) {
+  const auto s = hn::Sub(hn::And(w, hn::Set(d16, 0x7FFF)), shift);  // |s| < 2^15: no wrap-around
+  const auto binade = hn::ShiftRight<6>(hn::Add(s, hn::Set(d16, 31 - 252 * 64)));  // arithmetic
+  const auto above_quarter = hn::VecFromMask(d16, hn::Gt(s, hn::Set(d16, 0x3E80)));  // 0.25
+  const auto above_three_quarters = hn::VecFromMask(d16, hn::Gt(s, hn::Set(d16, 0x3F40)));  // 0.75
+  const auto below_one = hn::Sub(hn::Sub(hn::Zero(d16), above_quarter), above_three_quarters);
+  const auto mag = hn::Max(hn::Min(binade, hn::Set(d16, 7)), below_one);
+  const auto sign = hn::And(hn::And(hn::ShiftRight<15>(w), above_quarter), hn::Set(d16, 8));
+  return hn::Or(mag, sign);
+}
+
 // E4M3 code bits (sign in bit 7) → f32, as the oracle's decode: the magnitude bits << 7
 // read as an f16, ·2^112 (f16 → f32) ·2^8 (the oracle's ×256) folded into one exact ·2^120.
 HWY_INLINE VF E4M3Decode(VI c) {
@@ -561,6 +588,13 @@ HWY_INLINE fp_impl::VF MagnitudeToF32(fp_impl::VI bits) {
 template <class Codes>
 constexpr bool kQuarters = std::is_same_v<Codes, E2M1CpuCodes> && HWY_TARGET != HWY_SCALAR;  // one lane: no pairs
 
+// bf16 mx groups with the CPU rounding are encoded on their stored 16-bit patterns
+// (E2M1CpuOfBF16) on AVX2 and narrower x86 targets, where that takes half the
+// instructions of the f32 path; AVX-512 keeps the f32 path and its byte lookups.
+template <DType kDtype, bool kDivide, class Codes>
+constexpr bool kBF16Patterns = kQuarters<Codes> && kDtype == DType::bf16 && !kDivide &&
+                               !(HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3);
+
 // E2M1 CPU rounding in quarters, q = 4y: mx q = w·quarter with quarter = 4/scale, nvfp4
 // q = (w·enc)/quarter with quarter = s/4 (exact: s >= 2^-9). Every |q| of a group is at
 // most the same arithmetic on its amax (monotone roundings): the groups whose bound is
@@ -588,6 +622,7 @@ struct alignas(64) BatchPlan {
   static constexpr std::size_t kMaxN = hn::MaxLanes(fp_impl::DF());
   float k1[kMaxN], neg_m[kMaxN], inv_m[kMaxN], neg_half_inv_m[kMaxN];
   float k1_inv_m[kMaxN], neg_quarter_s[kMaxN];  // E2M1CpuQuotientNarrow's K and −s/4
+  std::int16_t shift[kMaxN];  // E2M1CpuOfBF16's k << 7 (mx scale 2^k)
 };
 
 // The common batch of N groups: no NaN, no zero nvfp4 scale, and (E2M1 CPU rounding) every
@@ -645,9 +680,49 @@ HWY_INLINE bool PlanBatchFast(const fd::RowJob& job, const std::byte* HWY_RESTRI
       hn::Store(hn::Neg(quarter), df, plan.neg_quarter_s);
     } else {
       hn::Store(quarter, df, plan.k1);
+      if constexpr (kBF16Patterns<kDtype, kDivide, Codes>) {
+        // E2M1CpuOfBF16 wants k = code − 127 >= −123 (codes 4 … 254: live groups only).
+        const auto usable = hn::And(hn::Gt(codes, hn::Set(di, 3)), hn::Lt(codes, hn::Set(di, 255)));
+        if (!hn::AllTrue(di, hn::Or(hn::Not(hn::RebindMask(di, live)), usable))) return false;
+        alignas(64) std::int32_t shift[kMaxN];
+        hn::Store(hn::ShiftLeft<7>(hn::Sub(codes, hn::Set(di, 127))), di, shift);
+        for (std::size_t g = 0; g < kMaxN; ++g) plan.shift[g] = static_cast<std::int16_t>(shift[g]);
+      }
     }
   }
   return true;
+#endif
+}
+
+// The mx E2M1 CPU codes of nb bf16 groups (kBF16Patterns) from their stored patterns,
+// 16-bit lanes at a time: lanes 2k and 2k+1 share a u32 lane, whose byte 0 becomes
+// code(2k) | code(2k+1) << 4 by one shift and or. A group size that is not a multiple of
+// the vector takes the f32 path.
+HWY_INLINE void EncodeE2M1CpuBF16(const std::byte* HWY_RESTRICT batch, std::size_t nb, std::size_t gs,
+                                  const BatchPlan& plan, std::size_t ahead, std::uint8_t* HWY_RESTRICT out) {
+#if HWY_TARGET != HWY_SCALAR
+  const hn::ScalableTag<std::int16_t> d16;
+  const hn::Repartition<std::uint32_t, decltype(d16)> d32;
+  const hn::Rebind<std::uint8_t, decltype(d32)> d8;
+  const std::size_t n16 = hn::Lanes(d16);
+  if (gs % n16 != 0) {
+    const fp_impl::DF df;
+    EncodeGroups<DType::bf16, true>(batch, nb, gs, ahead, out, [&](std::size_t g, fp_impl::VF w) {
+      return fp_impl::E2M1CpuQuarters(hn::Mul(w, hn::Set(df, plan.k1[g])));
+    });
+    return;
+  }
+  for (std::size_t g = 0; g < nb; ++g) {
+    PrefetchPast(batch, g, 2 * gs, ahead);
+    const auto* w = reinterpret_cast<const std::int16_t*>(batch) + g * gs;
+    const auto shift = hn::Set(d16, plan.shift[g]);
+    for (std::size_t i = 0; i < gs; i += n16) {
+      const auto pairs = hn::BitCast(d32, fp_impl::E2M1CpuOfBF16(d16, hn::LoadU(d16, w + i), shift));
+      hn::StoreU(affine_pack::LowBytes(d8, hn::Or(pairs, hn::ShiftRight<12>(pairs))), d8, out + (g * gs + i) / 2);
+    }
+  }
+#else
+  (void)batch, (void)nb, (void)gs, (void)plan, (void)ahead, (void)out;
 #endif
 }
 
@@ -678,6 +753,8 @@ HWY_INLINE void EncodeBatchFast(const fd::RowJob& job, const std::byte* HWY_REST
     } else {
       EncodeGroups<kDtype, true>(batch, nb, gs, ahead, out, quotient);  // enc = 1: w·enc = w
     }
+  } else if constexpr (kBF16Patterns<kDtype, kDivide, Codes>) {
+    EncodeE2M1CpuBF16(batch, nb, gs, plan, ahead, out);
   } else if constexpr (kQuarters<Codes>) {
     EncodeGroups<kDtype, true>(batch, nb, gs, ahead, out, [&](std::size_t g, fi::VF w) {
       return fi::E2M1CpuQuarters(hn::Mul(w, hn::Set(df, plan.k1[g])));

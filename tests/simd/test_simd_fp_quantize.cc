@@ -14,7 +14,9 @@
 
 #include <algorithm>
 #include <array>
+#include <bit>
 #include <cmath>
+#include <cstdint>
 #include <limits>
 #include <optional>
 #include <vector>
@@ -248,6 +250,55 @@ TEST_F(SimdFp, LargeDequantizedOutputsAreStreamedBitForBit) {
         EXPECT_TRUE(testing::bit_equal(dequantize_on(simd_, q, spec, std::nullopt, t), want));
       });
     }
+  }
+}
+
+// Every bf16 pattern from 12 binades below a group's amax up to it (both signs, and the
+// subnormal patterns), under amaxes that put the group scale across the E8M0 range and its
+// ends (nvfp4: every E4M3 scale), in groups led by that amax: the AVX2/SSE4 mx encoders
+// that work on the stored bf16 bits (fp_quantize.cc E2M1CpuOfBF16) meet every threshold,
+// tie, binade carry and exponent offset here, bit for bit with the oracle.
+TEST_F(SimdFp, Bf16PatternsUnderScalesAcrossTheRangeMatchTheOracle) {
+  const auto bf16_value = [](std::uint32_t pattern) { return std::bit_cast<float>(pattern << 16); };
+  for (const QuantMode mode : {QuantMode::mxfp4, QuantMode::mxfp8, QuantMode::nvfp4}) {
+    const QuantSpec spec = QuantSpec::make(mode);
+    const auto gs = static_cast<std::size_t>(spec.group_size);
+    std::vector<float> amaxes;
+    if (mode == QuantMode::nvfp4) {
+      for (int c = 1; c < 0x7F; ++c) amaxes.push_back(6.0f * ref::e4m3_decode(static_cast<std::uint8_t>(c)));
+    } else {
+      const float top = mode == QuantMode::mxfp8 ? 448.0f : 6.0f;
+      for (int k = -134; k <= 127; ++k) {
+        if (k > -118 && k < -4 && k % 16 != 0) continue;  // the middle of the range sampled
+        if (k > 4 && k < 110 && k % 16 != 0) continue;
+        const double a = std::ldexp(static_cast<double>(top), k);
+        if (a < 0x1p-133 || a > 0x1.FEp127) continue;  // a bf16 value, subnormals included
+        amaxes.push_back(static_cast<float>(a));
+      }
+    }
+    std::vector<float> values;
+    for (const float amax : amaxes) {
+      const std::uint32_t top = std::bit_cast<std::uint32_t>(amax) >> 16;
+      std::vector<float> probes;
+      for (std::uint32_t p = 0; p <= top; ++p) {
+        if (p > 0x100 && p + 12 * 128 < top) continue;
+        probes.push_back(bf16_value(p));
+        probes.push_back(-bf16_value(p));
+      }
+      for (std::size_t i = 0; i < probes.size(); i += gs - 1) {
+        values.push_back(i / (gs - 1) % 2 ? -amax : amax);  // the group's amax, either sign
+        for (std::size_t j = i; j < i + gs - 1; ++j) {
+          values.push_back(j < probes.size() ? probes[j] : 0.0f);
+        }
+      }
+    }
+    const std::size_t d = 8 * gs;
+    while (values.size() % d != 0) values.push_back(0.0f);
+    const auto rows = static_cast<std::int64_t>(values.size() / d);
+    const Tensor x = Tensor::from_values(DType::bf16, {rows, static_cast<std::int64_t>(d)}, values);
+    SCOPED_TRACE(::testing::Message() << quant_mode_name(mode) << " mlx_cpu bf16, " << rows << " rows");
+    expect_oracle_bits(x, spec, Rounding::mlx_cpu, std::nullopt);
+    if (::testing::Test::HasFailure()) return;
   }
 }
 
