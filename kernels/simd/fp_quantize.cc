@@ -313,6 +313,25 @@ HWY_INLINE hn::Vec<D16> E2M1CpuOfBF16(D16 d16, hn::Vec<D16> w, hn::Vec<D16> shif
   return hn::Or(mag, sign);
 }
 
+// E4M3 codes of 16-bit lanes holding bf16 patterns w of an mx group whose scale is 2^k
+// (shift = k << 7, k >= −110), as E4M3(w·2^-k): s = (w & 0x7FFF) − shift is |y|'s bf16
+// pattern for |y| >= 2^-126 and below 2^-10's pattern otherwise (a subnormal w scaled
+// up by at most 2^110 stays below 2^-16). |y| >= 2^-6: the pattern rounded to three
+// mantissa bits (ties to even: + 7 + the kept lowest bit, >> 4) and rebiased 127 → 7, a
+// carry moving to the next binade, clamped to 0x7E (448; larger |y| saturate). |y| <=
+// 2^-10: rint(|y|·2^9) = 0. The lanes between, E4M3's subnormals, are not handled here:
+// `subnormal` reports whether any lane is one (the caller encodes those vectors again).
+template <class D16>
+HWY_INLINE hn::Vec<D16> E4M3OfBF16(D16 d16, hn::Vec<D16> w, hn::Vec<D16> shift, bool& subnormal) {
+  const auto s = hn::Sub(hn::And(w, hn::Set(d16, 0x7FFF)), shift);
+  const auto odd = hn::And(hn::ShiftRight<4>(s), hn::Set(d16, 1));
+  const auto normal = hn::ShiftRight<4>(hn::Add(hn::Add(s, odd), hn::Set(d16, 7 - (120 << 7))));  // arithmetic
+  const auto mag = hn::Min(hn::Max(normal, hn::Zero(d16)), hn::Set(d16, 0x7E));
+  subnormal = !hn::AllFalse(d16, hn::And(hn::Gt(s, hn::Set(d16, 0x3A80)), hn::Lt(s, hn::Set(d16, 0x3C80))));
+  const hn::RebindToUnsigned<D16> du16;
+  return hn::Or(mag, hn::BitCast(d16, hn::And(hn::ShiftRight<8>(hn::BitCast(du16, w)), hn::Set(du16, 0x80))));
+}
+
 // E4M3 code bits (sign in bit 7) → f32, as the oracle's decode: the magnitude bits << 7
 // read as an f16, ·2^112 (f16 → f32) ·2^8 (the oracle's ×256) folded into one exact ·2^120.
 HWY_INLINE VF E4M3Decode(VI c) {
@@ -588,12 +607,12 @@ HWY_INLINE fp_impl::VF MagnitudeToF32(fp_impl::VI bits) {
 template <class Codes>
 constexpr bool kQuarters = std::is_same_v<Codes, E2M1CpuCodes> && HWY_TARGET != HWY_SCALAR;  // one lane: no pairs
 
-// bf16 mx groups with the CPU rounding are encoded on their stored 16-bit patterns
-// (E2M1CpuOfBF16) on AVX2 and narrower x86 targets, where that takes half the
-// instructions of the f32 path; AVX-512 keeps the f32 path and its byte lookups.
+// bf16 mx groups (E2M1 with the CPU rounding, E4M3) are encoded on their stored 16-bit
+// patterns (E2M1CpuOfBF16, E4M3OfBF16) on AVX2 and narrower x86 targets, where that takes
+// half the instructions of the f32 path; AVX-512 keeps the f32 path and its byte lookups.
 template <DType kDtype, bool kDivide, class Codes>
-constexpr bool kBF16Patterns = kQuarters<Codes> && kDtype == DType::bf16 && !kDivide &&
-                               !(HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3);
+constexpr bool kBF16Patterns = (kQuarters<Codes> || std::is_same_v<Codes, E4M3Codes>) && kDtype == DType::bf16 &&
+                               !kDivide && HWY_TARGET != HWY_SCALAR && !(HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3);
 
 // E2M1 CPU rounding in quarters, q = 4y: mx q = w·quarter with quarter = 4/scale, nvfp4
 // q = (w·enc)/quarter with quarter = s/4 (exact: s >= 2^-9). Every |q| of a group is at
@@ -680,36 +699,41 @@ HWY_INLINE bool PlanBatchFast(const fd::RowJob& job, const std::byte* HWY_RESTRI
       hn::Store(hn::Neg(quarter), df, plan.neg_quarter_s);
     } else {
       hn::Store(quarter, df, plan.k1);
-      if constexpr (kBF16Patterns<kDtype, kDivide, Codes>) {
-        // E2M1CpuOfBF16 wants k = code − 127 >= −123 (codes 4 … 254: live groups only).
-        const auto usable = hn::And(hn::Gt(codes, hn::Set(di, 3)), hn::Lt(codes, hn::Set(di, 255)));
-        if (!hn::AllTrue(di, hn::Or(hn::Not(hn::RebindMask(di, live)), usable))) return false;
-        alignas(64) std::int32_t shift[kMaxN];
-        hn::Store(hn::ShiftLeft<7>(hn::Sub(codes, hn::Set(di, 127))), di, shift);
-        for (std::size_t g = 0; g < kMaxN; ++g) plan.shift[g] = static_cast<std::int16_t>(shift[g]);
-      }
     }
+  }
+  if constexpr (kBF16Patterns<kDtype, kDivide, Codes>) {
+    // k = code − 127 >= −123 for E2M1CpuOfBF16, >= −110 for E4M3OfBF16; below 255 (a
+    // finite scale). Live groups only.
+    constexpr std::int32_t kLowest = std::is_same_v<Codes, E4M3Codes> ? 17 : 4;
+    const auto usable = hn::And(hn::Gt(codes, hn::Set(di, kLowest - 1)), hn::Lt(codes, hn::Set(di, 255)));
+    if (!hn::AllTrue(di, hn::Or(hn::Not(hn::RebindMask(di, live)), usable))) return false;
+    alignas(64) std::int32_t shift[kMaxN];
+    hn::Store(hn::ShiftLeft<7>(hn::Sub(codes, hn::Set(di, 127))), di, shift);
+    for (std::size_t g = 0; g < kMaxN; ++g) plan.shift[g] = static_cast<std::int16_t>(shift[g]);
   }
   return true;
 #endif
 }
 
-// The mx E2M1 CPU codes of nb bf16 groups (kBF16Patterns) from their stored patterns,
-// 16-bit lanes at a time: lanes 2k and 2k+1 share a u32 lane, whose byte 0 becomes
-// code(2k) | code(2k+1) << 4 by one shift and or. A group size that is not a multiple of
-// the vector takes the f32 path.
-HWY_INLINE void EncodeE2M1CpuBF16(const std::byte* HWY_RESTRICT batch, std::size_t nb, std::size_t gs,
-                                  const BatchPlan& plan, std::size_t ahead, std::uint8_t* HWY_RESTRICT out) {
+// The codes of nb bf16 mx groups (kBF16Patterns) from their stored patterns, 16-bit lanes
+// at a time. E2M1: lanes 2k and 2k+1 share a u32 lane, whose byte 0 becomes code(2k) |
+// code(2k+1) << 4 by one shift and or. E4M3: a byte a lane; a vector holding an E4M3
+// subnormal is encoded again by the f32 path. A group size that is not a multiple of the
+// vector takes the f32 path.
+template <class Codes>
+HWY_INLINE void EncodeBF16Patterns(const std::byte* HWY_RESTRICT batch, std::size_t nb, std::size_t gs,
+                                   const BatchPlan& plan, std::size_t ahead, std::uint8_t* HWY_RESTRICT out) {
 #if HWY_TARGET != HWY_SCALAR
+  namespace fi = fp_impl;
+  constexpr bool kE4M3 = std::is_same_v<Codes, E4M3Codes>;
+  const fi::DF df;
   const hn::ScalableTag<std::int16_t> d16;
-  const hn::Repartition<std::uint32_t, decltype(d16)> d32;
-  const hn::Rebind<std::uint8_t, decltype(d32)> d8;
   const std::size_t n16 = hn::Lanes(d16);
+  const auto f32_codes = [&](std::size_t g, fi::VF w) {
+    return kE4M3 ? fi::E4M3(hn::Mul(w, hn::Set(df, plan.k1[g]))) : fi::E2M1CpuQuarters(hn::Mul(w, hn::Set(df, plan.k1[g])));
+  };
   if (gs % n16 != 0) {
-    const fp_impl::DF df;
-    EncodeGroups<DType::bf16, true>(batch, nb, gs, ahead, out, [&](std::size_t g, fp_impl::VF w) {
-      return fp_impl::E2M1CpuQuarters(hn::Mul(w, hn::Set(df, plan.k1[g])));
-    });
+    EncodeGroups<DType::bf16, Codes::kPacked>(batch, nb, gs, ahead, out, f32_codes);
     return;
   }
   for (std::size_t g = 0; g < nb; ++g) {
@@ -717,8 +741,23 @@ HWY_INLINE void EncodeE2M1CpuBF16(const std::byte* HWY_RESTRICT batch, std::size
     const auto* w = reinterpret_cast<const std::int16_t*>(batch) + g * gs;
     const auto shift = hn::Set(d16, plan.shift[g]);
     for (std::size_t i = 0; i < gs; i += n16) {
-      const auto pairs = hn::BitCast(d32, fp_impl::E2M1CpuOfBF16(d16, hn::LoadU(d16, w + i), shift));
-      hn::StoreU(affine_pack::LowBytes(d8, hn::Or(pairs, hn::ShiftRight<12>(pairs))), d8, out + (g * gs + i) / 2);
+      const auto v = hn::LoadU(d16, w + i);
+      if constexpr (kE4M3) {
+        const hn::Rebind<std::uint8_t, decltype(d16)> d8;
+        bool subnormal = false;
+        hn::StoreU(hn::DemoteTo(d8, fi::E4M3OfBF16(d16, v, shift, subnormal)), d8, out + g * gs + i);
+        if (HWY_UNLIKELY(subnormal)) {
+          const std::byte* const at = batch + 2 * (g * gs + i);
+          for (std::size_t j = 0; j < n16; j += hn::Lanes(df)) {
+            StoreCodes<false>(f32_codes(g, LoadStored<DType::bf16>(at, j)), out + g * gs + i + j);
+          }
+        }
+      } else {
+        const hn::Repartition<std::uint32_t, decltype(d16)> d32;
+        const hn::Rebind<std::uint8_t, decltype(d32)> d8;
+        const auto pairs = hn::BitCast(d32, fi::E2M1CpuOfBF16(d16, v, shift));
+        hn::StoreU(affine_pack::LowBytes(d8, hn::Or(pairs, hn::ShiftRight<12>(pairs))), d8, out + (g * gs + i) / 2);
+      }
     }
   }
 #else
@@ -754,7 +793,7 @@ HWY_INLINE void EncodeBatchFast(const fd::RowJob& job, const std::byte* HWY_REST
       EncodeGroups<kDtype, true>(batch, nb, gs, ahead, out, quotient);  // enc = 1: w·enc = w
     }
   } else if constexpr (kBF16Patterns<kDtype, kDivide, Codes>) {
-    EncodeE2M1CpuBF16(batch, nb, gs, plan, ahead, out);
+    EncodeBF16Patterns<Codes>(batch, nb, gs, plan, ahead, out);
   } else if constexpr (kQuarters<Codes>) {
     EncodeGroups<kDtype, true>(batch, nb, gs, ahead, out, [&](std::size_t g, fi::VF w) {
       return fi::E2M1CpuQuarters(hn::Mul(w, hn::Set(df, plan.k1[g])));
