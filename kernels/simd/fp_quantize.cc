@@ -560,10 +560,12 @@ HWY_INLINE void EncodeGroups(const std::byte* HWY_RESTRICT batch, std::size_t nb
   }
 }
 
-// The lane-wise maximum of a group's magnitude patterns, as i32 lanes: |w|'s bits for f32
-// inputs, the stored pattern & 0x7FFF for f16/bf16, unconverted (non-negative patterns
-// order as their values, so the largest is the amax's pattern, and one above the format's
-// infinity is a NaN).
+// The lane-wise maximum of a group's magnitude patterns: |w|'s bits for f32 inputs (i32
+// lanes), the stored pattern & 0x7FFF for f16/bf16, unconverted, two per i32 lane (or one
+// beside a zero, widened, for a group narrower than a vector): non-negative patterns order
+// as their values, so the largest is the amax's pattern, and one above the format's
+// infinity is a NaN. MaxOfPatterns reduces such vectors and PatternsToLanes takes each
+// lane's larger half once the batch's groups are reduced.
 template <DType kDtype>
 HWY_INLINE fp_impl::VI GroupMagnitudeMax(const std::byte* HWY_RESTRICT group, std::size_t gs) {
   const fp_impl::DI di;
@@ -576,16 +578,37 @@ HWY_INLINE fp_impl::VI GroupMagnitudeMax(const std::byte* HWY_RESTRICT group, st
     return m;
   } else {
     const hn::Repartition<std::int16_t, fp_impl::DI> d16;
+    const std::size_t n16 = hn::Lanes(d16);
     const auto* p = reinterpret_cast<const std::int16_t*>(group);
-    if (gs < hn::Lanes(d16)) {  // gs (16 or 32, a multiple of N) below 2N: gs == N, widened
+    if (gs < n16) {  // gs (16 or 32, a multiple of N) below 2N: gs == N, widened
       return hn::And(hn::PromoteTo(di, hn::LoadU(hn::Rebind<std::int16_t, fp_impl::DI>(), p)), hn::Set(di, 0x7FFF));
     }
-    auto m = hn::Zero(d16);
-    for (std::size_t i = 0; i < gs; i += hn::Lanes(d16)) {
-      m = hn::Max(m, hn::And(hn::LoadU(d16, p + i), hn::Set(d16, 0x7FFF)));
-    }
-    const fp_impl::VI pairs = hn::BitCast(di, m);  // two non-negative patterns per i32 lane
-    return hn::Max(hn::And(pairs, hn::Set(di, 0xFFFF)), hn::ShiftRight<16>(pairs));
+    const auto mask = hn::Set(d16, 0x7FFF);
+    auto m = hn::And(hn::LoadU(d16, p), mask);
+    if (gs == 2 * n16) return hn::BitCast(di, hn::Max(m, hn::And(hn::LoadU(d16, p + n16), mask)));
+    for (std::size_t i = n16; i < gs; i += n16) m = hn::Max(m, hn::And(hn::LoadU(d16, p + i), mask));
+    return hn::BitCast(di, m);
+  }
+}
+
+// The lane-wise maximum of two GroupMagnitudeMax vectors: of i32 lanes, or of the 16-bit
+// patterns they hold (the group reduction moves whole i32 lanes, so pairs stay together).
+template <DType kDtype>
+HWY_INLINE fp_impl::VI MaxOfPatterns(fp_impl::VI x, fp_impl::VI y) {
+  if constexpr (kDtype == DType::f32) {
+    return hn::Max(x, y);
+  } else {
+    const hn::Repartition<std::int16_t, fp_impl::DI> d16;
+    return hn::BitCast(fp_impl::DI(), hn::Max(hn::BitCast(d16, x), hn::BitCast(d16, y)));
+  }
+}
+
+template <DType kDtype>
+HWY_INLINE fp_impl::VI PatternsToLanes(fp_impl::VI m) {
+  if constexpr (kDtype == DType::f32) {
+    return m;
+  } else {
+    return hn::Max(hn::And(m, hn::Set(fp_impl::DI(), 0xFFFF)), hn::ShiftRight<16>(m));
   }
 }
 
@@ -665,9 +688,10 @@ HWY_INLINE bool PlanBatchFast(const fd::RowJob& job, const std::byte* HWY_RESTRI
   fi::VI partial[kMaxN];
   for (std::size_t g = 0; g < kMaxN; ++g)
     partial[g] = g < nb ? GroupMagnitudeMax<kDtype>(batch + g * gs * kStoredBytes, gs) : hn::Zero(di);
-  ReduceGroups<kMaxN>(di, partial, [](fi::VI x, fi::VI y) { return hn::Max(x, y); });
-  if (!hn::AllFalse(di, hn::Gt(partial[0], hn::Set(di, kInfPattern<kDtype>)))) return false;  // a NaN
-  const fi::VF vamax = MagnitudeToF32<kDtype>(partial[0]);
+  ReduceGroups<kMaxN>(di, partial, [](fi::VI x, fi::VI y) { return MaxOfPatterns<kDtype>(x, y); });
+  const fi::VI amax_bits = PatternsToLanes<kDtype>(partial[0]);
+  if (!hn::AllFalse(di, hn::Gt(amax_bits, hn::Set(di, kInfPattern<kDtype>)))) return false;  // a NaN
+  const fi::VF vamax = MagnitudeToF32<kDtype>(amax_bits);
   const fi::VI codes = ScaleCodes(job, vamax, plan.k1);
   if (nb == hn::Lanes(di)) {
     const hn::Rebind<std::uint8_t, fi::DI> d8;
@@ -715,49 +739,72 @@ HWY_INLINE bool PlanBatchFast(const fd::RowJob& job, const std::byte* HWY_RESTRI
 #endif
 }
 
+#if HWY_TARGET != HWY_SCALAR
+// The codes of the 16-bit vector of bf16 patterns at `w` (element i of group g, whose
+// shift is given) to `out` (the group's codes from element i). E2M1: lanes 2k and 2k+1
+// share a u32 lane, whose byte 0 becomes code(2k) | code(2k+1) << 4 by one shift and or.
+// E4M3: a byte a lane; a vector holding an E4M3 subnormal is encoded again by the f32 path.
+template <class Codes>
+HWY_INLINE void EncodePatternVector(const std::int16_t* HWY_RESTRICT w, hn::Vec<hn::ScalableTag<std::int16_t>> shift,
+                                    float factor, std::uint8_t* HWY_RESTRICT out) {
+  namespace fi = fp_impl;
+  const hn::ScalableTag<std::int16_t> d16;
+  const auto v = hn::LoadU(d16, w);
+  if constexpr (std::is_same_v<Codes, E4M3Codes>) {
+    const hn::Rebind<std::uint8_t, decltype(d16)> d8;
+    bool subnormal = false;
+    hn::StoreU(hn::DemoteTo(d8, fi::E4M3OfBF16(d16, v, shift, subnormal)), d8, out);
+    if (HWY_UNLIKELY(subnormal)) {
+      const fi::DF df;
+      for (std::size_t j = 0; j < hn::Lanes(d16); j += hn::Lanes(df)) {
+        const auto* at = reinterpret_cast<const std::byte*>(w);
+        StoreCodes<false>(fi::E4M3(hn::Mul(LoadStored<DType::bf16>(at, j), hn::Set(df, factor))), out + j);
+      }
+    }
+  } else {
+    const hn::Repartition<std::uint32_t, decltype(d16)> d32;
+    const hn::Rebind<std::uint8_t, decltype(d32)> d8;
+    const auto pairs = hn::BitCast(d32, fi::E2M1CpuOfBF16(d16, v, shift));
+    hn::StoreU(affine_pack::LowBytes(d8, hn::Or(pairs, hn::ShiftRight<12>(pairs))), d8, out);
+  }
+}
+#endif
+
 // The codes of nb bf16 mx groups (kBF16Patterns) from their stored patterns, 16-bit lanes
-// at a time. E2M1: lanes 2k and 2k+1 share a u32 lane, whose byte 0 becomes code(2k) |
-// code(2k+1) << 4 by one shift and or. E4M3: a byte a lane; a vector holding an E4M3
-// subnormal is encoded again by the f32 path. A group size that is not a multiple of the
-// vector takes the f32 path.
+// at a time (EncodePatternVector); groups of two vectors unrolled. A group size that is
+// not a multiple of the vector takes the f32 path.
 template <class Codes>
 HWY_INLINE void EncodeBF16Patterns(const std::byte* HWY_RESTRICT batch, std::size_t nb, std::size_t gs,
                                    const BatchPlan& plan, std::size_t ahead, std::uint8_t* HWY_RESTRICT out) {
 #if HWY_TARGET != HWY_SCALAR
   namespace fi = fp_impl;
   constexpr bool kE4M3 = std::is_same_v<Codes, E4M3Codes>;
-  const fi::DF df;
   const hn::ScalableTag<std::int16_t> d16;
-  const std::size_t n16 = hn::Lanes(d16);
-  const auto f32_codes = [&](std::size_t g, fi::VF w) {
-    return kE4M3 ? fi::E4M3(hn::Mul(w, hn::Set(df, plan.k1[g]))) : fi::E2M1CpuQuarters(hn::Mul(w, hn::Set(df, plan.k1[g])));
-  };
+  const std::size_t n16 = hn::Lanes(d16), code_bytes = kE4M3 ? 1 : 2;  // elements a byte holds
   if (gs % n16 != 0) {
-    EncodeGroups<DType::bf16, Codes::kPacked>(batch, nb, gs, ahead, out, f32_codes);
+    const fi::DF df;
+    EncodeGroups<DType::bf16, Codes::kPacked>(batch, nb, gs, ahead, out, [&](std::size_t g, fi::VF w) {
+      const fi::VF y = hn::Mul(w, hn::Set(df, plan.k1[g]));
+      if constexpr (kE4M3) return fi::E4M3(y);
+      else return fi::E2M1CpuQuarters(y);
+    });
+    return;
+  }
+  const auto* w = reinterpret_cast<const std::int16_t*>(batch);
+  if (gs == 2 * n16) {
+    for (std::size_t g = 0; g < nb; ++g) {
+      PrefetchPast(batch, g, 2 * gs, ahead);
+      const auto shift = hn::Set(d16, plan.shift[g]);
+      EncodePatternVector<Codes>(w + g * gs, shift, plan.k1[g], out + g * gs / code_bytes);
+      EncodePatternVector<Codes>(w + g * gs + n16, shift, plan.k1[g], out + (g * gs + n16) / code_bytes);
+    }
     return;
   }
   for (std::size_t g = 0; g < nb; ++g) {
     PrefetchPast(batch, g, 2 * gs, ahead);
-    const auto* w = reinterpret_cast<const std::int16_t*>(batch) + g * gs;
     const auto shift = hn::Set(d16, plan.shift[g]);
     for (std::size_t i = 0; i < gs; i += n16) {
-      const auto v = hn::LoadU(d16, w + i);
-      if constexpr (kE4M3) {
-        const hn::Rebind<std::uint8_t, decltype(d16)> d8;
-        bool subnormal = false;
-        hn::StoreU(hn::DemoteTo(d8, fi::E4M3OfBF16(d16, v, shift, subnormal)), d8, out + g * gs + i);
-        if (HWY_UNLIKELY(subnormal)) {
-          const std::byte* const at = batch + 2 * (g * gs + i);
-          for (std::size_t j = 0; j < n16; j += hn::Lanes(df)) {
-            StoreCodes<false>(f32_codes(g, LoadStored<DType::bf16>(at, j)), out + g * gs + i + j);
-          }
-        }
-      } else {
-        const hn::Repartition<std::uint32_t, decltype(d16)> d32;
-        const hn::Rebind<std::uint8_t, decltype(d32)> d8;
-        const auto pairs = hn::BitCast(d32, fi::E2M1CpuOfBF16(d16, v, shift));
-        hn::StoreU(affine_pack::LowBytes(d8, hn::Or(pairs, hn::ShiftRight<12>(pairs))), d8, out + (g * gs + i) / 2);
-      }
+      EncodePatternVector<Codes>(w + g * gs + i, shift, plan.k1[g], out + (g * gs + i) / code_bytes);
     }
   }
 #else
