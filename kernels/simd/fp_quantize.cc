@@ -686,8 +686,19 @@ HWY_INLINE bool PlanBatchFast(const fd::RowJob& job, const std::byte* HWY_RESTRI
   constexpr std::size_t kStoredBytes = kDtype == DType::f32 ? 4 : 2;
   const auto gs = static_cast<std::size_t>(job.group_size);
   fi::VI partial[kMaxN];
-  for (std::size_t g = 0; g < kMaxN; ++g)
-    partial[g] = g < nb ? GroupMagnitudeMax<kDtype>(batch + g * gs * kStoredBytes, gs) : hn::Zero(di);
+  const hn::Repartition<std::int16_t, fi::DI> d16;
+  if (kDtype != DType::f32 && nb == kMaxN && gs == 2 * hn::Lanes(d16)) {  // full batches of two-vector groups
+    const auto* p = reinterpret_cast<const std::int16_t*>(batch);
+    const auto mask = hn::Set(d16, 0x7FFF);
+#pragma GCC unroll 16
+    for (std::size_t g = 0; g < kMaxN; ++g) {
+      partial[g] = hn::BitCast(di, hn::Max(hn::And(hn::LoadU(d16, p + g * gs), mask),
+                                           hn::And(hn::LoadU(d16, p + g * gs + hn::Lanes(d16)), mask)));
+    }
+  } else {
+    for (std::size_t g = 0; g < kMaxN; ++g)
+      partial[g] = g < nb ? GroupMagnitudeMax<kDtype>(batch + g * gs * kStoredBytes, gs) : hn::Zero(di);
+  }
   ReduceGroups<kMaxN>(di, partial, [](fi::VI x, fi::VI y) { return MaxOfPatterns<kDtype>(x, y); });
   const fi::VI amax_bits = PatternsToLanes<kDtype>(partial[0]);
   if (!hn::AllFalse(di, hn::Gt(amax_bits, hn::Set(di, kInfPattern<kDtype>)))) return false;  // a NaN
@@ -768,6 +779,19 @@ HWY_INLINE void EncodePatternVector(const std::int16_t* HWY_RESTRICT w, hn::Vec<
     hn::StoreU(affine_pack::LowBytes(d8, hn::Or(pairs, hn::ShiftRight<12>(pairs))), d8, out);
   }
 }
+
+#if HWY_ARCH_X86 && HWY_TARGET == HWY_AVX2
+// The E2M1 codes of two vectors of 16-bit lanes (< 16 each) as 16 packed bytes, code(2k) |
+// code(2k+1) << 4: one vpmaddwd a vector (pairs weighted 1 and 16), both packed to bytes
+// together, the dwords put back in order (each 128-bit half packs 4 of a and 4 of b).
+HWY_INLINE void StoreNibblePairs(hn::Vec256<std::int16_t> a, hn::Vec256<std::int16_t> b, std::uint8_t* out) {
+  const __m256i weights = _mm256_set1_epi32(0x00100001);
+  const __m256i words = _mm256_packus_epi32(_mm256_madd_epi16(a.raw, weights), _mm256_madd_epi16(b.raw, weights));
+  const __m256i bytes = _mm256_packus_epi16(words, words);
+  const __m256i order = _mm256_permutevar8x32_epi32(bytes, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(out), _mm256_castsi256_si128(order));
+}
+#endif
 #endif
 
 // The codes of nb bf16 mx groups (kBF16Patterns) from their stored patterns, 16-bit lanes
@@ -792,9 +816,17 @@ HWY_INLINE void EncodeBF16Patterns(const std::byte* HWY_RESTRICT batch, std::siz
   }
   const auto* w = reinterpret_cast<const std::int16_t*>(batch);
   if (gs == 2 * n16) {
+    constexpr std::size_t kStride = 4 * hn::MaxLanes(d16);  // == 2 · gs bytes here (x86: Lanes == MaxLanes)
     for (std::size_t g = 0; g < nb; ++g) {
-      PrefetchPast(batch, g, 2 * gs, ahead);
+      PrefetchPast(batch, g, kStride, ahead);
       const auto shift = hn::Set(d16, plan.shift[g]);
+#if HWY_ARCH_X86 && HWY_TARGET == HWY_AVX2
+      if constexpr (!kE4M3) {
+        StoreNibblePairs(fi::E2M1CpuOfBF16(d16, hn::LoadU(d16, w + g * gs), shift),
+                         fi::E2M1CpuOfBF16(d16, hn::LoadU(d16, w + g * gs + n16), shift), out + g * gs / 2);
+        continue;
+      }
+#endif
       EncodePatternVector<Codes>(w + g * gs, shift, plan.k1[g], out + g * gs / code_bytes);
       EncodePatternVector<Codes>(w + g * gs + n16, shift, plan.k1[g], out + (g * gs + n16) / code_bytes);
     }
