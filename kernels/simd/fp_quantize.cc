@@ -9,7 +9,8 @@
 // E2M1 CPU rounding within E2M1CpuQuarters' range) takes the fast path: every amax from
 // one reduction of the stored patterns (ReduceGroups), batches planned a chunk ahead of
 // their encoding, bf16 read as even/odd pairs, nvfp4 without a division
-// (E2M1CpuQuotient), large outputs streamed; any other batch the general path.
+// (E2M1CpuQuotient), large outputs streamed; any other batch the general path. On AVX2
+// and narrower, bf16 mx groups are encoded on their stored patterns (kBF16Patterns).
 //
 // Exactness argument, per encoder (y = w/scale, computed as the exact w·(1/scale) for the
 // power-of-two mx scales, or (w·enc)/s for nvfp4, single correctly rounded vector ops in
@@ -631,8 +632,9 @@ template <class Codes>
 constexpr bool kQuarters = std::is_same_v<Codes, E2M1CpuCodes> && HWY_TARGET != HWY_SCALAR;  // one lane: no pairs
 
 // bf16 mx groups (E2M1 with the CPU rounding, E4M3) are encoded on their stored 16-bit
-// patterns (E2M1CpuOfBF16, E4M3OfBF16) on AVX2 and narrower x86 targets, where that takes
-// half the instructions of the f32 path; AVX-512 keeps the f32 path and its byte lookups.
+// patterns (E2M1CpuOfBF16, E4M3OfBF16) on AVX2 and narrower x86 targets, where that
+// halved the mx rows' time; AVX-512 keeps the f32 path and its byte lookups
+// (docs/benchmarks.md §Measurements behind kernel choices).
 template <DType kDtype, bool kDivide, class Codes>
 constexpr bool kBF16Patterns = (kQuarters<Codes> || std::is_same_v<Codes, E4M3Codes>) && kDtype == DType::bf16 &&
                                !kDivide && HWY_TARGET != HWY_SCALAR && !(HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3);
