@@ -333,6 +333,27 @@ HWY_INLINE hn::Vec<D16> E4M3OfBF16(D16 d16, hn::Vec<D16> w, hn::Vec<D16> shift, 
   return hn::Or(mag, hn::BitCast(d16, hn::And(hn::ShiftRight<8>(hn::BitCast(du16, w)), hn::Set(du16, 0x80))));
 }
 
+// nvfp4's E2M1 CPU codes of 16-bit lanes holding bf16 patterns w (no global scale: x =
+// w), given the group's seven thresholds as 16-bit lanes, thresholds[j] = the bf16 pattern
+// of t·s/4 for t = kE2M1QuarterMidpoints[j] (exact: s, an E4M3 value of at most 4
+// significant bits and >= 2^-9, times t of at most 3 is a normal bf16 value). By
+// E2M1CpuQuotient's argument the magnitude is the number of t with |x| > t·s/4, for a
+// group within E2M1CpuQuarters' range, and the sign goes on when x < −s/4; patterns of
+// non-negative values order as the values.
+// The thresholds come as u32 patterns in both halves, threshold j at t[j·stride].
+template <class D16>
+HWY_INLINE hn::Vec<D16> E2M1CpuOfBF16Thresholds(D16 d16, hn::Vec<D16> w, const std::uint32_t* t, std::size_t stride) {
+  const hn::Repartition<std::uint32_t, D16> d32;
+  const auto p = hn::And(w, hn::Set(d16, 0x7FFF));
+  const auto above_first = hn::VecFromMask(d16, hn::Gt(p, hn::BitCast(d16, hn::Set(d32, t[0]))));
+  auto mag = hn::Sub(hn::Zero(d16), above_first);
+#pragma GCC unroll 7
+  for (std::size_t j = 1; j < 7; ++j) {
+    mag = hn::Sub(mag, hn::VecFromMask(d16, hn::Gt(p, hn::BitCast(d16, hn::Set(d32, t[j * stride])))));
+  }
+  return hn::Or(mag, hn::And(hn::And(hn::ShiftRight<15>(w), above_first), hn::Set(d16, 8)));
+}
+
 // E4M3 code bits (sign in bit 7) → f32, as the oracle's decode: the magnitude bits << 7
 // read as an f16, ·2^112 (f16 → f32) ·2^8 (the oracle's ×256) folded into one exact ·2^120.
 HWY_INLINE VF E4M3Decode(VI c) {
@@ -635,6 +656,11 @@ constexpr bool kQuarters = std::is_same_v<Codes, E2M1CpuCodes> && HWY_TARGET != 
 // patterns (E2M1CpuOfBF16, E4M3OfBF16) on AVX2 and narrower x86 targets, where that
 // halved the mx rows' time; AVX-512 keeps the f32 path and its byte lookups
 // (docs/benchmarks.md §Measurements behind kernel choices).
+// The same for nvfp4 groups of bf16 without a global scale (E2M1CpuOfBF16Thresholds).
+template <DType kDtype, bool kDivide, class Codes>
+constexpr bool kBF16Thresholds = kQuarters<Codes> && kDtype == DType::bf16 && kDivide && HWY_TARGET != HWY_SCALAR &&
+                                 !(HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3);
+
 template <DType kDtype, bool kDivide, class Codes>
 constexpr bool kBF16Patterns = (kQuarters<Codes> || std::is_same_v<Codes, E4M3Codes>) && kDtype == DType::bf16 &&
                                !kDivide && HWY_TARGET != HWY_SCALAR && !(HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3);
@@ -667,6 +693,7 @@ struct alignas(64) BatchPlan {
   float k1[kMaxN], neg_m[kMaxN], inv_m[kMaxN], neg_half_inv_m[kMaxN];
   float k1_inv_m[kMaxN], neg_quarter_s[kMaxN];  // E2M1CpuQuotientNarrow's K and −s/4
   std::int16_t shift[kMaxN];  // E2M1CpuOfBF16's k << 7 (mx scale 2^k)
+  std::uint32_t thresholds[7 * kMaxN];  // E2M1CpuOfBF16Thresholds', j·kMaxN + g; a bf16 pattern in both halves
 };
 
 // The common batch of N groups: no NaN, no zero nvfp4 scale, and (E2M1 CPU rounding) every
@@ -734,6 +761,14 @@ HWY_INLINE bool PlanBatchFast(const fd::RowJob& job, const std::byte* HWY_RESTRI
       hn::Store(hn::Mul(vinv, hn::Set(df, -0.5f)), df, plan.neg_half_inv_m);
       hn::Store(hn::Mul(vk1, vinv), df, plan.k1_inv_m);
       hn::Store(hn::Neg(quarter), df, plan.neg_quarter_s);
+      if constexpr (kBF16Thresholds<kDtype, kDivide, Codes>) {
+        for (std::size_t j = 0; j < 7; ++j) {  // t·s/4, exact, whose f32 pattern has 16 zero low bits
+          const auto t = static_cast<float>(fi::kE2M1QuarterMidpoints[j]) * 0.25f;
+          const fi::VI bits = hn::ShiftRight<16>(hn::BitCast(di, hn::Mul(vfactor, hn::Set(df, t))));
+          hn::Store(hn::Or(bits, hn::ShiftLeft<16>(bits)), di,
+                    reinterpret_cast<std::int32_t*>(plan.thresholds + j * kMaxN));
+        }
+      }
     } else {
       hn::Store(quarter, df, plan.k1);
     }
@@ -846,6 +881,53 @@ HWY_INLINE void EncodeBF16Patterns(const std::byte* HWY_RESTRICT batch, std::siz
 #endif
 }
 
+#if HWY_TARGET != HWY_SCALAR
+// E2M1CpuOfBF16Thresholds of group g, one vector, with its planned thresholds.
+HWY_INLINE hn::Vec<hn::ScalableTag<std::int16_t>> ThresholdCodes(const std::int16_t* HWY_RESTRICT w,
+                                                                 const BatchPlan& plan, std::size_t g, std::size_t gs) {
+  const hn::ScalableTag<std::int16_t> d16;
+  return fp_impl::E2M1CpuOfBF16Thresholds(d16, hn::LoadU(d16, w + g * gs), plan.thresholds + g, BatchPlan::kMaxN);
+}
+#endif
+
+// The nvfp4 codes of nb bf16 groups without a global scale (kBF16Thresholds) from their
+// stored patterns, a group of one vector at a time (AVX2: two groups' codes packed
+// together); other group sizes take E2M1CpuQuotientNarrow.
+HWY_INLINE void EncodeBF16Thresholds(const std::byte* HWY_RESTRICT batch, std::size_t nb, std::size_t gs,
+                                     const BatchPlan& plan, std::size_t ahead, std::uint8_t* HWY_RESTRICT out) {
+#if HWY_TARGET != HWY_SCALAR
+  namespace fi = fp_impl;
+  const hn::ScalableTag<std::int16_t> d16;
+  const hn::Repartition<std::uint32_t, decltype(d16)> d32;
+  const std::size_t n16 = hn::Lanes(d16);
+  if (gs != n16) {
+    const fi::DF df;
+    EncodeGroups<DType::bf16, true>(batch, nb, gs, ahead, out, [&](std::size_t g, fi::VF w) {
+      return fi::E2M1CpuQuotientNarrow(w, hn::Set(df, plan.k1_inv_m[g]), hn::Set(df, plan.neg_quarter_s[g]));
+    });
+    return;
+  }
+  const auto* w = reinterpret_cast<const std::int16_t*>(batch);
+  constexpr std::size_t kStride = 2 * hn::MaxLanes(d16);  // == 2 · gs bytes (x86: Lanes == MaxLanes)
+  std::size_t g = 0;
+#if HWY_ARCH_X86 && HWY_TARGET == HWY_AVX2
+  for (; g + 2 <= nb; g += 2) {
+    PrefetchPast(batch, g, kStride, ahead);
+    PrefetchPast(batch, g + 1, kStride, ahead);
+    StoreNibblePairs(ThresholdCodes(w, plan, g, gs), ThresholdCodes(w, plan, g + 1, gs), out + g * gs / 2);
+  }
+#endif
+  for (; g < nb; ++g) {
+    PrefetchPast(batch, g, kStride, ahead);
+    const hn::Rebind<std::uint8_t, decltype(d32)> d8;
+    const auto pairs = hn::BitCast(d32, ThresholdCodes(w, plan, g, gs));
+    hn::StoreU(affine_pack::LowBytes(d8, hn::Or(pairs, hn::ShiftRight<12>(pairs))), d8, out + g * gs / 2);
+  }
+#else
+  (void)batch, (void)nb, (void)gs, (void)plan, (void)ahead, (void)out;
+#endif
+}
+
 // The element codes of a batch that PlanBatchFast accepted, group by group: converted
 // again from the input (now cached) and encoded with no branch or (nvfp4) division.
 template <DType kDtype, bool kDivide, class Codes>
@@ -866,6 +948,8 @@ HWY_INLINE void EncodeBatchFast(const fd::RowJob& job, const std::byte* HWY_REST
     if (job.has_global) {
       EncodeGroups<kDtype, true>(batch, nb, gs, ahead, out,
                                  [&](std::size_t g, fi::VF w) { return quotient(g, hn::Mul(w, venc)); });
+    } else if constexpr (kBF16Thresholds<kDtype, kDivide, Codes>) {  // enc = 1: x = w
+      EncodeBF16Thresholds(batch, nb, gs, plan, ahead, out);
     } else if constexpr (kDtype != DType::f32) {  // enc = 1: x = w·enc = w, of at most 11 significant bits
       EncodeGroups<kDtype, true>(batch, nb, gs, ahead, out, [&](std::size_t g, fi::VF w) {
         return fi::E2M1CpuQuotientNarrow(w, hn::Set(df, plan.k1_inv_m[g]), hn::Set(df, plan.neg_quarter_s[g]));
