@@ -10,7 +10,8 @@
 // one reduction of the stored patterns (ReduceGroups), batches planned a chunk ahead of
 // their encoding, bf16 read as even/odd pairs, nvfp4 without a division
 // (E2M1CpuQuotient), large outputs streamed; any other batch the general path. On AVX2
-// and narrower, bf16 mx groups are encoded on their stored patterns (kBF16Patterns).
+// and narrower, bf16 mx groups are encoded on their stored patterns (kBF16Patterns), and
+// bf16 nvfp4 groups without a global scale by thresholds on them (kBF16Thresholds).
 //
 // Exactness argument, per encoder (y = w/scale, computed as the exact w·(1/scale) for the
 // power-of-two mx scales, or (w·enc)/s for nvfp4, single correctly rounded vector ops in
