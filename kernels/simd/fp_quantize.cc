@@ -766,8 +766,8 @@ HWY_INLINE bool PlanBatchFast(const fd::RowJob& job, const std::byte* HWY_RESTRI
         for (std::size_t j = 0; j < 7; ++j) {  // t·s/4, exact, whose f32 pattern has 16 zero low bits
           const auto t = static_cast<float>(fi::kE2M1QuarterMidpoints[j]) * 0.25f;
           const fi::VI bits = hn::ShiftRight<16>(hn::BitCast(di, hn::Mul(vfactor, hn::Set(df, t))));
-          hn::Store(hn::Or(bits, hn::ShiftLeft<16>(bits)), di,
-                    reinterpret_cast<std::int32_t*>(plan.thresholds + j * kMaxN));
+          hn::StoreU(hn::Or(bits, hn::ShiftLeft<16>(bits)), di,
+                     reinterpret_cast<std::int32_t*>(plan.thresholds + j * kMaxN));
         }
       }
     } else {
