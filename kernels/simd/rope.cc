@@ -14,8 +14,11 @@
 //    rotated in f32 — out1 = x1·c − x2·s, out2 = x1·s + x2·c, each product and sum
 //    rounded separately (-ffp-contract=off: no FMA on any target) — and converted back
 //    with kvlab's RNE. Traditional f16/bf16 pairs (x[2i], x[2i+1]) are one u32 lane
-//    (low/high half), so no shuffles are needed. Features [dims, D) are copied as bytes.
-//    Outputs of kStreamBytes or more are written with streaming (non-temporal) stores.
+//    (low/high half), so no shuffles are needed; non-traditional bf16 takes two
+//    neighbouring pairs per u32 lane the same way, with the table's blocks reordered to
+//    match (RotateRowBF16Lanes). Features [dims, D) are copied as bytes.
+//    Outputs of kStreamBytes or more are written with streaming (non-temporal) stores,
+//    in whole 64-byte lines.
 // Every lane does the same IEEE ops in the same order on every target, and remainders
 // (pairs past the last whole vector) repeat them in scalar code, so the bits do not
 // depend on the target or the lane count. NaN results are the one exception to "same
@@ -53,6 +56,7 @@
 #include <cstdint>
 #include <cstring>
 #include <memory>
+#include <type_traits>
 #include <vector>
 
 #include "kernels/simd/parallel.h"
@@ -153,7 +157,13 @@ struct BF16Io {
 #endif
   static VU PackPair(DF df, VF lo, VF hi) {
     const DU du;
+#if HWY_TARGET != HWY_SCALAR
+    const hn::Repartition<T, DF> dw;  // one blend of the 16-bit halves (vpblendw)
+    return hn::BitCast(du, hn::OddEven(hn::BitCast(dw, RoundToBF16High(df, hi)),
+                                       hn::BitCast(dw, hn::ShiftRight<16>(RoundToBF16High(df, lo)))));
+#else
     return hn::Or(hn::ShiftRight<16>(RoundToBF16High(df, lo)), hn::And(RoundToBF16High(df, hi), hn::Set(du, 0xFFFF0000u)));
+#endif
   }
   static VF Low(DF df, VU w) { return BF16BitsToF32(df, w); }
   static VF High(DF df, VU w) { return hn::BitCast(df, hn::And(w, hn::Set(DU(), 0xFFFF0000u))); }
@@ -162,7 +172,9 @@ struct BF16Io {
 };
 struct F16Io {
   using T = std::uint16_t;
-  static VF Load(DF df, const T* p) { return LoadF16(df, p); }
+  // F16C's one-instruction load where it exists: it quiets a signalling NaN, but every
+  // NaN input makes both results of its pair NaN, and those become canonical.
+  static VF Load(DF df, const T* p) { return LoadF16QuietingNaN(df, p); }
   static hn::Vec<hn::Rebind<T, DF>> Demote(DF df, VF v) { return DemoteToF16(df, v); }
 #if HWY_TARGET != HWY_SCALAR
   static hn::Vec<hn::Repartition<T, DF>> Pack2(DF df, VF a, VF b) {
@@ -186,14 +198,19 @@ HWY_INLINE VF CanonicalNaN(VF v) {
 HWY_INLINE float CanonicalNaN(float v) { return std::isnan(v) ? std::bit_cast<float>(0x7FC00000u) : v; }
 
 // (x1, x2) -> (x1·c − x2·s, x1·s + x2·c): each product and sum rounded separately.
-HWY_INLINE VF Rotated1(VF x1, VF x2, VF c, VF s) { return CanonicalNaN(hn::Sub(hn::Mul(x1, c), hn::Mul(x2, s))); }
-HWY_INLINE VF Rotated2(VF x1, VF x2, VF c, VF s) { return CanonicalNaN(hn::Add(hn::Mul(x1, s), hn::Mul(x2, c))); }
+// Turn1/Turn2 leave NaN payloads as the target's ops make them; Rotated1/Rotated2 make
+// them canonical.
+HWY_INLINE VF Turn1(VF x1, VF x2, VF c, VF s) { return hn::Sub(hn::Mul(x1, c), hn::Mul(x2, s)); }
+HWY_INLINE VF Turn2(VF x1, VF x2, VF c, VF s) { return hn::Add(hn::Mul(x1, s), hn::Mul(x2, c)); }
+HWY_INLINE VF Rotated1(VF x1, VF x2, VF c, VF s) { return CanonicalNaN(Turn1(x1, x2, c, s)); }
+HWY_INLINE VF Rotated2(VF x1, VF x2, VF c, VF s) { return CanonicalNaN(Turn2(x1, x2, c, s)); }
 
 // One full vector to memory. Streaming (non-temporal) stores write whole cache lines
 // without first reading them (no read-for-ownership), for outputs too large to be
 // re-read from cache. Only vectors of a whole 64-byte line at a line-aligned address
-// are streamed (AVX3): streaming half lines measured slower than plain stores here
-// (AVX2, perf shape: docs/benchmarks.md §Measurements behind kernel choices).
+// are streamed (AVX3): streaming half lines one at a time measured slower than plain
+// stores (AVX2, perf shape), so AVX2 streams through PutLine, two halves of a line back to
+// back (docs/benchmarks.md §Measurements behind kernel choices).
 template <class D, typename T>
 HWY_INLINE void Put(D d, hn::Vec<D> v, T* HWY_RESTRICT p, bool stream) {
   constexpr std::size_t kLine = 64;
@@ -243,6 +260,114 @@ HWY_INLINE HalvesF32 RotateHalvesF32(DF df, const typename Io::T* HWY_RESTRICT x
   return {Rotated1(x1, x2, vc, vs), Rotated2(x1, x2, vc, vs)};
 }
 
+#if HWY_TARGET != HWY_SCALAR
+// Lanes where a or b is NaN.
+HWY_INLINE hn::Mask<DF> EitherNaN(VF a, VF b) {
+#if HWY_TARGET == HWY_AVX2
+  return hn::Mask<DF>{_mm256_cmp_ps(a.raw, b.raw, _CMP_UNORD_Q)};  // one compare for both
+#else
+  return hn::Or(hn::IsNaN(a), hn::IsNaN(b));
+#endif
+}
+
+// Non-traditional bf16, pairs [0, 2N·⌊half/2N⌋) (i: where it stopped). A step's 2N bf16 of
+// x1 (and of x2) are N u32 lanes, pair i + 2k in lane k's low half and i + 2k + 1 in its
+// high half: one load and one shift or mask give each f32 vector, and PackPair puts the
+// rounded results back into the same halves, so nothing is widened or packed across
+// lanes. The table's blocks of 2N pairs are split to match (SplitTableBlocks). NaN
+// results are made canonical only in rows that have one: without kCanonical the steps
+// only note whether a result was NaN (one compare per two vectors) and the function
+// returns false, and the caller rotates the row again with kCanonical. Where two vectors
+// make a 64-byte line (AVX2), two steps at a time so that streamed lines are whole.
+struct PackedBF16 {
+  VU first, second;  // the outputs at out + i and at out + half + i
+};
+template <bool kCanonical>
+HWY_INLINE PackedBF16 TurnBF16Lanes(DF df, const std::uint16_t* HWY_RESTRICT x, const float* HWY_RESTRICT c,
+                                    const float* HWY_RESTRICT s, std::size_t half, std::size_t i, VF& nan) {
+  const DU du;
+  const std::size_t N = hn::Lanes(df);
+  const VU high = hn::Set(du, 0xFFFF0000u);
+  const VU w1 = hn::LoadU(du, reinterpret_cast<const std::uint32_t*>(x + i));
+  const VU w2 = hn::LoadU(du, reinterpret_cast<const std::uint32_t*>(x + half + i));
+  const VF x1e = hn::BitCast(df, hn::ShiftLeft<16>(w1)), x1o = hn::BitCast(df, hn::And(w1, high));
+  const VF x2e = hn::BitCast(df, hn::ShiftLeft<16>(w2)), x2o = hn::BitCast(df, hn::And(w2, high));
+  const VF ce = hn::LoadU(df, c + i), co = hn::LoadU(df, c + i + N);
+  const VF se = hn::LoadU(df, s + i), so = hn::LoadU(df, s + i + N);
+  VF r1e = Turn1(x1e, x2e, ce, se), r1o = Turn1(x1o, x2o, co, so);
+  VF r2e = Turn2(x1e, x2e, ce, se), r2o = Turn2(x1o, x2o, co, so);
+  if constexpr (kCanonical) {
+    r1e = CanonicalNaN(r1e), r1o = CanonicalNaN(r1o), r2e = CanonicalNaN(r2e), r2o = CanonicalNaN(r2o);
+  } else {
+    nan = hn::Or(nan, hn::VecFromMask(df, hn::Or(EitherNaN(r1e, r1o), EitherNaN(r2e, r2o))));
+  }
+  return {BF16Io::PackPair(df, r1e, r1o), BF16Io::PackPair(df, r2e, r2o)};
+}
+template <bool kCanonical>
+HWY_INLINE bool RotateRowBF16Lanes(const std::uint16_t* HWY_RESTRICT x, const float* HWY_RESTRICT c,
+                                   const float* HWY_RESTRICT s, std::size_t half, std::uint16_t* HWY_RESTRICT out,
+                                   bool stream, std::size_t& i) {
+  const DF df;
+  const DU du;
+  const std::size_t N = hn::Lanes(df);
+  auto* out1 = reinterpret_cast<std::uint32_t*>(out);
+  auto* out2 = reinterpret_cast<std::uint32_t*>(out + half);
+  VF nan = hn::Zero(df);
+  i = 0;
+  if (stream && 2 * N * sizeof(std::uint32_t) == 64) {
+    for (; i + 4 * N <= half; i += 4 * N) {
+      const PackedBF16 a = TurnBF16Lanes<kCanonical>(df, x, c, s, half, i, nan);
+      const PackedBF16 b = TurnBF16Lanes<kCanonical>(df, x, c, s, half, i + 2 * N, nan);
+      PutLine(du, a.first, b.first, out1 + i / 2, stream);
+      PutLine(du, a.second, b.second, out2 + i / 2, stream);
+    }
+  }
+  for (; i + 2 * N <= half; i += 2 * N) {
+    const PackedBF16 a = TurnBF16Lanes<kCanonical>(df, x, c, s, half, i, nan);
+    Put(du, a.first, out1 + i / 2, stream);
+    Put(du, a.second, out2 + i / 2, stream);
+  }
+  return kCanonical || hn::AllFalse(df, hn::MaskFromVec(nan));
+}
+
+// Non-traditional f16: pairs [i, i + 2N) as one full u16 vector for out + i and one for
+// out + half + i.
+template <class Io>
+struct Packed16 {
+  hn::Vec<hn::Repartition<typename Io::T, DF>> first, second;
+};
+template <class Io>
+HWY_INLINE Packed16<Io> TurnHalves16(DF df, const typename Io::T* HWY_RESTRICT x, const float* HWY_RESTRICT c,
+                                     const float* HWY_RESTRICT s, std::size_t half, std::size_t i) {
+  const std::size_t N = hn::Lanes(df);
+  const VF x1a = Io::Load(df, x + i), x2a = Io::Load(df, x + half + i);
+  const VF x1b = Io::Load(df, x + i + N), x2b = Io::Load(df, x + half + i + N);
+  const VF ca = hn::LoadU(df, c + i), sa = hn::LoadU(df, s + i);
+  const VF cb = hn::LoadU(df, c + i + N), sb = hn::LoadU(df, s + i + N);
+  return {Io::Pack2(df, Rotated1(x1a, x2a, ca, sa), Rotated1(x1b, x2b, cb, sb)),
+          Io::Pack2(df, Rotated2(x1a, x2a, ca, sa), Rotated2(x1b, x2b, cb, sb))};
+}
+#endif
+
+// The table layout RotateRowBF16Lanes reads: in each row's c and s, every whole block of
+// 2N pairs as its even pairs' values, then its odd pairs'. The rest stays in order.
+void SplitTableBlocks(float* HWY_RESTRICT table, std::size_t rows, std::size_t half) {
+#if HWY_TARGET != HWY_SCALAR
+  const DF df;
+  const std::size_t N = hn::Lanes(df);
+  for (std::size_t k = 0; k < 2 * rows; ++k, table += half) {  // c, then s, of each row
+    for (std::size_t i = 0; i + 2 * N <= half; i += 2 * N) {
+      VF even, odd;
+      hn::LoadInterleaved2(df, table + i, even, odd);
+      hn::StoreU(even, df, table + i);
+      hn::StoreU(odd, df, table + i + N);
+    }
+  }
+#else
+  (void)table, (void)rows, (void)half;
+#endif
+}
+
 // Non-traditional: x1 = x[i], x2 = x[i + half].
 template <class Io>
 HWY_INLINE void RotateRowHalves(const typename Io::T* HWY_RESTRICT x, const float* HWY_RESTRICT c,
@@ -269,15 +394,19 @@ HWY_INLINE void RotateRowHalves(const typename Io::T* HWY_RESTRICT x, const floa
   } else {
     const hn::Rebind<T, DF> dh;  // N 16-bit lanes: half a vector
 #if HWY_TARGET != HWY_SCALAR
-    // 2N pairs per step, so each store is one full vector (whole lines when streaming).
+    if constexpr (std::is_same_v<Io, BF16Io>) {
+      if (!RotateRowBF16Lanes<false>(x, c, s, half, out, stream, i)) {
+        RotateRowBF16Lanes<true>(x, c, s, half, out, stream, i);
+      }
+    }
+    // f16: 2N pairs per step, so each store is one full vector (whole lines when streaming
+    // on AVX3; streaming AVX2's half lines two at a time showed no clear change, f16 being
+    // bound by its conversions: docs/benchmarks.md §Measurements behind kernel choices).
     const hn::Repartition<T, DF> dw;
     for (; i + 2 * N <= half; i += 2 * N) {
-      const VF x1a = Io::Load(df, x + i), x2a = Io::Load(df, x + half + i);
-      const VF x1b = Io::Load(df, x + i + N), x2b = Io::Load(df, x + half + i + N);
-      const VF ca = hn::LoadU(df, c + i), sa = hn::LoadU(df, s + i);
-      const VF cb = hn::LoadU(df, c + i + N), sb = hn::LoadU(df, s + i + N);
-      Put(dw, Io::Pack2(df, Rotated1(x1a, x2a, ca, sa), Rotated1(x1b, x2b, cb, sb)), out + i, stream);
-      Put(dw, Io::Pack2(df, Rotated2(x1a, x2a, ca, sa), Rotated2(x1b, x2b, cb, sb)), out + half + i, stream);
+      const Packed16<Io> a = TurnHalves16<Io>(df, x, c, s, half, i);
+      Put(dw, a.first, out + i, stream);
+      Put(dw, a.second, out + half + i, stream);
     }
 #endif
     for (; i + N <= half; i += N) {
@@ -309,20 +438,28 @@ HWY_INLINE void RotateRowPairsF32(const float* HWY_RESTRICT x, const float* HWY_
 // Traditional f16/bf16: the pair (x[2i], x[2i+1]) is one little-endian u32 lane, x1 in
 // its low half and x2 in its high half, so the pair never needs a shuffle.
 template <class Io>
+HWY_INLINE VU TurnPairs16(DF df, const std::uint16_t* HWY_RESTRICT x, const float* HWY_RESTRICT c,
+                          const float* HWY_RESTRICT s, std::size_t i) {
+  const VU w = hn::LoadU(DU(), reinterpret_cast<const std::uint32_t*>(x + 2 * i));
+  const VF x1 = Io::Low(df, w), x2 = Io::High(df, w);
+  const VF vc = hn::LoadU(df, c + i), vs = hn::LoadU(df, s + i);
+  return Io::PackPair(df, Rotated1(x1, x2, vc, vs), Rotated2(x1, x2, vc, vs));
+}
+template <class Io>
 HWY_INLINE void RotateRowPairs16(const std::uint16_t* HWY_RESTRICT x, const float* HWY_RESTRICT c,
                                  const float* HWY_RESTRICT s, std::size_t half, std::uint16_t* HWY_RESTRICT out,
                                  bool stream) {
   const DF df;
   const DU du;
   const std::size_t N = hn::Lanes(df);
+  auto* out32 = reinterpret_cast<std::uint32_t*>(out);
   std::size_t i = 0;
-  for (; i + N <= half; i += N) {
-    const VU w = hn::LoadU(du, reinterpret_cast<const std::uint32_t*>(x + 2 * i));
-    const VF x1 = Io::Low(df, w), x2 = Io::High(df, w);
-    const VF vc = hn::LoadU(df, c + i), vs = hn::LoadU(df, s + i);
-    const VU pair = Io::PackPair(df, Rotated1(x1, x2, vc, vs), Rotated2(x1, x2, vc, vs));
-    Put(du, pair, reinterpret_cast<std::uint32_t*>(out + 2 * i), stream);
+  if (stream && N * sizeof(std::uint32_t) * 2 == 64) {  // a vector is half a line: a whole line a step
+    for (; i + 2 * N <= half; i += 2 * N) {
+      PutLine(du, TurnPairs16<Io>(df, x, c, s, i), TurnPairs16<Io>(df, x, c, s, i + N), out32 + i, stream);
+    }
   }
+  for (; i + N <= half; i += N) Put(du, TurnPairs16<Io>(df, x, c, s, i), out32 + i, stream);
   for (; i < half; ++i) RotatePairScalar<Io>(x, 2 * i, 2 * i + 1, c[i], s[i], out);
 }
 
@@ -365,6 +502,7 @@ HWY_AFTER_NAMESPACE();
 namespace kvlab::simd {
 
 HWY_EXPORT(FillTable);
+HWY_EXPORT(SplitTableBlocks);
 HWY_EXPORT(RotateRows);
 
 namespace {
@@ -458,6 +596,8 @@ void rope(const ConstTensorView& x, const RopeParams& params, std::int32_t offse
   const auto task_rows = static_cast<std::int64_t>(std::max<std::size_t>(1, kTaskBytes / row_bytes));
   const std::int64_t seqs = g.batch * g.heads;
   const bool stream = static_cast<std::size_t>(rows) * row_bytes >= kStreamBytes;
+  // The bf16 halves path reads its table in split blocks (RotateRowBF16Lanes).
+  const bool split_table = x.dtype == DType::bf16 && !params.traditional;
 
   // Every entry is written before it is read: no zero fill.
   const auto table_buffer =
@@ -470,7 +610,9 @@ void rope(const ConstTensorView& x, const RopeParams& params, std::int32_t offse
     parallel_for(g.batch * blocks, [&](std::int64_t task) {
       const std::int64_t b = task / blocks, first = (task % blocks) * kBlock;
       float* dst = table + static_cast<std::size_t>(b * span + first) * table_row;
-      fill_block(g, b, t0 + first, std::min(kBlock, span - first), dst);
+      const std::int64_t count = std::min(kBlock, span - first);
+      fill_block(g, b, t0 + first, count, dst);
+      if (split_table) HWY_DYNAMIC_DISPATCH(SplitTableBlocks)(dst, static_cast<std::size_t>(count), g.half);
     });
     // 2. The rows of every (b, head) in the window, in memory order.
     const std::int64_t chunk = std::min(task_rows, span);

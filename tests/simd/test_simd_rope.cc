@@ -9,6 +9,8 @@
 // oracle's errors.
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <functional>
 #include <optional>
@@ -67,6 +69,60 @@ TEST(SimdRope, EveryTargetGivesTheSameBits) {
           const Tensor got = run_rope(simd, x, p, offset);
           if (!first) first = got;
           else EXPECT_TRUE(testing::bit_equal(got, *first)) << "differs from the first target";
+        });
+      }
+}
+
+// NaN results are one pattern, the positive quiet NaN, on every target, whatever NaN the
+// operands carried (x86 keeps the first operand's payload, and targets order commutative
+// operands differently): inputs with NaNs of every sign and payload and ±inf (inf − inf
+// makes the hardware's negative default NaN). NaN positions as the oracle's. Rows of 128
+// features take the bf16 path that checks a whole row for NaN after the fact; 40 features
+// leave tails.
+TEST(SimdRope, NaNResultsAreTheCanonicalPatternOnEveryTarget) {
+  KVLAB_SEEDED_RNG(rng, 4242);
+  ReferenceBackend ref;
+  SimdBackend simd;
+  const std::uint16_t specials16[] = {0x7FC0, 0xFFC0, 0x7F81, 0xFF81, 0x7FFF, 0xFFFF, 0x7F80, 0xFF80};
+  const std::uint16_t f16_specials[] = {0x7E00, 0xFE00, 0x7C01, 0xFC01, 0x7FFF, 0xFFFF, 0x7C00, 0xFC00};
+  const std::uint32_t specials32[] = {0x7FC00000u, 0xFFC00000u, 0x7F800001u, 0xFF800001u,
+                                      0x7FFFFFFFu, 0xFFFFFFFFu, 0x7F800000u, 0xFF800000u};
+  for (const DType dtype : {DType::bf16, DType::f16, DType::f32})
+    for (const bool traditional : {false, true})
+      for (const std::int64_t d : {128, 40}) {
+        SCOPED_TRACE(::testing::Message() << dtype_name(dtype) << " D " << d << (traditional ? " traditional" : ""));
+        Tensor x = testing::random_normal(rng, dtype, {1, 3, 7, d}, 2.0);
+        for (std::int64_t k = 0; k < x.numel(); k += rng.integer(1, 9)) {  // about one in five
+          const auto pick = static_cast<std::size_t>(rng.integer(0, 7));
+          const std::size_t at = static_cast<std::size_t>(k) * dtype_size(dtype);
+          if (dtype == DType::f32) std::memcpy(x.data() + at, &specials32[pick], 4);
+          else std::memcpy(x.data() + at, dtype == DType::bf16 ? &specials16[pick] : &f16_specials[pick], 2);
+        }
+        RopeParams p;
+        p.dims = static_cast<int>(d);
+        p.traditional = traditional;
+        p.base = 500000.0f;
+        const Tensor want = run_rope(ref, x, p, 11);
+        testing::for_each_simd_target([&](const std::string& target) {
+          const Tensor got = run_rope(simd, x, p, 11);
+          std::int64_t nans = 0;
+          for (std::int64_t k = 0; k < got.numel(); ++k) {
+            const bool nan = std::isnan(got.view().load(k));
+            ASSERT_EQ(nan, std::isnan(want.view().load(k))) << target << " element " << k;
+            if (!nan) continue;
+            ++nans;
+            const std::size_t at = static_cast<std::size_t>(k) * dtype_size(dtype);
+            if (dtype == DType::f32) {
+              std::uint32_t bits = 0;
+              std::memcpy(&bits, got.data() + at, 4);
+              ASSERT_EQ(bits, 0x7FC00000u) << target << " element " << k;
+            } else {
+              std::uint16_t bits = 0;
+              std::memcpy(&bits, got.data() + at, 2);
+              ASSERT_EQ(bits, dtype == DType::bf16 ? 0x7FC0 : 0x7E00) << target << " element " << k;
+            }
+          }
+          EXPECT_GT(nans, x.numel() / 10) << target;  // the case makes NaNs at all
         });
       }
 }
