@@ -1216,9 +1216,16 @@ HWY_INLINE void DequantizeBf16High(const std::uint8_t* HWY_RESTRICT codes, std::
   const fi::DF df;
   const hn::Repartition<std::uint16_t, fi::DF> d16;
   const std::size_t N = hn::Lanes(df);
+  // The scale of vector k is scales[k / (gs / N)], found by counting: a 64-bit division
+  // per vector (scales[i / gs]) took two of the AVX2 loop's 42 instructions and most of
+  // its time on Zen 3 (docs/benchmarks.md §Measurements behind kernel choices).
+  const std::size_t per_group = gs / N;
+  std::size_t group = 0, left = per_group;
   const auto decode = [&](std::size_t i) {
     const auto c = LoadCodes<!kE4M3>(codes, i);  // E2M1 codes come packed
-    return hn::Mul(kE4M3 ? fi::E4M3Decode(c) : fi::E2M1DecodeLut(c), hn::Set(df, scales[i / gs]));
+    const fi::VF scale = hn::Set(df, scales[group]);
+    if (--left == 0) ++group, left = per_group;
+    return hn::Mul(kE4M3 ? fi::E4M3Decode(c) : fi::E2M1DecodeLut(c), scale);
   };
   for (std::size_t i = 0; i < values; i += 2 * N) {
     const fi::VF lo = decode(i), hi = decode(i + N);
