@@ -335,13 +335,12 @@ HWY_INLINE hn::Vec<D16> E4M3OfBF16(D16 d16, hn::Vec<D16> w, hn::Vec<D16> shift, 
 }
 
 // nvfp4's E2M1 CPU codes of 16-bit lanes holding bf16 patterns w (no global scale: x =
-// w), given the group's seven thresholds as 16-bit lanes, thresholds[j] = the bf16 pattern
-// of t·s/4 for t = kE2M1QuarterMidpoints[j] (exact: s, an E4M3 value of at most 4
-// significant bits and >= 2^-9, times t of at most 3 is a normal bf16 value). By
-// E2M1CpuQuotient's argument the magnitude is the number of t with |x| > t·s/4, for a
-// group within E2M1CpuQuarters' range, and the sign goes on when x < −s/4; patterns of
-// non-negative values order as the values.
-// The thresholds come as u32 patterns in both halves, threshold j at t[j·stride].
+// w), given the group's seven thresholds: threshold j, at t[j·stride], is the bf16 pattern
+// of t_j·s/4 for t_j = kE2M1QuarterMidpoints[j], repeated in both halves of the u32 (exact:
+// s, an E4M3 value of at most 4 significant bits and >= 2^-9, times t_j of at most 3 is a
+// normal bf16 value). By E2M1CpuQuotient's argument the magnitude is the number of t_j with
+// |x| > t_j·s/4, for a group within E2M1CpuQuarters' range, and the sign goes on when
+// x < −s/4; patterns of non-negative values order as the values.
 template <class D16>
 HWY_INLINE hn::Vec<D16> E2M1CpuOfBF16Thresholds(D16 d16, hn::Vec<D16> w, const std::uint32_t* t, std::size_t stride) {
   const hn::Repartition<std::uint32_t, D16> d32;
