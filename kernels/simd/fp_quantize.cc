@@ -1233,6 +1233,13 @@ HWY_INLINE void DequantizeBf16High(const std::uint8_t* HWY_RESTRICT codes, std::
 }
 #endif
 
+// Batches of N scale codes decoded at once before one DequantizeBf16High call, where a
+// batch holds fewer than kWideBelow values.
+constexpr std::size_t kWideBatches = 4;
+#if HWY_TARGET != HWY_SCALAR
+constexpr std::size_t kWideBelow = 256;
+#endif
+
 // `groups` consecutive groups: element codes (one byte each, or two to a byte for 4-bit
 // formats) and scale codes → values in out's dtype (f32, or f16/bf16 by one RNE rounding
 // of the f32 value, as the oracle's store). N groups at a time: N scales as one vector,
@@ -1260,8 +1267,31 @@ void FpDequantizeBlock(const fd::RowJob& job, const std::uint8_t* HWY_RESTRICT i
   const bool line_stores = store == StoreAs::bf16 && !job.has_global && gs % N == 0;
 #endif
   alignas(64) std::int32_t lane_codes[kMaxN];
-  alignas(64) float scales[kMaxN];
+  alignas(64) float scales[kWideBatches * kMaxN];
   for (std::size_t g0 = 0; g0 < groups; g0 += N) {
+#if HWY_TARGET != HWY_SCALAR
+    // Batches of fewer than kWideBelow values (nvfp4 below AVX-512): kWideBatches·N groups
+    // at once where every one takes DequantizeBf16High, one call and one loop instead of
+    // kWideBatches (the per-batch work was a sixth of nvfp4's instructions; larger batches
+    // ran slower so: docs/benchmarks.md §Measurements behind kernel choices).
+    if (line_stores && N * gs < kWideBelow && groups - g0 >= kWideBatches * N) {
+      bool normal = true;
+      for (std::size_t v = 0; v < kWideBatches; ++v) {
+        const fi::VI wide = hn::PromoteTo(di, hn::LoadU(hn::Rebind<std::uint8_t, fi::DI>(), scale_codes + g0 + v * N));
+        normal = normal && (!job.e8m0_scales || hn::AllFalse(di, hn::Or(hn::Lt(wide, hn::Set(di, lowest)),
+                                                                        hn::Gt(wide, hn::Set(di, highest)))));
+        hn::Store(job.e8m0_scales ? fi::E8M0Decode(wide) : fi::E4M3Decode(wide), df, scales + v * N);
+      }
+      if (normal) {
+        auto* const dst = reinterpret_cast<std::uint16_t*>(out + g0 * out_group_bytes);
+        const std::size_t values = kWideBatches * N * gs;
+        if (packed) DequantizeBf16High<false>(in + g0 * gs / 2, values, gs, scales, dst, stream);
+        else DequantizeBf16High<true>(in + g0 * gs, values, gs, scales, dst, stream);
+        g0 += (kWideBatches - 1) * N;  // and N more by the loop
+        continue;
+      }
+    }
+#endif
     const std::size_t nb = std::min(N, groups - g0);
     fi::VI sc;
     if (nb == N) {
