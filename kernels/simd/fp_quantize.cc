@@ -1272,8 +1272,9 @@ void FpDequantizeBlock(const fd::RowJob& job, const std::uint8_t* HWY_RESTRICT i
 #if HWY_TARGET != HWY_SCALAR
     // Batches of fewer than kWideBelow values (nvfp4 below AVX-512): kWideBatches·N groups
     // at once where every one takes DequantizeBf16High, one call and one loop instead of
-    // kWideBatches (the per-batch work was a sixth of nvfp4's instructions; larger batches
-    // ran slower so: docs/benchmarks.md §Measurements behind kernel choices).
+    // kWideBatches (the per-batch work was a sixth of nvfp4's instructions; the mx
+    // formats' batches of 256 values ran slower this way,
+    // docs/benchmarks.md §Measurements behind kernel choices).
     if (line_stores && N * gs < kWideBelow && groups - g0 >= kWideBatches * N) {
       bool normal = true;
       for (std::size_t v = 0; v < kWideBatches; ++v) {

@@ -10,7 +10,8 @@
 //    recurrence in double, vectorized across pairs:
 //      c' = c·cos δ − s·sin δ,  s' = s·cos δ + c·sin δ,  δ_i = scale·inv_i.
 // 2. Data, in memory order (b, h, t) split into tasks of about kTaskBytes: each f16/bf16/
-//    f32 vector is loaded and converted to f32 in registers (half_convert-inl.h: exact),
+//    f32 vector is loaded and converted to f32 in registers (half_convert-inl.h: exact, but
+//    for F16C's quieting of a signalling NaN, whose results are NaN and made canonical),
 //    rotated in f32 — out1 = x1·c − x2·s, out2 = x1·s + x2·c, each product and sum
 //    rounded separately (-ffp-contract=off: no FMA on any target) — and converted back
 //    with kvlab's RNE. Traditional f16/bf16 pairs (x[2i], x[2i+1]) are one u32 lane
