@@ -9,8 +9,8 @@
 // E2M1 CPU rounding within E2M1CpuQuarters' range) takes the fast path: every amax from
 // one reduction of the stored patterns (ReduceGroups), batches planned a chunk ahead of
 // their encoding, bf16 read as even/odd pairs, nvfp4 without a division
-// (E2M1CpuQuotient), large outputs streamed; any other batch the general path. On AVX2
-// and narrower, bf16 mx groups are encoded on their stored patterns (kBF16Patterns), and
+// (E2M1CpuQuotient), large outputs streamed; any other batch the general path. bf16 mx
+// groups are encoded on their stored patterns (kBF16Patterns), and on AVX2 and narrower
 // bf16 nvfp4 groups without a global scale by thresholds on them (kBF16Thresholds).
 //
 // Exactness argument, per encoder (y = w/scale, computed as the exact w·(1/scale) for the
@@ -653,17 +653,19 @@ template <class Codes>
 constexpr bool kQuarters = std::is_same_v<Codes, E2M1CpuCodes> && HWY_TARGET != HWY_SCALAR;  // one lane: no pairs
 
 // bf16 mx groups (E2M1 with the CPU rounding, E4M3) are encoded on their stored 16-bit
-// patterns (E2M1CpuOfBF16, E4M3OfBF16) on AVX2 and narrower x86 targets, where that
-// halved the mx rows' time; AVX-512 keeps the f32 path and its byte lookups
+// patterns (E2M1CpuOfBF16, E4M3OfBF16) on every vector target: that halved the mx rows'
+// time on AVX2 and made mxfp8 a fifth faster on AVX3_DL, mxfp4 unchanged there.
+// nvfp4 groups of bf16 without a global scale are compared with their thresholds
+// (E2M1CpuOfBF16Thresholds) on AVX2 and narrower x86 targets: a 512-bit vector holds
+// two of its 16-value groups, which EncodeBF16Thresholds leaves to the f32 path
 // (docs/benchmarks.md §Measurements behind kernel choices).
-// The same for nvfp4 groups of bf16 without a global scale (E2M1CpuOfBF16Thresholds).
 template <DType kDtype, bool kDivide, class Codes>
 constexpr bool kBF16Thresholds = kQuarters<Codes> && kDtype == DType::bf16 && kDivide && HWY_TARGET != HWY_SCALAR &&
                                  !(HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3);
 
 template <DType kDtype, bool kDivide, class Codes>
 constexpr bool kBF16Patterns = (kQuarters<Codes> || std::is_same_v<Codes, E4M3Codes>) && kDtype == DType::bf16 &&
-                               !kDivide && HWY_TARGET != HWY_SCALAR && !(HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3);
+                               !kDivide && HWY_TARGET != HWY_SCALAR;
 
 // E2M1 CPU rounding in quarters, q = 4y: mx q = w·quarter with quarter = 4/scale, nvfp4
 // q = (w·enc)/quarter with quarter = s/4 (exact: s >= 2^-9). Every |q| of a group is at
