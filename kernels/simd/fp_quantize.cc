@@ -834,7 +834,9 @@ HWY_INLINE void StoreNibblePairs(hn::Vec256<std::int16_t> a, hn::Vec256<std::int
 #endif
 
 // The codes of nb bf16 mx groups (kBF16Patterns) from their stored patterns, 16-bit lanes
-// at a time (EncodePatternVector); groups of two vectors unrolled. A group size that is
+// at a time (EncodePatternVector); groups of one or two vectors without an inner loop
+// (its per-group set-up cost mxfp8 a sixth on AVX-512:
+// docs/benchmarks.md §Measurements behind kernel choices). A group size that is
 // not a multiple of the vector takes the f32 path.
 template <class Codes>
 HWY_INLINE void EncodeBF16Patterns(const std::byte* HWY_RESTRICT batch, std::size_t nb, std::size_t gs,
@@ -868,6 +870,14 @@ HWY_INLINE void EncodeBF16Patterns(const std::byte* HWY_RESTRICT batch, std::siz
 #endif
       EncodePatternVector<Codes>(w + g * gs, shift, plan.k1[g], out + g * gs / code_bytes);
       EncodePatternVector<Codes>(w + g * gs + n16, shift, plan.k1[g], out + (g * gs + n16) / code_bytes);
+    }
+    return;
+  }
+  if (gs == n16) {  // one vector a group (AVX-512's groups of 32): one line, one prefetch
+    constexpr std::size_t kStride = 2 * hn::MaxLanes(d16);
+    for (std::size_t g = 0; g < nb; ++g) {
+      PrefetchPast(batch, g, kStride, ahead);
+      EncodePatternVector<Codes>(w + g * gs, hn::Set(d16, plan.shift[g]), plan.k1[g], out + g * gs / code_bytes);
     }
     return;
   }
