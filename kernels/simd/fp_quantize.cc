@@ -1280,6 +1280,22 @@ void FpDequantizeBlock(const fd::RowJob& job, const std::uint8_t* HWY_RESTRICT i
 #endif
   alignas(64) std::int32_t lane_codes[kMaxN];
   alignas(64) float scales[kWideBatches * kMaxN];
+  const auto decode_scales = [&](fi::VI sc, float* to) {
+    hn::Store(job.e8m0_scales ? fi::E8M0Decode(sc) : fi::E4M3Decode(sc), df, to);
+  };
+#if HWY_TARGET != HWY_SCALAR
+  // Every lane's products normal (a partial batch's zero lanes fail an E8M0 batch).
+  const auto normal_products = [&](fi::VI sc) {
+    return !job.e8m0_scales ||
+           hn::AllFalse(di, hn::Or(hn::Lt(sc, hn::Set(di, lowest)), hn::Gt(sc, hn::Set(di, highest))));
+  };
+  // `values` values from group `first` on as whole bf16 lines, with the scales decoded.
+  const auto put_lines = [&](std::size_t first, std::size_t values) {
+    auto* const dst = reinterpret_cast<std::uint16_t*>(out + first * out_group_bytes);
+    if (packed) DequantizeBf16High<false>(in + first * gs / 2, values, gs, scales, dst, stream);
+    else DequantizeBf16High<true>(in + first * gs, values, gs, scales, dst, stream);
+  };
+#endif
   for (std::size_t g0 = 0; g0 < groups; g0 += N) {
 #if HWY_TARGET != HWY_SCALAR
     // Batches of fewer than kWideBelow values (nvfp4 below AVX-512): kWideBatches·N groups
@@ -1291,15 +1307,11 @@ void FpDequantizeBlock(const fd::RowJob& job, const std::uint8_t* HWY_RESTRICT i
       bool normal = true;
       for (std::size_t v = 0; v < kWideBatches; ++v) {
         const fi::VI wide = hn::PromoteTo(di, hn::LoadU(hn::Rebind<std::uint8_t, fi::DI>(), scale_codes + g0 + v * N));
-        normal = normal && (!job.e8m0_scales || hn::AllFalse(di, hn::Or(hn::Lt(wide, hn::Set(di, lowest)),
-                                                                        hn::Gt(wide, hn::Set(di, highest)))));
-        hn::Store(job.e8m0_scales ? fi::E8M0Decode(wide) : fi::E4M3Decode(wide), df, scales + v * N);
+        normal = normal && normal_products(wide);
+        decode_scales(wide, scales + v * N);
       }
       if (normal) {
-        auto* const dst = reinterpret_cast<std::uint16_t*>(out + g0 * out_group_bytes);
-        const std::size_t values = kWideBatches * N * gs;
-        if (packed) DequantizeBf16High<false>(in + g0 * gs / 2, values, gs, scales, dst, stream);
-        else DequantizeBf16High<true>(in + g0 * gs, values, gs, scales, dst, stream);
+        put_lines(g0, kWideBatches * N * gs);
         g0 += (kWideBatches - 1) * N;  // and N more by the loop
         continue;
       }
@@ -1314,17 +1326,10 @@ void FpDequantizeBlock(const fd::RowJob& job, const std::uint8_t* HWY_RESTRICT i
       for (std::size_t g = 0; g < N; ++g) lane_codes[g] = g < nb ? scale_codes[g0 + g] : 0;
       sc = hn::Load(di, lane_codes);
     }
-    hn::Store(job.e8m0_scales ? fi::E8M0Decode(sc) : fi::E4M3Decode(sc), df, scales);
+    decode_scales(sc, scales);
 #if HWY_TARGET != HWY_SCALAR
-    // Every lane's products normal (a partial batch's zero lanes fail an E8M0 batch).
-    const auto normal_batch = [&] {
-      return !job.e8m0_scales ||
-             hn::AllFalse(di, hn::Or(hn::Lt(sc, hn::Set(di, lowest)), hn::Gt(sc, hn::Set(di, highest))));
-    };
-    if (line_stores && nb * gs % (2 * N) == 0 && normal_batch()) {
-      auto* const dst = reinterpret_cast<std::uint16_t*>(out + g0 * out_group_bytes);
-      if (packed) DequantizeBf16High<false>(in + g0 * gs / 2, nb * gs, gs, scales, dst, stream);
-      else DequantizeBf16High<true>(in + g0 * gs, nb * gs, gs, scales, dst, stream);
+    if (line_stores && nb * gs % (2 * N) == 0 && normal_products(sc)) {
+      put_lines(g0, nb * gs);
       continue;
     }
 #endif

@@ -331,23 +331,6 @@ HWY_INLINE bool RotateRowBF16Lanes(const std::uint16_t* HWY_RESTRICT x, const fl
   return kCanonical || hn::AllFalse(df, hn::MaskFromVec(nan));
 }
 
-// Non-traditional f16: pairs [i, i + 2N) as one full u16 vector for out + i and one for
-// out + half + i.
-template <class Io>
-struct Packed16 {
-  hn::Vec<hn::Repartition<typename Io::T, DF>> first, second;
-};
-template <class Io>
-HWY_INLINE Packed16<Io> TurnHalves16(DF df, const typename Io::T* HWY_RESTRICT x, const float* HWY_RESTRICT c,
-                                     const float* HWY_RESTRICT s, std::size_t half, std::size_t i) {
-  const std::size_t N = hn::Lanes(df);
-  const VF x1a = Io::Load(df, x + i), x2a = Io::Load(df, x + half + i);
-  const VF x1b = Io::Load(df, x + i + N), x2b = Io::Load(df, x + half + i + N);
-  const VF ca = hn::LoadU(df, c + i), sa = hn::LoadU(df, s + i);
-  const VF cb = hn::LoadU(df, c + i + N), sb = hn::LoadU(df, s + i + N);
-  return {Io::Pack2(df, Rotated1(x1a, x2a, ca, sa), Rotated1(x1b, x2b, cb, sb)),
-          Io::Pack2(df, Rotated2(x1a, x2a, ca, sa), Rotated2(x1b, x2b, cb, sb))};
-}
 #endif
 
 // The table layout RotateRowBF16Lanes reads: in each row's c and s, every whole block of
@@ -405,9 +388,12 @@ HWY_INLINE void RotateRowHalves(const typename Io::T* HWY_RESTRICT x, const floa
     // bound by its conversions: docs/benchmarks.md §Measurements behind kernel choices).
     const hn::Repartition<T, DF> dw;
     for (; i + 2 * N <= half; i += 2 * N) {
-      const Packed16<Io> a = TurnHalves16<Io>(df, x, c, s, half, i);
-      Put(dw, a.first, out + i, stream);
-      Put(dw, a.second, out + half + i, stream);
+      const VF x1a = Io::Load(df, x + i), x2a = Io::Load(df, x + half + i);
+      const VF x1b = Io::Load(df, x + i + N), x2b = Io::Load(df, x + half + i + N);
+      const VF ca = hn::LoadU(df, c + i), sa = hn::LoadU(df, s + i);
+      const VF cb = hn::LoadU(df, c + i + N), sb = hn::LoadU(df, s + i + N);
+      Put(dw, Io::Pack2(df, Rotated1(x1a, x2a, ca, sa), Rotated1(x1b, x2b, cb, sb)), out + i, stream);
+      Put(dw, Io::Pack2(df, Rotated2(x1a, x2a, ca, sa), Rotated2(x1b, x2b, cb, sb)), out + half + i, stream);
     }
 #endif
     for (; i + N <= half; i += N) {
