@@ -9,14 +9,21 @@
 
 #include "harness/ops/ops.h"
 #include "harness/rng.h"
+#include "kvlab/host_buffer.h"
 
 namespace kvlab::harness::ops {
 
 namespace {
 
 // An index input as the kernel takes it: on the host (kvlab/op_list.h). Problems bind
-// every input to the backend, so the index is read back from there.
-Tensor host_index(Backend& b, const DTensor& t) { return b.download(t); }
+// every input to the backend: a host backend's copy is viewed where it lies, a device
+// backend's is read back into `storage`. Reading a host copy back too would time an
+// allocation and a copy no caller of the op makes (docs/benchmarks.md §How a row is measured).
+ConstTensorView host_index(Backend& b, const DTensor& t, Tensor& storage) {
+  if (t.buffer != nullptr && t.buffer->host_data() != nullptr) return host_cview(t);
+  storage = b.download(t);
+  return storage.view();
+}
 
 ParamSpec move_dtype() {
   return {"dtype", ParamKind::word, "f32", {"f32", "f16", "bf16", "u32", "u8"}, false, 1};
@@ -116,7 +123,8 @@ class KvScatter final : public OpInfo {
     return prep;
   }
   void invoke(Backend& b, const Problem&, const Bound& in, const Bound& out) const override {
-    b.kv_scatter({in["src"], host_index(b, in["slots"]).view(), out.tensors[0]});
+    Tensor storage;
+    b.kv_scatter({in["src"], host_index(b, in["slots"], storage), out.tensors[0]});
   }
 };
 
@@ -146,7 +154,8 @@ class KvGather final : public OpInfo {
     return prep;
   }
   void invoke(Backend& b, const Problem&, const Bound& in, const Bound& out) const override {
-    b.kv_gather({in["src"], host_index(b, in["batch_index"]).view(), out.tensors[0]});
+    Tensor storage;
+    b.kv_gather({in["src"], host_index(b, in["batch_index"], storage), out.tensors[0]});
   }
 };
 
@@ -237,7 +246,8 @@ class KvRoll final : public OpInfo {
     return prep;
   }
   void invoke(Backend& b, const Problem&, const Bound& in, const Bound& out) const override {
-    b.kv_roll({in["src"], host_index(b, in["shifts"]).view(), out.tensors[0]});
+    Tensor storage;
+    b.kv_roll({in["src"], host_index(b, in["shifts"], storage), out.tensors[0]});
   }
 };
 
