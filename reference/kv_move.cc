@@ -74,8 +74,15 @@ std::vector<std::int64_t> load_indices(const ConstTensorView& v, const Shape& ex
   require_dtype(v, DType::i32, what);
   require_shape(v, expected, what);
   checked_bytes(v, what);
+  // Read as i32 in one loop the compiler vectorizes, not a load_int call per element: an
+  // append's slots arrive cold, and a call per element kept about one miss in flight
+  // (docs/benchmarks.md §Measurements behind kernel choices).
   std::vector<std::int64_t> out(static_cast<std::size_t>(v.numel()));
-  for (std::size_t i = 0; i < out.size(); ++i) out[i] = v.load_int(static_cast<std::int64_t>(i));
+  for (std::size_t i = 0; i < out.size(); ++i) {
+    std::int32_t x;
+    std::memcpy(&x, v.data + 4 * i, 4);
+    out[i] = x;
+  }
   return out;
 }
 
