@@ -11,7 +11,8 @@
 // their encoding, bf16 read as even/odd pairs, nvfp4 without a division
 // (E2M1CpuQuotient), large outputs streamed; any other batch the general path. bf16 mx
 // groups are encoded on their stored patterns (kBF16Patterns), and on AVX2 and narrower
-// bf16 nvfp4 groups without a global scale by thresholds on them (kBF16Thresholds).
+// bf16 nvfp4 groups without a global scale by thresholds on them (kBF16Thresholds); on
+// AVX3_DL those are encoded two groups a load (EncodeBF16NarrowPairs).
 //
 // Exactness argument, per encoder (y = w/scale, computed as the exact w·(1/scale) for the
 // power-of-two mx scales, or (w·enc)/s for nvfp4, single correctly rounded vector ops in
@@ -222,14 +223,16 @@ HWY_INLINE VI E2M1MagnitudeOfCeil(VI c) {
 }
 
 #if HWY_TARGET == HWY_AVX3_DL && HWY_ARCH_X86
-// E2M1 codes by (sign, ⌈|q|⌉ clamped to 31): the magnitude, with the sign bit on every
-// nonzero one (index 0 is code 0, which the zero bytes of each index lane read).
-constexpr std::array<std::uint8_t, 64> E2M1CodeBySignAndCeil() {
-  std::array<std::uint8_t, 64> table{};
+// E2M1 codes by (sign, ⌈|q|⌉ below kSize/2, clamped to 31): the magnitude, with the sign
+// bit on every nonzero one, shifted left by kShift (index 0 is code 0, which the zero
+// bytes of each index lane read).
+template <std::size_t kSize = 64, unsigned kShift = 0>
+constexpr std::array<std::uint8_t, kSize> E2M1CodeBySignAndCeil() {
+  std::array<std::uint8_t, kSize> table{};
   const std::array<std::int32_t, 32> mag = E2M1MagnitudeByCeilQuarter();
-  for (std::size_t i = 0; i < 64; ++i) {
-    const auto m = static_cast<std::uint8_t>(mag[i % 32]);
-    table[i] = static_cast<std::uint8_t>(i >= 32 && m != 0 ? m | 8 : m);
+  for (std::size_t i = 0; i < kSize; ++i) {
+    const auto m = static_cast<std::uint8_t>(mag[std::min<std::size_t>(i % (kSize / 2), 31)]);
+    table[i] = static_cast<std::uint8_t>((i >= kSize / 2 && m != 0 ? m | 8 : m) << kShift);
   }
   return table;
 }
@@ -657,8 +660,8 @@ constexpr bool kQuarters = std::is_same_v<Codes, E2M1CpuCodes> && HWY_TARGET != 
 // time on AVX2 and made mxfp8 a fifth faster on AVX3_DL, mxfp4 unchanged there.
 // nvfp4 groups of bf16 without a global scale are compared with their thresholds
 // (E2M1CpuOfBF16Thresholds) on AVX2 and narrower x86 targets: a 512-bit vector holds
-// two of its 16-value groups, which EncodeBF16Thresholds leaves to the f32 path
-// (docs/benchmarks.md §Measurements behind kernel choices).
+// two of its 16-value groups, which AVX3_DL encodes a pair a load (EncodeBF16NarrowPairs)
+// and AVX3 by the f32 path (docs/benchmarks.md §Measurements behind kernel choices).
 template <DType kDtype, bool kDivide, class Codes>
 constexpr bool kBF16Thresholds = kQuarters<Codes> && kDtype == DType::bf16 && kDivide && HWY_TARGET != HWY_SCALAR &&
                                  !(HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3);
@@ -670,14 +673,20 @@ constexpr bool kBF16Patterns = (kQuarters<Codes> || std::is_same_v<Codes, E4M3Co
 // E2M1 CPU rounding in quarters, q = 4y: mx q = w·quarter with quarter = 4/scale, nvfp4
 // q = (w·enc)/quarter with quarter = s/4 (exact: s >= 2^-9). Every |q| of a group is at
 // most the same arithmetic on its amax (monotone roundings): the groups whose bound is
-// <= 48 (|y| <= 12, the table's range).
+// <= 48 (|y| <= 12, the table's range). nvfp4 compares |amax·enc| <= 12·s instead, with
+// no division: 12·s is exact (s, an E4M3 value, has at most 4 significant bits), and
+// a <= 48·(s/4) implies RN(a/(s/4)) <= 48, so no group outside the range passes.
 template <bool kDivide>
 HWY_INLINE hn::Mask<fp_impl::DF> QuartersInRange(fp_impl::VF factor, fp_impl::VF amax, fp_impl::VF enc,
                                                  fp_impl::VF& quarter) {
   const fp_impl::DF df;
-  quarter = kDivide ? hn::Mul(factor, hn::Set(df, 0.25f)) : hn::Mul(factor, hn::Set(df, 4.0f));
-  const fp_impl::VF bound = hn::Abs(kDivide ? hn::Div(hn::Mul(amax, enc), quarter) : hn::Mul(amax, quarter));
-  return hn::Le(bound, hn::Set(df, 48.0f));
+  if constexpr (kDivide) {
+    quarter = hn::Mul(factor, hn::Set(df, 0.25f));
+    return hn::Le(hn::Abs(hn::Mul(amax, enc)), hn::Mul(factor, hn::Set(df, 12.0f)));
+  } else {
+    quarter = hn::Mul(factor, hn::Set(df, 4.0f));
+    return hn::Le(hn::Abs(hn::Mul(amax, quarter)), hn::Set(df, 48.0f));
+  }
 }
 
 // The oracle's amax of a group that holds a NaN: the largest |w| of the others.
@@ -718,19 +727,29 @@ HWY_INLINE bool PlanBatchFast(const fd::RowJob& job, const std::byte* HWY_RESTRI
   const auto gs = static_cast<std::size_t>(job.group_size);
   fi::VI partial[kMaxN];
   const hn::Repartition<std::int16_t, fi::DI> d16;
+  const auto max_of = [](fi::VI x, fi::VI y) { return MaxOfPatterns<kDtype>(x, y); };
+  const auto* p = reinterpret_cast<const std::int16_t*>(batch);
+  const auto mask = hn::Set(d16, 0x7FFF);
   if (kDtype != DType::f32 && nb == kMaxN && gs == 2 * hn::Lanes(d16)) {  // full batches of two-vector groups
-    const auto* p = reinterpret_cast<const std::int16_t*>(batch);
-    const auto mask = hn::Set(d16, 0x7FFF);
 #pragma GCC unroll 16
     for (std::size_t g = 0; g < kMaxN; ++g) {
       partial[g] = hn::BitCast(di, hn::Max(hn::And(hn::LoadU(d16, p + g * gs), mask),
                                            hn::And(hn::LoadU(d16, p + g * gs + hn::Lanes(d16)), mask)));
     }
+    ReduceGroups<kMaxN>(di, partial, max_of);
+  } else if (kDtype != DType::f32 && nb == kMaxN && 2 * gs == hn::Lanes(d16)) {
+    // Full batches of half-vector groups (AVX-512 nvfp4): two groups a vector, their
+    // 16-bit patterns in i32 lanes as the first level's output, which is skipped.
+#pragma GCC unroll 16
+    for (std::size_t j = 0; j < kMaxN / 2; ++j) {
+      partial[j] = hn::BitCast(di, hn::And(hn::LoadU(d16, p + 2 * j * gs), mask));
+    }
+    ReduceGroups<kMaxN, 2>(di, partial, max_of);
   } else {
     for (std::size_t g = 0; g < kMaxN; ++g)
       partial[g] = g < nb ? GroupMagnitudeMax<kDtype>(batch + g * gs * kStoredBytes, gs) : hn::Zero(di);
+    ReduceGroups<kMaxN>(di, partial, max_of);
   }
-  ReduceGroups<kMaxN>(di, partial, [](fi::VI x, fi::VI y) { return MaxOfPatterns<kDtype>(x, y); });
   const fi::VI amax_bits = PatternsToLanes<kDtype>(partial[0]);
   if (!hn::AllFalse(di, hn::Gt(amax_bits, hn::Set(di, kInfPattern<kDtype>)))) return false;  // a NaN
   const fi::VF vamax = MagnitudeToF32<kDtype>(amax_bits);
@@ -755,7 +774,17 @@ HWY_INLINE bool PlanBatchFast(const fd::RowJob& job, const std::byte* HWY_RESTRI
       const fi::VI e = hn::Sub(hn::ShiftRight<23>(hn::BitCast(di, vfactor)), hn::Set(di, 127));
       const auto pow2 = [&](fi::VI k) { return hn::BitCast(df, hn::ShiftLeft<23>(hn::Add(k, hn::Set(di, 127)))); };
       const fi::VF vm = hn::Mul(vfactor, pow2(hn::Sub(hn::Set(di, 3), e)));
-      const fi::VF vinv = hn::Div(hn::Set(df, 1.0f), hn::IfThenElse(live, vm, hn::Set(df, 8.0f)));
+      fi::VF vinv;
+      if constexpr (hn::MaxLanes(df) >= 8) {
+        // RN(1/m) from a table: m − 8 is s's top three mantissa bits (m, an integer in
+        // [8, 16), has s's significand). Replaces a division on the batch's critical path.
+        alignas(64) static constexpr float kInvM[16] = {1.0f / 8,  1.0f / 9,  1.0f / 10, 1.0f / 11,
+                                                        1.0f / 12, 1.0f / 13, 1.0f / 14, 1.0f / 15};
+        const fi::VI idx = hn::And(hn::ShiftRight<20>(hn::BitCast(di, vfactor)), hn::Set(di, 7));
+        vinv = hn::TableLookupLanes(hn::Load(df, kInvM), hn::IndicesFromVec(df, idx));
+      } else {
+        vinv = hn::Div(hn::Set(df, 1.0f), hn::IfThenElse(live, vm, hn::Set(df, 8.0f)));
+      }
       const fi::VF vk1 = pow2(hn::Sub(hn::Set(di, 5), e));
       hn::Store(vk1, df, plan.k1);
       hn::Store(hn::Neg(vm), df, plan.neg_m);
@@ -902,6 +931,50 @@ HWY_INLINE hn::Vec<hn::ScalableTag<std::int16_t>> ThresholdCodes(const std::int1
 }
 #endif
 
+#if HWY_TARGET == HWY_AVX3_DL && HWY_ARCH_X86
+// E2M1CpuQuotientNarrow of the bf16 groups of 16 of a fast nvfp4 batch without a global
+// scale, two groups (one 64-byte line) a load: u32 lane k holds elements 2k and 2k+1, so
+// lanes 0-7 are group g and 8-15 group g+1, and each lane's K comes from one permute of
+// the plan. Elements 2k and 2k+1 become f32 |x| by a mask and a shift, each takes one FMA
+// and an upward conversion, and its code is one byte lookup indexed by c = ⌈·⌉ and the
+// element's sign bit at bit 6 (c <= 48 < 64 in a fast batch, so no clamp), the odd
+// elements' table shifted to the high nibble: an or packs the pair. Returns the number of
+// groups encoded (the even part of nb).
+HWY_INLINE std::size_t EncodeBF16NarrowPairs(const std::byte* HWY_RESTRICT batch, std::size_t nb, const BatchPlan& plan,
+                                             std::size_t ahead, std::uint8_t* HWY_RESTRICT out) {
+  static_assert(BatchPlan::kMaxN == 16);
+  alignas(64) static constexpr std::array<std::uint8_t, 128> kEven = fp_impl::E2M1CodeBySignAndCeil<128, 0>();
+  alignas(64) static constexpr std::array<std::uint8_t, 128> kOdd = fp_impl::E2M1CodeBySignAndCeil<128, 4>();
+  const __m512i even_lo = _mm512_load_si512(kEven.data()), even_hi = _mm512_load_si512(kEven.data() + 64);
+  const __m512i odd_lo = _mm512_load_si512(kOdd.data()), odd_hi = _mm512_load_si512(kOdd.data() + 64);
+  const __m512 k = _mm512_load_ps(plan.k1_inv_m), bias = _mm512_set1_ps(-0x1p-16f);
+  const __m512i group_of_lane = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
+  const __m512i sign_bit = _mm512_set1_epi32(0x40), magnitudes = _mm512_set1_epi32(0x7FFF7FFF);
+  const __m512i odd_magnitude = _mm512_set1_epi32(0x7FFF0000);
+  const hn::Full512<std::uint32_t> du;
+  const hn::Rebind<std::uint8_t, decltype(du)> d8;
+  constexpr int kRoundUp = _MM_FROUND_TO_POS_INF | _MM_FROUND_NO_EXC;
+  std::size_t g = 0;
+  for (; g + 2 <= nb; g += 2) {
+    PrefetchPast(batch, g / 2, 64, ahead);
+    const __m512i raw = _mm512_loadu_si512(batch + g * 32);
+    const __m512i pair = _mm512_add_epi32(group_of_lane, _mm512_set1_epi32(static_cast<int>(g)));
+    const __m512 lane_k = _mm512_permutexvar_ps(pair, k);
+    const __m512 even = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_and_si512(raw, magnitudes), 16));
+    const __m512 odd = _mm512_castsi512_ps(_mm512_and_si512(raw, odd_magnitude));
+    const __m512i c_even = _mm512_cvt_roundps_epi32(_mm512_fmadd_ps(even, lane_k, bias), kRoundUp);
+    const __m512i c_odd = _mm512_cvt_roundps_epi32(_mm512_fmadd_ps(odd, lane_k, bias), kRoundUp);
+    // c | (sign & 0x40): bit 15 (element 2k's sign) or bit 31 (2k+1's) moved to bit 6.
+    const __m512i i_even = _mm512_ternarylogic_epi32(c_even, _mm512_srli_epi32(raw, 9), sign_bit, 0xF8);
+    const __m512i i_odd = _mm512_ternarylogic_epi32(c_odd, _mm512_srli_epi32(raw, 25), sign_bit, 0xF8);
+    const __m512i bytes = _mm512_or_si512(_mm512_permutex2var_epi8(even_lo, i_even, even_hi),
+                                          _mm512_permutex2var_epi8(odd_lo, i_odd, odd_hi));
+    hn::StoreU(affine_pack::LowBytes(d8, hn::Vec512<std::uint32_t>{bytes}), d8, out + g * 8);
+  }
+  return g;
+}
+#endif
+
 // The nvfp4 codes of nb bf16 groups without a global scale (kBF16Thresholds) from their
 // stored patterns, a group of one vector at a time (AVX2: two groups' codes packed
 // together); other group sizes take E2M1CpuQuotientNarrow.
@@ -963,9 +1036,15 @@ HWY_INLINE void EncodeBatchFast(const fd::RowJob& job, const std::byte* HWY_REST
     } else if constexpr (kBF16Thresholds<kDtype, kDivide, Codes>) {  // enc = 1: x = w
       EncodeBF16Thresholds(batch, nb, gs, plan, ahead, out);
     } else if constexpr (kDtype != DType::f32) {  // enc = 1: x = w·enc = w, of at most 11 significant bits
-      EncodeGroups<kDtype, true>(batch, nb, gs, ahead, out, [&](std::size_t g, fi::VF w) {
-        return fi::E2M1CpuQuotientNarrow(w, hn::Set(df, plan.k1_inv_m[g]), hn::Set(df, plan.neg_quarter_s[g]));
-      });
+      std::size_t done = 0;  // groups encoded in pairs
+#if HWY_TARGET == HWY_AVX3_DL && HWY_ARCH_X86
+      if (kDtype == DType::bf16 && gs == 16) done = EncodeBF16NarrowPairs(batch, nb, plan, ahead, out);
+#endif
+      EncodeGroups<kDtype, true>(batch + done * gs * 2, nb - done, gs, ahead, out + done * gs / 2,
+                                 [&](std::size_t g, fi::VF w) {
+                                   return fi::E2M1CpuQuotientNarrow(w, hn::Set(df, plan.k1_inv_m[done + g]),
+                                                                    hn::Set(df, plan.neg_quarter_s[done + g]));
+                                 });
     } else {
       EncodeGroups<kDtype, true>(batch, nb, gs, ahead, out, quotient);  // enc = 1: w·enc = w
     }

@@ -38,19 +38,20 @@ HWY_INLINE void ReduceLevel(D d, hn::Vec<D>* v, Op op) {
 }
 #endif
 
-// kCount (a multiple of N = Lanes(d), full vectors) lane-wise partials v[j], one per
-// group, down to kCount/N vectors v[0..kCount/N) whose lane i of v[k] is group k·N + i
-// reduced by op. v is clobbered. An exact op (Max, Min) gives the same value as any
-// other order.
-template <std::size_t kCount, class D, class Op>
+// kCount (a multiple of N = Lanes(d), full vectors) groups' lane-wise partials, kPer
+// groups to a vector (v[j] holds groups j·kPer .. j·kPer + kPer − 1, N/kPer lanes each, in
+// order), down to kCount/N vectors v[0..kCount/N) whose lane i of v[k] is group k·N + i
+// reduced by op. v is clobbered. An exact op (Max, Min) gives the same value as any other
+// order. Partials that already share vectors skip the first levels.
+template <std::size_t kCount, std::size_t kPer = 1, class D, class Op>
 HWY_INLINE void ReduceGroups(D d, hn::Vec<D>* v, Op op) {
   constexpr std::size_t N = hn::MaxLanes(D());
-  static_assert(N <= kCount && kCount % N == 0);
+  static_assert(N <= kCount && kCount % N == 0 && N % kPer == 0);
 #if HWY_TARGET != HWY_SCALAR
-  if constexpr (N >= 2) ReduceLevel<N, kCount>(d, v, op);
-  if constexpr (N >= 4) ReduceLevel<N / 2, kCount / 2>(d, v, op);
-  if constexpr (N >= 8) ReduceLevel<N / 4, kCount / 4>(d, v, op);
-  if constexpr (N >= 16) ReduceLevel<N / 8, kCount / 8>(d, v, op);
+  if constexpr (N >= 2 && kPer <= 1) ReduceLevel<N, kCount>(d, v, op);
+  if constexpr (N >= 4 && kPer <= 2) ReduceLevel<N / 2, kCount / 2>(d, v, op);
+  if constexpr (N >= 8 && kPer <= 4) ReduceLevel<N / 4, kCount / 4>(d, v, op);
+  if constexpr (N >= 16 && kPer <= 8) ReduceLevel<N / 8, kCount / 8>(d, v, op);
   static_assert(N <= 16, "more levels needed");
 #endif
   (void)d;
