@@ -149,11 +149,20 @@ HWY_INLINE void StoreParams(DType t, const float* v, std::size_t count, std::byt
 // to one value per group: out[j] = op over the lanes of v[j] (ReduceGroups: ~3 ops per
 // vector for the whole block instead of a full lane reduction per group). Max/Min are
 // exact; only which signed zero wins can depend on the order, which never matters (file
-// header). v is clobbered.
+// header). v is clobbered (not on AVX-512).
 // D: f32 lanes (the f32 scan's extremes) or i32 lanes (the 16-bit scan's ordered keys).
 template <class D, class Op>
 HWY_INLINE void ReduceBlock(D d, hn::Vec<D>* v, Op op, hn::TFromD<D>* out) {
   constexpr std::size_t N = hn::MaxLanes(D());  // full vectors: == Lanes(d)
+#if HWY_TARGET <= HWY_AVX3
+  // With 32 vector registers a local copy, unrolled, keeps the levels in registers:
+  // reduced in place in the block, each level reloaded the previous level's stores.
+  // (AVX2's 16 would spill the 16-vector level.)
+  hn::Vec<D> local[kBlock];
+#pragma GCC unroll 32
+  for (std::size_t k = 0; k < kBlock; ++k) local[k] = v[k];
+  v = local;
+#endif
   ReduceGroups<kBlock>(d, v, op);
   for (std::size_t k = 0; k < kBlock / N; ++k) hn::StoreU(v[k], d, out + k * N);
 }
@@ -218,17 +227,19 @@ struct Block {
   alignas(64) float buf[kBlock * ad::kMaxGroup];  // f32 scan of 16-bit groups (SCALAR target)
   alignas(64) float alpha[kBlock], beta[kBlock], scale[kBlock], bias[kBlock], recip[kBlock];
   alignas(64) float bias_recip[kBlock];  // fl(bias·(1/scale)), the fused fast path's offset
+  alignas(64) float scaled_recip[kBlock], scaled_offset[kBlock];  // the scaled path's R and C (AVX3_DL)
   alignas(64) std::int32_t key_pair[kBlock];  // 16-bit scan: max key | ~min key << 16
   VF maxes[kBlock], mins[kBlock], probes[kBlock];  // f32 scan: per group, lane-wise
   VI key_pairs[kBlock];                            // 16-bit scan: the same, lane-wise
   const float* group[kBlock];                      // f32 scan: each group's f32 values
   const std::uint16_t* group16[kBlock];            // 16-bit scan: each group's patterns
   // Bit j: group j holds no NaN/±inf; group j's fast-path codes need no clamp; group j
-  // takes the fused fast path (all set in Finish).
-  std::uint32_t finite = 0, in_range = 0, fused = 0;
+  // takes the fused fast path; group j takes the scaled path (all set in Finish).
+  std::uint32_t finite = 0, in_range = 0, fused = 0, scaled = 0;
   bool Finite(std::size_t j) const { return ((finite >> j) & 1u) != 0; }
   bool InRange(std::size_t j) const { return ((in_range >> j) & 1u) != 0; }
   bool Fused(std::size_t j) const { return ((fused >> j) & 1u) != 0; }
+  bool Scaled(std::size_t j) const { return ((scaled >> j) & 1u) != 0; }
 };
 static_assert(kBlock <= 32, "a block's flags are bits of a u32");
 

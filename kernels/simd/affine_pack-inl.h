@@ -61,6 +61,8 @@ inline void unpack_codes(const std::uint8_t* in, std::size_t n, int bits, std::u
 #define KVLAB_SIMD_AFFINE_PACK_INL_H_
 #endif
 
+#include <array>
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
 
@@ -178,6 +180,65 @@ HWY_INLINE void StoreCodesFour(const __m512i* k, bool half, std::uint8_t* HWY_RE
     return _mm_storeu_si128(reinterpret_cast<__m128i*>(out), stream);
   }
 }
+
+#if HWY_TARGET == HWY_AVX3_DL
+// Whether StoreHighHalfCodes (below) packs this width on this target.
+template <int kBits>
+constexpr bool kPacksHighHalves = kBits == 2 || kBits == 4 || kBits == 8;
+
+// Byte-index tables of StoreHighHalfCodes: word j ← word 2j + 1 of two tables (the high
+// half of their i32 lane j); per width, the stream bytes of the packed block in order.
+constexpr std::array<std::uint16_t, 32> HighHalfWords() {
+  std::array<std::uint16_t, 32> t{};
+  for (std::size_t j = 0; j < 32; ++j) t[j] = static_cast<std::uint16_t>(2 * j + 1);
+  return t;
+}
+// Block B (0..3) of the packed bytes holds codes 8B..8B+7, then 32+8B..32+8B+7. 8 bits:
+// qwords 0, 2, 4, 6 then 1, 3, 5, 7 are the stream. 4 bits: stream byte p is the pair
+// word 8B + (p mod 4) (p < 16, B = p/4) or 8B + 4 + (p mod 4) (p >= 16, B = (p − 16)/4),
+// its low byte. 2 bits: stream byte p the quad dword 4B + (p mod 2) (p < 8, B = p/2) or
+// 4B + 2 + (p mod 2) (B = (p − 8)/2), its low byte.
+template <int kBits>
+constexpr std::array<std::uint8_t, 64> HighHalfStream() {
+  std::array<std::uint8_t, 64> t{};
+  for (std::size_t p = 0; p < 64; ++p) {
+    std::size_t from = 0;
+    if constexpr (kBits == 8) {
+      from = 8 * (p / 8 < 4 ? 2 * (p / 8) : 2 * (p / 8 - 4) + 1) + p % 8;
+    } else if constexpr (kBits == 4) {
+      if (p < 32) from = 2 * (p < 16 ? 8 * (p / 4) + p % 4 : 8 * ((p - 16) / 4) + 4 + p % 4);
+    } else {
+      if (p < 16) from = 4 * (p < 8 ? 4 * (p / 2) + p % 2 : 4 * ((p - 8) / 2) + 2 + p % 2);
+    }
+    t[p] = static_cast<std::uint8_t>(from);
+  }
+  return t;
+}
+
+// 64 codes K as the signed high 16-bit halves of k[0..3]'s i32 lanes (stream order; the
+// low halves are ignored) → clamp(K, 0, 2^bits − 1) packed into the next 8·bits stream
+// bytes. Two-table word permutations take the high halves of k[0], k[1] and of k[2], k[3]
+// (codes 0..31, 32..63), a saturating pack clamps them to [0, 255] (block B: codes
+// 8B..8B+7, 32+8B..32+8B+7), a byte Min the rest; multiply-adds join pairs (and quads)
+// as in StoreCodesFour, and one permutation puts the stream bytes in order.
+// 4 µops per 64 codes at 8 bits, 6 at 4, 7 at 2.
+template <int kBits>
+HWY_INLINE void StoreHighHalfCodes(const __m512i* k, std::uint8_t* HWY_RESTRICT out) {
+  static_assert(kPacksHighHalves<kBits>);
+  alignas(64) static constexpr std::array<std::uint16_t, 32> kWords = HighHalfWords();
+  alignas(64) static constexpr std::array<std::uint8_t, 64> kStream = HighHalfStream<kBits>();
+  const __m512i words = _mm512_load_si512(kWords.data()), stream = _mm512_load_si512(kStream.data());
+  __m512i bytes = _mm512_packus_epi16(_mm512_permutex2var_epi16(k[0], words, k[1]),
+                                      _mm512_permutex2var_epi16(k[2], words, k[3]));
+  if constexpr (kBits == 8) return _mm512_storeu_si512(out, _mm512_permutexvar_epi8(stream, bytes));
+  bytes = _mm512_min_epu8(bytes, _mm512_set1_epi8(static_cast<char>((1 << kBits) - 1)));
+  __m512i joined = _mm512_maddubs_epi16(bytes, _mm512_set1_epi16(static_cast<short>(1 | (1 << kBits) << 8)));
+  if constexpr (kBits == 2) joined = _mm512_madd_epi16(joined, _mm512_set1_epi32(1 | 16 << 16));
+  const __m512i packed = _mm512_permutexvar_epi8(stream, joined);
+  if constexpr (kBits == 4) return _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), _mm512_castsi512_si256(packed));
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(out), _mm512_castsi512_si128(packed));
+}
+#endif
 #elif HWY_TARGET == HWY_AVX2
 // Four vectors at a time (AVX2), as on AVX3: 32 codes in k[0..3] (16 when `half`), plain
 // integers not yet clamped, → the next 4·bits stream bytes (2·bits when `half`). The packs

@@ -29,6 +29,8 @@
 //           with a lane in doubt (below) is encoded again with the true division.
 //           AVX3 and AVX2, mlx_cpu, 2/4/8 bits: four vectors at a time, rint by
 //           vcvtps2dq, and the clamp done by the saturating packs of StoreCodesFour.
+//           AVX3_DL, 2/4/8 bits, nearly every group: the scaled form (below), whose
+//           doubt test reads the integer code (StoreHighHalfCodes packs and clamps).
 // Dequantize: affine_dequantize.cc. Shared with it: affine_common.h (scalar steps, the
 // task split) and affine_block-inl.h (per-target block helpers).
 //
@@ -57,6 +59,26 @@
 //   |bias/s| <= 513: |q' − q| <= 1028u + 513u + O(u²) < 1542u < 2^-13 = 2048u, the
 //   same doubt test. On data spanning zero |bias/s| = |q0| <= n, so every such group is
 //   fused; the others keep Sub then Mul. One op fewer per vector.
+// * The scaled form (AVX3_DL, mlx_cpu, 2/4/8 bits, gs a multiple of 64; Finish picks the
+//   fused groups with |c| <= 256 whose extremes' |q'| are at most 2^14): t =
+//   rint(fl(g·R − C)) by vcvtps2dq, R = 2^16·r (exact), C = fl(2^16·c − 32776), so t ≈
+//   2^16·(q + 0.5) + 8, and K = t >> 16 (t's high half) is clamped to [0, n] by the packs
+//   (StoreHighHalfCodes). Let D = t − 2^16·q − 32776. With x = g·r − c exact, r =
+//   (1 + e1)/s, c = (bias/s)(1 + e1)(1 + e2): x − Q = e1·Q − (1 + e1)(bias/s)e2, where
+//   |bias/s| <= 256(1 + 2u); so |x − q| <= |Q|(3u + u²) + |bias/s|·u(1 + u). Every lane
+//   has |q| < 2^14 + 1 (its q' lies between the extremes'), so |D| < 240 (0.5 for the
+//   conversion, 32 for the FMA's rounding below 2^30, 1 for C's below 2^25, 194 for
+//   2^16·|x − q|): no overflow, K fits 16 bits. A lane with |Q| < 257 has |D| <= 0.5 +
+//   0.5 (FMA, below 2^24) + 1 + 2^16·1024u (= 4) = 6. A lane is certain when m = t mod
+//   2^16 is >= 16; any other (also the 0x80000000 of a NaN) sends its group to Redo.
+//   A certain lane with K in [0, n] has |Q| < 257 (|D| < 240 keeps q in (−0.51, n + 0.51)),
+//   so 2^16·(q + 0.5 − K) = m − 8 − D lies in (2, 65533): q is strictly inside
+//   (K − 0.5, K + 0.5), rint(q) = K, no tie. A certain lane with K > n has q >= n + 0.5:
+//   below it |D| <= 6, and t >= 2^16·(n + 1) would leave m = t − 2^16·(n + 1) < 8 + 6;
+//   so the oracle's code is n too. With K < 0 likewise q <= −0.5 and code 0. Per vector
+//   one op fewer than the four-vector path (the test reads t; no fraction), and the
+//   packing takes one µop fewer at 4 bits. The window flags 16 of the 2^16 values of m:
+//   a lane is in doubt as often as under the 2^-13 distance test.
 // * Min/Max reductions, in any order, give the group's max/min; only which signed zero
 //   wins may differ from the oracle's `>` scan, which never matters (a zero edge gives
 //   q0 = ±0 and bias 0.0f either way). The same holds for the ordered 16-bit keys (f16
@@ -122,6 +144,17 @@ class GroupQuantizer {
   // The fast path's codes are clamped by StoreCodesFour's saturating packs at no cost, so
   // no group needs Finish's in-range test.
   static constexpr bool kPacksClamp = ap::kPacksFour<kBits> && !kGpu;
+#if HWY_TARGET == HWY_AVX3_DL
+  static constexpr bool kScaled = kFuse && ap::kPacksHighHalves<kBits>;  // the scaled path (header)
+#else
+  static constexpr bool kScaled = false;
+#endif
+  // The scaled path's constants (header): R = kScaledUnit·r, C = fl(kScaledUnit·c −
+  // kScaledOffset), groups with |c| <= kScaledOffsetLimit whose extremes' |q'| are at most
+  // kScaledQuotientLimit; a code is certain where t & kScaledWindow != 0.
+  static constexpr float kScaledUnit = 65536.0f, kScaledOffset = 32776.0f, kScaledOffsetLimit = 256.0f;
+  static constexpr float kScaledQuotientLimit = 16384.0f;
+  static constexpr int kScaledWindow = 0xFFF0;
 
  public:
   explicit GroupQuantizer(const ad::GroupJob& job)
@@ -179,6 +212,7 @@ class GroupQuantizer {
     const VF lowest = hn::Set(df, -0.5f), beyond = hn::Set(df, ad::largest_code(Bits()) + 0.5f);
     b.in_range = 0;
     b.fused = 0;
+    b.scaled = 0;
     for (std::size_t j = 0; j < kBlock; j += N) {
       const VF bias = hn::LoadU(df, b.bias + j);
       const VF recip = hn::Div(hn::Set(df, 1.0f), hn::LoadU(df, b.scale + j));
@@ -206,6 +240,18 @@ class GroupQuantizer {
         }
         b.in_range |= MaskBits(df, hn::And(hn::Ge(hn::Min(qa, qb), lowest), hn::Lt(hn::Max(qa, qb), beyond)), j);
       }
+      if constexpr (kScaled) {
+        // The scaled path's groups (header): fused, |c| <= 256, the extremes' |q'| at most
+        // 2^14, whole steps of four vectors.
+        const VF qa = FastQuotient<true>(hn::LoadU(df, b.alpha + j), bias, recip, bias_recip);
+        const VF qb = FastQuotient<true>(hn::LoadU(df, b.beta + j), bias, recip, bias_recip);
+        const auto bounded = hn::Le(hn::Max(hn::Abs(qa), hn::Abs(qb)), hn::Set(df, kScaledQuotientLimit));
+        const auto small = hn::Le(hn::Abs(bias_recip), hn::Set(df, kScaledOffsetLimit));
+        if (len_ % (4 * N) == 0) b.scaled |= MaskBits(df, hn::And(hn::And(fused, small), bounded), j);
+        hn::StoreU(hn::Mul(recip, hn::Set(df, kScaledUnit)), df, b.scaled_recip + j);
+        hn::StoreU(hn::Sub(hn::Mul(bias_recip, hn::Set(df, kScaledUnit)), hn::Set(df, kScaledOffset)), df,
+                   b.scaled_offset + j);
+      }
     }
     // The groups holding NaN/±inf (rare), by their bits.
     const std::uint32_t used = b.count >= 32 ? ~0u : (1u << b.count) - 1;
@@ -228,6 +274,11 @@ class GroupQuantizer {
   HWY_INLINE bool Encode(const Block& b, std::size_t j) {
     if (!b.Finite(j)) return true;
     if (!std::isfinite(b.recip[j])) return EncodeWith<true, true>(b, j);
+#if HWY_TARGET == HWY_AVX3_DL
+    if constexpr (kScaled) {
+      if (b.Scaled(j)) return EncodeScaled(b, j);
+    }
+#endif
     bool certain;
     if constexpr (kGpu) {
       certain = EncodeWith<false, true>(b, j);
@@ -306,10 +357,20 @@ class GroupQuantizer {
         kmin = hn::Min(kmin, key);
       }
       const hn::Repartition<std::uint32_t, DF> du32;
+#if HWY_TARGET <= HWY_AVX3
+      // Rotated halves (vprold): both halves hold the max (min) key, and one ternary
+      // logic op takes the max's low half and the complemented min's high half.
+      const auto swapped = [&](auto keys) { return hn::BitCast(d16, hn::RotateRight<16>(hn::BitCast(du32, keys))); };
+      const VI top = hn::BitCast(di, hn::Max(kmax, swapped(kmax)));
+      const VI bottom = hn::BitCast(di, hn::Min(kmin, swapped(kmin)));
+      const VI high = hn::Set(di, static_cast<std::int32_t>(0xFFFF0000u));
+      b.key_pairs[j] = hn::Or(hn::AndNot(high, top), hn::AndNot(bottom, high));
+#else
       const auto upper_of = [&](auto keys) { return hn::BitCast(d16, hn::ShiftRight<16>(hn::BitCast(du32, keys))); };
       const VI top = hn::BitCast(di, hn::Max(kmax, upper_of(kmax)));        // low half: the max key
       const VI bottom = hn::BitCast(di, hn::Min(kmin, upper_of(kmin)));     // low half: the min key
       b.key_pairs[j] = hn::Or(hn::And(top, hn::Set(di, 0xFFFF)), hn::ShiftLeft<16>(hn::Not(bottom)));
+#endif
     }
 #else
     (void)b;
@@ -444,6 +505,29 @@ class GroupQuantizer {
     if constexpr (!ap::kInRegisters<kBits>) ad::pack_codes(codes_, len_, job_.bits, out);
     return kExact || hn::AllFalse(df, hn::Gt(doubt, hn::Set(df, kDoubtfulDistance)));
   }
+
+#if HWY_TARGET == HWY_AVX3_DL
+  // Group j by the scaled form (header): t = rint(fl(g·R − C)), the code t's high half,
+  // certain unless some lane's t has bits 4..15 all zero.
+  HWY_INLINE bool EncodeScaled(const Block& b, std::size_t j) {
+    const DF df;
+    const std::size_t N = hn::Lanes(df);
+    const VF vr = hn::Set(df, b.scaled_recip[j]), vc = hn::Set(df, b.scaled_offset[j]);
+    const __m512i window = _mm512_set1_epi32(kScaledWindow);
+    __mmask16 certain = 0xFFFF;  // lanes whose codes so far are all certain
+    std::uint8_t* const out = Out(b, j);
+    for (std::size_t i = 0; i < len_; i += 4 * N) {
+      __m512i t[4];
+#pragma GCC unroll 4
+      for (std::size_t v = 0; v < 4; ++v) {
+        t[v] = RintToInt(hn::MulSub(Values(b, j, i + v * N), vr, vc));
+        certain = _mm512_mask_test_epi32_mask(certain, t[v], window);
+      }
+      ap::StoreHighHalfCodes<kBits>(t, out + i * kBits / 8);
+    }
+    return certain == 0xFFFF;
+  }
+#endif
 
   std::uint8_t* Out(const Block& b, std::size_t j) const {
     return reinterpret_cast<std::uint8_t*>(job_.out) + (b.first + j) * group_bytes_;

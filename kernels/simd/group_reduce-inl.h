@@ -24,6 +24,7 @@ namespace hn = hwy::HWY_NAMESPACE;
 template <std::size_t P, std::size_t kCount, class D, class Op>
 HWY_INLINE void ReduceLevel(D d, hn::Vec<D>* v, Op op) {
   const hn::Repartition<std::uint64_t, D> du64;
+#pragma GCC unroll 16
   for (std::size_t k = 0; k < kCount / 2; ++k) {
     const hn::Vec<D> lo = v[2 * k], hi = v[2 * k + 1];
     if constexpr (P == hn::MaxLanes(D())) {
