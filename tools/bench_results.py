@@ -259,11 +259,19 @@ def device_type(context, backend):
 
 # The issue's targets: (predicate on the problem's parameters, baseline, minimum %); a
 # minimum may be a function of the backend.
+# The K/V formats of the decode targets, per side: (mode, group). mxfp4 (issue 46: every K/V
+# type) is a 4-bit side like affine's.
+_QSDPA_FORMATS = (("affine", "64"), ("mxfp4", "32"))
+
+
 def _qsdpa_target(p):
-    """Llama-3 8B decode, f16 q, affine g64, K and V at 4 or 8 bits each; 32 K or 64 K keys."""
+    """Llama-3 8B decode, f16 q, K and V at 4 or 8 bits each as affine g64 (or mxfp4 on both
+    sides); 32 K or 64 K keys."""
     want = {"op": "quantized_sdpa", "B": "1", "Hq": "32", "Hkv": "8", "Lq": "1", "Dk": "128", "Dv": "128",
-            "dtype": "f16", "kmode": "affine", "vmode": "affine", "kgroup": "64", "vgroup": "64"}
+            "dtype": "f16"}
+    sides = ((p.get("kmode", "affine"), p.get("kgroup")), (p.get("vmode", "affine"), p.get("vgroup")))
     return (all(p.get(k) == v for k, v in want.items()) and p.get("Lk") in ("32768", "65536")
+            and sides[0] == sides[1] and sides[0] in _QSDPA_FORMATS
             and p.get("kbits") in ("4", "8") and p.get("vbits") in ("4", "8"))
 
 

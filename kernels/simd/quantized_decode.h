@@ -165,6 +165,9 @@ inline std::int64_t lane_to_element(std::int64_t pos, int bits, std::size_t n) {
 
 // n f32/f16/bf16 values → f32, exactly (per-target, dispatched).
 void to_f32(const std::byte* src, DType dtype, std::size_t n, float* dst);
+// n bytes of packed E2M1 codes (two a byte, the low nibble first) → 2n bytes, code c of
+// value v as 12 + 2v (kernels/simd/fp_transcode.cc; per-target, dispatched).
+void e2m1_to_bytes(const std::uint8_t* src, std::size_t n, std::uint8_t* dst);
 // Rows [0, n) of a (rows, groups) scale or bias array → f32 transposed to dst[g·ncp + j],
 // zero padded to ncp (a multiple of lanes()); `convert` is scratch.
 void meta_columns(const std::byte* src, DType dtype, std::size_t n, std::size_t groups, std::size_t ncp,

@@ -3,7 +3,8 @@
 // Fast path (quantized_decode.h/.cc): affine K and V of any bits (4 and 8 read in place,
 // 2/3/5/6 unpacked per chunk), any group, f32/f16/bf16 q and scales, every mask kind,
 // sinks and softcap, when a kv head has at most kMaxFusedRows query rows (R·Lq: decode).
-// Everything else (fp modes on either side, longer query blocks) falls back to
+// ggml's q8_0/q4_0/q4_1 blocks and mxfp4 groups reach it as affine groups (below).
+// Everything else (mxfp8 and nvfp4 on either side, longer query blocks) falls back to
 // dequantizing K and V to f32 with the SIMD dequantizers and running simd::sdpa over
 // an f32 copy of q, rounding its f32 output once to q's dtype.
 //
@@ -28,6 +29,7 @@
 #include "kvlab/dtype.h"
 #include "kvlab/error.h"
 #include "kvlab/host_buffer.h"
+#include "reference/fp_quantize.h"
 #include "reference/quantized_sdpa.h"
 
 namespace kvlab::simd {
@@ -293,6 +295,62 @@ std::optional<ref::QuantizedView> ggml_as_affine(const ref::QuantizedView& x, Af
   return out;
 }
 
+// mxfp4 groups as 8-bit affine ones (docs/quantization.md §Microscaling formats): the
+// E2M1 code of value v becomes the byte 12 + 2v (e2m1_to_bytes), the group's E8M0 scale s
+// (a power of two) the f32 scale s/2 and bias −6s, so code·scale + bias = v·s exactly, the
+// oracle's value: (12 + 2v)·s/2 and −6s have at most 5 significant bits, and their sum is
+// (code − 12)·s/2. Only while those stay finite: a scale above 2^123 (code > kLargestE8M0)
+// would overflow the bias or the product, and sends the tensor to the fallback. nvfp4 (the
+// same elements, E4M3 scales, exact the same way) would need groups of 16, which the fused
+// decode's blocks do not take (they assume a group of at least two 16-lane vectors).
+std::optional<ref::QuantizedView> mxfp4_as_affine(const ref::QuantizedView& x, AffineBlocks& store) {
+  if (x.spec.mode != QuantMode::mxfp4) return std::nullopt;
+  constexpr std::uint8_t kLargestE8M0 = 250;
+  // Each E8M0 code's s/2 and −6s, once: a decode per group cost more than the code bytes.
+  struct Meta {
+    float scale[256], bias[256];
+  };
+  static const Meta meta = [] {
+    Meta m{};
+    for (int c = 0; c < 256; ++c) {
+      const float s = ref::e8m0_decode(static_cast<std::uint8_t>(c));
+      m.scale[c] = s * 0.5f;
+      m.bias[c] = s * -6.0f;
+    }
+    return m;
+  }();
+  const auto groups = static_cast<std::size_t>(x.scales.numel());
+  const auto gs = static_cast<std::size_t>(x.spec.group_size);
+  const auto* codes = x.scales.as<const std::uint8_t>();
+  float* const scales = store.scales.resize(groups);
+  float* const biases = store.biases.resize(groups);
+  std::uint32_t* const bytes = store.codes.resize(2 * static_cast<std::size_t>(x.wq.numel()));
+  const auto* src = x.wq.as<const std::uint8_t>();
+  auto* const dst = reinterpret_cast<std::uint8_t*>(bytes);
+  // Tasks by a fixed count (not the pool's size), each a range of groups and their bytes.
+  constexpr std::int64_t kTasks = 64;
+  std::atomic<bool> finite{true};
+  parallel_for(kTasks, [&](std::int64_t t) {
+    const std::size_t g0 = groups * static_cast<std::size_t>(t) / kTasks;
+    const std::size_t g1 = groups * static_cast<std::size_t>(t + 1) / kTasks;
+    bool bad = false;
+    for (std::size_t g = g0; g < g1; ++g) {
+      bad = bad || codes[g] > kLargestE8M0;
+      scales[g] = meta.scale[codes[g]];
+      biases[g] = meta.bias[codes[g]];
+    }
+    if (bad) finite = false;
+    qdecode::e2m1_to_bytes(src + g0 * gs / 2, (g1 - g0) * gs / 2, dst + g0 * gs);
+  });
+  if (!finite) return std::nullopt;
+  ref::QuantizedView out{x.wq, {}, {}, QuantSpec::make(QuantMode::affine, 8, x.spec.group_size), std::nullopt};
+  out.wq.data = reinterpret_cast<const std::byte*>(bytes);
+  out.wq.shape = shape_with_last(x.wq.shape, 2 * x.wq.dim(-1));
+  out.scales = {reinterpret_cast<const std::byte*>(scales), DType::f32, x.scales.shape};
+  out.biases = {reinterpret_cast<const std::byte*>(biases), DType::f32, x.scales.shape};
+  return out;
+}
+
 // ---------------------------------------------------------------- fallback
 
 Tensor dequantized(const ref::QuantizedView& x, std::int64_t d) {
@@ -496,7 +554,11 @@ void quantized_sdpa(const ConstTensorView& q, const ref::QuantizedView& k, const
   // cost its zero fill and page faults (measured: 2.3× the whole q8_0 decode at 32K keys);
   // released after the call beyond 256 MiB (below).
   static thread_local AffineBlocks k_store, v_store;
-  const std::optional<ref::QuantizedView> k_affine = ggml_as_affine(k, k_store), v_affine = ggml_as_affine(v, v_store);
+  const auto as_affine = [](const ref::QuantizedView& x, AffineBlocks& store) {
+    std::optional<ref::QuantizedView> affine = ggml_as_affine(x, store);
+    return affine ? affine : mxfp4_as_affine(x, store);
+  };
+  const std::optional<ref::QuantizedView> k_affine = as_affine(k, k_store), v_affine = as_affine(v, v_store);
   const ref::QuantizedView& kf = k_affine ? *k_affine : k;
   const ref::QuantizedView& vf = v_affine ? *v_affine : v;
   if (fused_path_takes(q, kf, vf)) fused(q, kf, vf, params, mask_array, sinks, out);

@@ -145,6 +145,19 @@ class Table(unittest.TestCase):
         short = next(l for l in text.splitlines() if "Lk=16384" in l and l.startswith("quantized_sdpa"))
         self.assertNotIn("PASS", short)
 
+    def test_mxfp4_decode_takes_the_four_bit_target_on_both_sides_only(self):
+        # mxfp4 K and V (group 32) is a 4-bit decode row: >= 70 % of read with AVX-512;
+        # mxfp4 beside affine V is not a target shape. 2.8e9 bytes in 0.1 s = 70 % of 40 GB/s.
+        mx = QSDPA8.replace("kmode=affine kbits=8 kgroup=64 vmode=affine vbits=8 vgroup=64",
+                            "kmode=mxfp4 kbits=4 kgroup=32 vmode=mxfp4 vbits=4 vgroup=32")
+        mixed = QSDPA8.replace("kmode=affine kbits=8 kgroup=64", "kmode=mxfp4 kbits=4 kgroup=32")
+        rows = reps("quantized_sdpa/simd:AVX3/mxfp4", [0.1] * 3, bytes_per_iter=2.8e9, label=mx)
+        rows += reps("quantized_sdpa/simd:AVX3/mixed", [0.1] * 3, bytes_per_iter=2.8e9, label=mixed)
+        text = self.run_table(rows)
+        self.assertEqual(text.count("70.0% of read (target 70%): PASS"), 1)
+        row = next(l for l in text.splitlines() if l.startswith("quantized_sdpa  mixed"))
+        self.assertNotIn("PASS", row)
+
     def test_decode_targets_follow_the_bits_and_the_instruction_set(self):
         # Issue 46: K and V at 8 bits >= 80 % of read with AVX-512 (simd:AVX3*), >= 65 %
         # without; a 4-bit side >= 70 % / >= 50 %. Against the 40 GB/s read, bytes in 0.1 s:

@@ -7,7 +7,7 @@
 // decode chunk size (a test hook, not a problem parameter) swept from one key per chunk
 // to one chunk for all, through harness lines; one key giving the dequantized values
 // rounded once (bit-exact, with rounding ties, f16 overflow and a NaN group); ggml blocks
-// with an infinite scale; the chunk rule; thread independence; the integer V side's
+// with an infinite scale; mxfp4's E2M1 bytes and its largest scales; the chunk rule; thread independence; the integer V side's
 // certificate; the AMX K side against the vpdpbusd one; the softmax's exp against Highway's; the oracle's errors.
 #include <gtest/gtest.h>
 
@@ -71,6 +71,19 @@ Tensor run(Kernel kernel, const Inputs& in) {
   return out;
 }
 Tensor run_simd(const Inputs& in) { return run(simd::quantized_sdpa, in); }
+
+// got against want where some outputs are ±inf or NaN: those (on either side) must match
+// exactly, NaN for NaN; the finite ones within 2^-8 relative.
+void expect_same_nonfinite_and_close(const Tensor& got, const Tensor& want) {
+  for (std::int64_t i = 0; i < want.numel(); ++i) {
+    const float w = want.view().load(i), g = got.view().load(i);
+    if (!std::isfinite(w) || !std::isfinite(g)) {
+      EXPECT_TRUE((std::isnan(w) && std::isnan(g)) || w == g) << "element " << i << ": " << g << " vs " << w;
+    } else {
+      EXPECT_NEAR(g, w, 0x1p-8f * (1.0f + std::abs(w))) << "element " << i;
+    }
+  }
+}
 Tensor run_ref(const Inputs& in) {
   return run(static_cast<void (*)(const ConstTensorView&, const ref::QuantizedView&, const ref::QuantizedView&,
                                   const AttentionParams&, const ConstTensorView*, const ConstTensorView*,
@@ -236,15 +249,48 @@ TEST(SimdQuantizedSdpa, GgmlBlocksWithAnInfiniteScaleAgreeWithTheOracle) {
     if (on_k) EXPECT_EQ(nonfinite, 0) << "the −inf logit drops its key";
     else EXPECT_GT(nonfinite, 0) << "the inf values reach the output";
     testing::for_each_simd_target([&](const std::string&) {
-      const Tensor got = run_simd(in);
-      for (std::int64_t i = 0; i < want.numel(); ++i) {
-        const float w = want.view().load(i), g = got.view().load(i);
-        if (!std::isfinite(w) || !std::isfinite(g)) {
-          EXPECT_TRUE((std::isnan(w) && std::isnan(g)) || w == g) << "element " << i << ": " << g << " vs " << w;
-        } else {
-          EXPECT_NEAR(g, w, 0x1p-8f * (1.0f + std::abs(w))) << "element " << i;
-        }
-      }
+      expect_same_nonfinite_and_close(run_simd(in), want);
+    });
+  }
+}
+
+// mxfp4 reaches the fused decode as 8-bit affine groups: every packed byte's two E2M1
+// codes become the bytes 12 + 2v (v the oracle's value of the code), in stream order, on
+// every target (the tail past whole 16-byte blocks included).
+TEST(SimdQuantizedSdpa, E2M1CodesBecomeTwelvePlusTwiceTheirValue) {
+  std::vector<std::uint8_t> packed(256 + 7);
+  for (std::size_t i = 0; i < packed.size(); ++i) packed[i] = static_cast<std::uint8_t>(i * 37 % 256);
+  testing::for_each_simd_target([&](const std::string&) {
+    std::vector<std::uint8_t> bytes(2 * packed.size(), 0xEE);
+    simd::qdecode::e2m1_to_bytes(packed.data(), packed.size(), bytes.data());
+    for (std::size_t e = 0; e < bytes.size(); ++e) {
+      const auto code = static_cast<std::uint8_t>(e % 2 == 0 ? packed[e / 2] & 0x0F : packed[e / 2] >> 4);
+      EXPECT_EQ(static_cast<float>(bytes[e]), 12.0f + 2.0f * ref::e2m1_decode(code)) << "element " << e;
+    }
+  });
+}
+
+// The affine form of an mxfp4 group (scale s/2, bias −6s for the E8M0 scale s) holds only
+// while s <= 2^123: at s = 2^127 the bias −6s overflows to −inf and code·scale + bias is
+// −inf or NaN where the oracle's v·s is ±inf (|v| >= 2) or finite. V's key 70, group 0 of
+// kv head 0 gets the E8M0 code 120 (the fused path, compared within tolerance) or 254
+// (the fallback: its inf and NaN elements must match the oracle's).
+TEST(SimdQuantizedSdpa, Mxfp4GroupsWithTheLargestScalesAgreeWithTheOracle) {
+  KVLAB_SEEDED_RNG(rng, 4242);
+  const Dims dims{1, 4, 2, 1, 96, 64, 64};
+  const QuantSpec mx = QuantSpec::make(QuantMode::mxfp4, 4, 32);
+  for (const int code : {120, 254}) {
+    Inputs in = random_inputs(rng, dims, DType::f16, mx, mx, DType::f32, DType::f32);
+    in.v.scales.storage<std::uint8_t>()[70 * 2] = static_cast<std::uint8_t>(code);
+    SCOPED_TRACE("E8M0 code " + std::to_string(code));
+    const Tensor want = run_ref(in);
+    int nonfinite = 0;
+    for (std::int64_t i = 0; i < want.numel(); ++i) nonfinite += std::isfinite(want.view().load(i)) ? 0 : 1;
+    if (code == 254) {
+      EXPECT_GT(nonfinite, 0) << "the inf values reach the output";
+    }
+    testing::for_each_simd_target([&](const std::string&) {
+      expect_same_nonfinite_and_close(run_simd(in), want);
     });
   }
 }
