@@ -1,9 +1,9 @@
-// E2M1 element codes (mxfp4) as bytes for the fused quantized decode's 8-bit affine path
-// (kernels/simd/quantized_sdpa.cc, mxfp4_as_affine): the code c of E2M1 value v becomes
-// the byte 12 + 2v, an integer in [0, 24], so that with the group's scale s taken as
-// scale s/2 and bias −6s the affine value (12 + 2v)·(s/2) − 6s is v·s exactly
-// (docs/quantization.md §Microscaling formats). A packed byte holds elements 2b (low
-// nibble) and 2b + 1 (high nibble), the 4-bit stream order; each becomes one output byte.
+// E2M1 element codes (mxfp4) as bytes for the fused quantized decode, one chunk's rows at
+// a time (PackedSide::e2m1; kernels/simd/quantized_sdpa.cc, mxfp4_as_affine): the code c
+// of E2M1 value v becomes the byte 12 + 2v, an integer in [0, 24], so that with the
+// group's scale s taken as scale s/2 and bias −6s the affine value (12 + 2v)·(s/2) − 6s is
+// v·s exactly (docs/quantization.md §Microscaling formats). A packed byte holds elements
+// 2b (low nibble) and 2b + 1 (high nibble), the 4-bit stream order; each becomes a byte.
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "kernels/simd/fp_transcode.cc"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep

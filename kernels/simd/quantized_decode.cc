@@ -348,9 +348,13 @@ CodeRows ChunkCodes(const PackedSide& side, std::int64_t bk, std::int64_t lk, st
   const std::uint8_t* first = StoredRow(side, bk, lk, j0);
   const auto row_bytes = static_cast<std::size_t>(side.row_bytes());
   if (side.plain != nullptr) return {first, row_bytes, PlainKernel(side.plain_dtype)};
-  if (side.bits == 4 || side.bits == 8) return {first, row_bytes, side.bits};
+  if (!side.e2m1 && (side.bits == 4 || side.bits == 8)) return {first, row_bytes, side.bits};
   const auto d = static_cast<std::size_t>(side.d);
   if (unpacked.size() < nc * d) unpacked.resize(nc * d);
+  if (side.e2m1) {
+    e2m1_to_bytes(first, nc * row_bytes, unpacked.data());
+    return {unpacked.data(), d, 8};
+  }
   qd::unpack_rows(reinterpret_cast<const std::uint32_t*>(first), static_cast<std::int64_t>(nc),
                   side.d * side.bits / 32, side.d, side.bits, unpacked.data());
   return {unpacked.data(), d, 8};
@@ -455,8 +459,8 @@ void DecodeChunk(const DecodePlan& plan, std::int64_t task) {
     float* b_cols = aligned_floats(sc.k_biases, kg * ncp);
     meta_columns(ks.scales + kmeta_row * kbytes, ks.meta_dtype, nc, kg, ncp, sc.convert, s_cols);
     meta_columns(ks.biases + kmeta_row * kbytes, ks.meta_dtype, nc, kg, ncp, sc.convert, b_cols);
-    scored = vnni::ScoreChunk(plan.call, bk, query, urows, dk, kgs, ks.bits, kc.bits, plan.score_slack, kc.data,
-                              kc.row_bytes, nc, ncp, s_cols, b_cols, scores, amx, *plan.mix);
+    scored = vnni::ScoreChunk(plan.call, bk, query, urows, dk, kgs, ks.code_bits(), kc.bits, plan.score_slack,
+                              kc.data, kc.row_bytes, nc, ncp, s_cols, b_cols, scores, amx, *plan.mix);
   }
 #endif
   float* k_scales = aligned_floats(sc.k_scales, nc * kg);
@@ -539,7 +543,7 @@ void DecodeChunk(const DecodePlan& plan, std::int64_t task) {
     static thread_local int_values::Weights rounded;
     const auto sum = [&](auto bits) {
       return int_values::AccumulateChunk<decltype(bits)::value>(weights, urows, vg, ncp, vc.data, vc.row_bytes, dv,
-                                                                vgs, nc, vs.bits, v_scales, v_biases, part_sum,
+                                                                vgs, nc, vs.code_bits(), v_scales, v_biases, part_sum,
                                                                 plan.score_slack, next, rounded, out);
     };
     summed = vc.bits == 4 ? sum(std::integral_constant<int, 4>{}) : sum(std::integral_constant<int, 8>{});

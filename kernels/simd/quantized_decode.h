@@ -79,8 +79,14 @@ struct PackedSide {
   // width and one group of D, so the affine arithmetic is never applied.
   const std::byte* plain = nullptr;
   DType plain_dtype = DType::f32;
+  // mxfp4 codes (bits 4, stored as E2M1 nibbles), unpacked per chunk to the bytes 12 + 2v
+  // (e2m1_to_bytes) with the affine scales s/2 and biases −6s: the kernels see 8-bit
+  // codes of at most 24, 5 bits (code_bits).
+  bool e2m1 = false;
   std::int64_t groups() const { return d / group; }
   std::int64_t row_bytes() const { return d * bits / 8; }
+  int code_bits() const { return e2m1 ? 5 : bits; }      // the codes' range, 2^code_bits − 1
+  int kernel_bits() const { return e2m1 ? 8 : bits; }    // the rows' layout as the kernels read them
 };
 
 // The plain side over a (B, Hkv, Lk, d) tensor's data.

@@ -3,7 +3,8 @@
 // Fast path (quantized_decode.h/.cc): affine K and V of any bits (4 and 8 read in place,
 // 2/3/5/6 unpacked per chunk), any group, f32/f16/bf16 q and scales, every mask kind,
 // sinks and softcap, when a kv head has at most kMaxFusedRows query rows (R·Lq: decode).
-// ggml's q8_0/q4_0/q4_1 blocks and mxfp4 groups reach it as affine groups (below).
+// ggml's q8_0/q4_0/q4_1 blocks and mxfp4 groups reach it as affine groups (below; mxfp4's
+// codes are unpacked per chunk).
 // Everything else (mxfp8 and nvfp4 on either side, longer query blocks) falls back to
 // dequantizing K and V to f32 with the SIMD dequantizers and running simd::sdpa over
 // an f32 copy of q, rounding its f32 output once to q's dtype.
@@ -205,7 +206,9 @@ std::vector<double> mean_of_values(const DecodePlan& plan, std::int64_t bk) {
       const std::int64_t bit = e * v.bits;
       std::uint64_t pair = row[bit / 32];
       if (bit % 32 + v.bits > 32) pair |= std::uint64_t{row[bit / 32 + 1]} << 32;
-      const auto code = static_cast<float>((pair >> (bit % 32)) & mask);
+      const auto stored = static_cast<std::uint8_t>((pair >> (bit % 32)) & mask);
+      // An mxfp4 side's code is the byte its E2M1 code becomes (PackedSide::e2m1).
+      const float code = v.e2m1 ? 12.0f + 2.0f * ref::e2m1_decode(stored) : static_cast<float>(stored);
       const std::int64_t meta = (bk * plan.lk + j) * groups + e / v.group;
       // The dequantizer's f32 value: multiply, then add (kvlab_simd builds with
       // -ffp-contract=off, so they are not fused).
@@ -295,14 +298,16 @@ std::optional<ref::QuantizedView> ggml_as_affine(const ref::QuantizedView& x, Af
   return out;
 }
 
-// mxfp4 groups as 8-bit affine ones (docs/quantization.md §Microscaling formats): the
-// E2M1 code of value v becomes the byte 12 + 2v (e2m1_to_bytes), the group's E8M0 scale s
-// (a power of two) the f32 scale s/2 and bias −6s, so code·scale + bias = v·s exactly, the
-// oracle's value: (12 + 2v)·s/2 and −6s have at most 5 significant bits, and their sum is
-// (code − 12)·s/2. Only while those stay finite: a scale above 2^123 (code > kLargestE8M0)
-// would overflow the bias or the product, and sends the tensor to the fallback. nvfp4 (the
-// same elements, E4M3 scales, exact the same way) would need groups of 16, which the fused
-// decode's blocks do not take (they assume a group of at least two 16-lane vectors).
+// mxfp4 groups as affine ones (docs/quantization.md §Microscaling formats): the E2M1 code
+// of value v is read as the byte 12 + 2v (PackedSide::e2m1: unpacked per decode chunk by
+// e2m1_to_bytes), the group's E8M0 scale s (a power of two) as the f32 scale s/2 and bias
+// −6s, so code·scale + bias = v·s exactly, the oracle's value: (12 + 2v)·s/2 and −6s have
+// at most 5 significant bits, and their sum is (code − 12)·s/2. Only while those stay
+// finite: a scale above 2^123 (code > kLargestE8M0) would overflow the bias or the product,
+// and sends the tensor to the fallback. The view keeps the nibbles (affine, 4 bits) with
+// f32 scales and biases. nvfp4 (the same elements, E4M3 scales, exact the same way) would
+// need groups of 16, which the fused decode's blocks do not take (they assume a group of
+// at least two 16-lane vectors).
 std::optional<ref::QuantizedView> mxfp4_as_affine(const ref::QuantizedView& x, AffineBlocks& store) {
   if (x.spec.mode != QuantMode::mxfp4) return std::nullopt;
   constexpr std::uint8_t kLargestE8M0 = 250;
@@ -320,14 +325,10 @@ std::optional<ref::QuantizedView> mxfp4_as_affine(const ref::QuantizedView& x, A
     return m;
   }();
   const auto groups = static_cast<std::size_t>(x.scales.numel());
-  const auto gs = static_cast<std::size_t>(x.spec.group_size);
   const auto* codes = x.scales.as<const std::uint8_t>();
   float* const scales = store.scales.resize(groups);
   float* const biases = store.biases.resize(groups);
-  std::uint32_t* const bytes = store.codes.resize(2 * static_cast<std::size_t>(x.wq.numel()));
-  const auto* src = x.wq.as<const std::uint8_t>();
-  auto* const dst = reinterpret_cast<std::uint8_t*>(bytes);
-  // Tasks by a fixed count (not the pool's size), each a range of groups and their bytes.
+  // Tasks by a fixed count (not the pool's size), each a range of groups.
   constexpr std::int64_t kTasks = 64;
   std::atomic<bool> finite{true};
   parallel_for(kTasks, [&](std::int64_t t) {
@@ -340,12 +341,9 @@ std::optional<ref::QuantizedView> mxfp4_as_affine(const ref::QuantizedView& x, A
       biases[g] = meta.bias[codes[g]];
     }
     if (bad) finite = false;
-    qdecode::e2m1_to_bytes(src + g0 * gs / 2, (g1 - g0) * gs / 2, dst + g0 * gs);
   });
   if (!finite) return std::nullopt;
-  ref::QuantizedView out{x.wq, {}, {}, QuantSpec::make(QuantMode::affine, 8, x.spec.group_size), std::nullopt};
-  out.wq.data = reinterpret_cast<const std::byte*>(bytes);
-  out.wq.shape = shape_with_last(x.wq.shape, 2 * x.wq.dim(-1));
+  ref::QuantizedView out{x.wq, {}, {}, QuantSpec::make(QuantMode::affine, 4, x.spec.group_size), std::nullopt};
   out.scales = {reinterpret_cast<const std::byte*>(scales), DType::f32, x.scales.shape};
   out.biases = {reinterpret_cast<const std::byte*>(biases), DType::f32, x.scales.shape};
   return out;
@@ -419,7 +417,7 @@ void plan_visibility(DecodePlan& plan, const MaskSpec& mask) {
 const float* plan_queries(const ConstTensorView& q, const AttentionParams& params, const DecodePlan& plan,
                           std::vector<float>& storage) {
   const std::int64_t dk = plan.k.d, r_per_kv = plan.hq / plan.hkv;
-  const int order_bits = plan.k.bits == 4 ? 4 : 8;
+  const int order_bits = plan.k.kernel_bits() == 4 ? 4 : 8;
   const std::size_t n = qdecode::lanes();
   float* query = qdecode::aligned_floats(storage, static_cast<std::size_t>(plan.batch * plan.hkv * plan.rows * dk));
   // Lane position → element, once per call (lane_to_element is another TU's).
@@ -467,12 +465,15 @@ const std::uint16_t* bf16_queries(const ConstTensorView& q, const AttentionParam
   return raw;
 }
 
-void fused(const ConstTensorView& q, const ref::QuantizedView& k, const ref::QuantizedView& v,
-           const AttentionParams& params, const ConstTensorView* mask_array, const ConstTensorView* sinks,
-           const TensorView& out) {
+// k_e2m1/v_e2m1: that side is mxfp4 as mxfp4_as_affine gives it (PackedSide::e2m1).
+void fused(const ConstTensorView& q, const ref::QuantizedView& k, const ref::QuantizedView& v, bool k_e2m1,
+           bool v_e2m1, const AttentionParams& params, const ConstTensorView* mask_array,
+           const ConstTensorView* sinks, const TensorView& out) {
   DecodePlan plan;
   plan.k = packed_side(k, q.dim(3));
   plan.v = packed_side(v, out.dim(3));
+  plan.k.e2m1 = k_e2m1;
+  plan.v.e2m1 = v_e2m1;
   plan.hkv = k.wq.dim(1);
   plan.lk = k.wq.dim(2);
   const bool half_output = out.dtype == DType::f16 || out.dtype == DType::bf16;
@@ -561,8 +562,14 @@ void quantized_sdpa(const ConstTensorView& q, const ref::QuantizedView& k, const
   const std::optional<ref::QuantizedView> k_affine = as_affine(k, k_store), v_affine = as_affine(v, v_store);
   const ref::QuantizedView& kf = k_affine ? *k_affine : k;
   const ref::QuantizedView& vf = v_affine ? *v_affine : v;
-  if (fused_path_takes(q, kf, vf)) fused(q, kf, vf, params, mask_array, sinks, out);
-  else fallback(q, k, v, params, mask_array, sinks, out);
+  const auto e2m1 = [](const ref::QuantizedView& x, const std::optional<ref::QuantizedView>& affine) {
+    return x.spec.mode == QuantMode::mxfp4 && affine.has_value();
+  };
+  if (fused_path_takes(q, kf, vf)) {
+    fused(q, kf, vf, e2m1(k, k_affine), e2m1(v, v_affine), params, mask_array, sinks, out);
+  } else {
+    fallback(q, k, v, params, mask_array, sinks, out);
+  }
   // Kept only up to a bound, so a thread that once decoded a multi-GB q8_0 cache does not
   // hold a copy of it afterwards: larger copies are made (and paid for) per call.
   constexpr std::size_t kKeptBytes = std::size_t{256} << 20;

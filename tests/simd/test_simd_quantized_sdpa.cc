@@ -7,7 +7,8 @@
 // decode chunk size (a test hook, not a problem parameter) swept from one key per chunk
 // to one chunk for all, through harness lines; one key giving the dequantized values
 // rounded once (bit-exact, with rounding ties, f16 overflow and a NaN group); ggml blocks
-// with an infinite scale; mxfp4's E2M1 bytes and its largest scales; the chunk rule; thread independence; the integer V side's
+// with an infinite scale; mxfp4's E2M1 bytes and its largest scales; the chunk rule;
+// thread independence; the integer V side's
 // certificate; the AMX K side against the vpdpbusd one; the softmax's exp against Highway's; the oracle's errors.
 #include <gtest/gtest.h>
 
