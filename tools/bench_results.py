@@ -257,13 +257,13 @@ def device_type(context, backend):
     return m.group(1) if m else None
 
 
-# The issue's targets: (predicate on the problem's parameters, baseline, minimum %); a
-# minimum may be a function of the backend.
 # The K/V formats of the decode targets, per side: (mode, group). mxfp4 (issue 46: every K/V
 # type) is a 4-bit side like affine's.
 _QSDPA_FORMATS = (("affine", "64"), ("mxfp4", "32"))
 
 
+# The issue's targets: (predicate on the problem's parameters, baseline, minimum %); a
+# minimum may be a function of the backend.
 def _qsdpa_target(p):
     """Llama-3 8B decode, f16 q, K and V at 4 or 8 bits each as affine g64 (or mxfp4 on both
     sides); 32 K or 64 K keys."""
