@@ -257,16 +257,16 @@ def device_type(context, backend):
     return m.group(1) if m else None
 
 
-# The K/V formats of the decode targets, per side: (mode, group). mxfp4 (issue 46: every K/V
-# type) is a 4-bit side like affine's.
-_QSDPA_FORMATS = (("affine", "64"), ("mxfp4", "32"))
+# The K/V formats of the decode targets, per side: (mode, group). The fp formats (issue 46:
+# every K/V type) are sides of their element width: mxfp4 and nvfp4 4-bit, mxfp8 8-bit.
+_QSDPA_FORMATS = (("affine", "64"), ("mxfp4", "32"), ("nvfp4", "16"), ("mxfp8", "32"))
 
 
 # The issue's targets: (predicate on the problem's parameters, baseline, minimum %); a
 # minimum may be a function of the backend.
 def _qsdpa_target(p):
-    """Llama-3 8B decode, f16 q, K and V at 4 or 8 bits each as affine g64 (or mxfp4 on both
-    sides); 32 K or 64 K keys."""
+    """Llama-3 8B decode, f16 q, K and V at 4 or 8 bits each as affine g64 (or one fp format
+    on both sides); 32 K or 64 K keys."""
     want = {"op": "quantized_sdpa", "B": "1", "Hq": "32", "Hkv": "8", "Lq": "1", "Dk": "128", "Dv": "128",
             "dtype": "f16"}
     sides = ((p.get("kmode", "affine"), p.get("kgroup")), (p.get("vmode", "affine"), p.get("vgroup")))

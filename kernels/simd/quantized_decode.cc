@@ -76,6 +76,7 @@ struct Scratch {
   std::vector<float> tile;     // [RB][N/KB][N] partly reduced dot products of one key tile (RB <= 8)
   std::vector<float> out_bias; // [ρ][Gv]: Σ p·b_v
   std::vector<std::uint8_t> k_codes, v_codes;  // one byte per code (2/3/5/6-bit)
+  std::vector<float> k_rows, v_rows;  // [key][D]: a decoded side's f32 values (PackedSide::decoded)
 };
 
 // Rows [0, n) of `bits`-bit codes (row_words u32 each, d codes) → one byte per code.
@@ -336,7 +337,8 @@ int PlainKernel(DType dtype) {
   return dtype == DType::f16 ? kPlainF16 : dtype == DType::bf16 ? kPlainBF16 : kPlainF32;
 }
 
-// Key j0's row of (b, kv head) bk as stored: plain values or packed code words.
+// Key j0's row of (b, kv head) bk as stored: plain values or packed code words (not for
+// a decoded side, whose rows exist only in a task's scratch).
 const std::uint8_t* StoredRow(const PackedSide& side, std::int64_t bk, std::int64_t lk, std::int64_t j0) {
   const auto* base = side.plain != nullptr ? reinterpret_cast<const std::uint8_t*>(side.plain)
                                            : reinterpret_cast<const std::uint8_t*>(side.codes);
@@ -344,9 +346,14 @@ const std::uint8_t* StoredRow(const PackedSide& side, std::int64_t bk, std::int6
 }
 
 CodeRows ChunkCodes(const PackedSide& side, std::int64_t bk, std::int64_t lk, std::int64_t j0, std::size_t nc,
-                    std::vector<std::uint8_t>& unpacked) {
-  const std::uint8_t* first = StoredRow(side, bk, lk, j0);
+                    std::vector<std::uint8_t>& unpacked, std::vector<float>& decoded) {
   const auto row_bytes = static_cast<std::size_t>(side.row_bytes());
+  if (side.decoded != nullptr) {
+    float* rows = aligned_floats(decoded, nc * static_cast<std::size_t>(side.d));
+    decoded_rows(side, bk * lk + j0, nc, rows);
+    return {reinterpret_cast<const std::uint8_t*>(rows), row_bytes, kPlainF32};
+  }
+  const std::uint8_t* first = StoredRow(side, bk, lk, j0);
   if (side.plain != nullptr) return {first, row_bytes, PlainKernel(side.plain_dtype)};
   if (!side.e2m1 && (side.bits == 4 || side.bits == 8)) return {first, row_bytes, side.bits};
   const auto d = static_cast<std::size_t>(side.d);
@@ -372,8 +379,10 @@ ChunkKeys KeysOf(const DecodePlan& plan, std::int64_t task) {
 
 // The first K rows (as stored: plain or packed) of the chunk this thread runs next, for
 // the V side to prefetch as it ends; claims that task (claim_next_task). None where no
-// task is promised or the next chunk has no visible key.
+// task is promised or the next chunk has no visible key, and for a decoded K side (its
+// dequantizer reads the stored rows in one stream).
 NextChunk NextChunkRows(const DecodePlan& plan) {
+  if (plan.k.decoded != nullptr) return {};
   const std::int64_t task = claim_next_task();
   if (task < 0) return {};
   const ChunkKeys next = KeysOf(plan, task);
@@ -445,8 +454,10 @@ void DecodeChunk(const DecodePlan& plan, std::int64_t task) {
   // K side: the scores of every row, in integers where the certificate holds
   // (quantized_decode_vnni-inl.h), else from the chunk's f32 scales/biases.
   const std::size_t kbytes = dtype_size(ks.meta_dtype);
-  const CodeRows kc = ChunkCodes(ks, bk, plan.lk, j0, nc, sc.k_codes);
-  const CodeRows vc = ChunkCodes(vs, bk, plan.lk, j0, nc, sc.v_codes);
+  const CodeRows kc = ChunkCodes(ks, bk, plan.lk, j0, nc, sc.k_codes, sc.k_rows);
+  const CodeRows vc = ChunkCodes(vs, bk, plan.lk, j0, nc, sc.v_codes, sc.v_rows);
+  if (ks.decoded != nullptr) plan.mix->decoded += static_cast<std::int64_t>(nc * dk);
+  if (vs.decoded != nullptr) plan.mix->decoded += static_cast<std::int64_t>(nc * dv);
   const ChunkStream stream{kc.data, nc * kc.row_bytes, vc.data, nc * vc.row_bytes};
   float* scores = aligned_floats(sc.scores, urows * ncp);
   const float* query = plan.query + static_cast<std::size_t>(bk * rows) * dk;
@@ -465,7 +476,7 @@ void DecodeChunk(const DecodePlan& plan, std::int64_t task) {
 #endif
   float* k_scales = aligned_floats(sc.k_scales, nc * kg);
   float* k_biases = aligned_floats(sc.k_biases, nc * kg);
-  if (!scored && ks.plain == nullptr) {
+  if (!scored && !ks.plain_rows()) {
     to_f32(ks.scales + kmeta_row * kbytes, ks.meta_dtype, nc * kg, k_scales);
     to_f32(ks.biases + kmeta_row * kbytes, ks.meta_dtype, nc * kg, k_biases);
   }
@@ -498,7 +509,7 @@ void DecodeChunk(const DecodePlan& plan, std::int64_t task) {
   // Softmax pieces per row, then the V weights.
   float* v_scales = nullptr;
   float* v_biases = nullptr;
-  if (vs.plain == nullptr) {
+  if (!vs.plain_rows()) {
     v_scales = aligned_floats(sc.v_scales, vg * ncp);
     v_biases = aligned_floats(sc.v_biases, vg * ncp);
     const std::size_t vbytes = dtype_size(vs.meta_dtype);
@@ -538,7 +549,7 @@ void DecodeChunk(const DecodePlan& plan, std::int64_t task) {
   const std::size_t vgs = static_cast<std::size_t>(vs.group);
   bool summed = false;
 #if HWY_TARGET == HWY_AVX3_DL
-  if (vs.plain == nullptr && int_values::Eligible(plan.score_slack, vc.bits, dv, vgs) &&
+  if (!vs.plain_rows() && int_values::Eligible(plan.score_slack, vc.bits, dv, vgs) &&
       (vc.bits == 8 || plan.packed_int_values)) {
     static thread_local int_values::Weights rounded;
     const auto sum = [&](auto bits) {
@@ -564,7 +575,7 @@ void DecodeChunk(const DecodePlan& plan, std::int64_t task) {
       DispatchKernel(vc.bits, accumulate);
     }
   }
-  if (vs.plain != nullptr) return;  // no biases
+  if (vs.plain_rows()) return;  // no biases
   for (std::size_t rho = 0; rho < urows; ++rho) {
     float* o = out + rho * dv;
     for (std::size_t pos = 0; pos < dv; pos += N) {

@@ -83,7 +83,14 @@ struct PackedSide {
   // (e2m1_to_bytes) with the affine scales s/2 and biases −6s: the kernels see 8-bit
   // codes of at most 24, 5 bits (code_bits).
   bool e2m1 = false;
+  // Rows of a format no kernel reads as codes (nvfp4, mxfp8, ggml's other blocks, mxfp4
+  // with scales too large to fold): each chunk's rows dequantized by simd::dequantize, the
+  // fallback's own f32 values, into the task's scratch (decoded_rows) and read there as
+  // plain f32 rows (plain_dtype f32, bits 32, one group of D). The cache is read once, a
+  // chunk at a time, instead of copied whole to f32 before the call.
+  const ref::QuantizedView* decoded = nullptr;
   std::int64_t groups() const { return d / group; }
+  bool plain_rows() const { return plain != nullptr || decoded != nullptr; }
   std::int64_t row_bytes() const { return d * bits / 8; }
   int code_bits() const { return e2m1 ? 5 : bits; }      // the codes' range, 2^code_bits − 1
   int kernel_bits() const { return e2m1 ? 8 : bits; }    // the rows' layout as the kernels read them
@@ -91,6 +98,12 @@ struct PackedSide {
 
 // The plain side over a (B, Hkv, Lk, d) tensor's data.
 PackedSide plain_side(const std::byte* data, DType dtype, std::int64_t d);
+// The decoded side over a quantized (B, Hkv, Lk, ·) view (PackedSide::decoded; `x` must
+// outlive the plan), and rows [row0, row0 + n) of its (B·Hkv·Lk) rows as f32 values.
+PackedSide decoded_side(const ref::QuantizedView& x, std::int64_t d);
+void decoded_rows(const PackedSide& side, std::int64_t row0, std::size_t n, float* out);
+// Tokens per chunk with a decoded side: its f32 rows (4·D bytes a key and side) stay in L2.
+constexpr std::int64_t kDecodedChunkTokens = 512;
 
 struct DecodePlan {
   PackedSide k, v;
@@ -135,6 +148,7 @@ struct DecodePlan {
   // Each task adds the lanes of its multiply-adds (ArithmeticMix; run() reports the sums).
   struct MixCounters {
     std::atomic<std::int64_t> fma{0}, bf16_dot{0}, u8_dot{0}, amx_int8{0}, s16_dot{0};
+    std::atomic<std::int64_t> decoded{0};  // values dequantized per chunk (PackedSide::decoded)
   };
   MixCounters* mix = nullptr;
   // Queries scaled by params.scale, in K's lane order: [b][kvh][ρ][Dk].
@@ -182,8 +196,9 @@ void meta_columns(const std::byte* src, DType dtype, std::size_t n, std::size_t 
 // Records, for the calling thread, what its current attention call did: whether it
 // rounded P (simd::last_attention_rounded_probabilities()) and its multiply-adds
 // (simd::last_attention_mix()). Every entry point calls note_call_start() first.
-void note_decode(bool rounded_probabilities, const ArithmeticMix& mix);
-inline void note_call_start() { note_decode(false, ArithmeticMix{}); }
+// decoded_values: the values its decoded sides dequantized (simd::last_attention_decoded_values()).
+void note_decode(bool rounded_probabilities, const ArithmeticMix& mix, std::int64_t decoded_values);
+inline void note_call_start() { note_decode(false, ArithmeticMix{}, 0); }
 
 // Runs a plan whose sides, shape, softcap and score_slack are set: visibility, queries,
 // the tasks and the combine into `out` (B, Hq, Lq, Dv) (quantized_sdpa.cc).

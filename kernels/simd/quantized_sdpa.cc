@@ -4,10 +4,11 @@
 // 2/3/5/6 unpacked per chunk), any group, f32/f16/bf16 q and scales, every mask kind,
 // sinks and softcap, when a kv head has at most kMaxFusedRows query rows (R·Lq: decode).
 // ggml's q8_0/q4_0/q4_1 blocks and mxfp4 groups reach it as affine groups (below; mxfp4's
-// codes are unpacked per chunk).
-// Everything else (mxfp8 and nvfp4 on either side, longer query blocks) falls back to
-// dequantizing K and V to f32 with the SIMD dequantizers and running simd::sdpa over
-// an f32 copy of q, rounding its f32 output once to q's dtype.
+// codes are unpacked per chunk); every other format (nvfp4, mxfp8, ggml's other blocks)
+// as f32 rows its SIMD dequantizer writes per chunk (PackedSide::decoded).
+// Longer query blocks (and decoded sides of odd head dims) fall back to dequantizing K and
+// V to f32 with the SIMD dequantizers and running simd::sdpa over an f32 copy of q,
+// rounding its f32 output once to q's dtype.
 //
 // Validation comes first and is the oracle's (ref::validate_quantized_sdpa).
 #include <algorithm>
@@ -119,11 +120,13 @@ ScopedAmxKeyRows::~ScopedAmxKeyRows() { g_amx_key_rows.store(previous_); }
 namespace {
 thread_local bool t_rounded_probabilities = false;
 thread_local ArithmeticMix t_mix;
+thread_local std::int64_t t_decoded_values = 0;
 }  // namespace
 
-void note_decode(bool rounded_probabilities, const ArithmeticMix& mix) {
+void note_decode(bool rounded_probabilities, const ArithmeticMix& mix, std::int64_t decoded_values) {
   t_rounded_probabilities = rounded_probabilities;
   t_mix = mix;
+  t_decoded_values = decoded_values;
 }
 
 ScopedBf16Dot::ScopedBf16Dot(bool on) : previous_(g_bf16_dot.load()) {
@@ -183,8 +186,42 @@ PackedSide plain_side(const std::byte* data, DType dtype, std::int64_t d) {
   return side;
 }
 
+PackedSide decoded_side(const ref::QuantizedView& x, std::int64_t d) {
+  PackedSide side = plain_side(nullptr, DType::f32, d);
+  side.decoded = &x;
+  return side;
+}
+
+void decoded_rows(const PackedSide& side, std::int64_t row0, std::size_t n, float* out) {
+  const ref::QuantizedView& x = *side.decoded;
+  const std::int64_t rows = x.wq.dim(0) * x.wq.dim(1) * x.wq.dim(2), count = static_cast<std::int64_t>(n);
+  // Row r of each array (row-major, one K/V row per (b, head, key)) starts r times its
+  // elements per row in.
+  const auto rows_of = [&](const ConstTensorView& t) -> ConstTensorView {
+    if (t.data == nullptr) return t;
+    const std::int64_t per_row = t.numel() / rows;
+    const auto offset = static_cast<std::size_t>(row0 * per_row) * dtype_size(t.dtype);
+    return {t.data + offset, t.dtype, Shape{1, 1, count, per_row}};
+  };
+  const ref::QuantizedView part{rows_of(x.wq), rows_of(x.scales), rows_of(x.biases), x.spec, x.global_scale};
+  dequantize(part, TensorView{reinterpret_cast<std::byte*>(out), DType::f32, Shape{1, 1, count, side.d}});
+}
+
 std::vector<double> mean_of_values(const DecodePlan& plan, std::int64_t bk) {
   const PackedSide& v = plan.v;
+  if (v.decoded != nullptr) {  // a chunk's worth of rows at a time
+    std::vector<double> mean(static_cast<std::size_t>(v.d), 0.0);
+    std::vector<float> rows(static_cast<std::size_t>(kDecodedChunkTokens * v.d));
+    for (std::int64_t j0 = 0; j0 < plan.lk; j0 += kDecodedChunkTokens) {
+      const auto n = static_cast<std::size_t>(std::min(kDecodedChunkTokens, plan.lk - j0));
+      decoded_rows(v, bk * plan.lk + j0, n, rows.data());
+      for (std::size_t i = 0; i < n * static_cast<std::size_t>(v.d); ++i) {
+        mean[i % static_cast<std::size_t>(v.d)] += static_cast<double>(rows[i]);
+      }
+    }
+    for (double& m : mean) m /= static_cast<double>(plan.lk);
+    return mean;
+  }
   if (v.plain != nullptr) {
     const ConstTensorView rows{v.plain, v.plain_dtype, Shape{plan.batch * plan.hkv * plan.lk * v.d}};
     std::vector<double> mean(static_cast<std::size_t>(v.d), 0.0);
@@ -226,11 +263,16 @@ namespace {
 
 using qdecode::DecodePlan;
 
-bool fused_path_takes(const ConstTensorView& q, const ref::QuantizedView& k, const ref::QuantizedView& v) {
+// The fused decode reads affine codes (unsigned integers with a float scale and bias) as
+// they lie; any other format is dequantized per chunk (PackedSide::decoded) and read as
+// plain f32 rows, under simd::sdpa's conditions for those (Dk a multiple of 16, Dv of 32).
+bool reads_codes(const ref::QuantizedView& x) { return x.spec.format().encoder == QuantEncoder::affine; }
+
+bool fused_path_takes(const ConstTensorView& q, const ref::QuantizedView& k, const ref::QuantizedView& v,
+                      const TensorView& out) {
   const std::int64_t rows = q.dim(1) / k.wq.dim(1) * q.dim(2);
-  // The fused decode reads affine codes (unsigned integers with a float scale and bias).
-  const auto affine = [](const ref::QuantizedView& x) { return x.spec.format().encoder == QuantEncoder::affine; };
-  return affine(k) && affine(v) && rows <= qdecode::kMaxFusedRows;
+  return rows <= qdecode::kMaxFusedRows && (reads_codes(k) || q.dim(3) % 16 == 0) &&
+         (reads_codes(v) || out.dim(3) % 32 == 0);
 }
 
 // ---------------------------------------------------------------- ggml blocks
@@ -304,10 +346,10 @@ std::optional<ref::QuantizedView> ggml_as_affine(const ref::QuantizedView& x, Af
 // −6s, so code·scale + bias = v·s exactly, the oracle's value: (12 + 2v)·s/2 and −6s have
 // at most 5 significant bits, and their sum is (code − 12)·s/2. Only while those stay
 // finite: a scale above 2^123 (code > kLargestE8M0) would overflow the bias or the product,
-// and sends the tensor to the fallback. The view keeps the nibbles (affine, 4 bits) with
-// f32 scales and biases. nvfp4 (the same elements, E4M3 scales, exact the same way) would
-// need groups of 16, which the fused decode's blocks do not take (they assume a group of
-// at least two 16-lane vectors).
+// and sends the tensor to the decoded rows (PackedSide::decoded). The view keeps the
+// nibbles (affine, 4 bits) with f32 scales and biases. nvfp4 (the same elements, E4M3
+// scales, exact the same way) would need groups of 16, which the fused decode's blocks do
+// not take (they assume a group of at least two 16-lane vectors): it is decoded too.
 std::optional<ref::QuantizedView> mxfp4_as_affine(const ref::QuantizedView& x, AffineBlocks& store) {
   if (x.spec.mode != QuantMode::mxfp4) return std::nullopt;
   constexpr std::uint8_t kLargestE8M0 = 250;
@@ -470,8 +512,8 @@ void fused(const ConstTensorView& q, const ref::QuantizedView& k, const ref::Qua
            bool v_e2m1, const AttentionParams& params, const ConstTensorView* mask_array,
            const ConstTensorView* sinks, const TensorView& out) {
   DecodePlan plan;
-  plan.k = packed_side(k, q.dim(3));
-  plan.v = packed_side(v, out.dim(3));
+  plan.k = reads_codes(k) ? packed_side(k, q.dim(3)) : qdecode::decoded_side(k, q.dim(3));
+  plan.v = reads_codes(v) ? packed_side(v, out.dim(3)) : qdecode::decoded_side(v, out.dim(3));
   plan.k.e2m1 = k_e2m1;
   plan.v.e2m1 = v_e2m1;
   plan.hkv = k.wq.dim(1);
@@ -495,6 +537,7 @@ void run(DecodePlan& plan, const ConstTensorView& q, const AttentionParams& para
   static std::atomic<std::uint64_t> calls{0};
   plan.call = ++calls;
   plan.chunk = chunk_tokens(plan.batch, plan.hkv, plan.lk, plan.rows);
+  if (plan.k.decoded != nullptr || plan.v.decoded != nullptr) plan.chunk = std::min(plan.chunk, kDecodedChunkTokens);
   plan.chunks = (plan.lk + plan.chunk - 1) / plan.chunk;
   plan.mask_kind = params.mask.kind;
   if (mask_array != nullptr) {
@@ -526,7 +569,8 @@ void run(DecodePlan& plan, const ConstTensorView& q, const AttentionParams& para
   parallel_for(plan.tasks(), [&](std::int64_t task) { decode_chunk(plan, task); });
   note_decode(rounded_probabilities.load(),
               ArithmeticMix{mix.fma.load(), mix.bf16_dot.load(), mix.u8_dot.load(), mix.amx_int8.load(),
-                            mix.s16_dot.load()});
+                            mix.s16_dot.load()},
+              mix.decoded.load());
 
   CombineArgs args;
   args.plan = &plan;
@@ -545,6 +589,7 @@ void run(DecodePlan& plan, const ConstTensorView& q, const AttentionParams& para
 
 bool last_attention_rounded_probabilities() { return qdecode::t_rounded_probabilities; }
 ArithmeticMix last_attention_mix() { return qdecode::t_mix; }
+std::int64_t last_attention_decoded_values() { return qdecode::t_decoded_values; }
 
 void quantized_sdpa(const ConstTensorView& q, const ref::QuantizedView& k, const ref::QuantizedView& v,
                     const AttentionParams& params, const ConstTensorView* mask_array, const ConstTensorView* sinks,
@@ -565,7 +610,7 @@ void quantized_sdpa(const ConstTensorView& q, const ref::QuantizedView& k, const
   const auto e2m1 = [](const ref::QuantizedView& x, const std::optional<ref::QuantizedView>& affine) {
     return x.spec.mode == QuantMode::mxfp4 && affine.has_value();
   };
-  if (fused_path_takes(q, kf, vf)) {
+  if (fused_path_takes(q, kf, vf, out)) {
     fused(q, kf, vf, e2m1(k, k_affine), e2m1(v, v_affine), params, mask_array, sinks, out);
   } else {
     fallback(q, k, v, params, mask_array, sinks, out);

@@ -60,6 +60,11 @@ struct ArithmeticMix {
   bool empty() const { return fma == 0 && bf16_dot == 0 && u8_dot == 0 && amx_int8 == 0 && s16_dot == 0; }
 };
 ArithmeticMix last_attention_mix();
+// The K and V values the calling thread's last quantized_sdpa call dequantized a decode
+// chunk at a time (formats the decode does not read as codes: nvfp4, mxfp8, …; the keys
+// of chunks no query row sees are skipped); 0 where it read every side as codes, and for
+// the fallback, which dequantizes whole tensors first.
+std::int64_t last_attention_decoded_values();
 
 void kv_scatter(const ConstTensorView& src, const ConstTensorView& slots, const TensorView& dst);
 void kv_gather(const ConstTensorView& src, const ConstTensorView& batch_index, const TensorView& dst);

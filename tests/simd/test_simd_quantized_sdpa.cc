@@ -7,7 +7,8 @@
 // decode chunk size (a test hook, not a problem parameter) swept from one key per chunk
 // to one chunk for all, through harness lines; one key giving the dequantized values
 // rounded once (bit-exact, with rounding ties, f16 overflow and a NaN group); ggml blocks
-// with an infinite scale; mxfp4's E2M1 bytes and its largest scales; the chunk rule;
+// with an infinite scale; mxfp4's E2M1 bytes and its largest scales; the formats decoded a
+// chunk at a time; the chunk rule;
 // thread independence; the integer V side's
 // certificate; the AMX K side against the vpdpbusd one; the softmax's exp against Highway's; the oracle's errors.
 #include <gtest/gtest.h>
@@ -294,6 +295,54 @@ TEST(SimdQuantizedSdpa, Mxfp4GroupsWithTheLargestScalesAgreeWithTheOracle) {
       expect_same_nonfinite_and_close(run_simd(in), want);
     });
   }
+}
+
+// Formats the decode does not read as codes (nvfp4's groups of 16, mxfp8's E4M3
+// elements, ggml's q5_0) are dequantized one chunk at a time (PackedSide::decoded) and
+// read as f32 rows: each key a query row sees is dequantized once per such side, the keys
+// of chunks nobody sees never, a side read as codes not at all, and a call that falls
+// back (Dv = 80, not a multiple of 32) dequantizes whole tensors instead (counted 0).
+// Every result against the oracle; Lk = 1100 spans three chunks of kDecodedChunkTokens.
+TEST(SimdQuantizedSdpa, FormatsWithoutCodesAreDequantizedAChunkAtATime) {
+  KVLAB_SEEDED_RNG(rng, 5150);
+  const QuantSpec nv = QuantSpec::make(QuantMode::nvfp4, 4, 16), mx8 = QuantSpec::make(QuantMode::mxfp8, 8, 32);
+  struct Case {
+    const char* what;
+    QuantSpec k, v;
+    std::int64_t dv, window, decoded_per_key;  // decoded_per_key: Dk and/or Dv, or 0
+  };
+  const std::vector<Case> cases = {
+      {"nvfp4 K, mxfp8 V", nv, mx8, 64, 0, 64 + 64},
+      {"affine K, nvfp4 V", affine(4, 64), nv, 64, 0, 64},
+      {"mxfp8 K, affine V", mx8, affine(8, 32), 64, 0, 64},
+      {"nvfp4 K and V, a window of 100 keys", nv, nv, 64, 100, 64 + 64},
+      {"nvfp4 V of 80 dims: the fallback", affine(4, 64), nv, 80, 0, 0},
+  };
+  for (const Case& c : cases) {
+    const Dims dims{2, 4, 2, 1, 1100, 64, c.dv};
+    Inputs in = random_inputs(rng, dims, DType::f16, c.k, c.v, DType::f32, DType::f32);
+    if (c.window > 0) {
+      in.params.mask.kind = MaskKind::causal;
+      in.params.mask.window = static_cast<int>(c.window);
+    }
+    SCOPED_TRACE(c.what);
+    const Tensor want = run_ref(in);
+    const std::int64_t seen = c.window > 0 ? c.window : dims.Lk;
+    testing::for_each_simd_target([&](const std::string&) {
+      expect_same_nonfinite_and_close(run_simd(in), want);
+      EXPECT_EQ(simd::last_attention_decoded_values(), dims.B * dims.Hkv * seen * c.decoded_per_key);
+    });
+  }
+  Inputs in = random_inputs(rng, {1, 4, 2, 1, 600, 64, 64}, DType::bf16, affine(4, 64), affine(4, 64), DType::f32,
+                            DType::f32);
+  in.v = ref::ggml_quantize(testing::random_normal(rng, DType::f32, {1, 2, 600, 64}),
+                            QuantSpec::make(QuantMode::q5_0, 5, 32));
+  SCOPED_TRACE("q5_0 V");
+  const Tensor want = run_ref(in);
+  testing::for_each_simd_target([&](const std::string&) {
+    expect_same_nonfinite_and_close(run_simd(in), want);
+    EXPECT_EQ(simd::last_attention_decoded_values(), 2 * 600 * 64);
+  });
 }
 
 TEST(SimdQuantizedSdpa, ResultDoesNotDependOnTheThreadsThatRanIt) {
