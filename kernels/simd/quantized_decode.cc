@@ -349,9 +349,11 @@ CodeRows ChunkCodes(const PackedSide& side, std::int64_t bk, std::int64_t lk, st
                     std::vector<std::uint8_t>& unpacked, std::vector<float>& decoded) {
   const auto row_bytes = static_cast<std::size_t>(side.row_bytes());
   if (side.decoded != nullptr) {
-    float* rows = aligned_floats(decoded, nc * static_cast<std::size_t>(side.d));
-    decoded_rows(side, bk * lk + j0, nc, rows);
-    return {reinterpret_cast<const std::uint8_t*>(rows), row_bytes, kPlainF32};
+    const auto d = static_cast<std::size_t>(side.d);
+    float* rows = aligned_floats(decoded, nc * d);
+    const DType dtype = decoded_dtype(side, bk * lk + j0, nc);
+    decoded_rows(side, bk * lk + j0, nc, dtype, rows);
+    return {reinterpret_cast<const std::uint8_t*>(rows), d * dtype_size(dtype), PlainKernel(dtype)};
   }
   const std::uint8_t* first = StoredRow(side, bk, lk, j0);
   if (side.plain != nullptr) return {first, row_bytes, PlainKernel(side.plain_dtype)};

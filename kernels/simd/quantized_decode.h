@@ -85,8 +85,8 @@ struct PackedSide {
   bool e2m1 = false;
   // Rows of a format no kernel reads as codes (nvfp4, mxfp8, ggml's other blocks, mxfp4
   // with scales too large to fold): each chunk's rows dequantized by simd::dequantize, the
-  // fallback's own f32 values, into the task's scratch (decoded_rows) and read there as
-  // plain f32 rows (plain_dtype f32, bits 32, one group of D). The cache is read once, a
+  // fallback's own values, into the task's scratch (decoded_rows) and read there as plain
+  // rows (f32, or bf16 where exact: decoded_dtype; bits 32, one group of D). The cache is read once, a
   // chunk at a time, instead of copied whole to f32 before the call.
   const ref::QuantizedView* decoded = nullptr;
   std::int64_t groups() const { return d / group; }
@@ -99,9 +99,13 @@ struct PackedSide {
 // The plain side over a (B, Hkv, Lk, d) tensor's data.
 PackedSide plain_side(const std::byte* data, DType dtype, std::int64_t d);
 // The decoded side over a quantized (B, Hkv, Lk, ·) view (PackedSide::decoded; `x` must
-// outlive the plan), and rows [row0, row0 + n) of its (B·Hkv·Lk) rows as f32 values.
+// outlive the plan), and rows [row0, row0 + n) of its (B·Hkv·Lk) rows as `dtype` (f32, or
+// bf16 where decoded_dtype allows it) values.
 PackedSide decoded_side(const ref::QuantizedView& x, std::int64_t d);
-void decoded_rows(const PackedSide& side, std::int64_t row0, std::size_t n, float* out);
+void decoded_rows(const PackedSide& side, std::int64_t row0, std::size_t n, DType dtype, void* out);
+// bf16 where every value of those rows is a bf16 exactly (then the rows are half the bytes
+// and the same arithmetic follows), else f32.
+DType decoded_dtype(const PackedSide& side, std::int64_t row0, std::size_t n);
 // Tokens per chunk with a decoded side: its f32 rows (4·D bytes a key and side) stay in L2.
 constexpr std::int64_t kDecodedChunkTokens = 512;
 

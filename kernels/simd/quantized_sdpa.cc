@@ -192,7 +192,7 @@ PackedSide decoded_side(const ref::QuantizedView& x, std::int64_t d) {
   return side;
 }
 
-void decoded_rows(const PackedSide& side, std::int64_t row0, std::size_t n, float* out) {
+void decoded_rows(const PackedSide& side, std::int64_t row0, std::size_t n, DType dtype, void* out) {
   const ref::QuantizedView& x = *side.decoded;
   const std::int64_t rows = x.wq.dim(0) * x.wq.dim(1) * x.wq.dim(2), count = static_cast<std::int64_t>(n);
   // Row r of each array (row-major, one K/V row per (b, head, key)) starts r times its
@@ -204,7 +204,34 @@ void decoded_rows(const PackedSide& side, std::int64_t row0, std::size_t n, floa
     return {t.data + offset, t.dtype, Shape{1, 1, count, per_row}};
   };
   const ref::QuantizedView part{rows_of(x.wq), rows_of(x.scales), rows_of(x.biases), x.spec, x.global_scale};
-  dequantize(part, TensorView{reinterpret_cast<std::byte*>(out), DType::f32, Shape{1, 1, count, side.d}});
+  dequantize(part, TensorView{static_cast<std::byte*>(out), dtype, Shape{1, 1, count, side.d}});
+}
+
+// The value of an element times its scale, both exact in f32: in bf16 (8 significant bits,
+// f32's exponent range, subnormals down to 2^-133) exactly where it has few enough bits
+// and no bit below 2^-133.
+//  * mxfp4: an E2M1 value (2 significant bits, a multiple of 2^-1) times an E8M0 2^(c−127):
+//    a multiple of 2^-128: always.
+//  * nvfp4 without a global scale: an E2M1 value times an E4M3 scale (4 significant bits,
+//    2^-9 to 448): 6 bits, 2^-10 to 2688: always. (A global scale multiplies by any f32.)
+//  * mxfp8: an E4M3 value (4 bits, a multiple of 2^-9) times 2^(c−127): a multiple of
+//    2^(c−136), so where every scale code c of the rows is at least 3 (255, NaN, stays NaN).
+// Overflow is the same in both: every such value is at most 1.875·2^k, below bf16's largest.
+DType decoded_dtype(const PackedSide& side, std::int64_t row0, std::size_t n) {
+  const ref::QuantizedView& x = *side.decoded;
+  switch (x.spec.mode) {
+    case QuantMode::mxfp4: return DType::bf16;
+    case QuantMode::nvfp4: return x.global_scale ? DType::f32 : DType::bf16;
+    case QuantMode::mxfp8: {
+      const std::int64_t rows = x.wq.dim(0) * x.wq.dim(1) * x.wq.dim(2), groups = x.scales.numel() / rows;
+      const std::uint8_t* codes = x.scales.as<const std::uint8_t>() + row0 * groups;
+      const auto count = static_cast<std::size_t>(groups) * n;
+      std::uint8_t lowest = 255;
+      for (std::size_t i = 0; i < count; ++i) lowest = std::min(lowest, codes[i]);
+      return lowest >= 3 ? DType::bf16 : DType::f32;
+    }
+    default: return DType::f32;
+  }
 }
 
 std::vector<double> mean_of_values(const DecodePlan& plan, std::int64_t bk) {
@@ -214,7 +241,7 @@ std::vector<double> mean_of_values(const DecodePlan& plan, std::int64_t bk) {
     std::vector<float> rows(static_cast<std::size_t>(kDecodedChunkTokens * v.d));
     for (std::int64_t j0 = 0; j0 < plan.lk; j0 += kDecodedChunkTokens) {
       const auto n = static_cast<std::size_t>(std::min(kDecodedChunkTokens, plan.lk - j0));
-      decoded_rows(v, bk * plan.lk + j0, n, rows.data());
+      decoded_rows(v, bk * plan.lk + j0, n, DType::f32, rows.data());
       for (std::size_t i = 0; i < n * static_cast<std::size_t>(v.d); ++i) {
         mean[i % static_cast<std::size_t>(v.d)] += static_cast<double>(rows[i]);
       }

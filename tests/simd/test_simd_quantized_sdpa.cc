@@ -345,6 +345,24 @@ TEST(SimdQuantizedSdpa, FormatsWithoutCodesAreDequantizedAChunkAtATime) {
   });
 }
 
+// Decoded rows are bf16 only where every value is one exactly (decoded_dtype): mxfp8 with
+// an E8M0 scale code below 3 has values with bits below bf16's smallest subnormal (2^-133),
+// so those rows stay f32. One key: the output is V's values, bit for bit. Group 0 holds
+// the E4M3 codes 1…32 (2^-9 up to 2^-6 + 7·2^-9: every low bit set somewhere).
+TEST(SimdQuantizedSdpa, DecodedRowsKeepBitsBelowBf16sRange) {
+  KVLAB_SEEDED_RNG(rng, 6061);
+  const QuantSpec mx8 = QuantSpec::make(QuantMode::mxfp8, 8, 32);
+  for (const int code : {0, 2, 3, 127}) {
+    Inputs in = random_inputs(rng, {1, 2, 1, 1, 1, 64, 64}, DType::f32, affine(4, 64), mx8, DType::f32, DType::f32);
+    auto* elements = reinterpret_cast<std::uint8_t*>(in.v.wq.storage<std::uint32_t>().data());
+    for (int e = 0; e < 32; ++e) elements[e] = static_cast<std::uint8_t>(e + 1);
+    in.v.scales.storage<std::uint8_t>()[0] = static_cast<std::uint8_t>(code);
+    SCOPED_TRACE("E8M0 code " + std::to_string(code));
+    const Tensor want = run_ref(in);
+    testing::for_each_simd_target([&](const std::string&) { EXPECT_TRUE(testing::bit_equal(run_simd(in), want)); });
+  }
+}
+
 TEST(SimdQuantizedSdpa, ResultDoesNotDependOnTheThreadsThatRanIt) {
   KVLAB_SEEDED_RNG(rng, 99);
   const qchunk chunk(32);
