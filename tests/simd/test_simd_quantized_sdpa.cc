@@ -1,7 +1,7 @@
 // SIMD quantized_sdpa: what the harness cannot state as a case line. Its comparisons with
 // the oracle (affine widths and groups, GQA, head dims, mixed K/V specs and scale dtypes,
 // chunk counts, windows and paddings over poisoned scales, mask arrays, sinks, softcap,
-// fully masked rows, the unfused fp-mode path) are lines of harness/cases/quantized_sdpa/,
+// fully masked rows, the fp modes decoded per chunk or unfused) are lines of harness/cases/quantized_sdpa/,
 // run on every Highway target by the harness.check_ci_host test under the one
 // tolerance object of harness/ops/sdpa_info.cc. Here, on every attainable target: the
 // decode chunk size (a test hook, not a problem parameter) swept from one key per chunk
