@@ -76,7 +76,7 @@ struct Scratch {
   std::vector<float> tile;     // [RB][N/KB][N] partly reduced dot products of one key tile (RB <= 8)
   std::vector<float> out_bias; // [ρ][Gv]: Σ p·b_v
   std::vector<std::uint8_t> k_codes, v_codes;  // one byte per code (2/3/5/6-bit)
-  std::vector<float> k_rows, v_rows;  // [key][D]: a decoded side's f32 values (PackedSide::decoded)
+  std::vector<float> k_rows, v_rows;  // [key][D]: a decoded side's f32 or bf16 values (PackedSide::decoded)
 };
 
 // Rows [0, n) of `bits`-bit codes (row_words u32 each, d codes) → one byte per code.

@@ -86,8 +86,8 @@ struct PackedSide {
   // Rows of a format no kernel reads as codes (nvfp4, mxfp8, ggml's other blocks, mxfp4
   // with scales too large to fold): each chunk's rows dequantized by simd::dequantize, the
   // fallback's own values, into the task's scratch (decoded_rows) and read there as plain
-  // rows (f32, or bf16 where exact: decoded_dtype; bits 32, one group of D). The cache is read once, a
-  // chunk at a time, instead of copied whole to f32 before the call.
+  // rows (f32, or bf16 where exact: decoded_dtype; bits 32, one group of D). The cache is
+  // read once, a chunk at a time, instead of copied whole to f32 before the call.
   const ref::QuantizedView* decoded = nullptr;
   std::int64_t groups() const { return d / group; }
   bool plain_rows() const { return plain != nullptr || decoded != nullptr; }
@@ -106,7 +106,7 @@ void decoded_rows(const PackedSide& side, std::int64_t row0, std::size_t n, DTyp
 // bf16 where every value of those rows is a bf16 exactly (then the rows are half the bytes
 // and the same arithmetic follows), else f32.
 DType decoded_dtype(const PackedSide& side, std::int64_t row0, std::size_t n);
-// Tokens per chunk with a decoded side: its f32 rows (4·D bytes a key and side) stay in L2.
+// Tokens per chunk with a decoded side: its rows (at most 4·D bytes a key and side) stay in L2.
 constexpr std::int64_t kDecodedChunkTokens = 512;
 
 struct DecodePlan {

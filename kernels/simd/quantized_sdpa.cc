@@ -5,7 +5,7 @@
 // sinks and softcap, when a kv head has at most kMaxFusedRows query rows (R·Lq: decode).
 // ggml's q8_0/q4_0/q4_1 blocks and mxfp4 groups reach it as affine groups (below; mxfp4's
 // codes are unpacked per chunk); every other format (nvfp4, mxfp8, ggml's other blocks)
-// as f32 rows its SIMD dequantizer writes per chunk (PackedSide::decoded).
+// as f32 or bf16 rows its SIMD dequantizer writes per chunk (PackedSide::decoded).
 // Longer query blocks (and decoded sides of odd head dims) fall back to dequantizing K and
 // V to f32 with the SIMD dequantizers and running simd::sdpa over an f32 copy of q,
 // rounding its f32 output once to q's dtype.
@@ -216,7 +216,8 @@ void decoded_rows(const PackedSide& side, std::int64_t row0, std::size_t n, DTyp
 //    2^-9 to 448): 6 bits, 2^-10 to 2688: always. (A global scale multiplies by any f32.)
 //  * mxfp8: an E4M3 value (4 bits, a multiple of 2^-9) times 2^(c−127): a multiple of
 //    2^(c−136), so where every scale code c of the rows is at least 3 (255, NaN, stays NaN).
-// Overflow is the same in both: every such value is at most 1.875·2^k, below bf16's largest.
+// Overflow is the same in both: a finite f32 value with at most 6 significant bits is at
+// most 1.96875·2^127, below bf16's largest (1.9921875·2^127).
 DType decoded_dtype(const PackedSide& side, std::int64_t row0, std::size_t n) {
   const ref::QuantizedView& x = *side.decoded;
   switch (x.spec.mode) {
