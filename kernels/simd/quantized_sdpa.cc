@@ -293,7 +293,7 @@ using qdecode::DecodePlan;
 
 // The fused decode reads affine codes (unsigned integers with a float scale and bias) as
 // they lie; any other format is dequantized per chunk (PackedSide::decoded) and read as
-// plain f32 rows, under simd::sdpa's conditions for those (Dk a multiple of 16, Dv of 32).
+// plain f32 or bf16 rows, under simd::sdpa's conditions for those (Dk a multiple of 16, Dv of 32).
 bool reads_codes(const ref::QuantizedView& x) { return x.spec.format().encoder == QuantEncoder::affine; }
 
 bool fused_path_takes(const ConstTensorView& q, const ref::QuantizedView& k, const ref::QuantizedView& v,
