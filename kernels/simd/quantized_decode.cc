@@ -249,10 +249,15 @@ float ExpRow(const float* HWY_RESTRICT s, float m, std::size_t t_lo, std::size_t
   if constexpr (kGroups == 0) {
     for (std::size_t g = 0; g < groups; ++g) vside.bias_sums[g] = 0;
   }
+  const VF neg_inf = hn::Set(df, -INFINITY);
   for (std::size_t t = t_lo; t < t_hi; t += N) {
-    const VF p = ExpNonPositive(df, hn::Sub(hn::LoadU(df, s + t), vm));  // hidden: e^−inf = 0
+    const VF x = hn::LoadU(df, s + t);
+    const VF p = ExpNonPositive(df, hn::Sub(x, vm));  // hidden: e^−inf = 0
     sum = hn::Add(sum, p);
-    const auto used = hn::Ne(p, zero);
+    // Hidden keys (score −inf: MaskRow) get weight 0 whatever their scale, poison included.
+    // A key whose p merely underflows in f32 keeps p·s: a NaN or infinite scale there makes
+    // the output NaN, as the oracle's p·v does (p in double), never a silent 0.
+    const auto used = hn::Ne(x, neg_inf);
 #pragma GCC unroll 8
     for (std::size_t g = 0; g < groups; ++g) {
       const std::size_t at = g * ncp + t;

@@ -345,6 +345,43 @@ TEST(SimdQuantizedSdpa, FormatsWithoutCodesAreDequantizedAChunkAtATime) {
   });
 }
 
+// A visible key whose weight p underflows to 0 in f32 (logit 120 below the row's largest:
+// e^-120 < 2^-149, while the oracle's double p is e^-120 > 0) still carries a NaN or an
+// infinite V scale into the output, as the oracle's p·v does: the weights zero only the
+// keys the mask hides (score −inf), whose poison never counts. Affine 8-bit V: key 1's
+// group 0 poisoned, with key 0's logit 120 above it. Without the fix the output was finite.
+// An infinite scale gives NaN here where the oracle's tiny p times ∞ is ∞ (0·∞ in f32):
+// non-finite where the oracle's is, NaN for NaN.
+TEST(SimdQuantizedSdpa, AVisibleKeyWhoseWeightUnderflowsKeepsItsPoison) {
+  KVLAB_SEEDED_RNG(rng, 120);
+  for (const float poison : {kNaN, kInf}) {
+    Inputs in = random_inputs(rng, {1, 1, 1, 1, 2, 64, 64}, DType::f32, affine(8, 64), affine(8, 32), DType::f32,
+                              DType::f32);
+    for (std::int64_t d = 0; d < 64; ++d) in.q.view().store(d, d == 0 ? 1.0f : 0.0f);
+    in.params.scale = 1.0f;
+    // K key 0 element 0 is 120 (code 255·scale + bias), key 1's 0: every other element 0.
+    auto* k_words = in.k.wq.storage<std::uint32_t>().data();
+    for (std::int64_t w = 0; w < 32; ++w) k_words[w] = w == 0 ? 0xFFu : 0u;  // 16 words a key
+    in.k.scales.view().store(0, 120.0f / 255.0f);
+    in.k.biases.view().store(0, 0.0f);
+    in.k.scales.view().store(1, 1.0f);
+    in.k.biases.view().store(1, 0.0f);
+    in.v.scales.view().store(2, poison);  // key 1, group 0
+    SCOPED_TRACE(std::isnan(poison) ? "NaN scale" : "inf scale");
+    const Tensor want = run_ref(in);
+    ASSERT_TRUE(std::isnan(want.view().load(0)) || std::isinf(want.view().load(0)));
+    testing::for_each_simd_target([&](const std::string&) {
+      const Tensor got = run_simd(in);
+      for (std::int64_t i = 0; i < want.numel(); ++i) {
+        const float w = want.view().load(i), g = got.view().load(i);
+        if (std::isnan(w)) EXPECT_TRUE(std::isnan(g)) << "element " << i << ": " << g;
+        else if (std::isinf(w)) EXPECT_FALSE(std::isfinite(g)) << "element " << i << ": " << g;
+        else EXPECT_NEAR(g, w, 0x1p-8f * (1.0f + std::abs(w))) << "element " << i;
+      }
+    });
+  }
+}
+
 // Decoded rows are bf16 only where every value is one exactly (decoded_dtype): mxfp8 with
 // an E8M0 scale code below 3 has values with bits below bf16's smallest subnormal (2^-133),
 // so those rows stay f32. One key: the output is V's values, bit for bit. Group 0 holds
