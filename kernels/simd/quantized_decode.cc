@@ -77,6 +77,7 @@ struct Scratch {
   std::vector<float> out_bias; // [ρ][Gv]: Σ p·b_v
   std::vector<std::uint8_t> k_codes, v_codes;  // one byte per code (2/3/5/6-bit)
   std::vector<float> k_rows, v_rows;  // [key][D]: a decoded side's f32 or bf16 values (PackedSide::decoded)
+  std::vector<float> factors;  // [key][g]: an E4M3 V chunk's scale factors before meta_columns
 };
 
 // Rows [0, n) of `bits`-bit codes (row_words u32 each, d codes) → one byte per code.
@@ -330,16 +331,23 @@ RowSoftmax SoftmaxRow(const DecodePlan& plan, std::int64_t b, std::int64_t kvh, 
 
 // ---------------------------------------------------------------- one task
 
-// The code rows of chunk keys [j0, j0 + nc) of one side: packed 4/8-bit rows as they
-// are, other widths unpacked to bytes (then read as 8-bit), plain rows as they are.
+// The code rows of chunk keys [j0, j0 + nc) of one side: packed 4/8-bit rows and mxfp8's
+// E4M3 bytes as they are, other widths unpacked to bytes (then read as 8-bit), plain rows
+// as they are, other decoded formats dequantized into scratch.
 struct CodeRows {
   const std::uint8_t* data;
   std::size_t row_bytes;
-  int bits;  // 4, 8 or a kPlain* constant: the kernel that reads them
+  int bits;  // 4, 8, kE4M3 or a kPlain* constant: the kernel that reads them
 };
 
 int PlainKernel(DType dtype) {
   return dtype == DType::f16 ? kPlainF16 : dtype == DType::bf16 ? kPlainBF16 : kPlainF32;
+}
+
+// Group size of a side's chunk as its kernel reads it: mxfp8's for E4M3 codes, one group
+// of D for plain rows (a decoded chunk's among them).
+std::size_t KernelGroup(const PackedSide& side, const CodeRows& rows) {
+  return static_cast<std::size_t>(rows.bits == kE4M3 ? side.decoded->spec.group_size : side.group);
 }
 
 // Key j0's row of (b, kv head) bk as stored: plain values or packed code words (not for
@@ -355,6 +363,10 @@ CodeRows ChunkCodes(const PackedSide& side, std::int64_t bk, std::int64_t lk, st
   const auto row_bytes = static_cast<std::size_t>(side.row_bytes());
   if (side.decoded != nullptr) {
     const auto d = static_cast<std::size_t>(side.d);
+    if (e4m3_codes_readable(side, bk * lk + j0, nc)) {  // mxfp8 codes as they lie
+      const auto* codes = reinterpret_cast<const std::uint8_t*>(side.decoded->wq.data);
+      return {codes + static_cast<std::size_t>(bk * lk + j0) * d, d, kE4M3};
+    }
     float* rows = aligned_floats(decoded, nc * d);
     const DType dtype = decoded_dtype(side, bk * lk + j0, nc);
     decoded_rows(side, bk * lk + j0, nc, dtype, rows);
@@ -384,16 +396,22 @@ ChunkKeys KeysOf(const DecodePlan& plan, std::int64_t task) {
           std::min((c + 1) * plan.chunk, plan.span_hi[static_cast<std::size_t>(b)])};
 }
 
-// The first K rows (as stored: plain or packed) of the chunk this thread runs next, for
-// the V side to prefetch as it ends; claims that task (claim_next_task). None where no
-// task is promised or the next chunk has no visible key, and for a decoded K side (its
-// dequantizer reads the stored rows in one stream).
+// The first K rows (as stored: plain, packed or mxfp8's E4M3 bytes) of the chunk this
+// thread runs next, for the V side to prefetch as it ends; claims that task
+// (claim_next_task). None where no task is promised or the next chunk has no visible key,
+// and for another decoded K side (its dequantizer reads the stored rows in one stream).
 NextChunk NextChunkRows(const DecodePlan& plan) {
-  if (plan.k.decoded != nullptr) return {};
+  const bool e4m3 = plan.k.decoded != nullptr && plan.k.decoded->spec.mode == QuantMode::mxfp8;
+  if (plan.k.decoded != nullptr && !e4m3) return {};
   const std::int64_t task = claim_next_task();
   if (task < 0) return {};
   const ChunkKeys next = KeysOf(plan, task);
   if (next.j0 >= next.j1) return {};
+  if (e4m3) {
+    const auto d = static_cast<std::size_t>(plan.k.d);
+    const auto* codes = reinterpret_cast<const std::uint8_t*>(plan.k.decoded->wq.data);
+    return {codes + static_cast<std::size_t>(next.bk * plan.lk + next.j0) * d, d};
+  }
   return {StoredRow(plan.k, next.bk, plan.lk, next.j0), static_cast<std::size_t>(plan.k.row_bytes())};
 }
 
@@ -405,6 +423,7 @@ void DispatchKernel(int bits, const F& f) {
     case kPlainF16: return f(std::integral_constant<int, kPlainF16>{});
     case kPlainBF16: return f(std::integral_constant<int, kPlainBF16>{});
     case kPlainF32: return f(std::integral_constant<int, kPlainF32>{});
+    case kE4M3: return f(std::integral_constant<int, kE4M3>{});
     default: return f(std::integral_constant<int, 8>{});
   }
 }
@@ -453,22 +472,21 @@ void DecodeChunk(const DecodePlan& plan, std::int64_t task) {
   const auto nc = static_cast<std::size_t>(j1 - j0);
   const std::size_t ncp = (nc + N - 1) / N * N;
   const PackedSide &ks = plan.k, &vs = plan.v;
-  const auto kg = static_cast<std::size_t>(ks.groups()), vg = static_cast<std::size_t>(vs.groups());
   const auto dk = static_cast<std::size_t>(ks.d), dv = static_cast<std::size_t>(vs.d);
-  const std::size_t kmeta_row = static_cast<std::size_t>((bk * plan.lk + j0)) * kg;
-  const std::size_t vmeta_row = static_cast<std::size_t>((bk * plan.lk + j0)) * vg;
+  const std::int64_t row0 = bk * plan.lk + j0;  // the chunk's first (b, kv head, key) row
 
   // K side: the scores of every row, in integers where the certificate holds
   // (quantized_decode_vnni-inl.h), else from the chunk's f32 scales/biases.
   const std::size_t kbytes = dtype_size(ks.meta_dtype);
   const CodeRows kc = ChunkCodes(ks, bk, plan.lk, j0, nc, sc.k_codes, sc.k_rows);
   const CodeRows vc = ChunkCodes(vs, bk, plan.lk, j0, nc, sc.v_codes, sc.v_rows);
-  if (ks.decoded != nullptr) plan.mix->decoded += static_cast<std::int64_t>(nc * dk);
-  if (vs.decoded != nullptr) plan.mix->decoded += static_cast<std::int64_t>(nc * dv);
+  const std::size_t kgs = KernelGroup(ks, kc), vgs = KernelGroup(vs, vc), kg = dk / kgs, vg = dv / vgs;
+  const std::size_t kmeta_row = static_cast<std::size_t>(row0) * kg, vmeta_row = static_cast<std::size_t>(row0) * vg;
+  if (ks.decoded != nullptr && kc.bits != kE4M3) plan.mix->decoded += static_cast<std::int64_t>(nc * dk);
+  if (vs.decoded != nullptr && vc.bits != kE4M3) plan.mix->decoded += static_cast<std::int64_t>(nc * dv);
   const ChunkStream stream{kc.data, nc * kc.row_bytes, vc.data, nc * vc.row_bytes};
   float* scores = aligned_floats(sc.scores, urows * ncp);
   const float* query = plan.query + static_cast<std::size_t>(bk * rows) * dk;
-  const auto kgs = static_cast<std::size_t>(ks.group);
   bool scored = false;
 #if HWY_TARGET == HWY_AVX3_DL
   const bool amx = amx_available();
@@ -483,7 +501,10 @@ void DecodeChunk(const DecodePlan& plan, std::int64_t task) {
 #endif
   float* k_scales = aligned_floats(sc.k_scales, nc * kg);
   float* k_biases = aligned_floats(sc.k_biases, nc * kg);
-  if (!scored && !ks.plain_rows()) {
+  if (!scored && kc.bits == kE4M3) {
+    e4m3_factors(ks, row0, nc, k_scales);
+    std::fill(k_biases, k_biases + nc * kg, 0.0f);
+  } else if (!scored && !ks.plain_rows()) {
     to_f32(ks.scales + kmeta_row * kbytes, ks.meta_dtype, nc * kg, k_scales);
     to_f32(ks.biases + kmeta_row * kbytes, ks.meta_dtype, nc * kg, k_biases);
   }
@@ -516,7 +537,14 @@ void DecodeChunk(const DecodePlan& plan, std::int64_t task) {
   // Softmax pieces per row, then the V weights.
   float* v_scales = nullptr;
   float* v_biases = nullptr;
-  if (!vs.plain_rows()) {
+  if (vc.bits == kE4M3) {  // the factors as f32 [key][group], then as columns; biases 0
+    v_scales = aligned_floats(sc.v_scales, vg * ncp);
+    v_biases = aligned_floats(sc.v_biases, vg * ncp);
+    float* factors = aligned_floats(sc.factors, nc * vg);
+    e4m3_factors(vs, row0, nc, factors);
+    meta_columns(reinterpret_cast<const std::byte*>(factors), DType::f32, nc, vg, ncp, sc.convert, v_scales);
+    std::fill(v_biases, v_biases + vg * ncp, 0.0f);
+  } else if (!vs.plain_rows()) {
     v_scales = aligned_floats(sc.v_scales, vg * ncp);
     v_biases = aligned_floats(sc.v_biases, vg * ncp);
     const std::size_t vbytes = dtype_size(vs.meta_dtype);
@@ -553,7 +581,6 @@ void DecodeChunk(const DecodePlan& plan, std::int64_t task) {
     }
   }
 #endif
-  const std::size_t vgs = static_cast<std::size_t>(vs.group);
   bool summed = false;
 #if HWY_TARGET == HWY_AVX3_DL
   if (!vs.plain_rows() && int_values::Eligible(plan.score_slack, vc.bits, dv, vgs) &&
@@ -582,7 +609,7 @@ void DecodeChunk(const DecodePlan& plan, std::int64_t task) {
       DispatchKernel(vc.bits, accumulate);
     }
   }
-  if (vs.plain_rows()) return;  // no biases
+  if (vs.plain_rows()) return;  // no biases (an E4M3 chunk's are 0)
   for (std::size_t rho = 0; rho < urows; ++rho) {
     float* o = out + rho * dv;
     for (std::size_t pos = 0; pos < dv; pos += N) {

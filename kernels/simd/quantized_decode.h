@@ -83,8 +83,9 @@ struct PackedSide {
   // (e2m1_to_bytes) with the affine scales s/2 and biases −6s: the kernels see 8-bit
   // codes of at most 24, 5 bits (code_bits).
   bool e2m1 = false;
-  // Rows of a format no kernel reads as codes (nvfp4, mxfp8, ggml's other blocks, mxfp4
-  // with scales too large to fold): each chunk's rows dequantized by simd::dequantize, the
+  // Rows of a format no kernel reads as codes (nvfp4, ggml's other blocks, mxfp4 with
+  // scales too large to fold; mxfp8's chunks too, unless e4m3_codes_readable, then read as
+  // E4M3 codes in place): each chunk's rows dequantized by simd::dequantize, the
   // fallback's own values, into the task's scratch (decoded_rows) and read there as plain
   // rows (f32, or bf16 where exact: decoded_dtype; bits 32, one group of D). The cache is
   // read once, a chunk at a time, instead of copied whole to f32 before the call.
@@ -106,6 +107,17 @@ void decoded_rows(const PackedSide& side, std::int64_t row0, std::size_t n, DTyp
 // bf16 where every value of those rows is a bf16 exactly (then the rows are half the bytes
 // and the same arithmetic follows), else f32.
 DType decoded_dtype(const PackedSide& side, std::int64_t row0, std::size_t n);
+// Whether the kernels read rows [row0, row0 + n) of a decoded mxfp8 side as they lie (the
+// E4M3 kernel, quantized_decode_blocks-inl.h kE4M3): where every E8M0 scale code c of those
+// rows gives a factor 2^(c−7) that f32 holds, c <= 134, or is 255 (+inf, as the oracle's
+// scale).
+// Larger scales (values above 2^7·448) are decoded (decoded_rows).
+bool e4m3_codes_readable(const PackedSide& side, std::int64_t row0, std::size_t n);
+// The scale factors of those rows, [row][group]: 2^(c−7) for E8M0 code c, +inf for 255.
+// The E4M3 kernel reads a code as its value·2^-120, so factor·code is the value·2^(c−127):
+// both exact, and the product exact too (a multiple of 2^(c−136), at least 2^-136, within
+// f32's subnormal range), so the kernels' values are the oracle's.
+void e4m3_factors(const PackedSide& side, std::int64_t row0, std::size_t n, float* out);
 // Tokens per chunk with a decoded side: its rows (at most 4·D bytes a key and side) stay in L2.
 constexpr std::int64_t kDecodedChunkTokens = 512;
 

@@ -42,6 +42,14 @@ constexpr bool kManyRegisters = false;  // 16 (or scalar)
 constexpr int kPlainF16 = 1016, kPlainBF16 = 2016, kPlainF32 = 1032;
 template <int kBits>
 constexpr bool kPlain = kBits > 1000;
+// mxfp8 rows take them with this: one E4M3 code a byte, laid out as 8-bit codes, read as
+// the value·2^-120 (E4M3Values) beside the f32 scale 2^(c−7) of each E8M0 code c and a
+// zero bias (quantized_decode.cc, E4M3Factors): the affine arithmetic then gives the
+// values themselves.
+constexpr int kE4M3 = 508;
+// Bits a code of the kernel's rows takes in memory (not plain).
+template <int kBits>
+constexpr int kCodeWidth = kBits == kE4M3 ? 8 : kBits;
 
 // One unit = the codes of N·kLaneBytes bytes: 8-bit → 1 vector (element order); 4-bit →
 // 2 vectors, low nibbles (even elements) then high nibbles (odd elements); plain → 1
@@ -53,7 +61,7 @@ constexpr std::size_t kLaneBytes = kBits == kPlainF32 ? 4 : kPlain<kBits> ? 2 : 
 // Bytes of a row of d elements.
 template <int kBits>
 constexpr std::size_t RowBytes(std::size_t d) {
-  return kPlain<kBits> ? d * kLaneBytes<kBits> : d * kBits / 8;
+  return kPlain<kBits> ? d * kLaneBytes<kBits> : d * kCodeWidth<kBits> / 8;
 }
 
 // N plain values at p as f32: exact (f16 by vcvtph2ps where F16C exists, which only
@@ -85,20 +93,39 @@ HWY_INLINE VF NibbleCodes(DF df) {
 
 using VI = hn::Vec<hn::RebindToSigned<DF>>;
 
-// The N bytes at p, one per lane (int32).
+// The N bytes at p, one per lane (int32): zero-extended, or sign-extended for E4M3 codes
+// (whose sign bit E4M3Values then finds in every high bit).
+template <int kBits>
 HWY_INLINE VI LoadBytes(DF, const std::uint8_t* HWY_RESTRICT p) {
   const hn::RebindToSigned<DF> di;
-  const hn::Rebind<std::uint8_t, DF> d8;
-  return hn::PromoteTo(di, hn::LoadU(d8, p));
+  if constexpr (kBits == kE4M3) {
+    return hn::PromoteTo(di, hn::LoadU(hn::Rebind<std::int8_t, DF>(), reinterpret_cast<const std::int8_t*>(p)));
+  } else {
+    return hn::PromoteTo(di, hn::LoadU(hn::Rebind<std::uint8_t, DF>(), p));
+  }
+}
+
+// E4M3 codes (sign-extended bytes) as their values·2^-120, exactly: the sign to bit 31 and
+// the 7 magnitude bits to bits 20–26 make the f32 whose exponent field is E4M3's and whose
+// top 3 mantissa bits are its mantissa, so 2^(e−127)·(1 + m/8) = 2^-120·2^(e−7)·(1 + m/8);
+// for e = 0 the f32 subnormal m·2^-129 = 2^-120·m·2^-9 is E4M3's subnormal. The magnitude
+// 0x7F reads as 480, as the oracle's decode (reference/fp_quantize.h). Two operations per
+// N codes, where a decode to the values themselves (fp_quantize.cc's E4M3Decode) takes a
+// multiply more; the 2^120 goes into the scales.
+HWY_INLINE VF E4M3Values(DF df, VI bytes) {
+  const hn::RebindToSigned<DF> di;
+  return hn::BitCast(df, hn::And(hn::ShiftLeft<20>(bytes), hn::Set(di, static_cast<std::int32_t>(0x87F00000u))));
 }
 
 // Codes of part t of a unit as floats, `bytes` from LoadBytes: 8-bit the bytes themselves;
-// 4-bit the low (t = 0) or high (t = 1) nibbles.
+// 4-bit the low (t = 0) or high (t = 1) nibbles; E4M3 the values·2^-120.
 template <int kBits>
 HWY_INLINE VF CodesAsFloats(DF df, VI bytes, std::size_t t) {
   const hn::RebindToSigned<DF> di;
   if constexpr (kBits == 4) {
     return hn::ConvertTo(df, t == 0 ? hn::And(bytes, hn::Set(di, 15)) : hn::ShiftRight<4>(bytes));
+  } else if constexpr (kBits == kE4M3) {
+    return E4M3Values(df, bytes);
   } else {
     return hn::ConvertTo(df, bytes);
   }
@@ -336,7 +363,7 @@ HWY_INLINE void KeyBlock(DF df, const float* HWY_RESTRICT q, std::size_t dk, con
         if constexpr (kPlain<kBits>) {
           c[k][0] = PlainValues<kBits>(df, codes + k * key_stride + u * N * kLaneBytes<kBits>);
         } else {
-          const VI bytes = LoadBytes(df, codes + k * key_stride + u * N);
+          const VI bytes = LoadBytes<kBits>(df, codes + k * key_stride + u * N);
 #pragma GCC unroll 2
           for (std::size_t t = 0; t < kV; ++t) c[k][t] = KeyValues<kBits>(df, bytes, t, table[k], scale[k], bias[k]);
         }
@@ -380,7 +407,7 @@ constexpr bool kQuarterOrder = kKeysPerBlock<RB> == 4;
 // The quarters keep blocks of 4: one key of each quarter.
 template <int kBits, std::size_t RB>
 constexpr std::size_t kInOrderKeysPerBlock =
-    RB == 4 && (kBits == 8 || kBits == kPlainF16) ? std::min(kMaxLanes, std::size_t{2}) : kKeysPerBlock<RB>;
+    RB == 4 && (kCodeWidth<kBits> == 8 || kBits == kPlainF16) ? std::min(kMaxLanes, std::size_t{2}) : kKeysPerBlock<RB>;
 
 // meta + offset, or null for plain rows (which have no scales or biases).
 template <int kBits>
@@ -741,7 +768,7 @@ HWY_INLINE void AccumulateSlice(DF df, const float* const* HWY_RESTRICT wr, std:
       if constexpr (kPlain<kBits>) {
         c[uu] = PlainValues<kBits>(df, row + uu * N * kLaneBytes<kBits>);
       } else {
-        const VI bytes = LoadBytes(df, row + uu * N);
+        const VI bytes = LoadBytes<kBits>(df, row + uu * N);
 #pragma GCC unroll 2
         for (std::size_t t = 0; t < kV; ++t) c[uu * kV + t] = ValueCodes<kBits>(df, bytes, t, codes_table);
       }

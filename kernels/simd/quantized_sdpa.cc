@@ -4,14 +4,17 @@
 // 2/3/5/6 unpacked per chunk), any group, f32/f16/bf16 q and scales, every mask kind,
 // sinks and softcap, when a kv head has at most kMaxFusedRows query rows (R·Lq: decode).
 // ggml's q8_0/q4_0/q4_1 blocks and mxfp4 groups reach it as affine groups (below; mxfp4's
-// codes are unpacked per chunk); every other format (nvfp4, mxfp8, ggml's other blocks)
-// as f32 or bf16 rows its SIMD dequantizer writes per chunk (PackedSide::decoded).
+// codes are unpacked per chunk); mxfp8's E4M3 bytes are read in place by a kernel of their
+// own wherever a chunk's scales allow (qdecode::e4m3_codes_readable); every other format
+// (nvfp4, ggml's other blocks) as f32 or bf16 rows its SIMD dequantizer writes per chunk
+// (PackedSide::decoded).
 // Longer query blocks (and decoded sides of odd head dims) fall back to dequantizing K and
 // V to f32 with the SIMD dequantizers and running simd::sdpa over an f32 copy of q,
 // rounding its f32 output once to q's dtype.
 //
 // Validation comes first and is the oracle's (ref::validate_quantized_sdpa).
 #include <algorithm>
+#include <bit>
 #include <atomic>
 #include <cmath>
 #include <cstdint>
@@ -207,6 +210,18 @@ void decoded_rows(const PackedSide& side, std::int64_t row0, std::size_t n, DTyp
   dequantize(part, TensorView{static_cast<std::byte*>(out), dtype, Shape{1, 1, count, side.d}});
 }
 
+namespace {
+// The scale codes (one byte each: mxfp8's E8M0) of rows [row0, row0 + n) of a view.
+struct ScaleCodes {
+  const std::uint8_t* first;
+  std::size_t count;
+};
+ScaleCodes scale_codes(const ref::QuantizedView& x, std::int64_t row0, std::size_t n) {
+  const std::int64_t rows = x.wq.dim(0) * x.wq.dim(1) * x.wq.dim(2), groups = x.scales.numel() / rows;
+  return {x.scales.as<const std::uint8_t>() + row0 * groups, static_cast<std::size_t>(groups) * n};
+}
+}  // namespace
+
 // The value of an element times its scale, both exact in f32: in bf16 (8 significant bits,
 // f32's exponent range, subnormals down to 2^-133) exactly where it has few enough bits
 // and no bit below 2^-133.
@@ -224,14 +239,26 @@ DType decoded_dtype(const PackedSide& side, std::int64_t row0, std::size_t n) {
     case QuantMode::mxfp4: return DType::bf16;
     case QuantMode::nvfp4: return x.global_scale ? DType::f32 : DType::bf16;
     case QuantMode::mxfp8: {
-      const std::int64_t rows = x.wq.dim(0) * x.wq.dim(1) * x.wq.dim(2), groups = x.scales.numel() / rows;
-      const std::uint8_t* codes = x.scales.as<const std::uint8_t>() + row0 * groups;
-      const auto count = static_cast<std::size_t>(groups) * n;
-      std::uint8_t lowest = 255;
-      for (std::size_t i = 0; i < count; ++i) lowest = std::min(lowest, codes[i]);
-      return lowest >= 3 ? DType::bf16 : DType::f32;
+      const ScaleCodes codes = scale_codes(x, row0, n);
+      return *std::min_element(codes.first, codes.first + codes.count) >= 3 ? DType::bf16 : DType::f32;
     }
     default: return DType::f32;
+  }
+}
+
+bool e4m3_codes_readable(const PackedSide& side, std::int64_t row0, std::size_t n) {
+  if (side.decoded == nullptr || side.decoded->spec.mode != QuantMode::mxfp8) return false;
+  const ScaleCodes codes = scale_codes(*side.decoded, row0, n);
+  return std::all_of(codes.first, codes.first + codes.count, [](std::uint8_t c) { return c <= 134 || c == 255; });
+}
+
+void e4m3_factors(const PackedSide& side, std::int64_t row0, std::size_t n, float* out) {
+  const ScaleCodes codes = scale_codes(*side.decoded, row0, n);
+  // By the bits, exponent field c + 120 (a call to ldexp per group took more time than the
+  // kernels' arithmetic); 255 is +inf's exponent field.
+  for (std::size_t i = 0; i < codes.count; ++i) {
+    const std::uint32_t c = codes.first[i];
+    out[i] = std::bit_cast<float>(c == 255 ? 0x7F800000u : (c + 120u) << 23);
   }
 }
 
@@ -292,7 +319,8 @@ namespace {
 using qdecode::DecodePlan;
 
 // The fused decode reads affine codes (unsigned integers with a float scale and bias) as
-// they lie; any other format is dequantized per chunk (PackedSide::decoded) and read as
+// they lie; any other format goes through a decoded side (PackedSide::decoded): mxfp8's
+// chunks read as E4M3 codes where they can be, the rest dequantized per chunk and read as
 // plain f32 or bf16 rows, under simd::sdpa's conditions for those (Dk a multiple of 16, Dv of 32).
 bool reads_codes(const ref::QuantizedView& x) { return x.spec.format().encoder == QuantEncoder::affine; }
 
@@ -565,7 +593,12 @@ void run(DecodePlan& plan, const ConstTensorView& q, const AttentionParams& para
   static std::atomic<std::uint64_t> calls{0};
   plan.call = ++calls;
   plan.chunk = chunk_tokens(plan.batch, plan.hkv, plan.lk, plan.rows);
-  if (plan.k.decoded != nullptr || plan.v.decoded != nullptr) plan.chunk = std::min(plan.chunk, kDecodedChunkTokens);
+  // Dequantized rows stay in L2 in chunks of kDecodedChunkTokens; mxfp8's chunks, read as
+  // E4M3 codes unless a scale is too large, keep the long chunks that read faster from DRAM.
+  const auto dequantized = [](const PackedSide& side) {
+    return side.decoded != nullptr && side.decoded->spec.mode != QuantMode::mxfp8;
+  };
+  if (dequantized(plan.k) || dequantized(plan.v)) plan.chunk = std::min(plan.chunk, kDecodedChunkTokens);
   plan.chunks = (plan.lk + plan.chunk - 1) / plan.chunk;
   plan.mask_kind = params.mask.kind;
   if (mask_array != nullptr) {

@@ -86,6 +86,13 @@ void expect_same_nonfinite_and_close(const Tensor& got, const Tensor& want) {
     }
   }
 }
+// The largest scale code of an mx side (E8M0, one byte each).
+int max_scale_code(const ref::QuantizedTensor& x) {
+  int high = 0;
+  for (const std::uint8_t code : x.scales.storage<std::uint8_t>()) high = std::max<int>(high, code);
+  return high;
+}
+
 Tensor run_ref(const Inputs& in) {
   return run(static_cast<void (*)(const ConstTensorView&, const ref::QuantizedView&, const ref::QuantizedView&,
                                   const AttentionParams&, const ConstTensorView*, const ConstTensorView*,
@@ -297,12 +304,13 @@ TEST(SimdQuantizedSdpa, Mxfp4GroupsWithTheLargestScalesAgreeWithTheOracle) {
   }
 }
 
-// Formats the decode does not read as codes (nvfp4's groups of 16, mxfp8's E4M3
-// elements, ggml's q5_0) are dequantized one chunk at a time (PackedSide::decoded) and
+// Formats the decode does not read as codes (nvfp4's groups of 16, ggml's q5_0, mxfp8
+// with a scale above 2^7) are dequantized one chunk at a time (PackedSide::decoded) and
 // read as f32 rows: each key a query row sees is dequantized once per such side, the keys
-// of chunks nobody sees never, a side read as codes not at all, and a call that falls
-// back (Dv = 80, not a multiple of 32) dequantizes whole tensors instead (counted 0).
-// Every result against the oracle; Lk = 1100 spans three chunks of kDecodedChunkTokens.
+// of chunks nobody sees never, a side read as codes not at all (mxfp8 of ordinary scales
+// among them), and a call that falls back (Dv = 80, not a multiple of 32) dequantizes
+// whole tensors instead (counted 0). Every result against the oracle; Lk = 1100 spans
+// three chunks of kDecodedChunkTokens.
 TEST(SimdQuantizedSdpa, FormatsWithoutCodesAreDequantizedAChunkAtATime) {
   KVLAB_SEEDED_RNG(rng, 5150);
   const QuantSpec nv = QuantSpec::make(QuantMode::nvfp4, 4, 16), mx8 = QuantSpec::make(QuantMode::mxfp8, 8, 32);
@@ -312,15 +320,20 @@ TEST(SimdQuantizedSdpa, FormatsWithoutCodesAreDequantizedAChunkAtATime) {
     std::int64_t dv, window, decoded_per_key;  // decoded_per_key: Dk and/or Dv, or 0
   };
   const std::vector<Case> cases = {
-      {"nvfp4 K, mxfp8 V", nv, mx8, 64, 0, 64 + 64},
+      {"nvfp4 K, mxfp8 V", nv, mx8, 64, 0, 64},
       {"affine K, nvfp4 V", affine(4, 64), nv, 64, 0, 64},
-      {"mxfp8 K, affine V", mx8, affine(8, 32), 64, 0, 64},
+      {"mxfp8 K, affine V", mx8, affine(8, 32), 64, 0, 0},
       {"nvfp4 K and V, a window of 100 keys", nv, nv, 64, 100, 64 + 64},
       {"nvfp4 V of 80 dims: the fallback", affine(4, 64), nv, 80, 0, 0},
   };
   for (const Case& c : cases) {
     const Dims dims{2, 4, 2, 1, 1100, 64, c.dv};
     Inputs in = random_inputs(rng, dims, DType::f16, c.k, c.v, DType::f32, DType::f32);
+    for (const ref::QuantizedTensor* side : {&in.k, &in.v}) {  // ordinary mxfp8 scales: read as E4M3 codes
+      if (side->spec.mode == QuantMode::mxfp8) {
+        ASSERT_LT(max_scale_code(*side), 135);
+      }
+    }
     if (c.window > 0) {
       in.params.mask.kind = MaskKind::causal;
       in.params.mask.window = static_cast<int>(c.window);
@@ -343,6 +356,69 @@ TEST(SimdQuantizedSdpa, FormatsWithoutCodesAreDequantizedAChunkAtATime) {
     expect_same_nonfinite_and_close(run_simd(in), want);
     EXPECT_EQ(simd::last_attention_decoded_values(), 2 * 600 * 64);
   });
+}
+
+// mxfp8 K and V are read as their E4M3 bytes (the kE4M3 kernel: a code as its value·2^-120,
+// the E8M0 scale code c as the factor 2^(c−7)) wherever every scale of a chunk is at most
+// 2^7 (code 134) or +inf (255); a chunk with a larger scale is dequantized instead. Every
+// one of the 256 element codes (E4M3's subnormals, ±0, 0x7F read as 480) under scale codes
+// from 0 (values down to 2^-136, f32 subnormals) to 134, against the oracle, with and
+// without an infinite V scale, and with one V scale of code 135 or 254 in the second of
+// three chunks: that chunk alone decoded. Then one key visible:
+// the output is V's values, bit for bit.
+TEST(SimdQuantizedSdpa, Mxfp8IsReadAsE4M3CodesUnderScalesF32Holds) {
+  KVLAB_SEEDED_RNG(rng, 8088);
+  const QuantSpec mx8 = QuantSpec::make(QuantMode::mxfp8, 8, 32);
+  const std::int64_t lk = 1100, chunk = simd::qdecode::chunk_tokens(1, 1, lk, 2);
+  struct Case {
+    const char* what;
+    int k_low, k_high, v_low, v_high;  // the scale codes, uniform in [low, high]
+    int special;                       // one V scale code (key 700, group 0) or -1
+    std::int64_t decoded_per_key;
+  };
+  // Where V holds an infinite value, K's scales keep the logits small, so that no weight
+  // underflows: then every output is ±inf or NaN as the oracle's (p in double) is.
+  const std::vector<Case> cases = {
+      {"scale codes 0 to 12: subnormal products", 0, 12, 0, 12, -1, 0},
+      {"scale codes 100 to 134", 100, 134, 100, 134, -1, 0},
+      {"an infinite scale (255)", 100, 110, 110, 130, 255, 0},
+      {"a scale of 2^8 (135)", 100, 110, 110, 130, 135, 64},
+      {"a scale of 2^127 (254)", 100, 110, 110, 130, 254, 64},
+  };
+  for (const Case& c : cases) {
+    const Dims dims{1, 2, 1, 1, lk, 64, 64};
+    Inputs in = random_inputs(rng, dims, DType::f32, mx8, mx8, DType::f32, DType::f32);
+    for (ref::QuantizedTensor* side : {&in.k, &in.v}) {
+      auto* elements = reinterpret_cast<std::uint8_t*>(side->wq.storage<std::uint32_t>().data());
+      for (std::int64_t e = 0; e < lk * 64; ++e) elements[e] = static_cast<std::uint8_t>(e * 7 % 256);
+      const bool on_k = side == &in.k;
+      for (std::uint8_t& code : side->scales.storage<std::uint8_t>()) {
+        code = static_cast<std::uint8_t>(rng.integer(on_k ? c.k_low : c.v_low, on_k ? c.k_high : c.v_high));
+      }
+    }
+    if (c.special >= 0) in.v.scales.storage<std::uint8_t>()[700 * 2] = static_cast<std::uint8_t>(c.special);
+    SCOPED_TRACE(c.what);
+    const Tensor want = run_ref(in);
+    testing::for_each_simd_target([&](const std::string&) {
+      expect_same_nonfinite_and_close(run_simd(in), want);
+      EXPECT_EQ(simd::last_attention_decoded_values(), (700 / chunk == 1 ? chunk : 0) * c.decoded_per_key);
+    });
+  }
+  // One key visible (a left padding of 1 and Lk 2): p = 1, out = V's key 1 exactly.
+  for (const int code : {0, 2, 60, 134}) {
+    Inputs in = random_inputs(rng, {1, 2, 1, 1, 2, 64, 64}, DType::f32, mx8, mx8, DType::f32, DType::f32);
+    auto* elements = reinterpret_cast<std::uint8_t*>(in.v.wq.storage<std::uint32_t>().data());
+    for (int e = 0; e < 64; ++e) elements[64 + e] = static_cast<std::uint8_t>(e * 4 + 1);
+    in.v.scales.storage<std::uint8_t>()[2] = static_cast<std::uint8_t>(code);
+    in.params.mask.kind = MaskKind::causal;
+    in.params.mask.left_padding = {1};
+    SCOPED_TRACE("E8M0 code " + std::to_string(code));
+    const Tensor want = run_ref(in);
+    testing::for_each_simd_target([&](const std::string&) {
+      EXPECT_TRUE(testing::bit_equal(run_simd(in), want));
+      EXPECT_EQ(simd::last_attention_decoded_values(), 0);
+    });
+  }
 }
 
 // A visible key whose weight p underflows to 0 in f32 (logit 120 below the row's largest:
@@ -385,7 +461,8 @@ TEST(SimdQuantizedSdpa, AVisibleKeyWhoseWeightUnderflowsKeepsItsPoison) {
 // Decoded rows are bf16 only where every value is one exactly (decoded_dtype): mxfp8 with
 // an E8M0 scale code below 3 has values with bits below bf16's smallest subnormal (2^-133),
 // so those rows stay f32. One key: the output is V's values, bit for bit. Group 0 holds
-// the E4M3 codes 1…32 (2^-9 up to 2^-6 + 7·2^-9: every low bit set somewhere).
+// the E4M3 codes 1…32 (2^-9 up to 2^-6 + 7·2^-9: every low bit set somewhere); group 1's
+// scale 2^73 (code 200) sends the key to the decoded rows (not read as E4M3 codes).
 TEST(SimdQuantizedSdpa, DecodedRowsKeepBitsBelowBf16sRange) {
   KVLAB_SEEDED_RNG(rng, 6061);
   const QuantSpec mx8 = QuantSpec::make(QuantMode::mxfp8, 8, 32);
@@ -394,9 +471,13 @@ TEST(SimdQuantizedSdpa, DecodedRowsKeepBitsBelowBf16sRange) {
     auto* elements = reinterpret_cast<std::uint8_t*>(in.v.wq.storage<std::uint32_t>().data());
     for (int e = 0; e < 32; ++e) elements[e] = static_cast<std::uint8_t>(e + 1);
     in.v.scales.storage<std::uint8_t>()[0] = static_cast<std::uint8_t>(code);
+    in.v.scales.storage<std::uint8_t>()[1] = 200;
     SCOPED_TRACE("E8M0 code " + std::to_string(code));
     const Tensor want = run_ref(in);
-    testing::for_each_simd_target([&](const std::string&) { EXPECT_TRUE(testing::bit_equal(run_simd(in), want)); });
+    testing::for_each_simd_target([&](const std::string&) {
+      EXPECT_TRUE(testing::bit_equal(run_simd(in), want));
+      EXPECT_EQ(simd::last_attention_decoded_values(), 64);
+    });
   }
 }
 
