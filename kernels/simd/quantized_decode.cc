@@ -331,13 +331,13 @@ RowSoftmax SoftmaxRow(const DecodePlan& plan, std::int64_t b, std::int64_t kvh, 
 
 // ---------------------------------------------------------------- one task
 
-// The code rows of chunk keys [j0, j0 + nc) of one side: packed 4/8-bit rows and mxfp8's
-// E4M3 bytes as they are, other widths unpacked to bytes (then read as 8-bit), plain rows
+// The code rows of chunk keys [j0, j0 + nc) of one side: packed 4/8-bit rows, q8_0's
+// signed bytes and mxfp8's E4M3 bytes as they are, other widths unpacked to bytes (then read as 8-bit), plain rows
 // as they are, other decoded formats dequantized into scratch.
 struct CodeRows {
   const std::uint8_t* data;
   std::size_t row_bytes;
-  int bits;  // 4, 8, kE4M3 or a kPlain* constant: the kernel that reads them
+  int bits;  // 4, 8, kE4M3, kS8 or a kPlain* constant: the kernel that reads them
 };
 
 int PlainKernel(DType dtype) {
@@ -374,6 +374,7 @@ CodeRows ChunkCodes(const PackedSide& side, std::int64_t bk, std::int64_t lk, st
   }
   const std::uint8_t* first = StoredRow(side, bk, lk, j0);
   if (side.plain != nullptr) return {first, row_bytes, PlainKernel(side.plain_dtype)};
+  if (side.s8) return {first, row_bytes, kS8};
   if (!side.e2m1 && (side.bits == 4 || side.bits == 8)) return {first, row_bytes, side.bits};
   const auto d = static_cast<std::size_t>(side.d);
   if (unpacked.size() < nc * d) unpacked.resize(nc * d);
@@ -424,6 +425,7 @@ void DispatchKernel(int bits, const F& f) {
     case kPlainBF16: return f(std::integral_constant<int, kPlainBF16>{});
     case kPlainF32: return f(std::integral_constant<int, kPlainF32>{});
     case kE4M3: return f(std::integral_constant<int, kE4M3>{});
+    case kS8: return f(std::integral_constant<int, kS8>{});
     default: return f(std::integral_constant<int, 8>{});
   }
 }
@@ -506,7 +508,8 @@ void DecodeChunk(const DecodePlan& plan, std::int64_t task) {
     std::fill(k_biases, k_biases + nc * kg, 0.0f);
   } else if (!scored && !ks.plain_rows()) {
     to_f32(ks.scales + kmeta_row * kbytes, ks.meta_dtype, nc * kg, k_scales);
-    to_f32(ks.biases + kmeta_row * kbytes, ks.meta_dtype, nc * kg, k_biases);
+    if (ks.s8) std::fill(k_biases, k_biases + nc * kg, 0.0f);
+    else to_f32(ks.biases + kmeta_row * kbytes, ks.meta_dtype, nc * kg, k_biases);
   }
   float* tile = aligned_floats(sc.tile, 8 * N * N);
 #if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
@@ -549,7 +552,8 @@ void DecodeChunk(const DecodePlan& plan, std::int64_t task) {
     v_biases = aligned_floats(sc.v_biases, vg * ncp);
     const std::size_t vbytes = dtype_size(vs.meta_dtype);
     meta_columns(vs.scales + vmeta_row * vbytes, vs.meta_dtype, nc, vg, ncp, sc.convert, v_scales);
-    meta_columns(vs.biases + vmeta_row * vbytes, vs.meta_dtype, nc, vg, ncp, sc.convert, v_biases);
+    if (vs.s8) std::fill(v_biases, v_biases + vg * ncp, 0.0f);
+    else meta_columns(vs.biases + vmeta_row * vbytes, vs.meta_dtype, nc, vg, ncp, sc.convert, v_biases);
   }
   float* weights = aligned_floats(sc.weights, urows * vg * ncp);
   float* out_bias = aligned_floats(sc.out_bias, urows * vg);

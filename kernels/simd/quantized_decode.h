@@ -83,6 +83,9 @@ struct PackedSide {
   // (e2m1_to_bytes) with the affine scales s/2 and biases −6s: the kernels see 8-bit
   // codes of at most 24, 5 bits (code_bits).
   bool e2m1 = false;
+  // ggml's q8_0 (bits 8, group 32): signed bytes read in place (kS8) with the f16 scales d
+  // as stored and no biases (null): code·d + 0 = the oracle's value, exactly, whatever d.
+  bool s8 = false;
   // Rows of a format no kernel reads as codes (nvfp4, ggml's other blocks, mxfp4 with
   // scales too large to fold; mxfp8's chunks too, unless e4m3_codes_readable, then read as
   // E4M3 codes in place): each chunk's rows dequantized by simd::dequantize, the

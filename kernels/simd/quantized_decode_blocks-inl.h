@@ -47,9 +47,13 @@ constexpr bool kPlain = kBits > 1000;
 // zero bias (quantized_decode.cc, E4M3Factors): the affine arithmetic then gives the
 // values themselves.
 constexpr int kE4M3 = 508;
+// ggml's q8_0 rows take them with this: signed bytes read as they lie, with their scale d
+// and a zero bias (PackedSide::s8), where the 8-bit kernels would need each byte's top bit
+// flipped and a bias of −128d.
+constexpr int kS8 = 608;
 // Bits a code of the kernel's rows takes in memory (not plain).
 template <int kBits>
-constexpr int kCodeWidth = kBits == kE4M3 ? 8 : kBits;
+constexpr int kCodeWidth = kBits == kE4M3 || kBits == kS8 ? 8 : kBits;
 
 // One unit = the codes of N·kLaneBytes bytes: 8-bit → 1 vector (element order); 4-bit →
 // 2 vectors, low nibbles (even elements) then high nibbles (odd elements); plain → 1
@@ -93,12 +97,12 @@ HWY_INLINE VF NibbleCodes(DF df) {
 
 using VI = hn::Vec<hn::RebindToSigned<DF>>;
 
-// The N bytes at p, one per lane (int32): zero-extended, or sign-extended for E4M3 codes
-// (whose sign bit E4M3Values then finds in every high bit).
+// The N bytes at p, one per lane (int32): zero-extended, or sign-extended for kS8 codes and
+// for E4M3 codes (whose sign bit E4M3Values then finds in every high bit).
 template <int kBits>
 HWY_INLINE VI LoadBytes(DF, const std::uint8_t* HWY_RESTRICT p) {
   const hn::RebindToSigned<DF> di;
-  if constexpr (kBits == kE4M3) {
+  if constexpr (kBits == kE4M3 || kBits == kS8) {
     return hn::PromoteTo(di, hn::LoadU(hn::Rebind<std::int8_t, DF>(), reinterpret_cast<const std::int8_t*>(p)));
   } else {
     return hn::PromoteTo(di, hn::LoadU(hn::Rebind<std::uint8_t, DF>(), p));
@@ -118,7 +122,8 @@ HWY_INLINE VF E4M3Values(DF df, VI bytes) {
 }
 
 // Codes of part t of a unit as floats, `bytes` from LoadBytes: 8-bit the bytes themselves;
-// 4-bit the low (t = 0) or high (t = 1) nibbles; E4M3 the values·2^-120.
+// 4-bit the low (t = 0) or high (t = 1) nibbles; E4M3 the values·2^-120; kS8 the signed
+// bytes.
 template <int kBits>
 HWY_INLINE VF CodesAsFloats(DF df, VI bytes, std::size_t t) {
   const hn::RebindToSigned<DF> di;

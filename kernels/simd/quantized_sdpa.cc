@@ -335,15 +335,17 @@ bool fused_path_takes(const ConstTensorView& q, const ref::QuantizedView& k, con
 
 // ggml's q8_0, q4_0 and q4_1 blocks are affine groups of 32 under other names (docs/
 // quantization.md §ggml block formats): q4_0's code c has the value (c − 8)·d, q4_1's
-// c·d + m, q8_0's signed byte q the value q·d = (q ⊕ 0x80)·d − 128·d. So their codes go
-// to the fused decode as they are (q8_0's with the top bit of each byte flipped, one
-// pass), with f32 scales d and biases −8d, m or −128d. Every value is then exact, as the
-// oracle's q·d is (a code of at most 8 bits times an f16 d has at most 19 significant
-// bits; the bias is a power-of-two multiple of d, or m itself): only the attention's own
-// summation order differs, under quantized_sdpa's tolerance. Only when every d (and m)
-// is finite: a non-finite d would make code·d + bias NaN where q·d is ±inf.
+// c·d + m, q8_0's signed byte q the value q·d. So their codes go to the fused decode as
+// they are, q4_0's and q4_1's with f32 scales d and biases −8d or m, q8_0's as signed
+// bytes (PackedSide::s8) with its f16 d as stored and no bias. Every value is then exact,
+// as the oracle's q·d is (a code of at most 8 bits times an f16 d has at most 19
+// significant bits; the bias is a power-of-two multiple of d, or m itself): only the
+// attention's own summation order differs, under quantized_sdpa's tolerance. q4's only
+// when every d (and m) is finite: a non-finite d would make code·d + bias NaN where the
+// oracle's value is ±inf; q8_0's q·d + 0 is the oracle's for any d. (q8_0 used to take a
+// flipped whole-tensor copy of its codes and f32 scales and biases −128d: two passes over
+// the cache per call.)
 struct AffineBlocks {
-  HostArray<std::uint32_t> codes;  // q8_0's flipped codes (unused: the source's are read)
   HostArray<float> scales, biases;
 };
 
@@ -358,15 +360,15 @@ bool any_nonfinite_f16(const std::uint16_t* bits, std::size_t n) {
 std::optional<ref::QuantizedView> ggml_as_affine(const ref::QuantizedView& x, AffineBlocks& store) {
   const QuantMode mode = x.spec.mode;
   if (mode != QuantMode::q8_0 && mode != QuantMode::q4_0 && mode != QuantMode::q4_1) return std::nullopt;
+  if (mode == QuantMode::q8_0) {  // read in place (PackedSide::s8): no biases
+    return ref::QuantizedView{x.wq, x.scales, {}, QuantSpec::make(QuantMode::affine, 8, 32), std::nullopt};
+  }
   const auto groups = static_cast<std::size_t>(x.scales.numel());
   const auto* d = x.scales.as<const std::uint16_t>();
   const auto* m = mode == QuantMode::q4_1 ? x.biases.as<const std::uint16_t>() : nullptr;
   float* const scales = store.scales.resize(groups);
   float* const biases = store.biases.resize(groups);
-  const float shift = mode == QuantMode::q8_0 ? -128.0f : -8.0f;
-  const auto words = static_cast<std::size_t>(x.wq.numel());
-  std::uint32_t* const codes = mode == QuantMode::q8_0 ? store.codes.resize(words) : nullptr;
-  const auto* src = x.wq.as<const std::uint32_t>();
+  const float shift = -8.0f;
   // Tasks by a fixed count (not the pool's size), each a range of groups and their words.
   constexpr std::int64_t kTasks = 64;
   std::atomic<bool> finite{true};
@@ -384,13 +386,9 @@ std::optional<ref::QuantizedView> ggml_as_affine(const ref::QuantizedView& x, Af
       for (std::size_t g = g0; g < g1; ++g) biases[g] = shift * scales[g];
     }
     if (bad) finite = false;
-    if (mode == QuantMode::q8_0) {  // a group of 32 bytes is 8 words
-      for (std::size_t w = g0 * 8; w < g1 * 8 && w < words; ++w) codes[w] = src[w] ^ 0x80808080U;
-    }
   });
   if (!finite) return std::nullopt;
   ref::QuantizedView out{x.wq, {}, {}, QuantSpec::make(QuantMode::affine, x.spec.bits, 32), std::nullopt};
-  if (mode == QuantMode::q8_0) out.wq.data = reinterpret_cast<const std::byte*>(codes);
   out.scales = {reinterpret_cast<const std::byte*>(scales), DType::f32, x.scales.shape};
   out.biases = {reinterpret_cast<const std::byte*>(biases), DType::f32, x.scales.shape};
   return out;
@@ -563,15 +561,20 @@ const std::uint16_t* bf16_queries(const ConstTensorView& q, const AttentionParam
   return raw;
 }
 
-// k_e2m1/v_e2m1: that side is mxfp4 as mxfp4_as_affine gives it (PackedSide::e2m1).
-void fused(const ConstTensorView& q, const ref::QuantizedView& k, const ref::QuantizedView& v, bool k_e2m1,
-           bool v_e2m1, const AttentionParams& params, const ConstTensorView* mask_array,
+// How the fused decode reads a side's codes: as affine codes, as mxfp4's E2M1 nibbles
+// (mxfp4_as_affine, PackedSide::e2m1) or as q8_0's signed bytes (ggml_as_affine,
+// PackedSide::s8).
+enum class CodeForm { affine, e2m1, s8 };
+void fused(const ConstTensorView& q, const ref::QuantizedView& k, const ref::QuantizedView& v, CodeForm k_form,
+           CodeForm v_form, const AttentionParams& params, const ConstTensorView* mask_array,
            const ConstTensorView* sinks, const TensorView& out) {
   DecodePlan plan;
   plan.k = reads_codes(k) ? packed_side(k, q.dim(3)) : qdecode::decoded_side(k, q.dim(3));
   plan.v = reads_codes(v) ? packed_side(v, out.dim(3)) : qdecode::decoded_side(v, out.dim(3));
-  plan.k.e2m1 = k_e2m1;
-  plan.v.e2m1 = v_e2m1;
+  plan.k.e2m1 = k_form == CodeForm::e2m1;
+  plan.v.e2m1 = v_form == CodeForm::e2m1;
+  plan.k.s8 = k_form == CodeForm::s8;
+  plan.v.s8 = v_form == CodeForm::s8;
   plan.hkv = k.wq.dim(1);
   plan.lk = k.wq.dim(2);
   const bool half_output = out.dtype == DType::f16 || out.dtype == DType::bf16;
@@ -668,20 +671,21 @@ void quantized_sdpa(const ConstTensorView& q, const ref::QuantizedView& k, const
   const std::optional<ref::QuantizedView> k_affine = as_affine(k, k_store), v_affine = as_affine(v, v_store);
   const ref::QuantizedView& kf = k_affine ? *k_affine : k;
   const ref::QuantizedView& vf = v_affine ? *v_affine : v;
-  const auto e2m1 = [](const ref::QuantizedView& x, const std::optional<ref::QuantizedView>& affine) {
-    return x.spec.mode == QuantMode::mxfp4 && affine.has_value();
+  const auto form = [](const ref::QuantizedView& x, const std::optional<ref::QuantizedView>& affine) {
+    if (!affine) return CodeForm::affine;
+    return x.spec.mode == QuantMode::mxfp4 ? CodeForm::e2m1 : x.spec.mode == QuantMode::q8_0 ? CodeForm::s8
+                                                                                           : CodeForm::affine;
   };
   if (fused_path_takes(q, kf, vf, out)) {
-    fused(q, kf, vf, e2m1(k, k_affine), e2m1(v, v_affine), params, mask_array, sinks, out);
+    fused(q, kf, vf, form(k, k_affine), form(v, v_affine), params, mask_array, sinks, out);
   } else {
     fallback(q, k, v, params, mask_array, sinks, out);
   }
-  // Kept only up to a bound, so a thread that once decoded a multi-GB q8_0 cache does not
-  // hold a copy of it afterwards: larger copies are made (and paid for) per call.
+  // Kept only up to a bound, so a thread that once decoded a multi-GB q4_0 cache does not
+  // hold its scales afterwards: larger arrays are made (and paid for) per call.
   constexpr std::size_t kKeptBytes = std::size_t{256} << 20;
   for (AffineBlocks* b : {&k_store, &v_store}) {
-    if (b->codes.capacity_bytes() + b->scales.capacity_bytes() + b->biases.capacity_bytes() > kKeptBytes) {
-      b->codes.release();
+    if (b->scales.capacity_bytes() + b->biases.capacity_bytes() > kKeptBytes) {
       b->scales.release();
       b->biases.release();
     }

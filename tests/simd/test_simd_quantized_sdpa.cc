@@ -217,12 +217,13 @@ TEST(SimdQuantizedSdpa, OneKeyGivesTheDequantizedValuesRoundedOnce) {
   }
 }
 
-// ggml's blocks reach the fused decode as affine groups (f32 scales d, biases −8d/−128d,
-// or m) only while every d and m is finite: with d = +inf, code·d + bias is inf − inf =
-// NaN where the oracle's (c − 8)·d or q·d is ±inf. Two cases where that shows:
+// q4_0/q4_1 blocks reach the fused decode as affine groups (f32 scales d, biases −8d or m)
+// only while every d and m is finite: with d = +inf, code·d + bias is inf − inf = NaN
+// where the oracle's (c − 8)·d is ±inf. q8_0's signed bytes are read in place with d and
+// no bias (PackedSide::s8), so q·d is the oracle's for any d. Two cases that show it:
 // - K (q8_0): key 40's second group has d = +inf, negative codes, and every query is
 //   positive there, so its logit is −inf in the oracle and the key drops out (a finite
-//   output), where a NaN logit would poison the rows;
+//   output), where a NaN logit (from a bias −128d) would poison the rows;
 // - V (q4_0): key 70's first group has d = +inf, so the outputs of that group are ±inf
 //   (NaN only for the code 8) in the oracle, not NaN throughout.
 TEST(SimdQuantizedSdpa, GgmlBlocksWithAnInfiniteScaleAgreeWithTheOracle) {
