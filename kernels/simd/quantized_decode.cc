@@ -344,6 +344,11 @@ int PlainKernel(DType dtype) {
   return dtype == DType::f16 ? kPlainF16 : dtype == DType::bf16 ? kPlainBF16 : kPlainF32;
 }
 
+// to[i] = factor·from[i] for n floats (q4_0's biases −8d from its scales d).
+void ScaledCopy(const float* HWY_RESTRICT from, std::size_t n, float factor, float* HWY_RESTRICT to) {
+  for (std::size_t i = 0; i < n; ++i) to[i] = factor * from[i];
+}
+
 // Group size of a side's chunk as its kernel reads it: mxfp8's for E4M3 codes, one group
 // of D for plain rows (a decoded chunk's among them).
 std::size_t KernelGroup(const PackedSide& side, const CodeRows& rows) {
@@ -496,7 +501,8 @@ void DecodeChunk(const DecodePlan& plan, std::int64_t task) {
     float* s_cols = aligned_floats(sc.k_scales, kg * ncp);
     float* b_cols = aligned_floats(sc.k_biases, kg * ncp);
     meta_columns(ks.scales + kmeta_row * kbytes, ks.meta_dtype, nc, kg, ncp, sc.convert, s_cols);
-    meta_columns(ks.biases + kmeta_row * kbytes, ks.meta_dtype, nc, kg, ncp, sc.convert, b_cols);
+    if (ks.bias_factor != 0) ScaledCopy(s_cols, kg * ncp, ks.bias_factor, b_cols);
+    else meta_columns(ks.biases + kmeta_row * kbytes, ks.meta_dtype, nc, kg, ncp, sc.convert, b_cols);
     scored = vnni::ScoreChunk(plan.call, bk, query, urows, dk, kgs, ks.code_bits(), kc.bits, plan.score_slack,
                               kc.data, kc.row_bytes, nc, ncp, s_cols, b_cols, scores, amx, *plan.mix);
   }
@@ -509,6 +515,7 @@ void DecodeChunk(const DecodePlan& plan, std::int64_t task) {
   } else if (!scored && !ks.plain_rows()) {
     to_f32(ks.scales + kmeta_row * kbytes, ks.meta_dtype, nc * kg, k_scales);
     if (ks.s8) std::fill(k_biases, k_biases + nc * kg, 0.0f);
+    else if (ks.bias_factor != 0) ScaledCopy(k_scales, nc * kg, ks.bias_factor, k_biases);
     else to_f32(ks.biases + kmeta_row * kbytes, ks.meta_dtype, nc * kg, k_biases);
   }
   float* tile = aligned_floats(sc.tile, 8 * N * N);
@@ -553,6 +560,7 @@ void DecodeChunk(const DecodePlan& plan, std::int64_t task) {
     const std::size_t vbytes = dtype_size(vs.meta_dtype);
     meta_columns(vs.scales + vmeta_row * vbytes, vs.meta_dtype, nc, vg, ncp, sc.convert, v_scales);
     if (vs.s8) std::fill(v_biases, v_biases + vg * ncp, 0.0f);
+    else if (vs.bias_factor != 0) ScaledCopy(v_scales, vg * ncp, vs.bias_factor, v_biases);
     else meta_columns(vs.biases + vmeta_row * vbytes, vs.meta_dtype, nc, vg, ncp, sc.convert, v_biases);
   }
   float* weights = aligned_floats(sc.weights, urows * vg * ncp);

@@ -86,6 +86,9 @@ struct PackedSide {
   // ggml's q8_0 (bits 8, group 32): signed bytes read in place (kS8) with the f16 scales d
   // as stored and no biases (null): code·d + 0 = the oracle's value, exactly, whatever d.
   bool s8 = false;
+  // ggml's q4_0: no biases stored; each is this (−8) times its scale d, made per chunk
+  // (exact: a power of two times d). 0: biases as stored (or none, s8).
+  float bias_factor = 0;
   // Rows of a format no kernel reads as codes (nvfp4, ggml's other blocks, mxfp4 with
   // scales too large to fold; mxfp8's chunks too, unless e4m3_codes_readable, then read as
   // E4M3 codes in place): each chunk's rows dequantized by simd::dequantize, the

@@ -289,7 +289,10 @@ std::vector<double> mean_of_values(const DecodePlan& plan, std::int64_t bk) {
   const std::int64_t words = v.d * v.bits / 32, groups = v.groups();
   const std::uint32_t mask = (1u << v.bits) - 1;
   const Shape meta_shape{plan.batch * plan.hkv * plan.lk * groups};
-  const ConstTensorView scales{v.scales, v.meta_dtype, meta_shape}, biases{v.biases, v.meta_dtype, meta_shape};
+  const ConstTensorView scales{v.scales, v.meta_dtype, meta_shape};
+  // q8_0 (s8) and q4_0 (bias_factor) store no biases.
+  const ConstTensorView biases = v.biases != nullptr ? ConstTensorView{v.biases, v.meta_dtype, meta_shape}
+                                                     : ConstTensorView{};
   std::vector<double> mean(static_cast<std::size_t>(v.d), 0.0);
   for (std::int64_t j = 0; j < plan.lk; ++j) {
     const std::uint32_t* row = v.codes + (bk * plan.lk + j) * words;
@@ -299,13 +302,18 @@ std::vector<double> mean_of_values(const DecodePlan& plan, std::int64_t bk) {
       std::uint64_t pair = row[bit / 32];
       if (bit % 32 + v.bits > 32) pair |= std::uint64_t{row[bit / 32 + 1]} << 32;
       const auto stored = static_cast<std::uint8_t>((pair >> (bit % 32)) & mask);
-      // An mxfp4 side's code is the byte its E2M1 code becomes (PackedSide::e2m1).
-      const float code = v.e2m1 ? 12.0f + 2.0f * ref::e2m1_decode(stored) : static_cast<float>(stored);
+      // An mxfp4 side's code is the byte its E2M1 code becomes (PackedSide::e2m1); q8_0's
+      // a signed byte (PackedSide::s8).
+      const float code = v.e2m1 ? 12.0f + 2.0f * ref::e2m1_decode(stored)
+                         : v.s8 ? static_cast<float>(static_cast<std::int8_t>(stored))
+                                : static_cast<float>(stored);
       const std::int64_t meta = (bk * plan.lk + j) * groups + e / v.group;
       // The dequantizer's f32 value: multiply, then add (kvlab_simd builds with
       // -ffp-contract=off, so they are not fused).
-      const float product = code * scales.load(meta);
-      mean[static_cast<std::size_t>(e)] += static_cast<double>(product + biases.load(meta));
+      const float scale = scales.load(meta);
+      const float product = code * scale;
+      const float bias = v.s8 ? 0.0f : v.bias_factor != 0 ? v.bias_factor * scale : biases.load(meta);
+      mean[static_cast<std::size_t>(e)] += static_cast<double>(product + bias);
     }
   }
   for (double& m : mean) m /= static_cast<double>(plan.lk);
@@ -336,15 +344,16 @@ bool fused_path_takes(const ConstTensorView& q, const ref::QuantizedView& k, con
 // ggml's q8_0, q4_0 and q4_1 blocks are affine groups of 32 under other names (docs/
 // quantization.md §ggml block formats): q4_0's code c has the value (c − 8)·d, q4_1's
 // c·d + m, q8_0's signed byte q the value q·d. So their codes go to the fused decode as
-// they are, q4_0's and q4_1's with f32 scales d and biases −8d or m, q8_0's as signed
-// bytes (PackedSide::s8) with its f16 d as stored and no bias. Every value is then exact,
+// they are with their f16 d (and m) as stored: q4_0's with the biases −8d made per chunk
+// (PackedSide::bias_factor), q4_1's with m, q8_0's as signed bytes (PackedSide::s8) with no
+// bias. Every value is then exact,
 // as the oracle's q·d is (a code of at most 8 bits times an f16 d has at most 19
 // significant bits; the bias is a power-of-two multiple of d, or m itself): only the
 // attention's own summation order differs, under quantized_sdpa's tolerance. q4's only
 // when every d (and m) is finite: a non-finite d would make code·d + bias NaN where the
 // oracle's value is ±inf; q8_0's q·d + 0 is the oracle's for any d. (q8_0 used to take a
-// flipped whole-tensor copy of its codes and f32 scales and biases −128d: two passes over
-// the cache per call.)
+// flipped whole-tensor copy of its codes and f32 scales and biases −128d, q4's
+// whole-tensor f32 scales and biases: passes over the cache and its metadata per call.)
 struct AffineBlocks {
   HostArray<float> scales, biases;
 };
@@ -357,41 +366,27 @@ bool any_nonfinite_f16(const std::uint16_t* bits, std::size_t n) {
   return bad != 0;
 }
 
-std::optional<ref::QuantizedView> ggml_as_affine(const ref::QuantizedView& x, AffineBlocks& store) {
+std::optional<ref::QuantizedView> ggml_as_affine(const ref::QuantizedView& x) {
   const QuantMode mode = x.spec.mode;
   if (mode != QuantMode::q8_0 && mode != QuantMode::q4_0 && mode != QuantMode::q4_1) return std::nullopt;
-  if (mode == QuantMode::q8_0) {  // read in place (PackedSide::s8): no biases
-    return ref::QuantizedView{x.wq, x.scales, {}, QuantSpec::make(QuantMode::affine, 8, 32), std::nullopt};
-  }
+  const ref::QuantizedView in_place{x.wq, x.scales, mode == QuantMode::q4_1 ? x.biases : ConstTensorView{},
+                                    QuantSpec::make(QuantMode::affine, x.spec.bits, 32), std::nullopt};
+  if (mode == QuantMode::q8_0) return in_place;  // PackedSide::s8: no biases
+  // q4_0/q4_1: their f16 d (and m) read as stored, per chunk, q4_0's biases −8d from the
+  // scales (PackedSide::bias_factor): only while every one is finite (above). Tasks by a
+  // fixed count (not the pool's size), each a range of groups.
   const auto groups = static_cast<std::size_t>(x.scales.numel());
   const auto* d = x.scales.as<const std::uint16_t>();
   const auto* m = mode == QuantMode::q4_1 ? x.biases.as<const std::uint16_t>() : nullptr;
-  float* const scales = store.scales.resize(groups);
-  float* const biases = store.biases.resize(groups);
-  const float shift = -8.0f;
-  // Tasks by a fixed count (not the pool's size), each a range of groups and their words.
   constexpr std::int64_t kTasks = 64;
   std::atomic<bool> finite{true};
   parallel_for(kTasks, [&](std::int64_t t) {
     const std::size_t g0 = groups * static_cast<std::size_t>(t) / kTasks;
     const std::size_t g1 = groups * static_cast<std::size_t>(t + 1) / kTasks;
-    // f16 → f32 is exact, and shift·d too (a power of two times an f16), so a finite d
-    // (and m) gives finite values.
-    qdecode::to_f32(reinterpret_cast<const std::byte*>(d + g0), DType::f16, g1 - g0, scales + g0);
-    bool bad = any_nonfinite_f16(d + g0, g1 - g0);
-    if (m != nullptr) {
-      qdecode::to_f32(reinterpret_cast<const std::byte*>(m + g0), DType::f16, g1 - g0, biases + g0);
-      bad = bad || any_nonfinite_f16(m + g0, g1 - g0);
-    } else {
-      for (std::size_t g = g0; g < g1; ++g) biases[g] = shift * scales[g];
-    }
-    if (bad) finite = false;
+    if (any_nonfinite_f16(d + g0, g1 - g0) || (m != nullptr && any_nonfinite_f16(m + g0, g1 - g0))) finite = false;
   });
   if (!finite) return std::nullopt;
-  ref::QuantizedView out{x.wq, {}, {}, QuantSpec::make(QuantMode::affine, x.spec.bits, 32), std::nullopt};
-  out.scales = {reinterpret_cast<const std::byte*>(scales), DType::f32, x.scales.shape};
-  out.biases = {reinterpret_cast<const std::byte*>(biases), DType::f32, x.scales.shape};
-  return out;
+  return in_place;
 }
 
 // mxfp4 groups as affine ones (docs/quantization.md §Microscaling formats): the E2M1 code
@@ -564,7 +559,7 @@ const std::uint16_t* bf16_queries(const ConstTensorView& q, const AttentionParam
 // How the fused decode reads a side's codes: as affine codes, as mxfp4's E2M1 nibbles
 // (mxfp4_as_affine, PackedSide::e2m1) or as q8_0's signed bytes (ggml_as_affine,
 // PackedSide::s8).
-enum class CodeForm { affine, e2m1, s8 };
+enum class CodeForm { affine, e2m1, s8, q4_0 };
 void fused(const ConstTensorView& q, const ref::QuantizedView& k, const ref::QuantizedView& v, CodeForm k_form,
            CodeForm v_form, const AttentionParams& params, const ConstTensorView* mask_array,
            const ConstTensorView* sinks, const TensorView& out) {
@@ -575,6 +570,8 @@ void fused(const ConstTensorView& q, const ref::QuantizedView& k, const ref::Qua
   plan.v.e2m1 = v_form == CodeForm::e2m1;
   plan.k.s8 = k_form == CodeForm::s8;
   plan.v.s8 = v_form == CodeForm::s8;
+  plan.k.bias_factor = k_form == CodeForm::q4_0 ? -8.0f : 0.0f;
+  plan.v.bias_factor = v_form == CodeForm::q4_0 ? -8.0f : 0.0f;
   plan.hkv = k.wq.dim(1);
   plan.lk = k.wq.dim(2);
   const bool half_output = out.dtype == DType::f16 || out.dtype == DType::bf16;
@@ -665,7 +662,7 @@ void quantized_sdpa(const ConstTensorView& q, const ref::QuantizedView& k, const
   // released after the call beyond 256 MiB (below).
   static thread_local AffineBlocks k_store, v_store;
   const auto as_affine = [](const ref::QuantizedView& x, AffineBlocks& store) {
-    std::optional<ref::QuantizedView> affine = ggml_as_affine(x, store);
+    std::optional<ref::QuantizedView> affine = ggml_as_affine(x);
     return affine ? affine : mxfp4_as_affine(x, store);
   };
   const std::optional<ref::QuantizedView> k_affine = as_affine(k, k_store), v_affine = as_affine(v, v_store);
@@ -673,8 +670,12 @@ void quantized_sdpa(const ConstTensorView& q, const ref::QuantizedView& k, const
   const ref::QuantizedView& vf = v_affine ? *v_affine : v;
   const auto form = [](const ref::QuantizedView& x, const std::optional<ref::QuantizedView>& affine) {
     if (!affine) return CodeForm::affine;
-    return x.spec.mode == QuantMode::mxfp4 ? CodeForm::e2m1 : x.spec.mode == QuantMode::q8_0 ? CodeForm::s8
-                                                                                           : CodeForm::affine;
+    switch (x.spec.mode) {
+      case QuantMode::mxfp4: return CodeForm::e2m1;
+      case QuantMode::q8_0: return CodeForm::s8;
+      case QuantMode::q4_0: return CodeForm::q4_0;
+      default: return CodeForm::affine;
+    }
   };
   if (fused_path_takes(q, kf, vf, out)) {
     fused(q, kf, vf, form(k, k_affine), form(v, v_affine), params, mask_array, sinks, out);
