@@ -1,8 +1,8 @@
 // E2M1 element codes (mxfp4) as bytes for the fused quantized decode, one chunk's rows at
 // a time (PackedSide::e2m1; kernels/simd/quantized_sdpa.cc, mxfp4_as_affine): the code c
-// of E2M1 value v becomes the byte 12 + 2v, an integer in [0, 24], so that with the
-// group's scale s taken as scale s/2 and bias −6s the affine value (12 + 2v)·(s/2) − 6s is
-// v·s exactly (docs/quantization.md §Microscaling formats). A packed byte holds elements
+// of E2M1 value v becomes the signed byte 2v, an integer in [−12, 12], so that with the
+// group's scale s taken as scale s/2 (and no bias) 2v·(s/2) is v·s exactly
+// (docs/quantization.md §Microscaling formats). A packed byte holds elements
 // 2b (low nibble) and 2b + 1 (high nibble), the 4-bit stream order; each becomes a byte.
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "kernels/simd/fp_transcode.cc"
@@ -15,8 +15,9 @@ HWY_BEFORE_NAMESPACE();
 namespace kvlab::simd::qdecode::HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
-// 12 + 2v for the E2M1 codes 0..15 (bit 3 the sign; magnitudes 0, 0.5, 1, 1.5, 2, 3, 4, 6).
-alignas(16) constexpr std::uint8_t kE2M1Bytes[16] = {12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0};
+// 2v as a two's-complement byte for the E2M1 codes 0..15 (bit 3 the sign; magnitudes 0,
+// 0.5, 1, 1.5, 2, 3, 4, 6).
+alignas(16) constexpr std::uint8_t kE2M1Bytes[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, 255, 254, 253, 252, 250, 248, 244};
 
 // n packed bytes → 2n code bytes. 128-bit vectors on every target: the pass moves bytes
 // (one table lookup per nibble), and a 16-byte block's interleave is already stream order.

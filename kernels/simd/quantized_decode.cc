@@ -53,6 +53,7 @@
 #ifndef KVLAB_SIMD_QDECODE_COMMON
 #define KVLAB_SIMD_QDECODE_COMMON
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -77,7 +78,7 @@ struct Scratch {
   std::vector<float> out_bias; // [ρ][Gv]: Σ p·b_v
   std::vector<std::uint8_t> k_codes, v_codes;  // one byte per code (2/3/5/6-bit)
   std::vector<float> k_rows, v_rows;  // [key][D]: a decoded side's f32 or bf16 values (PackedSide::decoded)
-  std::vector<float> factors;  // [key][g]: an E4M3 V chunk's scale factors before meta_columns
+  std::vector<float> factors;  // [key][g]: a side's scales made from its scale codes (CodedScales)
 };
 
 // Rows [0, n) of `bits`-bit codes (row_words u32 each, d codes) → one byte per code.
@@ -144,6 +145,39 @@ HWY_INLINE VF ExpNonPositive(DF df, VF x) {
 }
 
 // Test hook (exp_nonpositive in the header): ExpNonPositive or Highway's Exp over n values.
+// The E2M1 kernel's V codes (2v) and K values (scale 1/2, bias 0: v itself) of n packed
+// bytes, n a multiple of N, in lane order.
+void E2M1CodesForTest(const std::uint8_t* HWY_RESTRICT src, std::size_t n, float* HWY_RESTRICT codes,
+                      float* HWY_RESTRICT values) {
+  const DF df;
+  const std::size_t N = hn::Lanes(df);
+  const VF table = NibbleCodes<kE2M1>(df), half = hn::Set(df, 0.5f), bias = hn::Zero(df);
+  const VF key_table = hn::MulAdd(table, half, bias);
+  for (std::size_t i = 0; i + N <= n; i += N) {
+    const VI bytes = LoadBytes<kE2M1>(df, src + i);
+    for (std::size_t t = 0; t < 2; ++t) {
+      hn::StoreU(ValueCodes<kE2M1>(df, bytes, t, table), df, codes + 2 * i + t * N);
+      hn::StoreU(KeyValues<kE2M1>(df, bytes, t, key_table, half, bias), df, values + 2 * i + t * N);
+    }
+  }
+}
+
+bool E2M1NibblesInPlace() { return kNibbleLookup; }
+
+std::uint8_t MaxByte(const std::uint8_t* HWY_RESTRICT p, std::size_t n) {
+  const hn::ScalableTag<std::uint8_t> d8;
+  const std::size_t N = hn::Lanes(d8);
+  auto largest = hn::Zero(d8);
+  std::size_t i = 0;
+  for (; i + N <= n; i += N) largest = hn::Max(largest, hn::LoadU(d8, p + i));
+  HWY_ALIGN std::uint8_t lanes[hn::MaxLanes(hn::ScalableTag<std::uint8_t>())];
+  hn::Store(largest, d8, lanes);
+  std::uint8_t out = 0;
+  for (std::size_t l = 0; l < N; ++l) out = std::max(out, lanes[l]);
+  for (; i < n; ++i) out = std::max(out, p[i]);
+  return out;
+}
+
 void ExpNonPositiveForTest(const float* HWY_RESTRICT x, std::size_t n, float* HWY_RESTRICT out, bool highway) {
   const DF df;
   const std::size_t N = hn::Lanes(df);
@@ -332,21 +366,79 @@ RowSoftmax SoftmaxRow(const DecodePlan& plan, std::int64_t b, std::int64_t kvh, 
 // ---------------------------------------------------------------- one task
 
 // The code rows of chunk keys [j0, j0 + nc) of one side: packed 4/8-bit rows, q8_0's
-// signed bytes and mxfp8's E4M3 bytes as they are, other widths unpacked to bytes (then read as 8-bit), plain rows
+// signed bytes, mxfp4's E2M1 nibbles (where PackedSide::e2m1_nibbles) and mxfp8's E4M3
+// bytes as they are, other widths unpacked to bytes (then read as 8-bit), plain rows
 // as they are, other decoded formats dequantized into scratch.
 struct CodeRows {
   const std::uint8_t* data;
   std::size_t row_bytes;
-  int bits;  // 4, 8, kE4M3, kS8 or a kPlain* constant: the kernel that reads them
+  int bits;  // 4, 8, kE2M1, kE4M3, kS8 or a kPlain* constant: the kernel that reads them
 };
 
 int PlainKernel(DType dtype) {
   return dtype == DType::f16 ? kPlainF16 : dtype == DType::bf16 ? kPlainBF16 : kPlainF32;
 }
 
-// to[i] = factor·from[i] for n floats (q4_0's biases −8d from its scales d).
+// to[i] = factor·from[i] for n floats (q4_0's biases −8d from its scales d, mxfp4's −12·s/2).
+// In vectors: the ci build's -O2 leaves a plain loop scalar.
 void ScaledCopy(const float* HWY_RESTRICT from, std::size_t n, float factor, float* HWY_RESTRICT to) {
-  for (std::size_t i = 0; i < n; ++i) to[i] = factor * from[i];
+  const DF df;
+  const std::size_t N = hn::Lanes(df);
+  const VF f = hn::Set(df, factor);
+  std::size_t i = 0;
+  for (; i + N <= n; i += N) hn::StoreU(hn::Mul(f, hn::LoadU(df, from + i)), df, to + i);
+  for (; i < n; ++i) to[i] = factor * from[i];
+}
+
+// mxfp4's scales of rows [row0, row0 + n), [row][group]: for each E8M0 code c (at most 250,
+// quantized_sdpa.cc's mxfp4_as_affine) the E2M1 kernel's scale s/2 = 2^(c−128), exact, by
+// its bits: the exponent field c − 1 for c >= 2, the subnormals 2^-128 and 2^-127 below
+// (a table lookup per group measured as costly as the V side's sums of a chunk).
+void E2M1HalfScales(const PackedSide& side, std::int64_t row0, std::size_t n, float* HWY_RESTRICT out) {
+  const DF df;
+  const hn::RebindToSigned<DF> di;
+  const hn::Rebind<std::uint8_t, DF> d8;
+  const std::size_t N = hn::Lanes(df);
+  const auto groups = static_cast<std::size_t>(side.groups());
+  const auto* codes = reinterpret_cast<const std::uint8_t*>(side.scales) + static_cast<std::size_t>(row0) * groups;
+  const std::size_t count = n * groups;
+  const auto bits = [](std::uint32_t c) { return c >= 2 ? (c - 1) << 23 : 0x00200000u << c; };
+  std::size_t i = 0;
+  for (; i + N <= count; i += N) {
+    const VI c = hn::PromoteTo(di, hn::LoadU(d8, codes + i));
+    const VI normal = hn::ShiftLeft<23>(hn::Sub(c, hn::Set(di, 1)));
+    const VI tiny = hn::IfThenElse(hn::Eq(c, hn::Zero(di)), hn::Set(di, 0x00200000), hn::Set(di, 0x00400000));
+    hn::StoreU(hn::BitCast(df, hn::IfThenElse(hn::Lt(c, hn::Set(di, 2)), tiny, normal)), df, out + i);
+  }
+  for (; i < count; ++i) out[i] = std::bit_cast<float>(bits(codes[i]));
+}
+
+// The chunk's scales as f32 [key][group] where the side stores codes of them (mxfp8's
+// E8M0 factors for E4M3 chunks, e4m3_factors; mxfp4's E8M0 scales s as s/2,
+// E2M1HalfScales), into `store`; null where they are stored as f32/f16/bf16 (converted
+// where used).
+const float* CodedScales(const PackedSide& side, const CodeRows& rows, std::int64_t row0, std::size_t nc,
+                         std::size_t groups, std::vector<float>& store) {
+  if (rows.bits != kE4M3 && !side.e2m1) return nullptr;
+  float* out = aligned_floats(store, nc * groups);
+  if (rows.bits == kE4M3) e4m3_factors(side, row0, nc, out);
+  else E2M1HalfScales(side, row0, nc, out);
+  return out;
+}
+
+// The biases of n scales where the side stores none: 0 (q8_0's and mxfp4's signed codes,
+// E4M3 chunks) or bias_factor times the scale (q4_0: −8d), exact either way; false where
+// they are stored.
+bool BiasesFromScales(const PackedSide& side, const CodeRows& rows, const float* scales, std::size_t n,
+                      float* biases) {
+  if (side.s8 || side.e2m1 || rows.bits == kE4M3) {
+    std::fill(biases, biases + n, 0.0f);
+  } else if (side.bias_factor != 0) {
+    ScaledCopy(scales, n, side.bias_factor, biases);
+  } else {
+    return false;
+  }
+  return true;
 }
 
 // Group size of a side's chunk as its kernel reads it: mxfp8's for E4M3 codes, one group
@@ -380,12 +472,13 @@ CodeRows ChunkCodes(const PackedSide& side, std::int64_t bk, std::int64_t lk, st
   const std::uint8_t* first = StoredRow(side, bk, lk, j0);
   if (side.plain != nullptr) return {first, row_bytes, PlainKernel(side.plain_dtype)};
   if (side.s8) return {first, row_bytes, kS8};
+  if (side.e2m1 && side.e2m1_nibbles) return {first, row_bytes, kE2M1};
   if (!side.e2m1 && (side.bits == 4 || side.bits == 8)) return {first, row_bytes, side.bits};
   const auto d = static_cast<std::size_t>(side.d);
   if (unpacked.size() < nc * d) unpacked.resize(nc * d);
-  if (side.e2m1) {
+  if (side.e2m1) {  // signed bytes 2v
     e2m1_to_bytes(first, nc * row_bytes, unpacked.data());
-    return {unpacked.data(), d, 8};
+    return {unpacked.data(), d, kS8};
   }
   qd::unpack_rows(reinterpret_cast<const std::uint32_t*>(first), static_cast<std::int64_t>(nc),
                   side.d * side.bits / 32, side.d, side.bits, unpacked.data());
@@ -429,6 +522,7 @@ void DispatchKernel(int bits, const F& f) {
     case kPlainF16: return f(std::integral_constant<int, kPlainF16>{});
     case kPlainBF16: return f(std::integral_constant<int, kPlainBF16>{});
     case kPlainF32: return f(std::integral_constant<int, kPlainF32>{});
+    case kE2M1: return f(std::integral_constant<int, kE2M1>{});
     case kE4M3: return f(std::integral_constant<int, kE4M3>{});
     case kS8: return f(std::integral_constant<int, kS8>{});
     default: return f(std::integral_constant<int, 8>{});
@@ -494,29 +588,36 @@ void DecodeChunk(const DecodePlan& plan, std::int64_t task) {
   const ChunkStream stream{kc.data, nc * kc.row_bytes, vc.data, nc * vc.row_bytes};
   float* scores = aligned_floats(sc.scores, urows * ncp);
   const float* query = plan.query + static_cast<std::size_t>(bk * rows) * dk;
+  const float* k_coded = CodedScales(ks, kc, row0, nc, kg, sc.factors);  // (V's come after K is scored)
   bool scored = false;
 #if HWY_TARGET == HWY_AVX3_DL
   const bool amx = amx_available();
   if (vnni::Eligible(plan.score_slack, plan.lk, kc.bits, dk, kgs, amx)) {
     float* s_cols = aligned_floats(sc.k_scales, kg * ncp);
     float* b_cols = aligned_floats(sc.k_biases, kg * ncp);
-    meta_columns(ks.scales + kmeta_row * kbytes, ks.meta_dtype, nc, kg, ncp, sc.convert, s_cols);
-    if (ks.bias_factor != 0) ScaledCopy(s_cols, kg * ncp, ks.bias_factor, b_cols);
-    else meta_columns(ks.biases + kmeta_row * kbytes, ks.meta_dtype, nc, kg, ncp, sc.convert, b_cols);
+    if (k_coded != nullptr) {
+      meta_columns(reinterpret_cast<const std::byte*>(k_coded), DType::f32, nc, kg, ncp, sc.convert, s_cols);
+    } else {
+      meta_columns(ks.scales + kmeta_row * kbytes, ks.meta_dtype, nc, kg, ncp, sc.convert, s_cols);
+    }
+    if (kc.bits == kE2M1) {  // its unsigned codes 2v + kE2M1Offset
+      ScaledCopy(s_cols, kg * ncp, -vnni::kE2M1Offset, b_cols);
+    } else if (!BiasesFromScales(ks, kc, s_cols, kg * ncp, b_cols)) {
+      meta_columns(ks.biases + kmeta_row * kbytes, ks.meta_dtype, nc, kg, ncp, sc.convert, b_cols);
+    }
     scored = vnni::ScoreChunk(plan.call, bk, query, urows, dk, kgs, ks.code_bits(), kc.bits, plan.score_slack,
                               kc.data, kc.row_bytes, nc, ncp, s_cols, b_cols, scores, amx, *plan.mix);
   }
 #endif
-  float* k_scales = aligned_floats(sc.k_scales, nc * kg);
+  const float* k_scales = k_coded;
   float* k_biases = aligned_floats(sc.k_biases, nc * kg);
-  if (!scored && kc.bits == kE4M3) {
-    e4m3_factors(ks, row0, nc, k_scales);
-    std::fill(k_biases, k_biases + nc * kg, 0.0f);
-  } else if (!scored && !ks.plain_rows()) {
-    to_f32(ks.scales + kmeta_row * kbytes, ks.meta_dtype, nc * kg, k_scales);
-    if (ks.s8) std::fill(k_biases, k_biases + nc * kg, 0.0f);
-    else if (ks.bias_factor != 0) ScaledCopy(k_scales, nc * kg, ks.bias_factor, k_biases);
-    else to_f32(ks.biases + kmeta_row * kbytes, ks.meta_dtype, nc * kg, k_biases);
+  if (!scored && k_coded == nullptr && !ks.plain_rows()) {
+    float* stored = aligned_floats(sc.k_scales, nc * kg);
+    to_f32(ks.scales + kmeta_row * kbytes, ks.meta_dtype, nc * kg, stored);
+    k_scales = stored;
+  }
+  if (!scored && k_scales != nullptr && !BiasesFromScales(ks, kc, k_scales, nc * kg, k_biases)) {
+    to_f32(ks.biases + kmeta_row * kbytes, ks.meta_dtype, nc * kg, k_biases);
   }
   float* tile = aligned_floats(sc.tile, 8 * N * N);
 #if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
@@ -547,21 +648,19 @@ void DecodeChunk(const DecodePlan& plan, std::int64_t task) {
   // Softmax pieces per row, then the V weights.
   float* v_scales = nullptr;
   float* v_biases = nullptr;
-  if (vc.bits == kE4M3) {  // the factors as f32 [key][group], then as columns; biases 0
-    v_scales = aligned_floats(sc.v_scales, vg * ncp);
-    v_biases = aligned_floats(sc.v_biases, vg * ncp);
-    float* factors = aligned_floats(sc.factors, nc * vg);
-    e4m3_factors(vs, row0, nc, factors);
-    meta_columns(reinterpret_cast<const std::byte*>(factors), DType::f32, nc, vg, ncp, sc.convert, v_scales);
-    std::fill(v_biases, v_biases + vg * ncp, 0.0f);
-  } else if (!vs.plain_rows()) {
+  const float* v_coded = CodedScales(vs, vc, row0, nc, vg, sc.factors);
+  if (v_coded != nullptr || !vs.plain_rows()) {  // as columns [g][ncp]
     v_scales = aligned_floats(sc.v_scales, vg * ncp);
     v_biases = aligned_floats(sc.v_biases, vg * ncp);
     const std::size_t vbytes = dtype_size(vs.meta_dtype);
-    meta_columns(vs.scales + vmeta_row * vbytes, vs.meta_dtype, nc, vg, ncp, sc.convert, v_scales);
-    if (vs.s8) std::fill(v_biases, v_biases + vg * ncp, 0.0f);
-    else if (vs.bias_factor != 0) ScaledCopy(v_scales, vg * ncp, vs.bias_factor, v_biases);
-    else meta_columns(vs.biases + vmeta_row * vbytes, vs.meta_dtype, nc, vg, ncp, sc.convert, v_biases);
+    if (v_coded != nullptr) {
+      meta_columns(reinterpret_cast<const std::byte*>(v_coded), DType::f32, nc, vg, ncp, sc.convert, v_scales);
+    } else {
+      meta_columns(vs.scales + vmeta_row * vbytes, vs.meta_dtype, nc, vg, ncp, sc.convert, v_scales);
+    }
+    if (!BiasesFromScales(vs, vc, v_scales, vg * ncp, v_biases)) {
+      meta_columns(vs.biases + vmeta_row * vbytes, vs.meta_dtype, nc, vg, ncp, sc.convert, v_biases);
+    }
   }
   float* weights = aligned_floats(sc.weights, urows * vg * ncp);
   float* out_bias = aligned_floats(sc.out_bias, urows * vg);
@@ -603,7 +702,9 @@ void DecodeChunk(const DecodePlan& plan, std::int64_t task) {
                                                                 vgs, nc, vs.code_bits(), v_scales, v_biases, part_sum,
                                                                 plan.score_slack, next, rounded, out);
     };
-    summed = vc.bits == 4 ? sum(std::integral_constant<int, 4>{}) : sum(std::integral_constant<int, 8>{});
+    summed = vc.bits == 4       ? sum(std::integral_constant<int, 4>{})
+             : vc.bits == kE2M1 ? sum(std::integral_constant<int, kE2M1>{})
+                                : sum(std::integral_constant<int, 8>{});
     if (summed) {
       plan.mix->s16_dot += static_cast<std::int64_t>(urows * ((nc + 1) / 2) * dv);
       plan.rounded_probabilities->store(true, std::memory_order_relaxed);
@@ -638,11 +739,22 @@ namespace kvlab::simd::qdecode {
 
 HWY_EXPORT(DecodeChunk);
 HWY_EXPORT(ExpNonPositiveForTest);
+HWY_EXPORT(E2M1CodesForTest);
+HWY_EXPORT(E2M1NibblesInPlace);
+HWY_EXPORT(MaxByte);
+
+std::uint8_t max_byte(const std::uint8_t* p, std::size_t n) { return HWY_DYNAMIC_DISPATCH(MaxByte)(p, n); }
+
+bool e2m1_nibbles_available() { return HWY_DYNAMIC_DISPATCH(E2M1NibblesInPlace)(); }
 
 void decode_chunk(const DecodePlan& plan, std::int64_t task) { HWY_DYNAMIC_DISPATCH(DecodeChunk)(plan, task); }
 
 void exp_nonpositive(const float* x, std::size_t n, float* out, bool highway) {
   HWY_DYNAMIC_DISPATCH(ExpNonPositiveForTest)(x, n, out, highway);
+}
+
+void e2m1_codes_for_test(const std::uint8_t* src, std::size_t n, float* codes, float* values) {
+  HWY_DYNAMIC_DISPATCH(E2M1CodesForTest)(src, n, codes, values);
 }
 
 }  // namespace kvlab::simd::qdecode

@@ -79,10 +79,14 @@ struct PackedSide {
   // width and one group of D, so the affine arithmetic is never applied.
   const std::byte* plain = nullptr;
   DType plain_dtype = DType::f32;
-  // mxfp4 codes (bits 4, stored as E2M1 nibbles), unpacked per chunk to the bytes 12 + 2v
-  // (e2m1_to_bytes) with the affine scales s/2 and biases −6s: the kernels see 8-bit
-  // codes of at most 24, 5 bits (code_bits).
+  // mxfp4 codes (bits 4, stored as E2M1 nibbles) as the signed integers 2v of their values
+  // v, with the scales s/2 and no biases: codes of magnitude at most 12 (code_bits 5 bounds
+  // them, and the integer K side's 12 + 2v). Read in place in the 4-bit layout by the E2M1
+  // kernel (quantized_decode_blocks-inl.h, kE2M1) where e2m1_nibbles
+  // (e2m1_nibbles_available()), else unpacked per chunk to signed bytes (e2m1_to_bytes) and
+  // read by the kS8 kernel.
   bool e2m1 = false;
+  bool e2m1_nibbles = false;
   // ggml's q8_0 (bits 8, group 32): signed bytes read in place (kS8) with the f16 scales d
   // as stored and no biases (null): code·d + 0 = the oracle's value, exactly, whatever d.
   bool s8 = false;
@@ -100,7 +104,7 @@ struct PackedSide {
   bool plain_rows() const { return plain != nullptr || decoded != nullptr; }
   std::int64_t row_bytes() const { return d * bits / 8; }
   int code_bits() const { return e2m1 ? 5 : bits; }      // the codes' range, 2^code_bits − 1
-  int kernel_bits() const { return e2m1 ? 8 : bits; }    // the rows' layout as the kernels read them
+  int kernel_bits() const { return e2m1 && !e2m1_nibbles ? 8 : bits; }  // the rows' layout as the kernels read them
 };
 
 // The plain side over a (B, Hkv, Lk, d) tensor's data.
@@ -124,6 +128,8 @@ bool e4m3_codes_readable(const PackedSide& side, std::int64_t row0, std::size_t 
 // both exact, and the product exact too (a multiple of 2^(c−136), at least 2^-136, within
 // f32's subnormal range), so the kernels' values are the oracle's.
 void e4m3_factors(const PackedSide& side, std::int64_t row0, std::size_t n, float* out);
+// The largest of n bytes, 0 for none (per-target, dispatched).
+std::uint8_t max_byte(const std::uint8_t* p, std::size_t n);
 // Tokens per chunk with a decoded side: its rows (at most 4·D bytes a key and side) stay in L2.
 constexpr std::int64_t kDecodedChunkTokens = 512;
 
@@ -208,8 +214,18 @@ inline std::int64_t lane_to_element(std::int64_t pos, int bits, std::size_t n) {
 // n f32/f16/bf16 values → f32, exactly (per-target, dispatched).
 void to_f32(const std::byte* src, DType dtype, std::size_t n, float* dst);
 // n bytes of packed E2M1 codes (two a byte, the low nibble first) → 2n bytes, code c of
-// value v as 12 + 2v (kernels/simd/fp_transcode.cc; per-target, dispatched).
+// value v as the signed byte 2v (kernels/simd/fp_transcode.cc; per-target, dispatched).
 void e2m1_to_bytes(const std::uint8_t* src, std::size_t n, std::uint8_t* dst);
+// Whether the dispatched target reads mxfp4's nibbles in place (PackedSide::e2m1_nibbles):
+// on AVX3, where a nibble becomes its code by one vpermps lookup; with AVX2 or less the
+// arithmetic per nibble made the mxfp4 decode 51 % slower than unpacking each chunk to
+// bytes (docs/benchmarks.md §Measurements behind kernel choices).
+bool e2m1_nibbles_available();
+// The E2M1 kernel's reading of n packed bytes (two codes a byte, the low nibble first; n a
+// multiple of lanes()), in its lane order (per N bytes the low nibbles, then the high
+// ones): the V side's codes 2v into `codes`, the K side's values with the scale 1/2
+// and bias 0 (v itself) into `values`, 2n floats each (per-target, dispatched; for tests).
+void e2m1_codes_for_test(const std::uint8_t* src, std::size_t n, float* codes, float* values);
 // Rows [0, n) of a (rows, groups) scale or bias array → f32 transposed to dst[g·ncp + j],
 // zero padded to ncp (a multiple of lanes()); `convert` is scratch.
 void meta_columns(const std::byte* src, DType dtype, std::size_t n, std::size_t groups, std::size_t ncp,

@@ -51,15 +51,23 @@ constexpr int kE4M3 = 508;
 // and a zero bias (PackedSide::s8), where the 8-bit kernels would need each byte's top bit
 // flipped and a bias of −128d.
 constexpr int kS8 = 608;
+// mxfp4 rows take them with this: E2M1 codes two a byte, laid out as 4-bit codes, each read
+// as the signed integer 2v of its value v (E2M1Codes) beside the scale s/2 of the group's
+// E8M0 scale s and a zero bias (quantized_sdpa.cc, mxfp4_as_affine): the affine
+// arithmetic then gives v·s exactly, and a group's sum over keys holds no bias to cancel.
+constexpr int kE2M1 = 404;
 // Bits a code of the kernel's rows takes in memory (not plain).
 template <int kBits>
-constexpr int kCodeWidth = kBits == kE4M3 || kBits == kS8 ? 8 : kBits;
+constexpr int kCodeWidth = kBits == kE4M3 || kBits == kS8 ? 8 : kBits == kE2M1 ? 4 : kBits;
+// Rows of two codes a byte, the nibbles split into two vectors (affine 4-bit and E2M1).
+template <int kBits>
+constexpr bool kNibbles = kCodeWidth<kBits> == 4;
 
 // One unit = the codes of N·kLaneBytes bytes: 8-bit → 1 vector (element order); 4-bit →
 // 2 vectors, low nibbles (even elements) then high nibbles (odd elements); plain → 1
 // vector of N values.
 template <int kBits>
-constexpr std::size_t kVecsPerUnit = kBits == 4 ? 2 : 1;
+constexpr std::size_t kVecsPerUnit = kNibbles<kBits> ? 2 : 1;
 template <int kBits>
 constexpr std::size_t kLaneBytes = kBits == kPlainF32 ? 4 : kPlain<kBits> ? 2 : 1;
 // Bytes of a row of d elements.
@@ -89,10 +97,15 @@ constexpr bool kNibbleLookup = true;
 constexpr bool kNibbleLookup = false;
 #endif
 
-// The lookup table mapping each 4-bit code to itself, 0.0f..15.0f.
+// The lookup table of a nibble's code as a float: a 4-bit code is itself, 0..15; an E2M1
+// code of value v is 2v (bit 3 the sign; magnitudes 0, 0.5, 1, 1.5, 2, 3, 4, 6).
+// Only the first N entries are loaded where a vector holds fewer than 16 lanes (no lookup
+// reads it there).
+template <int kBits>
 HWY_INLINE VF NibbleCodes(DF df) {
-  alignas(64) static constexpr float kNibbles[16] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
-  return hn::Load(df, kNibbles);
+  alignas(64) static constexpr float kFours[16] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+  alignas(64) static constexpr float kE2M1s[16] = {0, 1, 2, 3, 4, 6, 8, 12, -0.0f, -1, -2, -3, -4, -6, -8, -12};
+  return hn::Load(df, kBits == kE2M1 ? kE2M1s : kFours);
 }
 
 using VI = hn::Vec<hn::RebindToSigned<DF>>;
@@ -121,14 +134,30 @@ HWY_INLINE VF E4M3Values(DF df, VI bytes) {
   return hn::BitCast(df, hn::And(hn::ShiftLeft<20>(bytes), hn::Set(di, static_cast<std::int32_t>(0x87F00000u))));
 }
 
+// E2M1 codes n (0..15, one a lane) as the signed integers 2v of their values v, by
+// arithmetic where no 16-entry lookup exists: the magnitude code m = n & 7 has 2|v| = m
+// for m <= 4 and 6, 8, 12 for m = 5, 6, 7, which is m + max(m − 4, 0) + 2·max(m − 6, 0);
+// bit 3 negates it. Plans on those targets unpack mxfp4 to bytes instead (faster:
+// e2m1_nibbles_available); this keeps the E2M1 kernel right on every target
+// (E2M1CodesForTest).
+HWY_INLINE VI E2M1Codes(VI n) {
+  const hn::RebindToSigned<DF> di;
+  const VI zero = hn::Zero(di), m = hn::And(n, hn::Set(di, 7));
+  const VI above4 = hn::Max(hn::Sub(m, hn::Set(di, 4)), zero), above6 = hn::Max(hn::Sub(m, hn::Set(di, 6)), zero);
+  const VI twice = hn::Add(hn::Add(m, above4), hn::Add(above6, above6));
+  const auto negative = hn::Ne(hn::And(n, hn::Set(di, 8)), zero);
+  return hn::IfThenElse(negative, hn::Neg(twice), twice);
+}
+
 // Codes of part t of a unit as floats, `bytes` from LoadBytes: 8-bit the bytes themselves;
-// 4-bit the low (t = 0) or high (t = 1) nibbles; E4M3 the values·2^-120; kS8 the signed
-// bytes.
+// 4-bit the low (t = 0) or high (t = 1) nibbles; E2M1 those nibbles as 2v; E4M3 the
+// values·2^-120; kS8 the signed bytes.
 template <int kBits>
 HWY_INLINE VF CodesAsFloats(DF df, VI bytes, std::size_t t) {
   const hn::RebindToSigned<DF> di;
-  if constexpr (kBits == 4) {
-    return hn::ConvertTo(df, t == 0 ? hn::And(bytes, hn::Set(di, 15)) : hn::ShiftRight<4>(bytes));
+  if constexpr (kNibbles<kBits>) {
+    const VI nibbles = t == 0 ? hn::And(bytes, hn::Set(di, 15)) : hn::ShiftRight<4>(bytes);
+    return hn::ConvertTo(df, kBits == kE2M1 ? E2M1Codes(nibbles) : nibbles);
   } else if constexpr (kBits == kE4M3) {
     return E4M3Values(df, bytes);
   } else {
@@ -148,23 +177,23 @@ HWY_INLINE VF LookupNibbles(VI bytes, std::size_t t, VF table) {
 }
 #endif
 
-// V codes of part t of a unit as floats; 4-bit on AVX3 by lookups in NibbleCodes() (a
-// shift and convert for the high nibble measured no faster).
+// V codes of part t of a unit as floats; 4-bit and E2M1 on AVX3 by lookups in
+// NibbleCodes<kBits>() (a shift and convert for the high nibble measured no faster).
 template <int kBits>
 HWY_INLINE VF ValueCodes(DF df, VI bytes, std::size_t t, [[maybe_unused]] VF nibble_codes) {
 #if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
-  if constexpr (kBits == 4) return LookupNibbles(bytes, t, nibble_codes);
+  if constexpr (kNibbles<kBits>) return LookupNibbles(bytes, t, nibble_codes);
 #endif
   return CodesAsFloats<kBits>(df, bytes, t);
 }
 
-// K codes of part t of a unit dequantized, k = c·s + b by one MulAdd. 4-bit on AVX3:
-// `table` holds the key's 16 values c·s + b of this group (the same MulAdd, so the same
-// bits), and one lookup both unpacks and dequantizes.
+// K codes of part t of a unit dequantized, k = c·s + b by one MulAdd. 4-bit and E2M1 on
+// AVX3: `table` holds the key's 16 values c·s + b of this group (the same MulAdd, so the
+// same bits), and one lookup both unpacks and dequantizes.
 template <int kBits>
 HWY_INLINE VF KeyValues(DF df, VI bytes, std::size_t t, [[maybe_unused]] VF table, VF scale, VF bias) {
 #if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
-  if constexpr (kBits == 4) return LookupNibbles(bytes, t, table);
+  if constexpr (kNibbles<kBits>) return LookupNibbles(bytes, t, table);
 #endif
   return hn::MulAdd(CodesAsFloats<kBits>(df, bytes, t), scale, bias);
 }
@@ -342,8 +371,8 @@ HWY_INLINE void KeyBlock(DF df, const float* HWY_RESTRICT q, std::size_t dk, con
   }
   // 4-bit with lookups: the table of a (key, group) holds its 16 values c·s + b (see
   // KeyValues); otherwise scale and bias are applied to each unpacked vector.
-  constexpr bool kTable = kBits == 4 && kNibbleLookup;
-  const VF codes_table = NibbleCodes(df);
+  constexpr bool kTable = kNibbles<kBits> && kNibbleLookup;
+  const VF codes_table = NibbleCodes<kBits>(df);
 #pragma GCC unroll 8
   for (std::size_t u0 = 0, g = 0; u0 < units; u0 += units_per_group, ++g) {
     VF table[KB], scale[KB], bias[KB];
@@ -810,7 +839,7 @@ void AccumulateKeyBlocks(const float* HWY_RESTRICT w, std::size_t groups, std::s
   constexpr std::size_t kV = kVecsPerUnit<kBits>;
   const std::size_t N = hn::Lanes(df);
   const std::size_t nvec = dv / N;
-  const VF codes_table = NibbleCodes(df);
+  const VF codes_table = NibbleCodes<kBits>(df);
   for (std::size_t r = 0; r < RB; ++r) {
     for (std::size_t i = 0; i < dv; i += N) hn::StoreU(hn::Zero(df), df, out + r * dv + i);
   }
@@ -860,7 +889,7 @@ void AccumulateValues(const float* HWY_RESTRICT w, std::size_t groups, std::size
   static_assert(DS % kV == 0, "a slice holds whole units");
   const std::size_t N = hn::Lanes(df);
   const std::size_t nvec = dv / N;
-  const VF codes_table = NibbleCodes(df);
+  const VF codes_table = NibbleCodes<kBits>(df);
   if constexpr (kKeyBlocks<RB>) {
     if (order.quarter == 0 && row_bytes >= kValueBlockMinRow) {
       return AccumulateKeyBlocks<kBits, RB, DS>(w, groups, ncp, codes, row_bytes, dv, gs, nc, ahead, out);

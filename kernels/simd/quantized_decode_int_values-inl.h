@@ -45,16 +45,17 @@ constexpr float kLevels = 32767.0f;
 constexpr double kWeightError = 1.55e-5;  // per unit of W, the bound above
 constexpr float kTinyBlock = 0x1p-100f;
 
-// Whether a chunk may take this path (the certificate decides the rest): byte or packed
-// 4-bit codes (kernel_bits, CodeRows::bits), an f16/bf16 output (eps > 0), 64-dim
-// slices that each lie in one group.
+// Whether a chunk may take this path (the certificate decides the rest): byte, packed
+// 4-bit or E2M1 codes (kernel_bits, CodeRows::bits), an f16/bf16 output (eps > 0), 64-dim
+// slices that each lie in one group or (groups of 32) in two, split at their middle.
 inline bool Eligible(float eps, int kernel_bits, std::size_t dv, std::size_t gs) {
-  return eps > 0 && (kernel_bits == 8 || kernel_bits == 4) && dv % 64 == 0 && gs % 64 == 0;
+  return eps > 0 && (kernel_bits == 8 || kernel_bits == 4 || kernel_bits == kE2M1) && dv % 64 == 0 && gs % 32 == 0;
 }
 
 // The 64 codes of a slice at p, one byte each, in the row's lane order: 8-bit as stored;
 // 4-bit (32 bytes) as the f32 side reads them, per 16 bytes their low nibbles (even
-// elements) then their high ones (odd elements).
+// elements) then their high ones (odd elements); E2M1 likewise, each nibble as its signed
+// code 2v (one vpshufb). Lanes 0–31 hold the slice's first 32 elements, 32–63 the rest.
 template <int kBits>
 HWY_INLINE __m512i SliceCodes(const std::uint8_t* HWY_RESTRICT p) {
   if constexpr (kBits == 8) {
@@ -63,7 +64,10 @@ HWY_INLINE __m512i SliceCodes(const std::uint8_t* HWY_RESTRICT p) {
     const __m512i x = _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
     const __m512i halves = _mm512_shuffle_i64x2(x, x, 0x50);  // 128-bit blocks 0, 0, 1, 1
     const __m512i nibbles = _mm512_mask_blend_epi64(0xCC, halves, _mm512_srli_epi16(halves, 4));
-    return _mm512_and_si512(nibbles, _mm512_set1_epi8(0x0F));
+    const __m512i codes = _mm512_and_si512(nibbles, _mm512_set1_epi8(0x0F));
+    if constexpr (kBits != kE2M1) return codes;
+    const __m512i table = _mm512_broadcast_i32x4(_mm_setr_epi8(0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12));
+    return _mm512_shuffle_epi8(table, codes);
   }
 }
 
@@ -82,13 +86,13 @@ float SampledMax(const std::uint8_t* codes, std::size_t row_bytes, std::size_t n
   __m512 largest = _mm512_setzero_ps();
   for (std::size_t j = 0; j < nc; j += kBlockKeys) {
     for (std::size_t s0 = 0; s0 < dv; s0 += 64) {
-      const std::size_t g = s0 / gs;
-      const __m512i bytes = SliceCodes<kBits>(codes + j * row_bytes + s0 * kBits / 8);
-      const __m512 scale = _mm512_set1_ps(s[g * ncp + j]), bias = _mm512_set1_ps(b[g * ncp + j]);
+      const __m512i bytes = SliceCodes<kBits>(codes + j * row_bytes + s0 * kCodeWidth<kBits> / 8);
       const __m128i part[4] = {_mm512_extracti32x4_epi32(bytes, 0), _mm512_extracti32x4_epi32(bytes, 1),
                                _mm512_extracti32x4_epi32(bytes, 2), _mm512_extracti32x4_epi32(bytes, 3)};
-      for (const __m128i sixteen : part) {
-        const __m512 c = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(sixteen));
+      for (std::size_t i = 0; i < 4; ++i) {
+        const std::size_t g = (s0 + 16 * i) / gs;  // parts 0-1 and 2-3 may lie in two groups of 32
+        const __m512 scale = _mm512_set1_ps(s[g * ncp + j]), bias = _mm512_set1_ps(b[g * ncp + j]);
+        const __m512 c = _mm512_cvtepi32_ps(kBits == kE2M1 ? _mm512_cvtepi8_epi32(part[i]) : _mm512_cvtepu8_epi32(part[i]));
         const __m512 v = _mm512_abs_ps(_mm512_fmadd_ps(c, scale, bias));
         const __mmask16 finite = static_cast<__mmask16>(~_mm512_fpclass_ps_mask(v, 0x99));  // not NaN, not ±inf
         largest = _mm512_mask_max_ps(largest, finite, largest, v);
@@ -133,14 +137,23 @@ HWY_INLINE __m512i DotPairs(__m512i acc, __m512i codes, const std::int32_t* weig
   asm("vpdpwssd %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(codes), "m"(*weights));
   return acc;
 }
+// The same with the weights a vector: a slice across two groups of 32 (Slice).
+HWY_INLINE __m512i DotPairs(__m512i acc, __m512i codes, __m512i weights) {
+  asm("vpdpwssd %2, %1, %0" : "+v"(acc) : "v"(codes), "v"(weights));
+  return acc;
+}
 
 // One 64-dim slice (lane-order positions [s0, s0 + 64) of every row, bytes from
-// ahead.s0, one group) for RB <= 4 rows: out[r·dv + s0 ...] = Σ_blocks σ·Σ Q·c, lane
-// order. q: row r's rounded weights at q + r·q_stride; sigma likewise.
-template <int kBits, std::size_t RB>
+// ahead.s0) for RB <= 4 rows: out[r·dv + s0 ...] = Σ_blocks σ·Σ Q·c, lane order. q: row
+// r's rounded weights at q + r·q_stride; sigma likewise. kTwoGroups: positions 32-63 lie
+// in the next group, whose weights and σ are q_next and sigma_next further on: the pairs'
+// lanes 8-15 (their 128-bit blocks 2 and 3, see below) take those, from one masked
+// broadcast per (row, key pair) and per (row, block).
+template <int kBits, std::size_t RB, bool kTwoGroups = false>
 HWY_INLINE void Slice(const std::int16_t* HWY_RESTRICT q, std::size_t q_stride, const float* HWY_RESTRICT sigma,
                       std::size_t sigma_stride, const SliceStream& ahead, bool prefetch, std::size_t dv,
-                      std::size_t s0, float* HWY_RESTRICT out) {
+                      std::size_t s0, float* HWY_RESTRICT out, std::size_t q_next = 0, std::size_t sigma_next = 0) {
+  constexpr __mmask16 kNextGroup = 0xFF00;
   const std::uint8_t* HWY_RESTRICT row = ahead.codes + ahead.s0;
   const std::size_t row_bytes = ahead.row_bytes, nc = ahead.nc;
   const __m512i zero = _mm512_setzero_si512();
@@ -166,20 +179,32 @@ HWY_INLINE void Slice(const std::int16_t* HWY_RESTRICT q, std::size_t q_stride, 
       }
       const __m512i a = SliceCodes<kBits>(a_row);
       const __m512i b = j + 1 < nc ? SliceCodes<kBits>(a_row + row_bytes) : zero;  // the last key's pair: weight 0
-      const __m512i al = _mm512_unpacklo_epi8(a, zero), ah = _mm512_unpackhi_epi8(a, zero);
-      const __m512i bl = _mm512_unpacklo_epi8(b, zero), bh = _mm512_unpackhi_epi8(b, zero);
+      // Widened to s16: unsigned codes against zero, E2M1's signed ones against their signs.
+      const __m512i a_high = kBits == kE2M1 ? _mm512_movm_epi8(_mm512_movepi8_mask(a)) : zero;
+      const __m512i b_high = kBits == kE2M1 ? _mm512_movm_epi8(_mm512_movepi8_mask(b)) : zero;
+      const __m512i al = _mm512_unpacklo_epi8(a, a_high), ah = _mm512_unpackhi_epi8(a, a_high);
+      const __m512i bl = _mm512_unpacklo_epi8(b, b_high), bh = _mm512_unpackhi_epi8(b, b_high);
       const __m512i pair[4] = {_mm512_unpacklo_epi16(al, bl), _mm512_unpackhi_epi16(al, bl),
                                _mm512_unpacklo_epi16(ah, bh), _mm512_unpackhi_epi16(ah, bh)};
 #pragma GCC unroll 4
       for (std::size_t r = 0; r < RB; ++r) {
         const auto* both = reinterpret_cast<const std::int32_t*>(q + r * q_stride + j);  // (Q_j, Q_j+1)
+        if constexpr (kTwoGroups) {
+          const auto* next = reinterpret_cast<const std::int32_t*>(q + r * q_stride + q_next + j);
+          const __m512i w = _mm512_mask_set1_epi32(_mm512_set1_epi32(*both), kNextGroup, *next);
 #pragma GCC unroll 4
-        for (std::size_t k = 0; k < 4; ++k) acc[r][k] = DotPairs(acc[r][k], pair[k], both);
+          for (std::size_t k = 0; k < 4; ++k) acc[r][k] = DotPairs(acc[r][k], pair[k], w);
+        } else {
+#pragma GCC unroll 4
+          for (std::size_t k = 0; k < 4; ++k) acc[r][k] = DotPairs(acc[r][k], pair[k], both);
+        }
       }
     }
 #pragma GCC unroll 4
     for (std::size_t r = 0; r < RB; ++r) {
-      const __m512 s = _mm512_set1_ps(sigma[r * sigma_stride + blk]);
+      const float* sr = sigma + r * sigma_stride + blk;
+      const __m512 s = kTwoGroups ? _mm512_mask_mov_ps(_mm512_set1_ps(*sr), kNextGroup, _mm512_set1_ps(sr[sigma_next]))
+                                  : _mm512_set1_ps(*sr);
 #pragma GCC unroll 4
       for (std::size_t k = 0; k < 4; ++k) o[r][k] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[r][k]), s, o[r][k]);
     }
@@ -205,8 +230,14 @@ void Rows(const std::int16_t* q, std::size_t q_row, const float* sigma, std::siz
           const NextChunk& next, bool prefetch, float* out) {
   for (std::size_t s0 = 0; s0 < dv; s0 += 64) {
     const std::size_t g = s0 / gs;
-    const SliceStream ahead{codes, row_bytes, nc, s0 * kBits / 8, 64 * kBits / 8, s0 + 64 == dv, next};
-    Slice<kBits, RB>(q + g * q_row, vg * q_row, sigma + g * blocks, vg * blocks, ahead, prefetch, dv, s0, out);
+    const SliceStream ahead{codes, row_bytes, nc, s0 * kCodeWidth<kBits> / 8, 64 * kCodeWidth<kBits> / 8,
+                            s0 + 64 == dv, next};
+    if ((s0 + 63) / gs != g) {  // groups of a multiple of 32: the next begins at s0 + 32
+      Slice<kBits, RB, true>(q + g * q_row, vg * q_row, sigma + g * blocks, vg * blocks, ahead, prefetch, dv, s0, out,
+                             q_row, blocks);
+    } else {
+      Slice<kBits, RB>(q + g * q_row, vg * q_row, sigma + g * blocks, vg * blocks, ahead, prefetch, dv, s0, out);
+    }
   }
 }
 

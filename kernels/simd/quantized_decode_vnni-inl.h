@@ -61,7 +61,16 @@ constexpr std::size_t kMaxVectors = kMaxDk / 4;  // tile vectors: four dims each
 // (docs/benchmarks.md §Measurements behind kernel choices).
 constexpr std::int64_t kMinKeys = 768;
 
-inline bool Eligible(float slack, std::int64_t keys, int storage_bits, std::size_t dk, std::size_t gs, bool amx) {
+// Bits a code of the kernel `kernel_bits` (CodeRows::bits) takes in memory: E2M1 codes
+// lie as nibbles.
+// E2M1 codes (signed 2v elsewhere) are read here as 2v + kE2M1Offset, in [0, 24]: the
+// caller gives them the biases −kE2M1Offset·s/2 (exact: s/2 is a power of two), so each
+// value is still v·s, and the certificate bounds the cancellation as for affine codes.
+constexpr float kE2M1Offset = 12;
+inline int StorageBits(int kernel_bits) { return kernel_bits == kE2M1 ? 4 : kernel_bits; }
+
+inline bool Eligible(float slack, std::int64_t keys, int kernel_bits, std::size_t dk, std::size_t gs, bool amx) {
+  const int storage_bits = StorageBits(kernel_bits);
   return slack > 0 && keys >= kMinKeys && (storage_bits == 4 || (storage_bits == 8 && amx)) && dk <= kMaxDk &&
          dk % 32 == 0 && gs % 32 == 0;
 }
@@ -183,11 +192,14 @@ HWY_INLINE void Transpose16(__m512i r[16]) {
 }
 
 // The tile's 4-bit codes (keys [0, keys) of `codes`, the others zero) as J vectors of
-// four one-byte codes per key; byte codes (storage_bits 8) as they are, dims 4jj + b.
+// four one-byte codes per key, E2M1 nibbles as the unsigned bytes kE2M1Offset + 2v
+// (vpdpbusd's u8 operand; one vpshufb each); byte codes (kernel_bits 8) as they are,
+// dims 4jj + b.
 HWY_INLINE void TileCodes(const std::uint8_t* HWY_RESTRICT codes, std::size_t row_bytes, std::size_t keys,
-                          std::size_t dk, int storage_bits, __m512i* HWY_RESTRICT tq) {
+                          std::size_t dk, int kernel_bits, __m512i* HWY_RESTRICT tq) {
   const __m512i nibble = _mm512_set1_epi8(0x0F);
-  const bool nibbles = storage_bits == 4;
+  const bool nibbles = StorageBits(kernel_bits) == 4, e2m1 = kernel_bits == kE2M1;
+  const __m512i e2m1_bytes = _mm512_broadcast_i32x4(_mm_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0));
   const std::size_t bytes = nibbles ? dk / 2 : dk;  // a multiple of 16
   for (std::size_t block = 0; block < bytes; block += 64) {
     const std::size_t part = std::min<std::size_t>(64, bytes - block);
@@ -209,8 +221,10 @@ HWY_INLINE void TileCodes(const std::uint8_t* HWY_RESTRICT codes, std::size_t ro
         tq[jj0 + v] = r[v];
         continue;
       }
-      tq[2 * (jj0 + v)] = _mm512_and_si512(r[v], nibble);
-      tq[2 * (jj0 + v) + 1] = _mm512_and_si512(_mm512_srli_epi16(r[v], 4), nibble);
+      const __m512i low = _mm512_and_si512(r[v], nibble);
+      const __m512i high = _mm512_and_si512(_mm512_srli_epi16(r[v], 4), nibble);
+      tq[2 * (jj0 + v)] = e2m1 ? _mm512_shuffle_epi8(e2m1_bytes, low) : low;
+      tq[2 * (jj0 + v) + 1] = e2m1 ? _mm512_shuffle_epi8(e2m1_bytes, high) : high;
     }
   }
 }
@@ -305,10 +319,11 @@ HWY_INLINE void TileRows(const std::int32_t* HWY_RESTRICT sums, const __m512i* H
 // The digits are made once per (call, b, kv head) per thread: the chunks of one (b, kv
 // head) are consecutive tasks, and making them costs as much as scoring ~50 keys.
 bool ScoreChunk(std::uint64_t call, std::int64_t bk, const float* query, std::size_t rows, std::size_t dk,
-                std::size_t gs, int code_bits, int storage_bits, float slack, const std::uint8_t* codes,
+                std::size_t gs, int code_bits, int kernel_bits, float slack, const std::uint8_t* codes,
                 std::size_t row_bytes, std::size_t nc, std::size_t ncp, const float* s_cols, const float* b_cols,
                 float* scores, bool amx, DecodePlan::MixCounters& mix) {
   static thread_local Digits dg;
+  const int storage_bits = StorageBits(kernel_bits);
   const std::size_t groups = dk / gs, J = dk / 4;
   const bool key_rows = amx_key_rows() && KeyRowsFit(amx, storage_bits, rows, dk, gs);
   if (dg.call != call || dg.bk != bk) {
@@ -335,7 +350,7 @@ bool ScoreChunk(std::uint64_t call, std::int64_t bk, const float* query, std::si
   for (std::size_t t = 0; t <= tiles; ++t) {
     if (t < tiles) {
       const std::size_t t0 = t * kTileKeys;
-      TileCodes(codes + t0 * row_bytes, row_bytes, std::min(kTileKeys, nc - t0), dk, storage_bits, tq[t % 2]);
+      TileCodes(codes + t0 * row_bytes, row_bytes, std::min(kTileKeys, nc - t0), dk, kernel_bits, tq[t % 2]);
       if (amx) AmxTile(resident, dg, rows, J, groups, gs, tq[t % 2], sums_store.data() + t % 2 * sums_per_tile);
     }
     // The tile whose logits are made now: this one (vpdpbusd) or the previous one (AMX).

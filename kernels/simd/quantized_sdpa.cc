@@ -33,7 +33,6 @@
 #include "kernels/simd/simd_kernels.h"
 #include "kvlab/dtype.h"
 #include "kvlab/error.h"
-#include "kvlab/host_buffer.h"
 #include "reference/fp_quantize.h"
 #include "reference/quantized_sdpa.h"
 
@@ -262,6 +261,12 @@ void e4m3_factors(const PackedSide& side, std::int64_t row0, std::size_t n, floa
   }
 }
 
+namespace {
+// s/2 = 2^(c−128) for an E8M0 code c <= kLargestE8M0 (2^-128 and 2^-127 subnormal, exact):
+// the scale the fused decode gives mxfp4's codes (DecodeChunk's E2M1HalfScales).
+float e2m1_half_scale(std::uint8_t code) { return std::ldexp(1.0f, static_cast<int>(code) - 128); }
+}  // namespace
+
 std::vector<double> mean_of_values(const DecodePlan& plan, std::int64_t bk) {
   const PackedSide& v = plan.v;
   if (v.decoded != nullptr) {  // a chunk's worth of rows at a time
@@ -290,7 +295,8 @@ std::vector<double> mean_of_values(const DecodePlan& plan, std::int64_t bk) {
   const std::uint32_t mask = (1u << v.bits) - 1;
   const Shape meta_shape{plan.batch * plan.hkv * plan.lk * groups};
   const ConstTensorView scales{v.scales, v.meta_dtype, meta_shape};
-  // q8_0 (s8) and q4_0 (bias_factor) store no biases.
+  // q8_0 (s8), mxfp4 (e2m1) and q4_0 (bias_factor) store no biases; mxfp4's scales are E8M0
+  // codes.
   const ConstTensorView biases = v.biases != nullptr ? ConstTensorView{v.biases, v.meta_dtype, meta_shape}
                                                      : ConstTensorView{};
   std::vector<double> mean(static_cast<std::size_t>(v.d), 0.0);
@@ -304,15 +310,15 @@ std::vector<double> mean_of_values(const DecodePlan& plan, std::int64_t bk) {
       const auto stored = static_cast<std::uint8_t>((pair >> (bit % 32)) & mask);
       // An mxfp4 side's code is the byte its E2M1 code becomes (PackedSide::e2m1); q8_0's
       // a signed byte (PackedSide::s8).
-      const float code = v.e2m1 ? 12.0f + 2.0f * ref::e2m1_decode(stored)
+      const float code = v.e2m1 ? 2.0f * ref::e2m1_decode(stored)
                          : v.s8 ? static_cast<float>(static_cast<std::int8_t>(stored))
                                 : static_cast<float>(stored);
       const std::int64_t meta = (bk * plan.lk + j) * groups + e / v.group;
       // The dequantizer's f32 value: multiply, then add (kvlab_simd builds with
       // -ffp-contract=off, so they are not fused).
-      const float scale = scales.load(meta);
+      const float scale = v.e2m1 ? e2m1_half_scale(scales.as<const std::uint8_t>()[meta]) : scales.load(meta);
       const float product = code * scale;
-      const float bias = v.s8 ? 0.0f : v.bias_factor != 0 ? v.bias_factor * scale : biases.load(meta);
+      const float bias = v.s8 || v.e2m1 ? 0.0f : v.bias_factor != 0 ? v.bias_factor * scale : biases.load(meta);
       mean[static_cast<std::size_t>(e)] += static_cast<double>(product + bias);
     }
   }
@@ -354,9 +360,6 @@ bool fused_path_takes(const ConstTensorView& q, const ref::QuantizedView& k, con
 // oracle's value is ±inf; q8_0's q·d + 0 is the oracle's for any d. (q8_0 used to take a
 // flipped whole-tensor copy of its codes and f32 scales and biases −128d, q4's
 // whole-tensor f32 scales and biases: passes over the cache and its metadata per call.)
-struct AffineBlocks {
-  HostArray<float> scales, biases;
-};
 
 // Whether any of n f16 values is ±inf or NaN (all exponent bits set): a branch-free OR
 // over the bits, which the compiler vectorizes.
@@ -390,54 +393,38 @@ std::optional<ref::QuantizedView> ggml_as_affine(const ref::QuantizedView& x) {
 }
 
 // mxfp4 groups as affine ones (docs/quantization.md §Microscaling formats): the E2M1 code
-// of value v is read as the byte 12 + 2v (PackedSide::e2m1: unpacked per decode chunk by
-// e2m1_to_bytes), the group's E8M0 scale s (a power of two) as the f32 scale s/2 and bias
-// −6s, so code·scale + bias = v·s exactly, the oracle's value: (12 + 2v)·s/2 and −6s have
-// at most 5 significant bits, and their sum is (code − 12)·s/2. Only while those stay
-// finite: a scale above 2^123 (code > kLargestE8M0) would overflow the bias or the product,
-// and sends the tensor to the decoded rows (PackedSide::decoded). The view keeps the
-// nibbles (affine, 4 bits) with f32 scales and biases. nvfp4 (the same elements, E4M3
+// of value v is read as the signed integer 2v (PackedSide::e2m1: in place by the E2M1
+// kernel, or unpacked per decode chunk by e2m1_to_bytes), the group's E8M0 scale s (a
+// power of two) as the f32 scale s/2 (made per chunk) with no bias, so code·scale = v·s
+// exactly, the oracle's value. (An earlier form, the codes 12 + 2v with the bias −6s,
+// summed p·(12 + 2v)·s/2 and p·(−6s) apart over the keys: a group of large scale beside
+// small values then cancelled to noise, 0 or an f16 inf where the oracle's output was
+// 0.03, Mxfp4GroupsWithTheLargestScalesAgreeWithTheOracle.) The integer K side alone
+// reads 12 + 2v with the bias −6s (vpdpbusd's codes are unsigned), under its certificate.
+// Only while the scales stay small enough for that bias: a scale above 2^123 (code >
+// kLargestE8M0) sends the tensor to the decoded rows (PackedSide::decoded).
+// The view keeps the nibbles (affine, 4 bits) and the E8M0 codes (u8) as its scales, no
+// biases: no metadata is made per call beyond a chunk's (a whole-tensor f32 copy of the
+// scales and biases wrote 16 bytes a group per call). nvfp4 (the same elements, E4M3
 // scales, exact the same way) would need groups of 16, which the fused decode's blocks do
 // not take (they assume a group of at least two 16-lane vectors): it is decoded too.
-std::optional<ref::QuantizedView> mxfp4_as_affine(const ref::QuantizedView& x, AffineBlocks& store) {
+constexpr std::uint8_t kLargestE8M0 = 250;
+
+std::optional<ref::QuantizedView> mxfp4_as_affine(const ref::QuantizedView& x) {
   if (x.spec.mode != QuantMode::mxfp4) return std::nullopt;
-  constexpr std::uint8_t kLargestE8M0 = 250;
-  // Each E8M0 code's s/2 and −6s, once: a decode per group cost more than the code bytes.
-  struct Meta {
-    float scale[256], bias[256];
-  };
-  static const Meta meta = [] {
-    Meta m{};
-    for (int c = 0; c < 256; ++c) {
-      const float s = ref::e8m0_decode(static_cast<std::uint8_t>(c));
-      m.scale[c] = s * 0.5f;
-      m.bias[c] = s * -6.0f;
-    }
-    return m;
-  }();
   const auto groups = static_cast<std::size_t>(x.scales.numel());
   const auto* codes = x.scales.as<const std::uint8_t>();
-  float* const scales = store.scales.resize(groups);
-  float* const biases = store.biases.resize(groups);
   // Tasks by a fixed count (not the pool's size), each a range of groups.
   constexpr std::int64_t kTasks = 64;
-  std::atomic<bool> finite{true};
+  std::atomic<bool> foldable{true};
   parallel_for(kTasks, [&](std::int64_t t) {
     const std::size_t g0 = groups * static_cast<std::size_t>(t) / kTasks;
     const std::size_t g1 = groups * static_cast<std::size_t>(t + 1) / kTasks;
-    bool bad = false;
-    for (std::size_t g = g0; g < g1; ++g) {
-      bad = bad || codes[g] > kLargestE8M0;
-      scales[g] = meta.scale[codes[g]];
-      biases[g] = meta.bias[codes[g]];
-    }
-    if (bad) finite = false;
+    if (qdecode::max_byte(codes + g0, g1 - g0) > kLargestE8M0) foldable = false;
   });
-  if (!finite) return std::nullopt;
-  ref::QuantizedView out{x.wq, {}, {}, QuantSpec::make(QuantMode::affine, 4, x.spec.group_size), std::nullopt};
-  out.scales = {reinterpret_cast<const std::byte*>(scales), DType::f32, x.scales.shape};
-  out.biases = {reinterpret_cast<const std::byte*>(biases), DType::f32, x.scales.shape};
-  return out;
+  if (!foldable) return std::nullopt;
+  return ref::QuantizedView{x.wq, x.scales, {}, QuantSpec::make(QuantMode::affine, 4, x.spec.group_size),
+                            std::nullopt};
 }
 
 // ---------------------------------------------------------------- fallback
@@ -568,6 +555,7 @@ void fused(const ConstTensorView& q, const ref::QuantizedView& k, const ref::Qua
   plan.v = reads_codes(v) ? packed_side(v, out.dim(3)) : qdecode::decoded_side(v, out.dim(3));
   plan.k.e2m1 = k_form == CodeForm::e2m1;
   plan.v.e2m1 = v_form == CodeForm::e2m1;
+  plan.k.e2m1_nibbles = plan.v.e2m1_nibbles = qdecode::e2m1_nibbles_available();
   plan.k.s8 = k_form == CodeForm::s8;
   plan.v.s8 = v_form == CodeForm::s8;
   plan.k.bias_factor = k_form == CodeForm::q4_0 ? -8.0f : 0.0f;
@@ -657,15 +645,11 @@ void quantized_sdpa(const ConstTensorView& q, const ref::QuantizedView& k, const
                     const TensorView& out) {
   qdecode::note_call_start();
   ref::validate_quantized_sdpa(q, k, v, params, mask_array, sinks, out);
-  // Per calling thread, reused across calls: fresh 64 MB of scratch each decode step would
-  // cost its zero fill and page faults (measured: 2.3× the whole q8_0 decode at 32K keys);
-  // released after the call beyond 256 MiB (below).
-  static thread_local AffineBlocks k_store, v_store;
-  const auto as_affine = [](const ref::QuantizedView& x, AffineBlocks& store) {
+  const auto as_affine = [](const ref::QuantizedView& x) {
     std::optional<ref::QuantizedView> affine = ggml_as_affine(x);
-    return affine ? affine : mxfp4_as_affine(x, store);
+    return affine ? affine : mxfp4_as_affine(x);
   };
-  const std::optional<ref::QuantizedView> k_affine = as_affine(k, k_store), v_affine = as_affine(v, v_store);
+  const std::optional<ref::QuantizedView> k_affine = as_affine(k), v_affine = as_affine(v);
   const ref::QuantizedView& kf = k_affine ? *k_affine : k;
   const ref::QuantizedView& vf = v_affine ? *v_affine : v;
   const auto form = [](const ref::QuantizedView& x, const std::optional<ref::QuantizedView>& affine) {
@@ -681,15 +665,6 @@ void quantized_sdpa(const ConstTensorView& q, const ref::QuantizedView& k, const
     fused(q, kf, vf, form(k, k_affine), form(v, v_affine), params, mask_array, sinks, out);
   } else {
     fallback(q, k, v, params, mask_array, sinks, out);
-  }
-  // Kept only up to a bound, so a thread that once decoded a multi-GB q4_0 cache does not
-  // hold its scales afterwards: larger arrays are made (and paid for) per call.
-  constexpr std::size_t kKeptBytes = std::size_t{256} << 20;
-  for (AffineBlocks* b : {&k_store, &v_store}) {
-    if (b->scales.capacity_bytes() + b->biases.capacity_bytes() > kKeptBytes) {
-      b->scales.release();
-      b->biases.release();
-    }
   }
 }
 

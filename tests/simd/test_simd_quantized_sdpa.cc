@@ -264,10 +264,10 @@ TEST(SimdQuantizedSdpa, GgmlBlocksWithAnInfiniteScaleAgreeWithTheOracle) {
   }
 }
 
-// mxfp4 reaches the fused decode as 8-bit affine groups: every packed byte's two E2M1
-// codes become the bytes 12 + 2v (v the oracle's value of the code), in stream order, on
-// every target (the tail past whole 16-byte blocks included).
-TEST(SimdQuantizedSdpa, E2M1CodesBecomeTwelvePlusTwiceTheirValue) {
+// On targets below AVX3 mxfp4 reaches the fused decode as signed 8-bit codes: every
+// packed byte's two E2M1 codes become the signed bytes 2v (v the oracle's value of the
+// code), in stream order, on every target (the tail past whole 16-byte blocks included).
+TEST(SimdQuantizedSdpa, E2M1CodesUnpackToTwiceTheirValue) {
   std::vector<std::uint8_t> packed(256 + 7);
   for (std::size_t i = 0; i < packed.size(); ++i) packed[i] = static_cast<std::uint8_t>(i * 37 % 256);
   testing::for_each_simd_target([&](const std::string&) {
@@ -275,21 +275,44 @@ TEST(SimdQuantizedSdpa, E2M1CodesBecomeTwelvePlusTwiceTheirValue) {
     simd::qdecode::e2m1_to_bytes(packed.data(), packed.size(), bytes.data());
     for (std::size_t e = 0; e < bytes.size(); ++e) {
       const auto code = static_cast<std::uint8_t>(e % 2 == 0 ? packed[e / 2] & 0x0F : packed[e / 2] >> 4);
-      EXPECT_EQ(static_cast<float>(bytes[e]), 12.0f + 2.0f * ref::e2m1_decode(code)) << "element " << e;
+      EXPECT_EQ(static_cast<float>(static_cast<std::int8_t>(bytes[e])), 2.0f * ref::e2m1_decode(code))
+          << "element " << e;
     }
   });
 }
 
-// The affine form of an mxfp4 group (scale s/2, bias −6s for the E8M0 scale s) holds only
-// while s <= 2^123: at s = 2^127 the bias −6s overflows to −inf and code·scale + bias is
-// −inf or NaN where the oracle's v·s is ±inf (|v| >= 2) or finite. V's key 70, group 0 of
-// kv head 0 gets the E8M0 code 120 (the fused path, compared within tolerance) or 254
-// (the fallback: its inf and NaN elements must match the oracle's).
+// On AVX3 mxfp4 reaches the fused decode read in place by the E2M1 kernel: each nibble's
+// code becomes 2v on the V side (v the oracle's value of the code) and, with the scale 1/2
+// (an E8M0 scale of 1) and no bias, v itself on the K side, in the 4-bit lane order (per N
+// bytes the low nibbles, then the high ones); that kernel is right on every target.
+TEST(SimdQuantizedSdpa, E2M1KernelReadsNibblesAsTwiceTheirValue) {
+  std::vector<std::uint8_t> packed(256);
+  for (std::size_t i = 0; i < packed.size(); ++i) packed[i] = static_cast<std::uint8_t>(i * 37 % 256);
+  testing::for_each_simd_target([&](const std::string&) {
+    std::vector<float> codes(2 * packed.size(), -1.0f), values(2 * packed.size(), -1.0f);
+    simd::qdecode::e2m1_codes_for_test(packed.data(), packed.size(), codes.data(), values.data());
+    const std::size_t n = simd::qdecode::lanes();
+    for (std::size_t pos = 0; pos < codes.size(); ++pos) {
+      const auto e = static_cast<std::size_t>(simd::qdecode::lane_to_element(static_cast<std::int64_t>(pos), 4, n));
+      const auto code = static_cast<std::uint8_t>(e % 2 == 0 ? packed[e / 2] & 0x0F : packed[e / 2] >> 4);
+      EXPECT_EQ(codes[pos], 2.0f * ref::e2m1_decode(code)) << "element " << e;
+      EXPECT_EQ(values[pos], ref::e2m1_decode(code)) << "element " << e;
+    }
+  });
+}
+
+// The fused decode takes an mxfp4 group's E8M0 scale s up to 2^123 (code 250; the integer
+// K side's bias −6s must stay finite); above it the tensor is decoded (code 251) and at
+// s = 2^127 (code 254) values of |v| >= 2 are ±inf, whose inf and NaN outputs must match
+// the oracle's. V's key 70, group 0 of kv head 0 gets the code; the other values stay
+// small, so a form that summed each group's bias apart from its codes (p·(12 + 2v)·s/2
+// and p·(−6s), kvlab's own until this test) loses them to cancellation from code 200 on:
+// outputs 0 and f16 infs where the oracle's are 0.03.
 TEST(SimdQuantizedSdpa, Mxfp4GroupsWithTheLargestScalesAgreeWithTheOracle) {
   KVLAB_SEEDED_RNG(rng, 4242);
   const Dims dims{1, 4, 2, 1, 96, 64, 64};
   const QuantSpec mx = QuantSpec::make(QuantMode::mxfp4, 4, 32);
-  for (const int code : {120, 254}) {
+  for (const int code : {120, 200, 250, 251, 254}) {
     Inputs in = random_inputs(rng, dims, DType::f16, mx, mx, DType::f32, DType::f32);
     in.v.scales.storage<std::uint8_t>()[70 * 2] = static_cast<std::uint8_t>(code);
     SCOPED_TRACE("E8M0 code " + std::to_string(code));
@@ -303,6 +326,30 @@ TEST(SimdQuantizedSdpa, Mxfp4GroupsWithTheLargestScalesAgreeWithTheOracle) {
       expect_same_nonfinite_and_close(run_simd(in), want);
     });
   }
+}
+
+// mxfp4's smallest scales: the E8M0 codes 0 and 1 make the subnormal f32 scales 2^-128 and
+// 2^-127 (s/2 of s = 2^-127, 2^-126), built from their bits per chunk; code 2 the smallest
+// normal one. Every V group takes one of them, so the outputs are of that size and are
+// compared relative to the largest.
+TEST(SimdQuantizedSdpa, Mxfp4GroupsWithTheSmallestScalesAgreeWithTheOracle) {
+  KVLAB_SEEDED_RNG(rng, 4343);
+  const Dims dims{1, 4, 2, 1, 96, 64, 64};
+  const QuantSpec mx = QuantSpec::make(QuantMode::mxfp4, 4, 32);
+  Inputs in = random_inputs(rng, dims, DType::f32, mx, mx, DType::f32, DType::f32);
+  auto& codes = in.v.scales.storage<std::uint8_t>();
+  for (std::size_t i = 0; i < codes.size(); ++i) codes[i] = static_cast<std::uint8_t>(i % 3);
+  const Tensor want = run_ref(in);
+  float largest = 0;
+  for (std::int64_t i = 0; i < want.numel(); ++i) largest = std::max(largest, std::abs(want.view().load(i)));
+  ASSERT_GT(largest, 0.0f);
+  ASSERT_LT(largest, 0x1p-120f);
+  testing::for_each_simd_target([&](const std::string&) {
+    const Tensor got = run_simd(in);
+    for (std::int64_t i = 0; i < want.numel(); ++i) {
+      EXPECT_NEAR(got.view().load(i), want.view().load(i), 0x1p-12f * largest) << "element " << i;
+    }
+  });
 }
 
 // Formats the decode does not read as codes (nvfp4's groups of 16, ggml's q5_0, mxfp8
