@@ -695,7 +695,7 @@ void DecodeChunk(const DecodePlan& plan, std::int64_t task) {
   bool summed = false;
 #if HWY_TARGET == HWY_AVX3_DL
   if (!vs.plain_rows() && int_values::Eligible(plan.score_slack, vc.bits, dv, vgs) &&
-      (vc.bits == 8 || plan.packed_int_values)) {
+      (vc.bits == 8 || vc.bits == kS8 || plan.packed_int_values)) {
     static thread_local int_values::Weights rounded;
     const auto sum = [&](auto bits) {
       return int_values::AccumulateChunk<decltype(bits)::value>(weights, urows, vg, ncp, vc.data, vc.row_bytes, dv,
@@ -704,6 +704,7 @@ void DecodeChunk(const DecodePlan& plan, std::int64_t task) {
     };
     summed = vc.bits == 4       ? sum(std::integral_constant<int, 4>{})
              : vc.bits == kE2M1 ? sum(std::integral_constant<int, kE2M1>{})
+             : vc.bits == kS8   ? sum(std::integral_constant<int, kS8>{})
                                 : sum(std::integral_constant<int, 8>{});
     if (summed) {
       plan.mix->s16_dot += static_cast<std::int64_t>(urows * ((nc + 1) / 2) * dv);

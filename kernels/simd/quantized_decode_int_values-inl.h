@@ -1,7 +1,7 @@
 // The V side of the fused quantized decode kernel in integers (AVX3_DL: AVX-512 VNNI's
 // vpdpwssd), included by quantized_decode.cc only. It replaces the f32 V side for a
-// chunk of byte codes (8-bit, and the widths unpacked to bytes) or packed 4-bit codes
-// (nibbles split into bytes in the f32 side's lane order) when the call's output is
+// chunk of byte codes (8-bit, and the widths unpacked to bytes; q8_0's signed bytes) or
+// packed 4-bit codes (nibbles split into bytes in the f32 side's lane order) when the call's output is
 // f16/bf16 and its run-time certificate (below) holds; otherwise the chunk takes the f32
 // path, so what it may return is bounded either way.
 //
@@ -10,15 +10,16 @@
 // a multiple of σ = W/32767, W = max |w| over the block: Q_j = rint(w_j·(32767/W)), an
 // s16. vpdpwssd multiplies the s16 pairs (Q_j, Q_j+1) by the codes of keys j and j + 1
 // widened to s16 and adds both products to an i32 lane exactly (|lane| <= 16 pairs ·
-// 2·32767·255 < 2^31), so the block's Σ Q·c is exact; it is flushed into f32 as
-// fl(Σ)·σ once per block. Codes of two keys are interleaved by byte unpacks against
-// zero (dims 16L + 4k..4k+3 of 128-bit block L in vector k), undone at the end.
+// 2·32767·255 < 2^31; signed codes have |c| <= 128), so the block's Σ Q·c is exact; it
+// is flushed into f32 as fl(Σ)·σ once per block. Codes of two keys are interleaved by
+// byte unpacks against zero, or against their sign bytes where signed (dims
+// 16L + 4k..4k+3 of 128-bit block L in vector k), undone at the end.
 // Cost per key at R = 4, Dv = 128: 16 vpdpwssd (half the f32 side's 32 FMAs, at one a
 // cycle on Zen 4 either way) and 8 unpacks, which run beside them on the shuffle pipes;
 // the weights' rounding and the flushes add about 3 per key
 // (docs/benchmarks.md §Measurements behind kernel choices).
 //
-// Error bound (u = 2^-24, n = 2^bits − 1 the largest code): with inv = fl(32767/W) and
+// Error bound (u = 2^-24, n = 2^bits − 1, at least the largest |code|): with inv = fl(32767/W) and
 // σ' = fl(W/32767), σ'·Q = w·(1+e1)(1+e2)(1+e3) + σ'·e4, |e_i| <= u, |e4| <= 1/2, so each
 // weight moves by at most W·(0.5/32767 + 3.1u) <= 1.55e-5·W, and a block's share of
 // o[d] by at most 1.55e-5·W·N_β·n (N_β its keys). The exact integer sum rounds once in
@@ -45,20 +46,25 @@ constexpr float kLevels = 32767.0f;
 constexpr double kWeightError = 1.55e-5;  // per unit of W, the bound above
 constexpr float kTinyBlock = 0x1p-100f;
 
-// Whether a chunk may take this path (the certificate decides the rest): byte, packed
-// 4-bit or E2M1 codes (kernel_bits, CodeRows::bits), an f16/bf16 output (eps > 0), 64-dim
+// Whether a chunk may take this path (the certificate decides the rest): byte (unsigned
+// or q8_0's signed), packed 4-bit or E2M1 codes (kernel_bits, CodeRows::bits), an f16/bf16 output (eps > 0), 64-dim
 // slices that each lie in one group or (groups of 32) in two, split at their middle.
 inline bool Eligible(float eps, int kernel_bits, std::size_t dv, std::size_t gs) {
-  return eps > 0 && (kernel_bits == 8 || kernel_bits == 4 || kernel_bits == kE2M1) && dv % 64 == 0 && gs % 32 == 0;
+  return eps > 0 && (kernel_bits == 8 || kernel_bits == kS8 || kernel_bits == 4 || kernel_bits == kE2M1) &&
+         dv % 64 == 0 && gs % 32 == 0;
 }
 
-// The 64 codes of a slice at p, one byte each, in the row's lane order: 8-bit as stored;
+// Codes that are signed bytes (widened to s16 against their signs).
+template <int kBits>
+constexpr bool kSignedCodes = kBits == kE2M1 || kBits == kS8;
+
+// The 64 codes of a slice at p, one byte each, in the row's lane order: 8-bit and kS8 as stored;
 // 4-bit (32 bytes) as the f32 side reads them, per 16 bytes their low nibbles (even
 // elements) then their high ones (odd elements); E2M1 likewise, each nibble as its signed
 // code 2v (one vpshufb). Lanes 0–31 hold the slice's first 32 elements, 32–63 the rest.
 template <int kBits>
 HWY_INLINE __m512i SliceCodes(const std::uint8_t* HWY_RESTRICT p) {
-  if constexpr (kBits == 8) {
+  if constexpr (kBits == 8 || kBits == kS8) {
     return _mm512_loadu_si512(p);
   } else {
     const __m512i x = _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
@@ -92,7 +98,7 @@ float SampledMax(const std::uint8_t* codes, std::size_t row_bytes, std::size_t n
       for (std::size_t i = 0; i < 4; ++i) {
         const std::size_t g = (s0 + 16 * i) / gs;  // parts 0-1 and 2-3 may lie in two groups of 32
         const __m512 scale = _mm512_set1_ps(s[g * ncp + j]), bias = _mm512_set1_ps(b[g * ncp + j]);
-        const __m512 c = _mm512_cvtepi32_ps(kBits == kE2M1 ? _mm512_cvtepi8_epi32(part[i]) : _mm512_cvtepu8_epi32(part[i]));
+        const __m512 c = _mm512_cvtepi32_ps(kSignedCodes<kBits> ? _mm512_cvtepi8_epi32(part[i]) : _mm512_cvtepu8_epi32(part[i]));
         const __m512 v = _mm512_abs_ps(_mm512_fmadd_ps(c, scale, bias));
         const __mmask16 finite = static_cast<__mmask16>(~_mm512_fpclass_ps_mask(v, 0x99));  // not NaN, not ±inf
         largest = _mm512_mask_max_ps(largest, finite, largest, v);
@@ -179,9 +185,9 @@ HWY_INLINE void Slice(const std::int16_t* HWY_RESTRICT q, std::size_t q_stride, 
       }
       const __m512i a = SliceCodes<kBits>(a_row);
       const __m512i b = j + 1 < nc ? SliceCodes<kBits>(a_row + row_bytes) : zero;  // the last key's pair: weight 0
-      // Widened to s16: unsigned codes against zero, E2M1's signed ones against their signs.
-      const __m512i a_high = kBits == kE2M1 ? _mm512_movm_epi8(_mm512_movepi8_mask(a)) : zero;
-      const __m512i b_high = kBits == kE2M1 ? _mm512_movm_epi8(_mm512_movepi8_mask(b)) : zero;
+      // Widened to s16: unsigned codes against zero, signed ones against their signs.
+      const __m512i a_high = kSignedCodes<kBits> ? _mm512_movm_epi8(_mm512_movepi8_mask(a)) : zero;
+      const __m512i b_high = kSignedCodes<kBits> ? _mm512_movm_epi8(_mm512_movepi8_mask(b)) : zero;
       const __m512i al = _mm512_unpacklo_epi8(a, a_high), ah = _mm512_unpackhi_epi8(a, a_high);
       const __m512i bl = _mm512_unpacklo_epi8(b, b_high), bh = _mm512_unpackhi_epi8(b, b_high);
       const __m512i pair[4] = {_mm512_unpacklo_epi16(al, bl), _mm512_unpackhi_epi16(al, bl),
