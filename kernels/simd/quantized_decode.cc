@@ -178,6 +178,21 @@ std::uint8_t MaxByte(const std::uint8_t* HWY_RESTRICT p, std::size_t n) {
   return out;
 }
 
+std::uint16_t MaxF16Magnitude(const std::uint16_t* HWY_RESTRICT p, std::size_t n) {
+  const hn::ScalableTag<std::uint16_t> d16;
+  const std::size_t N = hn::Lanes(d16);
+  const auto magnitude = hn::Set(d16, std::uint16_t{0x7FFF});
+  auto largest = hn::Zero(d16);
+  std::size_t i = 0;
+  for (; i + N <= n; i += N) largest = hn::Max(largest, hn::And(hn::LoadU(d16, p + i), magnitude));
+  HWY_ALIGN std::uint16_t lanes[hn::MaxLanes(hn::ScalableTag<std::uint16_t>())];
+  hn::Store(largest, d16, lanes);
+  std::uint16_t out = 0;
+  for (std::size_t l = 0; l < N; ++l) out = std::max(out, lanes[l]);
+  for (; i < n; ++i) out = std::max(out, static_cast<std::uint16_t>(p[i] & 0x7FFFu));
+  return out;
+}
+
 void ExpNonPositiveForTest(const float* HWY_RESTRICT x, std::size_t n, float* HWY_RESTRICT out, bool highway) {
   const DF df;
   const std::size_t N = hn::Lanes(df);
@@ -743,8 +758,12 @@ HWY_EXPORT(ExpNonPositiveForTest);
 HWY_EXPORT(E2M1CodesForTest);
 HWY_EXPORT(E2M1NibblesInPlace);
 HWY_EXPORT(MaxByte);
+HWY_EXPORT(MaxF16Magnitude);
 
 std::uint8_t max_byte(const std::uint8_t* p, std::size_t n) { return HWY_DYNAMIC_DISPATCH(MaxByte)(p, n); }
+std::uint16_t max_f16_magnitude(const std::uint16_t* bits, std::size_t n) {
+  return HWY_DYNAMIC_DISPATCH(MaxF16Magnitude)(bits, n);
+}
 
 bool e2m1_nibbles_available() { return HWY_DYNAMIC_DISPATCH(E2M1NibblesInPlace)(); }
 

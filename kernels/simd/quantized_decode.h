@@ -130,6 +130,9 @@ bool e4m3_codes_readable(const PackedSide& side, std::int64_t row0, std::size_t 
 void e4m3_factors(const PackedSide& side, std::int64_t row0, std::size_t n, float* out);
 // The largest of n bytes, 0 for none (per-target, dispatched).
 std::uint8_t max_byte(const std::uint8_t* p, std::size_t n);
+// The largest |x| of n f16 values as bits (sign cleared), 0 for none (per-target,
+// dispatched): some value is ±inf or NaN exactly when it is at least 0x7C00.
+std::uint16_t max_f16_magnitude(const std::uint16_t* bits, std::size_t n);
 // Tokens per chunk with a decoded side: its rows (at most 4·D bytes a key and side) stay in L2.
 constexpr std::int64_t kDecodedChunkTokens = 512;
 

@@ -361,12 +361,10 @@ bool fused_path_takes(const ConstTensorView& q, const ref::QuantizedView& k, con
 // flipped whole-tensor copy of its codes and f32 scales and biases −128d, q4's
 // whole-tensor f32 scales and biases: passes over the cache and its metadata per call.)
 
-// Whether any of n f16 values is ±inf or NaN (all exponent bits set): a branch-free OR
-// over the bits, which the compiler vectorizes.
+// Whether any of n f16 values is ±inf or NaN (all exponent bits set), in vectors (a
+// scalar loop here was a sixth of the q4_0 decode's time at 32 K keys on a Zen 4).
 bool any_nonfinite_f16(const std::uint16_t* bits, std::size_t n) {
-  unsigned bad = 0;
-  for (std::size_t i = 0; i < n; ++i) bad |= (bits[i] & 0x7C00u) == 0x7C00u ? 1u : 0u;
-  return bad != 0;
+  return qdecode::max_f16_magnitude(bits, n) >= 0x7C00u;
 }
 
 std::optional<ref::QuantizedView> ggml_as_affine(const ref::QuantizedView& x) {

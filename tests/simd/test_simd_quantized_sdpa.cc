@@ -281,6 +281,33 @@ TEST(SimdQuantizedSdpa, E2M1CodesUnpackToTwiceTheirValue) {
   });
 }
 
+// The scans that decide whether a tensor's metadata may be read in place (mxfp4's E8M0
+// codes at most kLargestE8M0, q4_0/q4_1's f16 d and m all finite) see every element, in
+// whole vectors and in the tail, on every target: one large value planted at each position
+// of a buffer longer than four 64-byte vectors (the sign of an f16 never counts).
+TEST(SimdQuantizedSdpa, MetadataScansSeeEveryElement) {
+  constexpr std::size_t kBytes = 4 * 64 + 37;
+  testing::for_each_simd_target([&](const std::string&) {
+    for (std::size_t at = 0; at < kBytes; ++at) {
+      std::vector<std::uint8_t> bytes(kBytes, 7);
+      bytes[at] = 251;
+      ASSERT_EQ(simd::qdecode::max_byte(bytes.data(), bytes.size()), 251) << "byte " << at;
+      ASSERT_EQ(simd::qdecode::max_byte(bytes.data(), at), 7 * (at > 0 ? 1 : 0)) << "first " << at << " bytes";
+    }
+    constexpr std::size_t kHalves = kBytes / 2;
+    for (const std::uint16_t planted : {std::uint16_t{0x7C00}, std::uint16_t{0xFC00}, std::uint16_t{0xFE01}}) {
+      for (std::size_t at = 0; at < kHalves; ++at) {
+        std::vector<std::uint16_t> halves(kHalves, 0xBC00);  // −1
+        halves[at] = planted;
+        ASSERT_EQ(simd::qdecode::max_f16_magnitude(halves.data(), halves.size()), planted & 0x7FFF)
+            << "f16 bits " << planted << " at " << at;
+      }
+    }
+    const std::vector<std::uint16_t> finite(kHalves, 0xFBFF);  // −65504
+    EXPECT_EQ(simd::qdecode::max_f16_magnitude(finite.data(), finite.size()), 0x7BFF);
+  });
+}
+
 // On AVX3 mxfp4 reaches the fused decode read in place by the E2M1 kernel: each nibble's
 // code becomes 2v on the V side (v the oracle's value of the code) and, with the scale 1/2
 // (an E8M0 scale of 1) and no bias, v itself on the K side, in the 4-bit lane order (per N
