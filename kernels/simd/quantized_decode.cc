@@ -164,18 +164,38 @@ void E2M1CodesForTest(const std::uint8_t* HWY_RESTRICT src, std::size_t n, float
 
 bool E2M1NibblesInPlace() { return kNibbleLookup; }
 
-std::uint8_t MaxByte(const std::uint8_t* HWY_RESTRICT p, std::size_t n) {
+std::uint8_t MaxByte(const std::uint8_t* HWY_RESTRICT p, std::size_t n, std::uint8_t add) {
   const hn::ScalableTag<std::uint8_t> d8;
   const std::size_t N = hn::Lanes(d8);
+  const auto offset = hn::Set(d8, add);
   auto largest = hn::Zero(d8);
   std::size_t i = 0;
-  for (; i + N <= n; i += N) largest = hn::Max(largest, hn::LoadU(d8, p + i));
+  for (; i + N <= n; i += N) largest = hn::Max(largest, hn::Add(hn::LoadU(d8, p + i), offset));
   HWY_ALIGN std::uint8_t lanes[hn::MaxLanes(hn::ScalableTag<std::uint8_t>())];
   hn::Store(largest, d8, lanes);
   std::uint8_t out = 0;
   for (std::size_t l = 0; l < N; ++l) out = std::max(out, lanes[l]);
-  for (; i < n; ++i) out = std::max(out, p[i]);
+  for (; i < n; ++i) out = std::max(out, static_cast<std::uint8_t>(p[i] + add));
   return out;
+}
+
+// E8M0 code c → the f32 2^(c−7) by its bits (exponent field c + 120), 255 → +inf.
+void E8M0Factors(const std::uint8_t* HWY_RESTRICT codes, std::size_t n, float* HWY_RESTRICT out) {
+  const DF df;
+  const hn::RebindToUnsigned<DF> du;
+  const hn::Rebind<std::uint8_t, DF> d8;
+  const std::size_t N = hn::Lanes(df);
+  std::size_t i = 0;
+  for (; i + N <= n; i += N) {
+    const auto c = hn::PromoteTo(du, hn::LoadU(d8, codes + i));
+    const auto bits = hn::IfThenElse(hn::Eq(c, hn::Set(du, 255u)), hn::Set(du, 0x7F800000u),
+                                     hn::ShiftLeft<23>(hn::Add(c, hn::Set(du, 120u))));
+    hn::StoreU(hn::BitCast(df, bits), df, out + i);
+  }
+  for (; i < n; ++i) {
+    const std::uint32_t c = codes[i];
+    out[i] = std::bit_cast<float>(c == 255 ? 0x7F800000u : (c + 120u) << 23);
+  }
 }
 
 std::uint16_t MaxF16Magnitude(const std::uint16_t* HWY_RESTRICT p, std::size_t n) {
@@ -759,8 +779,14 @@ HWY_EXPORT(E2M1CodesForTest);
 HWY_EXPORT(E2M1NibblesInPlace);
 HWY_EXPORT(MaxByte);
 HWY_EXPORT(MaxF16Magnitude);
+HWY_EXPORT(E8M0Factors);
 
-std::uint8_t max_byte(const std::uint8_t* p, std::size_t n) { return HWY_DYNAMIC_DISPATCH(MaxByte)(p, n); }
+std::uint8_t max_byte(const std::uint8_t* p, std::size_t n, std::uint8_t add) {
+  return HWY_DYNAMIC_DISPATCH(MaxByte)(p, n, add);
+}
+void e8m0_factors(const std::uint8_t* codes, std::size_t n, float* out) {
+  HWY_DYNAMIC_DISPATCH(E8M0Factors)(codes, n, out);
+}
 std::uint16_t max_f16_magnitude(const std::uint16_t* bits, std::size_t n) {
   return HWY_DYNAMIC_DISPATCH(MaxF16Magnitude)(bits, n);
 }

@@ -128,8 +128,10 @@ bool e4m3_codes_readable(const PackedSide& side, std::int64_t row0, std::size_t 
 // both exact, and the product exact too (a multiple of 2^(c−136), at least 2^-136, within
 // f32's subnormal range), so the kernels' values are the oracle's.
 void e4m3_factors(const PackedSide& side, std::int64_t row0, std::size_t n, float* out);
-// The largest of n bytes, 0 for none (per-target, dispatched).
-std::uint8_t max_byte(const std::uint8_t* p, std::size_t n);
+// Those factors of n E8M0 codes (per-target, dispatched).
+void e8m0_factors(const std::uint8_t* codes, std::size_t n, float* out);
+// The largest of n bytes, each plus `add` modulo 256, 0 for none (per-target, dispatched).
+std::uint8_t max_byte(const std::uint8_t* p, std::size_t n, std::uint8_t add = 0);
 // The largest |x| of n f16 values as bits (sign cleared), 0 for none (per-target,
 // dispatched): some value is ±inf or NaN exactly when it is at least 0x7C00.
 std::uint16_t max_f16_magnitude(const std::uint16_t* bits, std::size_t n);

@@ -248,17 +248,15 @@ DType decoded_dtype(const PackedSide& side, std::int64_t row0, std::size_t n) {
 bool e4m3_codes_readable(const PackedSide& side, std::int64_t row0, std::size_t n) {
   if (side.decoded == nullptr || side.decoded->spec.mode != QuantMode::mxfp8) return false;
   const ScaleCodes codes = scale_codes(*side.decoded, row0, n);
-  return std::all_of(codes.first, codes.first + codes.count, [](std::uint8_t c) { return c <= 134 || c == 255; });
+  // c + 1 modulo 256 maps 255 to 0 and 0..134 to 1..135: one scan in vectors (std::all_of
+  // and the scalar factor loop below were a fifth of the mxfp8 decode's samples).
+  return max_byte(codes.first, codes.count, 1) <= 135;
 }
 
 void e4m3_factors(const PackedSide& side, std::int64_t row0, std::size_t n, float* out) {
+  // By the bits (a call to ldexp per group took more time than the kernels' arithmetic).
   const ScaleCodes codes = scale_codes(*side.decoded, row0, n);
-  // By the bits, exponent field c + 120 (a call to ldexp per group took more time than the
-  // kernels' arithmetic); 255 is +inf's exponent field.
-  for (std::size_t i = 0; i < codes.count; ++i) {
-    const std::uint32_t c = codes.first[i];
-    out[i] = std::bit_cast<float>(c == 255 ? 0x7F800000u : (c + 120u) << 23);
-  }
+  e8m0_factors(codes.first, codes.count, out);
 }
 
 namespace {

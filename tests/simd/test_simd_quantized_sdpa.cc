@@ -305,6 +305,34 @@ TEST(SimdQuantizedSdpa, MetadataScansSeeEveryElement) {
     }
     const std::vector<std::uint16_t> finite(kHalves, 0xFBFF);  // −65504
     EXPECT_EQ(simd::qdecode::max_f16_magnitude(finite.data(), finite.size()), 0x7BFF);
+    // mxfp8's chunk test: every E8M0 code at most 134 or 255 ⟺ the largest c + 1 (mod 256)
+    // is at most 135.
+    for (const std::uint8_t planted : {std::uint8_t{134}, std::uint8_t{135}, std::uint8_t{254}, std::uint8_t{255}}) {
+      for (std::size_t at = 0; at < kBytes; at += 7) {
+        std::vector<std::uint8_t> codes(kBytes, 255);
+        codes[at] = planted;
+        const int want = planted == 255 ? 0 : planted + 1;
+        ASSERT_EQ(simd::qdecode::max_byte(codes.data(), codes.size(), 1), want) << "code " << int{planted} << " at " << at;
+      }
+    }
+  });
+}
+
+// mxfp8's E8M0 scale codes become the E4M3 kernel's factors 2^(c−7) (+inf for 255) in
+// vectors and in the tail, on every target.
+TEST(SimdQuantizedSdpa, E8M0CodesBecomeTheirFactors) {
+  std::vector<std::uint8_t> codes;
+  for (int round = 0; round < 3; ++round) {
+    for (int c = 0; c <= 134; ++c) codes.push_back(static_cast<std::uint8_t>((c * 53 + round) % 135));
+    codes.push_back(255);
+  }
+  testing::for_each_simd_target([&](const std::string&) {
+    std::vector<float> factors(codes.size(), -1.0f);
+    simd::qdecode::e8m0_factors(codes.data(), codes.size(), factors.data());
+    for (std::size_t i = 0; i < codes.size(); ++i) {
+      const float want = codes[i] == 255 ? kInf : std::ldexp(1.0f, int{codes[i]} - 7);
+      ASSERT_EQ(factors[i], want) << "code " << int{codes[i]} << " at " << i;
+    }
   });
 }
 
