@@ -164,19 +164,32 @@ void E2M1CodesForTest(const std::uint8_t* HWY_RESTRICT src, std::size_t n, float
 
 bool E2M1NibblesInPlace() { return kNibbleLookup; }
 
-std::uint8_t MaxByte(const std::uint8_t* HWY_RESTRICT p, std::size_t n, std::uint8_t add) {
-  const hn::ScalableTag<std::uint8_t> d8;
-  const std::size_t N = hn::Lanes(d8);
-  const auto offset = hn::Set(d8, add);
-  auto largest = hn::Zero(d8);
+// The largest of op(x) over n elements x at p: vec_op on whole vectors, op on the tail.
+template <typename T, class VecOp, class Op>
+T Largest(const T* HWY_RESTRICT p, std::size_t n, const VecOp& vec_op, const Op& op) {
+  const hn::ScalableTag<T> d;
+  const std::size_t N = hn::Lanes(d);
+  auto largest = hn::Zero(d);
   std::size_t i = 0;
-  for (; i + N <= n; i += N) largest = hn::Max(largest, hn::Add(hn::LoadU(d8, p + i), offset));
-  HWY_ALIGN std::uint8_t lanes[hn::MaxLanes(hn::ScalableTag<std::uint8_t>())];
-  hn::Store(largest, d8, lanes);
-  std::uint8_t out = 0;
+  for (; i + N <= n; i += N) largest = hn::Max(largest, vec_op(d, hn::LoadU(d, p + i)));
+  HWY_ALIGN T lanes[hn::MaxLanes(hn::ScalableTag<T>())];
+  hn::Store(largest, d, lanes);
+  T out = 0;
   for (std::size_t l = 0; l < N; ++l) out = std::max(out, lanes[l]);
-  for (; i < n; ++i) out = std::max(out, static_cast<std::uint8_t>(p[i] + add));
+  for (; i < n; ++i) out = std::max(out, op(p[i]));
   return out;
+}
+
+std::uint8_t MaxByte(const std::uint8_t* HWY_RESTRICT p, std::size_t n, std::uint8_t add) {
+  return Largest(
+      p, n, [add](auto d, auto v) { return hn::Add(v, hn::Set(d, add)); },
+      [add](std::uint8_t x) { return static_cast<std::uint8_t>(x + add); });
+}
+
+std::uint16_t MaxF16Magnitude(const std::uint16_t* HWY_RESTRICT p, std::size_t n) {
+  return Largest(
+      p, n, [](auto d, auto v) { return hn::And(v, hn::Set(d, std::uint16_t{0x7FFF})); },
+      [](std::uint16_t x) { return static_cast<std::uint16_t>(x & 0x7FFFu); });
 }
 
 // E8M0 code c → the f32 2^(c−7) by its bits (exponent field c + 120), 255 → +inf.
@@ -196,21 +209,6 @@ void E8M0Factors(const std::uint8_t* HWY_RESTRICT codes, std::size_t n, float* H
     const std::uint32_t c = codes[i];
     out[i] = std::bit_cast<float>(c == 255 ? 0x7F800000u : (c + 120u) << 23);
   }
-}
-
-std::uint16_t MaxF16Magnitude(const std::uint16_t* HWY_RESTRICT p, std::size_t n) {
-  const hn::ScalableTag<std::uint16_t> d16;
-  const std::size_t N = hn::Lanes(d16);
-  const auto magnitude = hn::Set(d16, std::uint16_t{0x7FFF});
-  auto largest = hn::Zero(d16);
-  std::size_t i = 0;
-  for (; i + N <= n; i += N) largest = hn::Max(largest, hn::And(hn::LoadU(d16, p + i), magnitude));
-  HWY_ALIGN std::uint16_t lanes[hn::MaxLanes(hn::ScalableTag<std::uint16_t>())];
-  hn::Store(largest, d16, lanes);
-  std::uint16_t out = 0;
-  for (std::size_t l = 0; l < N; ++l) out = std::max(out, lanes[l]);
-  for (; i < n; ++i) out = std::max(out, static_cast<std::uint16_t>(p[i] & 0x7FFFu));
-  return out;
 }
 
 void ExpNonPositiveForTest(const float* HWY_RESTRICT x, std::size_t n, float* HWY_RESTRICT out, bool highway) {
