@@ -144,7 +144,6 @@ HWY_INLINE VF ExpNonPositive(DF df, VF x) {
 #endif
 }
 
-// Test hook (exp_nonpositive in the header): ExpNonPositive or Highway's Exp over n values.
 // The E2M1 kernel's V codes (2v) and K values (scale 1/2, bias 0: v itself) of n packed
 // bytes, n a multiple of N, in lane order.
 void E2M1CodesForTest(const std::uint8_t* HWY_RESTRICT src, std::size_t n, float* HWY_RESTRICT codes,
@@ -211,6 +210,7 @@ void E8M0Factors(const std::uint8_t* HWY_RESTRICT codes, std::size_t n, float* H
   }
 }
 
+// Test hook (exp_nonpositive in the header): ExpNonPositive or Highway's Exp over n values.
 void ExpNonPositiveForTest(const float* HWY_RESTRICT x, std::size_t n, float* HWY_RESTRICT out, bool highway) {
   const DF df;
   const std::size_t N = hn::Lanes(df);

@@ -98,7 +98,8 @@ float SampledMax(const std::uint8_t* codes, std::size_t row_bytes, std::size_t n
       for (std::size_t i = 0; i < 4; ++i) {
         const std::size_t g = (s0 + 16 * i) / gs;  // parts 0-1 and 2-3 may lie in two groups of 32
         const __m512 scale = _mm512_set1_ps(s[g * ncp + j]), bias = _mm512_set1_ps(b[g * ncp + j]);
-        const __m512 c = _mm512_cvtepi32_ps(kSignedCodes<kBits> ? _mm512_cvtepi8_epi32(part[i]) : _mm512_cvtepu8_epi32(part[i]));
+        const __m512i widened = kSignedCodes<kBits> ? _mm512_cvtepi8_epi32(part[i]) : _mm512_cvtepu8_epi32(part[i]);
+        const __m512 c = _mm512_cvtepi32_ps(widened);
         const __m512 v = _mm512_abs_ps(_mm512_fmadd_ps(c, scale, bias));
         const __mmask16 finite = static_cast<__mmask16>(~_mm512_fpclass_ps_mask(v, 0x99));  // not NaN, not ±inf
         largest = _mm512_mask_max_ps(largest, finite, largest, v);

@@ -365,6 +365,20 @@ bool any_nonfinite_f16(const std::uint16_t* bits, std::size_t n) {
   return qdecode::max_f16_magnitude(bits, n) >= 0x7C00u;
 }
 
+// Whether ok(g0, g1) holds for every range of a tensor's n metadata groups, scanned once per
+// call: tasks by a fixed count (not the pool's size), each a range of groups.
+template <class Ok>
+bool every_group_range(std::size_t n, const Ok& ok) {
+  constexpr std::int64_t kTasks = 64;
+  std::atomic<bool> all{true};
+  parallel_for(kTasks, [&](std::int64_t t) {
+    const std::size_t g0 = n * static_cast<std::size_t>(t) / kTasks;
+    const std::size_t g1 = n * static_cast<std::size_t>(t + 1) / kTasks;
+    if (!ok(g0, g1)) all = false;
+  });
+  return all.load();
+}
+
 std::optional<ref::QuantizedView> ggml_as_affine(const ref::QuantizedView& x) {
   const QuantMode mode = x.spec.mode;
   if (mode != QuantMode::q8_0 && mode != QuantMode::q4_0 && mode != QuantMode::q4_1) return std::nullopt;
@@ -372,19 +386,13 @@ std::optional<ref::QuantizedView> ggml_as_affine(const ref::QuantizedView& x) {
                                     QuantSpec::make(QuantMode::affine, x.spec.bits, 32), std::nullopt};
   if (mode == QuantMode::q8_0) return in_place;  // PackedSide::s8: no biases
   // q4_0/q4_1: their f16 d (and m) read as stored, per chunk, q4_0's biases −8d from the
-  // scales (PackedSide::bias_factor): only while every one is finite (above). Tasks by a
-  // fixed count (not the pool's size), each a range of groups.
-  const auto groups = static_cast<std::size_t>(x.scales.numel());
+  // scales (PackedSide::bias_factor): only while every one is finite (above).
   const auto* d = x.scales.as<const std::uint16_t>();
   const auto* m = mode == QuantMode::q4_1 ? x.biases.as<const std::uint16_t>() : nullptr;
-  constexpr std::int64_t kTasks = 64;
-  std::atomic<bool> finite{true};
-  parallel_for(kTasks, [&](std::int64_t t) {
-    const std::size_t g0 = groups * static_cast<std::size_t>(t) / kTasks;
-    const std::size_t g1 = groups * static_cast<std::size_t>(t + 1) / kTasks;
-    if (any_nonfinite_f16(d + g0, g1 - g0) || (m != nullptr && any_nonfinite_f16(m + g0, g1 - g0))) finite = false;
-  });
-  if (!finite) return std::nullopt;
+  const auto finite_range = [&](std::size_t g0, std::size_t g1) {
+    return !any_nonfinite_f16(d + g0, g1 - g0) && (m == nullptr || !any_nonfinite_f16(m + g0, g1 - g0));
+  };
+  if (!every_group_range(static_cast<std::size_t>(x.scales.numel()), finite_range)) return std::nullopt;
   return in_place;
 }
 
@@ -408,17 +416,11 @@ constexpr std::uint8_t kLargestE8M0 = 250;
 
 std::optional<ref::QuantizedView> mxfp4_as_affine(const ref::QuantizedView& x) {
   if (x.spec.mode != QuantMode::mxfp4) return std::nullopt;
-  const auto groups = static_cast<std::size_t>(x.scales.numel());
   const auto* codes = x.scales.as<const std::uint8_t>();
-  // Tasks by a fixed count (not the pool's size), each a range of groups.
-  constexpr std::int64_t kTasks = 64;
-  std::atomic<bool> foldable{true};
-  parallel_for(kTasks, [&](std::int64_t t) {
-    const std::size_t g0 = groups * static_cast<std::size_t>(t) / kTasks;
-    const std::size_t g1 = groups * static_cast<std::size_t>(t + 1) / kTasks;
-    if (qdecode::max_byte(codes + g0, g1 - g0) > kLargestE8M0) foldable = false;
-  });
-  if (!foldable) return std::nullopt;
+  const auto foldable_range = [&](std::size_t g0, std::size_t g1) {
+    return qdecode::max_byte(codes + g0, g1 - g0) <= kLargestE8M0;
+  };
+  if (!every_group_range(static_cast<std::size_t>(x.scales.numel()), foldable_range)) return std::nullopt;
   return ref::QuantizedView{x.wq, x.scales, {}, QuantSpec::make(QuantMode::affine, 4, x.spec.group_size),
                             std::nullopt};
 }

@@ -312,7 +312,8 @@ TEST(SimdQuantizedSdpa, MetadataScansSeeEveryElement) {
         std::vector<std::uint8_t> codes(kBytes, 255);
         codes[at] = planted;
         const int want = planted == 255 ? 0 : planted + 1;
-        ASSERT_EQ(simd::qdecode::max_byte(codes.data(), codes.size(), 1), want) << "code " << int{planted} << " at " << at;
+        ASSERT_EQ(simd::qdecode::max_byte(codes.data(), codes.size(), 1), want)
+            << "code " << int{planted} << " at " << at;
       }
     }
   });
