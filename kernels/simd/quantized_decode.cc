@@ -633,13 +633,14 @@ void DecodeChunk(const DecodePlan& plan, std::int64_t task) {
     } else {
       meta_columns(ks.scales + kmeta_row * kbytes, ks.meta_dtype, nc, kg, ncp, sc.convert, s_cols);
     }
-    if (kc.bits == kE2M1) {  // its unsigned codes 2v + kE2M1Offset
-      ScaledCopy(s_cols, kg * ncp, -vnni::kE2M1Offset, b_cols);
+    if (const float offset = vnni::CodeOffset(kc.bits); offset != 0) {  // codes read as c + offset
+      ScaledCopy(s_cols, kg * ncp, -offset, b_cols);
     } else if (!BiasesFromScales(ks, kc, s_cols, kg * ncp, b_cols)) {
       meta_columns(ks.biases + kmeta_row * kbytes, ks.meta_dtype, nc, kg, ncp, sc.convert, b_cols);
     }
-    scored = vnni::ScoreChunk(plan.call, bk, query, urows, dk, kgs, ks.code_bits(), kc.bits, plan.score_slack,
-                              kc.data, kc.row_bytes, nc, ncp, s_cols, b_cols, scores, amx, *plan.mix);
+    scored = vnni::ScoreChunk(plan.call, bk, query, urows, dk, kgs, vnni::ReadCodeBits(kc.bits, ks.code_bits()),
+                              kc.bits, plan.score_slack, kc.data, kc.row_bytes, nc, ncp, s_cols, b_cols, scores,
+                              amx, *plan.mix);
   }
 #endif
   const float* k_scales = k_coded;

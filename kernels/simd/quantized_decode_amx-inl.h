@@ -106,8 +106,9 @@ inline void AmxTile(bool resident, const Digits& dg, std::size_t rows, std::size
 // transpose per 64 bytes of codes, stored and loaded again as B) it measured 16 % less
 // time in L2 and 1.5-3 % less from DRAM; for 4-bit K, unpacked into a staging tile, it
 // was slower (docs/benchmarks.md §Measurements behind kernel choices).
-inline bool KeyRowsFit(bool amx, int storage_bits, std::size_t rows, std::size_t dk, std::size_t gs) {
-  return amx && storage_bits == 8 && rows <= 4 && gs % 64 == 0 && dk % 64 == 0 && dk <= 128;
+// Unsigned bytes only (kernel_bits 8): signed ones are offset while TileCodes transposes.
+inline bool KeyRowsFit(bool amx, int kernel_bits, std::size_t rows, std::size_t dk, std::size_t gs) {
+  return amx && kernel_bits == 8 && rows <= 4 && gs % 64 == 0 && dk % 64 == 0 && dk <= 128;
 }
 
 // B of each step: [step][16 dim quads][16] dwords (columns 12-15 unused) from the digit

@@ -52,7 +52,7 @@ constexpr std::size_t kMaxDk = 256;
 constexpr std::size_t kMaxVectors = kMaxDk / 4;  // tile vectors: four dims each
 
 // Whether a chunk may take this path (the certificate decides the rest). 4-bit K; K
-// stored as bytes (8-bit, and the widths unpacked to bytes) only with AMX: built the
+// stored as bytes (8-bit, signed bytes, and the widths unpacked to bytes) only with AMX: built the
 // same way with vpdpbusd (dims 4jj + b, two transposes per key) it measured slower than
 // the f32 path at S 32 768-65 536 on Zen 4.
 // Below kMinKeys keys per (b, kv head), making the q digits (MakeDigits, once per (call,
@@ -67,7 +67,21 @@ constexpr std::int64_t kMinKeys = 768;
 // caller gives them the biases −kE2M1Offset·s/2 (exact: s/2 is a power of two), so each
 // value is still v·s, and the certificate bounds the cancellation as for affine codes.
 constexpr float kE2M1Offset = 12;
-inline int StorageBits(int kernel_bits) { return kernel_bits == kE2M1 ? 4 : kernel_bits; }
+// Signed byte codes c (kS8: q8_0's as stored, mxfp4's unpacked 2v) are read as the
+// unsigned bytes c + kS8Offset (TileCodes flips their sign bits), with the biases
+// −kS8Offset·s (exact, or ±inf/NaN, which fails the certificate) and the bound of 8-bit
+// codes (ReadCodeBits): so each value is still c·s, vpdpbusd's and tdpbsud's u8 operand
+// takes them, and the certificate bounds the cancellation of the offset.
+constexpr float kS8Offset = 128;
+inline int StorageBits(int kernel_bits) {
+  return kernel_bits == kE2M1 ? 4 : kernel_bits == kS8 ? 8 : kernel_bits;
+}
+// The offset this file adds to a kernel's codes, which the caller's biases take back.
+inline float CodeOffset(int kernel_bits) {
+  return kernel_bits == kE2M1 ? kE2M1Offset : kernel_bits == kS8 ? kS8Offset : 0.0f;
+}
+// The bits whose 2^bits − 1 bounds the codes as read here (the side's code_bits else).
+inline int ReadCodeBits(int kernel_bits, int code_bits) { return kernel_bits == kS8 ? 8 : code_bits; }
 
 inline bool Eligible(float slack, std::int64_t keys, int kernel_bits, std::size_t dk, std::size_t gs, bool amx) {
   const int storage_bits = StorageBits(kernel_bits);
@@ -194,11 +208,12 @@ HWY_INLINE void Transpose16(__m512i r[16]) {
 // The tile's 4-bit codes (keys [0, keys) of `codes`, the others zero) as J vectors of
 // four one-byte codes per key, E2M1 nibbles as the unsigned bytes kE2M1Offset + 2v
 // (vpdpbusd's u8 operand; one vpshufb each); byte codes (kernel_bits 8) as they are,
-// dims 4jj + b.
+// signed ones (kS8) as c + kS8Offset, dims 4jj + b.
 HWY_INLINE void TileCodes(const std::uint8_t* HWY_RESTRICT codes, std::size_t row_bytes, std::size_t keys,
                           std::size_t dk, int kernel_bits, __m512i* HWY_RESTRICT tq) {
   const __m512i nibble = _mm512_set1_epi8(0x0F);
   const bool nibbles = StorageBits(kernel_bits) == 4, e2m1 = kernel_bits == kE2M1;
+  const __m512i sign_flip = _mm512_set1_epi8(kernel_bits == kS8 ? static_cast<char>(0x80) : 0);
   const __m512i e2m1_bytes = _mm512_broadcast_i32x4(_mm_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0));
   const std::size_t bytes = nibbles ? dk / 2 : dk;  // a multiple of 16
   for (std::size_t block = 0; block < bytes; block += 64) {
@@ -218,7 +233,7 @@ HWY_INLINE void TileCodes(const std::uint8_t* HWY_RESTRICT codes, std::size_t ro
     for (std::size_t v = 0; v < 16; ++v) {
       if (v >= dwords) break;
       if (!nibbles) {
-        tq[jj0 + v] = r[v];
+        tq[jj0 + v] = _mm512_xor_si512(r[v], sign_flip);
         continue;
       }
       const __m512i low = _mm512_and_si512(r[v], nibble);
@@ -325,7 +340,7 @@ bool ScoreChunk(std::uint64_t call, std::int64_t bk, const float* query, std::si
   static thread_local Digits dg;
   const int storage_bits = StorageBits(kernel_bits);
   const std::size_t groups = dk / gs, J = dk / 4;
-  const bool key_rows = amx_key_rows() && KeyRowsFit(amx, storage_bits, rows, dk, gs);
+  const bool key_rows = amx_key_rows() && KeyRowsFit(amx, kernel_bits, rows, dk, gs);
   if (dg.call != call || dg.bk != bk) {
     dg.finite = MakeDigits(query, rows, dk, gs, code_bits, storage_bits, dg);
     if (dg.finite && key_rows) KeyRowsB(dg, J, dg.key_rows_b);

@@ -823,6 +823,43 @@ TEST(SimdQuantizedSdpa, ByteCodedKTakesTheIntegerSideOnlyWithAmx) {
   }
 }
 
+// q8_0's signed K bytes c take the tile side as the unsigned bytes c + 128 with the
+// biases −128·d (quantized_decode_vnni-inl.h, kS8Offset): the same integer sums and f32
+// steps as an affine 8-bit group-32 K stored that way, so the same bits as that twin,
+// with no K-side FMAs on either (the integer side ran, certified). A missing or wrong
+// offset changes every logit.
+TEST(SimdQuantizedSdpa, SignedByteKOnTilesGivesItsUnsignedTwinsBits) {
+  if (!simd::qdecode::amx_supported()) GTEST_SKIP() << "no AMX-INT8 granted to this process";
+  KVLAB_SEEDED_RNG(rng, 1732);
+  const Dims s{1, 8, 2, 1, 1000, 128, 64};  // 4 rows per kv head, above vnni::kMinKeys
+  Inputs q8 = random_inputs(rng, s, DType::f16, affine(4, 64), affine(4, 64), DType::f16, DType::f16);
+  q8.k = ref::ggml_quantize(testing::random_normal(rng, DType::f32, {s.B, s.Hkv, s.Lk, s.Dk}),
+                            QuantSpec::make(QuantMode::q8_0, 8, 32));
+  Inputs twin = q8;
+  twin.k.spec = affine(8, 32);
+  twin.k.scales = Tensor(DType::f16, q8.k.scales.shape());
+  twin.k.biases = Tensor(DType::f16, q8.k.scales.shape());
+  for (std::int64_t i = 0; i < q8.k.scales.numel(); ++i) {
+    const float d = q8.k.scales.view().load(i);
+    ASSERT_LT(std::abs(d), 256.0f) << "−128·d must be an f16";
+    twin.k.scales.view().store(i, d);
+    twin.k.biases.view().store(i, -128.0f * d);
+  }
+  for (std::uint32_t& word : twin.k.wq.storage<std::uint32_t>()) word ^= 0x80808080u;
+  testing::for_each_simd_target([&](const std::string& target) {
+    if (target != "AVX3_DL") return;
+    const simd::qdecode::ScopedAmx amx(true);
+    const Tensor got = run_simd(q8);
+    const simd::ArithmeticMix mix = simd::last_attention_mix();
+    const Tensor want = run_simd(twin);
+    const simd::ArithmeticMix twin_mix = simd::last_attention_mix();
+    EXPECT_GT(mix.amx_int8, 0) << "q8_0 K took no tile multiplies";
+    EXPECT_EQ(mix.amx_int8, twin_mix.amx_int8);
+    EXPECT_EQ(mix.fma, twin_mix.fma) << "one K side fell back to f32 FMAs";
+    EXPECT_TRUE(testing::bit_equal(got, want));
+  });
+}
+
 // Asking for AMX where the process has none is an error, not a crash (SIGILL).
 TEST(SimdQuantizedSdpa, AmxCannotBeForcedWhereAbsent) {
   if (simd::qdecode::amx_supported()) GTEST_SKIP() << "this process has AMX";
