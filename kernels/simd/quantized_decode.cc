@@ -245,7 +245,7 @@ struct RowSoftmax {
 // p·s_v and p·b_v are selected to 0, so a NaN-poisoned scale of a hidden key stays out.
 struct ValueSide {
   const float* scales;  // [g][ncp] f32 V scales of the chunk; null for plain rows (weights p)
-  const float* biases;
+  const float* biases;  // null where every bias is 0 (BiasesAreZero)
   std::size_t groups;
   float* weights;    // out: [g][ncp] p·s_v
   float* bias_sums;  // out: [g] Σ p·b_v
@@ -300,8 +300,9 @@ RowSoftmax MaskRow(const DecodePlan& plan, std::int64_t b, std::int64_t kvh, std
 
 // p = e^(s − m) over the vectors [t_lo, t_hi): Σ p, and per V group p·s_v (stored) and
 // Σ p·b_v. kGroups: the V group count when known at compile time (accumulators in
-// registers, loops unrolled), 0 for any (vside.groups).
-template <std::size_t kGroups>
+// registers, loops unrolled), 0 for any (vside.groups). kBiases false: every bias 0, so
+// Σ p·b_v is 0 and not formed (half the loop's loads and multiplies).
+template <std::size_t kGroups, bool kBiases = true>
 float ExpRow(const float* HWY_RESTRICT s, float m, std::size_t t_lo, std::size_t t_hi, std::size_t ncp,
              const ValueSide& vside) {
   const DF df;
@@ -330,6 +331,7 @@ float ExpRow(const float* HWY_RESTRICT s, float m, std::size_t t_lo, std::size_t
     for (std::size_t g = 0; g < groups; ++g) {
       const std::size_t at = g * ncp + t;
       hn::StoreU(hn::IfThenElseZero(used, hn::Mul(p, hn::LoadU(df, scales + at))), df, weights + at);
+      if constexpr (!kBiases) continue;
       const VF pb = hn::IfThenElseZero(used, hn::Mul(p, hn::LoadU(df, biases + at)));
       if constexpr (kGroups == 0) {
         vside.bias_sums[g] += hn::GetLane(hn::SumOfLanes(df, pb));
@@ -338,7 +340,7 @@ float ExpRow(const float* HWY_RESTRICT s, float m, std::size_t t_lo, std::size_t
       }
     }
   }
-  if constexpr (kGroups != 0) {
+  if constexpr (kGroups != 0 && kBiases) {
     for (std::size_t g = 0; g < kGroups; ++g) vside.bias_sums[g] = hn::GetLane(hn::SumOfLanes(df, bias_acc[g]));
   }
   return hn::GetLane(hn::SumOfLanes(df, sum));
@@ -387,10 +389,19 @@ RowSoftmax SoftmaxRow(const DecodePlan& plan, std::int64_t b, std::int64_t kvh, 
     out.sum = ExpRowPlain(s, out.max, t_lo, t_hi, vside);
     return out;
   }
+  if (vside.biases == nullptr) {  // bias_sums stay 0
+    switch (vside.groups) {
+      case 4: out.sum = ExpRow<4, false>(s, out.max, t_lo, t_hi, ncp, vside); break;
+      case 8: out.sum = ExpRow<8, false>(s, out.max, t_lo, t_hi, ncp, vside); break;
+      default: out.sum = ExpRow<0, false>(s, out.max, t_lo, t_hi, ncp, vside);
+    }
+    return out;
+  }
   switch (vside.groups) {
     case 1: out.sum = ExpRow<1>(s, out.max, t_lo, t_hi, ncp, vside); break;
     case 2: out.sum = ExpRow<2>(s, out.max, t_lo, t_hi, ncp, vside); break;
     case 4: out.sum = ExpRow<4>(s, out.max, t_lo, t_hi, ncp, vside); break;
+    case 8: out.sum = ExpRow<8>(s, out.max, t_lo, t_hi, ncp, vside); break;
     default: out.sum = ExpRow<0>(s, out.max, t_lo, t_hi, ncp, vside);
   }
   return out;
@@ -423,48 +434,72 @@ void ScaledCopy(const float* HWY_RESTRICT from, std::size_t n, float factor, flo
   for (; i < n; ++i) to[i] = factor * from[i];
 }
 
+// The byte scale codes (T: uint8_t, or int8_t sign-extended) of rows [row0, row0 + n),
+// [row][group], each as the float vec_op (widened to int32 lanes) and op (one) make of it.
+template <typename T, class VecOp, class Op>
+void ScaleBytesAsFloats(const PackedSide& side, std::int64_t row0, std::size_t n, float* HWY_RESTRICT out,
+                        const VecOp& vec_op, const Op& op) {
+  const DF df;
+  const hn::RebindToSigned<DF> di;
+  const hn::Rebind<T, DF> d8;
+  const std::size_t N = hn::Lanes(df);
+  const auto groups = static_cast<std::size_t>(side.groups());
+  const T* codes = reinterpret_cast<const T*>(side.scales) + static_cast<std::size_t>(row0) * groups;
+  const std::size_t count = n * groups;
+  std::size_t i = 0;
+  for (; i + N <= count; i += N) hn::StoreU(vec_op(di, hn::PromoteTo(di, hn::LoadU(d8, codes + i))), df, out + i);
+  for (; i < count; ++i) out[i] = op(codes[i]);
+}
+
 // mxfp4's scales of rows [row0, row0 + n), [row][group]: for each E8M0 code c (at most 250,
 // quantized_sdpa.cc's mxfp4_as_affine) the E2M1 kernel's scale s/2 = 2^(c−128), exact, by
 // its bits: the exponent field c − 1 for c >= 2, the subnormals 2^-128 and 2^-127 below
 // (a table lookup per group measured as costly as the V side's sums of a chunk).
 void E2M1HalfScales(const PackedSide& side, std::int64_t row0, std::size_t n, float* HWY_RESTRICT out) {
-  const DF df;
-  const hn::RebindToSigned<DF> di;
-  const hn::Rebind<std::uint8_t, DF> d8;
-  const std::size_t N = hn::Lanes(df);
-  const auto groups = static_cast<std::size_t>(side.groups());
-  const auto* codes = reinterpret_cast<const std::uint8_t*>(side.scales) + static_cast<std::size_t>(row0) * groups;
-  const std::size_t count = n * groups;
-  const auto bits = [](std::uint32_t c) { return c >= 2 ? (c - 1) << 23 : 0x00200000u << c; };
-  std::size_t i = 0;
-  for (; i + N <= count; i += N) {
-    const VI c = hn::PromoteTo(di, hn::LoadU(d8, codes + i));
+  const auto vec_op = [](auto di, VI c) {
     const VI normal = hn::ShiftLeft<23>(hn::Sub(c, hn::Set(di, 1)));
     const VI tiny = hn::IfThenElse(hn::Eq(c, hn::Zero(di)), hn::Set(di, 0x00200000), hn::Set(di, 0x00400000));
-    hn::StoreU(hn::BitCast(df, hn::IfThenElse(hn::Lt(c, hn::Set(di, 2)), tiny, normal)), df, out + i);
-  }
-  for (; i < count; ++i) out[i] = std::bit_cast<float>(bits(codes[i]));
+    return hn::BitCast(DF(), hn::IfThenElse(hn::Lt(c, hn::Set(di, 2)), tiny, normal));
+  };
+  const auto op = [](std::uint8_t c) { return std::bit_cast<float>(c >= 2 ? (c - 1u) << 23 : 0x00200000u << c); };
+  ScaleBytesAsFloats<std::uint8_t>(side, row0, n, out, vec_op, op);
+}
+
+// nvfp4's scales of rows [row0, row0 + n), [row][group]: each E4M3 code c as E4M3(c)/2,
+// exact (E4M3Values gives E4M3(c)·2^-120, a power of two makes it ·2^-1; the smallest,
+// 2^-10, is a normal f32), 0x7F as 480/2 as the oracle's decode reads it.
+void E4M3HalfScales(const PackedSide& side, std::int64_t row0, std::size_t n, float* HWY_RESTRICT out) {
+  const auto vec_op = [](auto, VI c) { return hn::Mul(E4M3Values(DF(), c), hn::Set(DF(), 0x1p119f)); };
+  const auto op = [](std::int8_t c) {
+    return std::bit_cast<float>((static_cast<std::uint32_t>(std::int32_t{c}) << 20) & 0x87F00000u) * 0x1p119f;
+  };
+  ScaleBytesAsFloats<std::int8_t>(side, row0, n, out, vec_op, op);
 }
 
 // The chunk's scales as f32 [key][group] where the side stores codes of them (mxfp8's
 // E8M0 factors for E4M3 chunks, e4m3_factors; mxfp4's E8M0 scales s as s/2,
-// E2M1HalfScales), into `store`; null where they are stored as f32/f16/bf16 (converted
-// where used).
+// E2M1HalfScales; nvfp4's E4M3 scales likewise, E4M3HalfScales), into `store`; null where
+// they are stored as f32/f16/bf16 (converted where used).
 const float* CodedScales(const PackedSide& side, const CodeRows& rows, std::int64_t row0, std::size_t nc,
                          std::size_t groups, std::vector<float>& store) {
   if (rows.bits != kE4M3 && !side.e2m1) return nullptr;
   float* out = aligned_floats(store, nc * groups);
   if (rows.bits == kE4M3) e4m3_factors(side, row0, nc, out);
+  else if (side.e4m3_scales) E4M3HalfScales(side, row0, nc, out);
   else E2M1HalfScales(side, row0, nc, out);
   return out;
 }
 
-// The biases of n scales where the side stores none: 0 (q8_0's and mxfp4's signed codes,
-// E4M3 chunks) or bias_factor times the scale (q4_0: −8d), exact either way; false where
-// they are stored.
+// Whether a side's chunk has no biases, every one 0: q8_0's, mxfp4's and nvfp4's signed
+// codes, E4M3 chunks.
+bool BiasesAreZero(const PackedSide& side, const CodeRows& rows) {
+  return side.s8 || side.e2m1 || rows.bits == kE4M3;
+}
+// The biases of n scales where the side stores none: 0 (BiasesAreZero) or bias_factor
+// times the scale (q4_0: −8d), exact either way; false where they are stored.
 bool BiasesFromScales(const PackedSide& side, const CodeRows& rows, const float* scales, std::size_t n,
                       float* biases) {
-  if (side.s8 || side.e2m1 || rows.bits == kE4M3) {
+  if (BiasesAreZero(side, rows)) {
     std::fill(biases, biases + n, 0.0f);
   } else if (side.bias_factor != 0) {
     ScaledCopy(scales, n, side.bias_factor, biases);
@@ -505,7 +540,7 @@ CodeRows ChunkCodes(const PackedSide& side, std::int64_t bk, std::int64_t lk, st
   const std::uint8_t* first = StoredRow(side, bk, lk, j0);
   if (side.plain != nullptr) return {first, row_bytes, PlainKernel(side.plain_dtype)};
   if (side.s8) return {first, row_bytes, kS8};
-  if (side.e2m1 && side.e2m1_nibbles) return {first, row_bytes, kE2M1};
+  if (side.e2m1 && side.e2m1_nibbles) return {first, row_bytes, side.e4m3_scales ? kE2M1Halves : kE2M1};
   if (!side.e2m1 && (side.bits == 4 || side.bits == 8)) return {first, row_bytes, side.bits};
   const auto d = static_cast<std::size_t>(side.d);
   if (unpacked.size() < nc * d) unpacked.resize(nc * d);
@@ -556,6 +591,9 @@ void DispatchKernel(int bits, const F& f) {
     case kPlainBF16: return f(std::integral_constant<int, kPlainBF16>{});
     case kPlainF32: return f(std::integral_constant<int, kPlainF32>{});
     case kE2M1: return f(std::integral_constant<int, kE2M1>{});
+#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+    case kE2M1Halves: return f(std::integral_constant<int, kE2M1Halves>{});  // (e2m1_nibbles only)
+#endif
     case kE4M3: return f(std::integral_constant<int, kE4M3>{});
     case kS8: return f(std::integral_constant<int, kS8>{});
     default: return f(std::integral_constant<int, 8>{});
@@ -699,7 +737,8 @@ void DecodeChunk(const DecodePlan& plan, std::int64_t task) {
   float* weights = aligned_floats(sc.weights, urows * vg * ncp);
   float* out_bias = aligned_floats(sc.out_bias, urows * vg);
   for (std::size_t rho = 0; rho < urows; ++rho) {
-    const ValueSide vside{v_scales, v_biases, vg, weights + rho * vg * ncp, out_bias + rho * vg};
+    const ValueSide vside{v_scales, BiasesAreZero(vs, vc) ? nullptr : v_biases, vg, weights + rho * vg * ncp,
+                          out_bias + rho * vg};
     const RowSoftmax sm = SoftmaxRow(plan, b, kvh, static_cast<std::int64_t>(rho), j0, nc, ncp, scores + rho * ncp,
                                      vside);
     part_max[rho] = sm.max;

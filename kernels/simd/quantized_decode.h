@@ -65,6 +65,9 @@ constexpr std::int64_t kMaxFusedRows = 32;
 // of a chunk (ValueBlockBf16's argument assumes at most 2^16).
 constexpr std::int64_t kMaxBf16ValueChunk = std::int64_t{1} << 16;
 
+// lane_to_element's order of nvfp4's nibbles read in place (kE2M1Halves).
+constexpr int kHalvesOrder = 16;
+
 // One operand, K or V, of shape (B, Hkv, Lk, D): packed affine codes, or plain rows.
 struct PackedSide {
   const std::uint32_t* codes = nullptr;  // (B, Hkv, Lk, D·bits/32)
@@ -87,6 +90,10 @@ struct PackedSide {
   // read by the kS8 kernel.
   bool e2m1 = false;
   bool e2m1_nibbles = false;
+  // nvfp4 without a global scale: e2m1 codes whose group (16) scales are E4M3 codes, read
+  // as the f32 E4M3(c)/2 made per chunk (E4M3HalfScales), exact as mxfp4's. In place by
+  // the kE2M1Halves kernel (a group per vector) where e2m1_nibbles, else as signed bytes.
+  bool e4m3_scales = false;
   // ggml's q8_0 (bits 8, group 32): signed bytes read in place (kS8) with the f16 scales d
   // as stored and no biases (null): code·d + 0 = the oracle's value, exactly, whatever d.
   bool s8 = false;
@@ -105,6 +112,8 @@ struct PackedSide {
   std::int64_t row_bytes() const { return d * bits / 8; }
   int code_bits() const { return e2m1 ? 5 : bits; }      // the codes' range, 2^code_bits − 1
   int kernel_bits() const { return e2m1 && !e2m1_nibbles ? 8 : bits; }  // the rows' layout as the kernels read them
+  // The lane order of the rows as the kernels read them (lane_to_element's `bits`).
+  int lane_order() const { return e4m3_scales && e2m1_nibbles ? kHalvesOrder : kernel_bits() == 4 ? 4 : 8; }
 };
 
 // The plain side over a (B, Hkv, Lk, d) tensor's data.
@@ -207,13 +216,17 @@ inline float* aligned_floats(std::vector<float>& v, std::size_t n) {
 
 // Lanes of the f32 vectors the dispatched target uses.
 std::size_t lanes();
-// Element index of lane-order position `pos` of a row packed with `bits` (N = lanes()).
+// Element index of lane-order position `pos` of a row packed with `bits` (N = lanes()):
+// 4, a unit of 2N codes as its low nibbles then its high ones; kHalvesOrder, each half
+// of the unit so (kE2M1Halves); else element order.
 // Inline: the integer K side maps every q element of a call with it.
 inline std::int64_t lane_to_element(std::int64_t pos, int bits, std::size_t n) {
-  if (bits != 4) return pos;
+  if (bits != 4 && bits != kHalvesOrder) return pos;
   const auto unit = static_cast<std::int64_t>(2 * n);
   const std::int64_t base = pos / unit * unit, t = pos % unit, half = static_cast<std::int64_t>(n);
-  return base + (t < half ? 2 * t : 2 * (t - half) + 1);
+  if (bits == 4) return base + (t < half ? 2 * t : 2 * (t - half) + 1);
+  const std::int64_t vector = t / half, lane = t % half, quarter = half / 2;
+  return base + 2 * (vector * quarter + lane % quarter) + (lane < quarter ? 0 : 1);
 }
 
 // n f32/f16/bf16 values → f32, exactly (per-target, dispatched).

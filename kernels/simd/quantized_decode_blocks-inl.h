@@ -56,9 +56,17 @@ constexpr int kS8 = 608;
 // E8M0 scale s and a zero bias (quantized_sdpa.cc, mxfp4_as_affine): the affine
 // arithmetic then gives v·s exactly, and a group's sum over keys holds no bias to cancel.
 constexpr int kE2M1 = 404;
+// nvfp4 rows take them with this (PackedSide::e4m3_scales, AVX3 only): E2M1 codes as kE2M1,
+// but in groups of 16, half of kE2M1's unit of 2N = 32 codes. So vector t of a unit holds
+// bytes [t·N/2, (t + 1)·N/2)'s low nibbles, then their high ones: one whole group per
+// vector (the "halves" lane order, lane_to_element), whose table and V weight are the
+// group's own.
+constexpr int kE2M1Halves = 416;
+template <int kBits>
+constexpr bool kHalves = kBits == kE2M1Halves;
 // Bits a code of the kernel's rows takes in memory (not plain).
 template <int kBits>
-constexpr int kCodeWidth = kBits == kE4M3 || kBits == kS8 ? 8 : kBits == kE2M1 ? 4 : kBits;
+constexpr int kCodeWidth = kBits == kE4M3 || kBits == kS8 ? 8 : kBits == kE2M1 || kHalves<kBits> ? 4 : kBits;
 // Rows of two codes a byte, the nibbles split into two vectors (affine 4-bit and E2M1).
 template <int kBits>
 constexpr bool kNibbles = kCodeWidth<kBits> == 4;
@@ -105,7 +113,7 @@ template <int kBits>
 HWY_INLINE VF NibbleCodes(DF df) {
   alignas(64) static constexpr float kFours[16] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
   alignas(64) static constexpr float kE2M1s[16] = {0, 1, 2, 3, 4, 6, 8, 12, -0.0f, -1, -2, -3, -4, -6, -8, -12};
-  return hn::Load(df, kBits == kE2M1 ? kE2M1s : kFours);
+  return hn::Load(df, kBits == kE2M1 || kHalves<kBits> ? kE2M1s : kFours);
 }
 
 using VI = hn::Vec<hn::RebindToSigned<DF>>;
@@ -152,10 +160,30 @@ HWY_INLINE VI E2M1Codes(VI n) {
 // Codes of part t of a unit as floats, `bytes` from LoadBytes: 8-bit the bytes themselves;
 // 4-bit the low (t = 0) or high (t = 1) nibbles; E2M1 those nibbles as 2v; E4M3 the
 // values·2^-120; kS8 the signed bytes.
+// Vector t of a kE2M1Halves unit from LoadBytes's N bytes: lanes [t·N/2, (t + 1)·N/2)
+// twice, the second copy shifted down to its high nibbles (bits above 3 left as they are).
+HWY_INLINE VI HalvesNibbles(VI bytes, std::size_t t) {
+#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+  const __m512i pick = t == 0 ? _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 0, 1, 2, 3, 4, 5, 6, 7)
+                              : _mm512_setr_epi32(8, 9, 10, 11, 12, 13, 14, 15, 8, 9, 10, 11, 12, 13, 14, 15);
+  const __m512i shift = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 4, 4, 4, 4, 4, 4, 4, 4);
+  return VI{_mm512_srlv_epi32(_mm512_permutexvar_epi32(pick, bytes.raw), shift)};
+#else  // any width, by memory (no plan takes it here: only the tests)
+  const hn::RebindToSigned<DF> di;
+  const std::size_t N = hn::Lanes(di), half = N / 2;
+  HWY_ALIGN std::int32_t in[hn::MaxLanes(DF())], out[hn::MaxLanes(DF())];
+  hn::Store(bytes, di, in);
+  for (std::size_t l = 0; l < N; ++l) out[l] = in[t * half + l % half] >> (l < half ? 0 : 4);
+  return hn::Load(di, out);
+#endif
+}
+
 template <int kBits>
 HWY_INLINE VF CodesAsFloats(DF df, VI bytes, std::size_t t) {
   const hn::RebindToSigned<DF> di;
-  if constexpr (kNibbles<kBits>) {
+  if constexpr (kHalves<kBits>) {
+    return hn::ConvertTo(df, E2M1Codes(hn::And(HalvesNibbles(bytes, t), hn::Set(di, 15))));
+  } else if constexpr (kNibbles<kBits>) {
     const VI nibbles = t == 0 ? hn::And(bytes, hn::Set(di, 15)) : hn::ShiftRight<4>(bytes);
     return hn::ConvertTo(df, kBits == kE2M1 ? E2M1Codes(nibbles) : nibbles);
   } else if constexpr (kBits == kE4M3) {
@@ -182,6 +210,7 @@ HWY_INLINE VF LookupNibbles(VI bytes, std::size_t t, VF table) {
 template <int kBits>
 HWY_INLINE VF ValueCodes(DF df, VI bytes, std::size_t t, [[maybe_unused]] VF nibble_codes) {
 #if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+  if constexpr (kHalves<kBits>) return LookupNibbles(HalvesNibbles(bytes, t), 0, nibble_codes);
   if constexpr (kNibbles<kBits>) return LookupNibbles(bytes, t, nibble_codes);
 #endif
   return CodesAsFloats<kBits>(df, bytes, t);
@@ -193,6 +222,7 @@ HWY_INLINE VF ValueCodes(DF df, VI bytes, std::size_t t, [[maybe_unused]] VF nib
 template <int kBits>
 HWY_INLINE VF KeyValues(DF df, VI bytes, std::size_t t, [[maybe_unused]] VF table, VF scale, VF bias) {
 #if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+  if constexpr (kHalves<kBits>) return LookupNibbles(HalvesNibbles(bytes, t), 0, table);
   if constexpr (kNibbles<kBits>) return LookupNibbles(bytes, t, table);
 #endif
   return hn::MulAdd(CodesAsFloats<kBits>(df, bytes, t), scale, bias);
@@ -355,12 +385,15 @@ HWY_INLINE void KeyBlock(DF df, const float* HWY_RESTRICT q, std::size_t dk, con
                          const ChunkStream* ahead = nullptr, std::size_t ahead_pos = 0, std::size_t key_stride = 0) {
   constexpr std::size_t kV = kVecsPerUnit<kBits>;
   const std::size_t N = hn::Lanes(df);
+  // kE2M1Halves: a unit is two groups, one per vector (units_per_group 1, groups_per_step 2).
+  constexpr std::size_t kGroupsPerStep = kHalves<kBits> ? kV : 1;
   const std::size_t units = kUnits != 0 ? kUnits : dk / (kV * N);
-  const std::size_t units_per_group = kUnitsPerGroup != 0 ? kUnitsPerGroup : gs / (kV * N);
+  const std::size_t units_per_group =
+      kHalves<kBits> ? 1 : kUnitsPerGroup != 0 ? kUnitsPerGroup : gs / (kV * N);
   if constexpr (kUnits != 0) {  // the strides too, so addresses are base + constant
     dk = kUnits * kV * kMaxLanes;
     row_bytes = RowBytes<kBits>(dk);
-    groups = kUnits / kUnitsPerGroup;
+    groups = kUnits * kGroupsPerStep / kUnitsPerGroup;
   }
   if (key_stride == 0) key_stride = row_bytes;
   VF acc[KB][RB];
@@ -374,14 +407,17 @@ HWY_INLINE void KeyBlock(DF df, const float* HWY_RESTRICT q, std::size_t dk, con
   constexpr bool kTable = kNibbles<kBits> && kNibbleLookup;
   const VF codes_table = NibbleCodes<kBits>(df);
 #pragma GCC unroll 8
-  for (std::size_t u0 = 0, g = 0; u0 < units; u0 += units_per_group, ++g) {
-    VF table[KB], scale[KB], bias[KB];
+  for (std::size_t u0 = 0, g = 0; u0 < units; u0 += units_per_group, g += kGroupsPerStep) {
+    VF table[KB][kGroupsPerStep], scale[KB][kGroupsPerStep], bias[KB][kGroupsPerStep];
     if constexpr (!kPlain<kBits>) {
 #pragma GCC unroll 16
       for (std::size_t k = 0; k < KB; ++k) {
-        scale[k] = hn::Set(df, scales[k * groups + g]);
-        bias[k] = hn::Set(df, biases[k * groups + g]);
-        table[k] = kTable ? hn::MulAdd(codes_table, scale[k], bias[k]) : codes_table;
+#pragma GCC unroll 2
+        for (std::size_t h = 0; h < kGroupsPerStep; ++h) {
+          scale[k][h] = hn::Set(df, scales[k * groups + g + h]);
+          bias[k][h] = hn::Set(df, biases[k * groups + g + h]);
+          table[k][h] = kTable ? hn::MulAdd(codes_table, scale[k][h], bias[k][h]) : codes_table;
+        }
       }
     }
 #pragma GCC unroll 8
@@ -399,7 +435,10 @@ HWY_INLINE void KeyBlock(DF df, const float* HWY_RESTRICT q, std::size_t dk, con
         } else {
           const VI bytes = LoadBytes<kBits>(df, codes + k * key_stride + u * N);
 #pragma GCC unroll 2
-          for (std::size_t t = 0; t < kV; ++t) c[k][t] = KeyValues<kBits>(df, bytes, t, table[k], scale[k], bias[k]);
+          for (std::size_t t = 0; t < kV; ++t) {
+            const std::size_t h = kHalves<kBits> ? t : 0;
+            c[k][t] = KeyValues<kBits>(df, bytes, t, table[k][h], scale[k][h], bias[k][h]);
+          }
         }
       }
 #pragma GCC unroll 2
@@ -877,8 +916,8 @@ void AccumulateKeyBlocks(const float* HWY_RESTRICT w, std::size_t groups, std::s
 }
 
 // out[r][pos] = Σ_{j<nc} w[r][g(pos)][j]·c_j[pos] for RB rows (pos in lane order), DS
-// vectors of positions at a time. A DS·N-position slice lies in one group, or (DS·N =
-// 64, group 32) in two, split at its middle. ahead (null: no prefetch, as for a second
+// vectors of positions at a time. A DS·N-position slice lies in one group, or in two
+// split at its middle (DS·N twice the group: 64 in groups of 32, 32 in nvfp4's 16). ahead (null: no prefetch, as for a second
 // block of rows): the slices prefetch their rows, the last one the next chunk's.
 template <int kBits, std::size_t RB, std::size_t DS>
 void AccumulateValues(const float* HWY_RESTRICT w, std::size_t groups, std::size_t ncp,
@@ -939,13 +978,20 @@ void ScoreRowsAnyShape(const float* q, std::size_t dk, const std::uint8_t* codes
                        std::size_t ncp, float* tile, float* scores, const ChunkStream* ahead, KeyOrder order) {
   if constexpr (kManyRegisters && (RB == 4 || RB == 8)) {
     constexpr std::size_t kUnitDims = kVecsPerUnit<kBits> * kMaxLanes, kUnits = 128 / kUnitDims;
-    if (dk == 128 && gs == 64) {
-      return ScoreRows<kBits, RB, kUnits, 64 / kUnitDims>(q, dk, codes, row_bytes, scales, biases, groups, gs, nc,
-                                                         ncp, tile, scores, ahead, order);
-    }
-    if (dk == 128 && gs == 128) {
-      return ScoreRows<kBits, RB, kUnits, kUnits>(q, dk, codes, row_bytes, scales, biases, groups, gs, nc, ncp, tile,
-                                                  scores, ahead, order);
+    if constexpr (kHalves<kBits>) {  // groups of kMaxLanes, one per vector
+      if (dk == 128 && gs == kMaxLanes) {
+        return ScoreRows<kBits, RB, kUnits, 1>(q, dk, codes, row_bytes, scales, biases, groups, gs, nc, ncp, tile,
+                                               scores, ahead, order);
+      }
+    } else {
+      if (dk == 128 && gs == 64) {
+        return ScoreRows<kBits, RB, kUnits, 64 / kUnitDims>(q, dk, codes, row_bytes, scales, biases, groups, gs, nc,
+                                                           ncp, tile, scores, ahead, order);
+      }
+      if (dk == 128 && gs == 128) {
+        return ScoreRows<kBits, RB, kUnits, kUnits>(q, dk, codes, row_bytes, scales, biases, groups, gs, nc, ncp,
+                                                    tile, scores, ahead, order);
+      }
     }
   }
   ScoreRows<kBits, RB>(q, dk, codes, row_bytes, scales, biases, groups, gs, nc, ncp, tile, scores, ahead, order);
@@ -979,9 +1025,10 @@ template <int kBits, std::size_t RB>
 void ValueRowsAnyWidth(const float* w, std::size_t groups, std::size_t ncp, const std::uint8_t* codes,
                        std::size_t row_bytes, std::size_t dv, std::size_t gs, std::size_t nc, const NextChunk* ahead,
                        KeyOrder order, float* out) {
-  const std::size_t nvec = dv / hn::Lanes(DF());
-  // Four vectors per slice where the accumulators (RB·4) still fit the registers.
-  const bool wide = nvec % 4 == 0 && (kManyRegisters ? RB <= 4 : RB <= 2);
+  const std::size_t N = hn::Lanes(DF()), nvec = dv / N;
+  // Four vectors per slice where the accumulators (RB·4) still fit the registers and the
+  // slice spans at most two groups (nvfp4's 16 at 16 lanes: two vectors).
+  const bool wide = nvec % 4 == 0 && (kManyRegisters ? RB <= 4 : RB <= 2) && 2 * N <= gs;
   if (wide) return AccumulateValues<kBits, RB, 4>(w, groups, ncp, codes, row_bytes, dv, gs, nc, ahead, order, out);
   return AccumulateValues<kBits, RB, 2>(w, groups, ncp, codes, row_bytes, dv, gs, nc, ahead, order, out);
 }

@@ -107,7 +107,7 @@ void Combine(const CombineArgs& args, std::int64_t bk) {
   const auto dv = static_cast<std::size_t>(plan.v.d);
   const auto chunks = static_cast<std::size_t>(plan.chunks);
   const std::int64_t b = bk / plan.hkv, kvh = bk % plan.hkv, r_per_kv = plan.hq / plan.hkv;
-  const int vbits = plan.v.kernel_bits() == 4 ? 4 : 8;
+  const int vbits = plan.v.lane_order();
   std::vector<float> alpha(chunks), acc(dv), row(dv);
   std::vector<std::size_t> element(dv);  // lane order → element order
   for (std::size_t pos = 0; pos < dv; ++pos) {

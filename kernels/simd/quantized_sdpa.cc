@@ -3,10 +3,10 @@
 // Fast path (quantized_decode.h/.cc): affine K and V of any bits (4 and 8 read in place,
 // 2/3/5/6 unpacked per chunk), any group, f32/f16/bf16 q and scales, every mask kind,
 // sinks and softcap, when a kv head has at most kMaxFusedRows query rows (R·Lq: decode).
-// ggml's q8_0/q4_0/q4_1 blocks and mxfp4 groups reach it as affine groups (below; mxfp4's
-// codes are unpacked per chunk); mxfp8's E4M3 bytes are read in place by a kernel of their
-// own wherever a chunk's scales allow (qdecode::e4m3_codes_readable); every other format
-// (nvfp4, ggml's other blocks) as f32 or bf16 rows its SIMD dequantizer writes per chunk
+// ggml's q8_0/q4_0/q4_1 blocks and mxfp4 and nvfp4 groups reach it as affine groups
+// (below); mxfp8's E4M3 bytes are read in place by a kernel of their own wherever a chunk's
+// scales allow (qdecode::e4m3_codes_readable); every other format (nvfp4 with a global
+// scale, ggml's other blocks) as f32 or bf16 rows its SIMD dequantizer writes per chunk
 // (PackedSide::decoded).
 // Longer query blocks (and decoded sides of odd head dims) fall back to dequantizing K and
 // V to f32 with the SIMD dequantizers and running simd::sdpa over an f32 copy of q,
@@ -293,8 +293,8 @@ std::vector<double> mean_of_values(const DecodePlan& plan, std::int64_t bk) {
   const std::uint32_t mask = (1u << v.bits) - 1;
   const Shape meta_shape{plan.batch * plan.hkv * plan.lk * groups};
   const ConstTensorView scales{v.scales, v.meta_dtype, meta_shape};
-  // q8_0 (s8), mxfp4 (e2m1) and q4_0 (bias_factor) store no biases; mxfp4's scales are E8M0
-  // codes.
+  // q8_0 (s8), mxfp4 and nvfp4 (e2m1) and q4_0 (bias_factor) store no biases; mxfp4's
+  // scales are E8M0 codes, nvfp4's E4M3 codes.
   const ConstTensorView biases = v.biases != nullptr ? ConstTensorView{v.biases, v.meta_dtype, meta_shape}
                                                      : ConstTensorView{};
   std::vector<double> mean(static_cast<std::size_t>(v.d), 0.0);
@@ -314,7 +314,9 @@ std::vector<double> mean_of_values(const DecodePlan& plan, std::int64_t bk) {
       const std::int64_t meta = (bk * plan.lk + j) * groups + e / v.group;
       // The dequantizer's f32 value: multiply, then add (kvlab_simd builds with
       // -ffp-contract=off, so they are not fused).
-      const float scale = v.e2m1 ? e2m1_half_scale(scales.as<const std::uint8_t>()[meta]) : scales.load(meta);
+      const float scale = v.e4m3_scales ? ref::e4m3_decode(scales.as<const std::uint8_t>()[meta]) / 2
+                          : v.e2m1      ? e2m1_half_scale(scales.as<const std::uint8_t>()[meta])
+                                        : scales.load(meta);
       const float product = code * scale;
       const float bias = v.s8 || v.e2m1 ? 0.0f : v.bias_factor != 0 ? v.bias_factor * scale : biases.load(meta);
       mean[static_cast<std::size_t>(e)] += static_cast<double>(product + bias);
@@ -409,9 +411,7 @@ std::optional<ref::QuantizedView> ggml_as_affine(const ref::QuantizedView& x) {
 // kLargestE8M0) sends the tensor to the decoded rows (PackedSide::decoded).
 // The view keeps the nibbles (affine, 4 bits) and the E8M0 codes (u8) as its scales, no
 // biases: no metadata is made per call beyond a chunk's (a whole-tensor f32 copy of the
-// scales and biases wrote 16 bytes a group per call). nvfp4 (the same elements, E4M3
-// scales, exact the same way) would need groups of 16, which the fused decode's blocks do
-// not take (they assume a group of at least two 16-lane vectors): it is decoded too.
+// scales and biases wrote 16 bytes a group per call).
 constexpr std::uint8_t kLargestE8M0 = 250;
 
 std::optional<ref::QuantizedView> mxfp4_as_affine(const ref::QuantizedView& x) {
@@ -423,6 +423,20 @@ std::optional<ref::QuantizedView> mxfp4_as_affine(const ref::QuantizedView& x) {
   if (!every_group_range(static_cast<std::size_t>(x.scales.numel()), foldable_range)) return std::nullopt;
   return ref::QuantizedView{x.wq, x.scales, {}, QuantSpec::make(QuantMode::affine, 4, x.spec.group_size),
                             std::nullopt};
+}
+
+// nvfp4 groups likewise (the same E2M1 elements): the E4M3 scale s as the f32 s/2
+// (PackedSide::e4m3_scales), so code·scale = v·s, exact (2 significant bits times 4). Any
+// E4M3 code is a finite scale, so no scan. Groups of 16: on AVX-512 half of the E2M1
+// nibble kernel's 32-code unit, so read in place by kE2M1Halves, a group per vector.
+// (Attention's contract takes nvfp4 without a global scale, which no f32 scale could fold:
+// the oracle rounds v·s, then ·global.) Only head dims of whole 32-element slices (the V side's, two groups each; an
+// odd number of groups, D 80, goes to the decoded rows). QuantSpec is built whole, not made:
+// affine groups of 16 are no format of their own.
+std::optional<ref::QuantizedView> nvfp4_as_affine(const ref::QuantizedView& x) {
+  const std::int64_t d = x.wq.dim(3) * 32 / x.spec.bits;
+  if (x.spec.mode != QuantMode::nvfp4 || x.global_scale || d % 32 != 0) return std::nullopt;
+  return ref::QuantizedView{x.wq, x.scales, {}, QuantSpec{QuantMode::affine, 4, x.spec.group_size}, std::nullopt};
 }
 
 // ---------------------------------------------------------------- fallback
@@ -493,7 +507,7 @@ void plan_visibility(DecodePlan& plan, const MaskSpec& mask) {
 const float* plan_queries(const ConstTensorView& q, const AttentionParams& params, const DecodePlan& plan,
                           std::vector<float>& storage) {
   const std::int64_t dk = plan.k.d, r_per_kv = plan.hq / plan.hkv;
-  const int order_bits = plan.k.kernel_bits() == 4 ? 4 : 8;
+  const int order_bits = plan.k.lane_order();
   const std::size_t n = qdecode::lanes();
   float* query = qdecode::aligned_floats(storage, static_cast<std::size_t>(plan.batch * plan.hkv * plan.rows * dk));
   // Lane position → element, once per call (lane_to_element is another TU's).
@@ -544,15 +558,17 @@ const std::uint16_t* bf16_queries(const ConstTensorView& q, const AttentionParam
 // How the fused decode reads a side's codes: as affine codes, as mxfp4's E2M1 nibbles
 // (mxfp4_as_affine, PackedSide::e2m1) or as q8_0's signed bytes (ggml_as_affine,
 // PackedSide::s8).
-enum class CodeForm { affine, e2m1, s8, q4_0 };
+enum class CodeForm { affine, e2m1, e2m1_e4m3_scales, s8, q4_0 };
 void fused(const ConstTensorView& q, const ref::QuantizedView& k, const ref::QuantizedView& v, CodeForm k_form,
            CodeForm v_form, const AttentionParams& params, const ConstTensorView* mask_array,
            const ConstTensorView* sinks, const TensorView& out) {
   DecodePlan plan;
   plan.k = reads_codes(k) ? packed_side(k, q.dim(3)) : qdecode::decoded_side(k, q.dim(3));
   plan.v = reads_codes(v) ? packed_side(v, out.dim(3)) : qdecode::decoded_side(v, out.dim(3));
-  plan.k.e2m1 = k_form == CodeForm::e2m1;
-  plan.v.e2m1 = v_form == CodeForm::e2m1;
+  plan.k.e4m3_scales = k_form == CodeForm::e2m1_e4m3_scales;
+  plan.v.e4m3_scales = v_form == CodeForm::e2m1_e4m3_scales;
+  plan.k.e2m1 = k_form == CodeForm::e2m1 || plan.k.e4m3_scales;
+  plan.v.e2m1 = v_form == CodeForm::e2m1 || plan.v.e4m3_scales;
   plan.k.e2m1_nibbles = plan.v.e2m1_nibbles = qdecode::e2m1_nibbles_available();
   plan.k.s8 = k_form == CodeForm::s8;
   plan.v.s8 = v_form == CodeForm::s8;
@@ -645,7 +661,8 @@ void quantized_sdpa(const ConstTensorView& q, const ref::QuantizedView& k, const
   ref::validate_quantized_sdpa(q, k, v, params, mask_array, sinks, out);
   const auto as_affine = [](const ref::QuantizedView& x) {
     std::optional<ref::QuantizedView> affine = ggml_as_affine(x);
-    return affine ? affine : mxfp4_as_affine(x);
+    if (!affine) affine = mxfp4_as_affine(x);
+    return affine ? affine : nvfp4_as_affine(x);
   };
   const std::optional<ref::QuantizedView> k_affine = as_affine(k), v_affine = as_affine(v);
   const ref::QuantizedView& kf = k_affine ? *k_affine : k;
@@ -654,6 +671,7 @@ void quantized_sdpa(const ConstTensorView& q, const ref::QuantizedView& k, const
     if (!affine) return CodeForm::affine;
     switch (x.spec.mode) {
       case QuantMode::mxfp4: return CodeForm::e2m1;
+      case QuantMode::nvfp4: return CodeForm::e2m1_e4m3_scales;
       case QuantMode::q8_0: return CodeForm::s8;
       case QuantMode::q4_0: return CodeForm::q4_0;
       default: return CodeForm::affine;

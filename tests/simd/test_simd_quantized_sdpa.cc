@@ -408,13 +408,13 @@ TEST(SimdQuantizedSdpa, Mxfp4GroupsWithTheSmallestScalesAgreeWithTheOracle) {
   });
 }
 
-// Formats the decode does not read as codes (nvfp4's groups of 16, ggml's q5_0, mxfp8
-// with a scale above 2^7) are dequantized one chunk at a time (PackedSide::decoded) and
+// Formats the decode does not read as codes (ggml's q5_0, mxfp8 with a scale above 2^7,
+// nvfp4 of a head dim not a multiple of 32) are dequantized one chunk at a time (PackedSide::decoded) and
 // read as f32 rows: each key a query row sees is dequantized once per such side, the keys
 // of chunks nobody sees never, a side read as codes not at all (mxfp8 of ordinary scales
-// among them), and a call that falls back (Dv = 80, not a multiple of 32) dequantizes
-// whole tensors instead (counted 0). Every result against the oracle; Lk = 1100 spans
-// three chunks of kDecodedChunkTokens.
+// among them, nvfp4 without a global scale too), and a call that falls back (Dv = 80, not
+// a multiple of 32) dequantizes whole tensors instead (counted 0). Every result against the
+// oracle; Lk = 1100 spans three chunks of kDecodedChunkTokens.
 TEST(SimdQuantizedSdpa, FormatsWithoutCodesAreDequantizedAChunkAtATime) {
   KVLAB_SEEDED_RNG(rng, 5150);
   const QuantSpec nv = QuantSpec::make(QuantMode::nvfp4, 4, 16), mx8 = QuantSpec::make(QuantMode::mxfp8, 8, 32);
@@ -422,16 +422,18 @@ TEST(SimdQuantizedSdpa, FormatsWithoutCodesAreDequantizedAChunkAtATime) {
     const char* what;
     QuantSpec k, v;
     std::int64_t dv, window, decoded_per_key;  // decoded_per_key: Dk and/or Dv, or 0
+    std::int64_t dk = 64;
   };
   const std::vector<Case> cases = {
-      {"nvfp4 K, mxfp8 V", nv, mx8, 64, 0, 64},
-      {"affine K, nvfp4 V", affine(4, 64), nv, 64, 0, 64},
+      {"nvfp4 K, mxfp8 V", nv, mx8, 64, 0, 0},
+      {"affine K, nvfp4 V", affine(4, 64), nv, 64, 0, 0},
       {"mxfp8 K, affine V", mx8, affine(8, 32), 64, 0, 0},
-      {"nvfp4 K and V, a window of 100 keys", nv, nv, 64, 100, 64 + 64},
+      {"nvfp4 K and V, a window of 100 keys", nv, nv, 64, 100, 0},
       {"nvfp4 V of 80 dims: the fallback", affine(4, 64), nv, 80, 0, 0},
+      {"nvfp4 K of 48 dims (not whole slices of 32)", nv, affine(4, 64), 64, 0, 48, 48},
   };
   for (const Case& c : cases) {
-    const Dims dims{2, 4, 2, 1, 1100, 64, c.dv};
+    const Dims dims{2, 4, 2, 1, 1100, c.dk, c.dv};
     Inputs in = random_inputs(rng, dims, DType::f16, c.k, c.v, DType::f32, DType::f32);
     for (const ref::QuantizedTensor* side : {&in.k, &in.v}) {  // ordinary mxfp8 scales: read as E4M3 codes
       if (side->spec.mode == QuantMode::mxfp8) {
