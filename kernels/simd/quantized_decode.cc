@@ -423,7 +423,8 @@ int PlainKernel(DType dtype) {
   return dtype == DType::f16 ? kPlainF16 : dtype == DType::bf16 ? kPlainBF16 : kPlainF32;
 }
 
-// to[i] = factor·from[i] for n floats (q4_0's biases −8d from its scales d, mxfp4's −12·s/2).
+// to[i] = factor·from[i] for n floats (q4_0's biases −8d from its scales d; the integer K
+// side's −12·s/2 for E2M1 and −128d for q8_0).
 // In vectors: the ci build's -O2 leaves a plain loop scalar.
 void ScaledCopy(const float* HWY_RESTRICT from, std::size_t n, float factor, float* HWY_RESTRICT to) {
   const DF df;

@@ -157,9 +157,6 @@ HWY_INLINE VI E2M1Codes(VI n) {
   return hn::IfThenElse(negative, hn::Neg(twice), twice);
 }
 
-// Codes of part t of a unit as floats, `bytes` from LoadBytes: 8-bit the bytes themselves;
-// 4-bit the low (t = 0) or high (t = 1) nibbles; E2M1 those nibbles as 2v; E4M3 the
-// values·2^-120; kS8 the signed bytes.
 // Vector t of a kE2M1Halves unit from LoadBytes's N bytes: lanes [t·N/2, (t + 1)·N/2)
 // twice, the second copy shifted down to its high nibbles (bits above 3 left as they are).
 HWY_INLINE VI HalvesNibbles(VI bytes, std::size_t t) {
@@ -168,7 +165,7 @@ HWY_INLINE VI HalvesNibbles(VI bytes, std::size_t t) {
                               : _mm512_setr_epi32(8, 9, 10, 11, 12, 13, 14, 15, 8, 9, 10, 11, 12, 13, 14, 15);
   const __m512i shift = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 4, 4, 4, 4, 4, 4, 4, 4);
   return VI{_mm512_srlv_epi32(_mm512_permutexvar_epi32(pick, bytes.raw), shift)};
-#else  // any width, by memory (no plan takes it here: only the tests)
+#else  // any width, by memory: plans take kE2M1Halves on AVX3 only, and no test runs this
   const hn::RebindToSigned<DF> di;
   const std::size_t N = hn::Lanes(di), half = N / 2;
   HWY_ALIGN std::int32_t in[hn::MaxLanes(DF())], out[hn::MaxLanes(DF())];
@@ -178,6 +175,9 @@ HWY_INLINE VI HalvesNibbles(VI bytes, std::size_t t) {
 #endif
 }
 
+// Codes of part t of a unit as floats, `bytes` from LoadBytes: 8-bit the bytes themselves;
+// 4-bit the low (t = 0) or high (t = 1) nibbles; E2M1 those nibbles as 2v (kE2M1Halves:
+// HalvesNibbles's); E4M3 the values·2^-120; kS8 the signed bytes.
 template <int kBits>
 HWY_INLINE VF CodesAsFloats(DF df, VI bytes, std::size_t t) {
   const hn::RebindToSigned<DF> di;
