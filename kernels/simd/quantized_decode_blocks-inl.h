@@ -159,19 +159,19 @@ HWY_INLINE VI E2M1Codes(VI n) {
 
 // Vector t of a kE2M1Halves unit from LoadBytes's N bytes: lanes [t·N/2, (t + 1)·N/2)
 // twice, the second copy shifted down to its high nibbles (bits above 3 left as they are).
+// AVX-512 only: DispatchKernel instantiates kE2M1Halves on the AVX3 targets alone, and a
+// use on any other target fails to compile rather than run an untested branch.
+template <int kBits>
 HWY_INLINE VI HalvesNibbles(VI bytes, std::size_t t) {
 #if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
   const __m512i pick = t == 0 ? _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 0, 1, 2, 3, 4, 5, 6, 7)
                               : _mm512_setr_epi32(8, 9, 10, 11, 12, 13, 14, 15, 8, 9, 10, 11, 12, 13, 14, 15);
   const __m512i shift = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 4, 4, 4, 4, 4, 4, 4, 4);
   return VI{_mm512_srlv_epi32(_mm512_permutexvar_epi32(pick, bytes.raw), shift)};
-#else  // any width, by memory: plans take kE2M1Halves on AVX3 only, and no test runs this
-  const hn::RebindToSigned<DF> di;
-  const std::size_t N = hn::Lanes(di), half = N / 2;
-  HWY_ALIGN std::int32_t in[hn::MaxLanes(DF())], out[hn::MaxLanes(DF())];
-  hn::Store(bytes, di, in);
-  for (std::size_t l = 0; l < N; ++l) out[l] = in[t * half + l % half] >> (l < half ? 0 : 4);
-  return hn::Load(di, out);
+#else
+  static_assert(kBits != kBits, "kE2M1Halves is read on AVX-512 targets only (DispatchKernel)");
+  (void)t;
+  return bytes;
 #endif
 }
 
@@ -182,7 +182,7 @@ template <int kBits>
 HWY_INLINE VF CodesAsFloats(DF df, VI bytes, std::size_t t) {
   const hn::RebindToSigned<DF> di;
   if constexpr (kHalves<kBits>) {
-    return hn::ConvertTo(df, E2M1Codes(hn::And(HalvesNibbles(bytes, t), hn::Set(di, 15))));
+    return hn::ConvertTo(df, E2M1Codes(hn::And(HalvesNibbles<kBits>(bytes, t), hn::Set(di, 15))));
   } else if constexpr (kNibbles<kBits>) {
     const VI nibbles = t == 0 ? hn::And(bytes, hn::Set(di, 15)) : hn::ShiftRight<4>(bytes);
     return hn::ConvertTo(df, kBits == kE2M1 ? E2M1Codes(nibbles) : nibbles);
@@ -210,7 +210,7 @@ HWY_INLINE VF LookupNibbles(VI bytes, std::size_t t, VF table) {
 template <int kBits>
 HWY_INLINE VF ValueCodes(DF df, VI bytes, std::size_t t, [[maybe_unused]] VF nibble_codes) {
 #if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
-  if constexpr (kHalves<kBits>) return LookupNibbles(HalvesNibbles(bytes, t), 0, nibble_codes);
+  if constexpr (kHalves<kBits>) return LookupNibbles(HalvesNibbles<kBits>(bytes, t), 0, nibble_codes);
   if constexpr (kNibbles<kBits>) return LookupNibbles(bytes, t, nibble_codes);
 #endif
   return CodesAsFloats<kBits>(df, bytes, t);
@@ -222,7 +222,7 @@ HWY_INLINE VF ValueCodes(DF df, VI bytes, std::size_t t, [[maybe_unused]] VF nib
 template <int kBits>
 HWY_INLINE VF KeyValues(DF df, VI bytes, std::size_t t, [[maybe_unused]] VF table, VF scale, VF bias) {
 #if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
-  if constexpr (kHalves<kBits>) return LookupNibbles(HalvesNibbles(bytes, t), 0, table);
+  if constexpr (kHalves<kBits>) return LookupNibbles(HalvesNibbles<kBits>(bytes, t), 0, table);
   if constexpr (kNibbles<kBits>) return LookupNibbles(bytes, t, table);
 #endif
   return hn::MulAdd(CodesAsFloats<kBits>(df, bytes, t), scale, bias);
