@@ -132,7 +132,7 @@ TEST(SimdQuantizedSdpa, EveryChunkSizeMatchesTheOracleThroughTheHarnessCases) {
 }
 
 // Large plain decodes read their chunks as four interleaved key streams where the CPU
-// takes that order (quarter_order_available: Intel) and in order elsewhere; each order,
+// takes that order (quarter_order_available: one Intel Xeon model) and in order elsewhere; each order,
 // forced, is held to the harness's tolerance at the size that takes it (K and V of 16
 // MiB, above kQuarterMinBytes), on the best target (the order exists on the AVX-512 ones:
 // kQuarterOrder; elsewhere both runs read in order).
