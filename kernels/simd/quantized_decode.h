@@ -304,9 +304,9 @@ class ScopedAmx {
 
 // The decode's chunks of plain K and V read as four interleaved key streams (KeyOrder,
 // quantized_decode_blocks-inl.h) where the call is large: by default only on the CPU where
-// the order read faster from DRAM (the Intel Xeon of family 6 model 167), not on the Xeon of
-// model 207 nor on Zen 4, where it read slower (docs/benchmarks.md §Measurements behind
-// kernel choices). Either order sums the same
+// the order read faster from DRAM (the Intel Xeon of family 6 model 167), not on the Xeon
+// of model 207 nor on Zen 4, where it read slower
+// (docs/benchmarks.md §Measurements behind kernel choices). Either order sums the same
 // terms; ScopedQuarterOrder switches it for a test, so each path is tested on any CPU.
 bool quarter_order_available();
 class ScopedQuarterOrder {
