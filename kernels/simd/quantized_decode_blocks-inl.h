@@ -246,11 +246,11 @@ HWY_INLINE void PrefetchLine(const std::uint8_t* p) { __builtin_prefetch(p, 0, 1
 // 0), as four interleaved streams: position j (the order of the scores, the softmax
 // weights and the V side's sum) is key j/4 + (j%4)·quarter, so a block of 4 consecutive
 // positions is one key of each quarter. From DRAM four streams keep more lines in flight
-// while the arithmetic runs on Intel; in L2 they cost time, and on AMD (Zen 4) from DRAM
-// too, so only Intel takes them (quarter_order_available;
-// docs/benchmarks.md §Measurements behind kernel choices). Softmax and the sums do not
-// depend on the order beyond rounding, and the order depends only on the shape and the
-// CPU, never on the thread count.
+// while the arithmetic runs on the Intel Xeon of model 167; in L2 they cost time, and
+// from DRAM too on the Xeon of model 207 and on AMD (Zen 4), so only model 167 takes them
+// (quarter_order_available; docs/benchmarks.md §Measurements behind kernel choices).
+// Softmax and the sums do not depend on the order beyond rounding, and the order depends
+// only on the shape and the CPU, never on the thread count.
 struct KeyOrder {
   std::size_t quarter = 0;  // 0: in order
   HWY_INLINE std::size_t Key(std::size_t j) const { return quarter == 0 ? j : j / 4 + (j % 4) * quarter; }
