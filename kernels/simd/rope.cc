@@ -83,6 +83,11 @@ constexpr std::size_t kTaskBytes = std::size_t{64} << 10;
 // read-for-ownership of each output line saves a third of the traffic (measured on the
 // perf shape: docs/benchmarks.md §Measurements behind kernel choices).
 constexpr std::size_t kStreamBytes = std::size_t{16} << 20;
+// Software prefetch of the input this many bytes ahead of the row being rotated, within
+// a task's rows: the hardware prefetcher alone left the read's latency exposed on the
+// Intel Xeon of model 207, where the bf16 perf row rose from 79-81 % to 97-106 % of
+// memcpy with it (docs/benchmarks.md §Measurements behind kernel choices).
+constexpr std::size_t kPrefetchBytes = std::size_t{8} << 10;
 
 }  // namespace kvlab::simd::rope_detail
 #endif  // KVLAB_SIMD_ROPE_COMMON
@@ -455,7 +460,14 @@ void RotateRowsAs(const std::byte* x, std::byte* out, const float* table, std::s
                   std::size_t half, bool traditional, bool stream) {
   using T = typename Io::T;
   const std::size_t tail = (d - 2 * half) * sizeof(T);
+  const auto* bytes = reinterpret_cast<const std::uint8_t*>(x);
+  const std::size_t row_bytes = d * sizeof(T), total = rows * row_bytes;
   for (std::size_t r = 0; r < rows; ++r, table += 2 * half) {
+    // The lines kPrefetchBytes past this row's, as many as it has, none past the task.
+    const std::size_t ahead_end = std::min(total, (r + 1) * row_bytes + rope_detail::kPrefetchBytes);
+    for (std::size_t pos = r * row_bytes + rope_detail::kPrefetchBytes; pos < ahead_end; pos += 64) {
+      hwy::Prefetch(bytes + pos);
+    }
     const auto* xr = reinterpret_cast<const T*>(x) + r * d;
     T* orow = reinterpret_cast<T*>(out) + r * d;
     if (!traditional) {
