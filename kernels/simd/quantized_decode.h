@@ -32,18 +32,24 @@ namespace kvlab::simd::qdecode {
 
 // Tokens per chunk (one task's keys), from the call's shape alone, so that no result
 // depends on the thread count: kMinChunkTokens, doubled up to kMaxChunkTokens while the
-// call still splits into at least kMinChunkTasks tasks and a task's scores (rows · chunk
-// floats) stay within kMaxChunkScores. 512 keeps a task's scratch (scores, weights, f32
+// call still splits into at least kMinChunkTasks tasks, a task's scores (rows · chunk
+// floats) stay within kMaxChunkScores and its V weights (rows · chunk · v_groups floats,
+// v_groups the V groups a key row as the kernels read it) within kMaxChunkWeights. 512 keeps a task's scratch (scores, weights, f32
 // scales/biases) within L2 and its partial (R·Lq·(Dv+2) floats) near 3 % of the bytes it
 // reads at Dv = 128, and short caches still split into enough tasks for every core (64:
 // four a core on a 16-core host). Long caches read faster from DRAM in long chunks
 // (docs/benchmarks.md, "Measurements"; likely because each task starts its K and V
-// streams cold). batch, hkv, lk: the call's; rows: R·Lq.
+// streams cold). The weights' bound keeps nvfp4's 8 groups a row (Dv 128) in chunks of
+// 2048: at 4096 its 512 KiB of weights, written by the softmax and read back by the V
+// side, left L2 (docs/benchmarks.md, "Measurements").
+// batch, hkv, lk: the call's; rows: R·Lq.
 constexpr std::int64_t kMinChunkTokens = 512;
 constexpr std::int64_t kMaxChunkTokens = 4096;
 constexpr std::int64_t kMinChunkTasks = 64;
 constexpr std::int64_t kMaxChunkScores = 16384;
-std::int64_t chunk_tokens(std::int64_t batch, std::int64_t hkv, std::int64_t lk, std::int64_t rows);
+constexpr std::int64_t kMaxChunkWeights = 65536;
+std::int64_t chunk_tokens(std::int64_t batch, std::int64_t hkv, std::int64_t lk, std::int64_t rows,
+                          std::int64_t v_groups = 1);
 
 // Test hook: chunk_tokens() returns `tokens` whatever the shape, for its lifetime
 // (process-global, not thread-safe).

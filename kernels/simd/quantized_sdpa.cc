@@ -44,12 +44,14 @@ namespace {
 std::atomic<std::int64_t> g_chunk_tokens{0};  // 0: by shape; else a test's ScopedChunkTokens
 }  // namespace
 
-std::int64_t chunk_tokens(std::int64_t batch, std::int64_t hkv, std::int64_t lk, std::int64_t rows) {
+std::int64_t chunk_tokens(std::int64_t batch, std::int64_t hkv, std::int64_t lk, std::int64_t rows,
+                          std::int64_t v_groups) {
   const std::int64_t forced = g_chunk_tokens.load();
   if (forced > 0) return forced;
   const auto tasks = [&](std::int64_t chunk) { return batch * hkv * ((lk + chunk - 1) / chunk); };
   std::int64_t chunk = kMinChunkTokens;
-  while (chunk * 2 <= kMaxChunkTokens && tasks(chunk * 2) >= kMinChunkTasks && rows * chunk * 2 <= kMaxChunkScores) {
+  while (chunk * 2 <= kMaxChunkTokens && tasks(chunk * 2) >= kMinChunkTasks && rows * chunk * 2 <= kMaxChunkScores &&
+         rows * chunk * 2 * v_groups <= kMaxChunkWeights) {
     chunk *= 2;
   }
   return chunk;
@@ -608,7 +610,12 @@ void run(DecodePlan& plan, const ConstTensorView& q, const AttentionParams& para
   plan.softcap = params.softcap;
   static std::atomic<std::uint64_t> calls{0};
   plan.call = ++calls;
-  plan.chunk = chunk_tokens(plan.batch, plan.hkv, plan.lk, plan.rows);
+  // V groups of a key row as the kernels read them (KernelGroup): mxfp8's E4M3 codes by
+  // their groups, other decoded rows and plain rows as one.
+  const PackedSide& v = plan.v;
+  const bool e4m3_v = v.decoded != nullptr && v.decoded->spec.mode == QuantMode::mxfp8;
+  const std::int64_t v_groups = e4m3_v ? v.d / v.decoded->spec.group_size : v.plain_rows() ? 1 : v.groups();
+  plan.chunk = chunk_tokens(plan.batch, plan.hkv, plan.lk, plan.rows, v_groups);
   // Dequantized rows stay in L2 in chunks of kDecodedChunkTokens; mxfp8's chunks, read as
   // E4M3 codes unless a scale is too large, keep the long chunks that read faster from DRAM.
   const auto dequantized = [](const PackedSide& side) {

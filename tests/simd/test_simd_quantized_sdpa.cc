@@ -173,8 +173,8 @@ TEST(SimdQuantizedSdpa, ChunkSizesOfAtLeastLkGiveTheSameBits) {
 }
 
 // The chunk follows the shape (quantized_decode.h): doubled from 512 up to 4096 while the
-// call keeps 64 tasks and a task's scores (rows · chunk) stay within 16384 floats; a test's
-// override wins over the shape.
+// call keeps 64 tasks, a task's scores (rows · chunk) stay within 16384 floats and its V
+// weights (rows · chunk · V groups) within 65536; a test's override wins over the shape.
 TEST(SimdQuantizedSdpa, ChunksGrowWithTheCacheWhileTasksAndScoresAllow) {
   using simd::qdecode::chunk_tokens;
   EXPECT_EQ(chunk_tokens(1, 8, 32768, 4), 4096);  // 8 chunks of 8 heads: 64 tasks
@@ -186,6 +186,11 @@ TEST(SimdQuantizedSdpa, ChunksGrowWithTheCacheWhileTasksAndScoresAllow) {
   EXPECT_EQ(chunk_tokens(1, 1, 100, 1), 512);     // never shorter than 512
   EXPECT_EQ(chunk_tokens(1, 8, 32768, 8), 2048);  // 8 rows · 4096 keys: more than 16384 scores
   EXPECT_EQ(chunk_tokens(1, 8, 32768, 32), 512);
+  EXPECT_EQ(chunk_tokens(1, 8, 32768, 4, 4), 4096);  // groups of 32 at Dv 128: 65536 weights
+  EXPECT_EQ(chunk_tokens(1, 8, 32768, 4, 8), 2048);  // nvfp4's 16
+  EXPECT_EQ(chunk_tokens(1, 8, 32768, 8, 8), 1024);
+  EXPECT_EQ(chunk_tokens(1, 8, 32768, 4, 16), 1024);
+  EXPECT_EQ(chunk_tokens(1, 8, 32768, 1, 8), 4096);
   const qchunk forced(7);
   EXPECT_EQ(chunk_tokens(1, 8, 32768, 4), 7);
 }
