@@ -611,10 +611,10 @@ void run(DecodePlan& plan, const ConstTensorView& q, const AttentionParams& para
   static std::atomic<std::uint64_t> calls{0};
   plan.call = ++calls;
   // V groups of a key row as the kernels read them (KernelGroup): mxfp8's E4M3 codes by
-  // their groups, other decoded rows and plain rows as one.
+  // their groups, other decoded rows and plain rows as one (their group is the row).
   const PackedSide& v = plan.v;
   const bool e4m3_v = v.decoded != nullptr && v.decoded->spec.mode == QuantMode::mxfp8;
-  const std::int64_t v_groups = e4m3_v ? v.d / v.decoded->spec.group_size : v.plain_rows() ? 1 : v.groups();
+  const std::int64_t v_groups = e4m3_v ? v.d / v.decoded->spec.group_size : v.groups();
   plan.chunk = chunk_tokens(plan.batch, plan.hkv, plan.lk, plan.rows, v_groups);
   // Dequantized rows stay in L2 in chunks of kDecodedChunkTokens; mxfp8's chunks, read as
   // E4M3 codes unless a scale is too large, keep the long chunks that read faster from DRAM.
