@@ -163,6 +163,10 @@ void E2M1CodesForTest(const std::uint8_t* HWY_RESTRICT src, std::size_t n, float
 
 bool E2M1NibblesInPlace() { return kNibbleLookup; }
 
+// Plain bf16 rows as pairs (kPlainBF16Pairs) below AVX-512, where no vdpbf16ps reads them
+// and a unit of 2N values divides every head dim the decode takes (Dk a multiple of 16).
+bool Bf16PairsInPlace() { return HWY_TARGET != HWY_SCALAR && kMaxLanes <= 8; }
+
 // The largest of op(x) over n elements x at p: vec_op on whole vectors, op on the tail.
 template <typename T, class VecOp, class Op>
 T Largest(const T* HWY_RESTRICT p, std::size_t n, const VecOp& vec_op, const Op& op) {
@@ -539,7 +543,9 @@ CodeRows ChunkCodes(const PackedSide& side, std::int64_t bk, std::int64_t lk, st
     return {reinterpret_cast<const std::uint8_t*>(rows), d * dtype_size(dtype), PlainKernel(dtype)};
   }
   const std::uint8_t* first = StoredRow(side, bk, lk, j0);
-  if (side.plain != nullptr) return {first, row_bytes, PlainKernel(side.plain_dtype)};
+  if (side.plain != nullptr) {
+    return {first, row_bytes, side.bf16_pairs ? kPlainBF16Pairs : PlainKernel(side.plain_dtype)};
+  }
   if (side.s8) return {first, row_bytes, kS8};
   if (side.e2m1 && side.e2m1_nibbles) return {first, row_bytes, side.e4m3_scales ? kE2M1Halves : kE2M1};
   if (!side.e2m1 && (side.bits == 4 || side.bits == 8)) return {first, row_bytes, side.bits};
@@ -590,6 +596,7 @@ void DispatchKernel(int bits, const F& f) {
     case 4: return f(std::integral_constant<int, 4>{});
     case kPlainF16: return f(std::integral_constant<int, kPlainF16>{});
     case kPlainBF16: return f(std::integral_constant<int, kPlainBF16>{});
+    case kPlainBF16Pairs: return f(std::integral_constant<int, kPlainBF16Pairs>{});
     case kPlainF32: return f(std::integral_constant<int, kPlainF32>{});
     case kE2M1: return f(std::integral_constant<int, kE2M1>{});
 #if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
@@ -816,6 +823,7 @@ HWY_EXPORT(DecodeChunk);
 HWY_EXPORT(ExpNonPositiveForTest);
 HWY_EXPORT(E2M1CodesForTest);
 HWY_EXPORT(E2M1NibblesInPlace);
+HWY_EXPORT(Bf16PairsInPlace);
 HWY_EXPORT(MaxByte);
 HWY_EXPORT(MaxF16Magnitude);
 HWY_EXPORT(E8M0Factors);
@@ -831,6 +839,7 @@ std::uint16_t max_f16_magnitude(const std::uint16_t* bits, std::size_t n) {
 }
 
 bool e2m1_nibbles_available() { return HWY_DYNAMIC_DISPATCH(E2M1NibblesInPlace)(); }
+bool bf16_pairs_available() { return HWY_DYNAMIC_DISPATCH(Bf16PairsInPlace)(); }
 
 void decode_chunk(const DecodePlan& plan, std::int64_t task) { HWY_DYNAMIC_DISPATCH(DecodeChunk)(plan, task); }
 

@@ -14,8 +14,8 @@
 // Lane order. The per-target kernels read codes as they lie in memory, which for 4-bit
 // puts elements 2i and 2i+1 of each 2N-element unit into two vectors (N = lanes). The
 // plan's prepared queries and the partial outputs are kept in that "lane order";
-// lane_to_element() maps back. 8-bit and pre-unpacked (2/3/5/6-bit) codes are in
-// element order.
+// lane_to_element() maps back. Plain bf16 rows read as pairs (PackedSide::bf16_pairs)
+// take the same order. 8-bit and pre-unpacked (2/3/5/6-bit) codes are in element order.
 #pragma once
 
 #include <atomic>
@@ -88,6 +88,9 @@ struct PackedSide {
   // width and one group of D, so the affine arithmetic is never applied.
   const std::byte* plain = nullptr;
   DType plain_dtype = DType::f32;
+  // Plain bf16 rows read as pairs of values (bf16_pairs_available(), D a multiple of 2N):
+  // even elements, then odd ones, per 2N values (lane order 4, as 4-bit codes).
+  bool bf16_pairs = false;
   // mxfp4 codes (bits 4, stored as E2M1 nibbles) as the signed integers 2v of their values
   // v, with the scales s/2 and no biases: codes of magnitude at most 12 (code_bits 5 bounds
   // them, and the integer K side's 12 + 2v). Read in place in the 4-bit layout by the E2M1
@@ -119,7 +122,9 @@ struct PackedSide {
   int code_bits() const { return e2m1 ? 5 : bits; }      // the codes' range, 2^code_bits − 1
   int kernel_bits() const { return e2m1 && !e2m1_nibbles ? 8 : bits; }  // the rows' layout as the kernels read them
   // The lane order of the rows as the kernels read them (lane_to_element's `bits`).
-  int lane_order() const { return e4m3_scales && e2m1_nibbles ? kHalvesOrder : kernel_bits() == 4 ? 4 : 8; }
+  int lane_order() const {
+    return e4m3_scales && e2m1_nibbles ? kHalvesOrder : kernel_bits() == 4 || bf16_pairs ? 4 : 8;
+  }
 };
 
 // The plain side over a (B, Hkv, Lk, d) tensor's data.
@@ -245,6 +250,8 @@ void e2m1_to_bytes(const std::uint8_t* src, std::size_t n, std::uint8_t* dst);
 // arithmetic per nibble made the mxfp4 decode 51 % slower than unpacking each chunk to
 // bytes (docs/benchmarks.md §Measurements behind kernel choices).
 bool e2m1_nibbles_available();
+// Whether the dispatched target reads plain bf16 rows as pairs (PackedSide::bf16_pairs).
+bool bf16_pairs_available();
 // The E2M1 kernel's reading of n packed bytes (two codes a byte, the low nibble first; n a
 // multiple of lanes()), in its lane order (per N bytes the low nibbles, then the high
 // ones): the V side's codes 2v into `codes`, the K side's values with the scale 1/2

@@ -40,8 +40,17 @@ constexpr bool kManyRegisters = false;  // 16 (or scalar)
 // Plain rows (PackedSide::plain) take the kernels with one of these in place of kBits:
 // no scale or bias, each unit one vector of values in element order.
 constexpr int kPlainF16 = 1016, kPlainBF16 = 2016, kPlainF32 = 1032;
+// Plain bf16 rows below AVX-512 (PackedSide::bf16_pairs) take this one: a unit is N u32
+// lanes of two neighbouring values, the even elements (low halves, shifted up) in its
+// first vector and the odd ones (high halves, masked) in its second, the 4-bit lane
+// order. One shift or one AND a vector, where element order widens each vector by a
+// zero-extending shuffle and a shift: 4 % less time in L2 on a Zen 3, bf16 then as cheap
+// as f16 (docs/benchmarks.md §Measurements behind kernel choices).
+constexpr int kPlainBF16Pairs = 2017;
 template <int kBits>
 constexpr bool kPlain = kBits > 1000;
+template <int kBits>
+constexpr bool kPairs = kBits == kPlainBF16Pairs;
 // mxfp8 rows take them with this: one E4M3 code a byte, laid out as 8-bit codes, read as
 // the value·2^-120 (E4M3Values) beside the f32 scale 2^(c−7) of each E8M0 code c and a
 // zero bias (quantized_decode.cc, E4M3Factors): the affine arithmetic then gives the
@@ -73,15 +82,15 @@ constexpr bool kNibbles = kCodeWidth<kBits> == 4;
 
 // One unit = the codes of N·kLaneBytes bytes: 8-bit → 1 vector (element order); 4-bit →
 // 2 vectors, low nibbles (even elements) then high nibbles (odd elements); plain → 1
-// vector of N values.
+// vector of N values; bf16 pairs → 2 vectors of N values, even then odd elements.
 template <int kBits>
-constexpr std::size_t kVecsPerUnit = kNibbles<kBits> ? 2 : 1;
+constexpr std::size_t kVecsPerUnit = kNibbles<kBits> || kPairs<kBits> ? 2 : 1;
 template <int kBits>
-constexpr std::size_t kLaneBytes = kBits == kPlainF32 ? 4 : kPlain<kBits> ? 2 : 1;
+constexpr std::size_t kLaneBytes = kBits == kPlainF32 || kPairs<kBits> ? 4 : kPlain<kBits> ? 2 : 1;
 // Bytes of a row of d elements.
 template <int kBits>
 constexpr std::size_t RowBytes(std::size_t d) {
-  return kPlain<kBits> ? d * kLaneBytes<kBits> : d * kCodeWidth<kBits> / 8;
+  return kPairs<kBits> ? d * 2 : kPlain<kBits> ? d * kLaneBytes<kBits> : d * kCodeWidth<kBits> / 8;
 }
 
 // N plain values at p as f32: exact (f16 by vcvtph2ps where F16C exists, which only
@@ -95,6 +104,21 @@ HWY_INLINE VF PlainValues(DF df, const std::uint8_t* HWY_RESTRICT p) {
     return hc::LoadBF16(df, reinterpret_cast<const std::uint16_t*>(p));
   } else {
     return hc::LoadF16QuietingNaN(df, reinterpret_cast<const std::uint16_t*>(p));
+  }
+}
+
+// The kVecsPerUnit<kBits> vectors of the plain unit at p into c[0..]: PlainValues, or for
+// bf16 pairs the even elements then the odd ones, exactly (a bf16 pattern shifted into
+// the top half of a u32 is its f32).
+template <int kBits>
+HWY_INLINE void PlainUnit(DF df, const std::uint8_t* HWY_RESTRICT p, VF* HWY_RESTRICT c) {
+  if constexpr (kPairs<kBits>) {
+    const hn::RebindToUnsigned<DF> du;
+    const auto pairs = hn::LoadU(du, reinterpret_cast<const std::uint32_t*>(p));
+    c[0] = hn::BitCast(df, hn::ShiftLeft<16>(pairs));
+    c[1] = hn::BitCast(df, hn::And(pairs, hn::Set(du, 0xFFFF0000u)));
+  } else {
+    c[0] = PlainValues<kBits>(df, p);
   }
 }
 
@@ -431,7 +455,7 @@ HWY_INLINE void KeyBlock(DF df, const float* HWY_RESTRICT q, std::size_t dk, con
 #pragma GCC unroll 16
       for (std::size_t k = 0; k < KB; ++k) {
         if constexpr (kPlain<kBits>) {
-          c[k][0] = PlainValues<kBits>(df, codes + k * key_stride + u * N * kLaneBytes<kBits>);
+          PlainUnit<kBits>(df, codes + k * key_stride + u * N * kLaneBytes<kBits>, c[k]);
         } else {
           const VI bytes = LoadBytes<kBits>(df, codes + k * key_stride + u * N);
 #pragma GCC unroll 2
@@ -839,7 +863,7 @@ HWY_INLINE void AccumulateSlice(DF df, const float* const* HWY_RESTRICT wr, std:
 #pragma GCC unroll 16
     for (std::size_t uu = 0; uu < DS / kV; ++uu) {
       if constexpr (kPlain<kBits>) {
-        c[uu] = PlainValues<kBits>(df, row + uu * N * kLaneBytes<kBits>);
+        PlainUnit<kBits>(df, row + uu * N * kLaneBytes<kBits>, c + uu * kV);
       } else {
         const VI bytes = LoadBytes<kBits>(df, row + uu * N);
 #pragma GCC unroll 2

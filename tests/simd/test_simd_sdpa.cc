@@ -4,7 +4,8 @@
 // of harness/cases/sdpa/, run on every Highway target by the harness.check_ci_host
 // test under the one tolerance object of harness/ops/sdpa_info.cc. Here: the output
 // bits do not depend on the threads that run the tasks (a call from inside a pool task
-// runs serially), and invalid input raises the oracle's errors on every target.
+// runs serially), invalid input raises the oracle's errors on every target, and the decode
+// of one key gives its V row bit for bit whatever lane order a target reads rows in.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -281,6 +282,30 @@ TEST_F(SimdSdpa, Bf16DotPathCannotBeForcedWithoutTheInstruction) {
   if (simd::qdecode::bf16_dot_supported()) GTEST_SKIP() << "this CPU has AVX512_BF16";
   EXPECT_THROW(simd::qdecode::ScopedBf16Dot(true), Error);
   EXPECT_FALSE(simd::qdecode::bf16_dot_available());
+}
+
+// Below AVX-512 plain bf16 rows are read as pairs (even elements, then odd ones:
+// PackedSide::bf16_pairs), the queries and outputs in that lane order. One visible key
+// has the weight 1, so each output element must be its own V element, bit for bit, for
+// values at every scale (subnormal to the format's largest binade) and each row block
+// (Hq/Hkv 1, 4 and 5); the f16 rows (element order) beside them must also hold.
+TEST_F(SimdSdpa, DecodeOfOneKeyGivesItsValuesInElementOrderOnEveryTarget) {
+  KVLAB_SEEDED_RNG(rng, 1717);
+  for (const DType dtype : {DType::bf16, DType::f16}) {
+    const int top = dtype == DType::bf16 ? 127 : 15, bottom = dtype == DType::bf16 ? -133 : -24;
+    for (const std::int64_t rows : {1, 4, 5}) {
+      Inputs in = random_inputs(rng, dtype, {1, rows, 1, 1, 1, 32, 128});
+      for (std::int64_t i = 0; i < in.v.numel(); ++i) {
+        const int exponent = bottom + static_cast<int>(i * 7 % (top - bottom));
+        in.v.view().store(i, std::ldexp(1.0f + static_cast<float>(i % 128) / 128.0f, exponent));
+      }
+      const Tensor want = run_sdpa(ref_, in);
+      testing::for_each_simd_target([&](const std::string& target) {
+        EXPECT_TRUE(testing::bit_equal(run_sdpa(simd_, in), want))
+            << target << " " << dtype_name(dtype) << " Hq " << rows;
+      });
+    }
+  }
 }
 
 // vdpbf16ps treats subnormal inputs as zero and flushes subnormal sums; the V side takes
