@@ -271,9 +271,10 @@ TEST(SimdQuantizedSdpa, GgmlBlocksWithAnInfiniteScaleAgreeWithTheOracle) {
 
 // On targets below AVX3 mxfp4 reaches the fused decode as signed 8-bit codes: every
 // packed byte's two E2M1 codes become the signed bytes 2v (v the oracle's value of the
-// code), in stream order, on every target (the tail past whole 16-byte blocks included).
+// code), in stream order, on every target (AVX2's 32-byte steps, then a 16-byte one and a
+// tail of 7 bytes).
 TEST(SimdQuantizedSdpa, E2M1CodesUnpackToTwiceTheirValue) {
-  std::vector<std::uint8_t> packed(256 + 7);
+  std::vector<std::uint8_t> packed(256 + 16 + 7);
   for (std::size_t i = 0; i < packed.size(); ++i) packed[i] = static_cast<std::uint8_t>(i * 37 % 256);
   testing::for_each_simd_target([&](const std::string&) {
     std::vector<std::uint8_t> bytes(2 * packed.size(), 0xEE);
