@@ -201,8 +201,7 @@ PackedSide plain_side(const std::byte* data, DType dtype, std::int64_t d) {
   side.bits = static_cast<int>(dtype_size(dtype) * 8);
   side.group = static_cast<int>(d);
   side.d = d;
-  side.bf16_pairs = data != nullptr && dtype == DType::bf16 && d % static_cast<std::int64_t>(2 * lanes()) == 0 &&
-                    bf16_pairs_available();
+  side.bf16_pairs = dtype == DType::bf16 && d % static_cast<std::int64_t>(2 * lanes()) == 0 && bf16_pairs_available();
   return side;
 }
 
