@@ -39,9 +39,9 @@ namespace kvlab::simd::qdecode {
 // (R·Lq·(Dv+2) floats) near 3 % of the bytes it reads at Dv = 128, and short caches still
 // split into enough tasks for every core (64: four a core on a 16-core host). Long caches
 // read faster from DRAM in long chunks (docs/benchmarks.md, "Measurements"; likely
-// because each task starts its K and V streams cold). The weights' bound keeps nvfp4's 8 groups a row (Dv 128) in chunks of
-// 2048: at 4096 its 512 KiB of weights, written by the softmax and read back by the V
-// side, left L2 (docs/benchmarks.md, "Measurements").
+// because each task starts its K and V streams cold). The weights' bound keeps nvfp4's 8
+// groups a row (Dv 128) in chunks of 2048: at 4096 its 512 KiB of weights, written by the
+// softmax and read back by the V side, left L2 (docs/benchmarks.md, "Measurements").
 // batch, hkv, lk: the call's; rows: R·Lq.
 constexpr std::int64_t kMinChunkTokens = 512;
 constexpr std::int64_t kMaxChunkTokens = 4096;
