@@ -441,7 +441,7 @@ VI E8M0Encode(VF x, Rounding rounding) {
 // The scale codes of N groups from their amax, in the oracle's operation order, and what
 // their elements are multiplied by (mx: the exact reciprocal of the power-of-two scale)
 // or divided by (nvfp4: the decoded E4M3 scale).
-fp_impl::VI ScaleCodes(const fd::RowJob& job, fp_impl::VF amax, float* HWY_RESTRICT factor) {
+HWY_INLINE fp_impl::VI ScaleCodes(const fd::RowJob& job, fp_impl::VF amax, float* HWY_RESTRICT factor) {
   namespace fi = fp_impl;
   const fi::DF df;
   const fi::DI di;
@@ -707,24 +707,16 @@ struct alignas(64) BatchPlan {
   std::uint32_t thresholds[7 * kMaxN];  // E2M1CpuOfBF16Thresholds', j·kMaxN + g; a bf16 pattern in both halves
 };
 
-// The common batch of N groups: no NaN, no zero nvfp4 scale, and (E2M1 CPU rounding) every
-// |y| <= 12. Writes its scale codes and plan: the amax of all N groups from one
-// ReduceGroups of their magnitude patterns, then the scale codes and the per-group
-// constants, with no per-group reduction or branch. Returns false for any other batch
-// (then QuantizeBatch writes the scale codes again, identically).
-template <DType kDtype, bool kDivide, class Codes>
-HWY_INLINE bool PlanBatchFast(const fd::RowJob& job, const std::byte* HWY_RESTRICT batch, std::size_t nb,
-                              std::uint8_t* HWY_RESTRICT scale_codes, BatchPlan& plan) {
-#if HWY_TARGET == HWY_SCALAR
-  (void)job, (void)batch, (void)nb, (void)scale_codes, (void)plan;
-  return false;
-#else
+#if HWY_TARGET != HWY_SCALAR
+// The magnitude patterns of the amax of a batch's nb <= N groups (lane g: group g; lanes
+// past nb: 0), from one ReduceGroups of their lane-wise maxima, with no per-group
+// reduction or branch.
+template <DType kDtype>
+HWY_INLINE fp_impl::VI BatchAmaxPatterns(const std::byte* HWY_RESTRICT batch, std::size_t nb, std::size_t gs) {
   namespace fi = fp_impl;
-  const fi::DF df;
   const fi::DI di;
   constexpr std::size_t kMaxN = BatchPlan::kMaxN;  // x86 vectors: == Lanes
   constexpr std::size_t kStoredBytes = kDtype == DType::f32 ? 4 : 2;
-  const auto gs = static_cast<std::size_t>(job.group_size);
   fi::VI partial[kMaxN];
   const hn::Repartition<std::int16_t, fi::DI> d16;
   const auto max_of = [](fi::VI x, fi::VI y) { return MaxOfPatterns<kDtype>(x, y); };
@@ -736,6 +728,10 @@ HWY_INLINE bool PlanBatchFast(const fd::RowJob& job, const std::byte* HWY_RESTRI
       partial[g] = hn::BitCast(di, hn::Max(hn::And(hn::LoadU(d16, p + g * gs), mask),
                                            hn::And(hn::LoadU(d16, p + g * gs + hn::Lanes(d16)), mask)));
     }
+    ReduceGroups<kMaxN>(di, partial, max_of);
+  } else if (kDtype != DType::f32 && nb == kMaxN && gs == hn::Lanes(d16)) {  // full batches of one-vector groups
+#pragma GCC unroll 16
+    for (std::size_t g = 0; g < kMaxN; ++g) partial[g] = hn::BitCast(di, hn::And(hn::LoadU(d16, p + g * gs), mask));
     ReduceGroups<kMaxN>(di, partial, max_of);
   } else if (kDtype != DType::f32 && nb == kMaxN && 2 * gs == hn::Lanes(d16)) {
     // Full batches of half-vector groups (AVX-512 nvfp4): two groups a vector, their
@@ -750,10 +746,28 @@ HWY_INLINE bool PlanBatchFast(const fd::RowJob& job, const std::byte* HWY_RESTRI
       partial[g] = g < nb ? GroupMagnitudeMax<kDtype>(batch + g * gs * kStoredBytes, gs) : hn::Zero(di);
     ReduceGroups<kMaxN>(di, partial, max_of);
   }
-  const fi::VI amax_bits = PatternsToLanes<kDtype>(partial[0]);
+  return PatternsToLanes<kDtype>(partial[0]);
+}
+#endif
+
+// The common batch of N groups, given their BatchAmaxPatterns and the ScaleCodes of
+// those (whose factors are in plan.k1): no NaN, no zero nvfp4 scale, and (E2M1 CPU
+// rounding) every |y| <= 12. Writes its scale codes and plan (the per-group constants),
+// with no per-group branch. Returns false for any other batch (then QuantizeBatch writes
+// the scale codes again, identically).
+template <DType kDtype, bool kDivide, class Codes>
+HWY_INLINE bool PlanBatchFast(const fd::RowJob& job, fp_impl::VI amax_bits, fp_impl::VI codes, std::size_t nb,
+                              std::uint8_t* HWY_RESTRICT scale_codes, BatchPlan& plan) {
+#if HWY_TARGET == HWY_SCALAR
+  (void)job, (void)amax_bits, (void)codes, (void)nb, (void)scale_codes, (void)plan;
+  return false;
+#else
+  namespace fi = fp_impl;
+  const fi::DF df;
+  const fi::DI di;
+  constexpr std::size_t kMaxN = BatchPlan::kMaxN;
   if (!hn::AllFalse(di, hn::Gt(amax_bits, hn::Set(di, kInfPattern<kDtype>)))) return false;  // a NaN
   const fi::VF vamax = MagnitudeToF32<kDtype>(amax_bits);
-  const fi::VI codes = ScaleCodes(job, vamax, plan.k1);
   if (nb == hn::Lanes(di)) {
     const hn::Rebind<std::uint8_t, fi::DI> d8;
     hn::StoreU(affine_pack::LowBytes(d8, hn::BitCast(hn::RebindToUnsigned<fi::DI>(), codes)), d8, scale_codes);
@@ -771,6 +785,26 @@ HWY_INLINE bool PlanBatchFast(const fd::RowJob& job, const std::byte* HWY_RESTRI
     fi::VF quarter;
     if (!hn::AllTrue(df, hn::Or(hn::Not(live), QuartersInRange<kDivide>(vfactor, vamax, venc, quarter)))) return false;
     if constexpr (kDivide) {
+      if constexpr (kBF16Thresholds<kDtype, kDivide, Codes>) {
+        if (!job.has_global) {  // t·s/4, exact, whose f32 pattern has 16 zero low bits: its high half twice
+          const hn::Repartition<std::uint8_t, fi::DI> d8;
+          alignas(64) static constexpr std::uint8_t kHighHalfTwice[32] = {
+              2, 3, 2, 3, 6, 7, 6, 7, 10, 11, 10, 11, 14, 15, 14, 15,
+              2, 3, 2, 3, 6, 7, 6, 7, 10, 11, 10, 11, 14, 15, 14, 15};  // within each 16-byte block
+          const auto twice = hn::Load(d8, kHighHalfTwice);
+#pragma GCC unroll 7
+          for (std::size_t j = 0; j < 7; ++j) {
+            const auto t = static_cast<float>(fi::kE2M1QuarterMidpoints[j]) * 0.25f;
+            const auto bits = hn::BitCast(d8, hn::Mul(vfactor, hn::Set(df, t)));
+            hn::StoreU(hn::BitCast(di, hn::TableLookupBytes(bits, twice)), di,
+                       reinterpret_cast<std::int32_t*>(plan.thresholds + j * kMaxN));
+          }
+          // Groups of one vector need nothing else (EncodeBF16Thresholds).
+          if (static_cast<std::size_t>(job.group_size) == hn::Lanes(hn::Repartition<std::int16_t, fi::DI>())) {
+            return true;
+          }
+        }
+      }
       const fi::VI e = hn::Sub(hn::ShiftRight<23>(hn::BitCast(di, vfactor)), hn::Set(di, 127));
       const auto pow2 = [&](fi::VI k) { return hn::BitCast(df, hn::ShiftLeft<23>(hn::Add(k, hn::Set(di, 127)))); };
       const fi::VF vm = hn::Mul(vfactor, pow2(hn::Sub(hn::Set(di, 3), e)));
@@ -792,14 +826,6 @@ HWY_INLINE bool PlanBatchFast(const fd::RowJob& job, const std::byte* HWY_RESTRI
       hn::Store(hn::Mul(vinv, hn::Set(df, -0.5f)), df, plan.neg_half_inv_m);
       hn::Store(hn::Mul(vk1, vinv), df, plan.k1_inv_m);
       hn::Store(hn::Neg(quarter), df, plan.neg_quarter_s);
-      if constexpr (kBF16Thresholds<kDtype, kDivide, Codes>) {
-        for (std::size_t j = 0; j < 7; ++j) {  // t·s/4, exact, whose f32 pattern has 16 zero low bits
-          const auto t = static_cast<float>(fi::kE2M1QuarterMidpoints[j]) * 0.25f;
-          const fi::VI bits = hn::ShiftRight<16>(hn::BitCast(di, hn::Mul(vfactor, hn::Set(df, t))));
-          hn::StoreU(hn::Or(bits, hn::ShiftLeft<16>(bits)), di,
-                     reinterpret_cast<std::int32_t*>(plan.thresholds + j * kMaxN));
-        }
-      }
     } else {
       hn::Store(quarter, df, plan.k1);
     }
@@ -1148,8 +1174,10 @@ void QuantizeBatch(const fd::RowJob& job, const std::byte* HWY_RESTRICT batch, s
 // a run of groups) → scale codes and element codes (E4M3: a byte each; E2M1: packed two
 // to a byte), N groups (a batch) at a time, kChunk batches planned before any is
 // encoded: the plans are independent of each other, so their reductions and scale
-// arithmetic overlap instead of each batch's encoding waiting on its own. A batch the
-// fast plan refuses goes to QuantizeBatch. Encoding a chunk prefetches the chunk after next
+// arithmetic overlap instead of each batch's encoding waiting on its own; and within the
+// plan every batch's amax comes first, then every batch's scale codes, then the per-group
+// constants, so that the batches' dependency chains interleave. A batch the fast plan
+// refuses goes to QuantizeBatch. Encoding a chunk prefetches the chunk after next
 // (PrefetchPast): the next chunk's plan reads its input as soon as this encoding ends.
 template <DType kDtype, bool kDivide, class Codes>
 void QuantizeBlock(const fd::RowJob& job, const std::byte* HWY_RESTRICT src, std::size_t groups,
@@ -1165,11 +1193,23 @@ void QuantizeBlock(const fd::RowJob& job, const std::byte* HWY_RESTRICT src, std
   const hn::ScalableTag<std::uint8_t> d8;
   for (std::size_t c0 = 0; c0 < groups; c0 += kChunk * N) {
     const std::size_t batches = std::min(kChunk, (groups - c0 + N - 1) / N);
+#if HWY_TARGET != HWY_SCALAR
+    fp_impl::VI amax_bits[kChunk], codes[kChunk];
     for (std::size_t b = 0; b < batches; ++b) {
       const std::size_t g0 = c0 + b * N;
-      const std::byte* const batch = src + g0 * gs * kStoredBytes;
-      fast[b] = PlanBatchFast<kDtype, kDivide, Codes>(job, batch, std::min(N, groups - g0), scale_codes + g0, plans[b]);
+      amax_bits[b] = BatchAmaxPatterns<kDtype>(src + g0 * gs * kStoredBytes, std::min(N, groups - g0), gs);
     }
+    for (std::size_t b = 0; b < batches; ++b) {  // a NaN's code is computed too, and dropped with its batch
+      codes[b] = ScaleCodes(job, MagnitudeToF32<kDtype>(amax_bits[b]), plans[b].k1);
+    }
+    for (std::size_t b = 0; b < batches; ++b) {
+      const std::size_t g0 = c0 + b * N;
+      fast[b] = PlanBatchFast<kDtype, kDivide, Codes>(job, amax_bits[b], codes[b], std::min(N, groups - g0),
+                                                      scale_codes + g0, plans[b]);
+    }
+#else
+    for (std::size_t b = 0; b < batches; ++b) fast[b] = false;
+#endif
     for (std::size_t b = 0; b < batches; ++b) {
       const std::size_t g0 = c0 + b * N, nb = std::min(N, groups - g0);
       const std::byte* const batch = src + g0 * gs * kStoredBytes;
