@@ -348,13 +348,15 @@ template <class D16>
 HWY_INLINE hn::Vec<D16> E2M1CpuOfBF16Thresholds(D16 d16, hn::Vec<D16> w, const std::uint32_t* t, std::size_t stride) {
   const hn::Repartition<std::uint32_t, D16> d32;
   const auto p = hn::And(w, hn::Set(d16, 0x7FFF));
-  const auto above_first = hn::VecFromMask(d16, hn::Gt(p, hn::BitCast(d16, hn::Set(d32, t[0]))));
-  auto mag = hn::Sub(hn::Zero(d16), above_first);
-#pragma GCC unroll 7
-  for (std::size_t j = 1; j < 7; ++j) {
-    mag = hn::Sub(mag, hn::VecFromMask(d16, hn::Gt(p, hn::BitCast(d16, hn::Set(d32, t[j * stride])))));
-  }
-  return hn::Or(mag, hn::And(hn::And(hn::ShiftRight<15>(w), above_first), hn::Set(d16, 8)));
+  const auto above = [&](std::size_t j) {  // −1 where |x| > t_j·s/4, else 0
+    return hn::VecFromMask(d16, hn::Gt(p, hn::BitCast(d16, hn::Set(d32, t[j * stride]))));
+  };
+  const auto above_first = above(0);
+  // minus the magnitude, as a tree; the code is the sign bit (8, on a nonzero magnitude)
+  // plus the magnitude (<= 7): one subtraction.
+  const auto minus_mag = hn::Add(hn::Add(hn::Add(above_first, above(1)), hn::Add(above(2), above(3))),
+                                 hn::Add(hn::Add(above(4), above(5)), above(6)));
+  return hn::Sub(hn::And(hn::And(hn::ShiftRight<15>(w), above_first), hn::Set(d16, 8)), minus_mag);
 }
 
 // E4M3 code bits (sign in bit 7) → f32, as the oracle's decode: the magnitude bits << 7
@@ -766,7 +768,6 @@ HWY_INLINE bool PlanBatchFast(const fd::RowJob& job, fp_impl::VI amax_bits, fp_i
   const fi::DF df;
   const fi::DI di;
   constexpr std::size_t kMaxN = BatchPlan::kMaxN;
-  if (!hn::AllFalse(di, hn::Gt(amax_bits, hn::Set(di, kInfPattern<kDtype>)))) return false;  // a NaN
   const fi::VF vamax = MagnitudeToF32<kDtype>(amax_bits);
   if (nb == hn::Lanes(di)) {
     const hn::Rebind<std::uint8_t, fi::DI> d8;
@@ -778,12 +779,18 @@ HWY_INLINE bool PlanBatchFast(const fd::RowJob& job, fp_impl::VI amax_bits, fp_i
   }
   const auto live = hn::FirstN(df, nb);
   const fi::VF vfactor = hn::Load(df, plan.k1), venc = hn::Set(df, job.enc);
-  if (kDivide && !hn::AllFalse(df, hn::And(live, hn::Eq(vfactor, hn::Zero(df))))) return false;
+  // Refused, one test for all: a NaN; nvfp4, a live group's zero scale; E2M1 CPU rounding,
+  // a live group outside the table's range (QuartersInRange).
+  auto refused = hn::RebindMask(df, hn::Gt(amax_bits, hn::Set(di, kInfPattern<kDtype>)));
+  if constexpr (kDivide) refused = hn::Or(refused, hn::And(live, hn::Eq(vfactor, hn::Zero(df))));
+  fi::VF quarter;
   if constexpr (kQuarters<Codes>) {
-    // Every live group within the table's range (QuartersInRange). nvfp4: E2M1CpuQuotient's
-    // p = (w·enc)·2^(5−e) and m = s·2^(3−e) (e = ⌊log2 s⌋; s >= 2^-9 is a normal f32).
-    fi::VF quarter;
-    if (!hn::AllTrue(df, hn::Or(hn::Not(live), QuartersInRange<kDivide>(vfactor, vamax, venc, quarter)))) return false;
+    refused = hn::Or(refused, hn::AndNot(QuartersInRange<kDivide>(vfactor, vamax, venc, quarter), live));
+  }
+  if (!hn::AllFalse(df, refused)) return false;
+  if constexpr (kQuarters<Codes>) {
+    // nvfp4: E2M1CpuQuotient's p = (w·enc)·2^(5−e) and m = s·2^(3−e) (e = ⌊log2 s⌋; s >=
+    // 2^-9 is a normal f32).
     if constexpr (kDivide) {
       if constexpr (kBF16Thresholds<kDtype, kDivide, Codes>) {
         if (!job.has_global) {  // t·s/4, exact, whose f32 pattern has 16 zero low bits: its high half twice
@@ -1023,8 +1030,7 @@ HWY_INLINE void EncodeBF16Thresholds(const std::byte* HWY_RESTRICT batch, std::s
   std::size_t g = 0;
 #if HWY_ARCH_X86 && HWY_TARGET == HWY_AVX2
   for (; g + 2 <= nb; g += 2) {
-    PrefetchPast(batch, g, kStride, ahead);
-    PrefetchPast(batch, g + 1, kStride, ahead);
+    hwy::Prefetch(batch + ahead + g * kStride);  // a pair of groups, 64 bytes: one line's worth
     StoreNibblePairs(ThresholdCodes(w, plan, g, gs), ThresholdCodes(w, plan, g + 1, gs), out + g * gs / 2);
   }
 #endif
@@ -1190,7 +1196,13 @@ void QuantizeBlock(const fd::RowJob& job, const std::byte* HWY_RESTRICT src, std
   BatchPlan plans[kChunk];
   bool fast[kChunk];
   alignas(64) std::uint8_t staged[BatchPlan::kMaxN * 32];  // a batch's element codes, to be streamed
+  // Read back 16 bytes at a time below AVX-512, as the encoders store them there: a load
+  // that spans two stores still in the store buffer cannot take their bytes from it.
+#if HWY_TARGET <= HWY_AVX3 && HWY_ARCH_X86
   const hn::ScalableTag<std::uint8_t> d8;
+#else
+  const hn::CappedTag<std::uint8_t, 16> d8;
+#endif
   for (std::size_t c0 = 0; c0 < groups; c0 += kChunk * N) {
     const std::size_t batches = std::min(kChunk, (groups - c0 + N - 1) / N);
 #if HWY_TARGET != HWY_SCALAR
