@@ -227,7 +227,7 @@ struct Block {
   alignas(64) float buf[kBlock * ad::kMaxGroup];  // f32 scan of 16-bit groups (SCALAR target)
   alignas(64) float alpha[kBlock], beta[kBlock], scale[kBlock], bias[kBlock], recip[kBlock];
   alignas(64) float bias_recip[kBlock];  // fl(bias·(1/scale)), the fused fast path's offset
-  alignas(64) float scaled_recip[kBlock], scaled_offset[kBlock];  // the scaled path's R and C (AVX3_DL)
+  alignas(64) float scaled_recip[kBlock], scaled_offset[kBlock];  // the scaled path's R and C (AVX3_DL, AVX2)
   alignas(64) std::int32_t key_pair[kBlock];  // 16-bit scan: max key | ~min key << 16
   VF maxes[kBlock], mins[kBlock], probes[kBlock];  // f32 scan: per group, lane-wise
   VI key_pairs[kBlock];                            // 16-bit scan: the same, lane-wise

@@ -29,8 +29,9 @@
 //           with a lane in doubt (below) is encoded again with the true division.
 //           AVX3 and AVX2, mlx_cpu, 2/4/8 bits: four vectors at a time, rint by
 //           vcvtps2dq, and the clamp done by the saturating packs of StoreCodesFour.
-//           AVX3_DL, 2/4/8 bits, nearly every group: the scaled form (below), whose
-//           doubt test reads the integer code (StoreHighHalfCodes packs and clamps).
+//           AVX3_DL and AVX2, 2/4/8 bits, nearly every group: the scaled form (below),
+//           whose doubt test reads the integer code (AVX3_DL: StoreHighHalfCodes packs
+//           and clamps; AVX2: the high halves shifted down, then StoreCodesFour).
 // Dequantize: affine_dequantize.cc. Shared with it: affine_common.h (scalar steps, the
 // task split) and affine_block-inl.h (per-target block helpers).
 //
@@ -59,8 +60,8 @@
 //   |bias/s| <= 513: |q' − q| <= 1028u + 513u + O(u²) < 1542u < 2^-13 = 2048u, the
 //   same doubt test. On data spanning zero |bias/s| = |q0| <= n, so every such group is
 //   fused; the others keep Sub then Mul. One op fewer per vector.
-// * The scaled form (AVX3_DL, mlx_cpu, 2/4/8 bits, gs a multiple of 64; Finish picks the
-//   fused groups with |c| <= 256 whose extremes' |q'| are at most 2^14): t =
+// * The scaled form (AVX3_DL and AVX2, mlx_cpu, 2/4/8 bits, gs a multiple of four vectors;
+//   Finish picks the fused groups with |c| <= 256 whose extremes' |q'| are at most 2^14): t =
 //   rint(fl(g·R − C)) by vcvtps2dq, R = 2^16·r (exact), C = fl(2^16·c − 32776), so t ≈
 //   2^16·(q + 0.5) + 8, and K = t >> 16 (t's high half) is clamped to [0, n] by the packs
 //   (StoreHighHalfCodes). Let D = t − 2^16·q − 32776. With x = g·r − c exact, r =
@@ -146,6 +147,8 @@ class GroupQuantizer {
   static constexpr bool kPacksClamp = ap::kPacksFour<kBits> && !kGpu;
 #if HWY_TARGET == HWY_AVX3_DL
   static constexpr bool kScaled = kFuse && ap::kPacksHighHalves<kBits>;  // the scaled path (header)
+#elif HWY_TARGET == HWY_AVX2
+  static constexpr bool kScaled = kFuse && ap::kPacksFour<kBits>;
 #else
   static constexpr bool kScaled = false;
 #endif
@@ -274,7 +277,7 @@ class GroupQuantizer {
   HWY_INLINE bool Encode(const Block& b, std::size_t j) {
     if (!b.Finite(j)) return true;
     if (!std::isfinite(b.recip[j])) return EncodeWith<true, true>(b, j);
-#if HWY_TARGET == HWY_AVX3_DL
+#if HWY_TARGET == HWY_AVX3_DL || HWY_TARGET == HWY_AVX2
     if constexpr (kScaled) {
       if (b.Scaled(j)) return EncodeScaled(b, j);
     }
@@ -526,6 +529,31 @@ class GroupQuantizer {
       ap::StoreHighHalfCodes<kBits>(t, out + i * kBits / 8);
     }
     return certain == 0xFFFF;
+  }
+#elif HWY_TARGET == HWY_AVX2
+  // The same on AVX2: the window test as the lanes' unsigned minimum of t & window (zero
+  // where a lane is in doubt), the codes t's high halves by an arithmetic shift, clamped
+  // and packed by StoreCodesFour.
+  HWY_INLINE bool EncodeScaled(const Block& b, std::size_t j) {
+    const DF df;
+    const DI di;
+    const hn::RebindToUnsigned<DI> du;
+    const std::size_t N = hn::Lanes(df);
+    const VF vr = hn::Set(df, b.scaled_recip[j]), vc = hn::Set(df, b.scaled_offset[j]);
+    const auto window = hn::Set(du, kScaledWindow);
+    auto least = window;  // the smallest t & window so far
+    std::uint8_t* const out = Out(b, j);
+    for (std::size_t i = 0; i < len_; i += 4 * N) {
+      RawCodes k[4];
+#pragma GCC unroll 4
+      for (std::size_t v = 0; v < 4; ++v) {
+        const VI t{RintToInt(hn::MulSub(Values(b, j, i + v * N), vr, vc))};
+        least = hn::Min(least, hn::And(hn::BitCast(du, t), window));
+        k[v] = hn::ShiftRight<16>(t).raw;
+      }
+      ap::StoreCodesFour<kBits>(k, false, out + i * kBits / 8);
+    }
+    return hn::AllFalse(du, hn::Eq(least, hn::Zero(du)));
   }
 #endif
 
