@@ -10,9 +10,9 @@
 // one reduction of the stored patterns (ReduceGroups), batches planned a chunk ahead of
 // their encoding, bf16 read as even/odd pairs, nvfp4 without a division
 // (E2M1CpuQuotient), large outputs streamed; any other batch the general path. bf16 mx
-// groups are encoded on their stored patterns (kBF16Patterns), and on AVX2 and narrower
+// groups are encoded on their stored patterns (kBF16Patterns), and on SSE4 and SSSE3
 // bf16 nvfp4 groups without a global scale by thresholds on them (kBF16Thresholds); on
-// AVX3_DL those are encoded two groups a load (EncodeBF16NarrowPairs).
+// AVX3_DL and AVX2 those are encoded two groups a step (EncodeBF16NarrowPairs).
 //
 // Exactness argument, per encoder (y = w/scale, computed as the exact w·(1/scale) for the
 // power-of-two mx scales, or (w·enc)/s for nvfp4, single correctly rounded vector ops in
@@ -661,12 +661,12 @@ constexpr bool kQuarters = std::is_same_v<Codes, E2M1CpuCodes> && HWY_TARGET != 
 // patterns (E2M1CpuOfBF16, E4M3OfBF16) on every vector target: that halved the mx rows'
 // time on AVX2 and made mxfp8 a fifth faster on AVX3_DL, mxfp4 unchanged there.
 // nvfp4 groups of bf16 without a global scale are compared with their thresholds
-// (E2M1CpuOfBF16Thresholds) on AVX2 and narrower x86 targets: a 512-bit vector holds
-// two of its 16-value groups, which AVX3_DL encodes a pair a load (EncodeBF16NarrowPairs)
-// and AVX3 by the f32 path (docs/benchmarks.md §Measurements behind kernel choices).
+// (E2M1CpuOfBF16Thresholds) on SSE4 and SSSE3; AVX3_DL and AVX2 encode them a pair at a
+// time by one FMA and a byte lookup (EncodeBF16NarrowPairs), AVX3 by the f32 path
+// (docs/benchmarks.md §Measurements behind kernel choices).
 template <DType kDtype, bool kDivide, class Codes>
 constexpr bool kBF16Thresholds = kQuarters<Codes> && kDtype == DType::bf16 && kDivide && HWY_TARGET != HWY_SCALAR &&
-                                 !(HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3);
+                                 !(HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2);
 
 template <DType kDtype, bool kDivide, class Codes>
 constexpr bool kBF16Patterns = (kQuarters<Codes> || std::is_same_v<Codes, E4M3Codes>) && kDtype == DType::bf16 &&
@@ -827,12 +827,15 @@ HWY_INLINE bool PlanBatchFast(const fd::RowJob& job, fp_impl::VI amax_bits, fp_i
         vinv = hn::Div(hn::Set(df, 1.0f), hn::IfThenElse(live, vm, hn::Set(df, 8.0f)));
       }
       const fi::VF vk1 = pow2(hn::Sub(hn::Set(di, 5), e));
+      hn::Store(hn::Mul(vk1, vinv), df, plan.k1_inv_m);
+      hn::Store(hn::Neg(quarter), df, plan.neg_quarter_s);
+      // 16-bit inputs without a global scale are encoded by E2M1CpuQuotientNarrow (or the
+      // thresholds above), which reads these two alone.
+      if (kDtype != DType::f32 && !job.has_global) return true;
       hn::Store(vk1, df, plan.k1);
       hn::Store(hn::Neg(vm), df, plan.neg_m);
       hn::Store(vinv, df, plan.inv_m);
       hn::Store(hn::Mul(vinv, hn::Set(df, -0.5f)), df, plan.neg_half_inv_m);
-      hn::Store(hn::Mul(vk1, vinv), df, plan.k1_inv_m);
-      hn::Store(hn::Neg(quarter), df, plan.neg_quarter_s);
     } else {
       hn::Store(quarter, df, plan.k1);
     }
@@ -1008,9 +1011,61 @@ HWY_INLINE std::size_t EncodeBF16NarrowPairs(const std::byte* HWY_RESTRICT batch
 }
 #endif
 
+#if HWY_TARGET == HWY_AVX2 && HWY_ARCH_X86
+// E2M1CpuQuotientNarrow of the bf16 groups of 16 of a fast nvfp4 batch without a global
+// scale on AVX2, two groups (64 bytes) a step. u32 lane k of a group's load holds elements
+// 2k and 2k+1; each becomes f32 |x| by a mask (and a shift), and c = ⌈|x|·K − 2^-16⌉ is
+// rint(|x|·K + (1/2 − 2^-16)): one FMA and one vcvtps2dq (RNE). By E2M1CpuQuotientNarrow's
+// argument RN(|x|·K + 1/2 − 2^-16) lies within 2^-17.5 of y + 1/2 − 2^-16, with y = |p|/m an
+// integer n (then it lies in (n, n + 1/2)) or at least 2^-14 from every integer (then in
+// (⌈y⌉ − 1/2, ⌈y⌉ + 1/2)); for |p| < 1 it rounds to 0 or 1, magnitude 0 and no sign either
+// way. c takes its element's sign (vpsignd), and the four vectors of c (<= 48 in a fast
+// batch) are packed to signed bytes, even elements beside odd ones in each 128-bit block.
+// Magnitude: a 16-entry byte table of min(|c|, 15), plus one above 20; the sign bit where
+// c < −1 (|q| > 1 and negative). The odd codes shifted in beside the even ones make the
+// bytes, and one dword permutation orders the two groups. Returns the groups encoded (the
+// even part of nb).
+HWY_INLINE std::size_t EncodeBF16NarrowPairs(const std::byte* HWY_RESTRICT batch, std::size_t nb, const BatchPlan& plan,
+                                             std::size_t ahead, std::uint8_t* HWY_RESTRICT out) {
+  const __m256 half_less = _mm256_set1_ps(0.5f - 0x1p-16f);
+  const __m256i low_magnitude = _mm256_set1_epi32(0x7FFF), high_magnitude = _mm256_set1_epi32(0x7FFF0000);
+  // E2M1 magnitude of c = 0 .. 15 (kE2M1QuarterMidpoints passed), in both blocks.
+  const __m256i table = _mm256_setr_epi8(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 4, 5, 5, 5, 5, 6,  //
+                                         0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 4, 5, 5, 5, 5, 6);
+  const __m256i fifteen = _mm256_set1_epi8(15), twenty = _mm256_set1_epi8(20), minus_one = _mm256_set1_epi8(-1);
+  const __m256i sign_bit = _mm256_set1_epi8(8), order = _mm256_setr_epi32(0, 4, 1, 5, 2, 3, 6, 7);
+  const auto ceil_of = [&](__m256i magnitude, __m256 k, __m256i sign_source) {
+    const __m256i c = _mm256_cvtps_epi32(_mm256_fmadd_ps(_mm256_castsi256_ps(magnitude), k, half_less));
+    return _mm256_sign_epi32(c, sign_source);
+  };
+  std::size_t g = 0;
+  for (; g + 2 <= nb; g += 2) {
+    hwy::Prefetch(batch + ahead + g * 32);
+    const __m256i raw_a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(batch + g * 32));
+    const __m256i raw_b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(batch + g * 32 + 32));
+    const __m256 k_a = _mm256_broadcast_ss(plan.k1_inv_m + g), k_b = _mm256_broadcast_ss(plan.k1_inv_m + g + 1);
+    const __m256i even_a = _mm256_slli_epi32(raw_a, 16), even_b = _mm256_slli_epi32(raw_b, 16);
+    const __m256i c_even_a = ceil_of(_mm256_slli_epi32(_mm256_and_si256(raw_a, low_magnitude), 16), k_a, even_a);
+    const __m256i c_even_b = ceil_of(_mm256_slli_epi32(_mm256_and_si256(raw_b, low_magnitude), 16), k_b, even_b);
+    const __m256i c_odd_a = ceil_of(_mm256_and_si256(raw_a, high_magnitude), k_a, raw_a);
+    const __m256i c_odd_b = ceil_of(_mm256_and_si256(raw_b, high_magnitude), k_b, raw_b);
+    // Per block: a's even, b's even, a's odd, b's odd, four each (elements 8·block + 2j (+1)).
+    const __m256i c = _mm256_packs_epi16(_mm256_packs_epi32(c_even_a, c_even_b), _mm256_packs_epi32(c_odd_a, c_odd_b));
+    const __m256i size = _mm256_abs_epi8(c);
+    const __m256i magnitude = _mm256_sub_epi8(_mm256_shuffle_epi8(table, _mm256_min_epu8(size, fifteen)),
+                                              _mm256_cmpgt_epi8(size, twenty));
+    const __m256i codes = _mm256_or_si256(magnitude, _mm256_and_si256(_mm256_cmpgt_epi8(minus_one, c), sign_bit));
+    const __m256i bytes = _mm256_or_si256(codes, _mm256_slli_epi16(_mm256_srli_si256(codes, 8), 4));
+    const __m256i ordered = _mm256_permutevar8x32_epi32(bytes, order);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + g * 8), _mm256_castsi256_si128(ordered));
+  }
+  return g;
+}
+#endif
+
 // The nvfp4 codes of nb bf16 groups without a global scale (kBF16Thresholds) from their
-// stored patterns, a group of one vector at a time (AVX2: two groups' codes packed
-// together); other group sizes take E2M1CpuQuotientNarrow.
+// stored patterns, a group of one vector at a time; other group sizes take
+// E2M1CpuQuotientNarrow.
 HWY_INLINE void EncodeBF16Thresholds(const std::byte* HWY_RESTRICT batch, std::size_t nb, std::size_t gs,
                                      const BatchPlan& plan, std::size_t ahead, std::uint8_t* HWY_RESTRICT out) {
 #if HWY_TARGET != HWY_SCALAR
@@ -1027,14 +1082,7 @@ HWY_INLINE void EncodeBF16Thresholds(const std::byte* HWY_RESTRICT batch, std::s
   }
   const auto* w = reinterpret_cast<const std::int16_t*>(batch);
   constexpr std::size_t kStride = 2 * hn::MaxLanes(d16);  // == 2 · gs bytes (x86: Lanes == MaxLanes)
-  std::size_t g = 0;
-#if HWY_ARCH_X86 && HWY_TARGET == HWY_AVX2
-  for (; g + 2 <= nb; g += 2) {
-    hwy::Prefetch(batch + ahead + g * kStride);  // a pair of groups, 64 bytes: one line's worth
-    StoreNibblePairs(ThresholdCodes(w, plan, g, gs), ThresholdCodes(w, plan, g + 1, gs), out + g * gs / 2);
-  }
-#endif
-  for (; g < nb; ++g) {
+  for (std::size_t g = 0; g < nb; ++g) {
     PrefetchPast(batch, g, kStride, ahead);
     const hn::Rebind<std::uint8_t, decltype(d32)> d8;
     const auto pairs = hn::BitCast(d32, ThresholdCodes(w, plan, g, gs));
@@ -1069,7 +1117,7 @@ HWY_INLINE void EncodeBatchFast(const fd::RowJob& job, const std::byte* HWY_REST
       EncodeBF16Thresholds(batch, nb, gs, plan, ahead, out);
     } else if constexpr (kDtype != DType::f32) {  // enc = 1: x = w·enc = w, of at most 11 significant bits
       std::size_t done = 0;  // groups encoded in pairs
-#if HWY_TARGET == HWY_AVX3_DL && HWY_ARCH_X86
+#if (HWY_TARGET == HWY_AVX3_DL || HWY_TARGET == HWY_AVX2) && HWY_ARCH_X86
       if (kDtype == DType::bf16 && gs == 16) done = EncodeBF16NarrowPairs(batch, nb, plan, ahead, out);
 #endif
       EncodeGroups<kDtype, true>(batch + done * gs * 2, nb - done, gs, ahead, out + done * gs / 2,
