@@ -1028,7 +1028,7 @@ HWY_INLINE std::size_t EncodeBF16NarrowPairs(const std::byte* HWY_RESTRICT batch
 HWY_INLINE std::size_t EncodeBF16NarrowPairs(const std::byte* HWY_RESTRICT batch, std::size_t nb, const BatchPlan& plan,
                                              std::size_t ahead, std::uint8_t* HWY_RESTRICT out) {
   const __m256 half_less = _mm256_set1_ps(0.5f - 0x1p-16f);
-  const __m256i low_magnitude = _mm256_set1_epi32(0x7FFF), high_magnitude = _mm256_set1_epi32(0x7FFF0000);
+  const __m256i magnitude_bits = _mm256_set1_epi32(0x7FFFFFFF), high_magnitude = _mm256_set1_epi32(0x7FFF0000);
   // E2M1 magnitude of c = 0 .. 15 (kE2M1QuarterMidpoints passed), in both blocks.
   const __m256i table = _mm256_setr_epi8(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 4, 5, 5, 5, 5, 6,  //
                                          0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 4, 5, 5, 5, 5, 6);
@@ -1045,8 +1045,8 @@ HWY_INLINE std::size_t EncodeBF16NarrowPairs(const std::byte* HWY_RESTRICT batch
     const __m256i raw_b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(batch + g * 32 + 32));
     const __m256 k_a = _mm256_broadcast_ss(plan.k1_inv_m + g), k_b = _mm256_broadcast_ss(plan.k1_inv_m + g + 1);
     const __m256i even_a = _mm256_slli_epi32(raw_a, 16), even_b = _mm256_slli_epi32(raw_b, 16);
-    const __m256i c_even_a = ceil_of(_mm256_slli_epi32(_mm256_and_si256(raw_a, low_magnitude), 16), k_a, even_a);
-    const __m256i c_even_b = ceil_of(_mm256_slli_epi32(_mm256_and_si256(raw_b, low_magnitude), 16), k_b, even_b);
+    const __m256i c_even_a = ceil_of(_mm256_and_si256(even_a, magnitude_bits), k_a, even_a);
+    const __m256i c_even_b = ceil_of(_mm256_and_si256(even_b, magnitude_bits), k_b, even_b);
     const __m256i c_odd_a = ceil_of(_mm256_and_si256(raw_a, high_magnitude), k_a, raw_a);
     const __m256i c_odd_b = ceil_of(_mm256_and_si256(raw_b, high_magnitude), k_b, raw_b);
     // Per block: a's even, b's even, a's odd, b's odd, four each (elements 8·block + 2j (+1)).
