@@ -10,9 +10,8 @@
 // one reduction of the stored patterns (ReduceGroups), batches planned a chunk ahead of
 // their encoding, bf16 read as even/odd pairs, nvfp4 without a division
 // (E2M1CpuQuotient), large outputs streamed; any other batch the general path. bf16 mx
-// groups are encoded on their stored patterns (kBF16Patterns), and on SSE4 and SSSE3
-// bf16 nvfp4 groups without a global scale by thresholds on them (kBF16Thresholds); on
-// AVX3_DL and AVX2 those are encoded two groups a step (EncodeBF16NarrowPairs).
+// groups are encoded on their stored patterns (kBF16Patterns), and on AVX3_DL and AVX2
+// bf16 nvfp4 groups without a global scale two groups a step (EncodeBF16NarrowPairs).
 //
 // Exactness argument, per encoder (y = w/scale, computed as the exact w·(1/scale) for the
 // power-of-two mx scales, or (w·enc)/s for nvfp4, single correctly rounded vector ops in
@@ -337,28 +336,6 @@ HWY_INLINE hn::Vec<D16> E4M3OfBF16(D16 d16, hn::Vec<D16> w, hn::Vec<D16> shift, 
   return hn::Or(mag, hn::BitCast(d16, hn::And(hn::ShiftRight<8>(hn::BitCast(du16, w)), hn::Set(du16, 0x80))));
 }
 
-// nvfp4's E2M1 CPU codes of 16-bit lanes holding bf16 patterns w (no global scale: x =
-// w), given the group's seven thresholds: threshold j, at t[j·stride], is the bf16 pattern
-// of t_j·s/4 for t_j = kE2M1QuarterMidpoints[j], repeated in both halves of the u32 (exact:
-// s, an E4M3 value of at most 4 significant bits and >= 2^-9, times t_j of at most 3 is a
-// normal bf16 value). By E2M1CpuQuotient's argument the magnitude is the number of t_j with
-// |x| > t_j·s/4, for a group within E2M1CpuQuarters' range, and the sign goes on when
-// x < −s/4; patterns of non-negative values order as the values.
-template <class D16>
-HWY_INLINE hn::Vec<D16> E2M1CpuOfBF16Thresholds(D16 d16, hn::Vec<D16> w, const std::uint32_t* t, std::size_t stride) {
-  const hn::Repartition<std::uint32_t, D16> d32;
-  const auto p = hn::And(w, hn::Set(d16, 0x7FFF));
-  const auto above = [&](std::size_t j) {  // −1 where |x| > t_j·s/4, else 0
-    return hn::VecFromMask(d16, hn::Gt(p, hn::BitCast(d16, hn::Set(d32, t[j * stride]))));
-  };
-  const auto above_first = above(0);
-  // minus the magnitude, as a tree; the code is the sign bit (8, on a nonzero magnitude)
-  // plus the magnitude (<= 7): one subtraction.
-  const auto minus_mag = hn::Add(hn::Add(hn::Add(above_first, above(1)), hn::Add(above(2), above(3))),
-                                 hn::Add(hn::Add(above(4), above(5)), above(6)));
-  return hn::Sub(hn::And(hn::And(hn::ShiftRight<15>(w), above_first), hn::Set(d16, 8)), minus_mag);
-}
-
 // E4M3 code bits (sign in bit 7) → f32, as the oracle's decode: the magnitude bits << 7
 // read as an f16, ·2^112 (f16 → f32) ·2^8 (the oracle's ×256) folded into one exact ·2^120.
 HWY_INLINE VF E4M3Decode(VI c) {
@@ -660,13 +637,9 @@ constexpr bool kQuarters = std::is_same_v<Codes, E2M1CpuCodes> && HWY_TARGET != 
 // bf16 mx groups (E2M1 with the CPU rounding, E4M3) are encoded on their stored 16-bit
 // patterns (E2M1CpuOfBF16, E4M3OfBF16) on every vector target: that halved the mx rows'
 // time on AVX2 and made mxfp8 a fifth faster on AVX3_DL, mxfp4 unchanged there.
-// nvfp4 groups of bf16 without a global scale are compared with their thresholds
-// (E2M1CpuOfBF16Thresholds) on SSE4 and SSSE3; AVX3_DL and AVX2 encode them a pair at a
-// time by one FMA and a byte lookup (EncodeBF16NarrowPairs), AVX3 by the f32 path
+// nvfp4 groups of bf16 without a global scale are encoded a pair at a time by one FMA and
+// a byte lookup on AVX3_DL and AVX2 (EncodeBF16NarrowPairs), elsewhere by the f32 path
 // (docs/benchmarks.md §Measurements behind kernel choices).
-template <DType kDtype, bool kDivide, class Codes>
-constexpr bool kBF16Thresholds = kQuarters<Codes> && kDtype == DType::bf16 && kDivide && HWY_TARGET != HWY_SCALAR &&
-                                 !(HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2);
 
 template <DType kDtype, bool kDivide, class Codes>
 constexpr bool kBF16Patterns = (kQuarters<Codes> || std::is_same_v<Codes, E4M3Codes>) && kDtype == DType::bf16 &&
@@ -706,7 +679,6 @@ struct alignas(64) BatchPlan {
   float k1[kMaxN], neg_m[kMaxN], inv_m[kMaxN], neg_half_inv_m[kMaxN];
   float k1_inv_m[kMaxN], neg_quarter_s[kMaxN];  // E2M1CpuQuotientNarrow's K and −s/4
   std::int16_t shift[kMaxN];  // E2M1CpuOfBF16's k << 7 (mx scale 2^k)
-  std::uint32_t thresholds[7 * kMaxN];  // E2M1CpuOfBF16Thresholds', j·kMaxN + g; a bf16 pattern in both halves
 };
 
 #if HWY_TARGET != HWY_SCALAR
@@ -792,26 +764,6 @@ HWY_INLINE bool PlanBatchFast(const fd::RowJob& job, fp_impl::VI amax_bits, fp_i
     // nvfp4: E2M1CpuQuotient's p = (w·enc)·2^(5−e) and m = s·2^(3−e) (e = ⌊log2 s⌋; s >=
     // 2^-9 is a normal f32).
     if constexpr (kDivide) {
-      if constexpr (kBF16Thresholds<kDtype, kDivide, Codes>) {
-        if (!job.has_global) {  // t·s/4, exact, whose f32 pattern has 16 zero low bits: its high half twice
-          const hn::Repartition<std::uint8_t, fi::DI> d8;
-          alignas(64) static constexpr std::uint8_t kHighHalfTwice[32] = {
-              2, 3, 2, 3, 6, 7, 6, 7, 10, 11, 10, 11, 14, 15, 14, 15,
-              2, 3, 2, 3, 6, 7, 6, 7, 10, 11, 10, 11, 14, 15, 14, 15};  // within each 16-byte block
-          const auto twice = hn::Load(d8, kHighHalfTwice);
-#pragma GCC unroll 7
-          for (std::size_t j = 0; j < 7; ++j) {
-            const auto t = static_cast<float>(fi::kE2M1QuarterMidpoints[j]) * 0.25f;
-            const auto bits = hn::BitCast(d8, hn::Mul(vfactor, hn::Set(df, t)));
-            hn::StoreU(hn::BitCast(di, hn::TableLookupBytes(bits, twice)), di,
-                       reinterpret_cast<std::int32_t*>(plan.thresholds + j * kMaxN));
-          }
-          // Groups of one vector need nothing else (EncodeBF16Thresholds).
-          if (static_cast<std::size_t>(job.group_size) == hn::Lanes(hn::Repartition<std::int16_t, fi::DI>())) {
-            return true;
-          }
-        }
-      }
       const fi::VI e = hn::Sub(hn::ShiftRight<23>(hn::BitCast(di, vfactor)), hn::Set(di, 127));
       const auto pow2 = [&](fi::VI k) { return hn::BitCast(df, hn::ShiftLeft<23>(hn::Add(k, hn::Set(di, 127)))); };
       const fi::VF vm = hn::Mul(vfactor, pow2(hn::Sub(hn::Set(di, 3), e)));
@@ -829,8 +781,8 @@ HWY_INLINE bool PlanBatchFast(const fd::RowJob& job, fp_impl::VI amax_bits, fp_i
       const fi::VF vk1 = pow2(hn::Sub(hn::Set(di, 5), e));
       hn::Store(hn::Mul(vk1, vinv), df, plan.k1_inv_m);
       hn::Store(hn::Neg(quarter), df, plan.neg_quarter_s);
-      // 16-bit inputs without a global scale are encoded by E2M1CpuQuotientNarrow (or the
-      // thresholds above), which reads these two alone.
+      // 16-bit inputs without a global scale are encoded by E2M1CpuQuotientNarrow, which
+      // reads these two alone.
       if (kDtype != DType::f32 && !job.has_global) return true;
       hn::Store(vk1, df, plan.k1);
       hn::Store(hn::Neg(vm), df, plan.neg_m);
@@ -958,15 +910,6 @@ HWY_INLINE void EncodeBF16Patterns(const std::byte* HWY_RESTRICT batch, std::siz
 #endif
 }
 
-#if HWY_TARGET != HWY_SCALAR
-// E2M1CpuOfBF16Thresholds of group g, one vector, with its planned thresholds.
-HWY_INLINE hn::Vec<hn::ScalableTag<std::int16_t>> ThresholdCodes(const std::int16_t* HWY_RESTRICT w,
-                                                                 const BatchPlan& plan, std::size_t g, std::size_t gs) {
-  const hn::ScalableTag<std::int16_t> d16;
-  return fp_impl::E2M1CpuOfBF16Thresholds(d16, hn::LoadU(d16, w + g * gs), plan.thresholds + g, BatchPlan::kMaxN);
-}
-#endif
-
 #if HWY_TARGET == HWY_AVX3_DL && HWY_ARCH_X86
 // E2M1CpuQuotientNarrow of the bf16 groups of 16 of a fast nvfp4 batch without a global
 // scale, two groups (one 64-byte line) a load: u32 lane k holds elements 2k and 2k+1, so
@@ -1063,36 +1006,6 @@ HWY_INLINE std::size_t EncodeBF16NarrowPairs(const std::byte* HWY_RESTRICT batch
 }
 #endif
 
-// The nvfp4 codes of nb bf16 groups without a global scale (kBF16Thresholds) from their
-// stored patterns, a group of one vector at a time; other group sizes take
-// E2M1CpuQuotientNarrow.
-HWY_INLINE void EncodeBF16Thresholds(const std::byte* HWY_RESTRICT batch, std::size_t nb, std::size_t gs,
-                                     const BatchPlan& plan, std::size_t ahead, std::uint8_t* HWY_RESTRICT out) {
-#if HWY_TARGET != HWY_SCALAR
-  namespace fi = fp_impl;
-  const hn::ScalableTag<std::int16_t> d16;
-  const hn::Repartition<std::uint32_t, decltype(d16)> d32;
-  const std::size_t n16 = hn::Lanes(d16);
-  if (gs != n16) {
-    const fi::DF df;
-    EncodeGroups<DType::bf16, true>(batch, nb, gs, ahead, out, [&](std::size_t g, fi::VF w) {
-      return fi::E2M1CpuQuotientNarrow(w, hn::Set(df, plan.k1_inv_m[g]), hn::Set(df, plan.neg_quarter_s[g]));
-    });
-    return;
-  }
-  const auto* w = reinterpret_cast<const std::int16_t*>(batch);
-  constexpr std::size_t kStride = 2 * hn::MaxLanes(d16);  // == 2 · gs bytes (x86: Lanes == MaxLanes)
-  for (std::size_t g = 0; g < nb; ++g) {
-    PrefetchPast(batch, g, kStride, ahead);
-    const hn::Rebind<std::uint8_t, decltype(d32)> d8;
-    const auto pairs = hn::BitCast(d32, ThresholdCodes(w, plan, g, gs));
-    hn::StoreU(affine_pack::LowBytes(d8, hn::Or(pairs, hn::ShiftRight<12>(pairs))), d8, out + g * gs / 2);
-  }
-#else
-  (void)batch, (void)nb, (void)gs, (void)plan, (void)ahead, (void)out;
-#endif
-}
-
 // The element codes of a batch that PlanBatchFast accepted, group by group: converted
 // again from the input (now cached) and encoded with no branch or (nvfp4) division.
 template <DType kDtype, bool kDivide, class Codes>
@@ -1113,8 +1026,6 @@ HWY_INLINE void EncodeBatchFast(const fd::RowJob& job, const std::byte* HWY_REST
     if (job.has_global) {
       EncodeGroups<kDtype, true>(batch, nb, gs, ahead, out,
                                  [&](std::size_t g, fi::VF w) { return quotient(g, hn::Mul(w, venc)); });
-    } else if constexpr (kBF16Thresholds<kDtype, kDivide, Codes>) {  // enc = 1: x = w
-      EncodeBF16Thresholds(batch, nb, gs, plan, ahead, out);
     } else if constexpr (kDtype != DType::f32) {  // enc = 1: x = w·enc = w, of at most 11 significant bits
       std::size_t done = 0;  // groups encoded in pairs
 #if (HWY_TARGET == HWY_AVX3_DL || HWY_TARGET == HWY_AVX2) && HWY_ARCH_X86
