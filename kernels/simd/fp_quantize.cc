@@ -917,24 +917,32 @@ HWY_INLINE void EncodeBF16Patterns(const std::byte* HWY_RESTRICT batch, std::siz
 // the plan. Elements 2k and 2k+1 become f32 |x| by a mask and a shift, each takes one FMA
 // and an upward conversion, and its code is one byte lookup indexed by c = ⌈·⌉ and the
 // element's sign bit at bit 6 (c <= 48 < 64 in a fast batch, so no clamp), the odd
-// elements' table shifted to the high nibble: an or packs the pair. Returns the number of
-// groups encoded (the even part of nb).
+// elements' table shifted to the high nibble: an or packs the pair. Eight groups are
+// looked up and stored together (a vpmovdb per line cost more than gathering the index
+// bytes). Returns the number of groups encoded (the even part of nb).
 HWY_INLINE std::size_t EncodeBF16NarrowPairs(const std::byte* HWY_RESTRICT batch, std::size_t nb, const BatchPlan& plan,
                                              std::size_t ahead, std::uint8_t* HWY_RESTRICT out) {
   static_assert(BatchPlan::kMaxN == 16);
   alignas(64) static constexpr std::array<std::uint8_t, 128> kEven = fp_impl::E2M1CodeBySignAndCeil<128, 0>();
   alignas(64) static constexpr std::array<std::uint8_t, 128> kOdd = fp_impl::E2M1CodeBySignAndCeil<128, 4>();
+  // Byte 4·(j mod 32) of two vectors' 128 bytes, at byte j: the index bytes of lanes 0-15
+  // of the first and then of the second, twice (a blend keeps one copy).
+  alignas(64) static constexpr std::array<std::uint8_t, 64> kLaneBytes = [] {
+    std::array<std::uint8_t, 64> t{};
+    for (std::size_t j = 0; j < 64; ++j) t[j] = static_cast<std::uint8_t>(4 * (j % 32));
+    return t;
+  }();
   const __m512i even_lo = _mm512_load_si512(kEven.data()), even_hi = _mm512_load_si512(kEven.data() + 64);
   const __m512i odd_lo = _mm512_load_si512(kOdd.data()), odd_hi = _mm512_load_si512(kOdd.data() + 64);
   const __m512 k = _mm512_load_ps(plan.k1_inv_m), bias = _mm512_set1_ps(-0x1p-16f);
   const __m512i group_of_lane = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
   const __m512i sign_bit = _mm512_set1_epi32(0x40), magnitudes = _mm512_set1_epi32(0x7FFF7FFF);
   const __m512i odd_magnitude = _mm512_set1_epi32(0x7FFF0000);
-  const hn::Full512<std::uint32_t> du;
-  const hn::Rebind<std::uint8_t, decltype(du)> d8;
   constexpr int kRoundUp = _MM_FROUND_TO_POS_INF | _MM_FROUND_NO_EXC;
-  std::size_t g = 0;
-  for (; g + 2 <= nb; g += 2) {
+  // The table indices of groups g and g+1 (one 64-byte line), even and odd elements, in
+  // the low byte of each u32 lane: c | (sign & 0x40), bit 15 (element 2k's sign) or bit 31
+  // (2k+1's) moved to bit 6.
+  const auto indices = [&](std::size_t g, __m512i& i_even, __m512i& i_odd) {
     PrefetchPast(batch, g / 2, 64, ahead);
     const __m512i raw = _mm512_loadu_si512(batch + g * 32);
     const __m512i pair = _mm512_add_epi32(group_of_lane, _mm512_set1_epi32(static_cast<int>(g)));
@@ -943,9 +951,31 @@ HWY_INLINE std::size_t EncodeBF16NarrowPairs(const std::byte* HWY_RESTRICT batch
     const __m512 odd = _mm512_castsi512_ps(_mm512_and_si512(raw, odd_magnitude));
     const __m512i c_even = _mm512_cvt_roundps_epi32(_mm512_fmadd_ps(even, lane_k, bias), kRoundUp);
     const __m512i c_odd = _mm512_cvt_roundps_epi32(_mm512_fmadd_ps(odd, lane_k, bias), kRoundUp);
-    // c | (sign & 0x40): bit 15 (element 2k's sign) or bit 31 (2k+1's) moved to bit 6.
-    const __m512i i_even = _mm512_ternarylogic_epi32(c_even, _mm512_srli_epi32(raw, 9), sign_bit, 0xF8);
-    const __m512i i_odd = _mm512_ternarylogic_epi32(c_odd, _mm512_srli_epi32(raw, 25), sign_bit, 0xF8);
+    i_even = _mm512_ternarylogic_epi32(c_even, _mm512_srli_epi32(raw, 9), sign_bit, 0xF8);
+    i_odd = _mm512_ternarylogic_epi32(c_odd, _mm512_srli_epi32(raw, 25), sign_bit, 0xF8);
+  };
+  std::size_t g = 0;
+  // Eight groups (four lines) a step: their index bytes gathered into one vector each for
+  // the even and odd elements (two two-table byte permutations and a blend), so one
+  // lookup each and one 64-byte store serve the eight groups.
+  const __m512i lane_bytes = _mm512_load_si512(kLaneBytes.data());
+  const auto gather = [&](const __m512i* i) {
+    return _mm512_mask_blend_epi8(0xFFFFFFFF00000000ull, _mm512_permutex2var_epi8(i[0], lane_bytes, i[1]),
+                                  _mm512_permutex2var_epi8(i[2], lane_bytes, i[3]));
+  };
+  for (; g + 8 <= nb; g += 8) {
+    __m512i i_even[4], i_odd[4];
+#pragma GCC unroll 4
+    for (std::size_t l = 0; l < 4; ++l) indices(g + 2 * l, i_even[l], i_odd[l]);
+    const __m512i bytes = _mm512_or_si512(_mm512_permutex2var_epi8(even_lo, gather(i_even), even_hi),
+                                          _mm512_permutex2var_epi8(odd_lo, gather(i_odd), odd_hi));
+    _mm512_storeu_si512(out + g * 8, bytes);
+  }
+  const hn::Full512<std::uint32_t> du;
+  const hn::Rebind<std::uint8_t, decltype(du)> d8;
+  for (; g + 2 <= nb; g += 2) {
+    __m512i i_even, i_odd;
+    indices(g, i_even, i_odd);
     const __m512i bytes = _mm512_or_si512(_mm512_permutex2var_epi8(even_lo, i_even, even_hi),
                                           _mm512_permutex2var_epi8(odd_lo, i_odd, odd_hi));
     hn::StoreU(affine_pack::LowBytes(d8, hn::Vec512<std::uint32_t>{bytes}), d8, out + g * 8);
