@@ -287,6 +287,8 @@ void record_adjacent(benchmark::State& state, const BaselineSample& before, cons
   state.counters["adj_memcpy_gbps"] = (before.memcpy_gbps + after.memcpy_gbps) / 2;
   state.counters["adj_drift"] = std::max(drift(before.read_gbps, after.read_gbps),
                                          drift(before.memcpy_gbps, after.memcpy_gbps));
+  // The lower of the two: a drop on either side of the loop may have reached into it.
+  state.counters["adj_fma_glanes"] = std::min(before.fma_glanes, after.fma_glanes);
 }
 
 // ---- kernels ------------------------------------------------------------------------

@@ -40,6 +40,7 @@ HWY_AFTER_NAMESPACE();
 #include <string>
 #include <vector>
 
+#include "bench/arith_baseline.h"
 #include "bench/memory_baseline.h"
 #include "kernels/simd/parallel.h"
 #include "kernels/simd/simd_backend.h"
@@ -131,6 +132,9 @@ BaselineSample sample_baselines(const BigBuffer& src, BigBuffer& dst) {
     volatile float sum = 0;                         // volatile: the reads must happen
     sample.read_gbps = bytes * best_of_two([&] { sum = streaming_read(src, true); }) / 1e9;
     (void)sum;
+    // 2^17 rounds: under a millisecond at the FMA rates of these machines.
+    double lanes = 0;
+    sample.fma_glanes = best_of_two([&] { lanes = fma_lanes(std::int64_t{1} << 17, true); }) * lanes / 1e9;
   }
   sample.memcpy_gbps = 2 * bytes * best_of_two([&] { chunked_memcpy(src, dst, true); }) / 1e9;
   return sample;

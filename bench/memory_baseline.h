@@ -43,13 +43,18 @@ void chunked_memcpy(const BigBuffer& src, BigBuffer& dst, bool use_pool);
 struct BaselineSample {
   double read_gbps = 0;    // src bytes / read time, in 1e9 bytes per second
   double memcpy_gbps = 0;  // 2 x src bytes (read + written, like the kernels' bytes model) / copy time
+  // f32 FMA lanes per second over the pool, in 1e9 (arith_baseline.h's chains, briefly):
+  // the arithmetic the host gave the pool just then. On a Zen 4 VM it fell to half beside
+  // some rows, which halves an arithmetic-bound kernel's % of the read
+  // (docs/benchmarks.md §How a row is measured).
+  double fma_glanes = 0;
 };
 
-// Streaming reads of src, then memcpys of src into dst, over the pool (two passes each).
-// The read runs on the best attainable Highway target even while a SIMD backend pins
-// another one (the pin is process-global and outlives the sample): with no pin, dispatch
-// picks that same target (the lowest supported bit of the compiled set), so the sample
-// reads like the run-start baseline_read row.
+// Streaming reads of src, then memcpys of src into dst, then FMA chains, over the pool
+// (two passes each). The read and the FMAs run on the best attainable Highway target even
+// while a SIMD backend pins another one (the pin is process-global and outlives the
+// sample): with no pin, dispatch picks that same target (the lowest supported bit of the
+// compiled set), so the sample reads like the run-start baseline_read and baseline_fma rows.
 BaselineSample sample_baselines(const BigBuffer& src, BigBuffer& dst);
 
 }  // namespace kvlab::bench

@@ -17,6 +17,10 @@ SUFFIX = re.compile(r"^(iterations|repeats|min_time|min_warmup_time|threads):|^(
 MIN_REPS_FOR_NOISE = 3
 MAD_TO_SIGMA = 1.4826  # MAD of a normal sample times this estimates its standard deviation
 DRIFT_MARK_PCT = 10.0  # a verdict is marked when a baseline moved more than this across a timed loop
+# A row is marked "host-slowed" when the FMA rate sampled beside it (adj_fma_glanes) is below
+# this % of the run's best: the host gave the pool that much less arithmetic while it ran
+# (on the Zen 4 VMs, half for minutes at a time: docs/benchmarks.md §How a row is measured).
+SLOWED_HOST_PCT = 75.0
 
 
 def base_name(run_name):
@@ -58,6 +62,7 @@ class Row:
         self.mix = {}  # SIMD decode rows: kind (MIX_KINDS) -> multiply-add lanes per call, as declared
         self.device_timed = []  # Vulkan rows: fraction of calls timed on the device, per repetition
         self.adjacent = []  # host rows: (seconds, adj read GB/s, adj memcpy GB/s, adj drift) per repetition
+        self.adjacent_fma = []  # host rows: the FMA rate sampled beside each repetition, 1e9 lanes/s
         self.passes = {}  # Vulkan rows: pass name -> its mean device µs per call, one per repetition
         self.label = ""
         self.error = None
@@ -95,6 +100,8 @@ class Row:
                 self.passes.setdefault(key[3:], []).append(value)
         if b.get("adj_read_gbps") and b.get("adj_memcpy_gbps"):
             self.adjacent.append((self.times[-1], b["adj_read_gbps"], b["adj_memcpy_gbps"], b.get("adj_drift", 0.0)))
+        if b.get("adj_fma_glanes"):
+            self.adjacent_fma.append(b["adj_fma_glanes"])
 
     @property
     def timed(self):
@@ -154,6 +161,13 @@ class Row:
         if not run_start_gbps:
             return []
         return [100 * self.bytes_per_iter / t / 1e9 / run_start_gbps for t in self.times if t]
+
+    def host_arith_pct(self, best_glanes):
+        """The median over the repetitions of the FMA rate sampled beside each, in % of
+        `best_glanes` (the run's best), or None without such samples."""
+        if not self.adjacent_fma or not best_glanes:
+            return None
+        return statistics.median(100 * g / best_glanes for g in self.adjacent_fma)
 
     def drift_pct(self):
         """The largest baseline drift across one of the row's timed loops, in %, or None."""

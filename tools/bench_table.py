@@ -44,7 +44,11 @@ table: one row per kernel benchmark: kernel | shape | backend | GB/s | % read | 
     says so, e.g. "PASS >= 50% memcpy (drift 23.0%)": the baseline moved during that
     benchmark, so its ratio is less certain. When the repetitions' own ratios lie on both
     sides of the target, the verdict (still the median's) adds "(uncertain: repetitions
-    lo-hi%)": one more run may well flip it.
+    lo-hi%)": one more run may well flip it. kvlab_bench also samples the pool's FMA rate
+    beside each repetition (adj_fma_glanes); where the median of those is below
+    SLOWED_HOST_PCT (75 %) of the run's best (that sample or the run-start baseline_fma),
+    the verdict adds "(host-slowed: its arithmetic N% of the run's best)": the host gave
+    the pool less arithmetic while the row ran, so an arithmetic-bound row reads low.
   * % vkcopy: a Vulkan row's GB/s over the same run's device buffer copy on the same device,
     the faster of baseline_vkcopy/<device> (vkCmdCopyBuffer between device-local buffers)
     and baseline_vkshadercopy/<device> (a compute shader copying the same buffers), read +
@@ -76,8 +80,10 @@ verdict: each target (the best optimized backend per kernel, shape and basis, as
   is met in every run and there are at least --runs (default 3: issue 20's "three
   consecutive full runs") runs, all from one machine (same kvlab_cpu, CPU count, threads,
   best SIMD target and cache flush in the context); otherwise MISS (met in none), MIXED
-  (met in some), ABSENT (not in every run) or "PASS in N runs, fewer than 3". Exit status
-  0 when every target passes, 1 otherwise.
+  (met in some), ABSENT (not in every run), "PASS in N runs, fewer than 3", or RERUN when
+  every run that missed was host-slowed ("!" after its %): those runs say nothing about
+  the CPU either way, so the command has to run again. Exit status 0 when every target
+  passes, 1 otherwise.
 
 compare: rows present in both files, matched by name. Noise rule: a row is flagged only
   when  |median_new - median_old| > K * max(noise_old, noise_new)  AND the change exceeds
@@ -105,7 +111,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_results import (  # noqa: E402  pylint: disable=wrong-import-position
     DEVICE_COPIES, DOT_BASELINES, DRIFT_MARK_PCT, MIN_REPS_FOR_NOISE, MIX_KINDS, MIX_NAMES, NOT_A_TARGET, PEERS,
-    UNIT_SECONDS, ResultError, peer_key,
+    SLOWED_HOST_PCT, UNIT_SECONDS, ResultError, peer_key,
     adjacent_range, base_name, baselines, device_key, device_type, is_vulkan, load, parse_label, target_of)
 
 
@@ -146,6 +152,10 @@ class Bases:
             r = self.rows.get((op, "pool"))
             for kind, values in (r.dot_lanes_per_second.items() if r else ()):
                 self.rates[kind] = statistics.median(values)
+        # The host's best arithmetic in this run (1e9 FMA lanes/s): the run-start pool row
+        # and every sample beside a row; host_arith_pct reads each row against it.
+        samples = [g for r in rows.values() for g in r.adjacent_fma]
+        self.best_fma_glanes = max(samples + ([self.fma / 1e9] if self.fma else []), default=None)
         self.device_copy = {}
         for (op, where), r in self.rows.items():
             if op in DEVICE_COPIES and r.gbps():
@@ -192,10 +202,12 @@ class Bases:
 
 class Judged:
     """A row measured against its target: `got` % of `basis` where `need` % is asked;
-    `uncertain` when its repetitions fall on both sides; `marks` the drift/uncertain notes."""
+    `uncertain` when its repetitions fall on both sides; `slowed` the host's arithmetic in %
+    of the run's best where it was below SLOWED_HOST_PCT, else None; `marks` the notes."""
 
-    def __init__(self, row, basis, need, got, marks, uncertain):
+    def __init__(self, row, basis, need, got, marks, uncertain, slowed=None):
         self.row, self.basis, self.need, self.got, self.marks, self.uncertain = row, basis, need, got, marks, uncertain
+        self.slowed = slowed
 
     @property
     def passed(self):
@@ -223,7 +235,11 @@ def judge(context, r, ratios, bases):
     if uncertain:
         # The median decides, but the repetitions themselves fall on both sides.
         marks += f" (uncertain: repetitions {min(spread):.1f}-{max(spread):.1f}%)"
-    judged = Judged(r, basis, need, got, marks, uncertain)
+    arith = r.host_arith_pct(bases.best_fma_glanes)
+    slowed = arith if arith is not None and arith < SLOWED_HOST_PCT else None
+    if slowed is not None:
+        marks += f" (host-slowed: its arithmetic {slowed:.0f}% of the run's best)"
+    judged = Judged(r, basis, need, got, marks, uncertain, slowed)
     return f"{'PASS' if judged.passed else 'MISS'} >= {need:g}% {basis}{marks}", judged
 
 
@@ -390,8 +406,8 @@ def verdict(paths, runs=3, out=sys.stdout):
         problems.append("no row of these files has a target (smoke tier, or no perf shapes)")
     lines, all_pass = [], not problems and len(files) >= runs
     for key in keys:
-        cells, met, present, need, basis = [], 0, 0, None, key[2]
-        for _, _, best in files:
+        cells, met, present, need, basis, slowed = [], 0, 0, None, key[2], []
+        for i, (_, _, best) in enumerate(files, 1):
             j = best.get(key)
             if j is None:
                 cells.append("-")
@@ -399,11 +415,17 @@ def verdict(paths, runs=3, out=sys.stdout):
             present += 1
             met += j.passed
             need = j.need
-            cells.append(f"{j.got:.1f}{'?' if j.uncertain else ''}")
+            if not j.passed and j.slowed is not None:
+                slowed.append(f"run {i} at {j.slowed:.0f}%")
+            cells.append(f"{j.got:.1f}{'?' if j.uncertain else ''}{'!' if j.slowed is not None else ''}")
         if present < len(files):
             status = f"ABSENT from {len(files) - present} of {len(files)} runs"
         elif met == len(files):
             status = "PASS" if len(files) >= runs else f"PASS in {met} runs, fewer than {runs}"
+        elif met + len(slowed) == len(files):
+            # Missed only where the host gave the pool less arithmetic: no verdict on this
+            # CPU from those runs (neither met nor missed); run the command again.
+            status = f"RERUN: missed only host-slowed ({', '.join(slowed)})"
         elif met == 0:
             status = "MISS"
         else:
@@ -413,6 +435,7 @@ def verdict(paths, runs=3, out=sys.stdout):
     print_table(lines, ["kernel", "shape", *[f"run {i}" for i in range(1, len(files) + 1)], "target", "verdict"], out,
                 left=2)
     out.write("  ? = that run's repetitions fall on both sides of the target (its median decides)\n")
+    out.write(f"  ! = host-slowed: the FMA rate sampled beside the row below {SLOWED_HOST_PCT:g}% of the run's best\n")
     for p in problems:
         out.write(f"  not a PASS: {p}\n")
     if len(files) < runs:

@@ -531,6 +531,40 @@ class Verdict(unittest.TestCase):
         self.assertRegex(self.line(text, "rope"), r"100\.0\s+-\s+100\.0 .*ABSENT from 1 of 3 runs$")
         self.assertEqual(status, 1)
 
+    def slowed_file(self, affine_memcpy, fma):
+        # The affine row's FMA samples (1e9 lanes/s) beside a rope row sampled at 100: the
+        # run's best is 100, so 40 is 40 % of it (host-slowed, below 75) and 90 is not.
+        path = self.run_file(affine_memcpy, 20.0)
+        with open(path) as f:
+            data = json.load(f)
+        for row in data["benchmarks"]:
+            if row["name"].startswith(("affine_quantize", "rope")):
+                row["adj_fma_glanes"] = fma if row["name"].startswith("affine") else 100.0
+        with open(path, "w") as f:
+            json.dump(data, f)
+        return path
+
+    def test_a_run_missed_only_while_the_host_was_slowed_asks_for_a_rerun(self):
+        # Run 2: 8 GB/s over 16 = 50 % (missed) while the FMA rate beside it was 40 % of the
+        # run's best: not counted either way, RERUN, exit 1.
+        files = [self.slowed_file([10] * 3, 100.0), self.slowed_file([16] * 3, 40.0), self.slowed_file([10] * 3, 100.0)]
+        status, text = self.verdict(files)
+        self.assertRegex(self.line(text, "affine_quantize"),
+                         r"80\.0\s+50\.0!\s+80\.0 .*RERUN: missed only host-slowed \(run 2 at 40%\)$")
+        self.assertEqual(status, 1)
+        # The same miss with the host's arithmetic at 90 %: a plain MIXED.
+        files[1] = self.slowed_file([16] * 3, 90.0)
+        self.assertRegex(self.line(self.verdict(files)[1], "affine_quantize"), r"80\.0\s+50\.0\s+80\.0 .*MIXED")
+        # A run met although slowed counts as met.
+        files = [self.slowed_file([10] * 3, 40.0)] + [self.slowed_file([10] * 3, 100.0) for _ in range(2)]
+        status, text = self.verdict(files)
+        self.assertRegex(self.line(text, "affine_quantize"), r"80\.0!\s+80\.0\s+80\.0 .*PASS$")
+
+    def test_a_slowed_run_beside_a_real_miss_is_still_a_miss(self):
+        # Runs 1 and 3 miss with the host at its best: the row misses on this CPU.
+        files = [self.slowed_file([16] * 3, 100.0), self.slowed_file([16] * 3, 40.0), self.slowed_file([16] * 3, 100.0)]
+        self.assertRegex(self.line(self.verdict(files)[1], "affine_quantize"), r"50\.0\s+50\.0!\s+50\.0 .*MISS$")
+
     def test_a_run_whose_repetitions_straddle_the_target_is_marked(self):
         # Adjacent memcpy 10 / 16 / 10: 80 / 50 / 80 % -> median 80 %, met, but uncertain.
         files = [self.run_file([10, 16, 10], 20.0)] + [self.run_file([10] * 3, 20.0) for _ in range(2)]
