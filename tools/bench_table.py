@@ -296,6 +296,12 @@ def table(path, out=sys.stdout):
                   "after each repetition's timed loop; median of the per-repetition ratios)\n")
         out.write(f"  adjacent samples over the run: read {read_lo:.1f}-{read_hi:.1f} GB/s, "
                   f"memcpy {copy_lo:.1f}-{copy_hi:.1f} GB/s\n")
+        fma = [g for r in rows.values() for g in r.adjacent_fma]
+        if fma:
+            slowed = sum(1 for r in host if (p := r.host_arith_pct(bases.best_fma_glanes)) is not None
+                         and p < SLOWED_HOST_PCT)
+            out.write(f"  the pool's FMA rate beside them: {min(fma):.1f}-{max(fma):.1f} G lanes/s; "
+                      f"{slowed} row(s) host-slowed (below {SLOWED_HOST_PCT:g}% of the best)\n")
         if run_start_rows:
             out.write(f"  host rows without adjacent samples ({len(run_start_rows)}): over the run-start rows above\n")
     else:

@@ -552,6 +552,10 @@ class Verdict(unittest.TestCase):
         self.assertRegex(self.line(text, "affine_quantize"),
                          r"80\.0\s+50\.0!\s+80\.0 .*RERUN: missed only host-slowed \(run 2 at 40%\)$")
         self.assertEqual(status, 1)
+        out = io.StringIO()
+        bt.table(files[1], out)
+        self.assertIn("the pool's FMA rate beside them: 40.0-100.0 G lanes/s; 1 row(s) host-slowed", out.getvalue())
+        self.assertIn("(host-slowed: its arithmetic 40% of the run's best)", out.getvalue())
         # The same miss with the host's arithmetic at 90 %: a plain MIXED.
         files[1] = self.slowed_file([16] * 3, 90.0)
         self.assertRegex(self.line(self.verdict(files)[1], "affine_quantize"), r"80\.0\s+50\.0\s+80\.0 .*MIXED")
