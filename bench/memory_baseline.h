@@ -50,7 +50,7 @@ struct BaselineSample {
   double fma_glanes = 0;
 };
 
-// Streaming reads of src, then memcpys of src into dst, then FMA chains, over the pool
+// Streaming reads of src, then FMA chains, then memcpys of src into dst, over the pool
 // (two passes each). The read and the FMAs run on the best attainable Highway target even
 // while a SIMD backend pins another one (the pin is process-global and outlives the
 // sample): with no pin, dispatch picks that same target (the lowest supported bit of the

@@ -19,7 +19,7 @@ MAD_TO_SIGMA = 1.4826  # MAD of a normal sample times this estimates its standar
 DRIFT_MARK_PCT = 10.0  # a verdict is marked when a baseline moved more than this across a timed loop
 # A row is marked "host-slowed" when the FMA rate sampled beside it (adj_fma_glanes) is below
 # this % of the run's best: the host gave the pool that much less arithmetic while it ran
-# (on the Zen 4 VMs, half for minutes at a time: docs/benchmarks.md §How a row is measured).
+# (on a Zen 4 VM, half beside some repetitions: docs/benchmarks.md §How a row is measured).
 SLOWED_HOST_PCT = 75.0
 
 

@@ -154,8 +154,8 @@ class Bases:
                 self.rates[kind] = statistics.median(values)
         # The host's best arithmetic in this run (1e9 FMA lanes/s): the run-start pool row
         # and every sample beside a row; host_arith_pct reads each row against it.
-        samples = [g for r in rows.values() for g in r.adjacent_fma]
-        self.best_fma_glanes = max(samples + ([self.fma / 1e9] if self.fma else []), default=None)
+        self.fma_samples = [g for r in rows.values() for g in r.adjacent_fma]
+        self.best_fma_glanes = max(self.fma_samples + ([self.fma / 1e9] if self.fma else []), default=None)
         self.device_copy = {}
         for (op, where), r in self.rows.items():
             if op in DEVICE_COPIES and r.gbps():
@@ -183,6 +183,12 @@ class Bases:
             floor, what = 2 * self.fma / per_byte / 1e9, "dense f32 FMAs"
         read = r.read_gbps() or self.read
         return floor, ("arith" if read and floor < read else "read"), what
+
+    def slowed(self, r):
+        """The host's arithmetic beside row r in % of the run's best where it is below
+        SLOWED_HOST_PCT (the row is host-slowed), else None."""
+        arith = r.host_arith_pct(self.best_fma_glanes)
+        return arith if arith is not None and arith < SLOWED_HOST_PCT else None
 
     def ratios(self, r):
         """(% read, % memcpy, % vkcopy, base drift %) of a timed row (None where not defined)."""
@@ -235,8 +241,7 @@ def judge(context, r, ratios, bases):
     if uncertain:
         # The median decides, but the repetitions themselves fall on both sides.
         marks += f" (uncertain: repetitions {min(spread):.1f}-{max(spread):.1f}%)"
-    arith = r.host_arith_pct(bases.best_fma_glanes)
-    slowed = arith if arith is not None and arith < SLOWED_HOST_PCT else None
+    slowed = bases.slowed(r)
     if slowed is not None:
         marks += f" (host-slowed: its arithmetic {slowed:.0f}% of the run's best)"
     judged = Judged(r, basis, need, got, marks, uncertain, slowed)
@@ -296,10 +301,9 @@ def table(path, out=sys.stdout):
                   "after each repetition's timed loop; median of the per-repetition ratios)\n")
         out.write(f"  adjacent samples over the run: read {read_lo:.1f}-{read_hi:.1f} GB/s, "
                   f"memcpy {copy_lo:.1f}-{copy_hi:.1f} GB/s\n")
-        fma = [g for r in rows.values() for g in r.adjacent_fma]
+        fma = bases.fma_samples
         if fma:
-            slowed = sum(1 for r in host if (p := r.host_arith_pct(bases.best_fma_glanes)) is not None
-                         and p < SLOWED_HOST_PCT)
+            slowed = sum(1 for r in host if bases.slowed(r) is not None)
             out.write(f"  the pool's FMA rate beside them: {min(fma):.1f}-{max(fma):.1f} G lanes/s; "
                       f"{slowed} row(s) host-slowed (below {SLOWED_HOST_PCT:g}% of the best)\n")
         if run_start_rows:
