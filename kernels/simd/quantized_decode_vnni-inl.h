@@ -205,16 +205,32 @@ HWY_INLINE void Transpose16(__m512i r[16]) {
   }
 }
 
+// Tile vector v (dword v of 16 keys' codes, transposed) stored as TileRows reads it: nibbles
+// split into vectors 2v (low) and 2v + 1 (high), E2M1 ones as the bytes kE2M1Offset + 2v
+// (one vpshufb each); bytes xor sign_flip (signed ones as c + kS8Offset).
+HWY_INLINE void PutTileVector(__m512i x, std::size_t v, bool nibbles, bool e2m1, __m512i sign_flip,
+                              __m512i* HWY_RESTRICT tq) {
+  if (!nibbles) {
+    tq[v] = _mm512_xor_si512(x, sign_flip);
+    return;
+  }
+  const __m512i nibble = _mm512_set1_epi8(0x0F);
+  const __m512i e2m1_bytes =
+      _mm512_broadcast_i32x4(_mm_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0));
+  const __m512i low = _mm512_and_si512(x, nibble);
+  const __m512i high = _mm512_and_si512(_mm512_srli_epi16(x, 4), nibble);
+  tq[2 * v] = e2m1 ? _mm512_shuffle_epi8(e2m1_bytes, low) : low;
+  tq[2 * v + 1] = e2m1 ? _mm512_shuffle_epi8(e2m1_bytes, high) : high;
+}
+
 // The tile's 4-bit codes (keys [0, keys) of `codes`, the others zero) as J vectors of
 // four one-byte codes per key, E2M1 nibbles as the unsigned bytes kE2M1Offset + 2v
 // (vpdpbusd's u8 operand; one vpshufb each); byte codes (kernel_bits 8) as they are,
 // signed ones (kS8) as c + kS8Offset, dims 4jj + b.
 HWY_INLINE void TileCodes(const std::uint8_t* HWY_RESTRICT codes, std::size_t row_bytes, std::size_t keys,
                           std::size_t dk, int kernel_bits, __m512i* HWY_RESTRICT tq) {
-  const __m512i nibble = _mm512_set1_epi8(0x0F);
   const bool nibbles = StorageBits(kernel_bits) == 4, e2m1 = kernel_bits == kE2M1;
   const __m512i sign_flip = _mm512_set1_epi8(kernel_bits == kS8 ? static_cast<char>(0x80) : 0);
-  const __m512i e2m1_bytes = _mm512_broadcast_i32x4(_mm_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0));
   const std::size_t bytes = nibbles ? dk / 2 : dk;  // a multiple of 16
   for (std::size_t block = 0; block < bytes; block += 64) {
     const std::size_t part = std::min<std::size_t>(64, bytes - block);
@@ -232,17 +248,62 @@ HWY_INLINE void TileCodes(const std::uint8_t* HWY_RESTRICT codes, std::size_t ro
 #pragma GCC unroll 16
     for (std::size_t v = 0; v < 16; ++v) {
       if (v >= dwords) break;
-      if (!nibbles) {
-        tq[jj0 + v] = _mm512_xor_si512(r[v], sign_flip);
-        continue;
-      }
-      const __m512i low = _mm512_and_si512(r[v], nibble);
-      const __m512i high = _mm512_and_si512(_mm512_srli_epi16(r[v], 4), nibble);
-      tq[2 * (jj0 + v)] = e2m1 ? _mm512_shuffle_epi8(e2m1_bytes, low) : low;
-      tq[2 * (jj0 + v) + 1] = e2m1 ? _mm512_shuffle_epi8(e2m1_bytes, high) : high;
+      PutTileVector(r[v], jj0 + v, nibbles, e2m1, sign_flip, tq);
     }
   }
 }
+
+// The next tile's TileCodes in steps that TileRows runs among the current tile's
+// vpdpbusd (one every fourth tile vector). Run whole between two tiles, TileCodes and the
+// dot products ran one after the other: a tile's vpdpbusd (384 at R = 4, Dk = 128) are
+// more instructions than the core reorders across. Interleaved, the loads and shuffles
+// run beside them (docs/benchmarks.md §Measurements behind kernel choices). Whole 64-byte
+// blocks of nibbles only (Dk a multiple of 128, no AMX): per block, steps 0-3 load 4 rows
+// each and make Transpose16's first two stages, 4-7 its last two for 4 vectors each and
+// store them as TileCodes does.
+struct NextTile {
+  __m512i stage[kTileKeys];  // Transpose16 after its first two stages, one block
+  const std::uint8_t* codes = nullptr;
+  std::size_t row_bytes = 0, keys = 0;
+  bool e2m1 = false;
+  __m512i* tq = nullptr;
+
+  static bool Fits(int kernel_bits, std::size_t dk, bool amx) {
+    return !amx && StorageBits(kernel_bits) == 4 && dk % 128 == 0;
+  }
+  static std::size_t Steps(std::size_t dk) { return dk / 16; }  // 8 per block of 128 dims: one per 4 tile vectors
+
+  HWY_INLINE void Step(std::size_t u) {
+    const std::size_t block = u / 8 * 64, w = u % 8;
+    if (w < 4) {
+      __m512i r[4];
+#pragma GCC unroll 4
+      for (std::size_t a = 0; a < 4; ++a) {
+        const std::size_t t = 4 * w + a;
+        hwy::Prefetch(codes + (t + kPrefetchKeys) * row_bytes + block);
+        r[a] = t < keys ? _mm512_loadu_si512(codes + t * row_bytes + block) : _mm512_setzero_si512();
+      }
+      const __m512i t0 = _mm512_unpacklo_epi32(r[0], r[1]), t1 = _mm512_unpackhi_epi32(r[0], r[1]);
+      const __m512i t2 = _mm512_unpacklo_epi32(r[2], r[3]), t3 = _mm512_unpackhi_epi32(r[2], r[3]);
+      stage[4 * w + 0] = _mm512_unpacklo_epi64(t0, t2);
+      stage[4 * w + 1] = _mm512_unpackhi_epi64(t0, t2);
+      stage[4 * w + 2] = _mm512_unpacklo_epi64(t1, t3);
+      stage[4 * w + 3] = _mm512_unpackhi_epi64(t1, t3);
+      return;
+    }
+    const std::size_t k = w - 4;
+    const __m512i a0 = _mm512_shuffle_i32x4(stage[k], stage[4 + k], 0x88);
+    const __m512i a1 = _mm512_shuffle_i32x4(stage[k], stage[4 + k], 0xDD);
+    const __m512i b0 = _mm512_shuffle_i32x4(stage[8 + k], stage[12 + k], 0x88);
+    const __m512i b1 = _mm512_shuffle_i32x4(stage[8 + k], stage[12 + k], 0xDD);
+    const __m512i out[4] = {_mm512_shuffle_i32x4(a0, b0, 0x88), _mm512_shuffle_i32x4(a1, b1, 0x88),
+                            _mm512_shuffle_i32x4(a0, b0, 0xDD), _mm512_shuffle_i32x4(a1, b1, 0xDD)};
+#pragma GCC unroll 4
+    for (std::size_t i = 0; i < 4; ++i) {  // out[i] is tile vector block/4 + k + 4i
+      PutTileVector(out[i], block / 4 + k + 4 * i, true, e2m1, _mm512_setzero_si512(), tq);
+    }
+  }
+};
 
 // The bound E of each key of a tile (the error bound above; s_cols/b_cols at the tile's
 // first key) into emax (the largest) and esum (a sum keeps a NaN a max may drop).
@@ -275,7 +336,7 @@ HWY_INLINE void TileRows(const std::int32_t* HWY_RESTRICT sums, const __m512i* H
                          std::size_t groups, std::size_t gs, const Digits& dg, std::size_t r0,
                          const float* HWY_RESTRICT s_cols,
                          const float* HWY_RESTRICT b_cols, std::size_t ncp, float* HWY_RESTRICT scores,
-                         __m512& shat, __m512& probe) {
+                         __m512& shat, __m512& probe, NextTile* next = nullptr) {
   __m512 logit[RB], absum[RB];
 #pragma GCC unroll 4
   for (std::size_t r = 0; r < RB; ++r) logit[r] = absum[r] = _mm512_setzero_ps();
@@ -298,6 +359,7 @@ HWY_INLINE void TileRows(const std::int32_t* HWY_RESTRICT sums, const __m512i* H
     }
 #pragma GCC unroll 16
     for (std::size_t j = g * per_group; j < (g + 1) * per_group && sums == nullptr; ++j) {
+      if (next != nullptr && j % 4 == 0) next->Step(j / 4);
       const __m512i c = tq[j];
 #pragma GCC unroll 4
       for (std::size_t r = 0; r < RB; ++r) {
@@ -362,8 +424,21 @@ bool ScoreChunk(std::uint64_t call, std::int64_t bk, const float* query, std::si
   }
   __m512 emax = _mm512_setzero_ps(), esum = emax, shat = emax, probe = emax;
   const std::size_t tiles = (nc + kTileKeys - 1) / kTileKeys;
+  const bool staged = NextTile::Fits(kernel_bits, dk, amx);
+  NextTile next;
+  next.row_bytes = row_bytes;
+  next.e2m1 = kernel_bits == kE2M1;
+  auto aim = [&](std::size_t t) {  // next's steps make tile t's codes
+    next.codes = codes + t * kTileKeys * row_bytes;
+    next.keys = std::min(kTileKeys, nc - t * kTileKeys);
+    next.tq = tq[t % 2];
+  };
+  if (staged && tiles > 0) {
+    aim(0);
+    for (std::size_t u = 0; u < NextTile::Steps(dk); ++u) next.Step(u);
+  }
   for (std::size_t t = 0; t <= tiles; ++t) {
-    if (t < tiles) {
+    if (t < tiles && !staged) {
       const std::size_t t0 = t * kTileKeys;
       TileCodes(codes + t0 * row_bytes, row_bytes, std::min(kTileKeys, nc - t0), dk, kernel_bits, tq[t % 2]);
       if (amx) AmxTile(resident, dg, rows, J, groups, gs, tq[t % 2], sums_store.data() + t % 2 * sums_per_tile);
@@ -379,17 +454,28 @@ bool ScoreChunk(std::uint64_t call, std::int64_t bk, const float* query, std::si
     auto block_sums = [&](std::size_t r) { return sums == nullptr ? nullptr : sums + r / 4 * groups * kAmxRows * 16; };
     const float *s_tile = s_cols + t0, *b_tile = b_cols + t0;
     float* scores_tile = scores + t0;
+    // The first row block's dot products carry the next tile's codes (every step of it).
+    NextTile* ahead = nullptr;
+    if (staged && done + 1 < tiles) {
+      aim(done + 1);
+      ahead = &next;
+    }
+    auto carry = [&]() { return r0 == 0 ? ahead : nullptr; };
     for (; r0 + 4 <= rows; r0 += 4)
-      TileRows<4>(block_sums(r0), codes_of, J, groups, gs, dg, r0, s_tile, b_tile, ncp, scores_tile, shat, probe);
+      TileRows<4>(block_sums(r0), codes_of, J, groups, gs, dg, r0, s_tile, b_tile, ncp, scores_tile, shat, probe,
+                  carry());
     switch (rows - r0) {
       case 3:
-        TileRows<3>(block_sums(r0), codes_of, J, groups, gs, dg, r0, s_tile, b_tile, ncp, scores_tile, shat, probe);
+        TileRows<3>(block_sums(r0), codes_of, J, groups, gs, dg, r0, s_tile, b_tile, ncp, scores_tile, shat, probe,
+                    carry());
         break;
       case 2:
-        TileRows<2>(block_sums(r0), codes_of, J, groups, gs, dg, r0, s_tile, b_tile, ncp, scores_tile, shat, probe);
+        TileRows<2>(block_sums(r0), codes_of, J, groups, gs, dg, r0, s_tile, b_tile, ncp, scores_tile, shat, probe,
+                    carry());
         break;
       case 1:
-        TileRows<1>(block_sums(r0), codes_of, J, groups, gs, dg, r0, s_tile, b_tile, ncp, scores_tile, shat, probe);
+        TileRows<1>(block_sums(r0), codes_of, J, groups, gs, dg, r0, s_tile, b_tile, ncp, scores_tile, shat, probe,
+                    carry());
         break;
       default: break;
     }
