@@ -175,33 +175,40 @@ HWY_INLINE __m512i Dot(__m512i acc, __m512i codes, const std::int32_t* digits) {
   return acc;
 }
 
+// A 16×16 dword transpose in two halves, each of four independent quarters (NextTile
+// runs them one at a time). Rows: rows 4i..4i+3 in, the vectors 4i..4i+3 of the first
+// two stages (unpacks within 128-bit blocks) out.
+HWY_INLINE void TransposeRows4(const __m512i r[4], __m512i out[4]) {
+  const __m512i t0 = _mm512_unpacklo_epi32(r[0], r[1]), t1 = _mm512_unpackhi_epi32(r[0], r[1]);
+  const __m512i t2 = _mm512_unpacklo_epi32(r[2], r[3]), t3 = _mm512_unpackhi_epi32(r[2], r[3]);
+  out[0] = _mm512_unpacklo_epi64(t0, t2);
+  out[1] = _mm512_unpackhi_epi64(t0, t2);
+  out[2] = _mm512_unpacklo_epi64(t1, t3);
+  out[3] = _mm512_unpackhi_epi64(t1, t3);
+}
+// Columns: those vectors k, 4 + k, 8 + k, 12 + k in, the last two stages (128-bit blocks
+// across vectors) make out[i] = the transpose's vector k + 4i.
+HWY_INLINE void TransposeColumns4(const __m512i s[4], __m512i out[4]) {
+  const __m512i a0 = _mm512_shuffle_i32x4(s[0], s[1], 0x88), a1 = _mm512_shuffle_i32x4(s[0], s[1], 0xDD);
+  const __m512i b0 = _mm512_shuffle_i32x4(s[2], s[3], 0x88), b1 = _mm512_shuffle_i32x4(s[2], s[3], 0xDD);
+  out[0] = _mm512_shuffle_i32x4(a0, b0, 0x88);
+  out[1] = _mm512_shuffle_i32x4(a1, b1, 0x88);
+  out[2] = _mm512_shuffle_i32x4(a0, b0, 0xDD);
+  out[3] = _mm512_shuffle_i32x4(a1, b1, 0xDD);
+}
+
 // 16 rows of 64 bytes → vector jj holds dword jj of every row (lane = row).
 HWY_INLINE void Transpose16(__m512i r[16]) {
-  __m512i t[16];
-#pragma GCC unroll 8
-  for (int i = 0; i < 8; ++i) {
-    t[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
-    t[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
-  }
+  __m512i half[16];
 #pragma GCC unroll 4
-  for (int i = 0; i < 4; ++i) {
-    r[4 * i + 0] = _mm512_unpacklo_epi64(t[4 * i + 0], t[4 * i + 2]);
-    r[4 * i + 1] = _mm512_unpackhi_epi64(t[4 * i + 0], t[4 * i + 2]);
-    r[4 * i + 2] = _mm512_unpacklo_epi64(t[4 * i + 1], t[4 * i + 3]);
-    r[4 * i + 3] = _mm512_unpackhi_epi64(t[4 * i + 1], t[4 * i + 3]);
-  }
-#pragma GCC unroll 2
-  for (int i = 0; i < 2; ++i) {
+  for (int i = 0; i < 4; ++i) TransposeRows4(r + 4 * i, half + 4 * i);
 #pragma GCC unroll 4
-    for (int k = 0; k < 4; ++k) {
-      t[8 * i + k] = _mm512_shuffle_i32x4(r[8 * i + k], r[8 * i + 4 + k], 0x88);
-      t[8 * i + 4 + k] = _mm512_shuffle_i32x4(r[8 * i + k], r[8 * i + 4 + k], 0xDD);
-    }
-  }
-#pragma GCC unroll 8
-  for (int k = 0; k < 8; ++k) {
-    r[k] = _mm512_shuffle_i32x4(t[k], t[8 + k], 0x88);
-    r[8 + k] = _mm512_shuffle_i32x4(t[k], t[8 + k], 0xDD);
+  for (int k = 0; k < 4; ++k) {
+    const __m512i column[4] = {half[k], half[4 + k], half[8 + k], half[12 + k]};
+    __m512i out[4];
+    TransposeColumns4(column, out);
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; ++i) r[k + 4 * i] = out[i];
   }
 }
 
@@ -259,10 +266,10 @@ HWY_INLINE void TileCodes(const std::uint8_t* HWY_RESTRICT codes, std::size_t ro
 // more instructions than the core reorders across. Interleaved, the loads and shuffles
 // run beside them (docs/benchmarks.md §Measurements behind kernel choices). Whole 64-byte
 // blocks of nibbles only (Dk a multiple of 128, no AMX): per block, steps 0-3 load 4 rows
-// each and make Transpose16's first two stages, 4-7 its last two for 4 vectors each and
-// store them as TileCodes does.
+// each (TransposeRows4), steps 4-7 finish 4 vectors each (TransposeColumns4) and store
+// them as TileCodes does.
 struct NextTile {
-  __m512i stage[kTileKeys];  // Transpose16 after its first two stages, one block
+  __m512i stage[kTileKeys];  // one block's TransposeRows4 outputs
   const std::uint8_t* codes = nullptr;
   std::size_t row_bytes = 0, keys = 0;
   bool e2m1 = false;
@@ -283,21 +290,13 @@ struct NextTile {
         hwy::Prefetch(codes + (t + kPrefetchKeys) * row_bytes + block);
         r[a] = t < keys ? _mm512_loadu_si512(codes + t * row_bytes + block) : _mm512_setzero_si512();
       }
-      const __m512i t0 = _mm512_unpacklo_epi32(r[0], r[1]), t1 = _mm512_unpackhi_epi32(r[0], r[1]);
-      const __m512i t2 = _mm512_unpacklo_epi32(r[2], r[3]), t3 = _mm512_unpackhi_epi32(r[2], r[3]);
-      stage[4 * w + 0] = _mm512_unpacklo_epi64(t0, t2);
-      stage[4 * w + 1] = _mm512_unpackhi_epi64(t0, t2);
-      stage[4 * w + 2] = _mm512_unpacklo_epi64(t1, t3);
-      stage[4 * w + 3] = _mm512_unpackhi_epi64(t1, t3);
+      TransposeRows4(r, stage + 4 * w);
       return;
     }
     const std::size_t k = w - 4;
-    const __m512i a0 = _mm512_shuffle_i32x4(stage[k], stage[4 + k], 0x88);
-    const __m512i a1 = _mm512_shuffle_i32x4(stage[k], stage[4 + k], 0xDD);
-    const __m512i b0 = _mm512_shuffle_i32x4(stage[8 + k], stage[12 + k], 0x88);
-    const __m512i b1 = _mm512_shuffle_i32x4(stage[8 + k], stage[12 + k], 0xDD);
-    const __m512i out[4] = {_mm512_shuffle_i32x4(a0, b0, 0x88), _mm512_shuffle_i32x4(a1, b1, 0x88),
-                            _mm512_shuffle_i32x4(a0, b0, 0xDD), _mm512_shuffle_i32x4(a1, b1, 0xDD)};
+    const __m512i column[4] = {stage[k], stage[4 + k], stage[8 + k], stage[12 + k]};
+    __m512i out[4];
+    TransposeColumns4(column, out);
 #pragma GCC unroll 4
     for (std::size_t i = 0; i < 4; ++i) {  // out[i] is tile vector block/4 + k + 4i
       PutTileVector(out[i], block / 4 + k + 4 * i, true, e2m1, _mm512_setzero_si512(), tq);
