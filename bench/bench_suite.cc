@@ -383,6 +383,7 @@ void run_kernel(benchmark::State& state, const BenchCase& c, const std::string& 
       state.counters["mix_u8_dot_lanes"] = static_cast<double>(mix.u8_dot);
       state.counters["mix_amx_int8_lanes"] = static_cast<double>(mix.amx_int8);
       state.counters["mix_s16_dot_lanes"] = static_cast<double>(mix.s16_dot);
+      state.counters["mix_s16_madd_lanes"] = static_cast<double>(mix.s16_madd);
     }
   }
   state.SetLabel(tc.known.empty() ? c.problem.line() : cat(c.problem.line(), " [", tc.known, "]"));

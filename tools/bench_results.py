@@ -373,7 +373,7 @@ DEVICE_COPIES = ("baseline_vkcopy", "baseline_vkshadercopy")
 # The instructions a SIMD decode row declares its multiply-adds by (simd::ArithmeticMix:
 # counters mix_<kind>_lanes), the first timed by baseline_fma, the others by
 # baseline_<kind without its underscore> rows (bench/arith_baseline.h).
-# s16_madd (AVX2's vpmaddwd + vpaddd) is timed but declared by no kernel yet.
+# s16_madd: AVX2's vpmaddwd + vpaddd (the integer V side there).
 MIX_KINDS = ("fma", "bf16_dot", "u8_dot", "amx_int8", "s16_dot", "s16_madd")
 DOT_BASELINES = ("baseline_bf16dot", "baseline_u8dot", "baseline_amxint8", "baseline_s16dot", "baseline_s16madd")
 MIX_NAMES = {"fma": "f32 FMA", "bf16_dot": "vdpbf16ps", "u8_dot": "vpdpbusd", "amx_int8": "tdpbsud",

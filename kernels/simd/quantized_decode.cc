@@ -115,7 +115,7 @@ HWY_BEFORE_NAMESPACE();
 namespace kvlab::simd::qdecode::HWY_NAMESPACE {
 
 #include "kernels/simd/quantized_decode_vnni-inl.h"  // the integer K side (AVX3_DL only)
-#include "kernels/simd/quantized_decode_int_values-inl.h"  // the integer V side (AVX3_DL only)
+#include "kernels/simd/quantized_decode_int_values-inl.h"  // the integer V side (AVX3_DL, AVX2)
 
 // ---------------------------------------------------------------- softmax of a chunk
 
@@ -774,7 +774,7 @@ void DecodeChunk(const DecodePlan& plan, std::int64_t task) {
   }
 #endif
   bool summed = false;
-#if HWY_TARGET == HWY_AVX3_DL
+#if HWY_TARGET == HWY_AVX3_DL || HWY_TARGET == HWY_AVX2
   if (!vs.plain_rows() && int_values::Eligible(plan.score_slack, vc.bits, dv, vgs) &&
       (vc.bits == 8 || vc.bits == kS8 || plan.packed_int_values)) {
     static thread_local int_values::Weights rounded;
@@ -788,7 +788,9 @@ void DecodeChunk(const DecodePlan& plan, std::int64_t task) {
              : vc.bits == kS8   ? sum(std::integral_constant<int, kS8>{})
                                 : sum(std::integral_constant<int, 8>{});
     if (summed) {
-      plan.mix->s16_dot += static_cast<std::int64_t>(urows * ((nc + 1) / 2) * dv);
+      // Dv lanes a key pair: vpdpwssd (AVX3_DL), vpmaddwd + vpaddd (AVX2).
+      (HWY_TARGET == HWY_AVX2 ? plan.mix->s16_madd : plan.mix->s16_dot) +=
+          static_cast<std::int64_t>(urows * ((nc + 1) / 2) * dv);
       plan.rounded_probabilities->store(true, std::memory_order_relaxed);
     }
   }

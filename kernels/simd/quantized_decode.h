@@ -200,7 +200,7 @@ struct DecodePlan {
   std::atomic<bool>* rounded_probabilities = nullptr;
   // Each task adds the lanes of its multiply-adds (ArithmeticMix; run() reports the sums).
   struct MixCounters {
-    std::atomic<std::int64_t> fma{0}, bf16_dot{0}, u8_dot{0}, amx_int8{0}, s16_dot{0};
+    std::atomic<std::int64_t> fma{0}, bf16_dot{0}, u8_dot{0}, amx_int8{0}, s16_dot{0}, s16_madd{0};
     std::atomic<std::int64_t> decoded{0};  // values dequantized per chunk (PackedSide::decoded)
   };
   MixCounters* mix = nullptr;

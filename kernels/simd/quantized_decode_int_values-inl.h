@@ -1,5 +1,6 @@
 // The V side of the fused quantized decode kernel in integers (AVX3_DL: AVX-512 VNNI's
-// vpdpwssd), included by quantized_decode.cc only. It replaces the f32 V side for a
+// vpdpwssd; AVX2: vpmaddwd + vpaddd, quantized_decode_int_values_avx2-inl.h), included by
+// quantized_decode.cc only. It replaces the f32 V side for a
 // chunk of byte codes (8-bit, and the widths unpacked to bytes; q8_0's signed bytes) or
 // packed 4-bit codes (nibbles split into bytes in the f32 side's lane order) when the call's output is
 // f16/bf16 and its run-time certificate (below) holds; otherwise the chunk takes the f32
@@ -38,7 +39,7 @@
 // values' rounding to their dtype. Then o/l moves by at most eps_T/2·max|v|, and the combine's convex mixture of
 // the chunks keeps that. A non-finite weight fails it (the f32 side's NaN/inf semantics
 // hold there), as does a sample that shows no finite value (V stays 0).
-#if HWY_TARGET == HWY_AVX3_DL
+#if HWY_TARGET == HWY_AVX3_DL || HWY_TARGET == HWY_AVX2
 namespace int_values {
 
 constexpr std::size_t kBlockKeys = 32;
@@ -58,6 +59,14 @@ inline bool Eligible(float eps, int kernel_bits, std::size_t dv, std::size_t gs)
 template <int kBits>
 constexpr bool kSignedCodes = kBits == kE2M1 || kBits == kS8;
 
+// Per-thread scratch: the rounded weights [ρ][g][ncp] (s16, key pairs as u32) and the
+// blocks' σ [ρ][g][block].
+struct Weights {
+  std::vector<std::int16_t> q;
+  std::vector<float> sigma;
+};
+
+#if HWY_TARGET == HWY_AVX3_DL
 // The 64 codes of a slice at p, one byte each, in the row's lane order: 8-bit and kS8 as stored;
 // 4-bit (32 bytes) as the f32 side reads them, per 16 bytes their low nibbles (even
 // elements) then their high ones (odd elements); E2M1 likewise, each nibble as its signed
@@ -76,13 +85,6 @@ HWY_INLINE __m512i SliceCodes(const std::uint8_t* HWY_RESTRICT p) {
     return _mm512_shuffle_epi8(table, codes);
   }
 }
-
-// Per-thread scratch: the rounded weights [ρ][g][ncp] (s16, key pairs as u32) and the
-// blocks' σ [ρ][g][block].
-struct Weights {
-  std::vector<std::int16_t> q;
-  std::vector<float> sigma;
-};
 
 // Largest |s·c + b| over keys 0, N, 2N, ... of the chunk, all dv dims (non-finite values
 // left out; 0 when none is finite). s/b: [g][ncp] columns.
@@ -248,6 +250,10 @@ void Rows(const std::int16_t* q, std::size_t q_row, const float* sigma, std::siz
   }
 }
 
+#else  // HWY_AVX2
+#include "kernels/simd/quantized_decode_int_values_avx2-inl.h"
+#endif
+
 // The chunk's V side for `rows` rows: true with out[ρ·dv + d] = Σ_j ŵ·c_j[d] (before
 // the group's Σ p·b), or false (certificate failed; out partly written or not at all)
 // for the f32 side, which writes all of it.
@@ -297,4 +303,4 @@ bool AccumulateChunk(const float* w, std::size_t rows, std::size_t vg, std::size
 }
 
 }  // namespace int_values
-#endif  // HWY_TARGET == HWY_AVX3_DL
+#endif  // HWY_TARGET == HWY_AVX3_DL || HWY_TARGET == HWY_AVX2

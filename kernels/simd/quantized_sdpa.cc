@@ -654,7 +654,7 @@ void run(DecodePlan& plan, const ConstTensorView& q, const AttentionParams& para
   parallel_for(plan.tasks(), [&](std::int64_t task) { decode_chunk(plan, task); });
   note_decode(rounded_probabilities.load(),
               ArithmeticMix{mix.fma.load(), mix.bf16_dot.load(), mix.u8_dot.load(), mix.amx_int8.load(),
-                            mix.s16_dot.load()},
+                            mix.s16_dot.load(), mix.s16_madd.load()},
               mix.decoded.load());
 
   CombineArgs args;

@@ -57,7 +57,10 @@ struct ArithmeticMix {
   std::int64_t u8_dot = 0;    // vpdpbusd lanes: four u8·s8 products each (each q digit counts)
   std::int64_t amx_int8 = 0;  // tdpbsud lanes (one i32 element of C per A row): four products each
   std::int64_t s16_dot = 0;   // vpdpwssd lanes: two s16·s16 products each (the integer V side)
-  bool empty() const { return fma == 0 && bf16_dot == 0 && u8_dot == 0 && amx_int8 == 0 && s16_dot == 0; }
+  std::int64_t s16_madd = 0;  // vpmaddwd + vpaddd lanes: the same two products (AVX2's integer V side)
+  bool empty() const {
+    return fma == 0 && bf16_dot == 0 && u8_dot == 0 && amx_int8 == 0 && s16_dot == 0 && s16_madd == 0;
+  }
 };
 ArithmeticMix last_attention_mix();
 // The K and V values the calling thread's last quantized_sdpa call dequantized a decode

@@ -31,13 +31,14 @@ using testing::AttentionDims;
 
 std::string describe(const simd::ArithmeticMix& m) {
   return cat("fma ", m.fma, ", bf16 dot ", m.bf16_dot, ", u8 dot ", m.u8_dot, ", amx int8 ", m.amx_int8, ", s16 dot ",
-             m.s16_dot);
+             m.s16_dot, ", s16 madd ", m.s16_madd);
 }
 
 void expect_mix(const simd::ArithmeticMix& want, const std::string& what) {
   const simd::ArithmeticMix got = simd::last_attention_mix();
   EXPECT_TRUE(got.fma == want.fma && got.bf16_dot == want.bf16_dot && got.u8_dot == want.u8_dot &&
-              got.amx_int8 == want.amx_int8 && got.s16_dot == want.s16_dot)
+              got.amx_int8 == want.amx_int8 && got.s16_dot == want.s16_dot &&
+              got.s16_madd == want.s16_madd)
       << what << ": declared " << describe(got) << ", expected " << describe(want);
 }
 
@@ -90,7 +91,8 @@ TEST_F(SimdAttentionMix, DecodeDeclaresItsMultiplyAddsByInstructionPerCall) {
     expect_mix({}, "general kernel after a decode");
 
     // 4-bit K and V, f16 output: the integer K side on AVX3_DL (Lk >= 768) and the integer
-    // V side (groups of 64; switched on, as by default on AMD), f32 elsewhere.
+    // V side on AVX3_DL and AVX2 (groups of 64; switched on, as by default on AMD), f32
+    // elsewhere.
     const simd::qdecode::ScopedPackedIntValues packed_v(true);
     testing::QuantizedAttentionInputs in = testing::random_inputs(
         rng, s, DType::f16, testing::affine(4, 64), testing::affine(4, 64), DType::f16, DType::f16);
@@ -104,8 +106,14 @@ TEST_F(SimdAttentionMix, DecodeDeclaresItsMultiplyAddsByInstructionPerCall) {
     // each block of 4 rows' 12 A rows (row, q digit) times Dk/4 dwords.
     const simd::ArithmeticMix tile_k{0, 0, 0, heads * padded_keys(s, 16) * ((R + 3) / 4) * 12 * (s.Dk / 4),
                                      v_pairs};
+    // AVX2: the K side in f32, the V side by vpmaddwd + vpaddd (the same lanes).
+    simd::ArithmeticMix madd_v{heads * R * s.Lk * s.Dk, 0, 0};
+    madd_v.s16_madd = v_pairs;
     const bool avx3_dl = target == "AVX3_DL";
-    expect_mix(avx3_dl ? (simd::qdecode::amx_available() ? tile_k : integer_k) : all_fma, "4-bit quantized decode");
+    expect_mix(avx3_dl            ? (simd::qdecode::amx_available() ? tile_k : integer_k)
+               : target == "AVX2" ? madd_v
+                                  : all_fma,
+               "4-bit quantized decode");
   });
 }
 

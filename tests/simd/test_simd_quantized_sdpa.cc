@@ -752,12 +752,12 @@ TEST(SimdQuantizedSdpa, AmxKeysAsAGiveKeysAsBsBits) {
 // declares its tile multiplies, without it the f32 path spends Dk per key and row. The
 // 4-bit V (f16 output), its integer side switched on, sums in vpdpwssd either way: no
 // V-side FMAs, no vpdpbusd.
-// 8- and 4-bit V with an f16/bf16 output sums in integers on AVX3_DL
+// 8- and 4-bit V with an f16/bf16 output sums in integers on AVX3_DL and AVX2
 // (quantized_decode_int_values-inl.h) where its run-time bound holds, and in f32 where it
 // does not: with one key of every 32 given a V scale far above the others' and codes 0
 // (its values 0, so max|v| does not move), each block's rounded weights would keep that
-// key's and round every other to 0. The mix shows which side ran (vpdpwssd lanes or the
-// V side's FMAs); either way the result agrees with the oracle.
+// key's and round every other to 0. The mix shows which side ran (vpdpwssd or vpmaddwd
+// lanes, or the V side's FMAs); either way the result agrees with the oracle.
 TEST(SimdQuantizedSdpa, ValuesSumInIntegersOnlyWhereTheirBoundHolds) {
   KVLAB_SEEDED_RNG(rng, 3141);
   const Dims s{1, 8, 2, 1, 1001, 64, 128};  // chunks of 512 and 489 keys
@@ -796,8 +796,10 @@ TEST(SimdQuantizedSdpa, ValuesSumInIntegersOnlyWhereTheirBoundHolds) {
         for (std::int64_t i = 0; i < want.numel(); ++i)
           worst = std::max(worst, std::abs(got.view().load(i) - want.view().load(i)));
         EXPECT_LE(worst, 0x1p-8f * largest) << "largest |out| " << largest;
-        const bool integer = target == "AVX3_DL" && !spiked && (bits == 8 || packed);
-        EXPECT_EQ(mix.s16_dot, integer ? heads * R * pairs * s.Dv : 0);
+        const bool integer = (target == "AVX3_DL" || target == "AVX2") && !spiked && (bits == 8 || packed);
+        const std::int64_t lanes = integer ? heads * R * pairs * s.Dv : 0;
+        EXPECT_EQ(mix.s16_dot, target == "AVX3_DL" ? lanes : 0);
+        EXPECT_EQ(mix.s16_madd, target == "AVX2" ? lanes : 0);
         if (!simd::qdecode::amx_available()) {  // 8-bit K: f32 FMAs (tile multiplies with AMX)
           EXPECT_EQ(mix.fma, heads * R * s.Lk * (s.Dk + (integer ? 0 : s.Dv)));
         }
