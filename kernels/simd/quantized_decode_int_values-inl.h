@@ -47,12 +47,15 @@ constexpr float kLevels = 32767.0f;
 constexpr double kWeightError = 1.55e-5;  // per unit of W, the bound above
 constexpr float kTinyBlock = 0x1p-100f;
 
+// The dims a row is walked in: AVX3_DL's 64-dim slices, AVX2's 16-dim stretches.
+constexpr std::size_t kWalkDims = HWY_TARGET == HWY_AVX2 ? 16 : 64;
+
 // Whether a chunk may take this path (the certificate decides the rest): byte (unsigned
-// or q8_0's signed), packed 4-bit or E2M1 codes (kernel_bits, CodeRows::bits), an f16/bf16 output (eps > 0), 64-dim
-// slices that each lie in one group or (groups of 32) in two, split at their middle.
+// or q8_0's signed), packed 4-bit or E2M1 codes (kernel_bits, CodeRows::bits), an f16/bf16 output (eps > 0), whole
+// slices (stretches) that each lie in one group or (groups of 32, 64-dim slices) in two, split at their middle.
 inline bool Eligible(float eps, int kernel_bits, std::size_t dv, std::size_t gs) {
   return eps > 0 && (kernel_bits == 8 || kernel_bits == kS8 || kernel_bits == 4 || kernel_bits == kE2M1) &&
-         dv % 64 == 0 && gs % 32 == 0;
+         dv % kWalkDims == 0 && gs % 32 == 0;
 }
 
 // Codes that are signed bytes (widened to s16 against their signs).

@@ -12,7 +12,7 @@
 // Work unit: a stretch of 16 dims (lane order) × RB <= 4 rows, 8 i32 accumulators; with
 // 16 ymm registers the f32 partial outputs stay in `out` (L1) and take each block's flush.
 
-constexpr std::size_t kStretch = 16;  // dims of a stretch: two vectors of 8 lanes
+constexpr std::size_t kStretch = kWalkDims;  // dims of a stretch: two vectors of 8 lanes
 
 // The codes of dims [0, 16) of a stretch (lane order) of key a and key b (zero where
 // has_b is false: past the chunk's last key) as s16 pairs (c_a, c_b), dims 0-7 in

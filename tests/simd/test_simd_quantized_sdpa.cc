@@ -100,6 +100,17 @@ Tensor run_ref(const Inputs& in) {
              in);
 }
 
+// |got − want| at most 2^-8 of the largest |want| (the integer V side's tests: an f16
+// output and a side whose rounding the certificate keeps within half the tolerance).
+void expect_within_largest(const Tensor& got, const Tensor& want) {
+  float largest = 0, worst = 0;
+  for (std::int64_t i = 0; i < want.numel(); ++i) {
+    largest = std::max(largest, std::abs(want.view().load(i)));
+    worst = std::max(worst, std::abs(got.view().load(i) - want.view().load(i)));
+  }
+  EXPECT_LE(worst, 0x1p-8f * largest) << "largest |out| " << largest;
+}
+
 #ifdef KVLAB_TEST_WITH_HARNESS
 // The harness runs at the chunk its shapes give (chunk_tokens: 512 keys for its lines of
 // Lk 1, 100, 513 and 1500, which cover below one chunk, a tail and several chunks; up to
@@ -787,15 +798,9 @@ TEST(SimdQuantizedSdpa, ValuesSumInIntegersOnlyWhereTheirBoundHolds) {
         }
       }
       const Tensor want = run_ref(in);
-      float largest = 0;
-      for (std::int64_t i = 0; i < want.numel(); ++i) largest = std::max(largest, std::abs(want.view().load(i)));
       testing::for_each_simd_target([&](const std::string& target) {
-        const Tensor got = run_simd(in);
+        expect_within_largest(run_simd(in), want);
         const simd::ArithmeticMix mix = simd::last_attention_mix();
-        float worst = 0;
-        for (std::int64_t i = 0; i < want.numel(); ++i)
-          worst = std::max(worst, std::abs(got.view().load(i) - want.view().load(i)));
-        EXPECT_LE(worst, 0x1p-8f * largest) << "largest |out| " << largest;
         const bool integer = (target == "AVX3_DL" || target == "AVX2") && !spiked && (bits == 8 || packed);
         const std::int64_t lanes = integer ? heads * R * pairs * s.Dv : 0;
         EXPECT_EQ(mix.s16_dot, target == "AVX3_DL" ? lanes : 0);
@@ -805,6 +810,29 @@ TEST(SimdQuantizedSdpa, ValuesSumInIntegersOnlyWhereTheirBoundHolds) {
         }
       });
     }
+  }
+}
+
+// The AVX2 integer V side walks rows in stretches of 16 dims, so a Dv of 96 (no whole
+// 64-dim slice of the AVX3_DL side) sums in integers there and in f32 on AVX3_DL.
+TEST(SimdQuantizedSdpa, ValueRowsOfStretchesSumInIntegersOnAvx2) {
+  KVLAB_SEEDED_RNG(rng, 2718);
+  const Dims s{1, 8, 2, 1, 301, 64, 96};
+  const std::int64_t R = s.Hq / s.Hkv;
+  const std::int64_t chunk = simd::qdecode::chunk_tokens(s.B, s.Hkv, s.Lk, R * s.Lq);
+  std::int64_t pairs = 0;
+  for (std::int64_t j = 0; j < s.Lk; j += chunk) pairs += (std::min(chunk, s.Lk - j) + 1) / 2;
+  for (const int bits : {8, 4}) {
+    SCOPED_TRACE(cat(bits, "-bit V, Dv ", s.Dv));
+    const simd::qdecode::ScopedPackedIntValues packed(true);
+    const Inputs in = random_inputs(rng, s, DType::f16, affine(8, 32), affine(bits, 32), DType::f16, DType::f16);
+    const Tensor want = run_ref(in);
+    testing::for_each_simd_target([&](const std::string& target) {
+      expect_within_largest(run_simd(in), want);
+      const simd::ArithmeticMix mix = simd::last_attention_mix();
+      EXPECT_EQ(mix.s16_madd, target == "AVX2" ? s.B * s.Hkv * R * pairs * s.Dv : 0);
+      EXPECT_EQ(mix.s16_dot, 0);
+    });
   }
 }
 
