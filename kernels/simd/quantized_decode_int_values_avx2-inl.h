@@ -54,6 +54,13 @@ HWY_INLINE void StretchCodes(const std::uint8_t* HWY_RESTRICT p, __m256i c[2]) {
   c[1] = kSignedCodes<kBits> ? _mm256_srai_epi32(_mm256_slli_epi32(pair[1], 16), 16) : pair[1];
 }
 
+// The largest of v's eight lanes (none NaN).
+HWY_INLINE float LargestLane(__m256 v) {
+  v = _mm256_max_ps(v, _mm256_permute2f128_ps(v, v, 1));
+  v = _mm256_max_ps(v, _mm256_shuffle_ps(v, v, 0x4E));
+  return _mm256_cvtss_f32(_mm256_max_ps(v, _mm256_shuffle_ps(v, v, 0xB1)));
+}
+
 // Largest |s·c + b| over keys 0, N, 2N, ... of the chunk (N = kBlockKeys), all dv dims
 // (non-finite values left out; 0 when none is finite). s/b: [g][ncp] columns.
 template <int kBits>
@@ -75,9 +82,7 @@ float SampledMax(const std::uint8_t* codes, std::size_t row_bytes, std::size_t n
       }
     }
   }
-  alignas(32) float lanes[8];
-  _mm256_store_ps(lanes, largest);
-  return *std::max_element(lanes, lanes + 8);
+  return LargestLane(largest);
 }
 
 // Rounds one row and group's weights w[0, ncp) (zero past the chunk's keys) to Q and σ;
@@ -98,9 +103,7 @@ inline double RoundWeights(const float* w, std::size_t nc, std::size_t ncp, doub
       top = _mm256_max_ps(top, mag);
     }
     if (_mm256_movemask_ps(finite) != 0xFF) return -1;
-    top = _mm256_max_ps(top, _mm256_permute2f128_ps(top, top, 1));
-    top = _mm256_max_ps(top, _mm256_shuffle_ps(top, top, 0x4E));
-    const float largest = _mm256_cvtss_f32(_mm256_max_ps(top, _mm256_shuffle_ps(top, top, 0xB1)));
+    const float largest = LargestLane(top);
     const double keys = static_cast<double>(std::min(kBlockKeys, nc > j0 ? nc - j0 : 0));
     __m256i k[4] = {_mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256()};
     if (largest < kTinyBlock) {
