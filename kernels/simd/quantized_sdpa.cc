@@ -549,10 +549,13 @@ const float* plan_queries(const ConstTensorView& q, const AttentionParams& param
 
 // The stored bf16 queries for the vdpbf16ps K side (DecodePlan::query_bf16), or null
 // where it does not apply: plain bf16 K, bf16 q, Dk a multiple of 32 (one vector of
-// pairs), a CPU with AVX512_BF16, and no query so large that the instruction's flushing
-// of subnormal inputs could matter: it drops products below |q|·2^-126, so with
-// |scale|·max|q| <= 2^64 the logits move by at most Dk·2^-62 (absolute), nothing against
-// any tolerance (its products are exact and its sums f32, as the f32 path's).
+// pairs), a CPU with AVX512_BF16, and a query whose elements keep the instruction's
+// flushing of subnormal inputs harmless. A subnormal q element times a K element near
+// bf16's largest is a product of order 1 (2^-127·2^127), which it would drop: such a
+// query takes the f32 path. Otherwise only subnormal K elements are dropped, products
+// below |q|·2^-126, so with |scale|·max|q| <= 2^64 the logits move by at most Dk·2^-62
+// (absolute), nothing against any tolerance (its products are exact and its sums f32, as
+// the f32 path's); its flushed subnormal sums are below 2^-126 each.
 const std::uint16_t* bf16_queries(const ConstTensorView& q, const AttentionParams& params, const DecodePlan& plan) {
   if (plan.k.plain == nullptr || plan.k.plain_dtype != DType::bf16 || q.dtype != DType::bf16 || plan.k.d % 32 != 0 ||
       !qdecode::bf16_dot_available()) {
@@ -564,7 +567,13 @@ const std::uint16_t* bf16_queries(const ConstTensorView& q, const AttentionParam
   // magnitude, infinity above every finite value and NaN above infinity, so a NaN cannot
   // slip past (std::max over floats skips it).
   std::uint16_t largest_bits = 0;
-  for (std::size_t i = 0; i < n; ++i) largest_bits = std::max(largest_bits, static_cast<std::uint16_t>(raw[i] & 0x7FFFu));
+  bool subnormal = false;  // exponent bits 0, mantissa not
+  for (std::size_t i = 0; i < n; ++i) {
+    const auto magnitude = static_cast<std::uint16_t>(raw[i] & 0x7FFFu);
+    largest_bits = std::max(largest_bits, magnitude);
+    subnormal |= magnitude != 0 && magnitude < 0x0080u;
+  }
+  if (subnormal) return nullptr;
   const float largest = bf16_bits_to_f32(largest_bits);
   if (!(largest * std::abs(params.scale) <= 0x1p64f)) return nullptr;  // also NaN/inf: the f32 path
   // q is (B, Hq, Lq, Dk): the rows of (b, kvh) are heads kvh·R + r at positions i, row

@@ -334,6 +334,34 @@ TEST_F(SimdSdpa, Bf16DecodeKeepsTinyValuesOffTheFlushingDotPath) {
   }
 }
 
+// The K side's vdpbf16ps treats a subnormal input as zero: a subnormal q element times a
+// key element near bf16's largest finite value is a product of order 1, which it would drop.
+// So a query with a subnormal element is scored in f32 (bf16_queries; the V side keeps
+// vdpbf16ps): here eight of them meet 1.5·2^127 in key 0 (products 2.25 each, key 0's
+// logit +2.25 at scale 1/8), and the output must be the rounded-P twin's within the dot
+// path's two ulps. A query whose elements are all normal still scores K by vdpbf16ps (no
+// f32 FMA lanes spent: simd::last_attention_mix).
+TEST_F(SimdSdpa, Bf16DecodeKeepsSubnormalQueriesOffTheFlushingDotPath) {
+  if (!simd::qdecode::bf16_dot_supported()) GTEST_SKIP() << "this CPU has no AVX512_BF16: only the f32 path exists";
+  const simd::qdecode::ScopedBf16Dot on(true);
+  KVLAB_SEEDED_RNG(rng, 78);
+  const Shape4 s{1, 4, 1, 1, 600, 64, 64};
+  for (const bool subnormal : {true, false}) {
+    Inputs in = random_inputs(rng, DType::bf16, s);
+    for (std::int64_t d = 0; d < 8; ++d) {
+      in.k.view().store(d, 0x1.8p127f);  // key 0 of the one kv head
+      for (std::int64_t h = 0; h < 4; ++h) in.q.view().store(h * 64 + d, subnormal ? 0x1.8p-127f : 0x1p-100f);
+    }
+    const Tensor got = run_sdpa(simd_, in);
+    const simd::ArithmeticMix mix = simd::last_attention_mix();
+    EXPECT_EQ(mix.fma > 0, subnormal) << (subnormal ? "subnormal" : "normal") << " q: K side in f32 FMAs";
+    if (subnormal) {
+      expect_within_ulps(got, rounded_p_twin(in, simd::qdecode::chunk_tokens(s.B, s.Hkv, s.Lk, s.Hq / s.Hkv * s.Lq)),
+                         "subnormal q elements", 0, 2);
+    }
+  }
+}
+
 }  // namespace
 }  // namespace test_simd_sdpa
 }  // namespace kvlab
