@@ -114,33 +114,87 @@ float SampledMax(const std::uint8_t* codes, std::size_t row_bytes, std::size_t n
   return _mm512_reduce_max_ps(largest);
 }
 
+// Lane i of the result: the largest lane of m[i] (a transposed reduction, 45 shuffles and
+// maxima for 16 vectors, where one vector's own reduction takes 8). The inputs come in
+// slot order (Slot): the rounds below leave lane 4j + i with the vector of slot 4i + j.
+HWY_INLINE __m512 LaneMaxima(const __m512 m[16]) {
+  __m512 a[8], b[4], c[2];
+#pragma GCC unroll 8
+  for (int k = 0; k < 8; ++k) {  // 256-bit halves: lanes 0-7 vector 2k, 8-15 vector 2k + 1
+    a[k] = _mm512_max_ps(_mm512_shuffle_f32x4(m[2 * k], m[2 * k + 1], 0x44),
+                         _mm512_shuffle_f32x4(m[2 * k], m[2 * k + 1], 0xEE));
+  }
+#pragma GCC unroll 4
+  for (int k = 0; k < 4; ++k) {  // 128-bit block j: vector 4k + j
+    b[k] = _mm512_max_ps(_mm512_shuffle_f32x4(a[2 * k], a[2 * k + 1], 0x88),
+                         _mm512_shuffle_f32x4(a[2 * k], a[2 * k + 1], 0xDD));
+  }
+#pragma GCC unroll 2
+  for (int k = 0; k < 2; ++k) {  // block j, lanes 0-1: vector 8k + j, lanes 2-3: 8k + 4 + j
+    c[k] = _mm512_max_ps(_mm512_shuffle_ps(b[2 * k], b[2 * k + 1], 0x44), _mm512_shuffle_ps(b[2 * k], b[2 * k + 1], 0xEE));
+  }
+  return _mm512_max_ps(_mm512_shuffle_ps(c[0], c[1], 0x88), _mm512_shuffle_ps(c[0], c[1], 0xDD));
+}
+// The slot of block i of a batch, so that LaneMaxima's lane i is block i's.
+constexpr int Slot(int i) { return i % 4 * 4 + i / 4; }
+
 // Rounds one row and group's weights w[0, ncp) (zero past the chunk's keys) to Q and σ;
 // returns the error bound E of the row's outputs in that group, or −1 for a non-finite
-// weight.
+// weight. Blocks go 16 at a time: their W in one vector (LaneMaxima), 32767/W and W/32767
+// by one division each (the same correctly rounded values as one block's scalar ones).
 inline double RoundWeights(const float* w, std::size_t nc, std::size_t ncp, double levels_n, std::int16_t* q,
                            float* sigma) {
+  const std::size_t blocks = (ncp + kBlockKeys - 1) / kBlockKeys;
+  const __m512 levels = _mm512_set1_ps(kLevels), tiny = _mm512_set1_ps(kTinyBlock);
+  static_assert(kBlockKeys == 32, "block_first: the first key of each block of a batch");
+  const __m512i block_first = _mm512_setr_epi32(0, 32, 64, 96, 128, 160, 192, 224, 256, 288, 320, 352, 384, 416, 448, 480);
   double bound = 0;
-  for (std::size_t j0 = 0, blk = 0; j0 < ncp; j0 += kBlockKeys, ++blk) {
-    const __m512 a = _mm512_loadu_ps(w + j0);
-    const __m512 c = j0 + 16 < ncp ? _mm512_loadu_ps(w + j0 + 16) : _mm512_setzero_ps();
-    if ((_mm512_fpclass_ps_mask(a, 0x99) | _mm512_fpclass_ps_mask(c, 0x99)) != 0) return -1;
-    const float largest = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(a), _mm512_abs_ps(c)));
-    const double keys = static_cast<double>(std::min(kBlockKeys, nc > j0 ? nc - j0 : 0));
-    __m512i qa = _mm512_setzero_si512(), qc = qa;
-    if (largest < kTinyBlock) {
-      sigma[blk] = 0;
-      bound += static_cast<double>(largest) * keys * levels_n;
-    } else {
-      const __m512 inverse = _mm512_set1_ps(kLevels / largest);
-      qa = _mm512_cvt_roundps_epi32(_mm512_mul_ps(a, inverse), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-      qc = _mm512_cvt_roundps_epi32(_mm512_mul_ps(c, inverse), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-      sigma[blk] = largest / kLevels;
-      bound += kWeightError * static_cast<double>(largest) * keys * levels_n;
+  for (std::size_t b0 = 0; b0 < blocks; b0 += 16) {
+    const std::size_t batch = std::min<std::size_t>(16, blocks - b0);
+    __m512 largest[16];
+    __mmask16 odd = 0;
+#pragma GCC unroll 16
+    for (int i = 0; i < 16; ++i) {
+      const std::size_t j0 = (b0 + static_cast<std::size_t>(i)) * kBlockKeys;
+      const __m512 a = j0 < ncp ? _mm512_loadu_ps(w + j0) : _mm512_setzero_ps();
+      const __m512 c = j0 + 16 < ncp ? _mm512_loadu_ps(w + j0 + 16) : _mm512_setzero_ps();
+      odd |= static_cast<__mmask16>(_mm512_fpclass_ps_mask(a, 0x99) | _mm512_fpclass_ps_mask(c, 0x99));
+      largest[Slot(i)] = _mm512_range_ps(a, c, 0x0B);  // max(|a|, |c|) per lane
     }
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + j0), _mm512_cvtsepi32_epi16(qa));
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + j0 + 16), _mm512_cvtsepi32_epi16(qc));
+    if (odd != 0) return -1;
+    const __m512 W = LaneMaxima(largest);
+    const __mmask16 scaled = _mm512_cmp_ps_mask(W, tiny, _CMP_GE_OQ);  // blocks below kTinyBlock are dropped
+    const __m512 inverse = _mm512_maskz_div_ps(scaled, levels, W);
+    const __mmask16 in_batch = static_cast<__mmask16>((1u << batch) - 1);
+    _mm512_mask_storeu_ps(sigma + b0, in_batch, _mm512_maskz_div_ps(scaled, W, levels));
+#pragma GCC unroll 16
+    for (int i = 0; i < 16; ++i) {
+      if (static_cast<std::size_t>(i) >= batch) break;
+      const std::size_t j0 = (b0 + static_cast<std::size_t>(i)) * kBlockKeys;
+      const __m512 inv = _mm512_permutexvar_ps(_mm512_set1_epi32(i), inverse);
+      const __m512 a = _mm512_loadu_ps(w + j0);
+      const __m512 c = j0 + 16 < ncp ? _mm512_loadu_ps(w + j0 + 16) : _mm512_setzero_ps();
+      const __m512i qa = _mm512_cvt_roundps_epi32(_mm512_mul_ps(a, inv), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+      const __m512i qc = _mm512_cvt_roundps_epi32(_mm512_mul_ps(c, inv), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + j0), _mm512_cvtsepi32_epi16(qa));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + j0 + 16), _mm512_cvtsepi32_epi16(qc));
+    }
+    // Σ W·N_β, a dropped block's W·N_β whole and a rounded one's by kWeightError, in double
+    // (W·N_β exact); lanes past the batch have W 0.
+    const __m512i first = _mm512_add_epi32(_mm512_set1_epi32(static_cast<int>(b0 * kBlockKeys)), block_first);
+    const __m512i left = _mm512_max_epi32(_mm512_sub_epi32(_mm512_set1_epi32(static_cast<int>(nc)), first),
+                                          _mm512_setzero_si512());
+    const __m512i keys = _mm512_min_epi32(left, _mm512_set1_epi32(kBlockKeys));
+    auto half_share = [&](__m256 w_half, __m256i keys_half, __mmask8 scaled_half) {
+      const __m512d factor = _mm512_mask_blend_pd(scaled_half, _mm512_set1_pd(1.0), _mm512_set1_pd(kWeightError));
+      return _mm512_mul_pd(_mm512_mul_pd(_mm512_cvtps_pd(w_half), _mm512_cvtepi32_pd(keys_half)), factor);
+    };
+    const __m512d lo = half_share(_mm512_castps512_ps256(W), _mm512_castsi512_si256(keys), static_cast<__mmask8>(scaled));
+    const __m512d hi = half_share(_mm512_extractf32x8_ps(W, 1), _mm512_extracti32x8_epi32(keys, 1),
+                                  static_cast<__mmask8>(scaled >> 8));
+    bound += _mm512_reduce_add_pd(_mm512_add_pd(lo, hi));
   }
-  return bound;
+  return bound * levels_n;
 }
 
 // acc += Σ of each i32 lane's two s16 products, the weights one broadcast dword (the
