@@ -14,7 +14,8 @@
 // 2·32767·255 < 2^31; signed codes have |c| <= 128), so the block's Σ Q·c is exact; it
 // is flushed into f32 as fl(Σ)·σ once per block. Codes of two keys are interleaved by
 // byte unpacks against zero, or against their sign bytes where signed (dims
-// 16L + 4k..4k+3 of 128-bit block L in vector k), undone at the end.
+// 16L + 4k..4k+3 of 128-bit block L in vector k; nibble codes across two groups of 32
+// come apart, SliceCodes), undone at the end.
 // Cost per key at R = 4, Dv = 128: 16 vpdpwssd (half the f32 side's 32 FMAs, at one a
 // cycle on Zen 4 either way) and 8 unpacks, which run beside them on the shuffle pipes;
 // the weights' rounding and the flushes add about 3 per key
