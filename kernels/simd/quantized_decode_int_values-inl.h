@@ -224,10 +224,11 @@ HWY_INLINE __m512i DotPairs(__m512i acc, __m512i codes, __m512i weights) {
 // r's rounded weights at q + r·q_stride; sigma likewise. kTwoGroups: positions 32-63 lie
 // in the next group, whose weights and σ are q_next and sigma_next further on. Nibble
 // codes come apart (SliceCodes), pairs 0–1 in this group and 2–3 in the next, so each
-// takes its group's weights as the broadcast operand itself (a masked broadcast per row
-// and key pair measured 3.5 % slower on mxfp4 and q4_0); byte codes keep their order,
-// where the pairs' lanes 8-15 (their 128-bit blocks 2 and 3, see below) take the next
-// group's from one masked broadcast per (row, key pair) and per (row, block).
+// takes its group's weights as the broadcast operand itself, sparing a masked broadcast
+// per row and key pair (docs/benchmarks.md §Measurements behind kernel choices); byte
+// codes keep their order, where the pairs' lanes 8-15 (their 128-bit blocks 2 and 3, see
+// below) take the next group's from one masked broadcast per (row, key pair) and per
+// (row, block).
 template <int kBits, std::size_t RB, bool kTwoGroups = false>
 HWY_INLINE void Slice(const std::int16_t* HWY_RESTRICT q, std::size_t q_stride, const float* HWY_RESTRICT sigma,
                       std::size_t sigma_stride, const SliceStream& ahead, bool prefetch, std::size_t dv,
