@@ -98,7 +98,11 @@ SimdTargetPin::SimdTargetPin(std::int64_t bit) : bit_(bit), previous_(g_forced_m
 SimdTargetPin::~SimdTargetPin() {
   if (bit_ == 0 || bit_ == previous_) return;
   g_forced_mask = previous_;
-  hwy::SetSupportedTargetsForTest(previous_);
+  // Back to the CPU's own targets as a mock of them, not by clearing the mock: with none,
+  // Highway re-detects the CPU (eight CPUID instructions) at the next dispatch, and in a
+  // VM each CPUID traps to the host (docs/benchmarks.md §Measurements behind kernel
+  // choices), so every pinned call would make the next unpinned one pay for it.
+  hwy::SetSupportedTargetsForTest(previous_ != 0 ? previous_ : unmocked_supported());
 }
 
 ScopedSimdTarget::ScopedSimdTarget(std::string_view name) : pin_(attainable_bit(name)) {}

@@ -58,8 +58,8 @@ std::string simd_current_target();
 
 // Makes the target with Highway bit `bit` current for its scope (0: leaves dispatch as it
 // is) and restores the previous choice after: how a pinned SimdBackend runs each call.
-// Cheap (two hwy::SetSupportedTargetsForTest calls at most). Process-global: not
-// thread-safe.
+// Cheap (two hwy::SetSupportedTargetsForTest calls at most, and no CPU re-detection
+// after). Process-global: not thread-safe.
 class SimdTargetPin {
  public:
   explicit SimdTargetPin(std::int64_t bit);
