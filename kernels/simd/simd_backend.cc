@@ -100,8 +100,8 @@ SimdTargetPin::~SimdTargetPin() {
   g_forced_mask = previous_;
   // Back to the CPU's own targets as a mock of them, not by clearing the mock: with none,
   // Highway re-detects the CPU (eight CPUID instructions) at the next dispatch, and in a
-  // VM each CPUID traps to the host (docs/benchmarks.md §Measurements behind kernel
-  // choices), so every pinned call would make the next unpinned one pay for it.
+  // VM each CPUID traps to the host, so every pinned call would make the next unpinned
+  // one pay for it (docs/benchmarks.md §Measurements behind kernel choices).
   hwy::SetSupportedTargetsForTest(previous_ != 0 ? previous_ : unmocked_supported());
 }
 
